@@ -1,0 +1,243 @@
+//! The command line: clap definitions and dispatch. Rendering lives in `output` and
+//! `recipes`; decisions live in the library modules.
+
+mod output;
+mod recipes;
+
+use std::path::PathBuf;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::sim::SimConfig;
+pub use output::Output;
+
+/// Deploy, verify and roll back LLM inference servers on a DGX Spark.
+#[derive(Debug, Parser)]
+#[command(name = "sparkctl", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Directory of recipes.
+    #[arg(long, global = true, env = "SPARKCTL_RECIPES", default_value = "recipes", value_name = "DIR")]
+    pub recipes: PathBuf,
+    /// Machine-readable JSON output (read commands).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr (-v info, -vv debug); SPARKCTL_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Plan, pin-check, patch, start, health-check, benchmark, gate, then promote or roll back.
+    Up {
+        name: String,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Stop after the gates; do not serve on the production port.
+        #[arg(long)]
+        no_promote: bool,
+        /// Do not ask before stopping the production backend.
+        #[arg(long)]
+        yes: bool,
+        /// Run an image that has no digest in images.lock (recorded in the run).
+        #[arg(long)]
+        allow_unpinned: bool,
+    },
+    /// Make the previous production serve again.
+    Rollback {
+        /// Roll back to this recipe instead (e.g. the llama-server one).
+        #[arg(long, value_name = "NAME")]
+        to: Option<String>,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// What sparkctl runs: recipe, runtime, digest, port, uptime, health, production.
+    Status,
+    /// Same as status.
+    Ps,
+    /// Output of a deployment (kept after it exits).
+    Logs {
+        name: String,
+        #[arg(short, long)]
+        follow: bool,
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+    },
+    /// Stop a deployment (its container and logs are kept).
+    Down {
+        name: String,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Past runs; `history show RUN` for one.
+    History {
+        #[command(subcommand)]
+        show: Option<HistoryCommand>,
+    },
+    /// The built-in benchmark against a recipe or a URL.
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        /// Recipe name or base URL (http://127.0.0.1:8003).
+        target: Option<String>,
+        #[command(subcommand)]
+        compare: Option<BenchCommand>,
+    },
+    /// Apply a recipe's model-directory patch steps.
+    Patch {
+        name: String,
+        /// Show the diff and the steps; change nothing.
+        #[arg(long, conflicts_with = "revert")]
+        dry_run: bool,
+        /// Restore the originals byte for byte.
+        #[arg(long)]
+        revert: bool,
+    },
+    /// Pin, audit, pull and compare images by sha256 digest.
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+    /// List, show, validate recipes; print their JSON Schema.
+    Recipes {
+        #[command(subcommand)]
+        command: RecipesCommand,
+    },
+    /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
+    Doctor,
+    /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
+    Sim(SimConfig),
+    /// Print shell completions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    Show { run: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Compare two benchmark results side by side.
+    Compare { a: PathBuf, b: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Resolve tags to digests and write images.lock.
+    Pin {
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+    },
+    /// Report drift, missing pins and local images that differ from the lock.
+    Audit,
+    /// Pull images by their locked digest.
+    Pull {
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+    },
+    /// What changed between two digests of an image.
+    Diff {
+        name: String,
+        old: Option<String>,
+        new: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RecipesCommand {
+    /// One line per recipe.
+    List,
+    /// The fully resolved recipe and the exact container or command it would run.
+    Show { name: String },
+    /// Check recipes (all in the directory, or the names/files given).
+    Validate { targets: Vec<String> },
+    /// The JSON Schema of the recipe format, for editors.
+    Schema,
+}
+
+fn not_built(command: &'static str, issue: u32) -> Result<()> {
+    Err(Error::NotBuilt { command, issue })
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SPARKCTL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(output::color_for(&std::io::stderr()))
+        .try_init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    let out = Output::new(cli.json);
+    match cli.command {
+        Command::Recipes { command } => recipes::run(&cli.recipes, command, &out),
+        Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "sparkctl", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Up { .. } => not_built("up", 7),
+        Command::Rollback { .. } => not_built("rollback", 7),
+        Command::History { .. } => not_built("history", 7),
+        Command::Status => not_built("status", 4),
+        Command::Ps => not_built("ps", 4),
+        Command::Logs { .. } => not_built("logs", 4),
+        Command::Down { .. } => not_built("down", 4),
+        Command::Doctor => not_built("doctor", 4),
+        Command::Bench { .. } => not_built("bench", 6),
+        Command::Patch { .. } => not_built("patch", 3),
+        Command::Images { command } => match command {
+            ImagesCommand::Pin { .. } => not_built("images pin", 5),
+            ImagesCommand::Audit => not_built("images audit", 5),
+            ImagesCommand::Pull { .. } => not_built("images pull", 5),
+            ImagesCommand::Diff { .. } => not_built("images diff", 5),
+        },
+    }
+}
+
+/// Parses the command line, runs it, prints any error; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let json = cli.json;
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(err) => {
+            output::print_error(&err, json);
+            err.exit_code()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,79 @@
+//! How results reach the terminal: plain text or JSON, colour only where it helps.
+
+use std::io::{IsTerminal, Write};
+
+use serde::Serialize;
+
+use crate::error::Error;
+
+/// Colour on a terminal unless NO_COLOR is set to anything non-empty (no-color.org).
+pub fn color_for(stream: &impl IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+pub struct Output {
+    pub json: bool,
+    pub color: bool,
+}
+
+impl Output {
+    pub fn new(json: bool) -> Self {
+        Output {
+            json,
+            color: color_for(&std::io::stdout()),
+        }
+    }
+
+    pub fn print_json(&self, value: &impl Serialize) {
+        let text = serde_json::to_string_pretty(value).expect("output types serialize");
+        println!("{text}");
+    }
+
+    /// Bold when colour is on.
+    pub fn bold(&self, text: &str) -> String {
+        if self.color {
+            format!("\x1b[1m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    pub fn table(&self) -> comfy_table::Table {
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::NOTHING);
+        if !self.color {
+            t.force_no_tty();
+        }
+        t
+    }
+}
+
+/// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
+pub fn print_error(err: &Error, json: bool) {
+    if json {
+        let diagnostics = match err {
+            Error::Invalid(d) => d.clone(),
+            _ => Vec::new(),
+        };
+        let doc = serde_json::json!({
+            "error": err.to_string(),
+            "exit_code": err.exit_code(),
+            "diagnostics": diagnostics,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+        return;
+    }
+    let prefix = if color_for(&std::io::stderr()) {
+        "\x1b[1;31merror\x1b[0m"
+    } else {
+        "error"
+    };
+    let mut stderr = std::io::stderr().lock();
+    for line in err.to_string().lines() {
+        let _ = if line.starts_with("  ") {
+            writeln!(stderr, "{line}")
+        } else {
+            writeln!(stderr, "{prefix}: {line}")
+        };
+    }
+}

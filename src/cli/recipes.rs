@@ -1,0 +1,167 @@
+//! `sparkctl recipes list|show|validate|schema`.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{Output, RecipesCommand};
+use crate::error::{Error, Result};
+use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
+
+pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
+    match command {
+        RecipesCommand::List => list(dir, out),
+        RecipesCommand::Show { name } => show(dir, &name, out),
+        RecipesCommand::Validate { targets } => validate(dir, &targets, out),
+        RecipesCommand::Schema => {
+            out.print_json(&recipe::json_schema());
+            Ok(())
+        }
+    }
+}
+
+fn self_exe() -> String {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "sparkctl".into())
+}
+
+fn list(dir: &Path, out: &Output) -> Result<()> {
+    let set = recipe::load_dir(dir)?;
+    if out.json {
+        let rows: Vec<_> = set
+            .recipes
+            .iter()
+            .map(|l| {
+                let r = &l.recipe;
+                json!({
+                    "name": r.name, "engine": r.engine, "runtime": r.runtime(), "port": r.server.port,
+                    "image": r.image, "binary": r.binary, "description": r.description,
+                    "file": l.path,
+                })
+            })
+            .collect();
+        out.print_json(&rows);
+        return Ok(());
+    }
+    let mut table = out.table();
+    table.set_header(["NAME", "ENGINE", "RUNTIME", "PORT", "IMAGE / BINARY", "DESCRIPTION"]);
+    for l in &set.recipes {
+        let r = &l.recipe;
+        let what = r
+            .image
+            .clone()
+            .or_else(|| r.binary.clone())
+            .unwrap_or_else(|| "sparkctl sim".into());
+        table.add_row([
+            r.name.clone(),
+            r.engine.to_string(),
+            r.runtime().as_str().to_string(),
+            r.server.port.to_string(),
+            what,
+            r.description.clone().unwrap_or_default(),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
+    let set = recipe::load_dir(dir)?;
+    let loaded = set.get(name)?;
+    let full = loaded.recipe.with_defaults();
+    let resolved = loaded.recipe.resolve(&self_exe());
+    let steps: Vec<String> = full
+        .model
+        .iter()
+        .flat_map(|m| m.patches.iter().map(ToString::to_string))
+        .collect();
+    if out.json {
+        out.print_json(&json!({
+            "file": loaded.path,
+            "recipe": full,
+            "patch_steps": steps,
+            "launch": resolved,
+            "equivalent_command": resolved.launch.equivalent_command(),
+        }));
+        return Ok(());
+    }
+    println!("{} {}", out.bold("# recipe"), loaded.path.display());
+    print!("{}", serde_yaml_ng::to_string(&full).expect("recipes serialize"));
+    println!();
+    println!("{}", out.bold("# patch steps, in order"));
+    if steps.is_empty() {
+        println!("(none)");
+    }
+    for (i, step) in steps.iter().enumerate() {
+        println!("{}. {step}", i + 1);
+    }
+    println!();
+    match &resolved.launch {
+        Launch::Docker { image, entrypoint, cmd, .. } => {
+            println!("{}", out.bold("# container (created through the Docker Engine API)"));
+            println!("image:      {image}  (runs by the digest in images.lock)");
+            if !entrypoint.is_empty() {
+                println!("entrypoint: {}", resolve_shell_line(entrypoint));
+            }
+            println!("cmd:        {}", resolve_shell_line(cmd));
+            println!("labels:     io.sparkctl.recipe={}, io.sparkctl.recipe-hash, io.sparkctl.run-id", resolved.name);
+        }
+        Launch::Process { program, args, .. } => {
+            println!("{}", out.bold("# host process (detached; pid + start time recorded)"));
+            println!("program: {program}");
+            println!("args:    {}", resolve_shell_line(args));
+        }
+    }
+    println!(
+        "health:     GET http://{}:{}{} within {}",
+        resolved.host, resolved.port, resolved.health_path, resolved.health_timeout
+    );
+    println!();
+    println!("{}", out.bold("# equivalent command, for review (sparkctl never runs a shell)"));
+    println!("{}", resolve_shell_line(&resolved.launch.equivalent_command()));
+    Ok(())
+}
+
+fn validate(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
+    let loaded: Vec<LoadedRecipe> = if targets.is_empty() {
+        recipe::load_dir(dir)?.recipes
+    } else {
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        let mut set = None;
+        for t in targets {
+            let as_file = Path::new(t);
+            let result = if as_file.is_file() {
+                recipe::load_file(as_file)
+            } else {
+                if set.is_none() {
+                    set = Some(recipe::load_dir(dir)?);
+                }
+                set.as_ref().expect("loaded above").get(t).cloned()
+            };
+            match result {
+                Ok(l) => found.push(l),
+                Err(Error::Invalid(mut d)) => errors.append(&mut d),
+                Err(e) => return Err(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::Invalid(errors));
+        }
+        found
+    };
+    if out.json {
+        let rows: Vec<_> = loaded
+            .iter()
+            .map(|l| json!({"name": l.recipe.name, "file": l.path, "valid": true}))
+            .collect();
+        out.print_json(&json!({"valid": rows, "diagnostics": []}));
+        return Ok(());
+    }
+    for l in &loaded {
+        println!("ok  {:<24} {}", l.recipe.name, l.path.display());
+    }
+    println!("{} recipe(s) valid", loaded.len());
+    Ok(())
+}

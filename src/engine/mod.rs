@@ -1,0 +1,209 @@
+//! What sparkctl knows about each serving engine: how it is told its port, host and
+//! model, where it reports readiness, and which log lines mean it cannot start.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::recipe::Runtime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    Vllm,
+    Sglang,
+    Trtllm,
+    LlamaServer,
+    /// Any OpenAI-compatible server; sparkctl passes no flags of its own.
+    Openai,
+    /// sparkctl's own simulated engine (`sparkctl sim`), for demos and tests.
+    Sim,
+}
+
+/// How an engine takes one setting on its command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    /// `--name VALUE`
+    Named(&'static str),
+    /// Not passed (the engine has no such setting, or the recipe's args carry it).
+    Omitted,
+}
+
+/// One engine's defaults. Recipes override any of them.
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    pub engine: Engine,
+    pub health_path: &'static str,
+    pub health_timeout_secs: u64,
+    /// Port the server listens on inside its container.
+    pub container_port: u16,
+    pub port_flag: Flag,
+    pub host_flag: Flag,
+    pub model_flag: Flag,
+    pub served_name_flag: Flag,
+    /// Command that starts the server when the image's entrypoint does not.
+    pub docker_command: &'static [&'static str],
+    /// Runtimes sparkctl can run this engine under, the first being the default.
+    pub runtimes: &'static [Runtime],
+    /// Why the engine is limited to those runtimes (shown when a recipe asks for another).
+    pub runtime_note: &'static str,
+    /// Log lines that mean the server will not come up; found early instead of at timeout.
+    pub fatal_lines: &'static [&'static str],
+}
+
+/// Lines any GPU engine prints when it cannot start (from the seeds' logbook).
+const GPU_FATAL: &[&str] = &[
+    "no kernel image is available for execution on the device",
+    "CUDA out of memory",
+    "does not recognize this architecture",
+    "Engine core initialization failed",
+    "Tokenizer class TokenizersBackend does not exist",
+    "query, key and positions must have the same batch_size and seq_len",
+];
+
+const DOCKER_ONLY: &[Runtime] = &[Runtime::Docker];
+const EITHER_PROCESS_FIRST: &[Runtime] = &[Runtime::Process, Runtime::Docker];
+const EITHER_DOCKER_FIRST: &[Runtime] = &[Runtime::Docker, Runtime::Process];
+
+impl Engine {
+    pub const ALL: [Engine; 6] = [
+        Engine::Vllm,
+        Engine::Sglang,
+        Engine::Trtllm,
+        Engine::LlamaServer,
+        Engine::Openai,
+        Engine::Sim,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+            Engine::Trtllm => "trtllm",
+            Engine::LlamaServer => "llama-server",
+            Engine::Openai => "openai",
+            Engine::Sim => "sim",
+        }
+    }
+
+    pub fn profile(self) -> Profile {
+        let gpu_container = |engine, port, model_flag, served, command: &'static [&'static str]| Profile {
+            engine,
+            health_path: "/health",
+            health_timeout_secs: 600,
+            container_port: port,
+            port_flag: Flag::Named("--port"),
+            host_flag: Flag::Named("--host"),
+            model_flag,
+            served_name_flag: served,
+            docker_command: command,
+            runtimes: DOCKER_ONLY,
+            runtime_note: "the seeds' bare-metal installs of this engine failed on SM 12.1 \
+                           (CPU-only torch, ABI mismatches); only its containers serve",
+            fatal_lines: GPU_FATAL,
+        };
+        match self {
+            // The vllm-openai image's entrypoint is the API server: only arguments follow.
+            Engine::Vllm => gpu_container(
+                self,
+                8000,
+                Flag::Named("--model"),
+                Flag::Named("--served-model-name"),
+                &[],
+            ),
+            Engine::Sglang => gpu_container(
+                self,
+                30000,
+                Flag::Named("--model-path"),
+                Flag::Named("--served-model-name"),
+                &["python3", "-m", "sglang.launch_server"],
+            ),
+            Engine::Trtllm => gpu_container(
+                self,
+                8000,
+                Flag::Omitted,
+                Flag::Omitted,
+                &["trtllm-serve"],
+            ),
+            Engine::LlamaServer => Profile {
+                engine: self,
+                health_path: "/health",
+                health_timeout_secs: 300,
+                container_port: 8080,
+                port_flag: Flag::Named("--port"),
+                host_flag: Flag::Named("--host"),
+                model_flag: Flag::Named("-m"),
+                served_name_flag: Flag::Named("--alias"),
+                docker_command: &[],
+                runtimes: EITHER_PROCESS_FIRST,
+                runtime_note: "",
+                fatal_lines: &[
+                    "error loading model",
+                    "failed to load model",
+                    "couldn't bind HTTP server socket",
+                    "CUDA error",
+                ],
+            },
+            Engine::Openai => Profile {
+                engine: self,
+                health_path: "/v1/models",
+                health_timeout_secs: 600,
+                container_port: 8000,
+                port_flag: Flag::Omitted,
+                host_flag: Flag::Omitted,
+                model_flag: Flag::Omitted,
+                served_name_flag: Flag::Omitted,
+                docker_command: &[],
+                runtimes: EITHER_DOCKER_FIRST,
+                runtime_note: "",
+                fatal_lines: GPU_FATAL,
+            },
+            Engine::Sim => Profile {
+                engine: self,
+                health_path: "/health",
+                health_timeout_secs: 60,
+                container_port: 8000,
+                port_flag: Flag::Named("--port"),
+                host_flag: Flag::Named("--host"),
+                model_flag: Flag::Omitted,
+                served_name_flag: Flag::Named("--model-name"),
+                docker_command: &["/sparkctl", "sim"],
+                runtimes: EITHER_PROCESS_FIRST,
+                runtime_note: "",
+                fatal_lines: GPU_FATAL,
+            },
+        }
+    }
+
+    /// The first fatal line found in `log`, if any.
+    pub fn fatal_line<'a>(self, log: &'a str) -> Option<&'a str> {
+        let profile = self.profile();
+        log.lines()
+            .find(|line| profile.fatal_lines.iter().any(|sig| line.contains(sig)))
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatal_lines_from_the_seeds_are_recognised() {
+        let log = "INFO loading\n\
+                   torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n";
+        assert!(Engine::Vllm.fatal_line(log).unwrap().contains("no kernel image"));
+        assert_eq!(Engine::Vllm.fatal_line("INFO all good\n"), None);
+    }
+
+    #[test]
+    fn every_engine_has_a_default_runtime() {
+        for engine in Engine::ALL {
+            assert!(!engine.profile().runtimes.is_empty(), "{engine}");
+        }
+    }
+}

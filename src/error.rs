@@ -1,0 +1,101 @@
+//! One error type for the library, and the exit code each kind maps to.
+//!
+//! Exit codes are part of the interface (scripts and cron jobs read them):
+//! 0 success, 1 an operation failed, 2 bad input or a command that is not built yet.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where in a file a problem is, and which key it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// Dotted key path such as `server.port` or `server.args[3]`.
+    pub key: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A problem in user input, precise enough to fix without reading the source.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostic {
+    pub location: Location,
+    pub message: String,
+    /// What to do about it.
+    pub help: Option<String>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.location)?;
+        if let Some(key) = &self.location.key {
+            write!(f, "{key}: ")?;
+        }
+        write!(f, "{}", self.message)?;
+        if let Some(help) = &self.help {
+            write!(f, "\n  help: {help}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// One or more problems in files the user wrote (recipes, suites, lock).
+    #[error("{}", render_diagnostics(.0))]
+    Invalid(Vec<Diagnostic>),
+    /// Bad input that is not tied to a file position (an unknown recipe name, say).
+    #[error("{0}")]
+    Usage(String),
+    /// The command exists in the interface but is not built yet.
+    #[error("`sparkctl {command}` is not built yet (tracked in issue {issue}); nothing was changed")]
+    NotBuilt { command: &'static str, issue: u32 },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operation that was attempted and failed (server, engine, network).
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn render_diagnostics(diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Invalid(_) | Error::Usage(_) | Error::NotBuilt { .. } => 2,
+            Error::Io { .. } | Error::Failed(_) => 1,
+        }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

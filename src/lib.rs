@@ -1,0 +1,13 @@
+//! sparkctl: deploy, verify and roll back LLM inference servers on an NVIDIA DGX Spark.
+//!
+//! The binary is a thin shell over this library: `cli` parses and renders, the other
+//! modules decide and act, one noun each.
+
+pub mod cli;
+pub mod engine;
+pub mod error;
+pub mod recipe;
+pub mod sim;
+pub mod units;
+
+pub use error::{Error, Result};

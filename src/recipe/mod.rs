@@ -1,0 +1,318 @@
+//! Recipes: everything needed to serve one backend, as reviewed data.
+//!
+//! The types here are the recipe file format. `load` turns files into them with
+//! diagnostics that name file, line and key; `resolve` fills engine defaults and
+//! builds the exact command or container a recipe would run.
+
+mod load;
+mod locate;
+mod resolve;
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Engine;
+use crate::units::{ByteSize, HumanDuration};
+
+pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet};
+pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
+
+/// Words joined for display, each quoted for a POSIX shell where needed.
+pub fn resolve_shell_line(words: &[String]) -> String {
+    words.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" ")
+}
+
+/// One recipe file (`recipes/NAME.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// Must equal the file name without `.yaml`; it is what users type (`sparkctl up NAME`).
+    pub name: String,
+    /// One line for `recipes list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub engine: Engine,
+    /// How the server runs; defaults to the engine's usual runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    /// Container image as written (a tag); the digest that runs comes from images.lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Host binary for the process runtime (`~` is expanded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
+    pub server: Server,
+    #[serde(default)]
+    pub health: Health,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench: Option<Bench>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// A container driven through the Docker Engine API.
+    Docker,
+    /// A host binary supervised by sparkctl (detached, pid + start time, log file).
+    Process,
+}
+
+impl Runtime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Process => "process",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// Model directory or file on the host (`~` is expanded).
+    pub path: String,
+    /// Where the model is mounted inside the container (docker runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+    /// Name the server answers to in `/v1/models` (`--served-model-name`, `--alias`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_name: Option<String>,
+    /// Model size in bytes of weights, for roofline context in benchmarks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<ByteSize>,
+    /// Steps that make the directory servable, applied in order by `sparkctl patch`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<PatchStep>,
+}
+
+/// One model-directory patch step. Paths are relative to the model dir and may not leave it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PatchStep {
+    /// Wrap a text-only config.json (`qwen3_5_text`) into the VL form older transformers load.
+    WrapVlConfig {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_type: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        architecture: Option<String>,
+    },
+    /// Generic JSON edits at JSON pointers.
+    JsonEdit { file: String, ops: Vec<JsonOp> },
+    /// Copy files from a donor model (read-only); refuses if the donor lacks any.
+    CopyFrom { donor: String, files: Vec<String> },
+    /// Write a file shipped in patches/.
+    WriteFile {
+        path: String,
+        from: String,
+        #[serde(default, rename = "if-missing")]
+        if_missing: bool,
+    },
+    /// Give files written by containers as root back to a user.
+    Chown {
+        /// `invoking-user` or `UID:GID`.
+        to: String,
+    },
+    /// A JSON value that must hold before serving.
+    Expect {
+        file: String,
+        pointer: String,
+        equals: serde_json::Value,
+    },
+    /// Files that must exist before serving.
+    ExpectFiles { files: Vec<String> },
+    /// Every safetensors file's header parses and the tensor count is above zero.
+    ExpectSafetensors {},
+}
+
+impl PatchStep {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PatchStep::WrapVlConfig { .. } => "wrap-vl-config",
+            PatchStep::JsonEdit { .. } => "json-edit",
+            PatchStep::CopyFrom { .. } => "copy-from",
+            PatchStep::WriteFile { .. } => "write-file",
+            PatchStep::Chown { .. } => "chown",
+            PatchStep::Expect { .. } => "expect",
+            PatchStep::ExpectFiles { .. } => "expect-files",
+            PatchStep::ExpectSafetensors {} => "expect-safetensors",
+        }
+    }
+}
+
+/// One JSON edit: exactly one of set / rename / delete.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum JsonOp {
+    Set {
+        pointer: String,
+        value: serde_json::Value,
+    },
+    /// Replace a string value `from` with `to` at the pointer (a class rename).
+    Rename {
+        pointer: String,
+        from: String,
+        to: String,
+    },
+    Delete { pointer: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    /// Port on the host where the server answers.
+    pub port: u16,
+    /// Host address to bind; loopback unless the recipe opens it up.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Extra server arguments, one argv entry each (never a shell string).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment for the server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Names of host variables passed through (secrets such as HF_TOKEN); never printed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from_host: Vec<String>,
+    /// GPU request: `all`, a count, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Gpus>,
+    /// `host` shares the host IPC namespace (vLLM/SGLang need it for shared memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc: Option<Ipc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<ByteSize>,
+    /// Ulimits by name; -1 means unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulimits: BTreeMap<String, i64>,
+    /// `UID[:GID]` the container runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Memory the deployment needs from the 128 GB unified pool, in GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// Port the server listens on inside the container; defaults to the engine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_port: Option<u16>,
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(untagged)]
+pub enum Gpus {
+    All,
+    None,
+    Count(u32),
+}
+
+impl Serialize for Gpus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Gpus::All => s.serialize_str("all"),
+            Gpus::None => s.serialize_str("none"),
+            Gpus::Count(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Gpus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Scalars arrive as text from YAML; accept `all`, `none` or a whole number.
+        let text = String::deserialize(d)?;
+        match text.as_str() {
+            "all" => Ok(Gpus::All),
+            "none" => Ok(Gpus::None),
+            n => n.parse().map(Gpus::Count).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is not a GPU request; use `all`, `none` or a count"
+                ))
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Ipc {
+    Host,
+    Private,
+    Shareable,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    /// Readiness path; defaults to the engine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// How long loading may take before the start counts as failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Bench {
+    /// Suite name (built in or recipes/suites/NAME.yaml) or a path.
+    #[serde(default = "default_suite")]
+    pub suite: String,
+    /// Gate name → rule, e.g. `thinking_leak: "== 0%"`, `ttft_p50_ms: "<= 1500"`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gates: BTreeMap<String, String>,
+}
+
+fn default_suite() -> String {
+    "voice-assistant".into()
+}
+
+/// The JSON Schema of the recipe format, for editors (yaml-language-server and the like).
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(Recipe);
+    serde_json::to_value(schema).expect("a schema is always JSON")
+}
+
+impl std::fmt::Display for PatchStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatchStep::WrapVlConfig { model_type, architecture } => write!(
+                f,
+                "wrap-vl-config: config.json → model_type {}, architectures [{}], original under text_config",
+                model_type.as_deref().unwrap_or("qwen3_5"),
+                architecture.as_deref().unwrap_or("Qwen3_5ForConditionalGeneration")
+            ),
+            PatchStep::JsonEdit { file, ops } => {
+                write!(f, "json-edit {file}:")?;
+                for op in ops {
+                    match op {
+                        JsonOp::Set { pointer, value } => write!(f, " set {pointer} = {value};")?,
+                        JsonOp::Rename { pointer, from, to } => write!(f, " {pointer}: {from} → {to};")?,
+                        JsonOp::Delete { pointer } => write!(f, " delete {pointer};")?,
+                    }
+                }
+                Ok(())
+            }
+            PatchStep::CopyFrom { donor, files } => {
+                write!(f, "copy-from {donor}: {}", files.join(", "))
+            }
+            PatchStep::WriteFile { path, from, if_missing } => write!(
+                f,
+                "write-file {path} from {from}{}",
+                if *if_missing { " (only if missing)" } else { "" }
+            ),
+            PatchStep::Chown { to } => write!(f, "chown → {to} (helper container when not root)"),
+            PatchStep::Expect { file, pointer, equals } => {
+                write!(f, "expect {file} {pointer} == {equals}")
+            }
+            PatchStep::ExpectFiles { files } => write!(f, "expect files: {}", files.join(", ")),
+            PatchStep::ExpectSafetensors {} => {
+                write!(f, "expect safetensors headers parse with > 0 tensors")
+            }
+        }
+    }
+}

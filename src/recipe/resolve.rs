@@ -1,0 +1,298 @@
+//! A recipe with engine defaults filled in, and the exact launch it describes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::{Gpus, Ipc, Recipe, Runtime};
+use crate::engine::{Engine, Flag};
+use crate::units::{format_duration, ByteSize};
+
+/// Everything a runtime needs to start a recipe, decided before anything runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resolved {
+    pub name: String,
+    pub engine: Engine,
+    pub runtime: Runtime,
+    pub port: u16,
+    pub host: String,
+    pub health_path: String,
+    pub health_timeout: String,
+    #[serde(skip)]
+    pub health_timeout_dur: std::time::Duration,
+    pub memory_gb: Option<f64>,
+    pub launch: Launch,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "runtime", rename_all = "lowercase")]
+pub enum Launch {
+    Docker {
+        /// As written in the recipe; the digest from images.lock replaces the tag at start.
+        image: String,
+        /// Replaces the image's entrypoint when the engine's image has no server
+        /// entrypoint (empty: keep the image's).
+        entrypoint: Vec<String>,
+        cmd: Vec<String>,
+        mounts: Vec<Mount>,
+        host_ip: String,
+        host_port: u16,
+        container_port: u16,
+        env: BTreeMap<String, String>,
+        /// Names only: values are read from the host when the container starts.
+        env_from_host: Vec<String>,
+        gpus: Option<String>,
+        ipc: Option<String>,
+        shm_size: Option<String>,
+        ulimits: BTreeMap<String, i64>,
+        user: Option<String>,
+    },
+    Process {
+        program: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        env_from_host: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Mount {
+    pub host: String,
+    pub container: String,
+    pub read_only: bool,
+}
+
+/// `~/x` → `$HOME/x`; other paths unchanged.
+pub fn expand_home(path: &str) -> String {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest).display().to_string(),
+        _ => path.to_string(),
+    }
+}
+
+fn push_flag(argv: &mut Vec<String>, flag: Flag, value: &str) {
+    if let Flag::Named(name) = flag {
+        argv.push(name.to_string());
+        argv.push(value.to_string());
+    }
+}
+
+impl Recipe {
+    pub fn runtime(&self) -> Runtime {
+        self.runtime.unwrap_or(self.engine.profile().runtimes[0])
+    }
+
+    /// Fills engine defaults. `self_exe` is what runs `sparkctl sim` for sim recipes on the host.
+    pub fn resolve(&self, self_exe: &str) -> Resolved {
+        let profile = self.engine.profile();
+        let runtime = self.runtime();
+        let server = &self.server;
+        let timeout = self
+            .health
+            .timeout
+            .map(|d| d.0)
+            .unwrap_or(std::time::Duration::from_secs(profile.health_timeout_secs));
+        let served = self.model.as_ref().and_then(|m| m.served_name.clone());
+
+        let launch = match runtime {
+            Runtime::Docker => {
+                let container_port = server.container_port.unwrap_or(profile.container_port);
+                let mut mounts = Vec::new();
+                let mut cmd: Vec<String> = Vec::new();
+                let entrypoint: Vec<String> =
+                    profile.docker_command.iter().map(|s| s.to_string()).collect();
+                if let Some(model) = &self.model {
+                    let mount = model.mount.clone().unwrap_or_else(|| "/model".into());
+                    // Patch steps run before start; the server itself only reads the model.
+                    mounts.push(Mount {
+                        host: expand_home(&model.path),
+                        container: mount.clone(),
+                        read_only: true,
+                    });
+                    push_flag(&mut cmd, profile.model_flag, &mount);
+                }
+                if let Some(name) = &served {
+                    push_flag(&mut cmd, profile.served_name_flag, name);
+                }
+                // Inside the container the server listens everywhere; the host binding limits reach.
+                push_flag(&mut cmd, profile.host_flag, "0.0.0.0");
+                push_flag(&mut cmd, profile.port_flag, &container_port.to_string());
+                cmd.extend(server.args.iter().cloned());
+                Launch::Docker {
+                    image: self.image.clone().unwrap_or_default(),
+                    entrypoint,
+                    cmd,
+                    mounts,
+                    host_ip: server.host.clone(),
+                    host_port: server.port,
+                    container_port,
+                    env: server.env.clone(),
+                    env_from_host: server.env_from_host.clone(),
+                    gpus: server.gpus.as_ref().and_then(|g| match g {
+                        Gpus::All => Some("all".into()),
+                        Gpus::Count(n) => Some(n.to_string()),
+                        Gpus::None => None,
+                    }),
+                    ipc: server.ipc.map(|i| {
+                        match i {
+                            Ipc::Host => "host",
+                            Ipc::Private => "private",
+                            Ipc::Shareable => "shareable",
+                        }
+                        .to_string()
+                    }),
+                    shm_size: server.shm_size.map(|s: ByteSize| s.to_string()),
+                    ulimits: server.ulimits.clone(),
+                    user: server.user.clone(),
+                }
+            }
+            Runtime::Process => {
+                let mut args = Vec::new();
+                let program = match (&self.binary, self.engine) {
+                    (Some(b), _) => expand_home(b),
+                    (None, _) => {
+                        args.push("sim".to_string());
+                        self_exe.to_string()
+                    }
+                };
+                if let Some(model) = &self.model {
+                    push_flag(&mut args, profile.model_flag, &expand_home(&model.path));
+                }
+                if let Some(name) = &served {
+                    push_flag(&mut args, profile.served_name_flag, name);
+                }
+                push_flag(&mut args, profile.host_flag, &server.host);
+                push_flag(&mut args, profile.port_flag, &server.port.to_string());
+                args.extend(server.args.iter().cloned());
+                Launch::Process {
+                    program,
+                    args,
+                    env: server.env.clone(),
+                    env_from_host: server.env_from_host.clone(),
+                }
+            }
+        };
+        Resolved {
+            name: self.name.clone(),
+            engine: self.engine,
+            runtime,
+            port: server.port,
+            host: server.host.clone(),
+            health_path: self
+                .health
+                .path
+                .clone()
+                .unwrap_or_else(|| profile.health_path.to_string()),
+            health_timeout: format_duration(timeout),
+            health_timeout_dur: timeout,
+            memory_gb: server.memory_gb,
+            launch,
+        }
+    }
+}
+
+/// Quotes one word for a POSIX shell, for display only: sparkctl never runs a shell.
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+impl Launch {
+    /// The equivalent command line a person could type, for review. Secrets appear by name only.
+    pub fn equivalent_command(&self) -> Vec<String> {
+        match self {
+            Launch::Docker {
+                image,
+                entrypoint,
+                cmd,
+                mounts,
+                host_ip,
+                host_port,
+                container_port,
+                env,
+                env_from_host,
+                gpus,
+                ipc,
+                shm_size,
+                ulimits,
+                user,
+            } => {
+                let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
+                if let Some(g) = gpus {
+                    v.extend(["--runtime=nvidia".into(), "--gpus".into(), g.clone()]);
+                }
+                if let Some(i) = ipc {
+                    v.push(format!("--ipc={i}"));
+                }
+                if let Some(s) = shm_size {
+                    v.push(format!("--shm-size={s}"));
+                }
+                for (name, value) in ulimits {
+                    v.extend(["--ulimit".into(), format!("{name}={value}")]);
+                }
+                if let Some(u) = user {
+                    v.extend(["--user".into(), u.clone()]);
+                }
+                for m in mounts {
+                    let ro = if m.read_only { ":ro" } else { "" };
+                    v.extend(["-v".into(), format!("{}:{}{ro}", m.host, m.container)]);
+                }
+                v.extend(["-p".into(), format!("{host_ip}:{host_port}:{container_port}")]);
+                for (k, val) in env {
+                    v.extend(["-e".into(), format!("{k}={val}")]);
+                }
+                for k in env_from_host {
+                    v.extend(["-e".into(), k.clone()]);
+                }
+                if let [first, rest @ ..] = entrypoint.as_slice() {
+                    v.extend(["--entrypoint".into(), first.clone()]);
+                    v.push(image.clone());
+                    v.extend(rest.iter().cloned());
+                } else {
+                    v.push(image.clone());
+                }
+                v.extend(cmd.iter().cloned());
+                v
+            }
+            Launch::Process {
+                program, args, env, ..
+            } => {
+                let mut v: Vec<String> = env.iter().map(|(k, val)| format!("{k}={val}")).collect();
+                v.push(program.clone());
+                v.extend(args.iter().cloned());
+                v
+            }
+        }
+    }
+}
+
+impl Recipe {
+    /// The recipe as it will be used: every default the engine supplies written out.
+    pub fn with_defaults(&self) -> Recipe {
+        let profile = self.engine.profile();
+        let mut r = self.clone();
+        let runtime = self.runtime();
+        r.runtime = Some(runtime);
+        r.health.path.get_or_insert_with(|| profile.health_path.to_string());
+        r.health
+            .timeout
+            .get_or_insert(crate::units::HumanDuration(std::time::Duration::from_secs(
+                profile.health_timeout_secs,
+            )));
+        if runtime == Runtime::Docker {
+            r.server.container_port.get_or_insert(profile.container_port);
+            if let Some(m) = r.model.as_mut() {
+                m.mount.get_or_insert_with(|| "/model".into());
+            }
+        }
+        r
+    }
+}

@@ -1,0 +1,106 @@
+//! sparkctl's simulated OpenAI-compatible engine: what the demo recipes, the tests and a
+//! newcomer without a GPU run. Every timing and fault is set on the command line (or by
+//! `SIM_*` variables, which suit containers).
+
+mod script;
+mod server;
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::units::parse_duration;
+
+pub use script::{Plan, Piece, Request};
+pub use server::serve;
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReasoningAs {
+    /// `reasoning_content` deltas, as vLLM with `--reasoning-parser` sends them.
+    Field,
+    /// `<think>…</think>` inside `content`: the leak the seeds' v1 benchmark fell for.
+    Leak,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolCallsAs {
+    /// `tool_calls` deltas, as a server with a matching tool-call parser sends them.
+    Field,
+    /// `<tool_call>` XML left in `content` (the seeds' qwen3_coder parser mismatch).
+    Content,
+    /// Ignore tools and answer in text.
+    Off,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SimConfig {
+    /// Address to listen on.
+    #[arg(long, env = "SIM_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (printed at start).
+    #[arg(long, env = "SIM_PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Model id served in /v1/models.
+    #[arg(long, env = "SIM_MODEL_NAME", default_value = "sim-model")]
+    pub model_name: String,
+    /// Time /health answers 503 before the model counts as loaded.
+    #[arg(long, env = "SIM_LOAD_TIME", default_value = "0s", value_parser = duration)]
+    pub load_time: Duration,
+    /// Time from request to the first generated token (reasoning or content).
+    #[arg(long, env = "SIM_TTFT", default_value = "50ms", value_parser = duration)]
+    pub ttft: Duration,
+    /// Decode speed in tokens per second; tokens are spaced 1/rate apart.
+    #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 50.0)]
+    pub token_rate: f64,
+    /// Content tokens per answer (capped by the request's max_tokens).
+    #[arg(long, env = "SIM_TOKENS", default_value_t = 24)]
+    pub tokens: usize,
+    /// Reasoning tokens generated before the content.
+    #[arg(long, env = "SIM_REASONING_TOKENS", default_value_t = 0)]
+    pub reasoning_tokens: usize,
+    /// How reasoning reaches the client.
+    #[arg(long, env = "SIM_REASONING_AS", value_enum, default_value = "field")]
+    pub reasoning_as: ReasoningAs,
+    /// Answer with markdown (headers, bold, lists).
+    #[arg(long, env = "SIM_MARKDOWN")]
+    pub markdown: bool,
+    /// How tool calls are returned when the request offers tools.
+    #[arg(long, env = "SIM_TOOL_CALLS", value_enum, default_value = "field")]
+    pub tool_calls: ToolCallsAs,
+    /// Never send a usage block, even when asked.
+    #[arg(long, env = "SIM_NO_USAGE")]
+    pub no_usage: bool,
+    /// Fault: exit with status 1 halfway through loading, after printing --fatal-line.
+    #[arg(long, env = "SIM_CRASH_DURING_LOAD")]
+    pub crash_during_load: bool,
+    /// Fault: stay loading forever (/health is 503 for good).
+    #[arg(long, env = "SIM_NEVER_READY")]
+    pub never_ready: bool,
+    /// Fault: every Nth chat request answers 500 (0 = never).
+    #[arg(long, env = "SIM_FAIL_EVERY", default_value_t = 0)]
+    pub fail_every: u64,
+    /// Fault: stop sending after N tokens and hold the stream open.
+    #[arg(long, env = "SIM_STALL_AFTER")]
+    pub stall_after: Option<usize>,
+    /// Fault: send an error event after N tokens and end the stream.
+    #[arg(long, env = "SIM_ERROR_AFTER")]
+    pub error_after: Option<usize>,
+    /// Log line printed before a crash (a real engine's fatal line by default).
+    #[arg(
+        long,
+        env = "SIM_FATAL_LINE",
+        default_value = "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
+    )]
+    pub fatal_line: String,
+}
+
+impl SimConfig {
+    /// Interval between tokens.
+    pub fn itl(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.token_rate.max(1e-3))
+    }
+}

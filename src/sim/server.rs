@@ -1,0 +1,302 @@
+//! The simulator's HTTP side: /health, /v1/models, /version and /v1/chat/completions
+//! (streaming and not), on hyper directly so each token is written the moment it is due.
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::service::service_fn;
+use hyper::{Method, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+
+use super::script::{plan, Piece, Plan, Request};
+use super::SimConfig;
+use crate::error::{Error, Result};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+struct State {
+    cfg: SimConfig,
+    started: Instant,
+    requests: AtomicU64,
+}
+
+impl State {
+    fn ready(&self) -> bool {
+        !self.cfg.never_ready && self.started.elapsed() >= self.cfg.load_time
+    }
+}
+
+fn log(line: std::fmt::Arguments) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Runs the simulator until SIGTERM or Ctrl-C.
+pub async fn serve(cfg: SimConfig) -> Result<()> {
+    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|e| Error::io(format!("sim: cannot listen on {}:{}", cfg.host, cfg.port), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("sim: no local address", e))?;
+    log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    log(format_args!(
+        "sparkctl-sim: loading model {} (load time {:?})",
+        cfg.model_name, cfg.load_time
+    ));
+    let state = Arc::new(State {
+        cfg,
+        started: Instant::now(),
+        requests: AtomicU64::new(0),
+    });
+    spawn_loader(&state);
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => { log(format_args!("sparkctl-sim: accept failed: {e}")); continue; }
+            },
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        // Tokens are tiny writes spaced apart: Nagle would hold them back and skew timings.
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(req, state.clone()));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+    log(format_args!("sparkctl-sim: shutting down"));
+    Ok(())
+}
+
+fn spawn_loader(state: &Arc<State>) {
+    let cfg = &state.cfg;
+    if cfg.crash_during_load {
+        let (line, at) = (cfg.fatal_line.clone(), cfg.load_time / 2);
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            eprintln!("{line}");
+            std::process::exit(1);
+        });
+    } else if !cfg.never_ready {
+        let at = cfg.load_time;
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            log(format_args!("sparkctl-sim: Application startup complete."));
+        });
+    }
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .expect("static response parts are valid")
+}
+
+fn error_body(message: &str, kind: &str, code: u16) -> Value {
+    json!({"error": {"message": message, "type": kind, "code": code}})
+}
+
+async fn handle(req: hyper::Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
+    let arrived = Instant::now();
+    let ready = state.ready();
+    let cfg = &state.cfg;
+    let response = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/health") if ready => json_response(StatusCode::OK, json!({"status": "ok"})),
+        (&Method::GET, "/health") => {
+            json_response(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "loading"}))
+        }
+        (&Method::GET, "/version") => json_response(
+            StatusCode::OK,
+            json!({"version": format!("sparkctl-sim {}", env!("CARGO_PKG_VERSION"))}),
+        ),
+        (_, "/v1/models" | "/v1/chat/completions") if !ready => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            error_body("model is loading", "unavailable", 503),
+        ),
+        (&Method::GET, "/v1/models") => json_response(
+            StatusCode::OK,
+            json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
+        ),
+        (&Method::POST, "/v1/chat/completions") => chat(req, &state, arrived).await,
+        _ => json_response(StatusCode::NOT_FOUND, error_body("no such route", "not_found", 404)),
+    };
+    Ok(response)
+}
+
+async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>, arrived: Instant) -> Response<Body> {
+    let cfg = &state.cfg;
+    let n = state.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return json_response(StatusCode::BAD_REQUEST, error_body(&e.to_string(), "invalid_request_error", 400)),
+    };
+    let parsed = serde_json::from_slice::<Value>(&body)
+        .map_err(|e| format!("body is not JSON: {e}"))
+        .and_then(|v| Request::from_json(&v));
+    let request = match parsed {
+        Ok(r) => r,
+        Err(msg) => return json_response(StatusCode::BAD_REQUEST, error_body(&msg, "invalid_request_error", 400)),
+    };
+    if cfg.fail_every > 0 && n % cfg.fail_every == 0 {
+        log(format_args!("POST /v1/chat/completions 500 (simulated failure, request {n})"));
+        return json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            error_body("simulated internal error", "server_error", 500),
+        );
+    }
+    let plan = plan(cfg, &request);
+    log(format_args!(
+        "POST /v1/chat/completions 200 stream={} tokens={}",
+        request.stream,
+        plan.pieces.len()
+    ));
+    let due = |i: usize| arrived + cfg.ttft + cfg.itl().mul_f64(i as f64);
+    let meta = Meta {
+        id: format!("chatcmpl-sim-{n}"),
+        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        model: cfg.model_name.clone(),
+    };
+    if !request.stream {
+        if !plan.pieces.is_empty() {
+            sleep_until(due(plan.pieces.len() - 1)).await;
+        }
+        return json_response(StatusCode::OK, whole_response(&meta, &plan, !cfg.no_usage));
+    }
+
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let usage = request.include_usage && !cfg.no_usage;
+    let (stall_after, error_after) = (cfg.stall_after, cfg.error_after);
+    let dues: Vec<Instant> = (0..plan.pieces.len()).map(due).collect();
+    tokio::spawn(async move {
+        let send = |v: Value| tx.send(Bytes::from(format!("data: {v}\n\n")));
+        // Real servers send the role first, before any token: a client that takes this
+        // chunk as the first token measures nothing (the seeds' curl mistake, in streaming form).
+        if send(meta.chunk(json!({"role": "assistant", "content": ""}), None)).await.is_err() {
+            return;
+        }
+        for (i, piece) in plan.pieces.iter().enumerate() {
+            if stall_after == Some(i) {
+                tx.closed().await;
+                return;
+            }
+            if error_after == Some(i) {
+                let _ = send(error_body("simulated error mid-stream", "server_error", 500)).await;
+                return;
+            }
+            sleep_until(dues[i]).await;
+            if send(meta.chunk(delta(piece), None)).await.is_err() {
+                return;
+            }
+        }
+        let _ = send(meta.chunk(json!({}), Some(plan.finish_reason))).await;
+        if usage {
+            let mut last = meta.chunk(json!({}), None);
+            last["choices"] = json!([]);
+            last["usage"] = usage_of(&plan);
+            let _ = send(last).await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .expect("static response parts are valid")
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Meta {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+        })
+    }
+}
+
+fn delta(piece: &Piece) -> Value {
+    match piece {
+        Piece::Reasoning(s) => json!({"reasoning_content": s}),
+        Piece::Content(s) => json!({"content": s}),
+        Piece::ToolStart { id, name } => json!({"tool_calls": [{
+            "index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}
+        }]}),
+        Piece::ToolArgs(s) => json!({"tool_calls": [{"index": 0, "function": {"arguments": s}}]}),
+    }
+}
+
+fn usage_of(plan: &Plan) -> Value {
+    let completion = plan.pieces.len();
+    json!({
+        "prompt_tokens": plan.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": plan.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": 0}
+    })
+}
+
+fn whole_response(meta: &Meta, plan: &Plan, usage: bool) -> Value {
+    let mut content = String::new();
+    let mut reasoning = String::new();
+    let mut tool: Option<(String, String, String)> = None;
+    for piece in &plan.pieces {
+        match piece {
+            Piece::Content(s) => content.push_str(s),
+            Piece::Reasoning(s) => reasoning.push_str(s),
+            Piece::ToolStart { id, name } => tool = Some((id.clone(), name.clone(), String::new())),
+            Piece::ToolArgs(s) => {
+                if let Some(t) = tool.as_mut() {
+                    t.2.push_str(s);
+                }
+            }
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    if let Some((id, name, args)) = tool {
+        message["content"] = Value::Null;
+        message["tool_calls"] = json!([{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]);
+    }
+    let mut body = json!({
+        "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason}]
+    });
+    if usage {
+        body["usage"] = usage_of(plan);
+    }
+    body
+}
+

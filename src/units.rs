@@ -1,0 +1,195 @@
+//! Human units in recipes: durations (`90s`, `6m`) and sizes (`16g`, `512m`).
+//!
+//! Both keep the text the user wrote so `recipes show` echoes it back unchanged.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+/// A duration written as a number with a unit: `ms`, `s`, `m`, `h` (`1m30s` also works).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`"));
+        }
+        let number: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err(format!("`{text}` has no unit; write e.g. `{number}s`")),
+            other => {
+                return Err(format!(
+                    "`{other}` is not a duration unit in `{text}`; use ms, s, m or h"
+                ))
+            }
+        };
+        rest = &rest[unit_len..];
+        total += Duration::from_secs_f64(number * scale);
+    }
+    Ok(total)
+}
+
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        "0s".into()
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_duration(s).map(HumanDuration)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(HumanDuration).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl JsonSchema for HumanDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": "^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$",
+            "description": "a duration such as 90s, 6m, 250ms or 1m30s",
+            "examples": ["6m", "90s"]
+        })
+    }
+}
+
+/// A byte size written like Docker's `--shm-size`: `16g`, `512m`, `1024k`, or bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (digits, scale) = match t.char_indices().last() {
+        Some((i, 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm')) => (&t[..i], 1u64 << 20),
+        Some((i, 'g')) => (&t[..i], 1u64 << 30),
+        Some((i, 't')) => (&t[..i], 1u64 << 40),
+        _ => (t, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is not a size; write e.g. `16g` or `512m`"))
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        for (unit, shift) in [("t", 40), ("g", 30), ("m", 20), ("k", 10)] {
+            if n % (1 << shift) == 0 {
+                return write!(f, "{}{unit}", n >> shift);
+            }
+        }
+        write!(f, "{n}")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_size(&text).map(ByteSize).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl JsonSchema for ByteSize {
+    fn schema_name() -> Cow<'static, str> {
+        "ByteSize".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": "^[0-9]+[kKmMgGtT]?[bB]?$",
+            "description": "a size such as 16g or 512m",
+            "examples": ["16g"]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_print_back() {
+        assert_eq!(parse_duration("6m").unwrap(), Duration::from_secs(360));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(format_duration(Duration::from_secs(360)), "6m");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert!(parse_duration("6").unwrap_err().contains("no unit"));
+        assert!(parse_duration("6d").unwrap_err().contains("not a duration unit"));
+        assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn sizes_parse_and_print_back() {
+        assert_eq!(parse_size("16g").unwrap(), 16 << 30);
+        assert_eq!(parse_size("512MB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(ByteSize(16 << 30).to_string(), "16g");
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+}
