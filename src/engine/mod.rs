@@ -110,13 +110,18 @@ impl Engine {
                 Flag::Named("--served-model-name"),
                 &[],
             ),
-            Engine::Sglang => gpu_container(
-                self,
-                30000,
-                Flag::Named("--model-path"),
-                Flag::Named("--served-model-name"),
-                &["python3", "-m", "sglang.launch_server"],
-            ),
+            // Seed 003 served SGLang from a source-built venv (transformers 5.x), so a
+            // host process is allowed; the Spark image of the time was too old to serve.
+            Engine::Sglang => Profile {
+                runtimes: EITHER_DOCKER_FIRST,
+                ..gpu_container(
+                    self,
+                    30000,
+                    Flag::Named("--model-path"),
+                    Flag::Named("--served-model-name"),
+                    &["python3", "-m", "sglang.launch_server"],
+                )
+            },
             Engine::Trtllm => gpu_container(
                 self,
                 8000,

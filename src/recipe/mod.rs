@@ -85,7 +85,14 @@ pub struct Model {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<ByteSize>,
     /// Steps that make the directory servable, applied in order by `sparkctl patch`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Each step is a one-key map (`- copy-from: {...}`), not a YAML tag: that is what
+    // people write and what editors complete from the JSON Schema.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "serde_yaml_ng::with::singleton_map_recursive"
+    )]
+    #[schemars(with = "Vec<PatchStep>")]
     pub patches: Vec<PatchStep>,
 }
 

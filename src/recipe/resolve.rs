@@ -102,6 +102,8 @@ impl Recipe {
                 let mut cmd: Vec<String> = Vec::new();
                 let entrypoint: Vec<String> =
                     profile.docker_command.iter().map(|s| s.to_string()).collect();
+                // Recipe args first: some launchers need theirs in front (`-m module`).
+                cmd.extend(server.args.iter().cloned());
                 if let Some(model) = &self.model {
                     let mount = model.mount.clone().unwrap_or_else(|| "/model".into());
                     // Patch steps run before start; the server itself only reads the model.
@@ -118,7 +120,6 @@ impl Recipe {
                 // Inside the container the server listens everywhere; the host binding limits reach.
                 push_flag(&mut cmd, profile.host_flag, "0.0.0.0");
                 push_flag(&mut cmd, profile.port_flag, &container_port.to_string());
-                cmd.extend(server.args.iter().cloned());
                 Launch::Docker {
                     image: self.image.clone().unwrap_or_default(),
                     entrypoint,
@@ -149,13 +150,15 @@ impl Recipe {
             }
             Runtime::Process => {
                 let mut args = Vec::new();
-                let program = match (&self.binary, self.engine) {
-                    (Some(b), _) => expand_home(b),
-                    (None, _) => {
+                let program = match &self.binary {
+                    Some(b) => expand_home(b),
+                    // Only sim recipes may leave `binary` out (checked at load).
+                    None => {
                         args.push("sim".to_string());
                         self_exe.to_string()
                     }
                 };
+                args.extend(server.args.iter().cloned());
                 if let Some(model) = &self.model {
                     push_flag(&mut args, profile.model_flag, &expand_home(&model.path));
                 }
@@ -164,7 +167,6 @@ impl Recipe {
                 }
                 push_flag(&mut args, profile.host_flag, &server.host);
                 push_flag(&mut args, profile.port_flag, &server.port.to_string());
-                args.extend(server.args.iter().cloned());
                 Launch::Process {
                     program,
                     args,
