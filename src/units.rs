@@ -40,7 +40,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "" => return Err(format!("`{text}` has no unit; write e.g. `{number}s`")),
             other => {
                 return Err(format!(
-                    "`{other}` is not a duration unit in `{text}`; use ms, s, m or h"
+                    "`{text}` is not a duration: `{}` is not a unit; use ms, s, m or h (e.g. `6m`)",
+                    other.trim()
                 ))
             }
         };
@@ -179,7 +180,7 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(360)), "6m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert!(parse_duration("6").unwrap_err().contains("no unit"));
-        assert!(parse_duration("6d").unwrap_err().contains("not a duration unit"));
+        assert!(parse_duration("6d").unwrap_err().contains("`d` is not a unit"));
         assert!(parse_duration("fast").is_err());
     }
 

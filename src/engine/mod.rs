@@ -97,8 +97,8 @@ impl Engine {
             served_name_flag: served,
             docker_command: command,
             runtimes: DOCKER_ONLY,
-            runtime_note: "the seeds' bare-metal installs of this engine failed on SM 12.1 \
-                           (CPU-only torch, ABI mismatches); only its containers serve",
+            runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
+                           (CPU-only torch, ABI mismatches) and only its containers served",
             fatal_lines: GPU_FATAL,
         };
         match self {

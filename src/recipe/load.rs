@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 
-use super::locate::locate;
+use super::locate::{key_of, locate};
 use super::{Model, PatchStep, Recipe, Runtime};
 use crate::engine::{Engine, Flag};
 use crate::error::{Diagnostic, Error, Location, Result};
@@ -118,7 +118,14 @@ pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
 }
 
 fn diag_at(path: &Path, src: &str, key: &str, message: String, help: Option<String>) -> Diagnostic {
-    let (line, column) = match locate(src, key) {
+    // A key that is absent is reported where it belongs: under its parent, or for a
+    // missing top-level key at the line that makes it needed.
+    let parent = key.rsplit_once('.').map(|x| x.0);
+    let found = locate(src, key)
+        .or_else(|| parent.and_then(|p| locate(src, p)))
+        .or_else(|| locate(src, "runtime"))
+        .or_else(|| locate(src, "engine"));
+    let (line, column) = match found {
         Some((l, c)) => (Some(l), Some(c)),
         None => (None, None),
     };
@@ -153,10 +160,12 @@ fn backticked(text: &str) -> Vec<&str> {
 fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagnostic {
     let full = err.to_string();
     // serde_yaml_ng appends " at line L column C"; the location is reported separately.
-    let text = match full.rfind(" at line ") {
-        Some(i) if err.location().is_some() => &full[..i],
-        _ => full.as_str(),
-    };
+    // Other positions in the text (a syntax error's "while parsing … at line 8") stay.
+    let suffix = err
+        .location()
+        .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+        .unwrap_or_default();
+    let text = full.strip_suffix(suffix.as_str()).unwrap_or(&full);
     // A leading "server.args[1]: " is the key path.
     let (mut key, message) = match text.split_once(": ") {
         Some((k, m)) if !k.contains(' ') && !k.is_empty() => (Some(k.to_string()), m.to_string()),
@@ -192,10 +201,25 @@ fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagno
         if let Some(parent) = key.as_deref().and_then(|k| k.rsplit_once('.')).map(|x| x.0) {
             line_col = locate(src, parent).or(line_col);
         }
+    } else if err.location().is_none() || key.is_none() && names.is_empty() {
+        help = Some("check brackets, quotes and indentation at and just before this line".into());
     } else if message.contains("expected a string") {
         help = Some("each entry is one argv string; quote it, e.g. \"0.85\"".into());
     } else if key.as_deref().is_some_and(|k| k.ends_with("port")) {
         help = Some("ports are whole numbers from 1 to 65535".into());
+    }
+    // Errors raised inside a value's own parser carry the parent's path; the line names
+    // the key itself (`timeout:` under `health`).
+    if let (Some((line, _)), Some(k)) = (line_col, key.as_mut()) {
+        let own = src.lines().nth(line.saturating_sub(1)).and_then(|l| {
+            let t = l.trim_start();
+            key_of(t).filter(|name| !t.starts_with('-') && !name.contains(' '))
+        });
+        if let Some(name) = own {
+            if !k.ends_with(name) && !message.starts_with("missing field") {
+                *k = format!("{k}.{name}");
+            }
+        }
     }
     Diagnostic {
         location: Location {
@@ -295,7 +319,7 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
             "runtime",
             format!("engine {} cannot run under runtime {}", r.engine, runtime.as_str()),
             &format!(
-                "use runtime: {} ({}); or engine: openai to run any OpenAI-compatible binary",
+                "use `runtime: {}`: {}; to run another OpenAI-compatible server on the host, use `engine: openai`",
                 profile.runtimes[0].as_str(),
                 profile.runtime_note
             ),

@@ -63,7 +63,7 @@ fn is_item(text: &str) -> bool {
     text == "-" || text.starts_with("- ")
 }
 
-fn key_of(text: &str) -> Option<&str> {
+pub(super) fn key_of(text: &str) -> Option<&str> {
     let colon = text.find(':')?;
     let key = text[..colon].trim().trim_matches(|c| c == '"' || c == '\'');
     Some(key)

@@ -1,0 +1,210 @@
+//! The recipe commands, through the real binary on the shipped recipes and the bad corpus.
+
+mod support;
+
+use std::fs;
+
+use serde_json::Value;
+use support::{repo, run, text};
+
+#[test]
+fn every_shipped_recipe_validates() {
+    let out = run(&["recipes", "validate"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let files: Vec<_> = fs::read_dir(repo().join("recipes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    assert!(files.len() >= 9, "the seed and demo recipes are shipped");
+    for f in &files {
+        let name = f.file_stem().unwrap().to_str().unwrap();
+        assert!(stdout.contains(&format!("ok  {name} ")), "{name} missing from:\n{stdout}");
+    }
+    assert!(stdout.contains(&format!("{} recipe(s) valid", files.len())));
+}
+
+/// Each bad recipe fails alone, with exit code 2, its exact expected message on stderr,
+/// nothing on stdout, and the file untouched.
+#[test]
+fn bad_recipe_corpus_fails_with_expected_messages() {
+    let dir = repo().join("tests/bad-recipes");
+    let mut cases = 0;
+    let mut entries: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for path in entries {
+        let rel = path.strip_prefix(repo()).unwrap().to_str().unwrap().to_string();
+        let (args, expected_file): (Vec<String>, _) = if path.is_dir() {
+            let args = vec!["--recipes".into(), rel.clone(), "recipes".into(), "validate".into()];
+            (args, path.with_extension("expected"))
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            (vec!["recipes".into(), "validate".into(), rel.clone()], path.with_extension("expected"))
+        } else {
+            continue;
+        };
+        let before = fs::read(if path.is_dir() { path.join("dup.yaml") } else { path.clone() }).unwrap();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(&args);
+        let expected = fs::read_to_string(&expected_file)
+            .unwrap_or_else(|_| panic!("{} has no .expected file", rel));
+        assert_eq!(out.status.code(), Some(2), "{rel}");
+        assert_eq!(text(&out.stderr), expected, "{rel}");
+        assert!(out.stdout.is_empty(), "{rel}: stdout {}", text(&out.stdout));
+        assert!(expected.starts_with(&format!("error: {rel}")), "{rel}: message names the file");
+        let after = fs::read(if path.is_dir() { path.join("dup.yaml") } else { path.clone() }).unwrap();
+        assert_eq!(before, after, "{rel} was changed");
+        cases += 1;
+    }
+    assert!(cases >= 18, "corpus shrank to {cases} cases");
+}
+
+#[test]
+fn every_message_names_line_column_and_key() {
+    for entry in fs::read_dir(repo().join("tests/bad-recipes")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "expected") {
+            let first = fs::read_to_string(&path).unwrap();
+            let first = first.lines().next().unwrap();
+            // error: FILE:LINE:COL: KEY: message   (syntax errors have no key)
+            let after_file = first.split(".yaml:").nth(1).or(first.split(".yml:").nth(1)).unwrap();
+            let mut parts = after_file.splitn(3, ':');
+            assert!(parts.next().unwrap().parse::<usize>().is_ok(), "line in {first}");
+            assert!(parts.next().unwrap().parse::<usize>().is_ok(), "column in {first}");
+        }
+    }
+}
+
+const SEED_VLLM_FLAGS: &[&[&str]] = &[
+    &["--quantization", "modelopt_fp4"],
+    &["--enforce-eager"],
+    &["--language-model-only"],
+    &["--trust-remote-code"],
+    &["--reasoning-parser", "qwen3"],
+    &["--enable-auto-tool-choice"],
+    &["--tool-call-parser", "hermes"],
+    &["--gpu-memory-utilization", "0.85"],
+    &["--max-model-len", "8192"],
+];
+
+#[test]
+fn show_qat_v2b_prints_image_every_seed_flag_and_patch_steps_in_order() {
+    let out = run(&["recipes", "show", "qat-v2b"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("image:      vllm/vllm-openai:cu130-nightly"), "{s}");
+    let cmd_line = s.lines().find(|l| l.starts_with("cmd:")).expect("cmd line");
+    for flag in SEED_VLLM_FLAGS {
+        assert!(cmd_line.contains(&flag.join(" ")), "{flag:?} missing from {cmd_line}");
+    }
+    let steps = [
+        "1. chown → invoking-user",
+        "2. wrap-vl-config: config.json → model_type qwen3_5, architectures [Qwen3_5ForConditionalGeneration]",
+        "3. copy-from ~/models/Qwen3.5-27B-NVFP4: tokenizer.json, tokenizer_config.json, preprocessor_config.json",
+        "4. expect hf_quant_config.json /quantization/quant_algo == \"NVFP4\"",
+        "5. expect safetensors headers parse",
+    ];
+    let mut last = 0;
+    for step in steps {
+        let at = s.find(step).unwrap_or_else(|| panic!("{step} missing:\n{s}"));
+        assert!(at > last, "{step} out of order");
+        last = at;
+    }
+    let docker = s.lines().find(|l| l.starts_with("docker run")).expect("equivalent command");
+    for part in ["--gpus all", "--ipc=host", "--shm-size=16g", "-p 127.0.0.1:8000:8000", ":/model:ro"] {
+        assert!(docker.contains(part), "{part} missing from {docker}");
+    }
+}
+
+#[test]
+fn show_json_has_the_exact_argv() {
+    let out = run(&["--json", "recipes", "show", "qat-v2b"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cmd: Vec<&str> = v["launch"]["launch"]["cmd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    for flag in SEED_VLLM_FLAGS {
+        assert!(cmd.windows(flag.len()).any(|w| w == *flag), "{flag:?} not adjacent in {cmd:?}");
+    }
+    assert_eq!(v["launch"]["launch"]["gpus"], "all");
+    assert_eq!(v["recipe"]["health"]["path"], "/health", "engine default filled in");
+    assert_eq!(v["patch_steps"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn production_llama_server_keeps_its_seed_command_line() {
+    let out = run(&["--json", "recipes", "show", "llama-server"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let launch = &v["launch"]["launch"];
+    assert_eq!(launch["runtime"], "process");
+    let args: Vec<&str> = launch["args"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    for pair in [["--port", "8003"], ["--reasoning-budget", "0"], ["--alias", "qwen3.5-9b"], ["--ctx-size", "32768"]] {
+        assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
+    }
+}
+
+#[test]
+fn list_json_and_unknown_names() {
+    let out = run(&["--json", "recipes", "list"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for n in ["qat-v2b", "nvfp4-27b", "ptq-9b", "sglang-9b", "llama-server", "demo-candidate", "demo-production"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    let out = run(&["recipes", "show", "qat-v2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("did you mean `qat-v2b`?"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn schema_is_json_schema_for_the_recipe_format() {
+    let out = run(&["recipes", "schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["$schema"].as_str().unwrap().contains("json-schema.org"));
+    let required: Vec<&str> = v["required"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    for key in ["name", "engine", "server"] {
+        assert!(required.contains(&key), "{key} required");
+    }
+    assert_eq!(v["additionalProperties"], false, "unknown keys are errors for editors too");
+    let text = out.stdout.iter().map(|&b| b as char).collect::<String>();
+    for step in ["wrap-vl-config", "copy-from", "expect-safetensors", "llama-server"] {
+        assert!(text.contains(step), "{step} in schema");
+    }
+}
+
+#[test]
+fn commands_not_built_say_so_and_exit_2() {
+    for (args, issue) in [
+        (vec!["up", "qat-v2b"], 7),
+        (vec!["rollback"], 7),
+        (vec!["status"], 4),
+        (vec!["images", "audit"], 5),
+        (vec!["patch", "qat-v2b", "--dry-run"], 3),
+        (vec!["bench", "http://127.0.0.1:1"], 6),
+        (vec!["doctor"], 4),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("is not built yet") && err.contains(&format!("issue {issue}")), "{args:?}: {err}");
+    }
+    let out = run(&["--json", "up", "qat-v2b"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 2);
+}
+
+#[test]
+fn help_lists_the_whole_command_surface_and_completions_generate() {
+    let help = text(&run(&["--help"]).stdout);
+    for cmd in ["up", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch", "images", "recipes", "doctor", "sim"] {
+        assert!(help.contains(&format!("\n  {cmd} ")), "{cmd} in --help:\n{help}");
+    }
+    let out = run(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("sparkctl__subcmd__recipes__subcmd__validate"), "bash completion covers subcommands");
+}

@@ -1,0 +1,148 @@
+//! Shared by the integration tests: the real sparkctl binary, real processes, real HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn sparkctl() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sparkctl"));
+    cmd.current_dir(repo()).env("NO_COLOR", "1").env_remove("SPARKCTL_RECIPES");
+    cmd
+}
+
+pub fn run(args: &[&str]) -> Output {
+    sparkctl().args(args).output().expect("sparkctl runs")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A `sparkctl sim` process on a free loopback port, killed on drop.
+pub struct Sim {
+    pub child: Child,
+    pub url: String,
+    pub started: Instant,
+}
+
+impl Sim {
+    pub fn start(args: &[&str]) -> Sim {
+        let started = Instant::now();
+        let mut child = sparkctl()
+            .args(["sim", "--host", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sim starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout piped")).lines();
+        let first = lines.next().expect("sim prints its address").expect("utf-8");
+        let url = first
+            .split("listening on ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .trim()
+            .to_string();
+        // Keep draining stdout so the sim never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Sim { child, url, started }
+    }
+
+    pub fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(r) = reqwest::blocking_get(&format!("{}/health", self.url)) {
+                if r == 200 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("sim at {} not ready within {within:?}", self.url);
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Tiny blocking GET for polling: status code only.
+pub mod reqwest {
+    pub fn blocking_get(url: &str) -> Result<u16, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            ::reqwest::get(url)
+                .await
+                .map(|r| r.status().as_u16())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// One server-sent event and when its last byte arrived, from the request's send.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at: Duration,
+    pub data: String,
+}
+
+impl Event {
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_str(&self.data).ok()
+    }
+}
+
+/// POSTs a chat request and returns every SSE event with its arrival time.
+pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) -> (u16, Vec<Event>) {
+    let sent = Instant::now();
+    let resp = client
+        .post(format!("{url}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("request sent");
+    let status = resp.status().as_u16();
+    let mut stream = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("stream chunk");
+        let at = sent.elapsed();
+        buf.extend_from_slice(&chunk);
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let raw: Vec<u8> = buf.drain(..end + 2).collect();
+            let text = String::from_utf8(raw).expect("utf-8 event");
+            for line in text.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    events.push(Event { at, data: data.to_string() });
+                }
+            }
+        }
+    }
+    (status, events)
+}
+
+pub fn content_of(v: &Value) -> Option<&str> {
+    v.pointer("/choices/0/delta/content").and_then(Value::as_str)
+}
+
+pub fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
+    values[rank]
+}
