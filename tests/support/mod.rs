@@ -60,10 +60,8 @@ impl Sim {
     pub fn wait_ready(&self, within: Duration) {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if let Ok(r) = reqwest::blocking_get(&format!("{}/health", self.url)) {
-                if r == 200 {
-                    return;
-                }
+            if http_status(&self.url, "/health") == Some(200) {
+                return;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -71,26 +69,22 @@ impl Sim {
     }
 }
 
+/// Status code of a plain GET, with no async runtime (usable from any test).
+pub fn http_status(base: &str, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    conn.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
 impl Drop for Sim {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Tiny blocking GET for polling: status code only.
-pub mod reqwest {
-    pub fn blocking_get(url: &str) -> Result<u16, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            ::reqwest::get(url)
-                .await
-                .map(|r| r.status().as_u16())
-                .map_err(|e| e.to_string())
-        })
     }
 }
 
