@@ -119,7 +119,6 @@ fn error_body(message: &str, kind: &str, code: u16) -> Value {
 }
 
 async fn handle(req: hyper::Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
-    let arrived = Instant::now();
     let ready = state.ready();
     let cfg = &state.cfg;
     let response = match (req.method(), req.uri().path()) {
@@ -139,19 +138,21 @@ async fn handle(req: hyper::Request<Incoming>, state: Arc<State>) -> Result<Resp
             StatusCode::OK,
             json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
         ),
-        (&Method::POST, "/v1/chat/completions") => chat(req, &state, arrived).await,
+        (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
         _ => json_response(StatusCode::NOT_FOUND, error_body("no such route", "not_found", 404)),
     };
     Ok(response)
 }
 
-async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>, arrived: Instant) -> Response<Body> {
+async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
     let cfg = &state.cfg;
     let n = state.requests.fetch_add(1, Ordering::Relaxed) + 1;
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return json_response(StatusCode::BAD_REQUEST, error_body(&e.to_string(), "invalid_request_error", 400)),
     };
+    // Like a real engine, generation (and so the TTFT clock) starts once the body is in.
+    let arrived = Instant::now();
     let parsed = serde_json::from_slice::<Value>(&body)
         .map_err(|e| format!("body is not JSON: {e}"))
         .and_then(|v| Request::from_json(&v));
@@ -187,38 +188,11 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>, arrived: Instan
 
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let usage = request.include_usage && !cfg.no_usage;
-    let (stall_after, error_after) = (cfg.stall_after, cfg.error_after);
-    let dues: Vec<Instant> = (0..plan.pieces.len()).map(due).collect();
-    tokio::spawn(async move {
-        let send = |v: Value| tx.send(Bytes::from(format!("data: {v}\n\n")));
-        // Real servers send the role first, before any token: a client that takes this
-        // chunk as the first token measures nothing (the seeds' curl mistake, in streaming form).
-        if send(meta.chunk(json!({"role": "assistant", "content": ""}), None)).await.is_err() {
-            return;
-        }
-        for (i, piece) in plan.pieces.iter().enumerate() {
-            if stall_after == Some(i) {
-                tx.closed().await;
-                return;
-            }
-            if error_after == Some(i) {
-                let _ = send(error_body("simulated error mid-stream", "server_error", 500)).await;
-                return;
-            }
-            sleep_until(dues[i]).await;
-            if send(meta.chunk(delta(piece), None)).await.is_err() {
-                return;
-            }
-        }
-        let _ = send(meta.chunk(json!({}), Some(plan.finish_reason))).await;
-        if usage {
-            let mut last = meta.chunk(json!({}), None);
-            last["choices"] = json!([]);
-            last["usage"] = usage_of(&plan);
-            let _ = send(last).await;
-        }
-        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
-    });
+    let faults = (cfg.stall_after, cfg.error_after);
+    let dues: Vec<std::time::Instant> = (0..plan.pieces.len()).map(|i| due(i).into_std()).collect();
+    // Paced on its own thread: tokio's timer wheel ticks in whole milliseconds, a thread
+    // sleep lands within tens of microseconds, and token timing is what this exists for.
+    tokio::task::spawn_blocking(move || produce(&tx, &meta, &plan, &dues, usage, faults));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
@@ -228,6 +202,50 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>, arrived: Instan
         .header("cache-control", "no-cache")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("static response parts are valid")
+}
+
+/// Writes one streamed answer, each token at its due time; returns when done or the client left.
+fn produce(
+    tx: &mpsc::Sender<Bytes>,
+    meta: &Meta,
+    plan: &Plan,
+    dues: &[std::time::Instant],
+    usage: bool,
+    (stall_after, error_after): (Option<usize>, Option<usize>),
+) {
+    let send = |v: Value| tx.blocking_send(Bytes::from(format!("data: {v}\n\n"))).is_ok();
+    // Real servers send the role first, before any token: a client that takes this
+    // chunk as the first token measures nothing (the seeds' curl mistake, in streaming form).
+    if !send(meta.chunk(json!({"role": "assistant", "content": ""}), None)) {
+        return;
+    }
+    for (i, piece) in plan.pieces.iter().enumerate() {
+        if stall_after == Some(i) {
+            while !tx.is_closed() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            return;
+        }
+        if error_after == Some(i) {
+            send(error_body("simulated error mid-stream", "server_error", 500));
+            return;
+        }
+        let wait = dues[i].saturating_duration_since(std::time::Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        if !send(meta.chunk(delta(piece), None)) {
+            return;
+        }
+    }
+    send(meta.chunk(json!({}), Some(plan.finish_reason)));
+    if usage {
+        let mut last = meta.chunk(json!({}), None);
+        last["choices"] = json!([]);
+        last["usage"] = usage_of(plan);
+        send(last);
+    }
+    let _ = tx.blocking_send(Bytes::from_static(b"data: [DONE]\n\n"));
 }
 
 struct Meta {
