@@ -140,3 +140,80 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
     values[rank]
 }
+
+/// True when the ELF file has no program interpreter, i.e. it runs in a FROM-scratch image.
+pub fn is_static_elf(path: &std::path::Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return false;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(bytes[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    const PT_INTERP: u32 = 3;
+    (0..count).all(|i| {
+        let at = phoff + i * size;
+        u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != PT_INTERP
+    })
+}
+
+/// A statically linked sparkctl: the test binary's own when the suite was built static
+/// (as `.ci/test` does), else built once here with glibc's crt-static.
+pub fn static_sparkctl() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sparkctl"));
+    if is_static_elf(&exe) {
+        return exe;
+    }
+    let host = text(&Command::new("rustc").arg("-vV").output().expect("rustc runs").stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc reports its host");
+    let target_dir = repo().join("target/static");
+    let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+        .args(["build", "--bin", "sparkctl", "--target", &host])
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .current_dir(repo())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "static build of sparkctl failed");
+    let built = target_dir.join(host).join("debug/sparkctl");
+    assert!(is_static_elf(&built), "{} is not static", built.display());
+    built
+}
+
+/// The local Docker Engine. No skipping: the suite's command starts one when none runs.
+pub async fn docker() -> bollard::Docker {
+    let hint = "no Docker Engine answers; run the suite with `bash .ci/test`, which starts dockerd";
+    bollard::Docker::connect_with_local_defaults()
+        .unwrap_or_else(|e| panic!("{hint}: {e}"))
+        .negotiate_version()
+        .await
+        .unwrap_or_else(|e| panic!("{hint}: {e}"))
+}
+
+/// Builds `tag` FROM scratch holding the static sparkctl, through the Engine API.
+pub async fn build_sim_image(docker: &bollard::Docker, tag: &str) {
+    let binary = std::fs::read(static_sparkctl()).expect("static binary readable");
+    let dockerfile = b"FROM scratch\nCOPY sparkctl /sparkctl\nENTRYPOINT [\"/sparkctl\"]\nCMD [\"sim\", \"--host\", \"0.0.0.0\"]\n";
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, data, mode) in [("Dockerfile", &dockerfile[..], 0o644), ("sparkctl", &binary[..], 0o755)] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_cksum();
+        tar.append_data(&mut header, name, data).unwrap();
+    }
+    let context = tar.into_inner().unwrap();
+    let options = bollard::query_parameters::BuildImageOptionsBuilder::new()
+        .t(tag)
+        .rm(true)
+        .build();
+    let mut progress = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(step) = progress.next().await {
+        let info = step.unwrap_or_else(|e| panic!("building {tag}: {e}"));
+        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+            panic!("building {tag}: {err}");
+        }
+    }
+}
