@@ -61,7 +61,9 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
     /// The command exists in the interface but is not built yet.
-    #[error("`sparkctl {command}` is not built yet (tracked in issue {issue}); nothing was changed")]
+    #[error(
+        "`sparkctl {command}` is not built yet (tracked in issue {issue}); nothing was changed"
+    )]
     NotBuilt { command: &'static str, issue: u32 },
     #[error("{context}: {source}")]
     Io {

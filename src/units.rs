@@ -25,13 +25,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`"));
+            return Err(format!(
+                "`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`"
+            ));
         }
-        let number: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`"))?;
+        let number: f64 = rest[..digits].parse().map_err(|_| {
+            format!("`{text}` is not a duration; write e.g. `90s`, `6m` or `250ms`")
+        })?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ms" => 0.001,
             "s" => 1.0,
@@ -82,7 +86,9 @@ impl std::str::FromStr for HumanDuration {
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        parse_duration(&text).map(HumanDuration).map_err(de::Error::custom)
+        parse_duration(&text)
+            .map(HumanDuration)
+            .map_err(de::Error::custom)
     }
 }
 
@@ -180,7 +186,9 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(360)), "6m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert!(parse_duration("6").unwrap_err().contains("no unit"));
-        assert!(parse_duration("6d").unwrap_err().contains("`d` is not a unit"));
+        assert!(parse_duration("6d")
+            .unwrap_err()
+            .contains("`d` is not a unit"));
         assert!(parse_duration("fast").is_err());
     }
 

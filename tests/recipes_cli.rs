@@ -20,7 +20,10 @@ fn every_shipped_recipe_validates() {
     assert!(files.len() >= 9, "the seed and demo recipes are shipped");
     for f in &files {
         let name = f.file_stem().unwrap().to_str().unwrap();
-        assert!(stdout.contains(&format!("ok  {name} ")), "{name} missing from:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("ok  {name} ")),
+            "{name} missing from:\n{stdout}"
+        );
     }
     assert!(stdout.contains(&format!("{} recipe(s) valid", files.len())));
 }
@@ -31,19 +34,40 @@ fn every_shipped_recipe_validates() {
 fn bad_recipe_corpus_fails_with_expected_messages() {
     let dir = repo().join("tests/bad-recipes");
     let mut cases = 0;
-    let mut entries: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut entries: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     entries.sort();
     for path in entries {
-        let rel = path.strip_prefix(repo()).unwrap().to_str().unwrap().to_string();
+        let rel = path
+            .strip_prefix(repo())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         let (args, expected_file): (Vec<String>, _) = if path.is_dir() {
-            let args = vec!["--recipes".into(), rel.clone(), "recipes".into(), "validate".into()];
+            let args = vec![
+                "--recipes".into(),
+                rel.clone(),
+                "recipes".into(),
+                "validate".into(),
+            ];
             (args, path.with_extension("expected"))
         } else if path.extension().is_some_and(|e| e == "yaml") {
-            (vec!["recipes".into(), "validate".into(), rel.clone()], path.with_extension("expected"))
+            (
+                vec!["recipes".into(), "validate".into(), rel.clone()],
+                path.with_extension("expected"),
+            )
         } else {
             continue;
         };
-        let before = fs::read(if path.is_dir() { path.join("dup.yaml") } else { path.clone() }).unwrap();
+        let before = fs::read(if path.is_dir() {
+            path.join("dup.yaml")
+        } else {
+            path.clone()
+        })
+        .unwrap();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run(&args);
         let expected = fs::read_to_string(&expected_file)
@@ -51,8 +75,16 @@ fn bad_recipe_corpus_fails_with_expected_messages() {
         assert_eq!(out.status.code(), Some(2), "{rel}");
         assert_eq!(text(&out.stderr), expected, "{rel}");
         assert!(out.stdout.is_empty(), "{rel}: stdout {}", text(&out.stdout));
-        assert!(expected.starts_with(&format!("error: {rel}")), "{rel}: message names the file");
-        let after = fs::read(if path.is_dir() { path.join("dup.yaml") } else { path.clone() }).unwrap();
+        assert!(
+            expected.starts_with(&format!("error: {rel}")),
+            "{rel}: message names the file"
+        );
+        let after = fs::read(if path.is_dir() {
+            path.join("dup.yaml")
+        } else {
+            path.clone()
+        })
+        .unwrap();
         assert_eq!(before, after, "{rel} was changed");
         cases += 1;
     }
@@ -67,10 +99,20 @@ fn every_message_names_line_column_and_key() {
             let first = fs::read_to_string(&path).unwrap();
             let first = first.lines().next().unwrap();
             // error: FILE:LINE:COL: KEY: message   (syntax errors have no key)
-            let after_file = first.split(".yaml:").nth(1).or(first.split(".yml:").nth(1)).unwrap();
+            let after_file = first
+                .split(".yaml:")
+                .nth(1)
+                .or(first.split(".yml:").nth(1))
+                .unwrap();
             let mut parts = after_file.splitn(3, ':');
-            assert!(parts.next().unwrap().parse::<usize>().is_ok(), "line in {first}");
-            assert!(parts.next().unwrap().parse::<usize>().is_ok(), "column in {first}");
+            assert!(
+                parts.next().unwrap().parse::<usize>().is_ok(),
+                "line in {first}"
+            );
+            assert!(
+                parts.next().unwrap().parse::<usize>().is_ok(),
+                "column in {first}"
+            );
         }
     }
 }
@@ -92,10 +134,16 @@ fn show_qat_v2b_prints_image_every_seed_flag_and_patch_steps_in_order() {
     let out = run(&["recipes", "show", "qat-v2b"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("image:      vllm/vllm-openai:cu130-nightly"), "{s}");
+    assert!(
+        s.contains("image:      vllm/vllm-openai:cu130-nightly"),
+        "{s}"
+    );
     let cmd_line = s.lines().find(|l| l.starts_with("cmd:")).expect("cmd line");
     for flag in SEED_VLLM_FLAGS {
-        assert!(cmd_line.contains(&flag.join(" ")), "{flag:?} missing from {cmd_line}");
+        assert!(
+            cmd_line.contains(&flag.join(" ")),
+            "{flag:?} missing from {cmd_line}"
+        );
     }
     let steps = [
         "1. chown → invoking-user",
@@ -106,12 +154,23 @@ fn show_qat_v2b_prints_image_every_seed_flag_and_patch_steps_in_order() {
     ];
     let mut last = 0;
     for step in steps {
-        let at = s.find(step).unwrap_or_else(|| panic!("{step} missing:\n{s}"));
+        let at = s
+            .find(step)
+            .unwrap_or_else(|| panic!("{step} missing:\n{s}"));
         assert!(at > last, "{step} out of order");
         last = at;
     }
-    let docker = s.lines().find(|l| l.starts_with("docker run")).expect("equivalent command");
-    for part in ["--gpus all", "--ipc=host", "--shm-size=16g", "-p 127.0.0.1:8000:8000", ":/model:ro"] {
+    let docker = s
+        .lines()
+        .find(|l| l.starts_with("docker run"))
+        .expect("equivalent command");
+    for part in [
+        "--gpus all",
+        "--ipc=host",
+        "--shm-size=16g",
+        "-p 127.0.0.1:8000:8000",
+        ":/model:ro",
+    ] {
         assert!(docker.contains(part), "{part} missing from {docker}");
     }
 }
@@ -128,10 +187,16 @@ fn show_json_has_the_exact_argv() {
         .map(|x| x.as_str().unwrap())
         .collect();
     for flag in SEED_VLLM_FLAGS {
-        assert!(cmd.windows(flag.len()).any(|w| w == *flag), "{flag:?} not adjacent in {cmd:?}");
+        assert!(
+            cmd.windows(flag.len()).any(|w| w == *flag),
+            "{flag:?} not adjacent in {cmd:?}"
+        );
     }
     assert_eq!(v["launch"]["launch"]["gpus"], "all");
-    assert_eq!(v["recipe"]["health"]["path"], "/health", "engine default filled in");
+    assert_eq!(
+        v["recipe"]["health"]["path"], "/health",
+        "engine default filled in"
+    );
     assert_eq!(v["patch_steps"].as_array().unwrap().len(), 5);
 }
 
@@ -141,8 +206,18 @@ fn production_llama_server_keeps_its_seed_command_line() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let launch = &v["launch"]["launch"];
     assert_eq!(launch["runtime"], "process");
-    let args: Vec<&str> = launch["args"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
-    for pair in [["--port", "8003"], ["--reasoning-budget", "0"], ["--alias", "qwen3.5-9b"], ["--ctx-size", "32768"]] {
+    let args: Vec<&str> = launch["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    for pair in [
+        ["--port", "8003"],
+        ["--reasoning-budget", "0"],
+        ["--alias", "qwen3.5-9b"],
+        ["--ctx-size", "32768"],
+    ] {
         assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
     }
 }
@@ -151,13 +226,30 @@ fn production_llama_server_keeps_its_seed_command_line() {
 fn list_json_and_unknown_names() {
     let out = run(&["--json", "recipes", "list"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    for n in ["qat-v2b", "nvfp4-27b", "ptq-9b", "sglang-9b", "llama-server", "demo-candidate", "demo-production"] {
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    for n in [
+        "qat-v2b",
+        "nvfp4-27b",
+        "ptq-9b",
+        "sglang-9b",
+        "llama-server",
+        "demo-candidate",
+        "demo-production",
+    ] {
         assert!(names.contains(&n), "{n} in {names:?}");
     }
     let out = run(&["recipes", "show", "qat-v2"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("did you mean `qat-v2b`?"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("did you mean `qat-v2b`?"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -166,13 +258,26 @@ fn schema_is_json_schema_for_the_recipe_format() {
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["$schema"].as_str().unwrap().contains("json-schema.org"));
-    let required: Vec<&str> = v["required"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let required: Vec<&str> = v["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
     for key in ["name", "engine", "server"] {
         assert!(required.contains(&key), "{key} required");
     }
-    assert_eq!(v["additionalProperties"], false, "unknown keys are errors for editors too");
+    assert_eq!(
+        v["additionalProperties"], false,
+        "unknown keys are errors for editors too"
+    );
     let text = out.stdout.iter().map(|&b| b as char).collect::<String>();
-    for step in ["wrap-vl-config", "copy-from", "expect-safetensors", "llama-server"] {
+    for step in [
+        "wrap-vl-config",
+        "copy-from",
+        "expect-safetensors",
+        "llama-server",
+    ] {
         assert!(text.contains(step), "{step} in schema");
     }
 }
@@ -191,7 +296,10 @@ fn commands_not_built_say_so_and_exit_2() {
         let out = run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
-        assert!(err.contains("is not built yet") && err.contains(&format!("issue {issue}")), "{args:?}: {err}");
+        assert!(
+            err.contains("is not built yet") && err.contains(&format!("issue {issue}")),
+            "{args:?}: {err}"
+        );
     }
     let out = run(&["--json", "up", "qat-v2b"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -201,10 +309,19 @@ fn commands_not_built_say_so_and_exit_2() {
 #[test]
 fn help_lists_the_whole_command_surface_and_completions_generate() {
     let help = text(&run(&["--help"]).stdout);
-    for cmd in ["up", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch", "images", "recipes", "doctor", "sim"] {
-        assert!(help.contains(&format!("\n  {cmd} ")), "{cmd} in --help:\n{help}");
+    for cmd in [
+        "up", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch", "images",
+        "recipes", "doctor", "sim",
+    ] {
+        assert!(
+            help.contains(&format!("\n  {cmd} ")),
+            "{cmd} in --help:\n{help}"
+        );
     }
     let out = run(&["completions", "bash"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stdout).contains("sparkctl__subcmd__recipes__subcmd__validate"), "bash completion covers subcommands");
+    assert!(
+        text(&out.stdout).contains("sparkctl__subcmd__recipes__subcmd__validate"),
+        "bash completion covers subcommands"
+    );
 }

@@ -21,7 +21,10 @@ fn chat(text: &str) -> Value {
 }
 
 fn data_events(events: &[Event]) -> Vec<(Duration, Value)> {
-    events.iter().filter_map(|e| e.json().map(|v| (e.at, v))).collect()
+    events
+        .iter()
+        .filter_map(|e| e.json().map(|v| (e.at, v)))
+        .collect()
 }
 
 /// TTFT and every inter-token gap, measured by the client, match what the sim was told
@@ -36,12 +39,20 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
 
     let (mut ttft_err, mut itl_err, mut itl_max_err) = (Vec::new(), Vec::new(), 0f64);
     for _ in 0..5 {
-        let (status, events) = stream_chat(&client, &sim.url, &chat("What is the capital of Japan?")).await;
+        let (status, events) =
+            stream_chat(&client, &sim.url, &chat("What is the capital of Japan?")).await;
         assert_eq!(status, 200);
         let evs = data_events(&events);
         // First chunk is role-only and comes at once: it is not a token.
-        assert_eq!(evs[0].1.pointer("/choices/0/delta/role"), Some(&json!("assistant")));
-        assert!(evs[0].0 < Duration::from_millis(50), "role chunk at {:?}", evs[0].0);
+        assert_eq!(
+            evs[0].1.pointer("/choices/0/delta/role"),
+            Some(&json!("assistant"))
+        );
+        assert!(
+            evs[0].0 < Duration::from_millis(50),
+            "role chunk at {:?}",
+            evs[0].0
+        );
         let tokens: Vec<Duration> = evs
             .iter()
             .filter(|(_, v)| content_of(v).is_some_and(|c| !c.is_empty()))
@@ -56,7 +67,10 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
         }
         let text: String = evs.iter().filter_map(|(_, v)| content_of(v)).collect();
         assert!(text.starts_with("Tokyo is the capital of Japan."), "{text}");
-        let usage = evs.iter().find_map(|(_, v)| v.get("usage").cloned()).expect("usage chunk");
+        let usage = evs
+            .iter()
+            .find_map(|(_, v)| v.get("usage").cloned())
+            .expect("usage chunk");
         assert_eq!(usage["completion_tokens"], 20);
         assert_eq!(events.last().unwrap().data, "[DONE]");
     }
@@ -71,14 +85,33 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
 async fn health_is_503_while_loading_then_200_and_models_lists_the_name() {
     let sim = Sim::start(&["--load-time", "400ms", "--model-name", "demo-q4km"]);
     let client = client();
-    let health = client.get(format!("{}/health", sim.url)).send().await.unwrap();
+    let health = client
+        .get(format!("{}/health", sim.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 503);
-    let models = client.get(format!("{}/v1/models", sim.url)).send().await.unwrap();
+    let models = client
+        .get(format!("{}/v1/models", sim.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(models.status().as_u16(), 503, "not serving while loading");
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let health = client.get(format!("{}/health", sim.url)).send().await.unwrap();
+    let health = client
+        .get(format!("{}/health", sim.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
-    let models: Value = client.get(format!("{}/v1/models", sim.url)).send().await.unwrap().json().await.unwrap();
+    let models: Value = client
+        .get(format!("{}/v1/models", sim.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(models["data"][0]["id"], "demo-q4km");
 }
 
@@ -101,31 +134,68 @@ async fn non_streaming_answer_waits_for_the_whole_generation() {
     // 50 ms + 10 gaps of 10 ms: the whole answer, which is why curl's
     // time_starttransfer on such a call is not a TTFT (seed 004, error 9).
     assert!(took >= Duration::from_millis(150), "{took:?}");
-    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("15"));
+    assert!(v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("15"));
     assert_eq!(v["usage"]["completion_tokens"], 11);
 }
 
 #[tokio::test]
 async fn reasoning_arrives_as_a_field_or_leaks_as_think_text() {
-    let sim = Sim::start(&["--ttft", "5ms", "--token-rate", "1000", "--reasoning-tokens", "4", "--tokens", "3"]);
+    let sim = Sim::start(&[
+        "--ttft",
+        "5ms",
+        "--token-rate",
+        "1000",
+        "--reasoning-tokens",
+        "4",
+        "--tokens",
+        "3",
+    ]);
     sim.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
     let evs = data_events(&events);
     let reasoning: String = evs
         .iter()
-        .filter_map(|(_, v)| v.pointer("/choices/0/delta/reasoning_content").and_then(Value::as_str))
+        .filter_map(|(_, v)| {
+            v.pointer("/choices/0/delta/reasoning_content")
+                .and_then(Value::as_str)
+        })
         .collect();
     assert_eq!(reasoning, "The user is asking");
     let content: String = evs.iter().filter_map(|(_, v)| content_of(v)).collect();
     assert_eq!(content, "Hello! I am");
-    let usage = evs.iter().find_map(|(_, v)| v.get("usage").cloned()).unwrap();
-    assert_eq!(usage["completion_tokens"], 7, "reasoning tokens count as completion tokens");
+    let usage = evs
+        .iter()
+        .find_map(|(_, v)| v.get("usage").cloned())
+        .unwrap();
+    assert_eq!(
+        usage["completion_tokens"], 7,
+        "reasoning tokens count as completion tokens"
+    );
 
-    let leaky = Sim::start(&["--ttft", "5ms", "--token-rate", "1000", "--reasoning-tokens", "4", "--reasoning-as", "leak", "--markdown"]);
+    let leaky = Sim::start(&[
+        "--ttft",
+        "5ms",
+        "--token-rate",
+        "1000",
+        "--reasoning-tokens",
+        "4",
+        "--reasoning-as",
+        "leak",
+        "--markdown",
+    ]);
     leaky.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &leaky.url, &chat("hi")).await;
-    let content: String = data_events(&events).iter().filter_map(|(_, v)| content_of(v)).collect();
-    assert!(content.starts_with("<think>\nThe user is asking\n</think>\n\n## Answer"), "{content}");
+    let content: String = data_events(&events)
+        .iter()
+        .filter_map(|(_, v)| content_of(v))
+        .collect();
+    assert!(
+        content.starts_with("<think>\nThe user is asking\n</think>\n\n## Answer"),
+        "{content}"
+    );
     assert!(content.contains("**Hello!"), "{content}");
 }
 
@@ -141,21 +211,42 @@ async fn tool_calls_as_deltas_or_left_in_content() {
     sim.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &sim.url, &body).await;
     let evs = data_events(&events);
-    let calls: Vec<&Value> = evs.iter().filter_map(|(_, v)| v.pointer("/choices/0/delta/tool_calls/0")).collect();
+    let calls: Vec<&Value> = evs
+        .iter()
+        .filter_map(|(_, v)| v.pointer("/choices/0/delta/tool_calls/0"))
+        .collect();
     assert_eq!(calls[0]["function"]["name"], "search_memory");
-    let args: String = calls.iter().filter_map(|c| c.pointer("/function/arguments").and_then(Value::as_str)).collect();
+    let args: String = calls
+        .iter()
+        .filter_map(|c| c.pointer("/function/arguments").and_then(Value::as_str))
+        .collect();
     let args: Value = serde_json::from_str(&args).expect("arguments are valid JSON once joined");
     assert_eq!(args["query"], "Search my memory for what my sister said");
-    let finish = evs.iter().find_map(|(_, v)| v.pointer("/choices/0/finish_reason").and_then(Value::as_str));
+    let finish = evs.iter().find_map(|(_, v)| {
+        v.pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+    });
     assert_eq!(finish, Some("tool_calls"));
 
-    let parserless = Sim::start(&["--ttft", "5ms", "--token-rate", "1000", "--tool-calls", "content"]);
+    let parserless = Sim::start(&[
+        "--ttft",
+        "5ms",
+        "--token-rate",
+        "1000",
+        "--tool-calls",
+        "content",
+    ]);
     parserless.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &parserless.url, &body).await;
     let evs = data_events(&events);
-    assert!(evs.iter().all(|(_, v)| v.pointer("/choices/0/delta/tool_calls").is_none()));
+    assert!(evs
+        .iter()
+        .all(|(_, v)| v.pointer("/choices/0/delta/tool_calls").is_none()));
     let content: String = evs.iter().filter_map(|(_, v)| content_of(v)).collect();
-    assert!(content.starts_with("<tool_call>\n") && content.contains("\"name\":\"search_memory\""), "{content}");
+    assert!(
+        content.starts_with("<tool_call>\n") && content.contains("\"name\":\"search_memory\""),
+        "{content}"
+    );
 }
 
 #[test]
@@ -165,7 +256,10 @@ fn crash_during_load_exits_with_the_fatal_line() {
     assert_eq!(status.code(), Some(1));
     let mut err = String::new();
     std::io::Read::read_to_string(sim.child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(err.contains("no kernel image is available for execution on the device"), "{err}");
+    assert!(
+        err.contains("no kernel image is available for execution on the device"),
+        "{err}"
+    );
     assert!(sim.started.elapsed() < Duration::from_secs(2));
 }
 
@@ -173,7 +267,12 @@ fn crash_during_load_exits_with_the_fatal_line() {
 async fn never_ready_stays_503() {
     let sim = Sim::start(&["--never-ready"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = client().get(format!("{}/health", sim.url)).send().await.unwrap().status();
+    let status = client()
+        .get(format!("{}/health", sim.url))
+        .send()
+        .await
+        .unwrap()
+        .status();
     assert_eq!(status.as_u16(), 503);
 }
 
@@ -194,20 +293,43 @@ async fn every_nth_request_fails_with_500() {
 
 #[tokio::test]
 async fn stall_mid_stream_holds_the_connection_without_tokens() {
-    let sim = Sim::start(&["--ttft", "1ms", "--token-rate", "1000", "--stall-after", "3"]);
+    let sim = Sim::start(&[
+        "--ttft",
+        "1ms",
+        "--token-rate",
+        "1000",
+        "--stall-after",
+        "3",
+    ]);
     sim.wait_ready(Duration::from_secs(5));
-    let collected = tokio::time::timeout(Duration::from_millis(500), stream_chat(&client(), &sim.url, &chat("hi"))).await;
+    let collected = tokio::time::timeout(
+        Duration::from_millis(500),
+        stream_chat(&client(), &sim.url, &chat("hi")),
+    )
+    .await;
     assert!(collected.is_err(), "the stream must not end");
 }
 
 #[tokio::test]
 async fn error_mid_stream_sends_an_error_event_and_no_done() {
-    let sim = Sim::start(&["--ttft", "1ms", "--token-rate", "1000", "--error-after", "2"]);
+    let sim = Sim::start(&[
+        "--ttft",
+        "1ms",
+        "--token-rate",
+        "1000",
+        "--error-after",
+        "2",
+    ]);
     sim.wait_ready(Duration::from_secs(5));
     let (status, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
     assert_eq!(status, 200);
     let evs = data_events(&events);
-    assert_eq!(evs.iter().filter(|(_, v)| content_of(v).is_some_and(|c| !c.is_empty())).count(), 2);
+    assert_eq!(
+        evs.iter()
+            .filter(|(_, v)| content_of(v).is_some_and(|c| !c.is_empty()))
+            .count(),
+        2
+    );
     assert_eq!(evs.last().unwrap().1["error"]["code"], 500);
     assert!(events.iter().all(|e| e.data != "[DONE]"));
 }
@@ -217,7 +339,9 @@ async fn no_usage_when_told_not_to_and_bad_json_is_a_400() {
     let sim = Sim::start(&["--ttft", "1ms", "--token-rate", "1000", "--no-usage"]);
     sim.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
-    assert!(data_events(&events).iter().all(|(_, v)| v.get("usage").is_none()));
+    assert!(data_events(&events)
+        .iter()
+        .all(|(_, v)| v.get("usage").is_none()));
     let resp = client()
         .post(format!("{}/v1/chat/completions", sim.url))
         .body("{not json")
@@ -232,6 +356,10 @@ fn sigterm_stops_it_cleanly() {
     let mut sim = Sim::start(&[]);
     sim.wait_ready(Duration::from_secs(5));
     let pid = sim.child.id().to_string();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     assert_eq!(sim.child.wait().unwrap().code(), Some(0));
 }

@@ -20,37 +20,70 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
     support::build_sim_image(&docker, tag).await;
 
     let image = docker.inspect_image(tag).await.unwrap();
-    assert_eq!(image.config.as_ref().unwrap().entrypoint.as_deref(), Some(&["/sparkctl".to_string()][..]));
-    assert_eq!(image.root_fs.unwrap().layers.unwrap().len(), 1, "nothing but the binary");
+    assert_eq!(
+        image.config.as_ref().unwrap().entrypoint.as_deref(),
+        Some(&["/sparkctl".to_string()][..])
+    );
+    assert_eq!(
+        image.root_fs.unwrap().layers.unwrap().len(),
+        1,
+        "nothing but the binary"
+    );
 
     let name = format!("sparkctl-test-sim-{}", std::process::id());
     let body = ContainerCreateBody {
         image: Some(tag.into()),
         cmd: Some(
-            ["sim", "--host", "0.0.0.0", "--port", "8000", "--load-time", "300ms", "--ttft", "20ms", "--tokens", "6"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "sim",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "8000",
+                "--load-time",
+                "300ms",
+                "--ttft",
+                "20ms",
+                "--tokens",
+                "6",
+            ]
+            .map(String::from)
+            .to_vec(),
         ),
-        labels: Some(HashMap::from([(LABEL.to_string(), "sim-image".to_string())])),
+        labels: Some(HashMap::from([(
+            LABEL.to_string(),
+            "sim-image".to_string(),
+        )])),
         exposed_ports: Some(vec!["8000/tcp".to_string()]),
         host_config: Some(HostConfig {
             port_bindings: Some(HashMap::from([(
                 "8000/tcp".to_string(),
-                Some(vec![PortBinding { host_ip: Some("127.0.0.1".into()), host_port: Some(String::new()) }]),
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(String::new()),
+                }]),
             )])),
             ..Default::default()
         }),
         ..Default::default()
     };
     docker
-        .create_container(Some(CreateContainerOptionsBuilder::new().name(&name).build()), body)
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        )
         .await
         .unwrap();
-    let _cleanup = Cleanup { docker: docker.clone(), name: name.clone() };
+    let _cleanup = Cleanup {
+        docker: docker.clone(),
+        name: name.clone(),
+    };
     docker.start_container(&name, None).await.unwrap();
 
     let info = docker.inspect_container(&name, None).await.unwrap();
-    let port = info.network_settings.unwrap().ports.unwrap()["8000/tcp"].as_ref().unwrap()[0]
+    let port = info.network_settings.unwrap().ports.unwrap()["8000/tcp"]
+        .as_ref()
+        .unwrap()[0]
         .host_port
         .clone()
         .unwrap();
@@ -64,7 +97,10 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
             Some(503) => saw_loading = true,
             _ => {}
         }
-        assert!(Instant::now() < deadline, "container sim never became ready");
+        assert!(
+            Instant::now() < deadline,
+            "container sim never became ready"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(saw_loading, "health answered 503 while the model loaded");
@@ -73,7 +109,11 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
     let body = json!({"messages": [{"role": "user", "content": "What is the capital of Japan?"}], "stream": true});
     let (status, events) = stream_chat(&client, &url, &body).await;
     assert_eq!(status, 200);
-    let text: String = events.iter().filter_map(|e| e.json()).filter_map(|v| content_of(&v).map(str::to_string)).collect();
+    let text: String = events
+        .iter()
+        .filter_map(|e| e.json())
+        .filter_map(|v| content_of(&v).map(str::to_string))
+        .collect();
     assert_eq!(text, "Tokyo is the capital of Japan.");
 
     // The container's own output is kept by the engine (logs outlive the process).
@@ -84,7 +124,10 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
 
 async fn container_logs(docker: &bollard::Docker, name: &str) -> String {
     use futures_util::StreamExt;
-    let opts = bollard::query_parameters::LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+    let opts = bollard::query_parameters::LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .build();
     let mut out = String::new();
     let mut logs = docker.logs(name, Some(opts));
     while let Some(chunk) = logs.next().await {
@@ -103,7 +146,10 @@ impl Drop for Cleanup {
         let (docker, name) = (self.docker.clone(), self.name.clone());
         // Drop cannot await; a short-lived runtime on another thread removes what this test made.
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let opts = RemoveContainerOptionsBuilder::new().force(true).build();
                 let _ = docker.remove_container(&name, Some(opts)).await;

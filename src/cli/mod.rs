@@ -14,10 +14,21 @@ pub use output::Output;
 
 /// Deploy, verify and roll back LLM inference servers on a DGX Spark.
 #[derive(Debug, Parser)]
-#[command(name = "sparkctl", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "sparkctl",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Directory of recipes.
-    #[arg(long, global = true, env = "SPARKCTL_RECIPES", default_value = "recipes", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "SPARKCTL_RECIPES",
+        default_value = "recipes",
+        value_name = "DIR"
+    )]
     pub recipes: PathBuf,
     /// Machine-readable JSON output (read commands).
     #[arg(long, global = true)]
@@ -196,7 +207,12 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Recipes { command } => recipes::run(&cli.recipes, command, &out),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "sparkctl", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "sparkctl",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
         Command::Up { .. } => not_built("up", 7),

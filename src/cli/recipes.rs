@@ -45,7 +45,14 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
         return Ok(());
     }
     let mut table = out.table();
-    table.set_header(["NAME", "ENGINE", "RUNTIME", "PORT", "IMAGE / BINARY", "DESCRIPTION"]);
+    table.set_header([
+        "NAME",
+        "ENGINE",
+        "RUNTIME",
+        "PORT",
+        "IMAGE / BINARY",
+        "DESCRIPTION",
+    ]);
     for l in &set.recipes {
         let r = &l.recipe;
         let what = r
@@ -87,7 +94,10 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         return Ok(());
     }
     println!("{} {}", out.bold("# recipe"), loaded.path.display());
-    print!("{}", serde_yaml_ng::to_string(&full).expect("recipes serialize"));
+    print!(
+        "{}",
+        serde_yaml_ng::to_string(&full).expect("recipes serialize")
+    );
     println!();
     println!("{}", out.bold("# patch steps, in order"));
     if steps.is_empty() {
@@ -98,17 +108,31 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     }
     println!();
     match &resolved.launch {
-        Launch::Docker { image, entrypoint, cmd, .. } => {
-            println!("{}", out.bold("# container (created through the Docker Engine API)"));
+        Launch::Docker {
+            image,
+            entrypoint,
+            cmd,
+            ..
+        } => {
+            println!(
+                "{}",
+                out.bold("# container (created through the Docker Engine API)")
+            );
             println!("image:      {image}  (runs by the digest in images.lock)");
             if !entrypoint.is_empty() {
                 println!("entrypoint: {}", resolve_shell_line(entrypoint));
             }
             println!("cmd:        {}", resolve_shell_line(cmd));
-            println!("labels:     io.sparkctl.recipe={}, io.sparkctl.recipe-hash, io.sparkctl.run-id", resolved.name);
+            println!(
+                "labels:     io.sparkctl.recipe={}, io.sparkctl.recipe-hash, io.sparkctl.run-id",
+                resolved.name
+            );
         }
         Launch::Process { program, args, .. } => {
-            println!("{}", out.bold("# host process (detached; pid + start time recorded)"));
+            println!(
+                "{}",
+                out.bold("# host process (detached; pid + start time recorded)")
+            );
             println!("program: {program}");
             println!("args:    {}", resolve_shell_line(args));
         }
@@ -118,8 +142,14 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         resolved.host, resolved.port, resolved.health_path, resolved.health_timeout
     );
     println!();
-    println!("{}", out.bold("# equivalent command, for review (sparkctl never runs a shell)"));
-    println!("{}", resolve_shell_line(&resolved.launch.equivalent_command()));
+    println!(
+        "{}",
+        out.bold("# equivalent command, for review (sparkctl never runs a shell)")
+    );
+    println!(
+        "{}",
+        resolve_shell_line(&resolved.launch.equivalent_command())
+    );
     Ok(())
 }
 

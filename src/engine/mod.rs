@@ -86,21 +86,22 @@ impl Engine {
     }
 
     pub fn profile(self) -> Profile {
-        let gpu_container = |engine, port, model_flag, served, command: &'static [&'static str]| Profile {
-            engine,
-            health_path: "/health",
-            health_timeout_secs: 600,
-            container_port: port,
-            port_flag: Flag::Named("--port"),
-            host_flag: Flag::Named("--host"),
-            model_flag,
-            served_name_flag: served,
-            docker_command: command,
-            runtimes: DOCKER_ONLY,
-            runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
+        let gpu_container =
+            |engine, port, model_flag, served, command: &'static [&'static str]| Profile {
+                engine,
+                health_path: "/health",
+                health_timeout_secs: 600,
+                container_port: port,
+                port_flag: Flag::Named("--port"),
+                host_flag: Flag::Named("--host"),
+                model_flag,
+                served_name_flag: served,
+                docker_command: command,
+                runtimes: DOCKER_ONLY,
+                runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
                            (CPU-only torch, ABI mismatches) and only its containers served",
-            fatal_lines: GPU_FATAL,
-        };
+                fatal_lines: GPU_FATAL,
+            };
         match self {
             // The vllm-openai image's entrypoint is the API server: only arguments follow.
             Engine::Vllm => gpu_container(
@@ -122,13 +123,9 @@ impl Engine {
                     &["python3", "-m", "sglang.launch_server"],
                 )
             },
-            Engine::Trtllm => gpu_container(
-                self,
-                8000,
-                Flag::Omitted,
-                Flag::Omitted,
-                &["trtllm-serve"],
-            ),
+            Engine::Trtllm => {
+                gpu_container(self, 8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"])
+            }
             Engine::LlamaServer => Profile {
                 engine: self,
                 health_path: "/health",
@@ -180,7 +177,7 @@ impl Engine {
     }
 
     /// The first fatal line found in `log`, if any.
-    pub fn fatal_line<'a>(self, log: &'a str) -> Option<&'a str> {
+    pub fn fatal_line(self, log: &str) -> Option<&str> {
         let profile = self.profile();
         log.lines()
             .find(|line| profile.fatal_lines.iter().any(|sig| line.contains(sig)))
@@ -201,7 +198,10 @@ mod tests {
     fn fatal_lines_from_the_seeds_are_recognised() {
         let log = "INFO loading\n\
                    torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n";
-        assert!(Engine::Vllm.fatal_line(log).unwrap().contains("no kernel image"));
+        assert!(Engine::Vllm
+            .fatal_line(log)
+            .unwrap()
+            .contains("no kernel image"));
         assert_eq!(Engine::Vllm.fatal_line("INFO all good\n"), None);
     }
 

@@ -31,7 +31,11 @@ impl RecipeSet {
             .iter()
             .find(|r| r.recipe.name == name)
             .ok_or_else(|| {
-                let names: Vec<&str> = self.recipes.iter().map(|r| r.recipe.name.as_str()).collect();
+                let names: Vec<&str> = self
+                    .recipes
+                    .iter()
+                    .map(|r| r.recipe.name.as_str())
+                    .collect();
                 let hint = match nearest(name, names.iter().copied()) {
                     Some(best) => format!("did you mean `{best}`?"),
                     None => format!("known recipes: {}", names.join(", ")),
@@ -183,7 +187,10 @@ fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagno
         let valid = backticked(rest.split_once("expected").map_or("", |x| x.1));
         key = Some(join(&key, wrong));
         help = Some(match nearest(wrong, valid.iter().copied()) {
-            Some(best) => format!("did you mean `{best}`? valid keys here: {}", valid.join(", ")),
+            Some(best) => format!(
+                "did you mean `{best}`? valid keys here: {}",
+                valid.join(", ")
+            ),
             None => format!("valid keys here: {}", valid.join(", ")),
         });
     } else if message.starts_with("unknown variant ") {
@@ -248,7 +255,10 @@ pub const GATES: &[&str] = &[
 
 fn gate_rule_ok(rule: &str) -> bool {
     let rule = rule.trim();
-    let Some(op) = ["==", ">=", "<=", "<", ">"].into_iter().find(|op| rule.starts_with(op)) else {
+    let Some(op) = ["==", ">=", "<=", "<", ">"]
+        .into_iter()
+        .find(|op| rule.starts_with(op))
+    else {
         return false;
     };
     let number = rule[op.len()..].trim();
@@ -277,8 +287,21 @@ fn inside(path: &str) -> bool {
 }
 
 const ULIMITS: &[&str] = &[
-    "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
-    "rss", "rtprio", "rttime", "sigpending", "stack",
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
 ];
 
 /// Checks serde cannot make: cross-field rules and the values' meaning.
@@ -294,16 +317,28 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
         ));
     };
 
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
     if r.name != stem {
         bad(
             "name",
-            format!("recipe name `{}` does not match its file name `{stem}`", r.name),
+            format!(
+                "recipe name `{}` does not match its file name `{stem}`",
+                r.name
+            ),
             &format!("rename the file to {}.yaml or set `name: {stem}`", r.name),
         );
     }
-    let name_ok = r.name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && r.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == '_');
+    let name_ok = r
+        .name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && r.name.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == '_'
+        });
     if !name_ok {
         bad(
             "name",
@@ -335,15 +370,27 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
                 );
             }
             if r.binary.is_some() {
-                bad("binary", "`binary` is for runtime process; this recipe runs in docker".into(), "remove it, or set `runtime: process`");
+                bad(
+                    "binary",
+                    "`binary` is for runtime process; this recipe runs in docker".into(),
+                    "remove it, or set `runtime: process`",
+                );
             }
         }
         Runtime::Process => {
             if r.image.is_some() {
-                bad("image", "`image` is for runtime docker; this recipe runs a host process".into(), "remove it, or set `runtime: docker`");
+                bad(
+                    "image",
+                    "`image` is for runtime docker; this recipe runs a host process".into(),
+                    "remove it, or set `runtime: docker`",
+                );
             }
             if r.binary.is_none() && r.engine != Engine::Sim {
-                bad("binary", "runtime process needs `binary`, the server executable on the host".into(), "e.g. `binary: ~/llama.cpp/build/bin/llama-server`");
+                bad(
+                    "binary",
+                    "runtime process needs `binary`, the server executable on the host".into(),
+                    "e.g. `binary: ~/llama.cpp/build/bin/llama-server`",
+                );
             }
             let s = &r.server;
             let docker_only = [
@@ -353,11 +400,18 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
                 ("server.ulimits", !s.ulimits.is_empty()),
                 ("server.user", s.user.is_some()),
                 ("server.container_port", s.container_port.is_some()),
-                ("model.mount", r.model.as_ref().is_some_and(|m| m.mount.is_some())),
+                (
+                    "model.mount",
+                    r.model.as_ref().is_some_and(|m| m.mount.is_some()),
+                ),
             ];
             for (key, set) in docker_only {
                 if set {
-                    bad(key, "only applies to runtime docker".into(), "remove it; a host process gets the host's GPU, IPC and limits");
+                    bad(
+                        key,
+                        "only applies to runtime docker".into(),
+                        "remove it; a host process gets the host's GPU, IPC and limits",
+                    );
                 }
             }
         }
@@ -365,17 +419,32 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
 
     let needs_model = !matches!(r.engine, Engine::Openai | Engine::Sim);
     if needs_model && r.model.is_none() {
-        bad("engine", format!("engine {} needs `model.path`", r.engine), "add `model: {path: ~/models/NAME}`");
+        bad(
+            "engine",
+            format!("engine {} needs `model.path`", r.engine),
+            "add `model: {path: ~/models/NAME}`",
+        );
     }
 
     let s = &r.server;
-    for (key, port) in [("server.port", Some(s.port)), ("server.container_port", s.container_port)] {
+    for (key, port) in [
+        ("server.port", Some(s.port)),
+        ("server.container_port", s.container_port),
+    ] {
         if port == Some(0) {
-            bad(key, "port 0 is not a port".into(), "ports are whole numbers from 1 to 65535");
+            bad(
+                key,
+                "port 0 is not a port".into(),
+                "ports are whole numbers from 1 to 65535",
+            );
         }
     }
     if s.host.parse::<IpAddr>().is_err() {
-        bad("server.host", format!("`{}` is not an IP address to bind", s.host), "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)");
+        bad(
+            "server.host",
+            format!("`{}` is not an IP address to bind", s.host),
+            "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+        );
     }
     for (i, arg) in s.args.iter().enumerate() {
         let flag = arg.split('=').next().unwrap_or(arg);
@@ -395,20 +464,36 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
             }
         }
         if arg.contains('\n') {
-            bad(&format!("server.args[{i}]"), "an argument may not span lines".into(), "split it into one entry per argv word");
+            bad(
+                &format!("server.args[{i}]"),
+                "an argument may not span lines".into(),
+                "split it into one entry per argv word",
+            );
         }
     }
     for name in s.env.keys() {
         if !env_name_ok(name) {
-            bad(&format!("server.env.{name}"), format!("`{name}` is not an environment variable name"), "use letters, digits and '_', not starting with a digit");
+            bad(
+                &format!("server.env.{name}"),
+                format!("`{name}` is not an environment variable name"),
+                "use letters, digits and '_', not starting with a digit",
+            );
         }
     }
     for (i, name) in s.env_from_host.iter().enumerate() {
         if !env_name_ok(name) {
-            bad(&format!("server.env_from_host[{i}]"), format!("`{name}` is not an environment variable name"), "list variable names only; values are read from the host at start");
+            bad(
+                &format!("server.env_from_host[{i}]"),
+                format!("`{name}` is not an environment variable name"),
+                "list variable names only; values are read from the host at start",
+            );
         }
         if s.env.contains_key(name) {
-            bad(&format!("server.env_from_host[{i}]"), format!("`{name}` is also set in server.env"), "keep it in one place");
+            bad(
+                &format!("server.env_from_host[{i}]"),
+                format!("`{name}` is also set in server.env"),
+                "keep it in one place",
+            );
         }
     }
     for name in s.ulimits.keys() {
@@ -417,23 +502,39 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
                 Some(best) => format!("did you mean `{best}`?"),
                 None => format!("known ulimits: {}", ULIMITS.join(", ")),
             };
-            bad(&format!("server.ulimits.{name}"), format!("unknown ulimit `{name}`"), &help);
+            bad(
+                &format!("server.ulimits.{name}"),
+                format!("unknown ulimit `{name}`"),
+                &help,
+            );
         }
     }
     if let Some(gb) = s.memory_gb {
         if !(gb > 0.0 && gb <= 128.0) {
-            bad("server.memory_gb", format!("{gb} GB is not a memory budget on a 128 GB machine"), "give the GB the deployment needs, e.g. 12");
+            bad(
+                "server.memory_gb",
+                format!("{gb} GB is not a memory budget on a 128 GB machine"),
+                "give the GB the deployment needs, e.g. 12",
+            );
         }
     }
     if let Some(user) = &s.user {
         let ok = user.split(':').count() <= 2 && user.split(':').all(|p| !p.is_empty());
         if !ok {
-            bad("server.user", format!("`{user}` is not a user"), "write UID, UID:GID or a user name");
+            bad(
+                "server.user",
+                format!("`{user}` is not a user"),
+                "write UID, UID:GID or a user name",
+            );
         }
     }
     if let Some(p) = &r.health.path {
         if !p.starts_with('/') {
-            bad("health.path", format!("`{p}` is not an HTTP path"), "start it with '/', e.g. /health");
+            bad(
+                "health.path",
+                format!("`{p}` is not an HTTP path"),
+                "start it with '/', e.g. /health",
+            );
         }
     }
     if let Some(bench) = &r.bench {
@@ -446,7 +547,11 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
                 };
                 bad(&key, format!("unknown gate `{gate}`"), &help);
             } else if !gate_rule_ok(rule) {
-                bad(&key, format!("`{rule}` is not a gate rule"), "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"");
+                bad(
+                    &key,
+                    format!("`{rule}` is not a gate rule"),
+                    "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
+                );
             }
         }
     }
@@ -458,7 +563,10 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
 
 fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
     // patches/ lives beside recipes/ in the repository.
-    let repo = path.parent().and_then(Path::parent).unwrap_or(Path::new("."));
+    let repo = path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
     for (i, step) in model.patches.iter().enumerate() {
         let base = format!("model.patches[{i}].{}", step.kind());
         let mut rel: BTreeMap<String, &str> = BTreeMap::new();
@@ -472,13 +580,25 @@ fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic
                         | super::JsonOp::Delete { pointer } => pointer,
                     };
                     if !pointer.starts_with('/') {
-                        out.push(diag_at(path, src, &format!("{base}.ops[{j}]"), format!("`{pointer}` is not a JSON pointer"), Some("JSON pointers start with '/', e.g. /model_type".into())));
+                        out.push(diag_at(
+                            path,
+                            src,
+                            &format!("{base}.ops[{j}]"),
+                            format!("`{pointer}` is not a JSON pointer"),
+                            Some("JSON pointers start with '/', e.g. /model_type".into()),
+                        ));
                     }
                 }
             }
             PatchStep::CopyFrom { donor, files } => {
                 if donor.is_empty() {
-                    out.push(diag_at(path, src, &format!("{base}.donor"), "the donor model dir is empty".into(), None));
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.donor"),
+                        "the donor model dir is empty".into(),
+                        None,
+                    ));
                 }
                 for (j, f) in files.iter().enumerate() {
                     rel.insert(format!("{base}.files[{j}]"), f);
@@ -488,22 +608,48 @@ fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic
                 rel.insert(format!("{base}.path"), p);
                 let shipped = repo.join(from);
                 if !from.starts_with("patches/") || !inside(from) {
-                    out.push(diag_at(path, src, &format!("{base}.from"), format!("`{from}` is not under patches/"), Some("ship the file in the repository's patches/ directory".into())));
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.from"),
+                        format!("`{from}` is not under patches/"),
+                        Some("ship the file in the repository's patches/ directory".into()),
+                    ));
                 } else if !shipped.is_file() {
-                    out.push(diag_at(path, src, &format!("{base}.from"), format!("{} does not exist", shipped.display()), Some("add the file to patches/ or fix the path".into())));
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.from"),
+                        format!("{} does not exist", shipped.display()),
+                        Some("add the file to patches/ or fix the path".into()),
+                    ));
                 }
             }
             PatchStep::Chown { to } => {
                 let ok = to == "invoking-user"
-                    || to.split_once(':').is_some_and(|(u, g)| u.parse::<u32>().is_ok() && g.parse::<u32>().is_ok());
+                    || to
+                        .split_once(':')
+                        .is_some_and(|(u, g)| u.parse::<u32>().is_ok() && g.parse::<u32>().is_ok());
                 if !ok {
-                    out.push(diag_at(path, src, &format!("{base}.to"), format!("`{to}` is not an owner"), Some("write `invoking-user` or UID:GID".into())));
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.to"),
+                        format!("`{to}` is not an owner"),
+                        Some("write `invoking-user` or UID:GID".into()),
+                    ));
                 }
             }
             PatchStep::Expect { file, pointer, .. } => {
                 rel.insert(format!("{base}.file"), file);
                 if !pointer.starts_with('/') {
-                    out.push(diag_at(path, src, &format!("{base}.pointer"), format!("`{pointer}` is not a JSON pointer"), Some("JSON pointers start with '/'".into())));
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.pointer"),
+                        format!("`{pointer}` is not a JSON pointer"),
+                        Some("JSON pointers start with '/'".into()),
+                    ));
                 }
             }
             PatchStep::ExpectFiles { files } => {
@@ -515,7 +661,13 @@ fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic
         }
         for (key, p) in rel {
             if !inside(p) {
-                out.push(diag_at(path, src, &key, format!("`{p}` leaves the model directory"), Some("use a path relative to model.path, without '..'".into())));
+                out.push(diag_at(
+                    path,
+                    src,
+                    &key,
+                    format!("`{p}` leaves the model directory"),
+                    Some("use a path relative to model.path, without '..'".into()),
+                ));
             }
         }
     }

@@ -173,7 +173,10 @@ bench:
         assert_eq!(locate(SRC, "server.port"), Some((4, 3)));
         assert_eq!(locate(SRC, "server.env.A"), Some((7, 5)));
         assert_eq!(locate(SRC, "model.patches[1]"), Some((12, 5)));
-        assert_eq!(locate(SRC, "model.patches[1].copy-from.donor"), Some((13, 9)));
+        assert_eq!(
+            locate(SRC, "model.patches[1].copy-from.donor"),
+            Some((13, 9))
+        );
         assert_eq!(locate(SRC, "server.args[1]"), Some((5, 15)));
         assert_eq!(locate(SRC, "bench.gates.thinking_leak"), Some((17, 5)));
     }

@@ -21,7 +21,11 @@ pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {
-    words.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" ")
+    words
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One recipe file (`recipes/NAME.yaml`).
@@ -164,7 +168,9 @@ pub enum JsonOp {
         from: String,
         to: String,
     },
-    Delete { pointer: String },
+    Delete {
+        pointer: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

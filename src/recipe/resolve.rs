@@ -100,8 +100,11 @@ impl Recipe {
                 let container_port = server.container_port.unwrap_or(profile.container_port);
                 let mut mounts = Vec::new();
                 let mut cmd: Vec<String> = Vec::new();
-                let entrypoint: Vec<String> =
-                    profile.docker_command.iter().map(|s| s.to_string()).collect();
+                let entrypoint: Vec<String> = profile
+                    .docker_command
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
                 // Recipe args first: some launchers need theirs in front (`-m module`).
                 cmd.extend(server.args.iter().cloned());
                 if let Some(model) = &self.model {
@@ -247,7 +250,10 @@ impl Launch {
                     let ro = if m.read_only { ":ro" } else { "" };
                     v.extend(["-v".into(), format!("{}:{}{ro}", m.host, m.container)]);
                 }
-                v.extend(["-p".into(), format!("{host_ip}:{host_port}:{container_port}")]);
+                v.extend([
+                    "-p".into(),
+                    format!("{host_ip}:{host_port}:{container_port}"),
+                ]);
                 for (k, val) in env {
                     v.extend(["-e".into(), format!("{k}={val}")]);
                 }
@@ -283,14 +289,16 @@ impl Recipe {
         let mut r = self.clone();
         let runtime = self.runtime();
         r.runtime = Some(runtime);
-        r.health.path.get_or_insert_with(|| profile.health_path.to_string());
         r.health
-            .timeout
-            .get_or_insert(crate::units::HumanDuration(std::time::Duration::from_secs(
-                profile.health_timeout_secs,
-            )));
+            .path
+            .get_or_insert_with(|| profile.health_path.to_string());
+        r.health.timeout.get_or_insert(crate::units::HumanDuration(
+            std::time::Duration::from_secs(profile.health_timeout_secs),
+        ));
         if runtime == Runtime::Docker {
-            r.server.container_port.get_or_insert(profile.container_port);
+            r.server
+                .container_port
+                .get_or_insert(profile.container_port);
             if let Some(m) = r.model.as_mut() {
                 m.mount.get_or_insert_with(|| "/model".into());
             }

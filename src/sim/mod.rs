@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 
 use crate::units::parse_duration;
 
-pub use script::{Plan, Piece, Request};
+pub use script::{Piece, Plan, Request};
 pub use server::serve;
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -30,7 +30,11 @@ impl Request {
             .map(|n| n as usize);
         Ok(Request {
             messages,
-            tools: body.get("tools").and_then(Value::as_array).cloned().unwrap_or_default(),
+            tools: body
+                .get("tools")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             tool_choice_none: body.get("tool_choice").and_then(Value::as_str) == Some("none"),
             stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
             include_usage: body
@@ -77,7 +81,10 @@ pub enum Piece {
     Reasoning(String),
     Content(String),
     /// First token of a tool call: carries its id and function name.
-    ToolStart { id: String, name: String },
+    ToolStart {
+        id: String,
+        name: String,
+    },
     /// A fragment of the tool call's JSON arguments.
     ToolArgs(String),
 }
@@ -89,7 +96,8 @@ pub struct Plan {
     pub prompt_tokens: usize,
 }
 
-const REASONING: &str = "The user is asking something. Let me think about what they need and answer briefly.";
+const REASONING: &str =
+    "The user is asking something. Let me think about what they need and answer briefly.";
 const FILLER: &str = "I can say more about that if you would like to hear it.";
 
 fn answer_for(question: &str) -> &'static str {
@@ -105,24 +113,41 @@ fn answer_for(question: &str) -> &'static str {
 
 /// Words of `text` as tokens: each but the first carries its leading space.
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(' ')
-        .enumerate()
-        .map(|(i, w)| if i == 0 { w.to_string() } else { format!(" {w}") })
+    text.split(' ').enumerate().map(|(i, w)| {
+        if i == 0 {
+            w.to_string()
+        } else {
+            format!(" {w}")
+        }
+    })
 }
 
 /// `n` tokens of `text`, repeating `pad` after it when more are wanted.
 fn take_tokens(text: &str, pad: &str, n: usize) -> Vec<String> {
     words(text)
-        .chain(std::iter::repeat_with(|| words(pad).collect::<Vec<_>>()).flatten().map(|w| {
-            if w.starts_with(' ') { w } else { format!(" {w}") }
-        }))
+        .chain(
+            std::iter::repeat_with(|| words(pad).collect::<Vec<_>>())
+                .flatten()
+                .map(|w| {
+                    if w.starts_with(' ') {
+                        w
+                    } else {
+                        format!(" {w}")
+                    }
+                }),
+        )
         .take(n)
         .collect()
 }
 
 fn pick_tool<'a>(tools: &'a [Value], question: &str) -> Option<&'a Value> {
     let q = question.to_lowercase();
-    let name = |t: &Value| t.pointer("/function/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let name = |t: &Value| {
+        t.pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let score = |t: &Value| {
         name(t)
             .split('_')
@@ -157,17 +182,26 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
         .flatten();
     let mut finish_reason = "stop";
     if let Some(tool) = tool {
-        let name = tool.pointer("/function/name").and_then(Value::as_str).unwrap_or("tool");
+        let name = tool
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or("tool");
         let args = json!({ "query": question }).to_string();
         match cfg.tool_calls {
             ToolCallsAs::Field => {
                 finish_reason = "tool_calls";
-                pieces.push(Piece::ToolStart { id: "call_sim_0".into(), name: name.into() });
+                pieces.push(Piece::ToolStart {
+                    id: "call_sim_0".into(),
+                    name: name.into(),
+                });
                 let chars: Vec<char> = args.chars().collect();
                 pieces.extend(chars.chunks(8).map(|c| Piece::ToolArgs(c.iter().collect())));
             }
             _ => {
-                let xml = format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": {"query": question}}));
+                let xml = format!(
+                    "<tool_call>\n{}\n</tool_call>",
+                    json!({"name": name, "arguments": {"query": question}})
+                );
                 pieces.extend(words(&xml).map(Piece::Content));
             }
         }
@@ -178,7 +212,11 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
         } else {
             answer.to_string()
         };
-        pieces.extend(take_tokens(&text, FILLER, cfg.tokens).into_iter().map(Piece::Content));
+        pieces.extend(
+            take_tokens(&text, FILLER, cfg.tokens)
+                .into_iter()
+                .map(Piece::Content),
+        );
     }
     if pieces.len() > budget {
         pieces.truncate(budget);
@@ -222,19 +260,44 @@ mod tests {
 
     #[test]
     fn answers_the_seed_questions_with_the_requested_length() {
-        let p = plan(&cfg(&["--tokens", "6"]), &ask("What is the capital of Japan?"));
+        let p = plan(
+            &cfg(&["--tokens", "6"]),
+            &ask("What is the capital of Japan?"),
+        );
         assert_eq!(content(&p), "Tokyo is the capital of Japan.");
         assert_eq!(p.pieces.len(), 6);
-        let p = plan(&cfg(&["--tokens", "40"]), &ask("3 boxes with 5 balls each?"));
+        let p = plan(
+            &cfg(&["--tokens", "40"]),
+            &ask("3 boxes with 5 balls each?"),
+        );
         assert!(content(&p).starts_with("Three boxes with five balls each make 15 balls. I can"));
         assert_eq!(p.pieces.len(), 40);
     }
 
     #[test]
     fn reasoning_as_field_or_leaked_think_text() {
-        let p = plan(&cfg(&["--reasoning-tokens", "3", "--tokens", "2"]), &ask("hi"));
-        assert_eq!(p.pieces.iter().filter(|x| matches!(x, Piece::Reasoning(_))).count(), 3);
-        let p = plan(&cfg(&["--reasoning-tokens", "3", "--reasoning-as", "leak", "--tokens", "2"]), &ask("hi"));
+        let p = plan(
+            &cfg(&["--reasoning-tokens", "3", "--tokens", "2"]),
+            &ask("hi"),
+        );
+        assert_eq!(
+            p.pieces
+                .iter()
+                .filter(|x| matches!(x, Piece::Reasoning(_)))
+                .count(),
+            3
+        );
+        let p = plan(
+            &cfg(&[
+                "--reasoning-tokens",
+                "3",
+                "--reasoning-as",
+                "leak",
+                "--tokens",
+                "2",
+            ]),
+            &ask("hi"),
+        );
         assert!(content(&p).starts_with("<think>\nThe user is\n</think>\n\nHello!"));
     }
 
@@ -257,12 +320,24 @@ mod tests {
         let req = Request::from_json(&body).unwrap();
         let p = plan(&cfg(&[]), &req);
         assert_eq!(p.finish_reason, "tool_calls");
-        assert_eq!(p.pieces[0], Piece::ToolStart { id: "call_sim_0".into(), name: "web_search".into() });
+        assert_eq!(
+            p.pieces[0],
+            Piece::ToolStart {
+                id: "call_sim_0".into(),
+                name: "web_search".into()
+            }
+        );
         let args: String = p.pieces[1..]
             .iter()
-            .map(|x| match x { Piece::ToolArgs(s) => s.as_str(), _ => "" })
+            .map(|x| match x {
+                Piece::ToolArgs(s) => s.as_str(),
+                _ => "",
+            })
             .collect();
-        assert_eq!(serde_json::from_str::<Value>(&args).unwrap()["query"], "do a web search for the news");
+        assert_eq!(
+            serde_json::from_str::<Value>(&args).unwrap()["query"],
+            "do a web search for the news"
+        );
 
         let p = plan(&cfg(&["--tool-calls", "content"]), &req);
         assert!(content(&p).starts_with("<tool_call>\n{\"arguments\""));

@@ -47,7 +47,12 @@ fn log(line: std::fmt::Arguments) {
 pub async fn serve(cfg: SimConfig) -> Result<()> {
     let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
         .await
-        .map_err(|e| Error::io(format!("sim: cannot listen on {}:{}", cfg.host, cfg.port), e))?;
+        .map_err(|e| {
+            Error::io(
+                format!("sim: cannot listen on {}:{}", cfg.host, cfg.port),
+                e,
+            )
+        })?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io("sim: no local address", e))?;
@@ -118,14 +123,20 @@ fn error_body(message: &str, kind: &str, code: u16) -> Value {
     json!({"error": {"message": message, "type": kind, "code": code}})
 }
 
-async fn handle(req: hyper::Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    req: hyper::Request<Incoming>,
+    state: Arc<State>,
+) -> Result<Response<Body>, Infallible> {
     let ready = state.ready();
     let cfg = &state.cfg;
     let response = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/health") if ready => json_response(StatusCode::OK, json!({"status": "ok"})),
-        (&Method::GET, "/health") => {
-            json_response(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "loading"}))
+        (&Method::GET, "/health") if ready => {
+            json_response(StatusCode::OK, json!({"status": "ok"}))
         }
+        (&Method::GET, "/health") => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "loading"}),
+        ),
         (&Method::GET, "/version") => json_response(
             StatusCode::OK,
             json!({"version": format!("sparkctl-sim {}", env!("CARGO_PKG_VERSION"))}),
@@ -139,7 +150,10 @@ async fn handle(req: hyper::Request<Incoming>, state: Arc<State>) -> Result<Resp
             json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
         ),
         (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
-        _ => json_response(StatusCode::NOT_FOUND, error_body("no such route", "not_found", 404)),
+        _ => json_response(
+            StatusCode::NOT_FOUND,
+            error_body("no such route", "not_found", 404),
+        ),
     };
     Ok(response)
 }
@@ -149,7 +163,12 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     let n = state.requests.fetch_add(1, Ordering::Relaxed) + 1;
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return json_response(StatusCode::BAD_REQUEST, error_body(&e.to_string(), "invalid_request_error", 400)),
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(&e.to_string(), "invalid_request_error", 400),
+            )
+        }
     };
     // Like a real engine, generation (and so the TTFT clock) starts once the body is in.
     let arrived = Instant::now();
@@ -158,10 +177,17 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         .and_then(|v| Request::from_json(&v));
     let request = match parsed {
         Ok(r) => r,
-        Err(msg) => return json_response(StatusCode::BAD_REQUEST, error_body(&msg, "invalid_request_error", 400)),
+        Err(msg) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(&msg, "invalid_request_error", 400),
+            )
+        }
     };
     if cfg.fail_every > 0 && n % cfg.fail_every == 0 {
-        log(format_args!("POST /v1/chat/completions 500 (simulated failure, request {n})"));
+        log(format_args!(
+            "POST /v1/chat/completions 500 (simulated failure, request {n})"
+        ));
         return json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             error_body("simulated internal error", "server_error", 500),
@@ -176,7 +202,9 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     let due = |i: usize| arrived + cfg.ttft + cfg.itl().mul_f64(i as f64);
     let meta = Meta {
         id: format!("chatcmpl-sim-{n}"),
-        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         model: cfg.model_name.clone(),
     };
     if !request.stream {
@@ -194,7 +222,9 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     // sleep lands within tens of microseconds, and token timing is what this exists for.
     tokio::task::spawn_blocking(move || produce(&tx, &meta, &plan, &dues, usage, faults));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -213,7 +243,10 @@ fn produce(
     usage: bool,
     (stall_after, error_after): (Option<usize>, Option<usize>),
 ) {
-    let send = |v: Value| tx.blocking_send(Bytes::from(format!("data: {v}\n\n"))).is_ok();
+    let send = |v: Value| {
+        tx.blocking_send(Bytes::from(format!("data: {v}\n\n")))
+            .is_ok()
+    };
     // Real servers send the role first, before any token: a client that takes this
     // chunk as the first token measures nothing (the seeds' curl mistake, in streaming form).
     if !send(meta.chunk(json!({"role": "assistant", "content": ""}), None)) {
@@ -227,7 +260,11 @@ fn produce(
             return;
         }
         if error_after == Some(i) {
-            send(error_body("simulated error mid-stream", "server_error", 500));
+            send(error_body(
+                "simulated error mid-stream",
+                "server_error",
+                500,
+            ));
             return;
         }
         let wait = dues[i].saturating_duration_since(std::time::Instant::now());
@@ -306,7 +343,8 @@ fn whole_response(meta: &Meta, plan: &Plan, usage: bool) -> Value {
     }
     if let Some((id, name, args)) = tool {
         message["content"] = Value::Null;
-        message["tool_calls"] = json!([{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]);
+        message["tool_calls"] =
+            json!([{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]);
     }
     let mut body = json!({
         "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
@@ -317,4 +355,3 @@ fn whole_response(meta: &Meta, plan: &Plan, usage: bool) -> Value {
     }
     body
 }
-

@@ -15,7 +15,9 @@ pub fn repo() -> PathBuf {
 
 pub fn sparkctl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sparkctl"));
-    cmd.current_dir(repo()).env("NO_COLOR", "1").env_remove("SPARKCTL_RECIPES");
+    cmd.current_dir(repo())
+        .env("NO_COLOR", "1")
+        .env_remove("SPARKCTL_RECIPES");
     cmd
 }
 
@@ -45,7 +47,10 @@ impl Sim {
             .spawn()
             .expect("sim starts");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout piped")).lines();
-        let first = lines.next().expect("sim prints its address").expect("utf-8");
+        let first = lines
+            .next()
+            .expect("sim prints its address")
+            .expect("utf-8");
         let url = first
             .split("listening on ")
             .nth(1)
@@ -54,7 +59,11 @@ impl Sim {
             .to_string();
         // Keep draining stdout so the sim never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines.by_ref() {});
-        Sim { child, url, started }
+        Sim {
+            child,
+            url,
+            started,
+        }
     }
 
     pub fn wait_ready(&self, within: Duration) {
@@ -123,7 +132,10 @@ pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) ->
             let text = String::from_utf8(raw).expect("utf-8 event");
             for line in text.lines() {
                 if let Some(data) = line.strip_prefix("data: ") {
-                    events.push(Event { at, data: data.to_string() });
+                    events.push(Event {
+                        at,
+                        data: data.to_string(),
+                    });
                 }
             }
         }
@@ -132,7 +144,8 @@ pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) ->
 }
 
 pub fn content_of(v: &Value) -> Option<&str> {
-    v.pointer("/choices/0/delta/content").and_then(Value::as_str)
+    v.pointer("/choices/0/delta/content")
+        .and_then(Value::as_str)
 }
 
 pub fn percentile(values: &mut [f64], p: f64) -> f64 {
@@ -143,7 +156,9 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
 
 /// True when the ELF file has no program interpreter, i.e. it runs in a FROM-scratch image.
 pub fn is_static_elf(path: &std::path::Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else { return false };
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
     if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
         return false;
     }
@@ -164,10 +179,16 @@ pub fn static_sparkctl() -> PathBuf {
     if is_static_elf(&exe) {
         return exe;
     }
-    let host = text(&Command::new("rustc").arg("-vV").output().expect("rustc runs").stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-        .expect("rustc reports its host");
+    let host = text(
+        &Command::new("rustc")
+            .arg("-vV")
+            .output()
+            .expect("rustc runs")
+            .stdout,
+    )
+    .lines()
+    .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+    .expect("rustc reports its host");
     let target_dir = repo().join("target/static");
     let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
         .args(["build", "--bin", "sparkctl", "--target", &host])
@@ -197,7 +218,10 @@ pub async fn build_sim_image(docker: &bollard::Docker, tag: &str) {
     let binary = std::fs::read(static_sparkctl()).expect("static binary readable");
     let dockerfile = b"FROM scratch\nCOPY sparkctl /sparkctl\nENTRYPOINT [\"/sparkctl\"]\nCMD [\"sim\", \"--host\", \"0.0.0.0\"]\n";
     let mut tar = tar::Builder::new(Vec::new());
-    for (name, data, mode) in [("Dockerfile", &dockerfile[..], 0o644), ("sparkctl", &binary[..], 0o755)] {
+    for (name, data, mode) in [
+        ("Dockerfile", &dockerfile[..], 0o644),
+        ("sparkctl", &binary[..], 0o755),
+    ] {
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);
         header.set_mode(mode);
