@@ -325,3 +325,42 @@ fn help_lists_the_whole_command_surface_and_completions_generate() {
         "bash completion covers subcommands"
     );
 }
+
+#[test]
+fn recipe_hash_follows_what_would_run_not_how_it_is_written() {
+    let dir = tempdir();
+    let base = std::fs::read_to_string(repo().join("recipes/demo-candidate.yaml")).unwrap();
+    let hash = |text: &str| {
+        std::fs::write(dir.join("demo-candidate.yaml"), text).unwrap();
+        let out = run(&[
+            "--recipes",
+            dir.to_str().unwrap(),
+            "--json",
+            "recipes",
+            "show",
+            "demo-candidate",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["recipe_hash"].as_str().unwrap().to_string()
+    };
+    let original = hash(&base);
+    assert!(original.starts_with("sha256:") && original.len() == 71);
+    // A comment and a default spelled out change nothing that runs.
+    let same = format!(
+        "# reviewed\n{}",
+        base.replace("  port: 8000\n", "  port: 8000\n  host: 127.0.0.1\n")
+    );
+    assert_eq!(hash(&same), original);
+    assert_ne!(
+        hash(&base.replace("--ttft, 90ms", "--ttft, 91ms")),
+        original
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sparkctl-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

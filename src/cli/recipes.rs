@@ -86,6 +86,7 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     if out.json {
         out.print_json(&json!({
             "file": loaded.path,
+            "recipe_hash": loaded.recipe.hash(),
             "recipe": full,
             "patch_steps": steps,
             "launch": resolved,
@@ -94,6 +95,7 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         return Ok(());
     }
     println!("{} {}", out.bold("# recipe"), loaded.path.display());
+    println!("# hash {}", loaded.recipe.hash());
     print!(
         "{}",
         serde_yaml_ng::to_string(&full).expect("recipes serialize")

@@ -306,3 +306,15 @@ impl Recipe {
         r
     }
 }
+
+impl Recipe {
+    /// sha256 of the recipe with its defaults written out: two files that would run the
+    /// same server hash the same, and any change to what runs changes the hash.
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let canonical = serde_json::to_vec(&self.with_defaults()).expect("recipes serialize");
+        let digest = Sha256::digest(&canonical);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+}
