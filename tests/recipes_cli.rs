@@ -330,8 +330,8 @@ fn help_lists_the_whole_command_surface_and_completions_generate() {
 fn recipe_hash_follows_what_would_run_not_how_it_is_written() {
     let dir = tempdir();
     let base = std::fs::read_to_string(repo().join("recipes/demo-candidate.yaml")).unwrap();
-    let hash = |text: &str| {
-        std::fs::write(dir.join("demo-candidate.yaml"), text).unwrap();
+    let hash = |yaml: &str| {
+        std::fs::write(dir.join("demo-candidate.yaml"), yaml).unwrap();
         let out = run(&[
             "--recipes",
             dir.to_str().unwrap(),

@@ -20,6 +20,15 @@ fn chat(text: &str) -> Value {
     })
 }
 
+/// A sim that answers at once (1 ms to first token, 1000 tok/s), ready to use.
+fn fast_sim(extra: &[&str]) -> Sim {
+    let mut args = vec!["--ttft", "1ms", "--token-rate", "1000"];
+    args.extend_from_slice(extra);
+    let sim = Sim::start(&args);
+    sim.wait_ready(Duration::from_secs(5));
+    sim
+}
+
 fn data_events(events: &[Event]) -> Vec<(Duration, Value)> {
     events
         .iter()
@@ -143,17 +152,7 @@ async fn non_streaming_answer_waits_for_the_whole_generation() {
 
 #[tokio::test]
 async fn reasoning_arrives_as_a_field_or_leaks_as_think_text() {
-    let sim = Sim::start(&[
-        "--ttft",
-        "5ms",
-        "--token-rate",
-        "1000",
-        "--reasoning-tokens",
-        "4",
-        "--tokens",
-        "3",
-    ]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&["--reasoning-tokens", "4", "--tokens", "3"]);
     let (_, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
     let evs = data_events(&events);
     let reasoning: String = evs
@@ -175,18 +174,13 @@ async fn reasoning_arrives_as_a_field_or_leaks_as_think_text() {
         "reasoning tokens count as completion tokens"
     );
 
-    let leaky = Sim::start(&[
-        "--ttft",
-        "5ms",
-        "--token-rate",
-        "1000",
+    let leaky = fast_sim(&[
         "--reasoning-tokens",
         "4",
         "--reasoning-as",
         "leak",
         "--markdown",
     ]);
-    leaky.wait_ready(Duration::from_secs(5));
     let (_, events) = stream_chat(&client(), &leaky.url, &chat("hi")).await;
     let content: String = data_events(&events)
         .iter()
@@ -207,8 +201,7 @@ async fn tool_calls_as_deltas_or_left_in_content() {
     ]);
     let mut body = chat("Search my memory for what my sister said");
     body["tools"] = tools;
-    let sim = Sim::start(&["--ttft", "5ms", "--token-rate", "1000"]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&[]);
     let (_, events) = stream_chat(&client(), &sim.url, &body).await;
     let evs = data_events(&events);
     let calls: Vec<&Value> = evs
@@ -228,15 +221,7 @@ async fn tool_calls_as_deltas_or_left_in_content() {
     });
     assert_eq!(finish, Some("tool_calls"));
 
-    let parserless = Sim::start(&[
-        "--ttft",
-        "5ms",
-        "--token-rate",
-        "1000",
-        "--tool-calls",
-        "content",
-    ]);
-    parserless.wait_ready(Duration::from_secs(5));
+    let parserless = fast_sim(&["--tool-calls", "content"]);
     let (_, events) = stream_chat(&client(), &parserless.url, &body).await;
     let evs = data_events(&events);
     assert!(evs
@@ -278,8 +263,7 @@ async fn never_ready_stays_503() {
 
 #[tokio::test]
 async fn every_nth_request_fails_with_500() {
-    let sim = Sim::start(&["--ttft", "1ms", "--token-rate", "1000", "--fail-every", "2"]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&["--fail-every", "2"]);
     let c = client();
     let codes: Vec<u16> = {
         let mut v = Vec::new();
@@ -293,15 +277,7 @@ async fn every_nth_request_fails_with_500() {
 
 #[tokio::test]
 async fn stall_mid_stream_holds_the_connection_without_tokens() {
-    let sim = Sim::start(&[
-        "--ttft",
-        "1ms",
-        "--token-rate",
-        "1000",
-        "--stall-after",
-        "3",
-    ]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&["--stall-after", "3"]);
     let collected = tokio::time::timeout(
         Duration::from_millis(500),
         stream_chat(&client(), &sim.url, &chat("hi")),
@@ -312,15 +288,7 @@ async fn stall_mid_stream_holds_the_connection_without_tokens() {
 
 #[tokio::test]
 async fn error_mid_stream_sends_an_error_event_and_no_done() {
-    let sim = Sim::start(&[
-        "--ttft",
-        "1ms",
-        "--token-rate",
-        "1000",
-        "--error-after",
-        "2",
-    ]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&["--error-after", "2"]);
     let (status, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
     assert_eq!(status, 200);
     let evs = data_events(&events);
@@ -336,8 +304,7 @@ async fn error_mid_stream_sends_an_error_event_and_no_done() {
 
 #[tokio::test]
 async fn no_usage_when_told_not_to_and_bad_json_is_a_400() {
-    let sim = Sim::start(&["--ttft", "1ms", "--token-rate", "1000", "--no-usage"]);
-    sim.wait_ready(Duration::from_secs(5));
+    let sim = fast_sim(&["--no-usage"]);
     let (_, events) = stream_chat(&client(), &sim.url, &chat("hi")).await;
     assert!(data_events(&events)
         .iter()
