@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Gpus, Ipc, Recipe, Runtime};
 use crate::engine::{Engine, Flag};
-use crate::units::{format_duration, ByteSize};
+use crate::units::{ByteSize, HumanDuration};
 
 /// Everything a runtime needs to start a recipe, decided before anything runs.
 #[derive(Debug, Clone, Serialize)]
@@ -18,9 +18,7 @@ pub struct Resolved {
     pub port: u16,
     pub host: String,
     pub health_path: String,
-    pub health_timeout: String,
-    #[serde(skip)]
-    pub health_timeout_dur: std::time::Duration,
+    pub health_timeout: HumanDuration,
     pub memory_gb: Option<f64>,
     pub launch: Launch,
 }
@@ -189,8 +187,7 @@ impl Recipe {
                 .path
                 .clone()
                 .unwrap_or_else(|| profile.health_path.to_string()),
-            health_timeout: format_duration(timeout),
-            health_timeout_dur: timeout,
+            health_timeout: HumanDuration(timeout),
             memory_gb: server.memory_gb,
             launch,
         }
