@@ -5,7 +5,7 @@ mod support;
 use std::fs;
 
 use serde_json::Value;
-use support::{repo, run, text};
+use support::{repo, run, strings, text};
 
 #[test]
 fn every_shipped_recipe_validates() {
@@ -180,12 +180,7 @@ fn show_json_has_the_exact_argv() {
     let out = run(&["--json", "recipes", "show", "qat-v2b"]);
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let cmd: Vec<&str> = v["launch"]["launch"]["cmd"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let cmd: Vec<&str> = strings(&v["launch"]["launch"]["cmd"]);
     for flag in SEED_VLLM_FLAGS {
         assert!(
             cmd.windows(flag.len()).any(|w| w == *flag),
@@ -206,12 +201,7 @@ fn production_llama_server_keeps_its_seed_command_line() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let launch = &v["launch"]["launch"];
     assert_eq!(launch["runtime"], "process");
-    let args: Vec<&str> = launch["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let args: Vec<&str> = strings(&launch["args"]);
     for pair in [
         ["--port", "8003"],
         ["--reasoning-budget", "0"],
@@ -258,12 +248,7 @@ fn schema_is_json_schema_for_the_recipe_format() {
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["$schema"].as_str().unwrap().contains("json-schema.org"));
-    let required: Vec<&str> = v["required"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let required: Vec<&str> = strings(&v["required"]);
     for key in ["name", "engine", "server"] {
         assert!(required.contains(&key), "{key} required");
     }

@@ -20,6 +20,10 @@ fn chat(text: &str) -> Value {
     })
 }
 
+async fn get(client: &reqwest::Client, base: &str, path: &str) -> reqwest::Response {
+    client.get(format!("{base}{path}")).send().await.unwrap()
+}
+
 /// A sim that answers at once (1 ms to first token, 1000 tok/s), ready to use.
 fn fast_sim(extra: &[&str]) -> Sim {
     let mut args = vec!["--ttft", "1ms", "--token-rate", "1000"];
@@ -94,30 +98,15 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
 async fn health_is_503_while_loading_then_200_and_models_lists_the_name() {
     let sim = Sim::start(&["--load-time", "400ms", "--model-name", "demo-q4km"]);
     let client = client();
-    let health = client
-        .get(format!("{}/health", sim.url))
-        .send()
-        .await
-        .unwrap();
+    let health = get(&client, &sim.url, "/health").await;
     assert_eq!(health.status().as_u16(), 503);
-    let models = client
-        .get(format!("{}/v1/models", sim.url))
-        .send()
-        .await
-        .unwrap();
+    let models = get(&client, &sim.url, "/v1/models").await;
     assert_eq!(models.status().as_u16(), 503, "not serving while loading");
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let health = client
-        .get(format!("{}/health", sim.url))
-        .send()
-        .await
-        .unwrap();
+    let health = get(&client, &sim.url, "/health").await;
     assert_eq!(health.status().as_u16(), 200);
-    let models: Value = client
-        .get(format!("{}/v1/models", sim.url))
-        .send()
+    let models: Value = get(&client, &sim.url, "/v1/models")
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -252,12 +241,7 @@ fn crash_during_load_exits_with_the_fatal_line() {
 async fn never_ready_stays_503() {
     let sim = Sim::start(&["--never-ready"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = client()
-        .get(format!("{}/health", sim.url))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = get(&client(), &sim.url, "/health").await.status();
     assert_eq!(status.as_u16(), 503);
 }
 

@@ -31,7 +31,6 @@ pub enum Flag {
 /// One engine's defaults. Recipes override any of them.
 #[derive(Debug, Clone, Copy)]
 pub struct Profile {
-    pub engine: Engine,
     pub health_path: &'static str,
     pub health_timeout_secs: u64,
     /// Port the server listens on inside its container.
@@ -86,26 +85,23 @@ impl Engine {
     }
 
     pub fn profile(self) -> Profile {
-        let gpu_container =
-            |engine, port, model_flag, served, command: &'static [&'static str]| Profile {
-                engine,
-                health_path: "/health",
-                health_timeout_secs: 600,
-                container_port: port,
-                port_flag: Flag::Named("--port"),
-                host_flag: Flag::Named("--host"),
-                model_flag,
-                served_name_flag: served,
-                docker_command: command,
-                runtimes: DOCKER_ONLY,
-                runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
+        let gpu_container = |port, model_flag, served, command: &'static [&'static str]| Profile {
+            health_path: "/health",
+            health_timeout_secs: 600,
+            container_port: port,
+            port_flag: Flag::Named("--port"),
+            host_flag: Flag::Named("--host"),
+            model_flag,
+            served_name_flag: served,
+            docker_command: command,
+            runtimes: DOCKER_ONLY,
+            runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
                            (CPU-only torch, ABI mismatches) and only its containers served",
-                fatal_lines: GPU_FATAL,
-            };
+            fatal_lines: GPU_FATAL,
+        };
         match self {
             // The vllm-openai image's entrypoint is the API server: only arguments follow.
             Engine::Vllm => gpu_container(
-                self,
                 8000,
                 Flag::Named("--model"),
                 Flag::Named("--served-model-name"),
@@ -116,18 +112,14 @@ impl Engine {
             Engine::Sglang => Profile {
                 runtimes: EITHER_DOCKER_FIRST,
                 ..gpu_container(
-                    self,
                     30000,
                     Flag::Named("--model-path"),
                     Flag::Named("--served-model-name"),
                     &["python3", "-m", "sglang.launch_server"],
                 )
             },
-            Engine::Trtllm => {
-                gpu_container(self, 8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"])
-            }
+            Engine::Trtllm => gpu_container(8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"]),
             Engine::LlamaServer => Profile {
-                engine: self,
                 health_path: "/health",
                 health_timeout_secs: 300,
                 container_port: 8080,
@@ -146,7 +138,6 @@ impl Engine {
                 ],
             },
             Engine::Openai => Profile {
-                engine: self,
                 health_path: "/v1/models",
                 health_timeout_secs: 600,
                 container_port: 8000,
@@ -160,7 +151,6 @@ impl Engine {
                 fatal_lines: GPU_FATAL,
             },
             Engine::Sim => Profile {
-                engine: self,
                 health_path: "/health",
                 health_timeout_secs: 60,
                 container_port: 8000,

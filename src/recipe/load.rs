@@ -36,10 +36,7 @@ impl RecipeSet {
                     .iter()
                     .map(|r| r.recipe.name.as_str())
                     .collect();
-                let hint = match nearest(name, names.iter().copied()) {
-                    Some(best) => format!("did you mean `{best}`?"),
-                    None => format!("known recipes: {}", names.join(", ")),
-                };
+                let hint = suggest(name, &names, "known recipes");
                 Error::Usage(format!(
                     "no recipe named `{name}` in {}; {hint}",
                     self.dir.display()
@@ -146,13 +143,22 @@ fn diag_at(path: &Path, src: &str, key: &str, message: String, help: Option<Stri
 }
 
 /// The closest candidate to `word`, if any is close enough to be a typo of it.
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (strsim::damerau_levenshtein(word, c), c))
         .filter(|(d, c)| *d <= (word.len().max(c.len()) / 3).max(2))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
+}
+
+/// "did you mean `x`? LABEL: a, b" — or just the list when nothing is close.
+fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
+    let list = format!("{label}: {}", candidates.join(", "));
+    match nearest(word, candidates.iter().copied()) {
+        Some(best) => format!("did you mean `{best}`? {list}"),
+        None => list,
+    }
 }
 
 /// Names between backticks in a serde message: "expected one of `a`, `b`".
@@ -186,20 +192,11 @@ fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagno
         let wrong = names.first().copied().unwrap_or_default();
         let valid = backticked(rest.split_once("expected").map_or("", |x| x.1));
         key = Some(join(&key, wrong));
-        help = Some(match nearest(wrong, valid.iter().copied()) {
-            Some(best) => format!(
-                "did you mean `{best}`? valid keys here: {}",
-                valid.join(", ")
-            ),
-            None => format!("valid keys here: {}", valid.join(", ")),
-        });
+        help = Some(suggest(wrong, &valid, "valid keys here"));
     } else if message.starts_with("unknown variant ") {
         let wrong = names.first().copied().unwrap_or_default();
         let valid: Vec<&str> = names.iter().skip(1).copied().collect();
-        help = Some(match nearest(wrong, valid.iter().copied()) {
-            Some(best) => format!("did you mean `{best}`? choose one of: {}", valid.join(", ")),
-            None => format!("choose one of: {}", valid.join(", ")),
-        });
+        help = Some(suggest(wrong, &valid, "choose one of"));
     } else if message.starts_with("missing field ") {
         let field = names.first().copied().unwrap_or_default();
         key = Some(join(&key, field));
@@ -498,10 +495,7 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
     }
     for name in s.ulimits.keys() {
         if !ULIMITS.contains(&name.as_str()) {
-            let help = match nearest(name, ULIMITS.iter().copied()) {
-                Some(best) => format!("did you mean `{best}`?"),
-                None => format!("known ulimits: {}", ULIMITS.join(", ")),
-            };
+            let help = suggest(name, ULIMITS, "known ulimits");
             bad(
                 &format!("server.ulimits.{name}"),
                 format!("unknown ulimit `{name}`"),
@@ -541,10 +535,7 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
         for (gate, rule) in &bench.gates {
             let key = format!("bench.gates.{gate}");
             if !GATES.contains(&gate.as_str()) {
-                let help = match nearest(gate, GATES.iter().copied()) {
-                    Some(best) => format!("did you mean `{best}`? gates: {}", GATES.join(", ")),
-                    None => format!("gates: {}", GATES.join(", ")),
-                };
+                let help = suggest(gate, GATES, "gates");
                 bad(&key, format!("unknown gate `{gate}`"), &help);
             } else if !gate_rule_ok(rule) {
                 bad(

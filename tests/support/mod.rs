@@ -143,6 +143,15 @@ pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) ->
     (status, events)
 }
 
+/// The strings of a JSON array (argv lists, names, required keys).
+pub fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap_or_else(|| panic!("not a string: {x}")))
+        .collect()
+}
+
 pub fn content_of(v: &Value) -> Option<&str> {
     v.pointer("/choices/0/delta/content")
         .and_then(Value::as_str)
