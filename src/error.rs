@@ -1,7 +1,8 @@
 //! One error type for the library, and the exit code each kind maps to.
 //!
 //! Exit codes are part of the interface (scripts and cron jobs read them):
-//! 0 success, 1 an operation failed, 2 bad input or a command that is not built yet.
+//! 0 success, 1 an operation failed, 2 bad input or a command that is not built yet,
+//! 130 interrupted by Ctrl-C.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -74,6 +75,9 @@ pub enum Error {
     /// An operation that was attempted and failed (server, engine, network).
     #[error("{0}")]
     Failed(String),
+    /// Ctrl-C: what was running has been stopped or left as the message says.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 fn render_diagnostics(diags: &[Diagnostic]) -> String {
@@ -89,6 +93,8 @@ impl Error {
         match self {
             Error::Invalid(_) | Error::Usage(_) | Error::NotBuilt { .. } => 2,
             Error::Io { .. } | Error::Failed(_) => 1,
+            // What shells report for a SIGINT'd command.
+            Error::Interrupted(_) => 130,
         }
     }
 

@@ -4,10 +4,15 @@
 //! modules decide and act, one noun each.
 
 pub mod cli;
+pub mod deploy;
+pub mod doctor;
 pub mod engine;
 pub mod error;
+pub mod host;
 pub mod recipe;
+pub mod runtime;
 pub mod sim;
+pub mod state;
 pub mod units;
 
 pub use error::{Error, Result};

@@ -70,6 +70,45 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// `2026-11-23T01:50:07Z` for a Unix time in seconds (UTC; no time-zone database needed).
+pub fn utc_stamp(secs: u64) -> String {
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `3h12m`, `4m05s`, `12s`: how long something has run, for tables.
+pub fn format_uptime(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&format_duration(self.0))
@@ -176,6 +215,13 @@ impl JsonSchema for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_stamps_match_the_calendar() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_stamp(1_795_398_607), "2026-11-23T01:50:07Z");
+    }
 
     #[test]
     fn durations_parse_and_print_back() {

@@ -225,7 +225,7 @@ async fn tool_calls_as_deltas_or_left_in_content() {
 
 #[test]
 fn crash_during_load_exits_with_the_fatal_line() {
-    let mut sim = Sim::start(&["--load-time", "200ms", "--crash-during-load"]);
+    let mut sim = Sim::start(&["--load-time", "200ms", "--load-fault", "crash"]);
     let status = sim.child.wait().unwrap();
     assert_eq!(status.code(), Some(1));
     let mut err = String::new();

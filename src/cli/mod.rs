@@ -1,10 +1,12 @@
 //! The command line: clap definitions and dispatch. Rendering lives in `output` and
 //! `recipes`; decisions live in the library modules.
 
+mod deploy;
 mod output;
 mod recipes;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -30,6 +32,9 @@ pub struct Cli {
         value_name = "DIR"
     )]
     pub recipes: PathBuf,
+    /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
+    #[arg(long, global = true, env = "SPARKCTL_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Machine-readable JSON output (read commands).
     #[arg(long, global = true)]
     pub json: bool,
@@ -57,6 +62,16 @@ pub enum Command {
         /// Run an image that has no digest in images.lock (recorded in the run).
         #[arg(long)]
         allow_unpinned: bool,
+    },
+    /// Start one recipe's server and wait until it serves (no benchmark, no promotion).
+    Start {
+        name: String,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Give up waiting for readiness after this long [default: the recipe's health.timeout].
+        #[arg(long, value_name = "DURATION")]
+        timeout: Option<crate::units::HumanDuration>,
     },
     /// Make the previous production serve again.
     Rollback {
@@ -201,8 +216,61 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
+/// sparkctl's own path: sim recipes run it as their server.
+fn self_exe() -> String {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "sparkctl".into())
+}
+
+async fn context(state_dir: Option<PathBuf>) -> Result<deploy::Context> {
+    let root = state_dir.unwrap_or_else(crate::state::default_root);
+    let state = crate::state::StateDir::open(&root)?;
+    let runtimes = crate::runtime::Runtimes::open(&state).await;
+    Ok(deploy::Context {
+        settings: crate::deploy::Settings::from_env()?,
+        state,
+        runtimes,
+    })
+}
+
+async fn doctor(
+    cli_recipes: &std::path::Path,
+    state_dir: Option<PathBuf>,
+    out: &Output,
+) -> Result<()> {
+    let ctx = context(state_dir).await?;
+    let recipes = crate::recipe::load_dir(cli_recipes)?;
+    let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
+    let failed = checks
+        .iter()
+        .filter(|c| c.verdict == crate::doctor::Verdict::Fail)
+        .count();
+    if out.json {
+        out.print_json(&checks);
+    } else {
+        let mut t = out.table();
+        for c in &checks {
+            let mark = match c.verdict {
+                crate::doctor::Verdict::Ok => "ok",
+                crate::doctor::Verdict::Warn => "warn",
+                crate::doctor::Verdict::Fail => "FAIL",
+            };
+            t.add_row(vec![mark, &c.name, &c.detail]);
+        }
+        println!("{t}");
+    }
+    if failed > 0 {
+        return Err(Error::Failed(format!(
+            "{failed} check(s) failed; see the FAIL lines above"
+        )));
+    }
+    Ok(())
+}
+
 fn dispatch(cli: Cli) -> Result<()> {
     let out = Output::new(cli.json);
+    let state_dir = cli.state_dir.clone();
     match cli.command {
         Command::Recipes { command } => recipes::run(&cli.recipes, command, &out),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
@@ -218,11 +286,26 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Up { .. } => not_built("up", 7),
         Command::Rollback { .. } => not_built("rollback", 7),
         Command::History { .. } => not_built("history", 7),
-        Command::Status => not_built("status", 4),
-        Command::Ps => not_built("ps", 4),
-        Command::Logs { .. } => not_built("logs", 4),
-        Command::Down { .. } => not_built("down", 4),
-        Command::Doctor => not_built("doctor", 4),
+        Command::Start {
+            name,
+            dry_run,
+            timeout,
+        } => runtime()?.block_on(async {
+            let recipes = crate::recipe::load_dir(&cli.recipes)?;
+            let ctx = context(state_dir).await?;
+            let timeout: Option<Duration> = timeout.map(|t| t.0);
+            deploy::start(&ctx, &recipes, &name, dry_run, timeout, &out).await
+        }),
+        Command::Status | Command::Ps => {
+            runtime()?.block_on(async { deploy::status(&context(state_dir).await?, &out).await })
+        }
+        Command::Logs { name, follow, tail } => runtime()?.block_on(async {
+            deploy::logs(&context(state_dir).await?, &name, follow, tail).await
+        }),
+        Command::Down { name, dry_run } => runtime()?.block_on(async {
+            deploy::down(&context(state_dir).await?, &name, dry_run, &out).await
+        }),
+        Command::Doctor => runtime()?.block_on(doctor(&cli.recipes, state_dir, &out)),
         Command::Bench { .. } => not_built("bench", 6),
         Command::Patch { .. } => not_built("patch", 3),
         Command::Images { command } => match command {

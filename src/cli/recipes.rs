@@ -20,12 +20,6 @@ pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
     }
 }
 
-fn self_exe() -> String {
-    std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "sparkctl".into())
-}
-
 fn list(dir: &Path, out: &Output) -> Result<()> {
     let set = recipe::load_dir(dir)?;
     if out.json {
@@ -77,7 +71,7 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     let set = recipe::load_dir(dir)?;
     let loaded = set.get(name)?;
     let full = loaded.recipe.with_defaults();
-    let resolved = loaded.recipe.resolve(&self_exe());
+    let resolved = loaded.recipe.resolve(&super::self_exe());
     let steps: Vec<String> = full
         .model
         .iter()

@@ -46,17 +46,72 @@ pub struct Profile {
     /// Why the engine is limited to those runtimes (shown when a recipe asks for another).
     pub runtime_note: &'static str,
     /// Log lines that mean the server will not come up; found early instead of at timeout.
-    pub fatal_lines: &'static [&'static str],
+    pub fatal_lines: &'static [Fatal],
+}
+
+/// A log signature that means the server will not come up, and what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fatal {
+    pub sign: &'static str,
+    pub hint: &'static str,
+}
+
+const fn fatal(sign: &'static str, hint: &'static str) -> Fatal {
+    Fatal { sign, hint }
 }
 
 /// Lines any GPU engine prints when it cannot start (from the seeds' logbook).
-const GPU_FATAL: &[&str] = &[
-    "no kernel image is available for execution on the device",
-    "CUDA out of memory",
-    "does not recognize this architecture",
-    "Engine core initialization failed",
-    "Tokenizer class TokenizersBackend does not exist",
-    "query, key and positions must have the same batch_size and seq_len",
+const GPU_FATAL: &[Fatal] = &[
+    fatal(
+        "no kernel image is available for execution on the device",
+        "the image's CUDA kernels were not built for SM 12.1 (GB10); use a cu130 image built for sm_121",
+    ),
+    fatal(
+        "CUDA out of memory",
+        "another server still holds unified memory, or --gpu-memory-utilization is too high; \
+         `sparkctl status` shows what runs",
+    ),
+    fatal(
+        "does not recognize this architecture",
+        "the image's transformers is older than the model's config; add a wrap-vl-config patch step \
+         or use a newer image",
+    ),
+    fatal(
+        "Engine core initialization failed",
+        "the engine's worker died; the lines above it in `sparkctl logs NAME` say why",
+    ),
+    fatal(
+        "Tokenizer class TokenizersBackend does not exist",
+        "tokenizer_config.json was exported by transformers 5.x; rename the class to \
+         Qwen2Tokenizer with a json-edit patch step",
+    ),
+    fatal(
+        "query, key and positions must have the same batch_size and seq_len",
+        "a known vLLM bug with this model's rotary layout; pin an image digest that served it",
+    ),
+    fatal(
+        "address already in use",
+        "another program holds the port; `sparkctl doctor` shows who",
+    ),
+];
+
+const LLAMA_FATAL: &[Fatal] = &[
+    fatal(
+        "error loading model",
+        "check model.path and that this llama.cpp build knows the model",
+    ),
+    fatal(
+        "failed to load model",
+        "check model.path and that this llama.cpp build knows the model",
+    ),
+    fatal(
+        "couldn't bind HTTP server socket",
+        "another program holds the port; `sparkctl doctor` shows who",
+    ),
+    fatal(
+        "CUDA error",
+        "the build's CUDA arch must include 121 (SM 12.1) for GB10",
+    ),
 ];
 
 const DOCKER_ONLY: &[Runtime] = &[Runtime::Docker];
@@ -130,12 +185,7 @@ impl Engine {
                 docker_command: &[],
                 runtimes: EITHER_PROCESS_FIRST,
                 runtime_note: "",
-                fatal_lines: &[
-                    "error loading model",
-                    "failed to load model",
-                    "couldn't bind HTTP server socket",
-                    "CUDA error",
-                ],
+                fatal_lines: LLAMA_FATAL,
             },
             Engine::Openai => Profile {
                 health_path: "/v1/models",
@@ -166,11 +216,18 @@ impl Engine {
         }
     }
 
+    /// The known fatal signature in one log line, if any.
+    pub fn fatal(self, line: &str) -> Option<Fatal> {
+        self.profile()
+            .fatal_lines
+            .iter()
+            .find(|f| line.contains(f.sign))
+            .copied()
+    }
+
     /// The first fatal line found in `log`, if any.
     pub fn fatal_line(self, log: &str) -> Option<&str> {
-        let profile = self.profile();
-        log.lines()
-            .find(|line| profile.fatal_lines.iter().any(|sig| line.contains(sig)))
+        log.lines().find(|line| self.fatal(line).is_some())
     }
 }
 

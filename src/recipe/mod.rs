@@ -17,7 +17,7 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet};
-pub use resolve::{shell_quote, Launch, Mount, Resolved};
+pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {

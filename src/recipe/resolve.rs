@@ -42,7 +42,7 @@ pub enum Launch {
         env_from_host: Vec<String>,
         gpus: Option<String>,
         ipc: Option<String>,
-        shm_size: Option<String>,
+        shm_size: Option<ByteSize>,
         ulimits: BTreeMap<String, i64>,
         user: Option<String>,
     },
@@ -144,7 +144,7 @@ impl Recipe {
                         }
                         .to_string()
                     }),
-                    shm_size: server.shm_size.map(|s: ByteSize| s.to_string()),
+                    shm_size: server.shm_size,
                     ulimits: server.ulimits.clone(),
                     user: server.user.clone(),
                 }
@@ -229,7 +229,7 @@ impl Launch {
             } => {
                 let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
                 if let Some(g) = gpus {
-                    v.extend(["--runtime=nvidia".into(), "--gpus".into(), g.clone()]);
+                    v.extend(["--gpus".into(), g.clone()]);
                 }
                 if let Some(i) = ipc {
                     v.push(format!("--ipc={i}"));

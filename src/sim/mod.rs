@@ -36,6 +36,17 @@ pub enum ToolCallsAs {
     Off,
 }
 
+/// What goes wrong while the model loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadFault {
+    /// Print --fatal-line to stderr and exit with status 1.
+    Crash,
+    /// Die by SIGKILL (exit 137 in a container), as the kernel's OOM killer does.
+    Killed,
+    /// Print --fatal-line and keep running, never ready (vLLM's engine core does this).
+    FatalHang,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct SimConfig {
     /// Address to listen on.
@@ -74,9 +85,9 @@ pub struct SimConfig {
     /// Never send a usage block, even when asked.
     #[arg(long, env = "SIM_NO_USAGE")]
     pub no_usage: bool,
-    /// Fault: exit with status 1 halfway through loading, after printing --fatal-line.
-    #[arg(long, env = "SIM_CRASH_DURING_LOAD")]
-    pub crash_during_load: bool,
+    /// Fault halfway through loading (see --fatal-line for the line printed).
+    #[arg(long, env = "SIM_LOAD_FAULT", value_enum)]
+    pub load_fault: Option<LoadFault>,
     /// Fault: stay loading forever (/health is 503 for good).
     #[arg(long, env = "SIM_NEVER_READY")]
     pub never_ready: bool,

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use super::script::{plan, Piece, Plan, Request};
-use super::SimConfig;
+use super::{LoadFault, SimConfig};
 use crate::error::{Error, Result};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -33,7 +33,9 @@ struct State {
 
 impl State {
     fn ready(&self) -> bool {
-        !self.cfg.never_ready && self.started.elapsed() >= self.cfg.load_time
+        !self.cfg.never_ready
+            && self.cfg.load_fault.is_none()
+            && self.started.elapsed() >= self.cfg.load_time
     }
 }
 
@@ -57,13 +59,21 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         .local_addr()
         .map_err(|e| Error::io("sim: no local address", e))?;
     log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    let started = Instant::now();
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // The instant /health turns 200, on the host's clock: benchmarks compare it with
+    // the moment sparkctl reports the server ready.
     log(format_args!(
-        "sparkctl-sim: loading model {} (load time {:?})",
-        cfg.model_name, cfg.load_time
+        "sparkctl-sim: loading model {} (load time {:?}, ready_at_unix_us={})",
+        cfg.model_name,
+        cfg.load_time,
+        (started_unix + cfg.load_time).as_micros()
     ));
     let state = Arc::new(State {
         cfg,
-        started: Instant::now(),
+        started,
         requests: AtomicU64::new(0),
     });
     spawn_loader(&state);
@@ -95,12 +105,21 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
 
 fn spawn_loader(state: &Arc<State>) {
     let cfg = &state.cfg;
-    if cfg.crash_during_load {
+    if let Some(fault) = cfg.load_fault {
         let (line, at) = (cfg.fatal_line.clone(), cfg.load_time / 2);
         tokio::spawn(async move {
             tokio::time::sleep(at).await;
-            eprintln!("{line}");
-            std::process::exit(1);
+            match fault {
+                LoadFault::Crash => {
+                    eprintln!("{line}");
+                    std::process::exit(1);
+                }
+                // SIGKILL cannot be caught: the process ends as an OOM-killed one does.
+                LoadFault::Killed => unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                },
+                LoadFault::FatalHang => eprintln!("{line}"),
+            }
         });
     } else if !cfg.never_ready {
         let at = cfg.load_time;

@@ -1,0 +1,236 @@
+//! `start`, `status`/`ps`, `logs`, `down`: rendering over `deploy` and `runtime`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::Output;
+use crate::deploy::{self, Settings, StartPlan};
+use crate::error::{Error, Result};
+use crate::recipe::{resolve_shell_line, RecipeSet};
+use crate::runtime::{Deployment, RunState, Runtimes};
+use crate::state::StateDir;
+use crate::units::format_uptime;
+
+/// What the deployment commands share: the state dir, both runtimes, machine settings.
+pub struct Context {
+    pub state: StateDir,
+    pub runtimes: Runtimes,
+    pub settings: Settings,
+}
+
+fn render_plan(out: &Output, plan: &StartPlan) {
+    let mem = &plan.memory;
+    let verdict = match (mem.fits, mem.must_stop.is_empty()) {
+        (true, true) => "fits, nothing to stop".to_string(),
+        (true, false) => format!("must stop first: {}", mem.must_stop.join(", ")),
+        (false, _) => "does not fit even alone".to_string(),
+    };
+    println!(
+        "{} {} ({})",
+        out.bold("plan for"),
+        plan.name,
+        plan.runtime.as_str()
+    );
+    let mut t = out.table();
+    t.add_row(vec!["recipe hash", &plan.recipe_hash]);
+    t.add_row(vec!["runs", &plan.artifact]);
+    t.add_row(vec!["url", &plan.url]);
+    t.add_row(vec!["port", "free"]);
+    t.add_row(vec!["memory", &format!("{} → {verdict}", mem.describe())]);
+    t.add_row(vec![
+        "ready within",
+        &crate::units::format_duration(plan.health_timeout),
+    ]);
+    t.add_row(vec!["command", &resolve_shell_line(&plan.command)]);
+    println!("{t}");
+}
+
+pub async fn start(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    name: &str,
+    dry_run: bool,
+    timeout: Option<Duration>,
+    out: &Output,
+) -> Result<()> {
+    let loaded = recipes.get(name)?;
+    let plan = deploy::plan_start(&ctx.runtimes, loaded, &ctx.settings, &super::self_exe()).await?;
+    if dry_run {
+        if out.json {
+            out.print_json(&plan);
+        } else {
+            render_plan(out, &plan);
+            println!("nothing was started (--dry-run)");
+        }
+        return Ok(());
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar.set_message(format!("{name}: starting"));
+    let report = deploy::start(&ctx.runtimes, &plan, timeout, |w| {
+        let mut msg = format!("{name}: {} · {:.1} s", w.health, w.elapsed.as_secs_f64());
+        if let Some(line) = w.last_line {
+            msg.push_str(" · ");
+            msg.push_str(&line.chars().take(100).collect::<String>());
+        }
+        bar.set_message(msg);
+    })
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
+    if out.json {
+        out.print_json(&report);
+    } else {
+        let d = &report.deployment;
+        println!(
+            "{} is ready at {} ({} {}, model {}, {:.2} s)",
+            out.bold(&d.name),
+            d.url(),
+            d.runtime.as_str(),
+            deploy::short(&d.id),
+            report.model,
+            report.ready_after_ms / 1e3
+        );
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct StatusRow<'a> {
+    #[serde(flatten)]
+    deployment: &'a Deployment,
+    health: String,
+    production: bool,
+    uptime_s: Option<u64>,
+}
+
+async fn health_of(client: &reqwest::Client, d: &Deployment) -> String {
+    if !d.running() {
+        return match &d.state {
+            RunState::Exited { exit: Some(e) } => e.to_string(),
+            _ => "exited".into(),
+        };
+    }
+    match client
+        .get(format!("{}{}", d.url(), d.health_path))
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => "ready".into(),
+        Ok(r) => format!("loading ({})", r.status().as_u16()),
+        Err(_) => "not answering".into(),
+    }
+}
+
+/// One row per recipe: its running deployment, else its newest.
+fn newest_per_recipe(all: Vec<Deployment>) -> Vec<Deployment> {
+    let mut rows: Vec<Deployment> = Vec::new();
+    for d in all {
+        match rows.iter_mut().find(|r| r.name == d.name) {
+            Some(r) if !r.running() && d.running() => *r = d,
+            Some(_) => {}
+            None => rows.push(d),
+        }
+    }
+    rows.sort_by(|a, b| b.running().cmp(&a.running()).then(a.name.cmp(&b.name)));
+    rows
+}
+
+pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
+    let (all, warnings) = ctx.runtimes.list().await?;
+    let rows = newest_per_recipe(all);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))?;
+    let now = crate::units::unix_now().as_secs();
+    let mut status = Vec::new();
+    for d in &rows {
+        status.push(StatusRow {
+            deployment: d,
+            health: health_of(&client, d).await,
+            production: d.running() && d.port == ctx.settings.production_port,
+            uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
+        });
+    }
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    if out.json {
+        out.print_json(&status);
+        return Ok(());
+    }
+    if status.is_empty() {
+        println!(
+            "sparkctl runs nothing (state dir {})",
+            ctx.state.root().display()
+        );
+        return Ok(());
+    }
+    let mut t = out.table();
+    t.set_header(vec![
+        "NAME", "RUNTIME", "ID", "RUNS", "URL", "UPTIME", "HEALTH", "ROLE",
+    ]);
+    for row in &status {
+        let d = row.deployment;
+        let runs = match &d.image_ref {
+            Some(image) => format!("{image} ({})", deploy::short(&d.artifact)),
+            None => d.artifact.clone(),
+        };
+        t.add_row(vec![
+            d.name.clone(),
+            d.runtime.as_str().to_string(),
+            deploy::short(&d.id).to_string(),
+            runs,
+            d.url(),
+            row.uptime_s
+                .map(|s| format_uptime(Duration::from_secs(s)))
+                .unwrap_or_else(|| "-".into()),
+            row.health.clone(),
+            if row.production {
+                "production".into()
+            } else if d.running() {
+                "candidate".into()
+            } else {
+                "-".into()
+            },
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
+    let mut stdout = std::io::stdout();
+    match ctx.runtimes.find(name).await? {
+        Some(d) => ctx.runtimes.logs(&d, tail, follow, &mut stdout).await,
+        None => Err(Error::Usage(format!(
+            "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
+            ctx.state.root().display()
+        ))),
+    }
+}
+
+pub async fn down(ctx: &Context, name: &str, dry_run: bool, out: &Output) -> Result<()> {
+    let stopped = deploy::down(&ctx.runtimes, name, dry_run).await?;
+    if out.json {
+        out.print_json(&serde_json::json!({
+            "name": name,
+            "stopped": stopped.as_ref().map(|d| &d.id),
+            "dry_run": dry_run,
+        }));
+        return Ok(());
+    }
+    match stopped {
+        None => println!("{name} is not running; nothing to stop"),
+        Some(d) => println!(
+            "{} {name} ({} {}); its logs are kept: `sparkctl logs {name}`",
+            if dry_run { "would stop" } else { "stopped" },
+            d.runtime.as_str(),
+            deploy::short(&d.id)
+        ),
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! Deployments: starting a recipe (checks first, then start, then ready), stopping one,
+//! and who holds a port. The gated `up`/`rollback` flow builds on these.
+
+pub mod plan;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::recipe::{LoadedRecipe, Resolved, Runtime};
+use crate::runtime::ready::{self, Ready, Waiting};
+use crate::runtime::{Deployment, Runtimes, StartSpec};
+pub use plan::{MemoryPlan, PortOwner, Settings};
+
+/// How long a stopped server gets between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything decided before a start, shown by `--dry-run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartPlan {
+    pub name: String,
+    pub runtime: Runtime,
+    pub recipe_hash: String,
+    /// Image id the container will run, or the binary.
+    pub artifact: String,
+    pub url: String,
+    pub command: Vec<String>,
+    pub memory: MemoryPlan,
+    pub health_timeout: Duration,
+    #[serde(skip)]
+    resolved: Resolved,
+}
+
+/// Who listens on `port` now, if anyone.
+pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Option<PortOwner> {
+    if let Some(d) = known.iter().find(|d| d.running() && d.port == port) {
+        return Some(PortOwner::Deployment {
+            name: d.name.clone(),
+        });
+    }
+    let listener = crate::host::listener_on(port)?;
+    // A published container port is held by docker-proxy: name the container instead.
+    if let Ok(docker) = rt.docker() {
+        if let Ok(Some((container, _))) = docker.publisher_of(port).await {
+            return Some(PortOwner::Container { name: container });
+        }
+    }
+    Some(PortOwner::Process { listener })
+}
+
+/// Checks everything that can fail cheaply; changes nothing.
+pub async fn plan_start(
+    rt: &Runtimes,
+    loaded: &LoadedRecipe,
+    settings: &Settings,
+    self_exe: &str,
+) -> Result<StartPlan> {
+    let recipe = &loaded.recipe;
+    let resolved = recipe.resolve(self_exe);
+    let (deployments, _) = rt.list().await?;
+    if let Some(d) = deployments
+        .iter()
+        .find(|d| d.name == recipe.name && d.running())
+    {
+        return Err(Error::Usage(format!(
+            "{} is already running ({} {}, {}); `sparkctl down {}` first",
+            d.name,
+            d.runtime.as_str(),
+            short(&d.id),
+            d.url(),
+            d.name
+        )));
+    }
+    if let Some(model) = &recipe.model {
+        let path = crate::recipe::expand_home(&model.path);
+        if !Path::new(&path).exists() {
+            return Err(Error::Usage(format!(
+                "{}: model.path {path} does not exist ({}); download the model or fix the path",
+                recipe.name,
+                loaded.path.display()
+            )));
+        }
+    }
+    let artifact = rt.preflight(&resolved).await?;
+    if let Some(owner) = port_owner(rt, resolved.port, &deployments).await {
+        let fix = match &owner {
+            PortOwner::Deployment { name } => format!("`sparkctl down {name}`"),
+            _ => "stop it, or give the recipe another server.port".to_string(),
+        };
+        return Err(Error::Failed(format!(
+            "{}: port {} is taken by {owner}; {fix}",
+            recipe.name, resolved.port
+        )));
+    }
+    let memory = MemoryPlan::new(
+        settings.memory_budget_gb,
+        resolved.memory_gb,
+        &deployments,
+        settings.production_port,
+    );
+    Ok(StartPlan {
+        name: recipe.name.clone(),
+        runtime: resolved.runtime,
+        recipe_hash: recipe.hash(),
+        artifact,
+        url: format!(
+            "http://{}:{}",
+            if resolved.host == "0.0.0.0" {
+                "127.0.0.1"
+            } else {
+                &resolved.host
+            },
+            resolved.port
+        ),
+        command: resolved.launch.equivalent_command(),
+        memory,
+        health_timeout: resolved.health_timeout.0,
+        resolved,
+    })
+}
+
+/// A started, ready deployment.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartReport {
+    pub deployment: Deployment,
+    pub ready_after_ms: f64,
+    /// Unix time in microseconds when readiness was noticed.
+    pub ready_noticed_at_us: u128,
+    pub model: String,
+}
+
+/// Starts a planned recipe and waits until it serves. On failure the server is stopped
+/// (container and logs kept) and the error explains what happened.
+pub async fn start(
+    rt: &Runtimes,
+    plan: &StartPlan,
+    timeout: Option<Duration>,
+    progress: impl FnMut(&Waiting),
+) -> Result<StartReport> {
+    if !plan.memory.fits || !plan.memory.must_stop.is_empty() {
+        let stop: Vec<String> = plan
+            .memory
+            .must_stop
+            .iter()
+            .map(|n| format!("`sparkctl down {n}`"))
+            .collect();
+        let fix = if plan.memory.fits {
+            format!("stop {} first", stop.join(", "))
+        } else {
+            "it does not fit even alone; lower its memory_gb (gpu-memory-utilization) or raise \
+             SPARKCTL_MEMORY_GB if the machine has more"
+                .to_string()
+        };
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory: {}; {fix}",
+            plan.name,
+            plan.memory.describe()
+        )));
+    }
+    let spec = StartSpec {
+        resolved: plan.resolved.clone(),
+        recipe_hash: plan.recipe_hash.clone(),
+        run_id: crate::state::new_run_id(),
+    };
+    let mut started = rt.start(&spec, &plan.artifact).await?;
+    let engine = spec.resolved.engine;
+    let timeout = timeout.unwrap_or(plan.health_timeout);
+    let outcome = tokio::select! {
+        r = ready::wait_ready(&mut started, engine, timeout, progress) => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let deployment = started.deployment;
+    match outcome {
+        Some(Ok(Ready {
+            after,
+            noticed_at,
+            model,
+        })) => Ok(StartReport {
+            deployment,
+            ready_after_ms: after.as_secs_f64() * 1e3,
+            ready_noticed_at_us: noticed_at.as_micros(),
+            model,
+        }),
+        Some(Err(fault)) => {
+            // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
+            let _ = rt.stop(&deployment, STOP_GRACE).await;
+            Err(Error::Failed(format!(
+                "{}\n  help: full output: `sparkctl logs {}`",
+                fault.explain(&plan.name),
+                plan.name
+            )))
+        }
+        None => {
+            let stopped = rt.stop(&deployment, STOP_GRACE).await;
+            Err(Error::Interrupted(match stopped {
+                Ok(()) => format!(
+                    "interrupted: stopped {} before it was ready; its logs are kept (`sparkctl logs {}`)",
+                    plan.name, plan.name
+                ),
+                Err(e) => format!(
+                    "interrupted, and stopping {} failed ({e}); `sparkctl status` shows what runs",
+                    plan.name
+                ),
+            }))
+        }
+    }
+}
+
+/// Stops the running deployment of `name`; its logs are kept. None when nothing ran.
+pub async fn down(rt: &Runtimes, name: &str, dry_run: bool) -> Result<Option<Deployment>> {
+    let Some(d) = rt.find(name).await? else {
+        return Ok(None);
+    };
+    if !d.running() {
+        return Ok(None);
+    }
+    if !dry_run {
+        rt.stop(&d, STOP_GRACE).await?;
+    }
+    Ok(Some(d))
+}
+
+/// The 12-character id `docker ps` shows, or a pid as is.
+pub fn short(id: &str) -> &str {
+    crate::runtime::docker::short_id(id)
+}

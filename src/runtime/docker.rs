@@ -1,0 +1,498 @@
+//! The docker runtime, through the Engine API (bollard): never the docker CLI, never a
+//! shell. Containers carry labels that say they are sparkctl's, from which state dir,
+//! for which recipe and run; they are never auto-removed, so their logs outlive them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig, PortBinding,
+    ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::{Deployment, Event, Exit, LineBuffer, RunState, StartSpec, Started, Supervisor};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::recipe::{Launch, Resolved, Runtime};
+use crate::state::StateDir;
+
+/// Label keys on every container sparkctl creates.
+pub mod label {
+    /// `true`: sparkctl made it. Nothing without it is ever stopped or removed.
+    pub const MANAGED: &str = "io.sparkctl.managed";
+    /// The state dir that owns it (two state dirs never touch each other's containers).
+    pub const STATE: &str = "io.sparkctl.state";
+    pub const RECIPE: &str = "io.sparkctl.recipe";
+    pub const RECIPE_HASH: &str = "io.sparkctl.recipe-hash";
+    pub const RUN_ID: &str = "io.sparkctl.run-id";
+    pub const ENGINE: &str = "io.sparkctl.engine";
+    pub const IMAGE_REF: &str = "io.sparkctl.image";
+    pub const HOST: &str = "io.sparkctl.host";
+    pub const PORT: &str = "io.sparkctl.port";
+    pub const HEALTH: &str = "io.sparkctl.health";
+    pub const MEMORY_GB: &str = "io.sparkctl.memory-gb";
+}
+
+pub struct DockerRuntime {
+    docker: Docker,
+    state_id: String,
+}
+
+fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
+    Error::Failed(format!("{context}: {e}"))
+}
+
+/// Connects to the local engine (DOCKER_HOST or the default socket) and agrees on an API version.
+pub async fn connect() -> Result<Docker> {
+    let unreachable = |e: bollard::errors::Error| {
+        Error::Failed(format!(
+            "cannot reach the Docker Engine ({e}); is dockerd running and may this user use \
+             its socket? `sparkctl doctor` checks the machine"
+        ))
+    };
+    Docker::connect_with_local_defaults()
+        .map_err(unreachable)?
+        .negotiate_version()
+        .await
+        .map_err(unreachable)
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+impl DockerRuntime {
+    pub async fn connect(state: &StateDir) -> Result<Self> {
+        Ok(DockerRuntime {
+            docker: connect().await?,
+            state_id: state.id(),
+        })
+    }
+
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Whether the engine has the NVIDIA runtime that `--gpus` needs.
+    pub async fn has_nvidia_runtime(&self) -> Result<bool> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| engine_error("docker info", e))?;
+        Ok(info.runtimes.unwrap_or_default().contains_key("nvidia"))
+    }
+
+    fn filters(&self, recipe: Option<&str>) -> HashMap<&'static str, Vec<String>> {
+        let mut labels = vec![
+            format!("{}=true", label::MANAGED),
+            format!("{}={}", label::STATE, self.state_id),
+        ];
+        if let Some(name) = recipe {
+            labels.push(format!("{}={name}", label::RECIPE));
+        }
+        HashMap::from([("label", labels)])
+    }
+
+    /// A running container publishing `port` on the host, as (name, sparkctl recipe if ours).
+    pub async fn publisher_of(&self, port: u16) -> Result<Option<(String, Option<String>)>> {
+        let opts = ListContainersOptionsBuilder::new().build();
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| engine_error("listing containers", e))?;
+        Ok(list.into_iter().find_map(|c| {
+            let publishes = c
+                .ports
+                .as_ref()?
+                .iter()
+                .any(|p| p.public_port == Some(port));
+            if !publishes {
+                return None;
+            }
+            let name = c.names?.first()?.trim_start_matches('/').to_string();
+            let labels = c.labels.unwrap_or_default();
+            let ours = labels.get(label::STATE) == Some(&self.state_id);
+            Some((
+                name,
+                ours.then(|| labels.get(label::RECIPE).cloned()).flatten(),
+            ))
+        }))
+    }
+}
+
+/// How a container ended, as the engine recorded it.
+async fn exit_of(docker: &Docker, id: &str) -> Result<Exit> {
+    let info = docker
+        .inspect_container(id, None)
+        .await
+        .map_err(|e| engine_error("inspecting the container", e))?;
+    let state = info.state.unwrap_or_default();
+    Ok(Exit {
+        code: state.exit_code,
+        signal: None,
+        oom_killed: state.oom_killed.unwrap_or(false),
+    })
+}
+
+/// Environment as `K=V`, host values read now for `env_from_host` (never printed).
+fn container_env(resolved: &Resolved) -> Result<Vec<String>> {
+    let Launch::Docker {
+        env, env_from_host, ..
+    } = &resolved.launch
+    else {
+        return Err(not_docker(resolved));
+    };
+    let mut out: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for name in env_from_host {
+        let value = std::env::var(name)
+            .map_err(|_| super::process::missing_host_var(&resolved.name, name))?;
+        out.push(format!("{name}={value}"));
+    }
+    Ok(out)
+}
+
+fn not_docker(resolved: &Resolved) -> Error {
+    Error::Failed(format!("{} is not a docker recipe", resolved.name))
+}
+
+/// The container a recipe becomes. Public so tests can create it on engines without a GPU
+/// and read back what the engine stored.
+pub fn container_spec(
+    spec: &StartSpec,
+    image_id: &str,
+    state_id: &str,
+    env: Vec<String>,
+) -> ContainerCreateBody {
+    let resolved = &spec.resolved;
+    let Launch::Docker {
+        image,
+        entrypoint,
+        cmd,
+        mounts,
+        host_ip,
+        host_port,
+        container_port,
+        gpus,
+        ipc,
+        shm_size,
+        ulimits,
+        user,
+        ..
+    } = &resolved.launch
+    else {
+        unreachable!("container_spec is only called for docker recipes")
+    };
+    let port_key = format!("{container_port}/tcp");
+    let mut labels = HashMap::from([
+        (label::MANAGED, "true".to_string()),
+        (label::STATE, state_id.to_string()),
+        (label::RECIPE, resolved.name.clone()),
+        (label::RECIPE_HASH, spec.recipe_hash.clone()),
+        (label::RUN_ID, spec.run_id.clone()),
+        (label::ENGINE, resolved.engine.to_string()),
+        (label::IMAGE_REF, image.clone()),
+        (label::HOST, host_ip.clone()),
+        (label::PORT, host_port.to_string()),
+        (label::HEALTH, resolved.health_path.clone()),
+    ]);
+    if let Some(gb) = resolved.memory_gb {
+        labels.insert(label::MEMORY_GB, gb.to_string());
+    }
+    let device_requests = gpus.as_ref().map(|g| {
+        vec![DeviceRequest {
+            driver: Some("nvidia".into()),
+            // -1 is the engine's "all", as `--gpus all` sends it.
+            count: Some(g.parse().unwrap_or(-1)),
+            capabilities: Some(vec![vec!["gpu".into()]]),
+            ..Default::default()
+        }]
+    });
+    let host_config = HostConfig {
+        binds: Some(
+            mounts
+                .iter()
+                .map(|m| {
+                    let mode = if m.read_only { ":ro" } else { "" };
+                    format!("{}:{}{mode}", m.host, m.container)
+                })
+                .collect(),
+        ),
+        port_bindings: Some(HashMap::from([(
+            port_key.clone(),
+            Some(vec![PortBinding {
+                host_ip: Some(host_ip.clone()),
+                host_port: Some(host_port.to_string()),
+            }]),
+        )])),
+        device_requests,
+        ipc_mode: ipc.clone(),
+        shm_size: shm_size.map(|b| b.0 as i64),
+        ulimits: (!ulimits.is_empty()).then(|| {
+            ulimits
+                .iter()
+                .map(|(name, v)| ResourcesUlimits {
+                    name: Some(name.clone()),
+                    soft: Some(*v),
+                    hard: Some(*v),
+                })
+                .collect()
+        }),
+        // A crashed server stays down and keeps its logs; sparkctl decides what runs.
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        auto_remove: Some(false),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(image_id.to_string()),
+        entrypoint: (!entrypoint.is_empty()).then(|| entrypoint.clone()),
+        cmd: Some(cmd.clone()),
+        env: Some(env),
+        user: user.clone(),
+        labels: Some(
+            labels
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        ),
+        exposed_ports: Some(vec![port_key]),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+fn deployment_of(c: &bollard::models::ContainerSummary) -> Option<Deployment> {
+    let labels = c.labels.as_ref()?;
+    let get = |k: &str| labels.get(k).cloned();
+    let engine: Engine = serde_json::from_value(serde_json::Value::String(get(label::ENGINE)?))
+        .unwrap_or(Engine::Openai);
+    let running = matches!(
+        c.state,
+        Some(ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::RESTARTING)
+    );
+    Some(Deployment {
+        name: get(label::RECIPE)?,
+        runtime: Runtime::Docker,
+        engine,
+        id: c.id.clone()?,
+        run_id: get(label::RUN_ID).unwrap_or_default(),
+        recipe_hash: get(label::RECIPE_HASH).unwrap_or_default(),
+        artifact: c.image_id.clone().unwrap_or_default(),
+        image_ref: get(label::IMAGE_REF),
+        host: get(label::HOST).unwrap_or_else(|| "127.0.0.1".into()),
+        port: get(label::PORT)?.parse().ok()?,
+        health_path: get(label::HEALTH).unwrap_or_else(|| "/health".into()),
+        memory_gb: get(label::MEMORY_GB).and_then(|v| v.parse().ok()),
+        started_at: c.created.unwrap_or(0).max(0) as u64,
+        state: if running {
+            RunState::Running
+        } else {
+            RunState::Exited { exit: None }
+        },
+        log_file: None,
+    })
+}
+
+impl Supervisor for DockerRuntime {
+    async fn preflight(&self, resolved: &Resolved) -> Result<String> {
+        let Launch::Docker { image, gpus, .. } = &resolved.launch else {
+            return Err(not_docker(resolved));
+        };
+        if let Some(g) = gpus {
+            if !self.has_nvidia_runtime().await? {
+                return Err(Error::Failed(format!(
+                    "{} asks for GPUs (server.gpus: {g}) but this Docker Engine has no `nvidia` \
+                     runtime; install the NVIDIA Container Toolkit (nvidia-ctk runtime configure \
+                     --runtime=docker) and restart dockerd",
+                    resolved.name
+                )));
+            }
+        }
+        match self.docker.inspect_image(image).await {
+            Ok(info) => info
+                .id
+                .ok_or_else(|| Error::Failed(format!("the engine gave image {image} no id"))),
+            Err(e) if is_not_found(&e) => Err(Error::Failed(format!(
+                "image {image} (recipe {}) is not on this machine; pull it first \
+                 (sparkctl never pulls while starting a server)",
+                resolved.name
+            ))),
+            Err(e) => Err(engine_error(&format!("inspecting image {image}"), e)),
+        }
+    }
+
+    async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
+        let resolved = &spec.resolved;
+        let env = container_env(resolved)?;
+        let body = container_spec(spec, artifact, &self.state_id, env);
+        let name = format!("sparkctl-{}-{}", resolved.name, spec.run_id);
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                body,
+            )
+            .await
+            .map_err(|e| engine_error(&format!("creating container {name}"), e))?;
+        let id = created.id;
+        if let Err(e) = self.docker.start_container(&id, None).await {
+            // Never started, so it has no logs worth keeping.
+            let opts = RemoveContainerOptionsBuilder::new().force(true).build();
+            let _ = self.docker.remove_container(&id, Some(opts)).await;
+            return Err(engine_error(&format!("starting container {name}"), e));
+        }
+
+        let (tx, rx) = mpsc::channel(256);
+        let lines = tx.clone();
+        let (docker, log_id) = (self.docker.clone(), id.clone());
+        tokio::spawn(async move {
+            let opts = LogsOptionsBuilder::new()
+                .follow(true)
+                .stdout(true)
+                .stderr(true)
+                .build();
+            let mut stream = docker.logs(&log_id, Some(opts));
+            let mut buf = LineBuffer::default();
+            while let Some(Ok(chunk)) = stream.next().await {
+                for line in buf.push(&chunk.into_bytes()) {
+                    if lines.send(Event::Line(line)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let (docker, wait_id) = (self.docker.clone(), id.clone());
+        tokio::spawn(async move {
+            // A non-zero exit arrives as an error item; either way the state says how it ended.
+            let _ = docker.wait_container(&wait_id, None).next().await;
+            let exit = exit_of(&docker, &wait_id).await.unwrap_or(Exit {
+                code: None,
+                signal: None,
+                oom_killed: false,
+            });
+            let _ = tx.send(Event::Exited(exit)).await;
+        });
+
+        let Launch::Docker { image, .. } = &resolved.launch else {
+            unreachable!("checked by container_env")
+        };
+        Ok(Started {
+            deployment: Deployment {
+                name: resolved.name.clone(),
+                runtime: Runtime::Docker,
+                engine: resolved.engine,
+                id,
+                run_id: spec.run_id.clone(),
+                recipe_hash: spec.recipe_hash.clone(),
+                artifact: artifact.to_string(),
+                image_ref: Some(image.clone()),
+                host: resolved.host.clone(),
+                port: resolved.port,
+                health_path: resolved.health_path.clone(),
+                memory_gb: resolved.memory_gb,
+                started_at: crate::units::unix_now().as_secs(),
+                state: RunState::Running,
+                log_file: None,
+            },
+            events: rx,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<Deployment>> {
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&self.filters(None))
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| engine_error("listing containers", e))?;
+        let mut out = Vec::new();
+        for c in &list {
+            let Some(mut d) = deployment_of(c) else {
+                continue;
+            };
+            if !d.running() {
+                d.state = RunState::Exited {
+                    exit: exit_of(&self.docker, &d.id).await.ok(),
+                };
+            }
+            out.push(d);
+        }
+        out.sort_by(|a, b| {
+            b.started_at
+                .cmp(&a.started_at)
+                .then(b.run_id.cmp(&a.run_id))
+        });
+        Ok(out)
+    }
+
+    async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
+        let opts = StopContainerOptionsBuilder::new()
+            .t(grace.as_secs().max(1) as i32)
+            .build();
+        match self.docker.stop_container(&deployment.id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            // 304: already stopped.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(e) => Err(engine_error(
+                &format!(
+                    "stopping {} ({})",
+                    deployment.name,
+                    short_id(&deployment.id)
+                ),
+                e,
+            )),
+        }
+    }
+
+    async fn logs(
+        &self,
+        deployment: &Deployment,
+        tail: Option<usize>,
+        follow: bool,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<()> {
+        let tail = tail.map(|n| n.to_string()).unwrap_or_else(|| "all".into());
+        let opts = LogsOptionsBuilder::new()
+            .follow(follow)
+            .stdout(true)
+            .stderr(true)
+            .tail(&tail)
+            .build();
+        let mut stream = self.docker.logs(&deployment.id, Some(opts));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| engine_error("reading container logs", e))?;
+            out.write_all(&chunk.into_bytes())
+                .and_then(|_| out.flush())
+                .map_err(|e| Error::io("cannot write the logs", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The 12-character form `docker ps` shows.
+pub fn short_id(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}

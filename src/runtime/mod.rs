@@ -1,0 +1,338 @@
+//! Runtimes: how a resolved recipe becomes a running server and how sparkctl finds,
+//! watches and stops it again. `docker` drives the Engine API; `process` supervises a
+//! host binary. Both answer to one trait, so the flows above never ask which one runs.
+
+pub mod docker;
+pub mod process;
+pub mod ready;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::recipe::{Resolved, Runtime};
+
+pub use docker::DockerRuntime;
+pub use process::ProcessRuntime;
+
+/// What a start needs beyond the resolved recipe.
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    pub resolved: Resolved,
+    pub recipe_hash: String,
+    pub run_id: String,
+}
+
+/// A server sparkctl started, running or not any more.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Deployment {
+    /// The recipe it runs.
+    pub name: String,
+    pub runtime: Runtime,
+    pub engine: Engine,
+    /// Container id, or the pid of a process.
+    pub id: String,
+    pub run_id: String,
+    pub recipe_hash: String,
+    /// Image digest the container runs, or the binary path of a process.
+    pub artifact: String,
+    /// The image as the recipe names it (docker runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<String>,
+    pub host: String,
+    pub port: u16,
+    pub health_path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// Unix seconds.
+    pub started_at: u64,
+    pub state: RunState,
+    /// Where a process's output goes (containers keep theirs in the engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<PathBuf>,
+}
+
+impl Deployment {
+    /// Where a client reaches it (a wildcard bind is reached over loopback).
+    pub fn url(&self) -> String {
+        let host = match self.host.as_str() {
+            "0.0.0.0" | "::" | "" => "127.0.0.1",
+            h => h,
+        };
+        if host.contains(':') {
+            format!("http://[{host}]:{}", self.port)
+        } else {
+            format!("http://{host}:{}", self.port)
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.state == RunState::Running
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    /// Ended; the exit details when the runtime still knows them.
+    Exited {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit: Option<Exit>,
+    },
+}
+
+/// How a server ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub oom_killed: bool,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.oom_killed {
+            return write!(
+                f,
+                "killed by the kernel's out-of-memory killer (OOMKilled){}",
+                self.code
+                    .map(|c| format!(", exit code {c}"))
+                    .unwrap_or_default()
+            );
+        }
+        // A container's main process killed by signal N exits 128+N.
+        let signal = self.signal.or(match self.code {
+            Some(c) if c > 128 && c < 160 => Some((c - 128) as i32),
+            _ => None,
+        });
+        match (self.code, signal) {
+            (_, Some(9)) => write!(
+                f,
+                "killed by SIGKILL{} — on a DGX Spark usually memory: something else holds \
+                 the unified memory it needs",
+                self.code
+                    .map(|c| format!(" (exit code {c})"))
+                    .unwrap_or_default()
+            ),
+            (Some(c), Some(s)) => write!(f, "killed by signal {s} (exit code {c})"),
+            (None, Some(s)) => write!(f, "killed by signal {s}"),
+            (Some(c), None) => write!(f, "exited with code {c}"),
+            (None, None) => write!(f, "exited"),
+        }
+    }
+}
+
+/// What a runtime reports about a server while sparkctl waits for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// One line of its output (stdout or stderr).
+    Line(String),
+    /// It ended.
+    Exited(Exit),
+}
+
+/// A server just started, with the stream of its output and its end.
+pub struct Started {
+    pub deployment: Deployment,
+    pub events: mpsc::Receiver<Event>,
+}
+
+/// The interface both runtimes implement.
+#[allow(async_fn_in_trait)]
+pub trait Supervisor {
+    /// Checks what can be checked before anything changes (binary, image, GPU runtime);
+    /// returns what will run (the image digest or the binary path).
+    async fn preflight(&self, resolved: &Resolved) -> Result<String>;
+    /// Starts the server; `artifact` is what `preflight` returned.
+    async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started>;
+    /// sparkctl's deployments under this runtime, newest first, exited ones included.
+    async fn list(&self) -> Result<Vec<Deployment>>;
+    /// Stops it (SIGTERM, then SIGKILL after `grace`); its logs stay.
+    async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()>;
+    /// Writes its output to `out`: the last `tail` lines, then new ones while `follow`.
+    async fn logs(
+        &self,
+        deployment: &Deployment,
+        tail: Option<usize>,
+        follow: bool,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<()>;
+}
+
+/// Both runtimes, for commands that do not care which one a deployment uses. The Docker
+/// Engine is optional here: without it, process deployments still list, stop and log.
+pub struct Runtimes {
+    pub process: ProcessRuntime,
+    docker: std::result::Result<DockerRuntime, String>,
+}
+
+impl Runtimes {
+    pub async fn open(state: &crate::state::StateDir) -> Runtimes {
+        Runtimes {
+            process: ProcessRuntime::new(state.clone()),
+            docker: DockerRuntime::connect(state)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    pub fn docker(&self) -> Result<&DockerRuntime> {
+        self.docker
+            .as_ref()
+            .map_err(|e| crate::error::Error::Failed(e.clone()))
+    }
+
+    /// Why the Docker Engine is not available, if it is not.
+    pub fn docker_problem(&self) -> Option<&str> {
+        self.docker.as_ref().err().map(String::as_str)
+    }
+
+    /// Every deployment, newest first; containers are missing (with a warning) when the
+    /// engine cannot be reached.
+    pub async fn list(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
+        let mut all = self.process.list().await?;
+        let mut warnings = Vec::new();
+        match &self.docker {
+            Ok(docker) => all.extend(docker.list().await?),
+            Err(e) => warnings.push(format!("containers not shown: {e}")),
+        }
+        all.sort_by(|a, b| {
+            b.started_at
+                .cmp(&a.started_at)
+                .then(b.run_id.cmp(&a.run_id))
+        });
+        Ok((all, warnings))
+    }
+
+    /// The deployment of `name` that matters: the running one, else the newest.
+    pub async fn find(&self, name: &str) -> Result<Option<Deployment>> {
+        let (all, _) = self.list().await?;
+        let mut of_name = all.into_iter().filter(|d| d.name == name);
+        let first = of_name.next();
+        match first {
+            Some(d) if !d.running() => Ok(of_name.find(Deployment::running).or(Some(d))),
+            other => Ok(other),
+        }
+    }
+
+    pub async fn preflight(&self, resolved: &Resolved) -> Result<String> {
+        match resolved.runtime {
+            Runtime::Docker => self.docker()?.preflight(resolved).await,
+            Runtime::Process => self.process.preflight(resolved).await,
+        }
+    }
+
+    pub async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
+        match spec.resolved.runtime {
+            Runtime::Docker => self.docker()?.start(spec, artifact).await,
+            Runtime::Process => self.process.start(spec, artifact).await,
+        }
+    }
+
+    pub async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
+        match deployment.runtime {
+            Runtime::Docker => self.docker()?.stop(deployment, grace).await,
+            Runtime::Process => self.process.stop(deployment, grace).await,
+        }
+    }
+
+    pub async fn logs(
+        &self,
+        deployment: &Deployment,
+        tail: Option<usize>,
+        follow: bool,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<()> {
+        match deployment.runtime {
+            Runtime::Docker => self.docker()?.logs(deployment, tail, follow, out).await,
+            Runtime::Process => self.process.logs(deployment, tail, follow, out).await,
+        }
+    }
+}
+
+/// Splits a byte stream into lines across chunk boundaries.
+#[derive(Default)]
+pub(crate) struct LineBuffer {
+    pending: Vec<u8>,
+}
+
+impl LineBuffer {
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            lines.push(
+                String::from_utf8_lossy(&line)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string(),
+            );
+        }
+        lines
+    }
+}
+
+/// The last `n` lines of `text` (all when `n` is None).
+pub(crate) fn last_lines(text: &str, n: Option<usize>) -> &str {
+    let Some(n) = n else { return text };
+    let trimmed = text.trim_end_matches('\n');
+    let mut start = trimmed.len();
+    for _ in 0..n {
+        match trimmed[..start].rfind('\n') {
+            Some(i) => start = i,
+            None => return text,
+        }
+    }
+    &text[start + 1..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_explain_themselves() {
+        let oom = Exit {
+            code: Some(137),
+            signal: None,
+            oom_killed: true,
+        };
+        assert!(oom.to_string().contains("out-of-memory killer"));
+        let killed = Exit {
+            code: Some(137),
+            signal: None,
+            oom_killed: false,
+        };
+        assert!(killed.to_string().contains("SIGKILL"), "{killed}");
+        let plain = Exit {
+            code: Some(1),
+            signal: None,
+            oom_killed: false,
+        };
+        assert_eq!(plain.to_string(), "exited with code 1");
+    }
+
+    #[test]
+    fn lines_are_split_across_chunks() {
+        let mut buf = LineBuffer::default();
+        assert!(buf.push(b"hel").is_empty());
+        assert_eq!(buf.push(b"lo\nwor"), vec!["hello"]);
+        assert_eq!(buf.push(b"ld\r\n"), vec!["world"]);
+    }
+
+    #[test]
+    fn tails_count_lines_from_the_end() {
+        assert_eq!(last_lines("a\nb\nc\n", Some(2)), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc\n", Some(5)), "a\nb\nc\n");
+        assert_eq!(last_lines("a\nb\nc\n", None), "a\nb\nc\n");
+        assert_eq!(last_lines("a\nb\nc\n", Some(0)), "");
+    }
+}

@@ -1,0 +1,316 @@
+//! The process runtime: a host binary (the hand-built llama-server of the seeds) started
+//! in its own session, its output in a log file under the state dir, remembered by pid and
+//! start time so that a recycled pid is never taken for it.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::{Deployment, Event, Exit, LineBuffer, RunState, StartSpec, Started, Supervisor};
+use crate::error::{Error, Result};
+use crate::host::{self, ProcessId};
+use crate::recipe::{Launch, Resolved, Runtime};
+use crate::state::{self, StateDir};
+
+/// What `deployments/NAME.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    #[serde(flatten)]
+    deployment: Deployment,
+    process: ProcessId,
+    program: String,
+    args: Vec<String>,
+}
+
+pub struct ProcessRuntime {
+    state: StateDir,
+}
+
+/// How often the log file and the process are looked at while waiting.
+const POLL: Duration = Duration::from_millis(10);
+
+impl ProcessRuntime {
+    pub fn new(state: StateDir) -> Self {
+        ProcessRuntime { state }
+    }
+
+    fn read_record(&self, path: &Path) -> Result<Deployment> {
+        let record: Record = state::read_json(path)?;
+        let mut d = record.deployment;
+        if d.running() && !record.process.alive() {
+            // It ended while nobody watched: the exit code went to whoever reaped it.
+            d.state = RunState::Exited { exit: None };
+        }
+        Ok(d)
+    }
+
+    fn process_of(&self, deployment: &Deployment) -> Result<ProcessId> {
+        let record: Record = state::read_json(&self.state.deployment_record(&deployment.name))?;
+        Ok(record.process)
+    }
+}
+
+/// The parts of a process launch, once its host variables are known to be set.
+struct ProcessLaunch<'a> {
+    program: &'a str,
+    args: &'a [String],
+    env: &'a std::collections::BTreeMap<String, String>,
+}
+
+fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
+    let Launch::Process {
+        program,
+        args,
+        env,
+        env_from_host,
+    } = &resolved.launch
+    else {
+        return Err(Error::Failed(format!(
+            "{} is not a process recipe",
+            resolved.name
+        )));
+    };
+    // Host variables are inherited anyway; checked so a missing secret fails here, not
+    // halfway through the server's start.
+    if let Some(name) = env_from_host
+        .iter()
+        .find(|name| std::env::var_os(name).is_none())
+    {
+        return Err(missing_host_var(&resolved.name, name));
+    }
+    Ok(ProcessLaunch { program, args, env })
+}
+
+pub(crate) fn missing_host_var(recipe: &str, name: &str) -> Error {
+    Error::Usage(format!(
+        "{recipe}: server.env_from_host names {name}, which is not set in your environment; \
+         export it (its value is never printed) or remove it from the recipe"
+    ))
+}
+
+impl Supervisor for ProcessRuntime {
+    async fn preflight(&self, resolved: &Resolved) -> Result<String> {
+        let program = launch_parts(resolved)?.program;
+        let path = PathBuf::from(program);
+        if !host::is_executable(&path) {
+            return Err(Error::Usage(format!(
+                "{}: binary {} {}; build it or fix `binary:` in the recipe",
+                resolved.name,
+                path.display(),
+                if path.exists() {
+                    "is not executable"
+                } else {
+                    "does not exist"
+                }
+            )));
+        }
+        Ok(program.to_string())
+    }
+
+    async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
+        let resolved = &spec.resolved;
+        let ProcessLaunch { args, env, .. } = launch_parts(resolved)?;
+        let log_path = self.state.log_file(&resolved.name, &spec.run_id)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Error::io(format!("cannot open {}", log_path.display()), e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| Error::io("cannot share the log file", e))?;
+
+        let mut cmd = tokio::process::Command::new(artifact);
+        cmd.args(args)
+            .envs(env)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(false);
+        // Its own session: a Ctrl-C at sparkctl's terminal does not reach the server, and
+        // stopping it signals its whole process group (servers that fork workers).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::io(format!("cannot start {artifact}"), e))?;
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let process = ProcessId::of(pid).ok_or_else(|| {
+            Error::Failed(format!("{artifact} (pid {pid}) vanished as it started"))
+        })?;
+        let deployment = Deployment {
+            name: resolved.name.clone(),
+            runtime: Runtime::Process,
+            engine: resolved.engine,
+            id: pid.to_string(),
+            run_id: spec.run_id.clone(),
+            recipe_hash: spec.recipe_hash.clone(),
+            artifact: artifact.to_string(),
+            image_ref: None,
+            host: resolved.host.clone(),
+            port: resolved.port,
+            health_path: resolved.health_path.clone(),
+            memory_gb: resolved.memory_gb,
+            started_at: crate::units::unix_now().as_secs(),
+            state: RunState::Running,
+            log_file: Some(log_path.clone()),
+        };
+        let record = Record {
+            deployment: deployment.clone(),
+            process,
+            program: artifact.to_string(),
+            args: args.to_vec(),
+        };
+        if let Err(e) = state::write_json(&self.state.deployment_record(&resolved.name), &record) {
+            // Unrecorded, it could never be stopped by name: do not leave it running.
+            let _ = child.start_kill();
+            return Err(e);
+        }
+
+        let (tx, rx) = mpsc::channel(256);
+        let lines = tx.clone();
+        tokio::spawn(async move {
+            let _ = follow_file(&log_path, 0, &lines, || true).await;
+        });
+        tokio::spawn(async move {
+            if let Ok(status) = child.wait().await {
+                use std::os::unix::process::ExitStatusExt;
+                let exit = Exit {
+                    code: status.code().map(i64::from),
+                    signal: status.signal(),
+                    oom_killed: false,
+                };
+                let _ = tx.send(Event::Exited(exit)).await;
+            }
+        });
+        Ok(Started {
+            deployment,
+            events: rx,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<Deployment>> {
+        let mut out = Vec::new();
+        for path in self.state.deployment_records()? {
+            out.push(self.read_record(&path)?);
+        }
+        out.sort_by_key(|d| std::cmp::Reverse(d.started_at));
+        Ok(out)
+    }
+
+    async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
+        let process = self.process_of(deployment)?;
+        if process.alive() {
+            signal_group(process.pid, libc::SIGTERM);
+            if !wait_gone(process, grace).await {
+                signal_group(process.pid, libc::SIGKILL);
+                if !wait_gone(process, Duration::from_secs(5)).await {
+                    return Err(Error::Failed(format!(
+                        "{} (pid {}) did not end after SIGKILL",
+                        deployment.name, process.pid
+                    )));
+                }
+            }
+        }
+        // The record stays, marked ended, so `status` and `logs` still find this run.
+        let path = self.state.deployment_record(&deployment.name);
+        let mut record: Record = state::read_json(&path)?;
+        record.deployment.state = RunState::Exited { exit: None };
+        state::write_json(&path, &record)
+    }
+
+    async fn logs(
+        &self,
+        deployment: &Deployment,
+        tail: Option<usize>,
+        follow: bool,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<()> {
+        let path = deployment
+            .log_file
+            .clone()
+            .or_else(|| self.state.latest_log(&deployment.name))
+            .ok_or_else(|| Error::Failed(format!("no log kept for {}", deployment.name)))?;
+        let text = std::fs::read(&path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let text = String::from_utf8_lossy(&text);
+        write_out(out, super::last_lines(&text, tail))?;
+        if follow && deployment.running() {
+            let process = self.process_of(deployment)?;
+            let (tx, mut rx) = mpsc::channel(256);
+            let from = text.len() as u64;
+            let follower =
+                tokio::spawn(
+                    async move { follow_file(&path, from, &tx, || process.alive()).await },
+                );
+            while let Some(Event::Line(line)) = rx.recv().await {
+                write_out(out, &format!("{line}\n"))?;
+            }
+            let _ = follower.await;
+        }
+        Ok(())
+    }
+}
+
+fn write_out(out: &mut (dyn std::io::Write + Send), text: &str) -> Result<()> {
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io("cannot write the logs", e))
+}
+
+/// Sends new lines of `path` from byte `from` on, until the receiver goes away or
+/// `still_writing` says nobody will append any more (then the rest is drained).
+async fn follow_file(
+    path: &Path,
+    from: u64,
+    tx: &mpsc::Sender<Event>,
+    still_writing: impl Fn() -> bool,
+) -> std::io::Result<()> {
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut lines = LineBuffer::default();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let writing = still_writing();
+        let n = file.read(&mut chunk)?;
+        for line in lines.push(&chunk[..n]) {
+            if tx.send(Event::Line(line)).await.is_err() {
+                return Ok(());
+            }
+        }
+        if n == 0 {
+            if !writing || tx.is_closed() {
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+fn signal_group(pid: u32, signal: i32) {
+    // The server leads its own session, so its process group id is its pid.
+    unsafe {
+        libc::kill(-(pid as i32), signal);
+    }
+}
+
+async fn wait_gone(process: ProcessId, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while process.alive() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    true
+}
