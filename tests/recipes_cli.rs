@@ -293,8 +293,8 @@ fn commands_not_built_say_so_and_exit_2() {
 fn help_lists_the_whole_command_surface_and_completions_generate() {
     let help = text(&run(&["--help"]).stdout);
     for cmd in [
-        "up", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch", "images",
-        "recipes", "doctor", "sim",
+        "up", "start", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch",
+        "images", "recipes", "doctor", "sim",
     ] {
         assert!(
             help.contains(&format!("\n  {cmd} ")),

@@ -149,34 +149,33 @@ async fn exit_of(docker: &Docker, id: &str) -> Result<Exit> {
     })
 }
 
-/// Environment as `K=V`, host values read now for `env_from_host` (never printed).
-fn container_env(resolved: &Resolved) -> Result<Vec<String>> {
-    let Launch::Docker {
-        env, env_from_host, ..
-    } = &resolved.launch
-    else {
+/// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
+fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
+    let Launch::Docker { env_from_host, .. } = &resolved.launch else {
         return Err(not_docker(resolved));
     };
-    let mut out: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    for name in env_from_host {
-        let value = std::env::var(name)
-            .map_err(|_| super::process::missing_host_var(&resolved.name, name))?;
-        out.push(format!("{name}={value}"));
-    }
-    Ok(out)
+    env_from_host
+        .iter()
+        .map(|name| {
+            std::env::var(name)
+                .map(|value| format!("{name}={value}"))
+                .map_err(|_| super::process::missing_host_var(&resolved.name, name))
+        })
+        .collect()
 }
 
 fn not_docker(resolved: &Resolved) -> Error {
     Error::Failed(format!("{} is not a docker recipe", resolved.name))
 }
 
-/// The container a recipe becomes. Public so tests can create it on engines without a GPU
-/// and read back what the engine stored.
+/// The container a recipe becomes; `host_env` holds the values of its `env_from_host`
+/// names. Public so tests can create it on engines without a GPU and read back what the
+/// engine stored.
 pub fn container_spec(
     spec: &StartSpec,
     image_id: &str,
     state_id: &str,
-    env: Vec<String>,
+    host_env: Vec<String>,
 ) -> ContainerCreateBody {
     let resolved = &spec.resolved;
     let Launch::Docker {
@@ -187,6 +186,7 @@ pub fn container_spec(
         host_ip,
         host_port,
         container_port,
+        env,
         gpus,
         ipc,
         shm_size,
@@ -197,6 +197,11 @@ pub fn container_spec(
     else {
         unreachable!("container_spec is only called for docker recipes")
     };
+    let env: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(host_env)
+        .collect();
     let port_key = format!("{container_port}/tcp");
     let mut labels = HashMap::from([
         (label::MANAGED, "true".to_string()),
@@ -340,8 +345,7 @@ impl Supervisor for DockerRuntime {
 
     async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
         let resolved = &spec.resolved;
-        let env = container_env(resolved)?;
-        let body = container_spec(spec, artifact, &self.state_id, env);
+        let body = container_spec(spec, artifact, &self.state_id, host_env(resolved)?);
         let name = format!("sparkctl-{}-{}", resolved.name, spec.run_id);
         let created = self
             .docker
@@ -391,7 +395,7 @@ impl Supervisor for DockerRuntime {
         });
 
         let Launch::Docker { image, .. } = &resolved.launch else {
-            unreachable!("checked by container_env")
+            unreachable!("checked by host_env")
         };
         Ok(Started {
             deployment: Deployment {

@@ -50,6 +50,7 @@ pub struct Deployment {
     pub memory_gb: Option<f64>,
     /// Unix seconds.
     pub started_at: u64,
+    #[serde(flatten)]
     pub state: RunState,
     /// Where a process's output goes (containers keep theirs in the engine).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,6 +12,10 @@ use crate::engine::Engine;
 
 /// Between two health probes. Small, so readiness is noticed within a few ms of it.
 const PROBE_EVERY: Duration = Duration::from_millis(5);
+/// A server that answered and then refuses this long has closed its port.
+const CLOSED_AFTER: Duration = Duration::from_secs(1);
+/// How long after a fatal line an exit still counts as its consequence.
+const FATAL_GRACE: Duration = Duration::from_millis(300);
 /// Lines kept to explain a failure.
 const KEEP_LINES: usize = 12;
 
@@ -72,6 +76,12 @@ pub enum Fault {
         hint: &'static str,
         after: Duration,
     },
+    /// It answered, then stopped answering while still alive.
+    PortClosed {
+        after: Duration,
+        url: String,
+        last_lines: Vec<String>,
+    },
     Timeout {
         after: Duration,
         health: Health,
@@ -111,6 +121,18 @@ impl Fault {
                 "{name} cannot start ({:.1} s in); its log says:\n  fatal: {line}\n  help: {hint}",
                 after.as_secs_f64()
             ),
+            Fault::PortClosed {
+                after,
+                url,
+                last_lines,
+            } => {
+                format!(
+                    "{name} answered on {url}, then refused connections for {:.0} s while still \
+                 running ({:.1} s in): it closed its port; the output says why",
+                    CLOSED_AFTER.as_secs_f64(),
+                    after.as_secs_f64()
+                ) + &tail(last_lines)
+            }
             Fault::Timeout {
                 after,
                 health,
@@ -242,13 +264,31 @@ pub async fn wait_ready(
     let mut health = Health::Waiting;
     let mut lines: VecDeque<String> = VecDeque::new();
     let mut events_open = true;
+    let mut answered = false;
+    let mut refused_since: Option<tokio::time::Instant> = None;
+    // A fatal line is usually the server's last: wait a moment for its exit, which
+    // explains more (exit code, OOM); a server that hangs on instead is failed anyway.
+    let mut fatal_seen: Option<(String, &'static str, Duration, tokio::time::Instant)> = None;
     loop {
+        let fatal_grace = async {
+            match &fatal_seen {
+                Some((.., until)) => tokio::time::sleep_until(*until).await,
+                None => std::future::pending().await,
+            }
+        };
+        let closed_check = async {
+            match refused_since {
+                Some(at) => tokio::time::sleep_until(at + CLOSED_AFTER).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             event = started.events.recv(), if events_open => match event {
                 Some(Event::Line(line)) => {
-                    if let Some(f) = engine.fatal(&line) {
-                        return Err(Fault::FatalLine { line, hint: f.hint, after: began.elapsed() });
+                    if let (Some(f), None) = (engine.fatal(&line), &fatal_seen) {
+                        let until = tokio::time::Instant::now() + FATAL_GRACE;
+                        fatal_seen = Some((line.clone(), f.hint, began.elapsed(), until));
                     }
                     keep(&mut lines, line);
                 }
@@ -269,9 +309,23 @@ pub async fn wait_ready(
                         model: model.unwrap_or_default(),
                     });
                 }
-                Some((h, _)) => health = h,
+                Some((h, _)) => {
+                    refused_since = match h {
+                        Health::Refused if answered => Some(tokio::time::Instant::now()),
+                        _ => None,
+                    };
+                    answered |= matches!(h, Health::Loading(_) | Health::CompletionFailing(_));
+                    health = h;
+                }
                 None => {}
             },
+            _ = fatal_grace => {
+                let (line, hint, after, _) = fatal_seen.take().expect("armed only when set");
+                return Err(Fault::FatalLine { line, hint, after });
+            }
+            _ = closed_check => {
+                return Err(Fault::PortClosed { after: began.elapsed(), url, last_lines: lines.into() });
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 return Err(Fault::Timeout { after: timeout, health, url, last_lines: lines.into() });
             }

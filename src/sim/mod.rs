@@ -45,6 +45,8 @@ pub enum LoadFault {
     Killed,
     /// Print --fatal-line and keep running, never ready (vLLM's engine core does this).
     FatalHang,
+    /// Stop answering on the port (connections refused) and keep running.
+    ClosePort,
 }
 
 #[derive(Debug, Clone, Args)]

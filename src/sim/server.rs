@@ -76,34 +76,54 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         started,
         requests: AtomicU64::new(0),
     });
-    spawn_loader(&state);
+    let (close_tx, close_rx) = tokio::sync::watch::channel(false);
+    // `close_tx` lives as long as the server: a dropped sender would wake `changed()`.
+    spawn_loader(&state, close_tx.clone());
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
+    let mut closing = close_rx.clone();
+    let mut listener = Some(listener);
     loop {
+        let accept = async {
+            match &listener {
+                Some(l) => l.accept().await,
+                None => std::future::pending().await,
+            }
+        };
         let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept => match accepted {
                 Ok(conn) => conn,
                 Err(e) => { log(format_args!("sparkctl-sim: accept failed: {e}")); continue; }
             },
+            _ = closing.changed(), if listener.is_some() => {
+                // The close-port fault: alive, but nothing answers on the port any more.
+                listener = None;
+                log(format_args!("sparkctl-sim: closed its port"));
+                continue;
+            }
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
         };
         // Tokens are tiny writes spaced apart: Nagle would hold them back and skew timings.
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let mut closed = close_rx.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| handle(req, state.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                _ = closed.wait_for(|c| *c) => {}
+            }
         });
     }
     log(format_args!("sparkctl-sim: shutting down"));
     Ok(())
 }
 
-fn spawn_loader(state: &Arc<State>) {
+fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
     let cfg = &state.cfg;
     if let Some(fault) = cfg.load_fault {
         let (line, at) = (cfg.fatal_line.clone(), cfg.load_time / 2);
@@ -115,10 +135,18 @@ fn spawn_loader(state: &Arc<State>) {
                     std::process::exit(1);
                 }
                 // SIGKILL cannot be caught: the process ends as an OOM-killed one does.
+                // As a container's pid 1 the kernel ignores it, so end as such a container
+                // does: status 137 (128 + SIGKILL).
                 LoadFault::Killed => unsafe {
+                    if libc::getpid() == 1 {
+                        std::process::exit(137);
+                    }
                     libc::kill(libc::getpid(), libc::SIGKILL);
                 },
                 LoadFault::FatalHang => eprintln!("{line}"),
+                LoadFault::ClosePort => {
+                    let _ = close.send(true);
+                }
             }
         });
     } else if !cfg.never_ready {

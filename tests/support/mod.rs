@@ -250,3 +250,154 @@ pub async fn build_sim_image(docker: &bollard::Docker, tag: &str) {
         }
     }
 }
+
+/// A free loopback port (bound, then released for the server under test).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The FROM-scratch sim image, built once per test binary (tests run in parallel).
+pub fn sim_image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    const TAG: &str = "sparkctl-sim:test";
+    BUILT.get_or_init(|| {
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async { build_sim_image(&docker().await, TAG).await });
+        })
+        .join()
+        .expect("sim image builds");
+    });
+    TAG
+}
+
+/// One test's own recipes dir and state dir; whatever it started is stopped and its
+/// containers removed on drop, so tests neither share nor leak deployments.
+pub struct Deck {
+    pub dir: PathBuf,
+}
+
+impl Deck {
+    pub fn new(tag: &str) -> Deck {
+        let dir = std::env::temp_dir().join(format!("sparkctl-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("recipes")).unwrap();
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        Deck { dir }
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state").canonicalize().unwrap()
+    }
+
+    /// Writes `recipes/NAME.yaml` with `body` after the name line.
+    pub fn recipe(&self, name: &str, body: &str) {
+        std::fs::write(
+            self.dir.join(format!("recipes/{name}.yaml")),
+            format!("name: {name}\n{body}"),
+        )
+        .unwrap();
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = sparkctl();
+        cmd.arg("--recipes")
+            .arg(self.dir.join("recipes"))
+            .env("SPARKCTL_STATE_DIR", self.dir.join("state"))
+            .env("SPARKCTL_MEMORY_GB", "128")
+            .env_remove("SPARKCTL_MEMORY_RESERVE_GB")
+            .env_remove("SPARKCTL_PRODUCTION_PORT")
+            .args(args);
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("sparkctl runs")
+    }
+
+    /// Runs and insists on exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "sparkctl {args:?} failed:\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// `status --json`, as values.
+    pub fn status(&self) -> Vec<Value> {
+        let v: Value = serde_json::from_str(&self.ok(&["--json", "status"])).unwrap();
+        v.as_array().unwrap().clone()
+    }
+
+    pub fn status_of(&self, name: &str) -> Option<Value> {
+        self.status().into_iter().find(|d| d["name"] == name)
+    }
+}
+
+impl Drop for Deck {
+    fn drop(&mut self) {
+        // Processes: every record's process group gets SIGKILL (the test is over).
+        if let Ok(entries) = std::fs::read_dir(self.dir.join("state/deployments")) {
+            for e in entries.flatten() {
+                let Ok(v) = serde_json::from_slice::<Value>(&std::fs::read(e.path()).unwrap())
+                else {
+                    continue;
+                };
+                if let Some(pid) = v.pointer("/process/pid").and_then(Value::as_i64) {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", "--", &format!("-{pid}")])
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+        let state = self.dir.join("state").canonicalize().ok();
+        if let Some(state) = state {
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(remove_containers_of(&state.display().to_string()));
+            })
+            .join()
+            .unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Force-removes every container labelled with this state dir.
+pub async fn remove_containers_of(state: &str) {
+    use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+    let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
+        return;
+    };
+    let Ok(docker) = docker.negotiate_version().await else {
+        return;
+    };
+    let filters =
+        std::collections::HashMap::from([("label", vec![format!("io.sparkctl.state={state}")])]);
+    let opts = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    for c in docker.list_containers(Some(opts)).await.unwrap_or_default() {
+        let opts = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = docker
+            .remove_container(c.id.as_deref().unwrap_or_default(), Some(opts))
+            .await;
+    }
+}

@@ -1,0 +1,601 @@
+//! Runtimes against real parts: the Docker Engine running the FROM-scratch sim image, the
+//! same static binary as a host process, real ports, real signals. Every test owns its
+//! recipes and state dir (`Deck`) and removes what it started.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{docker, free_port, http_status, sim_image, text, Deck};
+
+fn process_recipe(port: u16, args: &str) -> String {
+    format!(
+        "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [{args}]\n  memory_gb: 7\nhealth:\n  timeout: 20s\n"
+    )
+}
+
+fn docker_recipe(port: u16, args: &str) -> String {
+    format!(
+        "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {port}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 20s\n",
+        sim_image()
+    )
+}
+
+/// Runs `start NAME` expecting failure; returns its stderr and how long it took.
+fn failing_start(deck: &Deck, name: &str, extra: &[&str]) -> (String, Duration) {
+    let began = Instant::now();
+    let mut args = vec!["start", name];
+    args.extend_from_slice(extra);
+    let out = deck.run(&args);
+    let took = began.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "start {name} should fail:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (text(&out.stderr), took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_and_a_container_start_list_log_and_stop() {
+    let deck = Deck::new("rt-both");
+    let (pport, cport) = (free_port(), free_port());
+    deck.recipe("prod", &process_recipe(pport, "--load-time, 300ms"));
+    deck.recipe("cand", &docker_recipe(cport, "--load-time, 500ms"));
+
+    for name in ["prod", "cand"] {
+        let out = deck.ok(&["start", name]);
+        assert!(
+            out.contains(&format!("{name} is ready at http://127.0.0.1:")),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{pport}"), "/health"),
+        Some(200)
+    );
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{cport}"), "/health"),
+        Some(200)
+    );
+
+    let prod = deck.status_of("prod").expect("prod listed");
+    assert_eq!(prod["runtime"], "process");
+    assert_eq!(prod["state"], "running");
+    assert_eq!(prod["health"], "ready");
+    let cand = deck.status_of("cand").expect("cand listed");
+    assert_eq!(cand["runtime"], "docker");
+    assert_eq!(cand["health"], "ready");
+    assert_eq!(cand["image_ref"], sim_image());
+    assert!(cand["artifact"].as_str().unwrap().starts_with("sha256:"));
+    let table = deck.ok(&["status"]);
+    assert!(table.contains("prod") && table.contains("cand"), "{table}");
+
+    // The container carries sparkctl's labels and is kept after it exits.
+    let docker = docker().await;
+    let id = cand["id"].as_str().unwrap();
+    let info = docker.inspect_container(id, None).await.unwrap();
+    let labels = info.config.unwrap().labels.unwrap();
+    assert_eq!(labels["io.sparkctl.managed"], "true");
+    assert_eq!(labels["io.sparkctl.recipe"], "cand");
+    assert_eq!(
+        labels["io.sparkctl.state"],
+        deck.state().display().to_string()
+    );
+    assert!(labels["io.sparkctl.recipe-hash"].starts_with("sha256:"));
+    assert_eq!(
+        labels["io.sparkctl.run-id"],
+        cand["run_id"].as_str().unwrap()
+    );
+    let host = info.host_config.unwrap();
+    assert_eq!(host.auto_remove, Some(false));
+    let binding = &host.port_bindings.unwrap()["8000/tcp"].clone().unwrap()[0];
+    assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(
+        binding.host_port.as_deref(),
+        Some(cport.to_string().as_str())
+    );
+
+    for name in ["prod", "cand"] {
+        let logs = deck.ok(&["logs", name]);
+        assert!(
+            logs.contains("sparkctl-sim: listening on"),
+            "{name}: {logs}"
+        );
+        assert!(
+            logs.contains("POST /v1/chat/completions 200"),
+            "readiness made one completion: {logs}"
+        );
+    }
+    let tail = deck.ok(&["logs", "prod", "--tail", "1"]);
+    assert_eq!(tail.lines().count(), 1, "{tail}");
+
+    for name in ["prod", "cand"] {
+        let out = deck.ok(&["down", name]);
+        assert!(out.contains(&format!("stopped {name}")), "{out}");
+    }
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{pport}"), "/health"),
+        None
+    );
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{cport}"), "/health"),
+        None
+    );
+    let pid: i32 = prod["id"].as_str().unwrap().parse().unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z "),
+        "process {pid} is gone"
+    );
+    // Stopped, not removed: the container and both logs remain.
+    let state = docker
+        .inspect_container(id, None)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(state.running, Some(false));
+    for name in ["prod", "cand"] {
+        assert_eq!(deck.status_of(name).unwrap()["state"], "exited");
+        let logs = deck.ok(&["logs", name]);
+        assert!(
+            logs.contains("sparkctl-sim: shutting down"),
+            "{name}: {logs}"
+        );
+    }
+    let again = deck.ok(&["down", "prod"]);
+    assert!(again.contains("not running; nothing to stop"), "{again}");
+}
+
+#[test]
+fn a_crash_during_load_is_explained_within_two_seconds_in_both_runtimes() {
+    let deck = Deck::new("rt-crash");
+    // Crashes at half the load time: 1 s after start.
+    let args = "--load-time, 2s, --load-fault, crash";
+    deck.recipe("pcrash", &process_recipe(free_port(), args));
+    deck.recipe("ccrash", &docker_recipe(free_port(), args));
+    for name in ["pcrash", "ccrash"] {
+        let (err, took) = failing_start(&deck, name, &[]);
+        eprintln!("{name}: crash at 1.0 s, reported after {took:?}");
+        assert!(err.contains("exited with code 1 while starting"), "{err}");
+        assert!(
+            err.contains("fatal: torch.AcceleratorError: CUDA error: no kernel image"),
+            "{err}"
+        );
+        assert!(err.contains("help: the image's CUDA kernels were not built for SM 12.1"));
+        assert!(err.contains(&format!("`sparkctl logs {name}`")), "{err}");
+        assert!(took < Duration::from_secs(3), "{name}: {took:?}");
+        // The logs outlive the crash.
+        let logs = deck.ok(&["logs", name]);
+        assert!(logs.contains("no kernel image is available"), "{logs}");
+    }
+}
+
+#[test]
+fn an_oom_like_kill_is_named_as_such() {
+    let deck = Deck::new("rt-killed");
+    let args = "--load-time, 2s, --load-fault, killed";
+    deck.recipe("ckilled", &docker_recipe(free_port(), args));
+    deck.recipe("pkilled", &process_recipe(free_port(), args));
+    for (name, expect) in [
+        ("ckilled", "(exit code 137)"),
+        ("pkilled", "killed by SIGKILL"),
+    ] {
+        let (err, took) = failing_start(&deck, name, &[]);
+        eprintln!("{name}: killed at 1.0 s, reported after {took:?}");
+        assert!(err.contains("killed by SIGKILL"), "{err}");
+        assert!(err.contains(expect), "{err}");
+        assert!(err.contains("usually memory"), "{err}");
+        assert!(took < Duration::from_secs(3), "{name}: {took:?}");
+    }
+}
+
+#[test]
+fn a_fatal_log_line_fails_at_once_and_the_hung_server_is_stopped() {
+    let deck = Deck::new("rt-fatal");
+    let port = free_port();
+    deck.recipe(
+        "hang",
+        &process_recipe(
+            port,
+            "--load-time, 2s, --load-fault, fatal-hang, --fatal-line, \"(EngineCore pid=77) RuntimeError: Engine core initialization failed. See root cause above.\"",
+        ),
+    );
+    let (err, took) = failing_start(&deck, "hang", &[]);
+    eprintln!("hang: fatal line at 1.0 s, reported after {took:?}");
+    assert!(err.contains("hang cannot start"), "{err}");
+    assert!(
+        err.contains("fatal: (EngineCore pid=77) RuntimeError: Engine core initialization failed")
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // It was alive and useless: sparkctl stopped it.
+    assert_eq!(deck.status_of("hang").unwrap()["state"], "exited");
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{port}"), "/health"),
+        None
+    );
+}
+
+#[test]
+fn a_server_that_closes_its_port_is_caught_before_the_timeout() {
+    let deck = Deck::new("rt-closed");
+    deck.recipe(
+        "closer",
+        &process_recipe(free_port(), "--load-time, 2s, --load-fault, close-port"),
+    );
+    let (err, took) = failing_start(&deck, "closer", &[]);
+    eprintln!("closer: port closed at 1.0 s, reported after {took:?}");
+    assert!(err.contains("then refused connections"), "{err}");
+    assert!(err.contains("closed its port"), "{err}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[test]
+fn never_ready_times_out_with_what_health_said() {
+    let deck = Deck::new("rt-never");
+    deck.recipe("never", &docker_recipe(free_port(), "--never-ready"));
+    let (err, took) = failing_start(&deck, "never", &["--timeout", "2s"]);
+    assert!(err.contains("never was not ready within 2 s"), "{err}");
+    assert!(err.contains("still answers 503"), "{err}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert_eq!(deck.status_of("never").unwrap()["state"], "exited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_port_is_refused_before_anything_starts_and_names_its_owner() {
+    let deck = Deck::new("rt-port");
+    // A plain listener of this test process.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    deck.recipe("blocked", &docker_recipe(port, "--load-time, 0s"));
+    let (err, _) = failing_start(&deck, "blocked", &[]);
+    assert!(
+        err.contains(&format!(
+            "port {port} is taken by pid {}",
+            std::process::id()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("not sparkctl's"), "{err}");
+    assert!(deck.status().is_empty(), "no container was created");
+    drop(holder);
+
+    // A container sparkctl did not create holds a port: named, and never touched.
+    let docker = docker().await;
+    let port = free_port();
+    let foreign = format!("not-sparkctl-{}", std::process::id());
+    create_foreign(&docker, &foreign, port).await;
+    deck.recipe("blocked2", &process_recipe(port, "--load-time, 0s"));
+    let (err, _) = failing_start(&deck, "blocked2", &[]);
+    assert!(
+        err.contains(&format!("taken by container {foreign} (not sparkctl's)")),
+        "{err}"
+    );
+    let out = deck.ok(&["down", "blocked2"]);
+    assert!(out.contains("not running"), "{out}");
+    assert!(deck.status().is_empty(), "{:?}", deck.status());
+    let state = docker
+        .inspect_container(&foreign, None)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(
+        state.running,
+        Some(true),
+        "the foreign container still runs"
+    );
+    let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .build();
+    docker.remove_container(&foreign, Some(opts)).await.unwrap();
+}
+
+/// A running container with a recipe-like label but not sparkctl's marks.
+async fn create_foreign(docker: &bollard::Docker, name: &str, port: u16) {
+    use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+    use std::collections::HashMap;
+    let body = ContainerCreateBody {
+        image: Some(sim_image().into()),
+        cmd: Some(
+            ["sim", "--host", "0.0.0.0", "--port", "8000"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        labels: Some(HashMap::from([(
+            "io.sparkctl.recipe".to_string(),
+            "blocked2".to_string(),
+        )])),
+        exposed_ports: Some(vec!["8000/tcp".into()]),
+        host_config: Some(HostConfig {
+            port_bindings: Some(HashMap::from([(
+                "8000/tcp".to_string(),
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(port.to_string()),
+                }]),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+        .name(name)
+        .build();
+    docker.create_container(Some(opts), body).await.unwrap();
+    docker.start_container(name, None).await.unwrap();
+}
+
+#[test]
+fn a_missing_image_or_binary_is_refused_with_the_fix() {
+    let deck = Deck::new("rt-missing");
+    deck.recipe(
+        "noimage",
+        &format!(
+            "engine: sim\nruntime: docker\nimage: sparkctl-absent:nope\nserver:\n  port: {}\n",
+            free_port()
+        ),
+    );
+    let (err, _) = failing_start(&deck, "noimage", &[]);
+    assert!(
+        err.contains("image sparkctl-absent:nope (recipe noimage) is not on this machine"),
+        "{err}"
+    );
+    deck.recipe(
+        "nobinary",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: /nonexistent/llama-server\nmodel:\n  path: {}\nserver:\n  port: {}\n",
+            deck.dir.display(),
+            free_port()
+        ),
+    );
+    let out = deck.run(&["start", "nobinary"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("binary /nonexistent/llama-server does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia_runtime() {
+    let deck = Deck::new("rt-gpu");
+    let port = free_port();
+    let model = deck.dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    deck.recipe(
+        "gpu",
+        &format!(
+            "engine: vllm\nimage: {}\nmodel:\n  path: {}\nserver:\n  port: {port}\n  gpus: all\n  ipc: host\n  shm_size: 1g\n  ulimits: {{memlock: -1, stack: 67108864}}\n  user: \"1000:1000\"\n  env: {{VLLM_LOGGING_LEVEL: DEBUG}}\n  env_from_host: [SPARKCTL_TEST_SECRET]\n",
+            sim_image(),
+            model.display()
+        ),
+    );
+    let docker = docker().await;
+    let has_nvidia = docker
+        .info()
+        .await
+        .unwrap()
+        .runtimes
+        .unwrap_or_default()
+        .contains_key("nvidia");
+
+    // What sparkctl would create, created for real (not started) and read back.
+    let set = sparkctl::recipe::load_dir(&deck.dir.join("recipes")).unwrap();
+    let recipe = &set.get("gpu").unwrap().recipe;
+    let spec = sparkctl::runtime::StartSpec {
+        resolved: recipe.resolve("sparkctl"),
+        recipe_hash: recipe.hash(),
+        run_id: "test".into(),
+    };
+    let body = sparkctl::runtime::docker::container_spec(
+        &spec,
+        sim_image(),
+        &deck.state().display().to_string(),
+        vec!["SPARKCTL_TEST_SECRET=s3cret".into()],
+    );
+    let name = format!("sparkctl-gpu-spec-{}", std::process::id());
+    let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+        .name(&name)
+        .build();
+    docker.create_container(Some(opts), body).await.unwrap();
+    let info = docker.inspect_container(&name, None).await.unwrap();
+    let host = info.host_config.unwrap();
+    let req = &host.device_requests.unwrap()[0];
+    assert_eq!(req.driver.as_deref(), Some("nvidia"));
+    assert_eq!(req.count, Some(-1), "--gpus all");
+    assert_eq!(req.capabilities, Some(vec![vec!["gpu".to_string()]]));
+    assert_eq!(host.ipc_mode.as_deref(), Some("host"));
+    assert_eq!(host.shm_size, Some(1 << 30));
+    let ulimits: Vec<(String, i64)> = host
+        .ulimits
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.name.unwrap(), u.soft.unwrap()))
+        .collect();
+    assert!(ulimits.contains(&("memlock".into(), -1)), "{ulimits:?}");
+    assert!(ulimits.contains(&("stack".into(), 67108864)), "{ulimits:?}");
+    assert_eq!(
+        host.binds.unwrap(),
+        vec![format!("{}:/model:ro", model.display())]
+    );
+    let config = info.config.unwrap();
+    assert_eq!(config.user.as_deref(), Some("1000:1000"));
+    let env = config.env.unwrap();
+    assert!(
+        env.contains(&"VLLM_LOGGING_LEVEL=DEBUG".to_string()),
+        "{env:?}"
+    );
+    let cmd = config.cmd.unwrap();
+    assert!(
+        cmd.windows(2).any(|w| w == ["--model", "/model"]),
+        "{cmd:?}"
+    );
+    assert!(cmd.windows(2).any(|w| w == ["--port", "8000"]), "{cmd:?}");
+    let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .build();
+    docker.remove_container(&name, Some(opts)).await.unwrap();
+
+    if !has_nvidia {
+        // The CLI refuses before creating anything and names what is missing.
+        let began = Instant::now();
+        let out = deck
+            .cmd(&["start", "gpu"])
+            .env("SPARKCTL_TEST_SECRET", "s3cret")
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("has no `nvidia` runtime"), "{err}");
+        assert!(err.contains("NVIDIA Container Toolkit"), "{err}");
+        assert!(!err.contains("s3cret"), "secrets are never printed");
+        assert!(began.elapsed() < Duration::from_secs(2));
+        assert!(deck.status().is_empty());
+    }
+}
+
+#[test]
+fn a_recipe_that_does_not_fit_in_memory_names_what_must_stop() {
+    let deck = Deck::new("rt-memory");
+    deck.recipe("small", &process_recipe(free_port(), "--load-time, 0s"));
+    deck.recipe("big", &docker_recipe(free_port(), "--load-time, 0s"));
+    deck.ok(&["start", "small"]);
+    // 7 GB runs; 12 more do not fit in 15.
+    let tight = |args: &[&str]| {
+        deck.cmd(args)
+            .env("SPARKCTL_MEMORY_GB", "15")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+            .output()
+            .unwrap()
+    };
+    let plan: Value =
+        serde_json::from_slice(&tight(&["--json", "start", "big", "--dry-run"]).stdout).unwrap();
+    assert_eq!(plan["memory"]["must_stop"], serde_json::json!(["small"]));
+    assert_eq!(plan["memory"]["fits"], true);
+    let out = tight(&["start", "big"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("big does not fit in memory"), "{err}");
+    assert!(err.contains("stop `sparkctl down small` first"), "{err}");
+    assert!(deck.status_of("big").is_none(), "nothing was started");
+    // With room it starts next to the other.
+    deck.ok(&["start", "big"]);
+    deck.ok(&["down", "big"]);
+    deck.ok(&["down", "small"]);
+}
+
+#[test]
+fn ctrl_c_while_waiting_stops_the_server_and_says_so() {
+    let deck = Deck::new("rt-sigint");
+    let port = free_port();
+    deck.recipe("slow", &docker_recipe(port, "--never-ready"));
+    let child = deck
+        .cmd(&["start", "slow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the container exists, then interrupt.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_status(&format!("http://127.0.0.1:{port}"), "/health") != Some(503) {
+        assert!(Instant::now() < deadline, "slow never answered 503");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted: stopped slow before it was ready"),
+        "{err}"
+    );
+    assert_eq!(deck.status_of("slow").unwrap()["state"], "exited");
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{port}"), "/health"),
+        None
+    );
+}
+
+#[test]
+fn without_a_docker_engine_processes_still_list_and_containers_get_a_clear_error() {
+    let deck = Deck::new("rt-nodocker");
+    deck.recipe("p", &process_recipe(free_port(), "--load-time, 0s"));
+    deck.recipe("c", &docker_recipe(free_port(), "--load-time, 0s"));
+    let nodocker = |args: &[&str]| {
+        deck.cmd(args)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .output()
+            .unwrap()
+    };
+    let out = nodocker(&["start", "p"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = nodocker(&["start", "c"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot reach the Docker Engine"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = nodocker(&["status"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains(" p "), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("warning: containers not shown"));
+    let out = nodocker(&["doctor"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a docker recipe cannot run: doctor fails"
+    );
+    assert!(
+        text(&out.stdout).contains("FAIL  docker engine"),
+        "{}",
+        text(&out.stdout)
+    );
+    deck.ok(&["down", "p"]);
+}
+
+#[test]
+fn doctor_reports_engine_ports_and_state_dir() {
+    let deck = Deck::new("rt-doctor");
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    deck.recipe("a", &process_recipe(taken, "--load-time, 0s"));
+    deck.recipe("b", &docker_recipe(free_port(), "--load-time, 0s"));
+    let out = deck.run(&["--json", "doctor"]);
+    let checks: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} check in {checks}"))
+            .clone()
+    };
+    assert_eq!(find("docker engine")["verdict"], "ok");
+    assert!(find("docker engine")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("Docker Engine"));
+    let port = find(&format!("port {taken}"));
+    assert_eq!(port["verdict"], "warn");
+    assert!(port["detail"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("pid {}", std::process::id())));
+    assert_eq!(find("state dir")["verdict"], "ok");
+    assert!(find("nvidia runtime")["verdict"] != "fail");
+}
