@@ -117,12 +117,16 @@ pub async fn run(
     });
 
     let total = crate::host::mem_total_bytes().unwrap_or(0) as f64 / 1e9;
+    let source = match std::env::var("SPARKCTL_MEMORY_GB") {
+        Ok(v) if !v.is_empty() => format!("pool set by SPARKCTL_MEMORY_GB={v}"),
+        _ => "pool = installed memory".to_string(),
+    };
     checks.push(check(
         "memory",
         Verdict::Ok,
         format!(
-            "{total:.1} GB installed; servers may use {:.1} GB together \
-             (SPARKCTL_MEMORY_GB / SPARKCTL_MEMORY_RESERVE_GB)",
+            "{total:.1} GB installed; servers may use {:.1} GB together ({source}, minus \
+             SPARKCTL_MEMORY_RESERVE_GB, default 8)",
             settings.memory_budget_gb
         ),
     ));

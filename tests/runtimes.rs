@@ -599,3 +599,49 @@ fn doctor_reports_engine_ports_and_state_dir() {
     assert_eq!(find("state dir")["verdict"], "ok");
     assert!(find("nvidia runtime")["verdict"] != "fail");
 }
+
+#[test]
+fn logs_follow_new_output_until_the_server_stops() {
+    use std::io::{BufRead, BufReader};
+    let deck = Deck::new("rt-follow");
+    let (pport, cport) = (free_port(), free_port());
+    deck.recipe("pf", &process_recipe(pport, "--load-time, 0s"));
+    deck.recipe("cf", &docker_recipe(cport, "--load-time, 0s"));
+    for (name, port) in [("pf", pport), ("cf", cport)] {
+        deck.ok(&["start", name]);
+        let mut follower = deck
+            .cmd(&["logs", name, "-f", "--tail", "0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // Give the follower time to attach, then make the server write a line.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            http_status(&format!("http://127.0.0.1:{port}"), "/v1/models"),
+            Some(200)
+        );
+        let line = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a new line arrives");
+        assert!(line.contains("GET /v1/models"), "{name}: {line}");
+        deck.ok(&["down", name]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if follower.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: logs -f did not end with the server"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

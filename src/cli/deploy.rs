@@ -43,7 +43,7 @@ fn render_plan(out: &Output, plan: &StartPlan) {
         &crate::units::format_duration(plan.health_timeout),
     ]);
     t.add_row(vec!["command", &resolve_shell_line(&plan.command)]);
-    println!("{t}");
+    out.print_table(&t);
 }
 
 pub async fn start(
@@ -198,7 +198,7 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
             },
         ]);
     }
-    println!("{t}");
+    out.print_table(&t);
     Ok(())
 }
 

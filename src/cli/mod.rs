@@ -258,7 +258,7 @@ async fn doctor(
             };
             t.add_row(vec![mark, &c.name, &c.detail]);
         }
-        println!("{t}");
+        out.print_table(&t);
     }
     if failed > 0 {
         return Err(Error::Failed(format!(

@@ -38,6 +38,11 @@ impl Output {
         }
     }
 
+    /// Prints a table without the padding comfy-table leaves at line ends.
+    pub fn print_table(&self, table: &comfy_table::Table) {
+        println!("{}", table.trim_fmt());
+    }
+
     pub fn table(&self) -> comfy_table::Table {
         let mut t = comfy_table::Table::new();
         t.load_style(comfy_table::presets::NOTHING);

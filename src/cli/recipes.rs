@@ -63,7 +63,7 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             r.description.clone().unwrap_or_default(),
         ]);
     }
-    println!("{table}");
+    out.print_table(&table);
     Ok(())
 }
 

@@ -192,10 +192,13 @@ async fn handle(
             StatusCode::SERVICE_UNAVAILABLE,
             error_body("model is loading", "unavailable", 503),
         ),
-        (&Method::GET, "/v1/models") => json_response(
-            StatusCode::OK,
-            json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
-        ),
+        (&Method::GET, "/v1/models") => {
+            log(format_args!("GET /v1/models 200"));
+            json_response(
+                StatusCode::OK,
+                json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
+            )
+        }
         (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
         _ => json_response(
             StatusCode::NOT_FOUND,
