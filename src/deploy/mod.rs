@@ -105,15 +105,7 @@ pub async fn plan_start(
         runtime: resolved.runtime,
         recipe_hash: recipe.hash(),
         artifact,
-        url: format!(
-            "http://{}:{}",
-            if resolved.host == "0.0.0.0" {
-                "127.0.0.1"
-            } else {
-                &resolved.host
-            },
-            resolved.port
-        ),
+        url: crate::runtime::client_url(&resolved.host, resolved.port),
         command: resolved.launch.equivalent_command(),
         memory,
         health_timeout: resolved.health_timeout.0,

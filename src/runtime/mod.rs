@@ -57,18 +57,22 @@ pub struct Deployment {
     pub log_file: Option<PathBuf>,
 }
 
+/// Where a client reaches a server bound to `host:port` (a wildcard bind over loopback).
+pub fn client_url(host: &str, port: u16) -> String {
+    let host = match host {
+        "0.0.0.0" | "::" | "" => "127.0.0.1",
+        h => h,
+    };
+    if host.contains(':') {
+        format!("http://[{host}]:{port}")
+    } else {
+        format!("http://{host}:{port}")
+    }
+}
+
 impl Deployment {
-    /// Where a client reaches it (a wildcard bind is reached over loopback).
     pub fn url(&self) -> String {
-        let host = match self.host.as_str() {
-            "0.0.0.0" | "::" | "" => "127.0.0.1",
-            h => h,
-        };
-        if host.contains(':') {
-            format!("http://[{host}]:{}", self.port)
-        } else {
-            format!("http://{host}:{}", self.port)
-        }
+        client_url(&self.host, self.port)
     }
 
     pub fn running(&self) -> bool {

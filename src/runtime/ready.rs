@@ -7,11 +7,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{Deployment, Event, Exit, Started};
+use super::{Event, Exit, Started};
 use crate::engine::Engine;
 
-/// Between two health probes. Small, so readiness is noticed within a few ms of it.
-const PROBE_EVERY: Duration = Duration::from_millis(5);
+/// Between two health probes: small at first, so a quick start is noticed within a few ms;
+/// wider after `FAST_FOR`, so a model loading for minutes is not asked 200 times a second.
+const PROBE_FAST: Duration = Duration::from_millis(5);
+const PROBE_SLOW: Duration = Duration::from_millis(25);
+const FAST_FOR: Duration = Duration::from_secs(10);
 /// A server that answered and then refuses this long has closed its port.
 const CLOSED_AFTER: Duration = Duration::from_secs(1);
 /// How long after a fatal line an exit still counts as its consequence.
@@ -179,6 +182,7 @@ async fn probe(url: String, health_path: String, tx: mpsc::Sender<(Health, Optio
         }
     };
     let mut last = Health::Waiting;
+    let began = Instant::now();
     loop {
         let health = match client
             .get(format!("{url}{health_path}"))
@@ -202,7 +206,12 @@ async fn probe(url: String, health_path: String, tx: mpsc::Sender<(Health, Optio
             }
             last = health;
         }
-        tokio::time::sleep(PROBE_EVERY).await;
+        let pause = if began.elapsed() < FAST_FOR {
+            PROBE_FAST
+        } else {
+            PROBE_SLOW
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -255,10 +264,10 @@ pub async fn wait_ready(
 ) -> Result<Ready, Fault> {
     let began = Instant::now();
     let deadline = tokio::time::Instant::now() + timeout;
-    let Deployment { health_path, .. } = &started.deployment;
     let url = started.deployment.url();
+    let health_path = started.deployment.health_path.clone();
     let (probe_tx, mut probes) = mpsc::channel(16);
-    let prober = tokio::spawn(probe(url.clone(), health_path.clone(), probe_tx));
+    let prober = tokio::spawn(probe(url.clone(), health_path, probe_tx));
     let _stop_prober = AbortOnDrop(prober);
 
     let mut health = Health::Waiting;
