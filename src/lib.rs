@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod patch;
 pub mod recipe;
 pub mod runtime;
 pub mod sim;

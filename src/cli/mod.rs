@@ -3,6 +3,7 @@
 
 mod deploy;
 mod output;
+mod patch;
 mod recipes;
 
 use std::path::PathBuf;
@@ -307,7 +308,24 @@ fn dispatch(cli: Cli) -> Result<()> {
         }),
         Command::Doctor => runtime()?.block_on(doctor(&cli.recipes, state_dir, &out)),
         Command::Bench { .. } => not_built("bench", 6),
-        Command::Patch { .. } => not_built("patch", 3),
+        Command::Patch {
+            name,
+            dry_run,
+            revert,
+        } => runtime()?.block_on(async {
+            let recipes = crate::recipe::load_dir(&cli.recipes)?;
+            let ctx = context(state_dir).await?;
+            patch::run(
+                &recipes,
+                &ctx.state,
+                Some(&ctx.runtimes),
+                &name,
+                dry_run,
+                revert,
+                &out,
+            )
+            .await
+        }),
         Command::Images { command } => match command {
             ImagesCommand::Pin { .. } => not_built("images pin", 5),
             ImagesCommand::Audit => not_built("images audit", 5),

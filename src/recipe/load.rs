@@ -18,6 +18,13 @@ pub struct LoadedRecipe {
     pub source: String,
 }
 
+impl LoadedRecipe {
+    /// A problem found later (at plan time) at `key` of this recipe, with its line.
+    pub fn diagnostic(&self, key: &str, message: String, help: Option<String>) -> Diagnostic {
+        diag_at(&self.path, &self.source, key, message, help)
+    }
+}
+
 /// Every recipe of one directory, sorted by name.
 #[derive(Debug, Clone)]
 pub struct RecipeSet {

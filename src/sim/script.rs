@@ -340,7 +340,7 @@ mod tests {
         );
 
         let p = plan(&cfg(&["--tool-calls", "content"]), &req);
-        assert!(content(&p).starts_with("<tool_call>\n{\"arguments\""));
+        assert!(content(&p).starts_with("<tool_call>\n{\"name\":\"web_search\""));
         assert_eq!(p.finish_reason, "stop");
     }
 

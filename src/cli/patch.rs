@@ -1,0 +1,107 @@
+//! `sparkctl patch NAME [--dry-run|--revert]`: rendering over `patch`.
+
+use super::Output;
+use crate::error::Result;
+use crate::patch::{self, plan::Plan};
+use crate::recipe::RecipeSet;
+use crate::runtime::Runtimes;
+use crate::state::StateDir;
+
+fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
+    println!(
+        "{} {} ({})",
+        out.bold("patch plan for"),
+        plan.recipe,
+        plan.model_dir.display()
+    );
+    for s in &plan.steps {
+        println!("  {}. {:<18} {}", s.step + 1, s.kind, s.summary);
+    }
+    if plan.owners.iter().any(|o| !o.paths.is_empty()) {
+        println!("  owners change {chown_method}");
+    }
+    let diff = plan.diff();
+    if !diff.is_empty() {
+        println!();
+        print!("{diff}");
+    }
+    if !plan.checks.is_empty() {
+        println!();
+        for c in &plan.checks {
+            println!(
+                "  {} step {}: {}: {}",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.step + 1,
+                c.what,
+                c.detail
+            );
+        }
+    }
+}
+
+pub async fn run(
+    recipes: &RecipeSet,
+    state: &StateDir,
+    runtimes: Option<&Runtimes>,
+    name: &str,
+    dry_run: bool,
+    revert: bool,
+    out: &Output,
+) -> Result<()> {
+    let loaded = recipes.get(name)?;
+    if revert {
+        let reverted = patch::revert(loaded)?;
+        if out.json {
+            out.print_json(&reverted);
+        } else if reverted.restored.is_empty() && reverted.removed.is_empty() {
+            println!("nothing to revert: {name}'s model dir holds no sparkctl patch");
+        } else {
+            for f in &reverted.restored {
+                println!("restored {f}");
+            }
+            for f in &reverted.removed {
+                println!("removed  {f} (the patch created it)");
+            }
+        }
+        return Ok(());
+    }
+    let plan = patch::plan::plan(loaded, &patch::repo_dir(loaded))?;
+    if dry_run {
+        if out.json {
+            out.print_json(&serde_json::json!({"plan": &plan, "diff": plan.diff()}));
+        } else {
+            render_plan(out, &plan, &patch::chown_method(loaded));
+            println!("\nnothing was changed (--dry-run)");
+        }
+        return Ok(());
+    }
+    let docker = runtimes.and_then(|r| r.docker().ok()).map(|d| d.client());
+    let nothing = plan.changes_nothing();
+    if !out.json {
+        render_plan(out, &plan, &patch::chown_method(loaded));
+        println!();
+    }
+    let applied = patch::apply(loaded, plan, state, docker).await?;
+    if out.json {
+        out.print_json(&applied);
+        return Ok(());
+    }
+    if nothing {
+        println!("nothing to change: the model dir already matches {name}'s patch steps");
+    } else {
+        println!(
+            "patched {} file(s), kept {} original(s) as FILE.orig, gave {} path(s) back to their owner",
+            applied.written.len(),
+            applied.backed_up.len(),
+            applied.owners_changed
+        );
+    }
+    println!(
+        "model fingerprint {} ({} files, {:.1} MB, {:.1} ms)",
+        applied.fingerprint.digest,
+        applied.fingerprint.files,
+        applied.fingerprint.bytes as f64 / 1e6,
+        applied.fingerprint.took.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
