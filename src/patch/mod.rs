@@ -267,7 +267,11 @@ fn write_file(root: &Path, path: &Path, content: &Content) -> std::io::Result<()
             }
             Content::CopyOf(from) => {
                 let opts = fs_extra::file::CopyOptions::new().overwrite(true);
-                fs_extra::file::copy(from, &tmp, &opts).map_err(std::io::Error::other)?;
+                fs_extra::file::copy(from, &tmp, &opts).map_err(|e| match e.kind {
+                    // Keep the OS error (ENOSPC, EACCES) rather than fs_extra's summary.
+                    fs_extra::error::ErrorKind::Io(io) => io,
+                    _ => std::io::Error::other(e.to_string()),
+                })?;
                 std::fs::File::open(&tmp)?.sync_all()?;
             }
         }

@@ -226,16 +226,26 @@ pub async fn docker() -> bollard::Docker {
 pub async fn build_sim_image(docker: &bollard::Docker, tag: &str) {
     let binary = std::fs::read(static_sparkctl()).expect("static binary readable");
     let dockerfile = b"FROM scratch\nCOPY sparkctl /sparkctl\nENTRYPOINT [\"/sparkctl\"]\nCMD [\"sim\", \"--host\", \"0.0.0.0\"]\n";
+    build_image(
+        docker,
+        tag,
+        &[
+            ("Dockerfile", &dockerfile[..], 0o644),
+            ("sparkctl", &binary, 0o755),
+        ],
+    )
+    .await;
+}
+
+/// Builds `tag` from an in-memory context of (name, bytes, mode) files.
+pub async fn build_image(docker: &bollard::Docker, tag: &str, files: &[(&str, &[u8], u32)]) {
     let mut tar = tar::Builder::new(Vec::new());
-    for (name, data, mode) in [
-        ("Dockerfile", &dockerfile[..], 0o644),
-        ("sparkctl", &binary[..], 0o755),
-    ] {
+    for (name, data, mode) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);
-        header.set_mode(mode);
+        header.set_mode(*mode);
         header.set_cksum();
-        tar.append_data(&mut header, name, data).unwrap();
+        tar.append_data(&mut header, name, *data).unwrap();
     }
     let context = tar.into_inner().unwrap();
     let options = bollard::query_parameters::BuildImageOptionsBuilder::new()
@@ -400,4 +410,40 @@ pub async fn remove_containers_of(state: &str) {
             .remove_container(c.id.as_deref().unwrap_or_default(), Some(opts))
             .await;
     }
+}
+
+const BUSYBOX_TAG: &str = "sparkctl-busybox:test";
+
+/// The busybox image's tag, for recipes that name it without needing it built.
+pub fn busybox_image_name() -> &'static str {
+    BUSYBOX_TAG
+}
+
+/// A FROM-scratch image holding Debian's static busybox with its applets linked
+/// (`chown`, `sh`, …), built once per test binary through the Engine API.
+pub fn busybox_image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    const TAG: &str = BUSYBOX_TAG;
+    BUILT.get_or_init(|| {
+        let busybox = std::fs::read("/bin/busybox")
+            .expect("/bin/busybox (Debian's busybox-static; `bash .ci/test` installs it)");
+        let dockerfile = b"FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n";
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                build_image(
+                    &docker().await,
+                    TAG,
+                    &[("Dockerfile", &dockerfile[..], 0o644), ("busybox", &busybox, 0o755)],
+                )
+                .await
+            });
+        })
+        .join()
+        .expect("busybox image builds");
+    });
+    TAG
 }
