@@ -43,7 +43,17 @@ fn failing_start(deck: &Deck, name: &str, extra: &[&str]) -> (String, Duration) 
 async fn a_process_and_a_container_start_list_log_and_stop() {
     let deck = Deck::new("rt-both");
     let (pport, cport) = (free_port(), free_port());
-    deck.recipe("prod", &process_recipe(pport, "--load-time, 300ms"));
+    let model = deck.dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("weights.gguf"), b"GGUF fixture").unwrap();
+    deck.recipe(
+        "prod",
+        &format!(
+            "model:\n  path: {}\n{}",
+            model.display(),
+            process_recipe(pport, "--load-time, 300ms")
+        ),
+    );
     deck.recipe("cand", &docker_recipe(cport, "--load-time, 500ms"));
 
     for name in ["prod", "cand"] {
@@ -66,6 +76,11 @@ async fn a_process_and_a_container_start_list_log_and_stop() {
     assert_eq!(prod["runtime"], "process");
     assert_eq!(prod["state"], "running");
     assert_eq!(prod["health"], "ready");
+    // The model that serves is recorded by its fingerprint.
+    let expected = sparkctl::patch::fingerprint::fingerprint(&model, &deck.dir.join("fp-cache"), 1)
+        .unwrap()
+        .digest;
+    assert_eq!(prod["model_fingerprint"], expected.as_str());
     let cand = deck.status_of("cand").expect("cand listed");
     assert_eq!(cand["runtime"], "docker");
     assert_eq!(cand["health"], "ready");
@@ -397,6 +412,7 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         resolved: recipe.resolve("sparkctl"),
         recipe_hash: recipe.hash(),
         run_id: "test".into(),
+        model_fingerprint: Some("sha256:0123".into()),
     };
     let body = sparkctl::runtime::docker::container_spec(
         &spec,
@@ -430,6 +446,10 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         vec![format!("{}:/model:ro", model.display())]
     );
     let config = info.config.unwrap();
+    assert_eq!(
+        config.labels.as_ref().unwrap()["io.sparkctl.model-fingerprint"],
+        "sha256:0123"
+    );
     assert_eq!(config.user.as_deref(), Some("1000:1000"));
     let env = config.env.unwrap();
     assert!(

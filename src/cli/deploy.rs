@@ -34,6 +34,9 @@ fn render_plan(out: &Output, plan: &StartPlan) {
     );
     let mut t = out.table();
     t.add_row(vec!["recipe hash", &plan.recipe_hash]);
+    if let Some(fp) = &plan.model_fingerprint {
+        t.add_row(vec!["model", fp]);
+    }
     t.add_row(vec!["runs", &plan.artifact]);
     t.add_row(vec!["url", &plan.url]);
     t.add_row(vec!["port", "free"]);
@@ -55,7 +58,14 @@ pub async fn start(
     out: &Output,
 ) -> Result<()> {
     let loaded = recipes.get(name)?;
-    let plan = deploy::plan_start(&ctx.runtimes, loaded, &ctx.settings, &super::self_exe()).await?;
+    let plan = deploy::plan_start(
+        &ctx.runtimes,
+        &ctx.state,
+        loaded,
+        &ctx.settings,
+        &super::self_exe(),
+    )
+    .await?;
     if dry_run {
         if out.json {
             out.print_json(&plan);
@@ -171,7 +181,7 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     }
     let mut t = out.table();
     t.set_header(vec![
-        "NAME", "RUNTIME", "ID", "RUNS", "URL", "UPTIME", "HEALTH", "ROLE",
+        "NAME", "RUNTIME", "ID", "RUNS", "MODEL", "URL", "UPTIME", "HEALTH", "ROLE",
     ]);
     for row in &status {
         let d = row.deployment;
@@ -184,6 +194,10 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
             d.runtime.as_str().to_string(),
             deploy::short(&d.id).to_string(),
             runs,
+            d.model_fingerprint
+                .as_deref()
+                .map(|f| deploy::short(f.trim_start_matches("sha256:")).to_string())
+                .unwrap_or_else(|| "-".into()),
             d.url(),
             row.uptime_s
                 .map(|s| format_uptime(Duration::from_secs(s)))

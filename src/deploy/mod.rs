@@ -23,6 +23,8 @@ pub struct StartPlan {
     pub name: String,
     pub runtime: Runtime,
     pub recipe_hash: String,
+    /// sha256 over the model's files (cached by size, mtime and inode).
+    pub model_fingerprint: Option<String>,
     /// Image id the container will run, or the binary.
     pub artifact: String,
     pub url: String,
@@ -53,6 +55,7 @@ pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Optio
 /// Checks everything that can fail cheaply; changes nothing.
 pub async fn plan_start(
     rt: &Runtimes,
+    state: &crate::state::StateDir,
     loaded: &LoadedRecipe,
     settings: &Settings,
     self_exe: &str,
@@ -73,6 +76,7 @@ pub async fn plan_start(
             d.name
         )));
     }
+    let mut model_fingerprint = None;
     if let Some(model) = &recipe.model {
         let path = crate::recipe::expand_home(&model.path);
         if !Path::new(&path).exists() {
@@ -82,6 +86,7 @@ pub async fn plan_start(
                 loaded.path.display()
             )));
         }
+        model_fingerprint = Some(crate::patch::fingerprint_of(Path::new(&path), state)?.digest);
     }
     let artifact = rt.preflight(&resolved).await?;
     if let Some(owner) = port_owner(rt, resolved.port, &deployments).await {
@@ -104,6 +109,7 @@ pub async fn plan_start(
         name: recipe.name.clone(),
         runtime: resolved.runtime,
         recipe_hash: recipe.hash(),
+        model_fingerprint,
         artifact,
         url: crate::runtime::client_url(&resolved.host, resolved.port),
         command: resolved.launch.equivalent_command(),
@@ -155,6 +161,7 @@ pub async fn start(
         resolved: plan.resolved.clone(),
         recipe_hash: plan.recipe_hash.clone(),
         run_id: crate::state::new_run_id(),
+        model_fingerprint: plan.model_fingerprint.clone(),
     };
     let mut started = rt.start(&spec, &plan.artifact).await?;
     let engine = spec.resolved.engine;

@@ -165,6 +165,7 @@ mod tests {
             id: "1".into(),
             run_id: "r".into(),
             recipe_hash: String::new(),
+            model_fingerprint: None,
             artifact: String::new(),
             image_ref: None,
             host: "127.0.0.1".into(),

@@ -38,6 +38,7 @@ pub mod label {
     pub const PORT: &str = "io.sparkctl.port";
     pub const HEALTH: &str = "io.sparkctl.health";
     pub const MEMORY_GB: &str = "io.sparkctl.memory-gb";
+    pub const MODEL_FINGERPRINT: &str = "io.sparkctl.model-fingerprint";
 }
 
 pub struct DockerRuntime {
@@ -218,6 +219,9 @@ pub fn container_spec(
     if let Some(gb) = resolved.memory_gb {
         labels.insert(label::MEMORY_GB, gb.to_string());
     }
+    if let Some(fp) = &spec.model_fingerprint {
+        labels.insert(label::MODEL_FINGERPRINT, fp.clone());
+    }
     let device_requests = gpus.as_ref().map(|g| {
         vec![DeviceRequest {
             driver: Some("nvidia".into()),
@@ -299,6 +303,7 @@ fn deployment_of(c: &bollard::models::ContainerSummary) -> Option<Deployment> {
         id: c.id.clone()?,
         run_id: get(label::RUN_ID).unwrap_or_default(),
         recipe_hash: get(label::RECIPE_HASH).unwrap_or_default(),
+        model_fingerprint: get(label::MODEL_FINGERPRINT),
         artifact: c.image_id.clone().unwrap_or_default(),
         image_ref: get(label::IMAGE_REF),
         host: get(label::HOST).unwrap_or_else(|| "127.0.0.1".into()),
@@ -405,6 +410,7 @@ impl Supervisor for DockerRuntime {
                 id,
                 run_id: spec.run_id.clone(),
                 recipe_hash: spec.recipe_hash.clone(),
+                model_fingerprint: spec.model_fingerprint.clone(),
                 artifact: artifact.to_string(),
                 image_ref: Some(image.clone()),
                 host: resolved.host.clone(),

@@ -25,6 +25,8 @@ pub struct StartSpec {
     pub resolved: Resolved,
     pub recipe_hash: String,
     pub run_id: String,
+    /// sha256 over the model's files, when the recipe has a model.
+    pub model_fingerprint: Option<String>,
 }
 
 /// A server sparkctl started, running or not any more.
@@ -38,6 +40,8 @@ pub struct Deployment {
     pub id: String,
     pub run_id: String,
     pub recipe_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_fingerprint: Option<String>,
     /// Image digest the container runs, or the binary path of a process.
     pub artifact: String,
     /// The image as the recipe names it (docker runtime).

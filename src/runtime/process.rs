@@ -155,6 +155,7 @@ impl Supervisor for ProcessRuntime {
             id: pid.to_string(),
             run_id: spec.run_id.clone(),
             recipe_hash: spec.recipe_hash.clone(),
+            model_fingerprint: spec.model_fingerprint.clone(),
             artifact: artifact.to_string(),
             image_ref: None,
             host: resolved.host.clone(),
