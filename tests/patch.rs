@@ -204,6 +204,35 @@ fn patch_produces_the_checklist_result_is_idempotent_and_reverts_byte_for_byte()
 }
 
 #[test]
+fn a_running_server_s_model_dir_is_not_patched_under_it() {
+    let deck = Deck::new("patch-running");
+    let (model, _) = fixture(&deck, "NVFP4");
+    let port = support::free_port();
+    deck.recipe(
+        "live",
+        &format!(
+            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  patches:\n    - wrap-vl-config: {{}}\nserver:\n  port: {port}\n  args: [--load-time, 0s]\n",
+            model.display()
+        ),
+    );
+    deck.ok(&["start", "live"]);
+    let dry = deck.ok(&["patch", "live", "--dry-run"]);
+    assert!(dry.contains("wrap the text-only config"), "{dry}");
+    refused(
+        &deck,
+        "live",
+        &model,
+        2,
+        &[
+            "live is running (process",
+            "`sparkctl down live` before you patch it",
+        ],
+    );
+    deck.ok(&["down", "live"]);
+    deck.ok(&["patch", "live"]);
+}
+
+#[test]
 fn mixed_precision_fails_its_expectation_and_nothing_changes() {
     let deck = Deck::new("patch-mixed");
     let (model, donor) = fixture(&deck, "MIXED_PRECISION");

@@ -8,7 +8,7 @@ use super::Output;
 use crate::deploy::{self, Settings, StartPlan};
 use crate::error::{Error, Result};
 use crate::recipe::{resolve_shell_line, RecipeSet};
-use crate::runtime::{Deployment, RunState, Runtimes};
+use crate::runtime::{Deployment, Runtimes};
 use crate::state::StateDir;
 use crate::units::format_uptime;
 
@@ -115,41 +115,8 @@ struct StatusRow<'a> {
     uptime_s: Option<u64>,
 }
 
-async fn health_of(client: &reqwest::Client, d: &Deployment) -> String {
-    if !d.running() {
-        return match &d.state {
-            RunState::Exited { exit: Some(e) } => e.to_string(),
-            _ => "exited".into(),
-        };
-    }
-    match client
-        .get(format!("{}{}", d.url(), d.health_path))
-        .send()
-        .await
-    {
-        Ok(r) if r.status().is_success() => "ready".into(),
-        Ok(r) => format!("loading ({})", r.status().as_u16()),
-        Err(_) => "not answering".into(),
-    }
-}
-
-/// One row per recipe: its running deployment, else its newest.
-fn newest_per_recipe(all: Vec<Deployment>) -> Vec<Deployment> {
-    let mut rows: Vec<Deployment> = Vec::new();
-    for d in all {
-        match rows.iter_mut().find(|r| r.name == d.name) {
-            Some(r) if !r.running() && d.running() => *r = d,
-            Some(_) => {}
-            None => rows.push(d),
-        }
-    }
-    rows.sort_by(|a, b| b.running().cmp(&a.running()).then(a.name.cmp(&b.name)));
-    rows
-}
-
 pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
-    let (all, warnings) = ctx.runtimes.list().await?;
-    let rows = newest_per_recipe(all);
+    let (rows, warnings) = ctx.runtimes.latest_per_recipe().await?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(2))
@@ -160,7 +127,7 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     for d in &rows {
         status.push(StatusRow {
             deployment: d,
-            health: health_of(&client, d).await,
+            health: crate::runtime::ready::health_now(&client, d).await,
             production: d.running() && d.port == ctx.settings.production_port,
             uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
         });

@@ -318,7 +318,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             patch::run(
                 &recipes,
                 &ctx.state,
-                Some(&ctx.runtimes),
+                &ctx.runtimes,
                 &name,
                 dry_run,
                 revert,

@@ -42,13 +42,21 @@ fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
 pub async fn run(
     recipes: &RecipeSet,
     state: &StateDir,
-    runtimes: Option<&Runtimes>,
+    runtimes: &Runtimes,
     name: &str,
     dry_run: bool,
     revert: bool,
     out: &Output,
 ) -> Result<()> {
     let loaded = recipes.get(name)?;
+    if !dry_run {
+        let doing = if revert {
+            "revert its patches"
+        } else {
+            "patch it"
+        };
+        crate::deploy::ensure_not_running(runtimes, name, doing).await?;
+    }
     if revert {
         let reverted = patch::revert(loaded)?;
         if out.json {
@@ -75,7 +83,7 @@ pub async fn run(
         }
         return Ok(());
     }
-    let docker = runtimes.and_then(|r| r.docker().ok()).map(|d| d.client());
+    let docker = runtimes.docker().ok().map(|d| d.client());
     let nothing = plan.changes_nothing();
     if !out.json {
         render_plan(out, &plan, &patch::chown_method(loaded));

@@ -207,6 +207,18 @@ pub async fn start(
     }
 }
 
+/// Refuses to change what a running server reads (its model dir) underneath it.
+pub async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Result<()> {
+    match rt.find(name).await? {
+        Some(d) if d.running() => Err(Error::Usage(format!(
+            "{name} is running ({} {}) and reads this model dir; `sparkctl down {name}` before you {doing}",
+            d.runtime.as_str(),
+            short(&d.id)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Stops the running deployment of `name`; its logs are kept. None when nothing ran.
 pub async fn down(rt: &Runtimes, name: &str, dry_run: bool) -> Result<Option<Deployment>> {
     let Some(d) = rt.find(name).await? else {

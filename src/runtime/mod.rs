@@ -221,15 +221,25 @@ impl Runtimes {
         Ok((all, warnings))
     }
 
-    /// The deployment of `name` that matters: the running one, else the newest.
-    pub async fn find(&self, name: &str) -> Result<Option<Deployment>> {
-        let (all, _) = self.list().await?;
-        let mut of_name = all.into_iter().filter(|d| d.name == name);
-        let first = of_name.next();
-        match first {
-            Some(d) if !d.running() => Ok(of_name.find(Deployment::running).or(Some(d))),
-            other => Ok(other),
+    /// One deployment per recipe, the one that matters: its running one, else its newest.
+    /// Running ones first, then by name.
+    pub async fn latest_per_recipe(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
+        let (all, warnings) = self.list().await?;
+        let mut rows: Vec<Deployment> = Vec::new();
+        for d in all {
+            match rows.iter_mut().find(|r| r.name == d.name) {
+                Some(r) if !r.running() && d.running() => *r = d,
+                Some(_) => {}
+                None => rows.push(d),
+            }
         }
+        rows.sort_by(|a, b| b.running().cmp(&a.running()).then(a.name.cmp(&b.name)));
+        Ok((rows, warnings))
+    }
+
+    pub async fn find(&self, name: &str) -> Result<Option<Deployment>> {
+        let (rows, _) = self.latest_per_recipe().await?;
+        Ok(rows.into_iter().find(|d| d.name == name))
     }
 
     pub async fn preflight(&self, resolved: &Resolved) -> Result<String> {

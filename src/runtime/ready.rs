@@ -215,6 +215,24 @@ async fn probe(url: String, health_path: String, tx: mpsc::Sender<(Health, Optio
     }
 }
 
+/// What a deployment's health endpoint says now (or how it ended), for `status`.
+pub async fn health_now(client: &reqwest::Client, d: &super::Deployment) -> String {
+    if let super::RunState::Exited { exit } = &d.state {
+        return exit
+            .as_ref()
+            .map_or_else(|| "exited".into(), ToString::to_string);
+    }
+    match client
+        .get(format!("{}{}", d.url(), d.health_path))
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => "ready".into(),
+        Ok(r) => format!("loading ({})", r.status().as_u16()),
+        Err(_) => "not answering".into(),
+    }
+}
+
 /// A one-token chat completion against the first model the server lists.
 async fn completion(client: &reqwest::Client, url: &str) -> Result<String, String> {
     let models: serde_json::Value = client
