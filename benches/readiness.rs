@@ -135,6 +135,7 @@ fn main() {
             free_port()
         ),
     );
+    deck.ok(&["images", "pin", "cont"]);
     println!("readiness: {runs} starts per runtime, sim load time {LOAD}, TTFT 0");
     let (proc_latency, proc_wall) = start_runs(&deck, "proc", runs);
     let (cont_latency, cont_wall) = start_runs(&deck, "cont", runs);

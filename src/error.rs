@@ -75,6 +75,10 @@ pub enum Error {
     /// An operation that was attempted and failed (server, engine, network).
     #[error("{0}")]
     Failed(String),
+    /// A failure whose details the command already printed (e.g. `images audit --json`):
+    /// exit 1, and only this summary on stderr, so stdout stays one document.
+    #[error("{0}")]
+    Reported(String),
     /// Ctrl-C: what was running has been stopped or left as the message says.
     #[error("{0}")]
     Interrupted(String),
@@ -92,7 +96,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Invalid(_) | Error::Usage(_) | Error::NotBuilt { .. } => 2,
-            Error::Io { .. } | Error::Failed(_) => 1,
+            Error::Io { .. } | Error::Failed(_) | Error::Reported(_) => 1,
             // What shells report for a SIGINT'd command.
             Error::Interrupted(_) => 130,
         }

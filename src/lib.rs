@@ -9,6 +9,8 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod images;
+pub mod lock;
 pub mod patch;
 pub mod recipe;
 pub mod runtime;

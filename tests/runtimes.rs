@@ -55,6 +55,7 @@ async fn a_process_and_a_container_start_list_log_and_stop() {
         ),
     );
     deck.recipe("cand", &docker_recipe(cport, "--load-time, 500ms"));
+    deck.ok(&["images", "pin", "cand"]);
 
     for name in ["prod", "cand"] {
         let out = deck.ok(&["start", name]);
@@ -175,10 +176,16 @@ fn a_crash_during_load_is_explained_within_two_seconds_in_both_runtimes() {
     let args = "--load-time, 2s, --load-fault, crash";
     deck.recipe("pcrash", &process_recipe(free_port(), args));
     deck.recipe("ccrash", &docker_recipe(free_port(), args));
+    deck.ok(&["images", "pin", "ccrash"]);
     for name in ["pcrash", "ccrash"] {
         let (err, took) = failing_start(&deck, name, &[]);
         eprintln!("{name}: crash at 1.0 s, reported after {took:?}");
-        assert!(err.contains("exited with code 1 while starting"), "{err}");
+        // Normally the exit arrives with the fatal line; on a loaded machine the engine's
+        // exit event can trail it, and the fatal line alone is reported.
+        assert!(
+            err.contains("exited with code 1 while starting") || err.contains("cannot start"),
+            "{err}"
+        );
         assert!(
             err.contains("fatal: torch.AcceleratorError: CUDA error: no kernel image"),
             "{err}"
@@ -197,6 +204,7 @@ fn an_oom_like_kill_is_named_as_such() {
     let deck = Deck::new("rt-killed");
     let args = "--load-time, 2s, --load-fault, killed";
     deck.recipe("ckilled", &docker_recipe(free_port(), args));
+    deck.ok(&["images", "pin", "ckilled"]);
     deck.recipe("pkilled", &process_recipe(free_port(), args));
     for (name, expect) in [
         ("ckilled", "(exit code 137)"),
@@ -255,6 +263,7 @@ fn a_server_that_closes_its_port_is_caught_before_the_timeout() {
 fn never_ready_times_out_with_what_health_said() {
     let deck = Deck::new("rt-never");
     deck.recipe("never", &docker_recipe(free_port(), "--never-ready"));
+    deck.ok(&["images", "pin", "never"]);
     let (err, took) = failing_start(&deck, "never", &["--timeout", "2s"]);
     assert!(err.contains("never was not ready within 2 s"), "{err}");
     assert!(err.contains("still answers 503"), "{err}");
@@ -272,6 +281,7 @@ async fn a_taken_port_is_refused_before_anything_starts_and_names_its_owner() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = holder.local_addr().unwrap().port();
     deck.recipe("blocked", &docker_recipe(port, "--load-time, 0s"));
+    deck.ok(&["images", "pin", "blocked"]);
     let (err, _) = failing_start(&deck, "blocked", &[]);
     assert!(
         err.contains(&format!(
@@ -360,7 +370,14 @@ fn a_missing_image_or_binary_is_refused_with_the_fix() {
             free_port()
         ),
     );
-    let (err, _) = failing_start(&deck, "noimage", &[]);
+    let out = deck.run(&["start", "noimage"]);
+    assert_eq!(out.status.code(), Some(2), "no pin: refused as bad input");
+    assert!(
+        text(&out.stderr).contains("has no pin in images.lock; run `sparkctl images pin noimage`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (err, _) = failing_start(&deck, "noimage", &["--allow-unpinned"]);
     assert!(
         err.contains("image sparkctl-absent:nope (recipe noimage) is not on this machine"),
         "{err}"
@@ -413,6 +430,8 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         recipe_hash: recipe.hash(),
         run_id: "test".into(),
         model_fingerprint: Some("sha256:0123".into()),
+        unpinned: false,
+        image_ref: None,
     };
     let body = sparkctl::runtime::docker::container_spec(
         &spec,
@@ -468,6 +487,7 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
     docker.remove_container(&name, Some(opts)).await.unwrap();
 
     if !has_nvidia {
+        deck.ok(&["images", "pin", "gpu"]);
         // The CLI refuses before creating anything and names what is missing.
         let began = Instant::now();
         let out = deck
@@ -490,6 +510,7 @@ fn a_recipe_that_does_not_fit_in_memory_names_what_must_stop() {
     let deck = Deck::new("rt-memory");
     deck.recipe("small", &process_recipe(free_port(), "--load-time, 0s"));
     deck.recipe("big", &docker_recipe(free_port(), "--load-time, 0s"));
+    deck.ok(&["images", "pin", "big"]);
     deck.ok(&["start", "small"]);
     // 7 GB runs; 12 more do not fit in 15.
     let tight = |args: &[&str]| {
@@ -520,6 +541,7 @@ fn ctrl_c_while_waiting_stops_the_server_and_says_so() {
     let deck = Deck::new("rt-sigint");
     let port = free_port();
     deck.recipe("slow", &docker_recipe(port, "--never-ready"));
+    deck.ok(&["images", "pin", "slow"]);
     let child = deck
         .cmd(&["start", "slow"])
         .stdout(std::process::Stdio::piped())
@@ -554,6 +576,7 @@ fn without_a_docker_engine_processes_still_list_and_containers_get_a_clear_error
     let deck = Deck::new("rt-nodocker");
     deck.recipe("p", &process_recipe(free_port(), "--load-time, 0s"));
     deck.recipe("c", &docker_recipe(free_port(), "--load-time, 0s"));
+    deck.ok(&["images", "pin", "c"]);
     let nodocker = |args: &[&str]| {
         deck.cmd(args)
             .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -627,6 +650,7 @@ fn logs_follow_new_output_until_the_server_stops() {
     let (pport, cport) = (free_port(), free_port());
     deck.recipe("pf", &process_recipe(pport, "--load-time, 0s"));
     deck.recipe("cf", &docker_recipe(cport, "--load-time, 0s"));
+    deck.ok(&["images", "pin", "cf"]);
     for (name, port) in [("pf", pport), ("cf", cport)] {
         deck.ok(&["start", name]);
         let mut follower = deck

@@ -15,6 +15,8 @@ use crate::units::format_uptime;
 /// What the deployment commands share: the state dir, both runtimes, machine settings.
 pub struct Context {
     pub state: StateDir,
+    /// images.lock, which containers run their digests from.
+    pub lock_path: std::path::PathBuf,
     pub runtimes: Runtimes,
     pub settings: Settings,
 }
@@ -54,18 +56,18 @@ pub async fn start(
     recipes: &RecipeSet,
     name: &str,
     dry_run: bool,
+    allow_unpinned: bool,
     timeout: Option<Duration>,
     out: &Output,
 ) -> Result<()> {
     let loaded = recipes.get(name)?;
-    let plan = deploy::plan_start(
-        &ctx.runtimes,
-        &ctx.state,
-        loaded,
-        &ctx.settings,
-        &super::self_exe(),
-    )
-    .await?;
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
+    let opts = deploy::StartOptions {
+        lock: &lock,
+        allow_unpinned,
+        self_exe: &super::self_exe(),
+    };
+    let plan = deploy::plan_start(&ctx.runtimes, &ctx.state, loaded, &ctx.settings, &opts).await?;
     if dry_run {
         if out.json {
             out.print_json(&plan);

@@ -2,6 +2,7 @@
 //! `recipes`; decisions live in the library modules.
 
 mod deploy;
+mod images;
 mod output;
 mod patch;
 mod recipes;
@@ -24,6 +25,15 @@ pub use output::Output;
     max_term_width = 100
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub globals: Globals,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Globals {
     /// Directory of recipes.
     #[arg(
         long,
@@ -36,14 +46,15 @@ pub struct Cli {
     /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
     #[arg(long, global = true, env = "SPARKCTL_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The image lock [default: images.lock beside the recipes dir].
+    #[arg(long, global = true, env = "SPARKCTL_LOCK", value_name = "FILE")]
+    pub lock: Option<PathBuf>,
     /// Machine-readable JSON output (read commands).
     #[arg(long, global = true)]
     pub json: bool,
     /// More log output on stderr (-v info, -vv debug); SPARKCTL_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +84,9 @@ pub enum Command {
         /// Give up waiting for readiness after this long [default: the recipe's health.timeout].
         #[arg(long, value_name = "DURATION")]
         timeout: Option<crate::units::HumanDuration>,
+        /// Run an image that has no digest in images.lock (recorded on the container).
+        #[arg(long)]
+        allow_unpinned: bool,
     },
     /// Make the previous production serve again.
     Rollback {
@@ -162,6 +176,9 @@ pub enum ImagesCommand {
         name: Option<String>,
         #[arg(long, conflicts_with = "name")]
         all: bool,
+        /// Pin the registry digest this machine recorded when it pulled, without asking the registry.
+        #[arg(long)]
+        offline: bool,
     },
     /// Report drift, missing pins and local images that differ from the lock.
     Audit,
@@ -224,24 +241,30 @@ fn self_exe() -> String {
         .unwrap_or_else(|_| "sparkctl".into())
 }
 
-async fn context(state_dir: Option<PathBuf>) -> Result<deploy::Context> {
-    let root = state_dir.unwrap_or_else(crate::state::default_root);
+fn lock_path(cli: &Globals) -> PathBuf {
+    cli.lock
+        .clone()
+        .unwrap_or_else(|| crate::lock::default_path(&cli.recipes))
+}
+
+async fn context(cli: &Globals) -> Result<deploy::Context> {
+    let root = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(crate::state::default_root);
     let state = crate::state::StateDir::open(&root)?;
     let runtimes = crate::runtime::Runtimes::open(&state).await;
     Ok(deploy::Context {
+        lock_path: lock_path(cli),
         settings: crate::deploy::Settings::from_env()?,
         state,
         runtimes,
     })
 }
 
-async fn doctor(
-    cli_recipes: &std::path::Path,
-    state_dir: Option<PathBuf>,
-    out: &Output,
-) -> Result<()> {
-    let ctx = context(state_dir).await?;
-    let recipes = crate::recipe::load_dir(cli_recipes)?;
+async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
+    let ctx = context(cli).await?;
+    let recipes = crate::recipe::load_dir(&cli.recipes)?;
     let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
     let failed = checks
         .iter()
@@ -270,10 +293,10 @@ async fn doctor(
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
-    let out = Output::new(cli.json);
-    let state_dir = cli.state_dir.clone();
+    let out = Output::new(cli.globals.json);
+    let g = &cli.globals;
     match cli.command {
-        Command::Recipes { command } => recipes::run(&cli.recipes, command, &out),
+        Command::Recipes { command } => recipes::run(&g.recipes, command, &out),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -291,30 +314,38 @@ fn dispatch(cli: Cli) -> Result<()> {
             name,
             dry_run,
             timeout,
+            allow_unpinned,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&cli.recipes)?;
-            let ctx = context(state_dir).await?;
+            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let ctx = context(g).await?;
             let timeout: Option<Duration> = timeout.map(|t| t.0);
-            deploy::start(&ctx, &recipes, &name, dry_run, timeout, &out).await
+            deploy::start(
+                &ctx,
+                &recipes,
+                &name,
+                dry_run,
+                allow_unpinned,
+                timeout,
+                &out,
+            )
+            .await
         }),
         Command::Status | Command::Ps => {
-            runtime()?.block_on(async { deploy::status(&context(state_dir).await?, &out).await })
+            runtime()?.block_on(async { deploy::status(&context(g).await?, &out).await })
         }
-        Command::Logs { name, follow, tail } => runtime()?.block_on(async {
-            deploy::logs(&context(state_dir).await?, &name, follow, tail).await
-        }),
-        Command::Down { name, dry_run } => runtime()?.block_on(async {
-            deploy::down(&context(state_dir).await?, &name, dry_run, &out).await
-        }),
-        Command::Doctor => runtime()?.block_on(doctor(&cli.recipes, state_dir, &out)),
+        Command::Logs { name, follow, tail } => runtime()?
+            .block_on(async { deploy::logs(&context(g).await?, &name, follow, tail).await }),
+        Command::Down { name, dry_run } => runtime()?
+            .block_on(async { deploy::down(&context(g).await?, &name, dry_run, &out).await }),
+        Command::Doctor => runtime()?.block_on(doctor(g, &out)),
         Command::Bench { .. } => not_built("bench", 6),
         Command::Patch {
             name,
             dry_run,
             revert,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&cli.recipes)?;
-            let ctx = context(state_dir).await?;
+            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let ctx = context(g).await?;
             patch::run(
                 &recipes,
                 &ctx.state,
@@ -326,20 +357,19 @@ fn dispatch(cli: Cli) -> Result<()> {
             )
             .await
         }),
-        Command::Images { command } => match command {
-            ImagesCommand::Pin { .. } => not_built("images pin", 5),
-            ImagesCommand::Audit => not_built("images audit", 5),
-            ImagesCommand::Pull { .. } => not_built("images pull", 5),
-            ImagesCommand::Diff { .. } => not_built("images diff", 5),
-        },
+        Command::Images { command } => runtime()?.block_on(async {
+            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let docker = crate::runtime::docker::connect().await?;
+            images::run(&recipes, &lock_path(g), &docker, command, &out).await
+        }),
     }
 }
 
 /// Parses the command line, runs it, prints any error; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
-    let json = cli.json;
+    init_tracing(cli.globals.verbose);
+    let json = cli.globals.json;
     match dispatch(cli) {
         Ok(()) => 0,
         Err(err) => {

@@ -55,7 +55,7 @@ impl Output {
 
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
 pub fn print_error(err: &Error, json: bool) {
-    if json {
+    if json && !matches!(err, Error::Reported(_)) {
         let diagnostics = match err {
             Error::Invalid(d) => d.clone(),
             _ => Vec::new(),

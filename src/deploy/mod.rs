@@ -25,6 +25,10 @@ pub struct StartPlan {
     pub recipe_hash: String,
     /// sha256 over the model's files (cached by size, mtime and inode).
     pub model_fingerprint: Option<String>,
+    /// A container image run without a pin (`--allow-unpinned`).
+    pub unpinned: bool,
+    /// The image as the recipe names it; `command` runs it by digest.
+    pub image_ref: Option<String>,
     /// Image id the container will run, or the binary.
     pub artifact: String,
     pub url: String,
@@ -53,15 +57,39 @@ pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Optio
 }
 
 /// Checks everything that can fail cheaply; changes nothing.
+/// How a start may go: the lock it runs images from, and whether an unpinned one may run.
+pub struct StartOptions<'a> {
+    pub lock: &'a crate::lock::Lock,
+    pub allow_unpinned: bool,
+    pub self_exe: &'a str,
+}
+
 pub async fn plan_start(
     rt: &Runtimes,
     state: &crate::state::StateDir,
     loaded: &LoadedRecipe,
     settings: &Settings,
-    self_exe: &str,
+    opts: &StartOptions<'_>,
 ) -> Result<StartPlan> {
     let recipe = &loaded.recipe;
-    let resolved = recipe.resolve(self_exe);
+    let mut resolved = recipe.resolve(opts.self_exe);
+    // Containers run the digest images.lock holds, never whatever the tag is today.
+    let mut unpinned = false;
+    let mut image_ref = None;
+    if let crate::recipe::Launch::Docker { image, .. } = &mut resolved.launch {
+        image_ref = Some(image.clone());
+        let docker = rt.docker()?.client();
+        let (run, pinned) = crate::images::run_reference(
+            docker,
+            &recipe.name,
+            image,
+            opts.lock,
+            opts.allow_unpinned,
+        )
+        .await?;
+        *image = run;
+        unpinned = !pinned;
+    }
     let (deployments, _) = rt.list().await?;
     if let Some(d) = deployments
         .iter()
@@ -110,6 +138,8 @@ pub async fn plan_start(
         runtime: resolved.runtime,
         recipe_hash: recipe.hash(),
         model_fingerprint,
+        unpinned,
+        image_ref,
         artifact,
         url: crate::runtime::client_url(&resolved.host, resolved.port),
         command: resolved.launch.equivalent_command(),
@@ -162,6 +192,8 @@ pub async fn start(
         recipe_hash: plan.recipe_hash.clone(),
         run_id: crate::state::new_run_id(),
         model_fingerprint: plan.model_fingerprint.clone(),
+        unpinned: plan.unpinned,
+        image_ref: plan.image_ref.clone(),
     };
     let mut started = rt.start(&spec, &plan.artifact).await?;
     let engine = spec.resolved.engine;

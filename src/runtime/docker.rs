@@ -39,6 +39,8 @@ pub mod label {
     pub const HEALTH: &str = "io.sparkctl.health";
     pub const MEMORY_GB: &str = "io.sparkctl.memory-gb";
     pub const MODEL_FINGERPRINT: &str = "io.sparkctl.model-fingerprint";
+    /// `true` when the image ran without a pin in images.lock (`--allow-unpinned`).
+    pub const UNPINNED: &str = "io.sparkctl.unpinned";
 }
 
 pub struct DockerRuntime {
@@ -211,13 +213,19 @@ pub fn container_spec(
         (label::RECIPE_HASH, spec.recipe_hash.clone()),
         (label::RUN_ID, spec.run_id.clone()),
         (label::ENGINE, resolved.engine.to_string()),
-        (label::IMAGE_REF, image.clone()),
+        (
+            label::IMAGE_REF,
+            spec.image_ref.clone().unwrap_or_else(|| image.clone()),
+        ),
         (label::HOST, host_ip.clone()),
         (label::PORT, host_port.to_string()),
         (label::HEALTH, resolved.health_path.clone()),
     ]);
     if let Some(gb) = resolved.memory_gb {
         labels.insert(label::MEMORY_GB, gb.to_string());
+    }
+    if spec.unpinned {
+        labels.insert(label::UNPINNED, "true".into());
     }
     if let Some(fp) = &spec.model_fingerprint {
         labels.insert(label::MODEL_FINGERPRINT, fp.clone());
@@ -412,7 +420,7 @@ impl Supervisor for DockerRuntime {
                 recipe_hash: spec.recipe_hash.clone(),
                 model_fingerprint: spec.model_fingerprint.clone(),
                 artifact: artifact.to_string(),
-                image_ref: Some(image.clone()),
+                image_ref: Some(spec.image_ref.clone().unwrap_or_else(|| image.clone())),
                 host: resolved.host.clone(),
                 port: resolved.port,
                 health_path: resolved.health_path.clone(),

@@ -27,6 +27,10 @@ pub struct StartSpec {
     pub run_id: String,
     /// sha256 over the model's files, when the recipe has a model.
     pub model_fingerprint: Option<String>,
+    /// Started with `--allow-unpinned` (recorded on the container).
+    pub unpinned: bool,
+    /// The image as the recipe names it (the launch holds the digest that runs).
+    pub image_ref: Option<String>,
 }
 
 /// A server sparkctl started, running or not any more.

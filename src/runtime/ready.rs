@@ -16,9 +16,9 @@ const PROBE_FAST: Duration = Duration::from_millis(5);
 const PROBE_SLOW: Duration = Duration::from_millis(25);
 const FAST_FOR: Duration = Duration::from_secs(10);
 /// A server that answered and then refuses this long has closed its port.
-const CLOSED_AFTER: Duration = Duration::from_secs(1);
+const CLOSED_AFTER: Duration = Duration::from_millis(500);
 /// How long after a fatal line an exit still counts as its consequence.
-const FATAL_GRACE: Duration = Duration::from_millis(300);
+const FATAL_GRACE: Duration = Duration::from_millis(700);
 /// Lines kept to explain a failure.
 const KEEP_LINES: usize = 12;
 
@@ -130,7 +130,7 @@ impl Fault {
                 last_lines,
             } => {
                 format!(
-                    "{name} answered on {url}, then refused connections for {:.0} s while still \
+                    "{name} answered on {url}, then refused connections for {:.1} s while still \
                  running ({:.1} s in): it closed its port; the output says why",
                     CLOSED_AFTER.as_secs_f64(),
                     after.as_secs_f64()

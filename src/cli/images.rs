@@ -1,0 +1,267 @@
+//! `sparkctl images pin|audit|pull|diff`: rendering over `images` and `lock`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{ImagesCommand, Output};
+use crate::error::{Error, Result};
+use crate::images::{self, short, Finding};
+use crate::lock::Lock;
+use crate::recipe::RecipeSet;
+
+/// (recipe, image) of the recipes that run containers, all or the one named.
+fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(String, String)>> {
+    let with_image = |r: &crate::recipe::LoadedRecipe| {
+        (r.recipe.runtime() == crate::recipe::Runtime::Docker)
+            .then(|| r.recipe.image.clone())
+            .flatten()
+            .map(|i| (r.recipe.name.clone(), i))
+    };
+    match (name, all) {
+        (Some(n), _) => {
+            let loaded = recipes.get(n)?;
+            with_image(loaded).map(|t| vec![t]).ok_or_else(|| {
+                Error::Usage(format!(
+                    "{n} runs no container image (runtime process); nothing to pin"
+                ))
+            })
+        }
+        (None, true) => Ok(recipes.recipes.iter().filter_map(with_image).collect()),
+        (None, false) => Err(Error::Usage(
+            "name a recipe, or pass --all for every recipe with an image".into(),
+        )),
+    }
+}
+
+pub async fn run(
+    recipes: &RecipeSet,
+    lock_path: &Path,
+    docker: &bollard::Docker,
+    command: ImagesCommand,
+    out: &Output,
+) -> Result<()> {
+    match command {
+        ImagesCommand::Pin { name, all, offline } => {
+            let mut lock = Lock::load(lock_path)?;
+            let at = crate::units::utc_stamp(crate::units::unix_now().as_secs());
+            let mut changes = Vec::new();
+            // Every digest is resolved before the lock is touched: one failure changes nothing.
+            for (recipe, reference) in targets(recipes, name.as_deref(), all)? {
+                let new = images::resolve(docker, &reference, offline, &at).await?;
+                changes.push((recipe, new));
+            }
+            let mut report = Vec::new();
+            for (recipe, new) in changes {
+                let old = lock.images.get(&recipe).map(|p| p.digest.clone());
+                let line = match &old {
+                    Some(d) if *d == new.digest => format!("{recipe}: {} unchanged", short(d)),
+                    Some(d) => format!("{recipe}: {} -> {}", short(d), short(&new.digest)),
+                    None => format!(
+                        "{recipe}: (none) -> {} ({:?})",
+                        short(&new.digest),
+                        new.source
+                    )
+                    .to_lowercase(),
+                };
+                report.push(serde_json::json!({"recipe": recipe, "old": old, "new": new.digest}));
+                match lock.images.get_mut(&recipe) {
+                    Some(p) => p.replace_with(new),
+                    None => {
+                        lock.images.insert(recipe, new);
+                    }
+                }
+                if !out.json {
+                    println!("{line}");
+                }
+            }
+            lock.save(lock_path)?;
+            if out.json {
+                out.print_json(&report);
+            } else {
+                println!("wrote {}", lock_path.display());
+            }
+            Ok(())
+        }
+        ImagesCommand::Audit => {
+            let lock = Lock::load(lock_path)?;
+            let all = targets(recipes, None, true)?;
+            let audit = images::audit(docker, &all, &lock).await?;
+            if out.json {
+                out.print_json(&audit);
+            } else {
+                let mut t = out.table();
+                t.set_header(vec![
+                    "RECIPE",
+                    "IMAGE",
+                    "PINNED",
+                    "HERE",
+                    "REGISTRY NOW",
+                    "FINDINGS",
+                ]);
+                for r in &audit.rows {
+                    let dated = |d: &Option<String>, c: &Option<String>| match (d, c) {
+                        (Some(d), Some(c)) => format!("{} ({})", short(d), &c[..c.len().min(19)]),
+                        (Some(d), None) => short(d),
+                        (None, _) => "-".into(),
+                    };
+                    let findings: Vec<String> = r
+                        .findings
+                        .iter()
+                        .map(|f| {
+                            serde_json::to_value(f)
+                                .unwrap()
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string()
+                        })
+                        .collect();
+                    t.add_row(vec![
+                        r.recipe.clone(),
+                        r.reference.clone(),
+                        dated(&r.pinned, &r.pinned_created),
+                        if r.present { "yes".into() } else { "no".into() },
+                        dated(&r.registry, &r.registry_created),
+                        if findings.is_empty() {
+                            "ok".into()
+                        } else {
+                            findings.join(", ")
+                        },
+                    ]);
+                }
+                out.print_table(&t);
+                for r in &audit.rows {
+                    if r.findings.contains(&Finding::Drift) {
+                        println!(
+                            "drift: {} now points to {} in the registry; {} runs the pinned {} (`sparkctl images pin {}` moves it, `images diff {}` after a pull shows what changed)",
+                            r.reference,
+                            r.registry.as_deref().map(short).unwrap_or_default(),
+                            r.recipe,
+                            r.pinned.as_deref().map(short).unwrap_or_default(),
+                            r.recipe,
+                            r.recipe
+                        );
+                    }
+                    if let Some(e) = &r.registry_error {
+                        println!("warning: {e}");
+                    }
+                }
+                for s in &audit.stale {
+                    println!("stale: images.lock pins {s}, which is no longer a recipe; `sparkctl images pin --all` keeps it, delete the entry by hand to drop it");
+                }
+            }
+            if audit.ok {
+                Ok(())
+            } else {
+                Err(Error::Reported(
+                    "images audit found drift, missing pins or local images that differ (see above)"
+                        .into(),
+                ))
+            }
+        }
+        ImagesCommand::Pull { name, all } => {
+            let lock = Lock::load(lock_path)?;
+            for (recipe, _) in targets(recipes, name.as_deref(), all)? {
+                let pin = lock.images.get(&recipe).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{recipe} has no pin; `sparkctl images pin {recipe}` first"
+                    ))
+                })?;
+                if pin.source == crate::lock::Source::Local {
+                    println!(
+                        "{recipe}: pinned to a local image id (never pushed); nothing to pull"
+                    );
+                    continue;
+                }
+                let reference = pin.run_reference();
+                let bar = indicatif::ProgressBar::new_spinner();
+                bar.enable_steady_tick(Duration::from_millis(100));
+                images::pull(docker, &reference, |done, layers, cur, total| {
+                    bar.set_message(format!(
+                        "{recipe}: {done}/{layers} layers, {:.1}/{:.1} MB",
+                        cur as f64 / 1e6,
+                        total as f64 / 1e6
+                    ));
+                })
+                .await?;
+                bar.finish_and_clear();
+                println!("{recipe}: pulled {reference}");
+            }
+            Ok(())
+        }
+        ImagesCommand::Diff { name, old, new } => {
+            let lock = Lock::load(lock_path)?;
+            let pin = lock.images.get(&name).ok_or_else(|| {
+                Error::Usage(format!("{name} has no pin in {}", lock_path.display()))
+            })?;
+            let repo = crate::lock::repository(&pin.reference);
+            let as_ref = |d: &str| {
+                if pin.source == crate::lock::Source::Local || !d.starts_with("sha256:") {
+                    d.to_string()
+                } else {
+                    format!("{repo}@{d}")
+                }
+            };
+            let (old, new) = match (old, new) {
+                (Some(o), Some(n)) => (as_ref(&o), as_ref(&n)),
+                (None, None) => {
+                    let prev = pin.history.first().ok_or_else(|| {
+                        Error::Usage(format!(
+                            "{name} has been pinned once; give OLD and NEW digests"
+                        ))
+                    })?;
+                    (as_ref(&prev.digest), pin.run_reference())
+                }
+                _ => return Err(Error::Usage("give both OLD and NEW, or neither".into())),
+            };
+            let d = images::diff(docker, &old, &new).await?;
+            if out.json {
+                out.print_json(&d);
+                return Ok(());
+            }
+            println!("{name}: {old}\n  -> {new}");
+            let mut t = out.table();
+            t.set_header(vec!["", "OLD", "NEW"]);
+            t.add_row(vec![
+                "created".to_string(),
+                d.old.created.clone().unwrap_or_default(),
+                d.new.created.clone().unwrap_or_default(),
+            ]);
+            t.add_row(vec![
+                "image id".to_string(),
+                short(&d.old.id),
+                short(&d.new.id),
+            ]);
+            t.add_row(vec![
+                "platform".to_string(),
+                d.old.platform.clone(),
+                d.new.platform.clone(),
+            ]);
+            t.add_row(vec![
+                "layers".to_string(),
+                d.old.layers.to_string(),
+                d.new.layers.to_string(),
+            ]);
+            t.add_row(vec![
+                "size".to_string(),
+                format!("{:.1} MB", d.old.size as f64 / 1e6),
+                format!("{:.1} MB", d.new.size as f64 / 1e6),
+            ]);
+            for (k, (o, n)) in &d.labels {
+                t.add_row(vec![
+                    format!("label {k}"),
+                    o.clone().unwrap_or("-".into()),
+                    n.clone().unwrap_or("-".into()),
+                ]);
+            }
+            for (k, (o, n)) in &d.env {
+                t.add_row(vec![
+                    format!("env {k}"),
+                    o.clone().unwrap_or("-".into()),
+                    n.clone().unwrap_or("-".into()),
+                ]);
+            }
+            out.print_table(&t);
+            Ok(())
+        }
+    }
+}

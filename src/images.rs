@@ -1,0 +1,419 @@
+//! Images by digest: resolving a tag to what it points to now (registry, through the
+//! Engine API's distribution inspect), what this machine has, drift between the two and
+//! the lock, pulling by digest, and what changed between two digests.
+
+use std::collections::BTreeMap;
+
+use bollard::query_parameters::CreateImageOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lock::{repository, Lock, Pin, Source};
+
+/// What this machine knows about one image.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalImage {
+    pub id: String,
+    pub repo_digests: Vec<String>,
+    pub created: Option<String>,
+    pub platform: String,
+    pub labels: BTreeMap<String, String>,
+    pub env: Vec<String>,
+    pub layers: usize,
+    pub size: i64,
+}
+
+impl LocalImage {
+    /// Its registry digest for `repo`, if it came from (or went to) that repository.
+    pub fn digest_in(&self, repo: &str) -> Option<String> {
+        self.repo_digests.iter().find_map(|rd| {
+            rd.split_once('@')
+                .filter(|(r, _)| *r == repo)
+                .map(|(_, d)| d.to_string())
+        })
+    }
+}
+
+fn engine(context: &str, e: bollard::errors::Error) -> Error {
+    Error::Failed(format!("{context}: {e}"))
+}
+
+fn status_of(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// The engine's platform (`linux/arm64` on a Spark).
+pub async fn platform(docker: &Docker) -> Result<String> {
+    let v = docker
+        .version()
+        .await
+        .map_err(|e| engine("docker version", e))?;
+    Ok(format!(
+        "{}/{}",
+        v.os.unwrap_or_default(),
+        v.arch.unwrap_or_default()
+    ))
+}
+
+/// The local image `reference` names (a tag, `repo@digest` or an id), if present.
+pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage>> {
+    match docker.inspect_image(reference).await {
+        Ok(i) => {
+            let config = i.config.unwrap_or_default();
+            Ok(Some(LocalImage {
+                id: i.id.unwrap_or_default(),
+                repo_digests: i.repo_digests.unwrap_or_default(),
+                created: i.created.map(|c| c.to_string()),
+                platform: format!(
+                    "{}/{}",
+                    i.os.unwrap_or_default(),
+                    i.architecture.unwrap_or_default()
+                ),
+                labels: config.labels.unwrap_or_default().into_iter().collect(),
+                env: config.env.unwrap_or_default(),
+                layers: i.root_fs.and_then(|r| r.layers).map_or(0, |l| l.len()),
+                size: i.size.unwrap_or(0),
+            }))
+        }
+        Err(e) if status_of(&e) == Some(404) => Ok(None),
+        Err(e) => Err(engine(&format!("inspecting image {reference}"), e)),
+    }
+}
+
+/// What the registry says `reference` points to now: (digest, media type).
+pub async fn registry_digest(docker: &Docker, reference: &str) -> Result<(String, Option<String>)> {
+    match docker.inspect_registry_image(reference, None).await {
+        Ok(d) => Ok((
+            d.descriptor.digest.unwrap_or_default(),
+            d.descriptor.media_type,
+        )),
+        Err(e) => {
+            let text = e.to_string();
+            if text.contains("manifest unknown")
+                || text.contains("not found")
+                || status_of(&e) == Some(404)
+            {
+                Err(Error::Failed(format!(
+                    "{reference}: the registry has no such tag ({text}); check the image name in the recipe"
+                )))
+            } else {
+                Err(Error::Failed(format!(
+                    "{reference}: cannot reach its registry ({text}); nothing was changed \
+                     (`--offline` pins the digest this machine already has)"
+                )))
+            }
+        }
+    }
+}
+
+/// A pin for `reference` as it stands now. Images built here and never pushed are
+/// pinned by image id; `offline` takes the registry digest this machine recorded at pull.
+pub async fn resolve(docker: &Docker, reference: &str, offline: bool, at: &str) -> Result<Pin> {
+    let here = local(docker, reference).await?;
+    let platform = platform(docker).await?;
+    let repo = repository(reference);
+    let pin = |digest: String, source, media_type, image: Option<&LocalImage>| Pin {
+        reference: reference.to_string(),
+        digest,
+        source,
+        media_type,
+        platform: Some(platform.clone()),
+        image_id: image.map(|i| i.id.clone()),
+        created: image.and_then(|i| i.created.clone()),
+        pinned_at: at.to_string(),
+        history: Vec::new(),
+    };
+    // Built here (or only tagged here) under this name: no registry knows it by this name.
+    if let Some(img) = here
+        .as_ref()
+        .filter(|i| i.digest_in(repo).is_none() && !offline)
+    {
+        return Ok(pin(img.id.clone(), Source::Local, None, Some(img)));
+    }
+    if offline {
+        let img = here.as_ref().ok_or_else(|| {
+            Error::Failed(format!(
+                "{reference} is not on this machine, so --offline has no digest to pin"
+            ))
+        })?;
+        let digest = img.digest_in(repo).ok_or_else(|| {
+            Error::Failed(format!(
+                "{reference} on this machine has no digest from {repo}; pin it online"
+            ))
+        })?;
+        return Ok(pin(digest, Source::Registry, None, Some(img)));
+    }
+    let (digest, media_type) = registry_digest(docker, reference).await?;
+    let matching = here.filter(|i| i.digest_in(repo).as_deref() == Some(digest.as_str()));
+    Ok(pin(digest, Source::Registry, media_type, matching.as_ref()))
+}
+
+/// What `start` runs for a recipe image: the locked digest (present here), or with
+/// `allow_unpinned` the tag as it is. Returns the reference and whether it was pinned.
+pub async fn run_reference(
+    docker: &Docker,
+    recipe: &str,
+    reference: &str,
+    lock: &Lock,
+    allow_unpinned: bool,
+) -> Result<(String, bool)> {
+    let Some(pin) = lock.images.get(recipe) else {
+        if allow_unpinned {
+            return Ok((reference.to_string(), false));
+        }
+        return Err(Error::Usage(format!(
+            "{recipe}: image {reference} has no pin in images.lock; run `sparkctl images pin {recipe}` \
+             (or pass --allow-unpinned, recorded with the run)"
+        )));
+    };
+    if pin.reference != reference {
+        return Err(Error::Usage(format!(
+            "{recipe}: the recipe names {reference} but images.lock pinned {}; \
+             run `sparkctl images pin {recipe}`",
+            pin.reference
+        )));
+    }
+    let run = pin.run_reference();
+    if local(docker, &run).await?.is_some() {
+        return Ok((run, true));
+    }
+    let differs = match local(docker, reference).await? {
+        Some(img) => format!(
+            " (this machine's {reference} is {}, not the pinned {})",
+            short(&img.digest_in(repository(reference)).unwrap_or(img.id)),
+            short(&pin.digest)
+        ),
+        None => String::new(),
+    };
+    Err(Error::Failed(format!(
+        "{recipe}: the pinned image {run} is not on this machine{differs}; `sparkctl images pull {recipe}` \
+         gets it, or `sparkctl images pin {recipe}` accepts what is here"
+    )))
+}
+
+/// `sha256:0123456789ab`, for messages and tables.
+pub fn short(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
+
+/// One recipe's audit.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRow {
+    pub recipe: String,
+    pub reference: String,
+    pub pinned: Option<String>,
+    pub pinned_created: Option<String>,
+    /// The pinned image is on this machine.
+    pub present: bool,
+    /// What the tag points to in the registry now (None when unknown).
+    pub registry: Option<String>,
+    pub registry_created: Option<String>,
+    pub registry_error: Option<String>,
+    /// What the tag is on this machine, when it differs from the pin.
+    pub local_differs: Option<String>,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Finding {
+    /// The recipe's image has no pin.
+    NotPinned,
+    /// The recipe now names another image than the pin's.
+    ReferenceChanged,
+    /// The tag points elsewhere in the registry.
+    Drift,
+    /// This machine's image under the tag differs from the pin.
+    LocalDiffers,
+    /// The pinned digest is not on this machine (pull it).
+    NotPresent,
+    /// The registry could not be asked.
+    RegistryUnreachable,
+}
+
+impl Finding {
+    /// Whether cron/CI should fail on it.
+    pub fn fails(self) -> bool {
+        matches!(
+            self,
+            Finding::NotPinned | Finding::ReferenceChanged | Finding::Drift | Finding::LocalDiffers
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Audit {
+    pub rows: Vec<AuditRow>,
+    /// Lock entries for recipes that no longer exist.
+    pub stale: Vec<String>,
+    pub ok: bool,
+}
+
+/// Audits every (recipe, image reference) against the lock, this machine and the registry.
+pub async fn audit(docker: &Docker, recipes: &[(String, String)], lock: &Lock) -> Result<Audit> {
+    let mut rows = Vec::new();
+    for (recipe, reference) in recipes {
+        let pin = lock.images.get(recipe);
+        let mut row = AuditRow {
+            recipe: recipe.clone(),
+            reference: reference.clone(),
+            pinned: pin.map(|p| p.digest.clone()),
+            pinned_created: None,
+            present: false,
+            registry: None,
+            registry_created: None,
+            registry_error: None,
+            local_differs: None,
+            findings: Vec::new(),
+        };
+        let repo = repository(reference);
+        let here = local(docker, reference).await?;
+        match pin {
+            None => row.findings.push(Finding::NotPinned),
+            Some(p) => {
+                if &p.reference != reference {
+                    row.findings.push(Finding::ReferenceChanged);
+                }
+                let pinned = local(docker, &p.run_reference()).await?;
+                row.present = pinned.is_some();
+                row.pinned_created = pinned.and_then(|i| i.created).or_else(|| p.created.clone());
+                if !row.present {
+                    row.findings.push(Finding::NotPresent);
+                }
+                if let Some(img) = &here {
+                    let now = match p.source {
+                        Source::Registry => img.digest_in(repo).unwrap_or_else(|| img.id.clone()),
+                        Source::Local => img.id.clone(),
+                    };
+                    if now != p.digest {
+                        row.local_differs = Some(now);
+                        row.findings.push(Finding::LocalDiffers);
+                    }
+                }
+            }
+        }
+        // Images built here have no registry to ask.
+        let local_only = pin.is_some_and(|p| p.source == Source::Local)
+            || (pin.is_none() && here.as_ref().is_some_and(|i| i.digest_in(repo).is_none()));
+        if !local_only {
+            match registry_digest(docker, reference).await {
+                Ok((digest, _)) => {
+                    if pin.is_some_and(|p| p.source == Source::Registry && p.digest != digest) {
+                        row.findings.push(Finding::Drift);
+                    }
+                    row.registry_created = local(docker, &format!("{repo}@{digest}"))
+                        .await?
+                        .and_then(|i| i.created);
+                    row.registry = Some(digest);
+                }
+                Err(e) => {
+                    row.registry_error = Some(e.to_string());
+                    row.findings.push(Finding::RegistryUnreachable);
+                }
+            }
+        }
+        rows.push(row);
+    }
+    let names: Vec<&str> = recipes.iter().map(|(n, _)| n.as_str()).collect();
+    let stale: Vec<String> = lock
+        .images
+        .keys()
+        .filter(|k| !names.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let ok = rows.iter().all(|r| r.findings.iter().all(|f| !f.fails()));
+    Ok(Audit { rows, stale, ok })
+}
+
+/// Pulls `reference` (a `repo@digest`), reporting (layers done, layers, bytes done, bytes).
+pub async fn pull(
+    docker: &Docker,
+    reference: &str,
+    mut progress: impl FnMut(usize, usize, u64, u64),
+) -> Result<()> {
+    let opts = CreateImageOptionsBuilder::new()
+        .from_image(reference)
+        .build();
+    let mut stream = docker.create_image(Some(opts), None, None);
+    let mut layers: BTreeMap<String, (u64, u64, bool)> = BTreeMap::new();
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| engine(&format!("pulling {reference}"), e))?;
+        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+            return Err(Error::Failed(format!("pulling {reference}: {err}")));
+        }
+        let (Some(id), Some(status)) = (info.id, info.status) else {
+            continue;
+        };
+        let entry = layers.entry(id).or_insert((0, 0, false));
+        if let Some(d) = info.progress_detail {
+            if status.starts_with("Downloading") {
+                entry.0 = d.current.unwrap_or(0).max(0) as u64;
+                entry.1 = d.total.unwrap_or(0).max(0) as u64;
+            }
+        }
+        if status.starts_with("Pull complete") || status.starts_with("Already exists") {
+            entry.2 = true;
+            entry.0 = entry.1;
+        }
+        let done = layers.values().filter(|l| l.2).count();
+        let (cur, total) = layers.values().fold((0, 0), |(c, t), l| (c + l.0, t + l.1));
+        progress(done, layers.len(), cur, total);
+    }
+    Ok(())
+}
+
+/// What changed between two local images.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageDiff {
+    pub old: LocalImage,
+    pub new: LocalImage,
+    /// label → (old, new); None where absent.
+    pub labels: BTreeMap<String, (Option<String>, Option<String>)>,
+    pub env: BTreeMap<String, (Option<String>, Option<String>)>,
+}
+
+fn changed(
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> BTreeMap<String, (Option<String>, Option<String>)> {
+    old.keys()
+        .chain(new.keys())
+        .filter(|k| old.get(*k) != new.get(*k))
+        .map(|k| (k.clone(), (old.get(k).cloned(), new.get(k).cloned())))
+        .collect()
+}
+
+fn env_map(env: &[String]) -> BTreeMap<String, String> {
+    env.iter()
+        .map(|e| {
+            e.split_once('=')
+                .map_or((e.clone(), String::new()), |(k, v)| (k.into(), v.into()))
+        })
+        .collect()
+}
+
+pub async fn diff(docker: &Docker, old_ref: &str, new_ref: &str) -> Result<ImageDiff> {
+    let get = |r: String| async move {
+        local(docker, &r).await?.ok_or_else(|| {
+            Error::Failed(format!(
+                "{r} is not on this machine; `sparkctl images pull` it first"
+            ))
+        })
+    };
+    let (old, new) = (
+        get(old_ref.to_string()).await?,
+        get(new_ref.to_string()).await?,
+    );
+    Ok(ImageDiff {
+        labels: changed(&old.labels, &new.labels),
+        env: changed(&env_map(&old.env), &env_map(&new.env)),
+        old,
+        new,
+    })
+}

@@ -1,0 +1,220 @@
+//! `images.lock`: which image digest each recipe runs, committed like Cargo.lock. YAML,
+//! sorted by recipe, written whole (temp + rename); the digests a pin replaced stay in
+//! its history for rollback and for `images diff`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Diagnostic, Error, Location, Result};
+
+pub const LOCK_FILE: &str = "images.lock";
+
+const HEADER: &str = "# images.lock: the image digest each recipe runs. Written by `sparkctl images pin`;\n\
+                      # commit it. `sparkctl images audit` compares it with the registry and this machine.\n";
+
+/// Where a digest came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The registry's manifest (or index) digest for the tag: `repo@digest` pulls it.
+    Registry,
+    /// An image built on this machine and never pushed: its image id is its digest.
+    Local,
+}
+
+/// One recipe's pin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    /// The image as the recipe wrote it when pinned.
+    pub reference: String,
+    /// What runs: the registry digest (an index for multi-platform images), or a local image id.
+    pub digest: String,
+    pub source: Source,
+    /// Manifest media type: tells an index (several platforms) from a single manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The platform this machine runs (os/arch), whose image the engine takes from an index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// That platform's image id (config digest) once the image is on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// When the image was built, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    pub pinned_at: String,
+    /// Digests this pin replaced, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Replaced>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replaced {
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    pub pinned_at: String,
+    pub replaced_at: String,
+}
+
+impl Pin {
+    /// The reference that runs exactly this pin: `repo@digest`, or the local image id.
+    pub fn run_reference(&self) -> String {
+        match self.source {
+            Source::Registry => format!("{}@{}", repository(&self.reference), self.digest),
+            Source::Local => self.digest.clone(),
+        }
+    }
+
+    /// Moves to a new digest, keeping the old one in the history (unless it is the same).
+    pub fn replace_with(&mut self, new: Pin) {
+        if new.digest == self.digest {
+            let history = std::mem::take(&mut self.history);
+            *self = Pin { history, ..new };
+            return;
+        }
+        let mut history = std::mem::take(&mut self.history);
+        history.insert(
+            0,
+            Replaced {
+                digest: self.digest.clone(),
+                image_id: self.image_id.clone(),
+                created: self.created.clone(),
+                pinned_at: self.pinned_at.clone(),
+                replaced_at: new.pinned_at.clone(),
+            },
+        );
+        *self = Pin { history, ..new };
+    }
+}
+
+/// `registry:5000/ns/name:tag@sha256:…` → `registry:5000/ns/name` (a port is not a tag).
+pub fn repository(reference: &str) -> &str {
+    let no_digest = reference.split('@').next().unwrap_or(reference);
+    match no_digest.rfind(':') {
+        Some(i) if !no_digest[i..].contains('/') => &no_digest[..i],
+        _ => no_digest,
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lock {
+    #[serde(default)]
+    pub images: BTreeMap<String, Pin>,
+}
+
+/// `images.lock` beside the recipes dir (the repository root), unless given.
+pub fn default_path(recipes_dir: &Path) -> PathBuf {
+    recipes_dir
+        .parent()
+        .map(|p| p.join(LOCK_FILE))
+        .unwrap_or_else(|| PathBuf::from(LOCK_FILE))
+}
+
+impl Lock {
+    /// Reads the lock; a missing file is an empty lock. A damaged one is an error that
+    /// names its line, and nothing is rewritten.
+    pub fn load(path: &Path) -> Result<Lock> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
+            Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+        };
+        if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Ok(Lock::default());
+        }
+        serde_yaml_ng::from_str(&text).map_err(|e| {
+            let at = e.location();
+            Error::Invalid(vec![Diagnostic {
+                location: Location {
+                    file: path.to_path_buf(),
+                    line: at.as_ref().map(|l| l.line()),
+                    column: at.as_ref().map(|l| l.column()),
+                    key: None,
+                },
+                message: e
+                    .to_string()
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                help: Some(
+                    "images.lock is written by `sparkctl images pin`; fix the line or restore it \
+                     from version control (it was not rewritten)"
+                        .into(),
+                ),
+            }])
+        })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let body = serde_yaml_ng::to_string(self).expect("lock serializes");
+        crate::state::write_atomic(path, format!("{HEADER}{body}").as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin(digest: &str, at: &str) -> Pin {
+        Pin {
+            reference: "127.0.0.1:5000/vllm/vllm-openai:cu130-nightly".into(),
+            digest: digest.into(),
+            source: Source::Registry,
+            media_type: None,
+            platform: Some("linux/arm64".into()),
+            image_id: None,
+            created: None,
+            pinned_at: at.into(),
+            history: vec![],
+        }
+    }
+
+    #[test]
+    fn repositories_drop_tags_and_digests_but_keep_ports() {
+        assert_eq!(
+            repository("vllm/vllm-openai:cu130-nightly"),
+            "vllm/vllm-openai"
+        );
+        assert_eq!(repository("127.0.0.1:5000/a/b:tag"), "127.0.0.1:5000/a/b");
+        assert_eq!(repository("127.0.0.1:5000/a/b"), "127.0.0.1:5000/a/b");
+        assert_eq!(repository("a/b@sha256:00"), "a/b");
+        assert_eq!(
+            pin("sha256:aa", "t").run_reference(),
+            "127.0.0.1:5000/vllm/vllm-openai@sha256:aa"
+        );
+    }
+
+    #[test]
+    fn repinning_keeps_history_newest_first_and_round_trips() {
+        let mut p = pin("sha256:aa", "t1");
+        p.replace_with(pin("sha256:bb", "t2"));
+        p.replace_with(pin("sha256:bb", "t3"));
+        p.replace_with(pin("sha256:cc", "t4"));
+        let digests: Vec<&str> = p.history.iter().map(|h| h.digest.as_str()).collect();
+        assert_eq!(digests, ["sha256:bb", "sha256:aa"]);
+        assert_eq!(p.history[0].replaced_at, "t4");
+        let dir = std::env::temp_dir().join(format!("sparkctl-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(LOCK_FILE);
+        let mut lock = Lock::default();
+        lock.images.insert("qat-v2b".into(), p);
+        lock.save(&path).unwrap();
+        assert_eq!(Lock::load(&path).unwrap(), lock);
+        std::fs::write(&path, "images:\n  qat-v2b:\n    digest: [\n").unwrap();
+        let err = Lock::load(&path).unwrap_err().to_string();
+        assert!(err.contains("images.lock:"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

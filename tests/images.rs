@@ -1,0 +1,312 @@
+//! Pinning against a real registry: Debian's `docker-registry` on 127.0.0.1, images built
+//! here and pushed through the Engine API, a "nightly" tag that moves under the pin.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use sparkctl::lock::Lock;
+use support::{docker, free_port, sim_image, text, Deck};
+
+/// A registry on a free loopback port with its storage in a temp dir; stopped on drop.
+struct Registry {
+    child: Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl Registry {
+    fn start(tag: &str) -> Registry {
+        let dir =
+            std::env::temp_dir().join(format!("sparkctl-registry-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry runs (Debian's docker-registry; `bash .ci/test` installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while support::http_status(&format!("http://{addr}"), "/v2/") != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "registry on {addr} did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Registry { child, addr, dir }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Tags `image` as `repo:tag` and pushes it; returns the digest the registry stored.
+async fn push(docker: &bollard::Docker, image: &str, repo: &str, tag: &str) -> String {
+    use bollard::query_parameters::{PushImageOptionsBuilder, TagImageOptionsBuilder};
+    docker
+        .tag_image(
+            image,
+            Some(TagImageOptionsBuilder::new().repo(repo).tag(tag).build()),
+        )
+        .await
+        .unwrap();
+    let mut stream = docker.push_image(
+        repo,
+        Some(PushImageOptionsBuilder::new().tag(tag).build()),
+        None,
+    );
+    while let Some(item) = stream.next().await {
+        let info = item.unwrap_or_else(|e| panic!("push {repo}:{tag}: {e}"));
+        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+            panic!("push {repo}:{tag}: {err}");
+        }
+    }
+    let inspected = docker
+        .inspect_image(&format!("{repo}:{tag}"))
+        .await
+        .unwrap();
+    inspected
+        .repo_digests
+        .unwrap()
+        .iter()
+        .find_map(|rd| rd.strip_prefix(&format!("{repo}@")).map(str::to_string))
+        .expect("pushed image has a digest for the repo")
+}
+
+/// A "nightly": the sim image with its own version label and env, so its own digest.
+async fn build_nightly(docker: &bollard::Docker, tag: &str, version: &str, vllm: &str) {
+    let dockerfile = format!(
+        "FROM {}\nLABEL org.opencontainers.image.version={version}\nENV VLLM_VERSION={vllm}\n",
+        sim_image()
+    );
+    support::build_image(docker, tag, &[("Dockerfile", dockerfile.as_bytes(), 0o644)]).await;
+}
+
+fn recipe(deck: &Deck, name: &str, image: &str) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: docker\nimage: {image}\nserver:\n  port: {}\n  args: [--load-time, 0s]\nhealth:\n  timeout: 20s\n",
+            free_port()
+        ),
+    );
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it() {
+    let docker = docker().await;
+    let registry = Registry::start("drift");
+    let deck = Deck::new("images-drift");
+    let repo = format!("{}/spark/sim", registry.addr);
+    let reference = format!("{repo}:nightly");
+    recipe(&deck, "nightly", &reference);
+    let lock_path = deck.dir.join("images.lock");
+
+    // Copies of the shared sim image, so pushing never gives it a registry digest.
+    let local1 = format!("sparkctl-nightly-1:{}", std::process::id());
+    build_nightly(&docker, &local1, "nightly-1", "0.11.1").await;
+    let d1 = push(&docker, &local1, &repo, "nightly").await;
+    let out = deck.ok(&["images", "pin", "nightly"]);
+    assert!(
+        out.contains(&format!("nightly: (none) -> sha256:{}", &d1[7..19])),
+        "{out}"
+    );
+    let lock = Lock::load(&lock_path).unwrap();
+    let pin = &lock.images["nightly"];
+    assert_eq!(pin.digest, d1);
+    assert_eq!(pin.reference, reference);
+    assert!(pin.platform.as_deref().unwrap().starts_with("linux/"));
+    assert!(pin.image_id.is_some() && pin.created.is_some());
+
+    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(audit["rows"][0]["registry"], d1.as_str());
+
+    // The nightly moves under the same tag.
+    let local2 = format!("sparkctl-nightly-2:{}", std::process::id());
+    build_nightly(&docker, &local2, "nightly-2", "0.11.2").await;
+    let d2 = push(&docker, &local2, &repo, "nightly").await;
+    assert_ne!(d1, d2);
+    let out = deck.run(&["--json", "images", "audit"]);
+    assert_eq!(out.status.code(), Some(1), "drift fails the audit");
+    let audit = json(&out);
+    let row = &audit["rows"][0];
+    assert_eq!(row["pinned"], d1.as_str());
+    assert_eq!(row["registry"], d2.as_str());
+    assert!(
+        support::strings(&row["findings"]).contains(&"drift"),
+        "{row}"
+    );
+    assert!(
+        support::strings(&row["findings"]).contains(&"local-differs"),
+        "{row}"
+    );
+    assert!(
+        row["pinned_created"].is_string() && row["registry_created"].is_string(),
+        "{row}"
+    );
+    let table = text(&deck.run(&["images", "audit"]).stdout);
+    assert!(
+        table.contains(&format!(
+            "drift: {reference} now points to sha256:{}",
+            &d2[7..19]
+        )),
+        "{table}"
+    );
+
+    // start still runs the pinned digest, not the moved tag.
+    deck.ok(&["start", "nightly"]);
+    let status = deck.status_of("nightly").unwrap();
+    let image_a = docker.inspect_image(&local1).await.unwrap().id.unwrap();
+    assert_eq!(status["artifact"], image_a.as_str());
+    let container = docker
+        .inspect_container(status["id"].as_str().unwrap(), None)
+        .await
+        .unwrap();
+    assert_eq!(container.image.as_deref(), Some(image_a.as_str()));
+    assert_eq!(
+        container.config.unwrap().labels.unwrap()["io.sparkctl.image"],
+        reference
+    );
+    deck.ok(&["down", "nightly"]);
+
+    // Re-pinning moves the pin and keeps the old digest in the history.
+    let out = deck.ok(&["images", "pin", "nightly"]);
+    assert!(
+        out.contains(&format!("sha256:{} -> sha256:{}", &d1[7..19], &d2[7..19])),
+        "{out}"
+    );
+    let lock = Lock::load(&lock_path).unwrap();
+    assert_eq!(lock.images["nightly"].digest, d2);
+    assert_eq!(lock.images["nightly"].history[0].digest, d1);
+    let diff = deck.ok(&["images", "diff", "nightly"]);
+    assert!(
+        diff.contains("label org.opencontainers.image.version") && diff.contains("nightly-2"),
+        "{diff}"
+    );
+    assert!(diff.contains("env VLLM_VERSION"), "{diff}");
+
+    // Pull by digest brings back an image that is gone from this machine.
+    let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+        .force(true)
+        .build();
+    docker
+        .remove_image(&local2, Some(opts.clone()), None)
+        .await
+        .unwrap();
+    docker
+        .remove_image(&format!("{repo}@{d2}"), Some(opts), None)
+        .await
+        .ok();
+    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    assert_eq!(audit["rows"][0]["present"], false, "{audit}");
+    deck.ok(&["images", "pull", "nightly"]);
+    assert!(docker.inspect_image(&format!("{repo}@{d2}")).await.is_ok());
+
+    // Registry down: a clear error, and the lock is not touched.
+    let before = std::fs::read(&lock_path).unwrap();
+    drop(registry);
+    let out = deck.run(&["images", "pin", "nightly"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot reach its registry"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&lock_path).unwrap(), before);
+    // What this machine pulled can still be pinned offline.
+    let out = deck.ok(&["images", "pin", "nightly", "--offline"]);
+    assert!(out.contains("unchanged"), "{out}");
+    let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+        .force(true)
+        .build();
+    for image in [local1, format!("{repo}@{d1}"), format!("{repo}@{d2}")] {
+        let _ = docker.remove_image(&image, Some(opts.clone()), None).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_tags_malformed_locks_unpinned_and_stale_entries_are_reported() {
+    let _docker = docker().await;
+    let registry = Registry::start("bad");
+    let deck = Deck::new("images-bad");
+    let lock_path = deck.dir.join("images.lock");
+
+    recipe(
+        &deck,
+        "ghost",
+        &format!("{}/spark/none:nightly", registry.addr),
+    );
+    let out = deck.run(&["images", "pin", "ghost"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("the registry has no such tag"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!lock_path.exists(), "nothing written");
+
+    // An unpinned image is refused at start, with the fix.
+    recipe(&deck, "local", sim_image());
+    let out = deck.run(&["start", "local"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("run `sparkctl images pin local`"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A damaged lock names its line and is left as it is.
+    let damaged = "images:\n  local:\n    reference: x\n    digest: [\n";
+    std::fs::write(&lock_path, damaged).unwrap();
+    let out = deck.run(&["images", "pin", "local"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("{}:", lock_path.display())), "{err}");
+    assert!(err.contains("it was not rewritten"), "{err}");
+    assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), damaged);
+
+    // A pin for a recipe that no longer exists is reported as stale.
+    std::fs::remove_file(&lock_path).unwrap();
+    deck.ok(&["images", "pin", "local"]);
+    std::fs::remove_file(deck.dir.join("recipes/ghost.yaml")).unwrap();
+    recipe(&deck, "gone", sim_image());
+    deck.ok(&["images", "pin", "gone"]);
+    std::fs::remove_file(deck.dir.join("recipes/gone.yaml")).unwrap();
+    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    assert_eq!(audit["stale"], serde_json::json!(["gone"]), "{audit}");
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(audit["rows"][0]["recipe"], "local");
+    assert_eq!(
+        audit["rows"][0]["findings"],
+        serde_json::json!([]),
+        "a local build needs no registry"
+    );
+}
