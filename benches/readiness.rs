@@ -10,7 +10,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -60,7 +59,6 @@ fn start_runs(deck: &Deck, name: &str, runs: usize) -> (Vec<f64>, Vec<f64>) {
 }
 
 async fn raw_container_runs(runs: usize) -> Vec<f64> {
-    use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
     use bollard::query_parameters::RemoveContainerOptionsBuilder;
     let docker = docker().await;
     let mut wall = Vec::new();
@@ -68,39 +66,15 @@ async fn raw_container_runs(runs: usize) -> Vec<f64> {
         let port = free_port();
         let name = format!("sparkctl-bench-raw-{}-{i}", std::process::id());
         let began = Instant::now();
-        let body = ContainerCreateBody {
-            image: Some(sim_image().into()),
-            cmd: Some(
-                [
-                    "sim",
-                    "--host",
-                    "0.0.0.0",
-                    "--port",
-                    "8000",
-                    "--load-time",
-                    LOAD,
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
-            exposed_ports: Some(vec!["8000/tcp".into()]),
-            host_config: Some(HostConfig {
-                port_bindings: Some(HashMap::from([(
-                    "8000/tcp".to_string(),
-                    Some(vec![PortBinding {
-                        host_ip: Some("127.0.0.1".into()),
-                        host_port: Some(port.to_string()),
-                    }]),
-                )])),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
-            .name(&name)
-            .build();
-        docker.create_container(Some(opts), body).await.unwrap();
-        docker.start_container(&name, None).await.unwrap();
+        support::run_plain_sim(
+            &docker,
+            sim_image(),
+            &name,
+            port,
+            &[],
+            &["--load-time", LOAD],
+        )
+        .await;
         let url = format!("http://127.0.0.1:{port}");
         while support::http_status(&url, "/health") != Some(200) {
             tokio::time::sleep(Duration::from_millis(1)).await;

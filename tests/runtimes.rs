@@ -298,7 +298,16 @@ async fn a_taken_port_is_refused_before_anything_starts_and_names_its_owner() {
     let docker = docker().await;
     let port = free_port();
     let foreign = format!("not-sparkctl-{}", std::process::id());
-    create_foreign(&docker, &foreign, port).await;
+    // A running container with a recipe-like label but not sparkctl's marks.
+    support::run_plain_sim(
+        &docker,
+        sim_image(),
+        &foreign,
+        port,
+        &[("io.sparkctl.recipe", "blocked2")],
+        &[],
+    )
+    .await;
     deck.recipe("blocked2", &process_recipe(port, "--load-time, 0s"));
     let (err, _) = failing_start(&deck, "blocked2", &[]);
     assert!(
@@ -323,41 +332,6 @@ async fn a_taken_port_is_refused_before_anything_starts_and_names_its_owner() {
         .force(true)
         .build();
     docker.remove_container(&foreign, Some(opts)).await.unwrap();
-}
-
-/// A running container with a recipe-like label but not sparkctl's marks.
-async fn create_foreign(docker: &bollard::Docker, name: &str, port: u16) {
-    use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
-    use std::collections::HashMap;
-    let body = ContainerCreateBody {
-        image: Some(sim_image().into()),
-        cmd: Some(
-            ["sim", "--host", "0.0.0.0", "--port", "8000"]
-                .map(String::from)
-                .to_vec(),
-        ),
-        labels: Some(HashMap::from([(
-            "io.sparkctl.recipe".to_string(),
-            "blocked2".to_string(),
-        )])),
-        exposed_ports: Some(vec!["8000/tcp".into()]),
-        host_config: Some(HostConfig {
-            port_bindings: Some(HashMap::from([(
-                "8000/tcp".to_string(),
-                Some(vec![PortBinding {
-                    host_ip: Some("127.0.0.1".into()),
-                    host_port: Some(port.to_string()),
-                }]),
-            )])),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
-        .name(name)
-        .build();
-    docker.create_container(Some(opts), body).await.unwrap();
-    docker.start_container(name, None).await.unwrap();
 }
 
 #[test]

@@ -447,3 +447,47 @@ pub fn busybox_image() -> &'static str {
     });
     TAG
 }
+
+/// Creates and starts a plain container (no sparkctl labels unless given) of `image`
+/// running `sparkctl sim` on 8000, published on 127.0.0.1:`host_port`.
+pub async fn run_plain_sim(
+    docker: &bollard::Docker,
+    image: &str,
+    name: &str,
+    host_port: u16,
+    labels: &[(&str, &str)],
+    args: &[&str],
+) {
+    use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+    let mut cmd: Vec<String> = ["sim", "--host", "0.0.0.0", "--port", "8000"]
+        .map(String::from)
+        .to_vec();
+    cmd.extend(args.iter().map(|a| a.to_string()));
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        cmd: Some(cmd),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        exposed_ports: Some(vec!["8000/tcp".into()]),
+        host_config: Some(HostConfig {
+            port_bindings: Some(std::collections::HashMap::from([(
+                "8000/tcp".to_string(),
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(host_port.to_string()),
+                }]),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+        .name(name)
+        .build();
+    docker.create_container(Some(opts), body).await.unwrap();
+    docker.start_container(name, None).await.unwrap();
+}
