@@ -4,6 +4,13 @@
 use std::fs;
 use std::path::Path;
 
+/// This machine's name, for benchmark results.
+pub fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Bytes of RAM the kernel reports (on a Spark: the unified memory CPU and GPU share).
 pub fn mem_total_bytes() -> Option<u64> {
     let text = fs::read_to_string("/proc/meminfo").ok()?;

@@ -272,7 +272,6 @@ fn commands_not_built_say_so_and_exit_2() {
     for (args, issue) in [
         (vec!["up", "qat-v2b"], 7),
         (vec!["rollback"], 7),
-        (vec!["bench", "http://127.0.0.1:1"], 6),
     ] {
         let out = run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -251,6 +251,53 @@ pub async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Resul
     }
 }
 
+/// What `bench NAME|URL` measures: a URL as is, or a recipe's running deployment with its
+/// context (recipe hash, image, model fingerprint, size). Also the recipe's gates and suite.
+pub async fn bench_target(
+    rt: &Runtimes,
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Result<(
+    crate::bench::report::Target,
+    std::collections::BTreeMap<String, String>,
+    String,
+)> {
+    use crate::bench::report::Target;
+    if target.starts_with("http://") || target.starts_with("https://") {
+        let t = Target {
+            url: target.trim_end_matches('/').to_string(),
+            ..Default::default()
+        };
+        return Ok((t, Default::default(), "voice-assistant".into()));
+    }
+    let loaded = recipes.get(target)?;
+    let recipe = &loaded.recipe;
+    let d = rt
+        .find(target)
+        .await?
+        .filter(Deployment::running)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{target} is not running; `sparkctl start {target}` first (or give a URL)"
+            ))
+        })?;
+    let (gates, suite) = match &recipe.bench {
+        Some(b) => (b.gates.clone(), b.suite.clone()),
+        None => (Default::default(), "voice-assistant".to_string()),
+    };
+    let t = Target {
+        url: d.url(),
+        recipe: Some(recipe.name.clone()),
+        recipe_hash: Some(d.recipe_hash.clone()),
+        image: d.image_ref.clone(),
+        image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
+        model_fingerprint: d.model_fingerprint.clone(),
+        weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
+        ..Default::default()
+    };
+    Ok((t, gates, suite))
+}
+
 /// Stops the running deployment of `name`; its logs are kept. None when nothing ran.
 pub async fn down(rt: &Runtimes, name: &str, dry_run: bool) -> Result<Option<Deployment>> {
     let Some(d) = rt.find(name).await? else {

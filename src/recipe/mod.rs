@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
-pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet};
+pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet, GATES};
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.

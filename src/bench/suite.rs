@@ -1,0 +1,273 @@
+//! Benchmark suites: the workload as YAML (prompts, tools, turns, expectations). The
+//! default one, `voice-assistant`, is built in; others live in `recipes/suites/` or a path.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::{Diagnostic, Error, Location, Result};
+
+const BUILT_IN: &str = include_str!("../../recipes/suites/voice-assistant.yaml");
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Suite {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Runs per case before measuring; reported as cold start, never in the statistics.
+    #[serde(default = "one")]
+    pub warmup: usize,
+    /// Measured runs per case (at least 5).
+    #[serde(default = "five")]
+    pub runs: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Tool definitions (OpenAI format) by name; cases pick them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, Value>,
+    pub cases: Vec<Case>,
+}
+
+fn one() -> usize {
+    1
+}
+fn five() -> usize {
+    5
+}
+fn default_max_tokens() -> u32 {
+    256
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    /// User messages, one per turn; the server's answers are kept between turns.
+    pub turns: Vec<String>,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    /// Sent as `chat_template_kwargs.enable_thinking` (Qwen3 chat templates).
+    #[serde(default)]
+    pub enable_thinking: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Text the answer must contain (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
+    /// The tool the answer must call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_tool: Option<String>,
+    /// Pads the system prompt to about this many tokens (4 characters each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_tokens: Option<usize>,
+}
+
+impl Suite {
+    /// `voice-assistant` (built in), a name in `suites_dir`, or a path to a YAML file.
+    pub fn load(spec: &str, suites_dir: &Path) -> Result<Suite> {
+        let as_path = Path::new(spec);
+        let in_dir = suites_dir.join(format!("{spec}.yaml"));
+        let (file, text) = if as_path.is_file() {
+            (as_path.to_path_buf(), read(as_path)?)
+        } else if in_dir.is_file() {
+            (in_dir.clone(), read(&in_dir)?)
+        } else if spec == "voice-assistant" {
+            (
+                Path::new("<built-in voice-assistant>").to_path_buf(),
+                BUILT_IN.to_string(),
+            )
+        } else {
+            return Err(Error::Usage(format!(
+                "no suite `{spec}`: not a file, not {}; the built-in one is voice-assistant",
+                in_dir.display()
+            )));
+        };
+        let suite: Suite = serde_yaml_ng::from_str(&text).map_err(|e| {
+            let at = e.location();
+            Error::Invalid(vec![Diagnostic {
+                location: Location {
+                    file: file.clone(),
+                    line: at.as_ref().map(|l| l.line()),
+                    column: at.as_ref().map(|l| l.column()),
+                    key: None,
+                },
+                message: e
+                    .to_string()
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                help: Some("see recipes/suites/voice-assistant.yaml for the format".into()),
+            }])
+        })?;
+        suite.check(&file)?;
+        Ok(suite)
+    }
+
+    fn check(&self, file: &Path) -> Result<()> {
+        let bad = |key: String, message: String| {
+            Error::Invalid(vec![Diagnostic {
+                location: Location {
+                    file: file.to_path_buf(),
+                    line: None,
+                    column: None,
+                    key: Some(key),
+                },
+                message,
+                help: None,
+            }])
+        };
+        if self.runs < 5 {
+            return Err(bad(
+                "runs".into(),
+                format!(
+                    "{} measured runs are too few to report p50/p90; use 5 or more",
+                    self.runs
+                ),
+            ));
+        }
+        if self.cases.is_empty() {
+            return Err(bad("cases".into(), "the suite has no cases".into()));
+        }
+        for (i, c) in self.cases.iter().enumerate() {
+            if c.turns.is_empty() {
+                return Err(bad(
+                    format!("cases[{i}].turns"),
+                    format!("case {} has no turns", c.name),
+                ));
+            }
+            for t in &c.tools {
+                if !self.tools.contains_key(t) {
+                    return Err(bad(
+                        format!("cases[{i}].tools"),
+                        format!("tool `{t}` is not defined under `tools`"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The system prompt for a case (padded for `system_tokens`).
+    pub fn system_for(&self, case: &Case) -> Option<String> {
+        let base = self.system.clone();
+        let Some(tokens) = case.system_tokens else {
+            return base;
+        };
+        let mut text = base.unwrap_or_default();
+        let mut n = 0;
+        while text.len() < tokens * 4 {
+            n += 1;
+            text.push_str(&format!(
+                "\nMemory note {n}: the user mentioned item {n} of their week, which you may recall if asked."
+            ));
+        }
+        Some(text)
+    }
+
+    pub fn tools_for(&self, case: &Case) -> Vec<Value> {
+        case.tools
+            .iter()
+            .filter_map(|t| self.tools.get(t).cloned())
+            .collect()
+    }
+
+    /// The request body for one turn, given the conversation so far.
+    pub fn request(&self, model: &str, case: &Case, history: &[Value]) -> Value {
+        let mut messages = Vec::new();
+        if let Some(system) = self.system_for(case) {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.extend(history.iter().cloned());
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "max_tokens": case.max_tokens,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "chat_template_kwargs": {"enable_thinking": case.enable_thinking},
+        });
+        let tools = self.tools_for(case);
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools);
+        }
+        body
+    }
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_suite_loads_and_covers_the_seeds_workload() {
+        let s = Suite::load("voice-assistant", Path::new("/nonexistent")).unwrap();
+        let names: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
+        for n in [
+            "greeting",
+            "factual",
+            "arithmetic",
+            "conversational",
+            "long_response",
+            "tool_search_memory",
+            "tool_web_search",
+            "multi_turn",
+            "long_system_prompt",
+        ] {
+            assert!(names.contains(&n), "{n}");
+        }
+        let multi = s.cases.iter().find(|c| c.name == "multi_turn").unwrap();
+        assert_eq!(multi.turns.len(), 5);
+        let long = s
+            .cases
+            .iter()
+            .find(|c| c.name == "long_system_prompt")
+            .unwrap();
+        assert!(s.system_for(long).unwrap().len() >= 8000);
+        let tool = s
+            .cases
+            .iter()
+            .find(|c| c.name == "tool_web_search")
+            .unwrap();
+        let body = s.request("m", tool, &[json!({"role": "user", "content": "x"})]);
+        assert_eq!(body["tools"].as_array().unwrap().len(), 2);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn suite_errors_name_the_file_and_line() {
+        let dir = std::env::temp_dir().join(format!("sparkctl-suite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("bad.yaml");
+        std::fs::write(
+            &f,
+            "name: bad\ncases:\n  - name: x\n    turns: [hi]\n    expext: y\n",
+        )
+        .unwrap();
+        let err = Suite::load(f.to_str().unwrap(), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("bad.yaml:5:5") && err.contains("expext"),
+            "{err}"
+        );
+        std::fs::write(
+            &f,
+            "name: few\nruns: 2\ncases:\n  - name: x\n    turns: [hi]\n",
+        )
+        .unwrap();
+        let err = Suite::load(f.to_str().unwrap(), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("runs") && err.contains("too few"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
