@@ -269,10 +269,7 @@ fn schema_is_json_schema_for_the_recipe_format() {
 
 #[test]
 fn commands_not_built_say_so_and_exit_2() {
-    for (args, issue) in [
-        (vec!["up", "qat-v2b"], 7),
-        (vec!["rollback"], 7),
-    ] {
+    for (args, issue) in [(vec!["up", "qat-v2b"], 7), (vec!["rollback"], 7)] {
         let out = run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);

@@ -1,0 +1,472 @@
+//! `sparkctl bench` against the simulated engine (known TTFT, token rate, reasoning,
+//! leaks, markdown, tool-call styles) and against scripted broken servers on loopback.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use support::{text, Deck, Sim};
+
+/// A small suite: one factual case, one tool case, a 3-turn case; 1 warm-up, 5 runs.
+fn quick_suite(deck: &Deck) -> PathBuf {
+    let path = deck.dir.join("quick.yaml");
+    std::fs::write(
+        &path,
+        "name: quick\nwarmup: 1\nruns: 5\nsystem: Answer briefly.\ntools:\n  web_search:\n    type: function\n    function: {name: web_search, description: Search the web, parameters: {type: object, properties: {query: {type: string}}, required: [query]}}\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n  - name: tool\n    turns: [\"Do a web search for the news.\"]\n    tools: [web_search]\n    expect_tool: web_search\n  - name: chat\n    turns: [\"Hi\", \"How are you?\", \"What is the capital of Japan?\"]\n",
+    )
+    .unwrap();
+    path
+}
+
+/// Runs `bench URL` with the quick suite and extra args; returns (exit code, result JSON, stdout+stderr).
+fn bench(deck: &Deck, url: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let suite = quick_suite(deck);
+    let out_file = deck.dir.join(format!(
+        "result-{}.json",
+        extra
+            .join("_")
+            .replace(['/', ' ', '=', '\'', '%', '<', '>'], "")
+    ));
+    let mut args = vec![
+        "bench",
+        url,
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        out_file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = deck.run(&args);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let result = std::fs::read(&out_file)
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap_or(Value::Null);
+    (out.status.code(), result, all)
+}
+
+fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["case"] == name)
+        .unwrap()
+}
+
+fn measured(r: &Value) -> Vec<&Value> {
+    r["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["warmup"] == false)
+        .collect()
+}
+
+#[test]
+fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
+    let deck = Deck::new("bench-metrics");
+    let sim = Sim::start(&["--ttft", "60ms", "--token-rate", "100", "--tokens", "12"]);
+    let (code, r, all) = bench(&deck, &sim.url, &[]);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["verdict"], "pass");
+    assert_eq!(r["warmup"], 1);
+    assert_eq!(r["runs"], 5);
+    // 1 warm-up + 5 runs of 1 + 1 + 3 turns.
+    assert_eq!(r["samples"].as_array().unwrap().len(), 6 * 5);
+    assert_eq!(measured(&r).len(), 5 * 5);
+    let factual = case(&r, "factual");
+    let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
+    assert!(
+        (60.0..70.0).contains(&ttft),
+        "TTFT p50 {ttft} for a 60 ms TTFT"
+    );
+    let decode = factual["decode_tps"]["p50"].as_f64().unwrap();
+    assert!(
+        (90.0..110.0).contains(&decode),
+        "decode {decode} tok/s for 100 tok/s"
+    );
+    let itl = factual["itl_ms"]["p50"].as_f64().unwrap();
+    assert!((9.0..11.5).contains(&itl), "ITL p50 {itl} for 10 ms");
+    assert!(factual["cold_start_ttft_ms"].as_f64().is_some());
+    assert_eq!(factual["samples"], 5, "warm-ups are not in the statistics");
+    assert_eq!(
+        case(&r, "chat")["ttft_p50_per_turn_ms"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    for key in ["p50", "p90", "p99", "min", "max"] {
+        assert!(factual["e2e_ms"][key].as_f64().is_some(), "{key}");
+    }
+    // Tokens come from usage, not an estimate; the context says what ran.
+    assert_eq!(r["usage_estimated"], false);
+    let s = measured(&r)[0];
+    assert!(s["completion_tokens"].as_u64().unwrap() > 0);
+    assert!(s["prompt_tokens"].as_u64().is_some());
+    assert_eq!(r["target"]["model"], "sim-model");
+    assert!(r["target"]["server_version"]
+        .as_str()
+        .unwrap()
+        .contains("sparkctl-sim"));
+    assert!(r["sparkctl_version"].is_string() && r["host"].is_string() && r["time"].is_string());
+    assert!(all.contains("TTFT p50"), "{all}");
+    assert_eq!(r["quality"]["expected_answer"], 100.0);
+    assert_eq!(r["quality"]["tool_calls"], 100.0);
+}
+
+#[test]
+fn reasoning_before_content_is_timed_apart_and_not_counted_as_ttft() {
+    let deck = Deck::new("bench-reasoning");
+    let sim = Sim::start(&[
+        "--ttft",
+        "40ms",
+        "--token-rate",
+        "100",
+        "--tokens",
+        "8",
+        "--reasoning-tokens",
+        "10",
+        "--reasoning-as",
+        "field",
+    ]);
+    let (code, r, all) = bench(&deck, &sim.url, &["--gate", "thinking_leak=== 0%"]);
+    assert_eq!(code, Some(0), "{all}");
+    let factual = case(&r, "factual");
+    let ttfr = factual["ttfr_ms"]["p50"].as_f64().unwrap();
+    let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
+    assert!(
+        (40.0..50.0).contains(&ttfr),
+        "first reasoning token at {ttfr}"
+    );
+    // Ten reasoning tokens at 10 ms each come first.
+    assert!(
+        ttft >= ttfr + 90.0,
+        "content TTFT {ttft} must not count reasoning (reasoning at {ttfr})"
+    );
+    assert_eq!(r["quality"]["thinking_leak"], 0.0);
+    let s = measured(&r)[0];
+    assert_eq!(s["reasoning_deltas"], 10);
+    assert!(s["reasoning"].as_str().unwrap().len() > 10);
+}
+
+#[test]
+fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
+    let deck = Deck::new("bench-gates");
+    let gates = [
+        "--gate",
+        "thinking_leak=== 0%",
+        "--gate",
+        "no_markdown=>= 80%",
+        "--gate",
+        "tool_calls=>= 60%",
+    ];
+    let leaky = Sim::start(&[
+        "--ttft",
+        "10ms",
+        "--token-rate",
+        "500",
+        "--reasoning-tokens",
+        "5",
+        "--reasoning-as",
+        "leak",
+        "--markdown",
+        "--tool-calls",
+        "content",
+    ]);
+    let (code, r, all) = bench(&deck, &leaky.url, &gates);
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["verdict"], "fail");
+    assert_eq!(r["quality"]["thinking_leak"], 100.0);
+    // Every text answer is markdown; only the tool case's answers (a tool call) are not.
+    assert_eq!(case(&r, "factual")["checks"]["no_markdown"], 0.0);
+    assert!(r["quality"]["no_markdown"].as_f64().unwrap() < 80.0);
+    assert_eq!(
+        r["quality"]["tool_calls"], 0.0,
+        "the seeds' qwen3_coder case: <tool_call> in content"
+    );
+    let verdicts: Vec<(&str, bool)> = r["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["gate"].as_str().unwrap(), g["passed"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("no_markdown", false),
+            ("thinking_leak", false),
+            ("tool_calls", false)
+        ]
+    );
+    assert!(
+        all.contains("FAIL") && all.contains("verdict: fail"),
+        "{all}"
+    );
+
+    // The same gates pass on a well-behaved server.
+    let good = Sim::start(&[
+        "--ttft",
+        "10ms",
+        "--token-rate",
+        "500",
+        "--reasoning-tokens",
+        "5",
+    ]);
+    let (code, r, all) = bench(&deck, &good.url, &gates);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(
+        r["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["passed"] == true),
+        "{}",
+        r["gates"]
+    );
+}
+
+#[test]
+fn speed_gates_and_gates_relative_to_production() {
+    let deck = Deck::new("bench-speed");
+    let production = Sim::start(&["--ttft", "20ms", "--token-rate", "200", "--tokens", "16"]);
+    let (code, base, all) = bench(
+        &deck,
+        &production.url,
+        &[
+            "--gate",
+            "ttft_p50_ms=<= 100",
+            "--gate",
+            "decode_tps_p50=>= 150",
+        ],
+    );
+    assert_eq!(code, Some(0), "{all}");
+    let base_file = deck.dir.join("production.json");
+    std::fs::write(&base_file, serde_json::to_vec(&base).unwrap()).unwrap();
+
+    // A candidate that decodes at half the speed: absolute gates can pass while the
+    // relative one catches it.
+    let slow = Sim::start(&["--ttft", "20ms", "--token-rate", "100", "--tokens", "16"]);
+    let (code, r, all) = bench(
+        &deck,
+        &slow.url,
+        &[
+            "--baseline",
+            base_file.to_str().unwrap(),
+            "--gate",
+            "decode_tps_p50=>= 50",
+            "--gate",
+            "vs_production_decode=>= -10%",
+            "--gate",
+            "ttft_p50_ms=<= 10",
+        ],
+    );
+    assert_eq!(code, Some(1), "{all}");
+    let gate = |name: &str| {
+        r["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gate"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(gate("decode_tps_p50")["passed"], true);
+    assert_eq!(
+        gate("ttft_p50_ms")["passed"],
+        false,
+        "20 ms TTFT is over 10"
+    );
+    let rel = gate("vs_production_decode");
+    assert_eq!(rel["passed"], false);
+    let change = rel["value"].as_f64().unwrap();
+    assert!(
+        (-55.0..-45.0).contains(&change),
+        "half the speed is about -50%, got {change}"
+    );
+    // The side-by-side table names both.
+    assert!(all.contains(&format!("DECODE {}", production.url)), "{all}");
+
+    // Without a production result the relative gate is skipped, not failed.
+    let (_, r, _) = bench(
+        &deck,
+        &slow.url,
+        &["--gate", "vs_production_decode=>= -10%"],
+    );
+    assert_eq!(r["gates"][0]["passed"], Value::Null);
+    assert_eq!(r["verdict"], "pass");
+
+    // compare + chart
+    let cand_file = deck.dir.join("candidate.json");
+    std::fs::write(&cand_file, serde_json::to_vec(&r).unwrap()).unwrap();
+    let svg = deck.dir.join("chart.svg");
+    let out = deck.ok(&[
+        "bench",
+        "compare",
+        base_file.to_str().unwrap(),
+        cand_file.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.contains("factual") && out.contains("turn 3"), "{out}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.starts_with("<svg") && chart.contains("TTFT p50 (ms)") && chart.contains("chat t2"),
+        "{chart}"
+    );
+}
+
+#[test]
+fn a_server_without_usage_gets_a_labelled_estimate() {
+    let deck = Deck::new("bench-nousage");
+    let sim = Sim::start(&[
+        "--ttft",
+        "10ms",
+        "--token-rate",
+        "200",
+        "--tokens",
+        "10",
+        "--no-usage",
+    ]);
+    let (code, r, all) = bench(&deck, &sim.url, &[]);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["usage_estimated"], true);
+    assert!(all.contains("ESTIMATED"), "{all}");
+    let decode = case(&r, "factual")["decode_tps"]["p50"].as_f64().unwrap();
+    assert!((150.0..250.0).contains(&decode), "{decode}");
+}
+
+/// A loopback server answering /v1/models and then `body` (raw HTTP) to every POST.
+fn scripted(response: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request = String::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if request.is_empty() {
+                        request = line.clone();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let reply = if request.starts_with("GET /v1/models") {
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"data\":[{\"id\":\"scripted\"}]}".to_string()
+                } else if request.starts_with("GET") {
+                    "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        .to_string()
+                } else {
+                    response.to_string()
+                };
+                let _ = conn.write_all(reply.as_bytes());
+            });
+        }
+    });
+    url
+}
+
+fn assert_failed_with(deck: &Deck, url: &str, needle: &str) {
+    let (code, r, all) = bench(deck, url, &[]);
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["verdict"], "error", "{all}");
+    let problems = r["problems"].to_string();
+    assert!(problems.contains(needle), "`{needle}` not in {problems}");
+    assert!(all.contains("the benchmark run failed"), "{all}");
+    // Partial samples are kept, each with its reason.
+    assert!(measured(&r)
+        .iter()
+        .any(|s| s["error"].as_str().is_some_and(|e| e.contains(needle))));
+}
+
+#[test]
+fn broken_servers_fail_the_run_with_a_reason_and_keep_partial_samples() {
+    let deck = Deck::new("bench-broken");
+    let h = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    let role = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"Tokyo \"}}]}\n\n";
+    assert_failed_with(&deck, &scripted("HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"error\":\"boom\"}"), "HTTP 500");
+    assert_failed_with(&deck, &scripted("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"choices\":[]}"), "not an event stream");
+    assert_failed_with(
+        &deck,
+        &scripted(Box::leak(
+            format!("{h}{role}{token}data: {{broken\n\n").into_boxed_str(),
+        )),
+        "invalid JSON in the stream",
+    );
+    assert_failed_with(
+        &deck,
+        &scripted(Box::leak(format!("{h}{role}{token}").into_boxed_str())),
+        "without [DONE] (truncated)",
+    );
+    assert_failed_with(
+        &deck,
+        &scripted(Box::leak(
+            format!("{h}{role}{token}data: {{\"choi").into_boxed_str(),
+        )),
+        "in the middle of an event",
+    );
+    // The simulated engine's own faults: 5xx on every request, an error event mid-stream.
+    let failing = Sim::start(&["--ttft", "5ms", "--fail-every", "1"]);
+    assert_failed_with(&deck, &failing.url, "HTTP 500");
+    let erroring = Sim::start(&["--ttft", "5ms", "--token-rate", "500", "--error-after", "2"]);
+    assert_failed_with(&deck, &erroring.url, "error event");
+}
+
+#[test]
+fn a_server_that_is_down_or_a_bad_suite_is_a_clear_error() {
+    let deck = Deck::new("bench-down");
+    let port = support::free_port();
+    let (code, _, all) = bench(&deck, &format!("http://127.0.0.1:{port}"), &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        all.contains(&format!(
+            "the server at http://127.0.0.1:{port} does not answer"
+        )),
+        "{all}"
+    );
+
+    let bad = deck.dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: bad\ncases:\n  - name: x\n    turns: [hi]\n    expext: y\n",
+    )
+    .unwrap();
+    let out = deck.run(&[
+        "bench",
+        "http://127.0.0.1:1",
+        "--suite",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("bad.yaml:5:5"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A recipe that is not running is named, with the fix.
+    deck.recipe(
+        "idle",
+        "engine: sim\nruntime: process\nserver:\n  port: 1\n",
+    );
+    let out = deck.run(&["bench", "idle"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("idle is not running; `sparkctl start idle` first"));
+}
