@@ -18,6 +18,11 @@ pub struct Sample {
     pub turn: usize,
     pub warmup: bool,
     pub ok: bool,
+    /// The response's `id` (to find it in the server's log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// When the request was sent, Unix µs: lines the sample up with server-side timestamps.
+    pub sent_unix_us: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub status: Option<u16>,
@@ -62,6 +67,7 @@ fn ms(d: Duration) -> f64 {
 pub async fn stream(client: &reqwest::Client, url: &str, body: &Value) -> Sample {
     let mut s = Sample::default();
     let sent = Instant::now();
+    s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
     let resp = match client
         .post(format!("{url}/v1/chat/completions"))
         .json(body)
@@ -126,6 +132,9 @@ pub async fn stream(client: &reqwest::Client, url: &str, body: &Value) -> Sample
                     break 'read;
                 }
             };
+            if s.id.is_none() {
+                s.id = v["id"].as_str().map(str::to_string);
+            }
             if let Some(err) = v.get("error") {
                 s.error = Some(format!("error event: {err}"));
                 break 'read;

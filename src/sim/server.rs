@@ -222,6 +222,10 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     };
     // Like a real engine, generation (and so the TTFT clock) starts once the body is in.
     let arrived = Instant::now();
+    // The same instant on the wall clock: benchmarks line the schedule up with the client's.
+    let arrived_unix_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
     let parsed = serde_json::from_slice::<Value>(&body)
         .map_err(|e| format!("body is not JSON: {e}"))
         .and_then(|v| Request::from_json(&v));
@@ -245,7 +249,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     }
     let plan = plan(cfg, &request);
     log(format_args!(
-        "POST /v1/chat/completions 200 stream={} tokens={}",
+        "POST /v1/chat/completions 200 stream={} tokens={} id=chatcmpl-sim-{n} arrived_unix_us={arrived_unix_us}",
         request.stream,
         plan.pieces.len()
     ));

@@ -34,6 +34,8 @@ pub struct Sim {
     pub child: Child,
     pub url: String,
     pub started: Instant,
+    /// Its stdout lines so far (request log).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Sim {
@@ -58,11 +60,18 @@ impl Sim {
             .trim()
             .to_string();
         // Keep draining stdout so the sim never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines.by_ref() {});
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
         Sim {
             child,
             url,
             started,
+            log,
         }
     }
 
