@@ -430,6 +430,65 @@ fn broken_servers_fail_the_run_with_a_reason_and_keep_partial_samples() {
 }
 
 #[test]
+fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
+    let deck = Deck::new("bench-recipe");
+    let port = support::free_port();
+    let model = deck.dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("weights.gguf"), b"fixture").unwrap();
+    deck.recipe(
+        "local",
+        &format!(
+            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 5300m\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\", --markdown]\nbench:\n  gates:\n    no_markdown: \">= 80%\"\n    decode_tps_p50: \">= 100\"\n",
+            model.display()
+        ),
+    );
+    deck.ok(&["start", "local"]);
+    let suite = quick_suite(&deck);
+    let out_file = deck.dir.join("local.json");
+    let out = deck.run(&[
+        "bench",
+        "local",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    let r: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the recipe's markdown gate fails: {}",
+        text(&out.stdout)
+    );
+    let status = deck.status_of("local").unwrap();
+    assert_eq!(r["target"]["recipe"], "local");
+    assert_eq!(r["target"]["recipe_hash"], status["recipe_hash"]);
+    assert_eq!(
+        r["target"]["model_fingerprint"],
+        status["model_fingerprint"]
+    );
+    assert_eq!(r["target"]["weights_bytes"], 5300u64 * 1024 * 1024);
+    let gates: Vec<&str> = r["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["gate"].as_str().unwrap())
+        .collect();
+    assert_eq!(gates, ["decode_tps_p50", "no_markdown"]);
+    // The bound for 5.3 GiB of weights at 273 GB/s is about 49 tok/s; the sim's 300 tok/s
+    // is about 6.1 times it (no real server gets there; the arithmetic is what is checked).
+    let share = r["roofline_share"].as_f64().unwrap();
+    let expected = r["decode_tps_p50"].as_f64().unwrap() * 5300.0 * 1024.0 * 1024.0 / 273e9;
+    assert!(
+        (share - expected).abs() < 1e-9 && share > 5.5 && share < 6.5,
+        "{share}"
+    );
+    assert!(text(&out.stdout).contains("of the 273 GB/s bound"));
+    deck.ok(&["down", "local"]);
+}
+
+#[test]
 fn a_server_that_is_down_or_a_bad_suite_is_a_clear_error() {
     let deck = Deck::new("bench-down");
     let port = support::free_port();

@@ -28,8 +28,25 @@ pub fn leaks_thinking(text: &str) -> bool {
     text.contains("<think>") || text.contains("</think>") || text.contains("Thinking Process:")
 }
 
+/// Every per-answer check.
+pub const CHECKS: &[&str] = &[
+    "non_empty",
+    "expected_answer",
+    "no_markdown",
+    "thinking_leak",
+    "tool_calls",
+];
+
 /// The per-answer checks that apply to this case: (check, passed).
 pub fn checks(sample: &Sample, case: &Case) -> Vec<(&'static str, bool)> {
+    let mut all = every_check(sample, case);
+    if let Some(only) = &case.checks {
+        all.retain(|(name, _)| only.iter().any(|o| o == name));
+    }
+    all
+}
+
+fn every_check(sample: &Sample, case: &Case) -> Vec<(&'static str, bool)> {
     let mut out = vec![
         (
             "non_empty",

@@ -60,6 +60,10 @@ pub struct Case {
     /// The tool the answer must call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_tool: Option<String>,
+    /// The answer checks that apply (default: all that the case's fields allow:
+    /// non_empty, no_markdown, thinking_leak, plus expected_answer / tool_calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<String>>,
     /// Pads the system prompt to about this many tokens (4 characters each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_tokens: Option<usize>,
@@ -138,6 +142,17 @@ impl Suite {
                     format!("cases[{i}].turns"),
                     format!("case {} has no turns", c.name),
                 ));
+            }
+            for check in c.checks.iter().flatten() {
+                if !super::gates::CHECKS.contains(&check.as_str()) {
+                    return Err(bad(
+                        format!("cases[{i}].checks"),
+                        format!(
+                            "`{check}` is not a check; known: {}",
+                            super::gates::CHECKS.join(", ")
+                        ),
+                    ));
+                }
             }
             for t in &c.tools {
                 if !self.tools.contains_key(t) {
