@@ -1,7 +1,7 @@
 //! One error type for the library, and the exit code each kind maps to.
 //!
 //! Exit codes are part of the interface (scripts and cron jobs read them):
-//! 0 success, 1 an operation failed, 2 bad input or a command that is not built yet,
+//! 0 success, 1 an operation failed, 2 bad input (nothing was changed),
 //! 130 interrupted by Ctrl-C.
 
 use std::fmt;
@@ -61,11 +61,6 @@ pub enum Error {
     /// Bad input that is not tied to a file position (an unknown recipe name, say).
     #[error("{0}")]
     Usage(String),
-    /// The command exists in the interface but is not built yet.
-    #[error(
-        "`sparkctl {command}` is not built yet (tracked in issue {issue}); nothing was changed"
-    )]
-    NotBuilt { command: &'static str, issue: u32 },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -95,7 +90,7 @@ fn render_diagnostics(diags: &[Diagnostic]) -> String {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Invalid(_) | Error::Usage(_) | Error::NotBuilt { .. } => 2,
+            Error::Invalid(_) | Error::Usage(_) => 2,
             Error::Io { .. } | Error::Failed(_) | Error::Reported(_) => 1,
             // What shells report for a SIGINT'd command.
             Error::Interrupted(_) => 130,

@@ -100,6 +100,55 @@ impl StateDir {
     }
 }
 
+/// One writer at a time: an exclusive `flock` on `STATE/lock`, released when the holder
+/// exits however it exits. The file names the holder's pid for the next caller's message.
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+impl StateDir {
+    pub fn lock(&self, what: &str) -> Result<StateLock> {
+        use std::io::{Read, Seek};
+        use std::os::unix::io::AsRawFd;
+        let path = self.root.join("lock");
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(Error::Failed(format!(
+                "another sparkctl is changing state ({}); wait for it to finish, then retry",
+                if holder.trim().is_empty() {
+                    "holder unknown".to_string()
+                } else {
+                    holder.trim().to_string()
+                }
+            )));
+        }
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = writeln!(file, "pid {} running `sparkctl {what}`", std::process::id());
+        Ok(StateLock { _file: file })
+    }
+
+    pub fn production_file(&self) -> PathBuf {
+        self.root.join("production.json")
+    }
+
+    pub fn runs_dir(&self) -> Result<PathBuf> {
+        let dir = self.root.join("runs");
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir)
+    }
+}
+
 /// Writes `bytes` to `path` through a temp file in the same directory and a rename, so a
 /// reader (or a crash) sees the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

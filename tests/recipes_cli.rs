@@ -268,22 +268,6 @@ fn schema_is_json_schema_for_the_recipe_format() {
 }
 
 #[test]
-fn commands_not_built_say_so_and_exit_2() {
-    for (args, issue) in [(vec!["up", "qat-v2b"], 7), (vec!["rollback"], 7)] {
-        let out = run(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = text(&out.stderr);
-        assert!(
-            err.contains("is not built yet") && err.contains(&format!("issue {issue}")),
-            "{args:?}: {err}"
-        );
-    }
-    let out = run(&["--json", "up", "qat-v2b"]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["exit_code"], 2);
-}
-
-#[test]
 fn help_lists_the_whole_command_surface_and_completions_generate() {
     let help = text(&run(&["--help"]).stdout);
     for cmd in [

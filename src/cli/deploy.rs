@@ -217,3 +217,168 @@ pub async fn down(ctx: &Context, name: &str, dry_run: bool, out: &Output) -> Res
     }
     Ok(())
 }
+
+fn up_ctx<'a>(
+    ctx: &'a Context,
+    recipes: &'a RecipeSet,
+    recipes_dir: &'a std::path::Path,
+    lock: &'a crate::lock::Lock,
+    self_exe: &'a str,
+) -> deploy::up::Ctx<'a> {
+    deploy::up::Ctx {
+        rt: &ctx.runtimes,
+        state: &ctx.state,
+        recipes,
+        recipes_dir,
+        settings: &ctx.settings,
+        lock,
+        self_exe,
+    }
+}
+
+fn say(line: &str) {
+    eprintln!("==> {line}");
+}
+
+/// Flags of `up`, as typed.
+pub struct UpArgs {
+    pub dry_run: bool,
+    pub no_promote: bool,
+    pub yes: bool,
+    pub allow_unpinned: bool,
+}
+
+pub async fn up(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    recipes_dir: &std::path::Path,
+    name: &str,
+    args: UpArgs,
+    out: &Output,
+) -> Result<()> {
+    use std::io::IsTerminal;
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
+    let self_exe = super::self_exe();
+    let yes = args.yes;
+    // Stopping production is asked on a terminal; elsewhere only --yes allows it.
+    let confirm = move |question: &str| {
+        yes || (std::io::stdin().is_terminal()
+            && dialoguer::Confirm::new()
+                .with_prompt(question)
+                .default(false)
+                .interact()
+                .unwrap_or(false))
+    };
+    let opts = deploy::up::UpOptions {
+        dry_run: args.dry_run,
+        no_promote: args.no_promote,
+        allow_unpinned: args.allow_unpinned,
+        suite: None,
+        runs: None,
+        confirm: &confirm,
+        say: &say,
+    };
+    let record = deploy::up::up(
+        &up_ctx(ctx, recipes, recipes_dir, &lock, &self_exe),
+        name,
+        &opts,
+    )
+    .await?;
+    if out.json {
+        out.print_json(&record);
+        return Ok(());
+    }
+    match record.outcome.as_str() {
+        "planned" => println!("nothing was changed (--dry-run)"),
+        "passed" => println!("{name} passed its gates; not promoted (--no-promote)"),
+        _ => println!(
+            "{name} {}: TTFT p50 {} ms, decode p50 {} tok/s; serving on port {}: {}; run {}",
+            record.outcome,
+            record.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            record
+                .decode_tps_p50
+                .map_or("-".into(), |v| format!("{v:.1}")),
+            ctx.settings.production_port,
+            record.serving.clone().unwrap_or_else(|| "nothing".into()),
+            record.run_id
+        ),
+    }
+    Ok(())
+}
+
+pub async fn rollback(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    recipes_dir: &std::path::Path,
+    to: Option<&str>,
+    dry_run: bool,
+    out: &Output,
+) -> Result<()> {
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
+    let self_exe = super::self_exe();
+    let record = deploy::up::rollback(
+        &up_ctx(ctx, recipes, recipes_dir, &lock, &self_exe),
+        to,
+        dry_run,
+        &say,
+    )
+    .await?;
+    if out.json {
+        out.print_json(&record);
+    } else if dry_run {
+        println!("nothing was changed (--dry-run)");
+    } else {
+        println!(
+            "rolled back: serving on port {}: {}; run {}",
+            ctx.settings.production_port,
+            record.serving.clone().unwrap_or_else(|| "nothing".into()),
+            record.run_id
+        );
+    }
+    Ok(())
+}
+
+pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
+    if let Some(run) = run {
+        let record = deploy::up::run_record(&ctx.state, run)?;
+        out.print_json(&record);
+        return Ok(());
+    }
+    let runs = deploy::up::history(&ctx.state)?;
+    if out.json {
+        out.print_json(&runs);
+        return Ok(());
+    }
+    if runs.is_empty() {
+        println!("no runs yet (state dir {})", ctx.state.root().display());
+        return Ok(());
+    }
+    let mut t = out.table();
+    t.set_header(vec![
+        "RUN",
+        "COMMAND",
+        "RECIPE",
+        "OUTCOME",
+        "DIGEST",
+        "TTFT p50",
+        "DECODE p50",
+        "SERVING AFTER",
+    ]);
+    for r in &runs {
+        t.add_row(vec![
+            r.run_id.clone(),
+            r.command.clone(),
+            r.recipe.clone(),
+            r.outcome.clone(),
+            r.image_digest
+                .as_deref()
+                .map(|d| deploy::short(d).to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),
+            r.serving.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.print_table(&t);
+    Ok(())
+}

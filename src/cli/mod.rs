@@ -236,10 +236,6 @@ pub enum RecipesCommand {
     Schema,
 }
 
-fn not_built(command: &'static str, issue: u32) -> Result<()> {
-    Err(Error::NotBuilt { command, issue })
-}
-
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -335,9 +331,33 @@ fn dispatch(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Up { .. } => not_built("up", 7),
-        Command::Rollback { .. } => not_built("rollback", 7),
-        Command::History { .. } => not_built("history", 7),
+        Command::Up {
+            name,
+            dry_run,
+            no_promote,
+            yes,
+            allow_unpinned,
+        } => runtime()?.block_on(async {
+            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let ctx = context(g).await?;
+            let args = deploy::UpArgs {
+                dry_run,
+                no_promote,
+                yes,
+                allow_unpinned,
+            };
+            deploy::up(&ctx, &recipes, &g.recipes, &name, args, &out).await
+        }),
+        Command::Rollback { to, dry_run } => runtime()?.block_on(async {
+            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let ctx = context(g).await?;
+            deploy::rollback(&ctx, &recipes, &g.recipes, to.as_deref(), dry_run, &out).await
+        }),
+        Command::History { show } => runtime()?.block_on(async {
+            let ctx = context(g).await?;
+            let run = show.map(|HistoryCommand::Show { run }| run);
+            deploy::history(&ctx, run.as_deref(), &out)
+        }),
         Command::Start {
             name,
             dry_run,

@@ -2,6 +2,7 @@
 //! and who holds a port. The gated `up`/`rollback` flow builds on these.
 
 pub mod plan;
+pub mod up;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,279 @@
+//! `up`, `rollback`, `history` end to end: a process-runtime production stand-in on the
+//! production port, candidates in FROM-scratch containers on the real engine, the real
+//! benchmark and gates. Every scenario ends by asking the production port what serves.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{free_port, http_status, sim_image, text, Deck};
+
+/// A deck with a quick suite, a production stand-in `prod` (process) and candidates.
+struct Flow {
+    deck: Deck,
+    prod_port: u16,
+}
+
+const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n  - name: chat\n    turns: [\"Hi\", \"What is the capital of Japan?\"]\n    max_tokens: 16\n";
+
+impl Flow {
+    fn new(tag: &str) -> Flow {
+        let deck = Deck::new(tag);
+        std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+        std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+        let prod_port = free_port();
+        deck.recipe(
+            "prod",
+            &format!(
+                "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"200\", --tokens, \"8\"]\n  memory_gb: 7\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n"
+            ),
+        );
+        Flow { deck, prod_port }
+    }
+
+    /// A container candidate with these sim args and gates.
+    fn candidate(&self, name: &str, args: &str, gates: &str) {
+        self.deck.recipe(
+            name,
+            &format!(
+                "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 20s\nbench:\n  suite: tiny\n  gates:\n{gates}",
+                sim_image(),
+                free_port()
+            ),
+        );
+        self.deck.ok(&["images", "pin", name]);
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        self.deck
+            .cmd(args)
+            .env("SPARKCTL_PRODUCTION_PORT", self.prod_port.to_string())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// Which recipe serves on the production port, asked of the port itself and of status.
+    fn serving(&self) -> Option<String> {
+        assert_eq!(
+            http_status(&format!("http://127.0.0.1:{}", self.prod_port), "/health"),
+            Some(200),
+            "the production port answers"
+        );
+        let out = self.run(&["--json", "status"]);
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["state"] == "running" && d["port"] == self.prod_port)
+            .map(|d| d["name"].as_str().unwrap().to_string())
+    }
+
+    fn production(&self) -> Value {
+        let path = self.deck.dir.join("state/production.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+}
+
+const GOOD: &str = "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"";
+const GATES: &str = "    thinking_leak: \"== 0%\"\n    no_markdown: \">= 80%\"\n    vs_production_decode: \">= -10%\"\n";
+
+#[test]
+fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
+    let f = Flow::new("up-good");
+    f.candidate("cand", GOOD, GATES);
+    let out = f.ok(&["rollback", "--to", "prod"]);
+    assert!(out.contains("rolled back"), "{out}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    assert_eq!(f.production()["current"]["recipe"], "prod");
+
+    let dry = f.ok(&["up", "cand", "--dry-run"]);
+    assert!(dry.contains("nothing was changed"), "{dry}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+
+    let out = f.ok(&["up", "cand", "--yes"]);
+    assert!(out.contains("cand promoted"), "{out}");
+    assert_eq!(f.serving().as_deref(), Some("cand"));
+    let prod = f.production();
+    assert_eq!(prod["current"]["recipe"], "cand");
+    assert_eq!(prod["previous"][0]["recipe"], "prod");
+
+    let history: Value = serde_json::from_slice(&f.run(&["--json", "history"]).stdout).unwrap();
+    let last = &history[0];
+    assert_eq!(last["outcome"], "promoted");
+    assert!(last["image_digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(last["bench"].as_str().is_some() && last["logs"].as_str().is_some());
+    let phases: Vec<&str> = last["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["plan", "start", "bench", "gates", "promote"]);
+    let shown = f.ok(&["history", "show", last["run_id"].as_str().unwrap()]);
+    assert!(shown.contains("\"outcome\": \"promoted\""), "{shown}");
+
+    let out = f.ok(&["rollback"]);
+    assert!(out.contains("rolled back"), "{out}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    f.ok(&["down", "prod"]);
+}
+
+#[test]
+fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() {
+    let f = Flow::new("up-reject");
+    f.ok(&["rollback", "--to", "prod"]);
+    // Production needs a result for the relative gate: benchmark it through an up-less bench.
+    let base = f.deck.dir.join("prod.json");
+    f.ok(&["bench", "prod", "--out", base.to_str().unwrap()]);
+    let mut production = f.production();
+    production["current"]["bench"] = Value::String(base.display().to_string());
+    std::fs::write(
+        f.deck.dir.join("state/production.json"),
+        serde_json::to_vec(&production).unwrap(),
+    )
+    .unwrap();
+
+    f.candidate("leaky", "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --reasoning-tokens, \"4\", --reasoning-as, leak", GATES);
+    let out = f.run(&["up", "leaky", "--yes"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("leaky did not pass: thinking_leak == 0% (measured 100.0)"),
+        "{err}"
+    );
+    assert!(err.contains("serving on port"), "{err}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    assert_eq!(f.production()["current"]["recipe"], "prod");
+
+    // Half production's decode speed: the relative gate stops it.
+    f.candidate(
+        "slow",
+        "--load-time, 300ms, --ttft, 10ms, --token-rate, \"100\", --tokens, \"8\"",
+        GATES,
+    );
+    let out = f.run(&["up", "slow", "--yes"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("vs_production_decode >= -10%"), "{err}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    let history: Value = serde_json::from_slice(&f.run(&["--json", "history"]).stdout).unwrap();
+    assert_eq!(history[0]["outcome"], "failed");
+    assert_eq!(history[0]["recipe"], "slow");
+    f.ok(&["down", "prod"]);
+}
+
+#[test]
+fn a_crashing_candidate_that_needed_production_s_memory_is_rolled_back() {
+    let f = Flow::new("up-crash");
+    f.ok(&["rollback", "--to", "prod"]);
+    f.candidate("crashy", "--load-time, 1s, --load-fault, crash", GATES);
+    // 7 GB production + 12 GB candidate do not fit in 15: production must stop first.
+    let out = f
+        .deck
+        .cmd(&["up", "crashy", "--yes"])
+        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
+        .env("SPARKCTL_MEMORY_GB", "15")
+        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stopping prod to make room"), "{err}");
+    assert!(err.contains("exited with code 1"), "{err}");
+    assert!(err.contains("prod serves on port"), "{err}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    // Without --yes (and no terminal) production is never stopped.
+    let out = f
+        .deck
+        .cmd(&["up", "crashy"])
+        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
+        .env("SPARKCTL_MEMORY_GB", "15")
+        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("confirm, or pass --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    f.ok(&["down", "prod"]);
+}
+
+#[test]
+fn one_writer_at_a_time_and_ctrl_c_leaves_production_serving() {
+    let f = Flow::new("up-lock");
+    f.ok(&["rollback", "--to", "prod"]);
+    f.candidate("slowload", "--load-time, 5s", GATES);
+    let first = f
+        .deck
+        .cmd(&["up", "slowload", "--yes"])
+        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the candidate is loading (its container exists)...
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status: Value = serde_json::from_slice(&f.run(&["--json", "status"]).stdout).unwrap();
+        let loading = status
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == "slowload" && d["state"] == "running");
+        if loading {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the candidate never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // While it waits for the candidate, a second writer is told who holds the lock.
+    let out = f.run(&["rollback", "--to", "prod"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("another sparkctl is changing state"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "pid {} running `sparkctl up slowload`",
+            first.id()
+        )),
+        "{err}"
+    );
+    unsafe {
+        libc::kill(first.id() as i32, libc::SIGINT);
+    }
+    let out = first.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    assert_eq!(f.production()["current"]["recipe"], "prod");
+    let status: Value = serde_json::from_slice(&f.run(&["--json", "status"]).stdout).unwrap();
+    let cand = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "slowload")
+        .unwrap();
+    assert_eq!(cand["state"], "exited", "the candidate was stopped");
+    // The lock is free again.
+    f.ok(&["rollback", "--to", "prod"]);
+    f.ok(&["down", "prod"]);
+}
