@@ -124,7 +124,21 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(phases, ["plan", "start", "bench", "gates", "promote"]);
+    assert_eq!(
+        phases,
+        [
+            "plan",
+            "start",
+            "bench-production",
+            "bench",
+            "gates",
+            "promote"
+        ]
+    );
+    assert!(
+        f.production()["previous"][0]["bench"].as_str().is_some(),
+        "production was measured"
+    );
     let shown = f.ok(&["history", "show", last["run_id"].as_str().unwrap()]);
     assert!(shown.contains("\"outcome\": \"promoted\""), "{shown}");
 

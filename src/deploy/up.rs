@@ -434,6 +434,39 @@ async fn up_flow(
     record.image_digest = Some(candidate.artifact.clone());
     touched.lock().expect("touched lock").candidate = Some(candidate.clone());
 
+    // Production's own result is what the relative gates compare with: measure it once
+    // if it has none (it is still serving in a blue/green run).
+    let prod_running = match &prod_name {
+        Some(p) => ctx.rt.find(p).await?.is_some_and(|d| d.running()),
+        None => false,
+    };
+    if let (Some(p), true) = (prod_name.clone(), prod_running) {
+        if production
+            .current
+            .as_ref()
+            .is_some_and(|e| e.bench.is_none())
+        {
+            (opts.say)(&format!(
+                "benchmarking production {p} first (it has no result yet)"
+            ));
+            let path = ctx
+                .state
+                .runs_dir()?
+                .join(format!("{}-production-bench.json", record.run_id));
+            let result = timed(
+                record,
+                "bench-production",
+                bench_recipe(ctx, &p, opts, None),
+            )
+            .await?;
+            state::write_json(&path, &result)?;
+            if let Some(e) = production.current.as_mut() {
+                e.bench = Some(path);
+            }
+            production.save(ctx.state)?;
+        }
+    }
+
     // Benchmark against production's last result.
     (opts.say)(&format!("benchmarking {name}"));
     let baseline: Option<BenchResult> = production
@@ -446,20 +479,11 @@ async fn up_flow(
         .state
         .runs_dir()?
         .join(format!("{}-bench.json", record.run_id));
-    let result = timed(record, "bench", async {
-        let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, &name).await?;
-        let suite = crate::bench::suite::Suite::load(
-            opts.suite.as_deref().unwrap_or(&suite_name),
-            &ctx.recipes_dir.join("suites"),
-        )?;
-        let bench_opts = crate::bench::Options {
-            warmup: None,
-            runs: opts.runs,
-            concurrency: Vec::new(),
-            gates,
-        };
-        crate::bench::run(&suite, target, &bench_opts, baseline.as_ref(), |_, _, _| {}).await
-    })
+    let result = timed(
+        record,
+        "bench",
+        bench_recipe(ctx, &name, opts, baseline.as_ref()),
+    )
     .await?;
     state::write_json(&bench_path, &result)?;
     record.bench = Some(bench_path.clone());
@@ -543,6 +567,27 @@ async fn up_flow(
     touched.lock().expect("touched lock").production_stopped = None;
     record.outcome = "promoted".into();
     Ok(())
+}
+
+/// Benchmarks a running recipe with its own suite and gates.
+async fn bench_recipe(
+    ctx: &Ctx<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+    baseline: Option<&BenchResult>,
+) -> Result<BenchResult> {
+    let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, name).await?;
+    let suite = crate::bench::suite::Suite::load(
+        opts.suite.as_deref().unwrap_or(&suite_name),
+        &ctx.recipes_dir.join("suites"),
+    )?;
+    let bench_opts = crate::bench::Options {
+        warmup: None,
+        runs: opts.runs,
+        concurrency: Vec::new(),
+        gates,
+    };
+    crate::bench::run(&suite, target, &bench_opts, baseline, |_, _, _| {}).await
 }
 
 /// `sparkctl rollback [--to NAME]`: the previous production (or NAME) serves again.
