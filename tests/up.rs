@@ -187,7 +187,7 @@ fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() 
     assert!(err.contains("vs_production_decode >= -10%"), "{err}");
     assert_eq!(f.serving().as_deref(), Some("prod"));
     let history: Value = serde_json::from_slice(&f.run(&["--json", "history"]).stdout).unwrap();
-    assert_eq!(history[0]["outcome"], "failed");
+    assert_eq!(history[0]["outcome"], "rejected");
     assert_eq!(history[0]["recipe"], "slow");
     f.ok(&["down", "prod"]);
 }

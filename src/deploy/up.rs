@@ -281,6 +281,8 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
         }
         record.outcome = if matches!(e, Error::Interrupted(_)) {
             "interrupted".into()
+        } else if record.outcome == "rejected" {
+            record.outcome.clone()
         } else {
             "failed".into()
         };
@@ -431,7 +433,8 @@ async fn up_flow(
     (opts.say)(&format!("starting {name}"));
     let report = timed(record, "start", start(ctx.rt, &plan, None, |_| {})).await?;
     let candidate = report.deployment.clone();
-    record.image_digest = Some(candidate.artifact.clone());
+    record.image_digest =
+        (candidate.runtime == crate::recipe::Runtime::Docker).then(|| candidate.artifact.clone());
     touched.lock().expect("touched lock").candidate = Some(candidate.clone());
 
     // Production's own result is what the relative gates compare with: measure it once
@@ -639,7 +642,8 @@ pub async fn rollback(
     .await
     {
         Ok(d) => {
-            record.image_digest = Some(d.artifact.clone());
+            record.image_digest =
+                (d.runtime == crate::recipe::Runtime::Docker).then(|| d.artifact.clone());
             record.model_fingerprint = d.model_fingerprint.clone();
             let bench = if from_stack {
                 production.previous.pop().and_then(|e| e.bench)
