@@ -190,7 +190,7 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     })
 }
 
-/// A run id that sorts by time: `20261123-015007-3f2a`.
+/// A run id that sorts by time to the millisecond: `20261123-015007123-3f2a`.
 pub fn new_run_id() -> String {
     let now = crate::units::unix_now();
     let stamp = crate::units::utc_stamp(now.as_secs())
@@ -200,7 +200,7 @@ pub fn new_run_id() -> String {
         .to_string();
     // Sub-second nanos and pid tell apart two runs started in the same second.
     let salt = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) & 0xffff;
-    format!("{stamp}-{salt:04x}")
+    format!("{stamp}{:03}-{salt:04x}", now.subsec_millis())
 }
 
 #[cfg(test)]
@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn run_ids_sort_by_time() {
         let id = new_run_id();
-        assert_eq!(id.len(), "20261123-015007-3f2a".len(), "{id}");
+        assert_eq!(id.len(), "20261123-015007123-3f2a".len(), "{id}");
         assert!(id.starts_with("20"), "{id}");
     }
 }

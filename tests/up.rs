@@ -34,10 +34,15 @@ impl Flow {
 
     /// A container candidate with these sim args and gates.
     fn candidate(&self, name: &str, args: &str, gates: &str) {
+        self.candidate_with(name, "", args, gates);
+    }
+
+    /// The same, with more recipe text (a model, patches) after the image.
+    fn candidate_with(&self, name: &str, extra: &str, args: &str, gates: &str) {
         self.deck.recipe(
             name,
             &format!(
-                "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 20s\nbench:\n  suite: tiny\n  gates:\n{gates}",
+                "engine: sim\nruntime: docker\nimage: {}\n{extra}server:\n  port: {}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 20s\nbench:\n  suite: tiny\n  gates:\n{gates}",
                 sim_image(),
                 free_port()
             ),
@@ -93,7 +98,23 @@ const GATES: &str = "    thinking_leak: \"== 0%\"\n    no_markdown: \">= 80%\"\n
 #[test]
 fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
     let f = Flow::new("up-good");
-    f.candidate("cand", GOOD, GATES);
+    // Its model dir needs the VL wrap before it serves: `up` patches it first.
+    let model = f.deck.dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\"}\n",
+    )
+    .unwrap();
+    f.candidate_with(
+        "cand",
+        &format!(
+            "model:\n  path: {}\n  patches:\n    - wrap-vl-config: {{}}\n",
+            model.display()
+        ),
+        GOOD,
+        GATES,
+    );
     let out = f.ok(&["rollback", "--to", "prod"]);
     assert!(out.contains("rolled back"), "{out}");
     assert_eq!(f.serving().as_deref(), Some("prod"));
@@ -128,6 +149,7 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         phases,
         [
             "plan",
+            "patch",
             "start",
             "bench-production",
             "bench",
@@ -135,6 +157,15 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
             "promote"
         ]
     );
+    assert_eq!(last["patched"], serde_json::json!(["config.json"]));
+    assert!(last["patch_diff"]
+        .as_str()
+        .unwrap()
+        .contains("+  \"model_type\": \"qwen3_5\""));
+    assert!(last["model_fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
     assert!(
         f.production()["previous"][0]["bench"].as_str().is_some(),
         "production was measured"
@@ -258,8 +289,8 @@ fn one_writer_at_a_time_and_ctrl_c_leaves_production_serving() {
         assert!(Instant::now() < deadline, "the candidate never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // While it waits for the candidate, a second writer is told who holds the lock.
-    let out = f.run(&["rollback", "--to", "prod"]);
+    // While it waits for the candidate, a second `up` is told who holds the lock.
+    let out = f.run(&["up", "slowload", "--yes"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("another sparkctl is changing state"), "{err}");

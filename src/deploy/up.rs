@@ -86,6 +86,9 @@ pub struct RunRecord {
     pub unpinned: bool,
     pub model_fingerprint: Option<String>,
     pub patched: Vec<String>,
+    /// What the patch changed, as `patch --dry-run` shows it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub patch_diff: String,
     pub bench: Option<PathBuf>,
     pub ttft_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
@@ -404,6 +407,7 @@ async fn up_flow(
             crate::patch::apply(loaded, p, ctx.state, docker).await
         })
         .await?;
+        record.patch_diff = applied.plan.diff();
         record.patched = applied.written;
     }
 
