@@ -106,3 +106,26 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A YAML file sparkctl reads (suite, lock) that does not parse: file, line, column, fix.
+    pub fn yaml(file: &std::path::Path, e: &serde_yaml_ng::Error, help: &str) -> Error {
+        let at = e.location();
+        let text = e.to_string();
+        Error::Invalid(vec![Diagnostic {
+            location: Location {
+                file: file.to_path_buf(),
+                line: at.as_ref().map(|l| l.line()),
+                column: at.as_ref().map(|l| l.column()),
+                key: None,
+            },
+            // The position is in the location already.
+            message: text
+                .split(" at line ")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            help: Some(help.to_string()),
+        }])
+    }
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Error, Result};
 
 pub const LOCK_FILE: &str = "images.lock";
 
@@ -134,26 +134,12 @@ impl Lock {
             return Ok(Lock::default());
         }
         serde_yaml_ng::from_str(&text).map_err(|e| {
-            let at = e.location();
-            Error::Invalid(vec![Diagnostic {
-                location: Location {
-                    file: path.to_path_buf(),
-                    line: at.as_ref().map(|l| l.line()),
-                    column: at.as_ref().map(|l| l.column()),
-                    key: None,
-                },
-                message: e
-                    .to_string()
-                    .split(" at line ")
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-                help: Some(
-                    "images.lock is written by `sparkctl images pin`; fix the line or restore it \
-                     from version control (it was not rewritten)"
-                        .into(),
-                ),
-            }])
+            Error::yaml(
+                path,
+                &e,
+                "images.lock is written by `sparkctl images pin`; fix the line or restore it \
+                 from version control (it was not rewritten)",
+            )
         })
     }
 

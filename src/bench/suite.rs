@@ -90,22 +90,11 @@ impl Suite {
             )));
         };
         let suite: Suite = serde_yaml_ng::from_str(&text).map_err(|e| {
-            let at = e.location();
-            Error::Invalid(vec![Diagnostic {
-                location: Location {
-                    file: file.clone(),
-                    line: at.as_ref().map(|l| l.line()),
-                    column: at.as_ref().map(|l| l.column()),
-                    key: None,
-                },
-                message: e
-                    .to_string()
-                    .split(" at line ")
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-                help: Some("see recipes/suites/voice-assistant.yaml for the format".into()),
-            }])
+            Error::yaml(
+                &file,
+                &e,
+                "see recipes/suites/voice-assistant.yaml for the format",
+            )
         })?;
         suite.check(&file)?;
         Ok(suite)
