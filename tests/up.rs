@@ -124,6 +124,19 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
     assert!(dry.contains("nothing was changed"), "{dry}");
     assert_eq!(f.serving().as_deref(), Some("prod"));
 
+    // --no-promote: gates pass, production keeps serving, the candidate stays on its port.
+    let out = f.ok(&["up", "cand", "--no-promote"]);
+    assert!(out.contains("cand passed its gates; not promoted"), "{out}");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    assert_eq!(f.production()["current"]["recipe"], "prod");
+    let out = f.run(&["up", "cand", "--yes"]);
+    assert!(
+        text(&out.stderr).contains("cand is already running"),
+        "{}",
+        text(&out.stderr)
+    );
+    f.ok(&["down", "cand"]);
+
     let out = f.ok(&["up", "cand", "--yes"]);
     assert!(out.contains("cand promoted"), "{out}");
     assert_eq!(f.serving().as_deref(), Some("cand"));
@@ -147,18 +160,21 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         .collect();
     assert_eq!(
         phases,
-        [
-            "plan",
-            "patch",
-            "start",
-            "bench-production",
-            "bench",
-            "gates",
-            "promote"
-        ]
+        ["plan", "patch", "start", "bench", "gates", "promote"]
     );
-    assert_eq!(last["patched"], serde_json::json!(["config.json"]));
-    assert!(last["patch_diff"]
+    // Production was measured once, by the first run that needed its result.
+    // history[1] is the refused attempt (already running): a plan failure is a run too.
+    assert_eq!(history[1]["outcome"], "failed");
+    let earlier: Vec<&str> = history[2]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(earlier.contains(&"bench-production"), "{earlier:?}");
+    assert_eq!(history[2]["outcome"], "passed");
+    assert_eq!(history[2]["patched"], serde_json::json!(["config.json"]));
+    assert!(history[2]["patch_diff"]
         .as_str()
         .unwrap()
         .contains("+  \"model_type\": \"qwen3_5\""));
