@@ -70,6 +70,11 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// Lower-case hex of a digest (`sha256:` + this is how sparkctl prints hashes).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> std::time::Duration {
     std::time::SystemTime::now()

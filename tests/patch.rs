@@ -521,11 +521,7 @@ fn root_owned_files_go_back_to_the_user_through_a_helper_container() {
         "qwen3_5"
     );
     // The helper did its job and is gone; nothing else was touched.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let left = rt.block_on(async {
+    let left = support::block_on(async {
         let docker = support::docker().await;
         let filters =
             std::collections::HashMap::from([("label", vec!["io.sparkctl.helper=chown"])]);

@@ -144,18 +144,10 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let (docker, name) = (self.docker.clone(), self.name.clone());
-        // Drop cannot await; a short-lived runtime on another thread removes what this test made.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let opts = RemoveContainerOptionsBuilder::new().force(true).build();
-                let _ = docker.remove_container(&name, Some(opts)).await;
-            });
-        })
-        .join()
-        .unwrap();
+        // Drop cannot await: the helper runs the removal on a runtime of its own.
+        support::block_on(async move {
+            let opts = RemoveContainerOptionsBuilder::new().force(true).build();
+            let _ = docker.remove_container(&name, Some(opts)).await;
+        });
     }
 }

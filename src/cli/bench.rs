@@ -33,13 +33,7 @@ fn read_result(path: &Path) -> Result<BenchResult> {
     })
 }
 
-pub async fn run(
-    ctx: &Context,
-    recipes: &RecipeSet,
-    recipes_dir: &Path,
-    args: Args,
-    out: &Output,
-) -> Result<()> {
+pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -> Result<()> {
     let (target, mut gates, suite_name) =
         crate::deploy::bench_target(&ctx.runtimes, recipes, &args.target).await?;
     for g in &args.gates {
@@ -58,7 +52,7 @@ pub async fn run(
     }
     let suite = Suite::load(
         args.suite.as_deref().unwrap_or(&suite_name),
-        &recipes_dir.join("suites"),
+        &recipes.dir.join("suites"),
     )?;
     let baseline = args.baseline.as_deref().map(read_result).transpose()?;
     let opts = engine::Options {

@@ -221,7 +221,6 @@ pub async fn down(ctx: &Context, name: &str, dry_run: bool, out: &Output) -> Res
 fn up_ctx<'a>(
     ctx: &'a Context,
     recipes: &'a RecipeSet,
-    recipes_dir: &'a std::path::Path,
     lock: &'a crate::lock::Lock,
     self_exe: &'a str,
 ) -> deploy::up::Ctx<'a> {
@@ -229,7 +228,6 @@ fn up_ctx<'a>(
         rt: &ctx.runtimes,
         state: &ctx.state,
         recipes,
-        recipes_dir,
         settings: &ctx.settings,
         lock,
         self_exe,
@@ -251,7 +249,6 @@ pub struct UpArgs {
 pub async fn up(
     ctx: &Context,
     recipes: &RecipeSet,
-    recipes_dir: &std::path::Path,
     name: &str,
     args: UpArgs,
     out: &Output,
@@ -278,12 +275,7 @@ pub async fn up(
         confirm: &confirm,
         say: &say,
     };
-    let record = deploy::up::up(
-        &up_ctx(ctx, recipes, recipes_dir, &lock, &self_exe),
-        name,
-        &opts,
-    )
-    .await?;
+    let record = deploy::up::up(&up_ctx(ctx, recipes, &lock, &self_exe), name, &opts).await?;
     if out.json {
         out.print_json(&record);
         return Ok(());
@@ -309,20 +301,14 @@ pub async fn up(
 pub async fn rollback(
     ctx: &Context,
     recipes: &RecipeSet,
-    recipes_dir: &std::path::Path,
     to: Option<&str>,
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
     let lock = crate::lock::Lock::load(&ctx.lock_path)?;
     let self_exe = super::self_exe();
-    let record = deploy::up::rollback(
-        &up_ctx(ctx, recipes, recipes_dir, &lock, &self_exe),
-        to,
-        dry_run,
-        &say,
-    )
-    .await?;
+    let record =
+        deploy::up::rollback(&up_ctx(ctx, recipes, &lock, &self_exe), to, dry_run, &say).await?;
     if out.json {
         out.print_json(&record);
     } else if dry_run {

@@ -346,12 +346,12 @@ fn dispatch(cli: Cli) -> Result<()> {
                 yes,
                 allow_unpinned,
             };
-            deploy::up(&ctx, &recipes, &g.recipes, &name, args, &out).await
+            deploy::up(&ctx, &recipes, &name, args, &out).await
         }),
         Command::Rollback { to, dry_run } => runtime()?.block_on(async {
             let recipes = crate::recipe::load_dir(&g.recipes)?;
             let ctx = context(g).await?;
-            deploy::rollback(&ctx, &recipes, &g.recipes, to.as_deref(), dry_run, &out).await
+            deploy::rollback(&ctx, &recipes, to.as_deref(), dry_run, &out).await
         }),
         Command::History { show } => runtime()?.block_on(async {
             let ctx = context(g).await?;
@@ -416,7 +416,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                     baseline,
                     out: out_file,
                 };
-                bench::run(&ctx, &recipes, &g.recipes, args, &out).await
+                bench::run(&ctx, &recipes, args, &out).await
             }),
         },
         Command::Patch {

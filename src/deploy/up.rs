@@ -141,7 +141,6 @@ pub struct Ctx<'a> {
     pub rt: &'a Runtimes,
     pub state: &'a StateDir,
     pub recipes: &'a RecipeSet,
-    pub recipes_dir: &'a std::path::Path,
     pub settings: &'a Settings,
     pub lock: &'a Lock,
     pub self_exe: &'a str,
@@ -586,7 +585,7 @@ async fn bench_recipe(
     let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, name).await?;
     let suite = crate::bench::suite::Suite::load(
         opts.suite.as_deref().unwrap_or(&suite_name),
-        &ctx.recipes_dir.join("suites"),
+        &ctx.recipes.dir.join("suites"),
     )?;
     let bench_opts = crate::bench::Options {
         warmup: None,

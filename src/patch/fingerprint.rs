@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::state;
+use crate::units::hex;
 
 /// Files a fingerprint leaves out: sparkctl's own bookkeeping in the model dir.
 pub fn is_bookkeeping(rel: &str) -> bool {
@@ -114,10 +115,6 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hex(&hasher.finalize()))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn stamp_of(meta: &std::fs::Metadata) -> (u64, i128, u64) {

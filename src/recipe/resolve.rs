@@ -311,7 +311,7 @@ impl Recipe {
         use sha2::{Digest, Sha256};
         let canonical = serde_json::to_vec(&self.with_defaults()).expect("recipes serialize");
         let digest = Sha256::digest(&canonical);
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::units::hex(&digest);
         format!("sha256:{hex}")
     }
 }

@@ -138,6 +138,15 @@ impl DockerRuntime {
     }
 }
 
+impl DockerRuntime {
+    /// Fills in how an exited container ended (exit code, OOMKilled).
+    pub async fn exit_details(&self, d: &mut Deployment) {
+        if let RunState::Exited { exit: exit @ None } = &mut d.state {
+            *exit = exit_of(&self.docker, &d.id).await.ok();
+        }
+    }
+}
+
 /// How a container ended, as the engine recorded it.
 async fn exit_of(docker: &Docker, id: &str) -> Result<Exit> {
     let info = docker
@@ -444,17 +453,9 @@ impl Supervisor for DockerRuntime {
             .await
             .map_err(|e| engine_error("listing containers", e))?;
         let mut out = Vec::new();
-        for c in &list {
-            let Some(mut d) = deployment_of(c) else {
-                continue;
-            };
-            if !d.running() {
-                d.state = RunState::Exited {
-                    exit: exit_of(&self.docker, &d.id).await.ok(),
-                };
-            }
-            out.push(d);
-        }
+        // Exit codes cost an inspect each; only the rows that are shown get them
+        // (`exit_details`), however many old runs' containers are kept.
+        out.extend(list.iter().filter_map(deployment_of));
         out.sort_by(|a, b| {
             b.started_at
                 .cmp(&a.started_at)

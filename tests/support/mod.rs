@@ -279,20 +279,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Runs `future` to completion on a short-lived runtime of its own thread: usable from
+/// sync tests, from `Drop`, and from inside another runtime alike.
+pub fn block_on<F>(future: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .expect("the future completes without panicking")
+}
+
 /// The FROM-scratch sim image, built once per test binary (tests run in parallel).
 pub fn sim_image() -> &'static str {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     const TAG: &str = "sparkctl-sim:test";
     BUILT.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async { build_sim_image(&docker().await, TAG).await });
-        })
-        .join()
-        .expect("sim image builds");
+        block_on(async { build_sim_image(&docker().await, TAG).await });
     });
     TAG
 }
@@ -384,15 +394,7 @@ impl Drop for Deck {
         }
         let state = self.dir.join("state").canonicalize().ok();
         if let Some(state) = state {
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(remove_containers_of(&state.display().to_string()));
-            })
-            .join()
-            .unwrap();
+            block_on(async move { remove_containers_of(&state.display().to_string()).await });
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -437,22 +439,14 @@ pub fn busybox_image() -> &'static str {
         let busybox = std::fs::read("/bin/busybox")
             .expect("/bin/busybox (Debian's busybox-static; `bash .ci/test` installs it)");
         let dockerfile = b"FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n";
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                build_image(
-                    &docker().await,
-                    TAG,
-                    &[("Dockerfile", &dockerfile[..], 0o644), ("busybox", &busybox, 0o755)],
-                )
-                .await
-            });
-        })
-        .join()
-        .expect("busybox image builds");
+        block_on(async move {
+            build_image(
+                &docker().await,
+                TAG,
+                &[("Dockerfile", &dockerfile[..], 0o644), ("busybox", &busybox, 0o755)],
+            )
+            .await
+        });
     });
     TAG
 }
