@@ -1,5 +1,7 @@
-//! One streamed chat request, timed: first content token, first reasoning token, every
-//! token's arrival, usage, server timings, tool calls, and what went wrong if anything.
+//! One streamed chat request, timed: first token, first output, every chunk's arrival and
+//! how many tokens it carried, usage, the server's own timings, tool calls, and what went
+//! wrong if anything — with the failure's kind, because a connection the network dropped
+//! says nothing about the server while a broken stream does.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,81 @@ use serde_json::Value;
 
 use super::sse;
 
-/// Everything measured about one request. Times are ms from the request's send.
+/// Why a request yielded no complete answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Failure {
+    /// No response byte arrived, even after one retry on a fresh connection: refused,
+    /// reset or closed. The client's or the network's problem as far as the evidence goes.
+    Transport,
+    /// The server answered with an error status, or with something that is not a stream.
+    Http,
+    /// The stream broke after it began: cut, truncated, invalid JSON, an error event.
+    Stream,
+    /// No complete answer within the request timeout.
+    Timeout,
+}
+
+impl Failure {
+    /// Whether the server is to blame (not the client or the network).
+    pub fn blames_server(self) -> bool {
+        !matches!(self, Failure::Transport)
+    }
+}
+
+/// Where a sample's token count comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenSource {
+    /// The server's `usage` (or llama-server's `timings.predicted_n`).
+    #[default]
+    Usage,
+    /// No usage: one token per token-bearing chunk, an estimate.
+    Chunks,
+}
+
+/// How the tokens of a sample are spread over its chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChunkTokens {
+    /// Every chunk carried a running count (llama-server `timings_per_token`, vLLM and
+    /// SGLang `continuous_usage_stats`): per-token figures are exact.
+    #[default]
+    Exact,
+    /// The total is known, not each chunk's share: spread evenly over the chunks.
+    Spread,
+    /// Nothing told: one token per chunk assumed.
+    OnePerChunk,
+}
+
+/// llama-server's own measurements of a request (`timings`), typed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTimings {
+    /// Prompt tokens reused from the server's cache.
+    pub cache_n: Option<u64>,
+    /// Prompt tokens evaluated for this request.
+    pub prompt_n: Option<u64>,
+    pub prompt_ms: Option<f64>,
+    pub predicted_n: Option<u64>,
+    pub predicted_ms: Option<f64>,
+    pub predicted_per_second: Option<f64>,
+}
+
+impl ServerTimings {
+    fn from_json(v: &Value) -> ServerTimings {
+        ServerTimings {
+            cache_n: v["cache_n"].as_u64(),
+            prompt_n: v["prompt_n"].as_u64(),
+            prompt_ms: v["prompt_ms"].as_f64(),
+            predicted_n: v["predicted_n"].as_u64(),
+            predicted_ms: v["predicted_ms"].as_f64(),
+            predicted_per_second: v["predicted_per_second"].as_f64(),
+        }
+    }
+}
+
+/// Everything measured about one request. Times are ms from the request's send (the
+/// retry's send when the first attempt never reached the server).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Sample {
     pub case: String,
@@ -24,28 +100,59 @@ pub struct Sample {
     /// When the request was sent, Unix µs: lines the sample up with server-side timestamps.
     pub sent_unix_us: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The first attempt's transport error, when the request was sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_after: Option<String>,
     pub status: Option<u16>,
-    /// Time to the first content token (reasoning does not count).
+    /// TTFT: time to the first token of any kind (reasoning, content or tool call).
     pub ttft_ms: Option<f64>,
+    /// TTFO: time to the first output token (content or tool call; reasoning does not count).
+    #[serde(default)]
+    pub ttfo_ms: Option<f64>,
     /// Time to the first reasoning token.
     pub ttfr_ms: Option<f64>,
+    /// E2EL: until the stream ended.
     pub e2e_ms: f64,
-    /// Gaps between consecutive tokens (content or reasoning), ms.
+    /// TPOT: (E2EL − TTFT) / (tokens − 1), as vLLM's benchmark defines it.
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
+    /// ITL: per-token inter-token latency (a chunk's gap over the tokens it carried).
     pub itl_ms: Vec<f64>,
+    /// When each token-bearing chunk arrived, and the tokens it carried (see `chunk_tokens`).
+    #[serde(default)]
+    pub chunk_at_ms: Vec<f64>,
+    #[serde(default)]
+    pub chunk_token_counts: Vec<f64>,
+    #[serde(default)]
+    pub chunk_tokens: ChunkTokens,
     pub content_deltas: usize,
     pub reasoning_deltas: usize,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub reasoning_tokens: Option<u64>,
+    /// Prompt tokens the server served from its cache (`usage.prompt_tokens_details.
+    /// cached_tokens`, or llama-server's `timings.cache_n`).
     pub cached_tokens: Option<u64>,
-    /// Decode speed: completion tokens after the first, over the time they took.
+    /// Decode speed: tokens after the first chunk, over the time from the first chunk to
+    /// the last.
     pub decode_tps: Option<f64>,
-    /// True when no `usage` came and token counts are the number of deltas.
+    #[serde(default)]
+    pub token_source: TokenSource,
+    /// True when no `usage` came and token counts are estimated from chunks.
     pub usage_estimated: bool,
+    /// Most tokens arrived within a few ms: the server buffered the stream, so per-token
+    /// figures say nothing about decoding.
+    #[serde(default)]
+    pub burst: bool,
+    /// Its decode speed is above what the memory bandwidth allows for the model's size.
+    #[serde(default)]
+    pub impossible: bool,
     /// llama-server's own `timings`, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_timings: Option<Value>,
+    pub server_timings: Option<ServerTimings>,
     pub content: String,
     pub reasoning: String,
     pub tool_calls: Vec<ToolCall>,
@@ -58,25 +165,87 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+impl Sample {
+    /// The error's kind and message together.
+    fn fail(&mut self, kind: Failure, message: String) {
+        self.failure.get_or_insert(kind);
+        self.error.get_or_insert(message);
+    }
+}
+
+/// The benchmark's HTTP clients: `pooled` keeps connections alive as real clients do;
+/// `fresh` keeps none, so a retry is certain to open a new connection.
+#[derive(Clone)]
+pub struct Clients {
+    pub pooled: reqwest::Client,
+    fresh: reqwest::Client,
+}
+
+impl Clients {
+    pub fn new() -> Result<Clients, String> {
+        let build = |pool: bool| {
+            let b = reqwest::Client::builder()
+                .no_proxy()
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(600));
+            let b = if pool { b } else { b.pool_max_idle_per_host(0) };
+            b.build().map_err(|e| format!("HTTP client: {e}"))
+        };
+        Ok(Clients {
+            pooled: build(true)?,
+            fresh: build(false)?,
+        })
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// An error with its causes: reqwest's own text ("error sending request") hides them.
+pub fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// Sends `body` (a streaming chat request) to `url` and measures the answer. Never fails:
-/// problems become `error` with whatever was measured before them.
-pub async fn stream(client: &reqwest::Client, url: &str, body: &Value) -> Sample {
+/// problems become `failure` + `error` with whatever was measured before them.
+pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
     let mut s = Sample::default();
-    let sent = Instant::now();
+    let endpoint = format!("{url}/v1/chat/completions");
+    let mut sent = Instant::now();
     s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
-    let resp = match client
-        .post(format!("{url}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-    {
+    let mut answer = clients.pooled.post(&endpoint).json(body).send().await;
+    // Nothing came back, so the server has no answer to judge: servers close pooled
+    // connections they advertised as kept alive (llama-server), and a request sent on one
+    // as it closes dies unanswered. Once more, on a new connection, timed afresh.
+    if let Err(e) = &answer {
+        if !e.is_timeout() {
+            s.retried_after = Some(describe(e));
+            sent = Instant::now();
+            s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
+            answer = clients.fresh.post(&endpoint).json(body).send().await;
+        }
+    }
+    let resp = match answer {
         Ok(r) => r,
         Err(e) => {
-            s.error = Some(format!("request failed: {e}"));
+            let kind = if e.is_timeout() {
+                Failure::Timeout
+            } else {
+                Failure::Transport
+            };
+            s.fail(kind, format!("request failed: {}", describe(&e)));
             s.e2e_ms = ms(sent.elapsed());
             return s;
         }
@@ -95,133 +264,372 @@ pub async fn stream(client: &reqwest::Client, url: &str, body: &Value) -> Sample
         } else {
             "an error"
         };
-        s.error = Some(format!(
-            "HTTP {status}, {what}: {}",
-            text.chars().take(300).collect::<String>()
-        ));
+        s.fail(
+            Failure::Http,
+            format!(
+                "HTTP {status}, {what}: {}",
+                text.chars().take(300).collect::<String>()
+            ),
+        );
         s.e2e_ms = ms(sent.elapsed());
         return s;
     }
 
+    let mut reader = Reader::default();
     let mut parser = sse::Parser::default();
     let mut bytes = resp.bytes_stream();
-    let (mut first_token, mut last_token): (Option<Duration>, Option<Duration>) = (None, None);
-    let mut done = false;
-    let mut tools: Vec<ToolCall> = Vec::new();
     'read: while let Some(chunk) = bytes.next().await {
         let at = sent.elapsed();
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
-                s.error = Some(format!("stream broke: {e}"));
+                let kind = if e.is_timeout() {
+                    Failure::Timeout
+                } else {
+                    Failure::Stream
+                };
+                s.fail(kind, format!("stream broke: {}", describe(&e)));
                 break;
             }
         };
         for data in parser.feed(&chunk) {
             if data.trim() == "[DONE]" {
-                done = true;
+                reader.done = true;
                 break 'read;
             }
             let v: Value = match serde_json::from_str(&data) {
                 Ok(v) => v,
                 Err(e) => {
-                    s.error = Some(format!(
-                        "invalid JSON in the stream ({e}): {}",
-                        data.chars().take(120).collect::<String>()
-                    ));
+                    s.fail(
+                        Failure::Stream,
+                        format!(
+                            "invalid JSON in the stream ({e}): {}",
+                            data.chars().take(120).collect::<String>()
+                        ),
+                    );
                     break 'read;
                 }
             };
-            if s.id.is_none() {
-                s.id = v["id"].as_str().map(str::to_string);
-            }
             if let Some(err) = v.get("error") {
-                s.error = Some(format!("error event: {err}"));
+                s.fail(Failure::Stream, format!("error event: {err}"));
                 break 'read;
             }
-            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-                s.prompt_tokens = u["prompt_tokens"].as_u64();
-                s.completion_tokens = u["completion_tokens"].as_u64();
-                s.reasoning_tokens = u
-                    .pointer("/completion_tokens_details/reasoning_tokens")
-                    .and_then(Value::as_u64);
-                s.cached_tokens = u
-                    .pointer("/prompt_tokens_details/cached_tokens")
-                    .and_then(Value::as_u64);
-            }
-            if let Some(t) = v.get("timings") {
-                s.server_timings = Some(t.clone());
-            }
-            let Some(choice) = v.pointer("/choices/0") else {
-                continue;
-            };
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                s.finish_reason = Some(reason.to_string());
-            }
-            let delta = &choice["delta"];
-            let mut token = false;
-            if let Some(r) = delta["reasoning_content"]
-                .as_str()
-                .or(delta["reasoning"].as_str())
-                .filter(|r| !r.is_empty())
-            {
-                s.reasoning.push_str(r);
-                s.reasoning_deltas += 1;
-                s.ttfr_ms.get_or_insert(ms(at));
-                token = true;
-            }
-            if let Some(c) = delta["content"].as_str().filter(|c| !c.is_empty()) {
-                s.content.push_str(c);
-                s.content_deltas += 1;
-                s.ttft_ms.get_or_insert(ms(at));
-                token = true;
-            }
-            for call in delta["tool_calls"].as_array().into_iter().flatten() {
-                let index = call["index"].as_u64().unwrap_or(0) as usize;
-                while tools.len() <= index {
-                    tools.push(ToolCall::default());
-                }
-                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                    tools[index].name.push_str(name);
-                }
-                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                    tools[index].arguments.push_str(args);
-                }
-                // A tool call is the answer's first output, as content would be.
-                s.ttft_ms.get_or_insert(ms(at));
-                token = true;
-            }
-            if token {
-                if let Some(prev) = last_token {
-                    s.itl_ms.push(ms(at - prev));
-                }
-                first_token.get_or_insert(at);
-                last_token = Some(at);
-            }
+            reader.event(&mut s, &v, ms(at));
         }
     }
     s.e2e_ms = ms(sent.elapsed());
-    s.tool_calls = tools;
-    if s.error.is_none() && !done {
-        s.error = Some(if parser.pending() {
-            "the stream ended in the middle of an event (truncated)".into()
-        } else {
-            "the stream ended without [DONE] (truncated)".into()
-        });
+    if s.error.is_none() && !reader.done {
+        s.fail(
+            Failure::Stream,
+            if parser.pending() {
+                "the stream ended in the middle of an event (truncated)".into()
+            } else {
+                "the stream ended without [DONE] (truncated)".into()
+            },
+        );
     }
-    let estimated_tokens = (s.content_deltas + s.reasoning_deltas) as u64;
-    let tokens = match s.completion_tokens {
-        Some(n) => n,
-        None => {
-            s.usage_estimated = true;
-            estimated_tokens
-        }
-    };
-    if let (Some(first), Some(last)) = (first_token, last_token) {
-        if tokens > 1 && last > first {
-            s.decode_tps = Some((tokens - 1) as f64 / (last - first).as_secs_f64());
-        }
-    }
+    reader.finish(&mut s);
     s.ok = s.error.is_none();
     s
+}
+
+/// What a stream has told so far, beyond what the sample keeps.
+#[derive(Default)]
+struct Reader {
+    done: bool,
+    tools: Vec<ToolCall>,
+    /// A running completion-token count per token-bearing chunk, where the chunk had one.
+    running: Vec<Option<u64>>,
+}
+
+impl Reader {
+    fn event(&mut self, s: &mut Sample, v: &Value, at: f64) {
+        if s.id.is_none() {
+            s.id = v["id"].as_str().map(str::to_string);
+        }
+        let usage = v.get("usage").filter(|u| !u.is_null());
+        if let Some(u) = usage {
+            s.prompt_tokens = u["prompt_tokens"].as_u64().or(s.prompt_tokens);
+            s.completion_tokens = u["completion_tokens"].as_u64().or(s.completion_tokens);
+            s.reasoning_tokens = u
+                .pointer("/completion_tokens_details/reasoning_tokens")
+                .and_then(Value::as_u64)
+                .or(s.reasoning_tokens);
+            s.cached_tokens = u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .or(s.cached_tokens);
+        }
+        let timings = v.get("timings").filter(|t| t.is_object());
+        if let Some(t) = timings {
+            s.server_timings = Some(ServerTimings::from_json(t));
+        }
+        let Some(choice) = v.pointer("/choices/0") else {
+            return;
+        };
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            s.finish_reason = Some(reason.to_string());
+        }
+        let delta = &choice["delta"];
+        let text = |key: &str| delta.get(key).and_then(Value::as_str);
+        let reasoning = text("reasoning_content").or(text("reasoning"));
+        let content = text("content");
+        let calls = delta["tool_calls"].as_array().filter(|c| !c.is_empty());
+        let mut output = false;
+        if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+            s.reasoning.push_str(r);
+            s.reasoning_deltas += 1;
+            s.ttfr_ms.get_or_insert(at);
+        }
+        if let Some(c) = content.filter(|c| !c.is_empty()) {
+            s.content.push_str(c);
+            s.content_deltas += 1;
+            output = true;
+        }
+        for call in calls.into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(0) as usize;
+            while self.tools.len() <= index {
+                self.tools.push(ToolCall::default());
+            }
+            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                self.tools[index].name.push_str(name);
+            }
+            if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                self.tools[index].arguments.push_str(args);
+            }
+            // A tool call is the answer's output, as content would be.
+            output = true;
+        }
+        if output {
+            s.ttfo_ms.get_or_insert(at);
+        }
+        // A chunk carries a token when it has text, a tool call, or an empty text delta
+        // that neither announces the role nor closes the stream (a token with no visible
+        // text of its own still took a decoding step).
+        let empty_token = delta.get("role").is_none()
+            && choice["finish_reason"].as_str().is_none()
+            && (content.is_some() || reasoning.is_some());
+        let bearing = output || reasoning.is_some_and(|r| !r.is_empty()) || empty_token;
+        if bearing {
+            s.ttft_ms.get_or_insert(at);
+            s.chunk_at_ms.push(at);
+            let running = timings
+                .and_then(|t| t["predicted_n"].as_u64())
+                .or_else(|| usage.and_then(|u| u["completion_tokens"].as_u64()));
+            self.running.push(running);
+        }
+    }
+
+    /// Token counts, per-token timing, decode speed and the burst check, once the stream
+    /// is over.
+    fn finish(self, s: &mut Sample) {
+        s.tool_calls = self.tools;
+        let chunks = s.chunk_at_ms.len();
+        let from_server = s
+            .completion_tokens
+            .or_else(|| s.server_timings.as_ref().and_then(|t| t.predicted_n));
+        s.completion_tokens = from_server;
+        if s.cached_tokens.is_none() {
+            s.cached_tokens = s.server_timings.as_ref().and_then(|t| t.cache_n);
+        }
+        if s.prompt_tokens.is_none() {
+            if let Some(t) = &s.server_timings {
+                s.prompt_tokens = t.prompt_n.map(|n| n + t.cache_n.unwrap_or(0));
+            }
+        }
+        let total = match from_server {
+            Some(n) => n as f64,
+            None => {
+                s.token_source = TokenSource::Chunks;
+                s.usage_estimated = true;
+                chunks as f64
+            }
+        };
+        // Each chunk's share: the running counts when every chunk had one, else the total
+        // spread evenly, else one each.
+        let exact: Option<Vec<f64>> = self
+            .running
+            .iter()
+            .scan(0u64, |prev, r| {
+                Some(r.map(|n| {
+                    let d = n.saturating_sub(*prev);
+                    *prev = n;
+                    d as f64
+                }))
+            })
+            .collect();
+        let (counts, kind) = match exact {
+            // Tokens that never became text (a held-back partial character at the end)
+            // are in the total, not in any chunk.
+            Some(c) if chunks > 0 && c.iter().sum::<f64>() <= total => (c, ChunkTokens::Exact),
+            _ if from_server.is_some() && chunks > 0 => {
+                (vec![total / chunks as f64; chunks], ChunkTokens::Spread)
+            }
+            _ => (vec![1.0; chunks], ChunkTokens::OnePerChunk),
+        };
+        s.chunk_tokens = kind;
+        s.chunk_token_counts = counts;
+        s.itl_ms = per_token_gaps(&s.chunk_at_ms, &s.chunk_token_counts);
+        s.burst = is_burst(&s.chunk_at_ms, &s.chunk_token_counts);
+        if s.burst {
+            return;
+        }
+        if let (Some(&first), Some(&last)) = (s.chunk_at_ms.first(), s.chunk_at_ms.last()) {
+            let after_first = total - s.chunk_token_counts[0];
+            if after_first >= 1.0 && last > first {
+                s.decode_tps = Some(after_first / ((last - first) / 1e3));
+            }
+            if total > 1.0 {
+                s.tpot_ms = Some((s.e2e_ms - first) / (total - 1.0));
+            }
+        }
+    }
+}
+
+/// Per-token gaps: each chunk's gap from the previous one, divided over the tokens it
+/// carried (one value per token when counts are whole, one per chunk otherwise). A chunk
+/// that carried no token hands its gap on to the next.
+pub fn per_token_gaps(at: &[f64], counts: &[f64]) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut since = at.first().copied().unwrap_or(0.0);
+    for (&t, &n) in at.iter().zip(counts).skip(1) {
+        if n <= 0.0 {
+            continue;
+        }
+        let gap = (t - since) / n;
+        let whole = (n - n.round()).abs() < 1e-9;
+        let repeat = if whole { n.round() as usize } else { 1 };
+        out.extend(std::iter::repeat_n(gap, repeat));
+        since = t;
+    }
+    out
+}
+
+/// Tokens arriving faster than this each (inside the window holding 90% of them) were
+/// not decoded one by one as they arrived: no single stream decodes at 20,000 tok/s.
+pub const BURST_PER_TOKEN_MS: f64 = 0.05;
+
+/// True when 90% of at least 8 tokens arrived inside a window shorter than
+/// `BURST_PER_TOKEN_MS` per token: the server buffered the answer and sent it in bursts.
+pub fn is_burst(at: &[f64], counts: &[f64]) -> bool {
+    let total: f64 = counts.iter().sum();
+    if total < 8.0 {
+        return false;
+    }
+    let need = (0.9 * total).ceil();
+    // Smallest window [at[i], at[j]] whose chunks hold `need` tokens (two pointers).
+    let (mut best, mut held, mut i) = (f64::INFINITY, 0.0, 0);
+    for j in 0..at.len() {
+        held += counts[j];
+        while held - counts[i] >= need && i < j {
+            held -= counts[i];
+            i += 1;
+        }
+        if held >= need {
+            best = best.min(at[j] - at[i]);
+        }
+    }
+    best < BURST_PER_TOKEN_MS * total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_split_over_the_tokens_a_chunk_carried() {
+        let at = [10.0, 20.0, 40.0, 41.0];
+        assert_eq!(
+            per_token_gaps(&at, &[1.0, 1.0, 2.0, 1.0]),
+            vec![10.0, 10.0, 10.0, 1.0]
+        );
+        // An empty chunk's gap goes to the next one.
+        assert_eq!(
+            per_token_gaps(&at, &[1.0, 0.0, 2.0, 1.0]),
+            vec![15.0, 15.0, 1.0]
+        );
+        // Spread counts give one value per chunk.
+        assert_eq!(
+            per_token_gaps(&at[..3], &[1.5; 3]),
+            vec![10.0 / 1.5, 20.0 / 1.5]
+        );
+    }
+
+    #[test]
+    fn a_buffered_stream_is_a_burst_and_a_paced_one_is_not() {
+        // 64 tokens 20 ms apart: decoding.
+        let paced: Vec<f64> = (0..64).map(|i| 100.0 + 20.0 * i as f64).collect();
+        assert!(!is_burst(&paced, &[1.0; 64]));
+        // The same 64 tokens all within 1 ms after a long wait: buffered.
+        let burst: Vec<f64> = (0..64).map(|i| 2000.0 + 0.015 * i as f64).collect();
+        assert!(is_burst(&burst, &[1.0; 64]));
+        // One chunk with everything.
+        assert!(is_burst(&[500.0], &[64.0]));
+        // A fast but real 10,000 tok/s stream (0.1 ms apart) is not a burst.
+        let fast: Vec<f64> = (0..200).map(|i| 5.0 + 0.1 * i as f64).collect();
+        assert!(!is_burst(&fast, &[1.0; 200]));
+        // Few tokens decide nothing.
+        assert!(!is_burst(&[1.0, 1.0], &[1.0, 1.0]));
+    }
+
+    fn read(events: &[Value]) -> Sample {
+        let mut s = Sample::default();
+        let mut r = Reader::default();
+        for (i, e) in events.iter().enumerate() {
+            r.event(&mut s, e, 100.0 + 10.0 * i as f64);
+        }
+        s.e2e_ms = 100.0 + 10.0 * events.len() as f64;
+        r.finish(&mut s);
+        s
+    }
+
+    fn delta(d: Value) -> Value {
+        serde_json::json!({"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": null}]})
+    }
+
+    #[test]
+    fn without_usage_every_token_bearing_chunk_counts_and_the_role_chunk_does_not() {
+        let s = read(&[
+            delta(serde_json::json!({"role": "assistant", "content": ""})),
+            delta(serde_json::json!({"content": "Tok"})),
+            delta(serde_json::json!({"content": ""})),
+            delta(serde_json::json!({"content": "yo"})),
+            serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ]);
+        assert_eq!(s.chunk_at_ms, vec![110.0, 120.0, 130.0]);
+        assert_eq!(s.completion_tokens, None);
+        assert_eq!(s.token_source, TokenSource::Chunks);
+        assert_eq!(s.chunk_tokens, ChunkTokens::OnePerChunk);
+        assert_eq!(s.ttft_ms, Some(110.0));
+        assert_eq!(s.content, "Tokyo");
+        // 2 tokens after the first chunk over 20 ms.
+        assert_eq!(s.decode_tps, Some(100.0));
+    }
+
+    #[test]
+    fn running_counts_give_exact_tokens_per_chunk() {
+        let chunk = |text: &str, n: u64| {
+            let mut v = delta(serde_json::json!({"content": text}));
+            v["timings"] = serde_json::json!({"predicted_n": n, "cache_n": 0, "prompt_n": 9});
+            v
+        };
+        let s = read(&[chunk("a", 2), chunk("b", 3), chunk("cd", 6)]);
+        assert_eq!(s.chunk_tokens, ChunkTokens::Exact);
+        assert_eq!(s.chunk_token_counts, vec![2.0, 1.0, 3.0]);
+        assert_eq!(s.completion_tokens, Some(6));
+        assert_eq!(s.cached_tokens, Some(0));
+        assert_eq!(s.prompt_tokens, Some(9));
+        // 4 tokens after the first chunk, over 20 ms.
+        assert_eq!(s.decode_tps, Some(200.0));
+        assert_eq!(s.itl_ms.len(), 4);
+        // Reasoning first: TTFT at the reasoning token, TTFO at the content.
+        let s = read(&[
+            delta(serde_json::json!({"reasoning_content": "hmm"})),
+            delta(serde_json::json!({"content": "Tokyo"})),
+        ]);
+        assert_eq!(
+            (s.ttft_ms, s.ttfo_ms, s.ttfr_ms),
+            (Some(100.0), Some(110.0), Some(100.0))
+        );
+    }
 }

@@ -75,14 +75,30 @@ fn every_check(sample: &Sample, case: &Case) -> Vec<(&'static str, bool)> {
     out
 }
 
-/// One gate's verdict. `passed` is None when it could not be judged (no baseline, no data).
+/// One gate's outcome: three, as Argo Rollouts' analyses have. Inconclusive when the
+/// evidence is missing (no production baseline, no case that checks it): never a pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateOutcome {
+    Pass,
+    Fail,
+    #[default]
+    Inconclusive,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateResult {
     pub gate: String,
     pub rule: String,
     pub value: Option<f64>,
-    pub passed: Option<bool>,
+    #[serde(default)]
+    pub outcome: GateOutcome,
     pub detail: String,
+}
+
+/// Gates that compare with production's result.
+pub fn is_relative(gate: &str) -> bool {
+    gate.starts_with("vs_production_")
 }
 
 /// Does `value` satisfy `rule` (`>= 60%`, `== 0%`, `<= 200ms`, `>= 25`)?
@@ -111,38 +127,41 @@ pub fn satisfies(value: f64, rule: &str) -> Option<bool> {
 pub struct Measures<'a> {
     pub rates: &'a std::collections::BTreeMap<String, f64>,
     pub ttft_p50_ms: Option<f64>,
+    pub ttfo_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
 }
 
+/// Judges each gate. `production` is the baseline of the relative gates, or why there is
+/// none that can be trusted.
 pub fn evaluate(
     gates: &std::collections::BTreeMap<String, String>,
     now: &Measures,
-    production: Option<&Measures>,
+    production: Result<&Measures, &str>,
 ) -> Vec<GateResult> {
     gates
         .iter()
         .map(|(gate, rule)| {
-            let relative = |cur: Option<f64>, base: Option<f64>, what: &str| match (cur, base) {
-                (Some(c), Some(b)) if b > 0.0 => (
-                    Some((c - b) / b * 100.0),
-                    format!("{what} {c:.1} vs production {b:.1}"),
-                ),
-                (_, None) if production.is_none() => {
-                    (None, "no production result to compare with".into())
+            let relative = |cur: Option<f64>, base: fn(&Measures) -> Option<f64>, what: &str| {
+                match (cur, production.map(base)) {
+                    (_, Err(why)) => (None, format!("no production baseline: {why}")),
+                    (Some(c), Ok(Some(b))) if b > 0.0 => (
+                        Some((c - b) / b * 100.0),
+                        format!("{what} {c:.1} vs production {b:.1}"),
+                    ),
+                    (None, Ok(_)) => (None, format!("no {what} measured")),
+                    (Some(_), Ok(_)) => (None, format!("production has no {what}")),
                 }
-                _ => (None, format!("no {what} measured")),
             };
             let (value, detail) = match gate.as_str() {
                 "ttft_p50_ms" => (now.ttft_p50_ms, "TTFT p50 in ms".to_string()),
+                "ttfo_p50_ms" => (now.ttfo_p50_ms, "TTFO p50 in ms".to_string()),
                 "decode_tps_p50" => (now.decode_tps_p50, "decode tok/s p50".to_string()),
-                "vs_production_ttft" => relative(
-                    now.ttft_p50_ms,
-                    production.and_then(|p| p.ttft_p50_ms),
-                    "TTFT p50 ms",
-                ),
+                "vs_production_ttft" => {
+                    relative(now.ttft_p50_ms, |p| p.ttft_p50_ms, "TTFT p50 ms")
+                }
                 "vs_production_decode" => relative(
                     now.decode_tps_p50,
-                    production.and_then(|p| p.decode_tps_p50),
+                    |p| p.decode_tps_p50,
                     "decode tok/s p50",
                 ),
                 rate => match now.rates.get(rate) {
@@ -160,11 +179,16 @@ pub fn evaluate(
                     None => (None, "no case in the suite checks this".to_string()),
                 },
             };
+            let outcome = match value.and_then(|v| satisfies(v, rule)) {
+                Some(true) => GateOutcome::Pass,
+                Some(false) => GateOutcome::Fail,
+                None => GateOutcome::Inconclusive,
+            };
             GateResult {
                 gate: gate.clone(),
                 rule: rule.clone(),
-                passed: value.and_then(|v| satisfies(v, rule)),
                 value,
+                outcome,
                 detail,
             }
         })
@@ -199,5 +223,39 @@ mod tests {
         assert_eq!(satisfies(250.0, "<= 200ms"), Some(false));
         assert_eq!(satisfies(-12.0, ">= -10%"), Some(false));
         assert_eq!(satisfies(1.0, "about 5"), None);
+    }
+
+    #[test]
+    fn a_relative_gate_without_a_baseline_is_inconclusive_never_a_pass() {
+        let rates = std::collections::BTreeMap::from([("no_markdown".to_string(), 100.0)]);
+        let now = Measures {
+            rates: &rates,
+            ttft_p50_ms: Some(100.0),
+            ttfo_p50_ms: Some(100.0),
+            decode_tps_p50: Some(30.0),
+        };
+        let gates = std::collections::BTreeMap::from([
+            ("vs_production_decode".to_string(), ">= -10%".to_string()),
+            ("no_markdown".to_string(), ">= 80%".to_string()),
+            ("tool_calls".to_string(), ">= 60%".to_string()),
+        ]);
+        let r = evaluate(&gates, &now, Err("its run had 3 failed requests"));
+        let outcome = |g: &str| r.iter().find(|x| x.gate == g).unwrap().outcome;
+        assert_eq!(outcome("vs_production_decode"), GateOutcome::Inconclusive);
+        assert_eq!(outcome("no_markdown"), GateOutcome::Pass);
+        assert_eq!(outcome("tool_calls"), GateOutcome::Inconclusive);
+        let base = Measures {
+            decode_tps_p50: Some(40.0),
+            ..now
+        };
+        let now = Measures {
+            rates: &rates,
+            ttft_p50_ms: Some(100.0),
+            ttfo_p50_ms: Some(100.0),
+            decode_tps_p50: Some(30.0),
+        };
+        let r = evaluate(&gates, &now, Ok(&base));
+        let g = r.iter().find(|x| x.gate == "vs_production_decode").unwrap();
+        assert_eq!((g.outcome, g.value), (GateOutcome::Fail, Some(-25.0)));
     }
 }

@@ -1,10 +1,13 @@
-//! The built-in benchmark: streamed requests only, TTFT to the first content token,
-//! reasoning timed apart, tokens from `usage`, warm-ups excluded, n ≥ 5, percentiles,
-//! quality and speed gates, and a JSON result with every sample and its context.
+//! The built-in benchmark: streamed requests only, no prompt ever repeated, TTFT and TTFO
+//! apart, tokens from `usage`, per-token timing from per-chunk counts, warm-ups excluded,
+//! n ≥ 5, percentiles, the server's own timings beside the client's, quality and speed
+//! gates with three outcomes, and a JSON result with every sample and its context.
 
 pub mod client;
 pub mod gates;
 pub mod report;
+pub mod result;
+pub mod server;
 pub mod sse;
 pub mod suite;
 
@@ -14,9 +17,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use client::Sample;
-use report::{BenchResult, CaseSummary, Concurrency, Target};
-use suite::Suite;
+use client::{Clients, Sample};
+use result::{BenchResult, CaseSummary, Concurrency, Target};
+use suite::{ServerKind, Suite, Tag};
 
 /// How a benchmark runs.
 pub struct Options {
@@ -27,128 +30,65 @@ pub struct Options {
     pub gates: BTreeMap<String, String>,
 }
 
-pub fn http_client() -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))
+pub fn http_client() -> Result<Clients> {
+    Clients::new().map_err(Error::Failed)
 }
 
-/// The model id and server version the server reports; an error when it does not answer.
-pub async fn probe_server(client: &reqwest::Client, url: &str) -> Result<(String, Option<String>)> {
-    let models = client
-        .get(format!("{url}/v1/models"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .map_err(|e| {
-            Error::Failed(format!(
-                "the server at {url} does not answer ({e}); start it first (`sparkctl start NAME`)"
-            ))
-        })?;
-    if !models.status().is_success() {
-        return Err(Error::Failed(format!(
-            "the server at {url} answers GET /v1/models with {}; is it still loading?",
-            models.status()
-        )));
+/// The kind of server a recipe's engine runs.
+pub fn server_kind(engine: crate::engine::Engine) -> ServerKind {
+    use crate::engine::Engine;
+    match engine {
+        Engine::LlamaServer => ServerKind::LlamaServer,
+        Engine::Vllm => ServerKind::Vllm,
+        Engine::Sglang => ServerKind::Sglang,
+        Engine::Trtllm | Engine::Openai | Engine::Sim => ServerKind::Other,
     }
-    let body: Value = models.json().await.unwrap_or(Value::Null);
-    let model = body
-        .pointer("/data/0/id")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_string();
-    let mut version = None;
-    for path in ["/version", "/props"] {
-        if let Ok(r) = client
-            .get(format!("{url}{path}"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-        {
-            if r.status().is_success() {
-                let v: Value = r.json().await.unwrap_or(Value::Null);
-                version = v["version"]
-                    .as_str()
-                    .or(v["build_info"].as_str())
-                    .map(str::to_string);
-                if version.is_some() {
-                    break;
-                }
-            }
-        }
-    }
-    Ok((model, version))
 }
 
-fn case_summary(case: &suite::Case, samples: &[Sample]) -> CaseSummary {
-    let mine: Vec<&Sample> = samples.iter().filter(|s| s.case == case.name).collect();
-    let measured: Vec<&&Sample> = mine.iter().filter(|s| !s.warmup).collect();
-    let ok: Vec<&&&Sample> = measured.iter().filter(|s| s.ok).collect();
-    let pick = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<f64> {
-        ok.iter().filter_map(|s| f(s)).collect()
-    };
-    let turns = case.turns.len();
-    let per_turn = (1..=turns)
-        .filter_map(|t| {
-            report::stats(
-                &ok.iter()
-                    .filter(|s| s.turn == t)
-                    .filter_map(|s| s.ttft_ms)
-                    .collect::<Vec<_>>(),
-            )
-            .map(|s| s.p50)
-        })
-        .collect();
-    let mut checks: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for s in &ok {
+/// A fresh tag for this benchmark's prompts: a second benchmark against the same server
+/// must not find the first one's prompts in its cache.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(crate::units::unix_now().as_nanos());
+    format!("{:08x}", h.finish() as u32)
+}
+
+/// Check → % of the answers it applies to.
+fn rates<'a>(
+    samples: impl Iterator<Item = (&'a Sample, &'a suite::Case)>,
+) -> BTreeMap<String, f64> {
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (s, case) in samples {
         for (check, passed) in gates::checks(s, case) {
-            let e = checks.entry(check.to_string()).or_default();
+            let e = counts.entry(check.to_string()).or_default();
             e.0 += usize::from(passed);
             e.1 += 1;
         }
     }
-    CaseSummary {
-        case: case.name.clone(),
-        samples: measured.len(),
-        failed: measured.len() - ok.len(),
-        ttft_ms: report::stats(&pick(&|s| s.ttft_ms)),
-        ttft_p50_per_turn_ms: per_turn,
-        ttfr_ms: report::stats(&pick(&|s| s.ttfr_ms)),
-        decode_tps: report::stats(&pick(&|s| s.decode_tps)),
-        itl_ms: report::stats(
-            &ok.iter()
-                .flat_map(|s| s.itl_ms.iter().copied())
-                .collect::<Vec<_>>(),
-        ),
-        e2e_ms: report::stats(&pick(&|s| Some(s.e2e_ms))),
-        cold_start_ttft_ms: mine
-            .iter()
-            .find(|s| s.warmup && s.turn == 1)
-            .and_then(|s| s.ttft_ms),
-        checks: checks
-            .into_iter()
-            .map(|(k, (pass, n))| (k, 100.0 * pass as f64 / n.max(1) as f64))
-            .collect(),
-    }
+    counts
+        .into_iter()
+        .map(|(k, (p, n))| (k, 100.0 * p as f64 / n.max(1) as f64))
+        .collect()
 }
 
 /// Runs the suite against `target.url`; `progress(done, total, case)` after each request.
+/// `production` is the baseline of the relative gates, or why there is none to trust.
 pub async fn run(
     suite: &Suite,
     mut target: Target,
     opts: &Options,
-    production: Option<&BenchResult>,
+    production: std::result::Result<&BenchResult, &str>,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> Result<BenchResult> {
-    let client = http_client()?;
+    let clients = http_client()?;
     let url = target.url.clone();
-    let (model, version) = probe_server(&client, &url).await?;
-    target.model = model.clone();
-    target.server_version = version;
+    let known = target.engine.map(server_kind);
+    let info = server::probe(&clients.pooled, &url, known).await?;
+    target.model = info.model.clone();
+    target.server = info.kind;
+    target.server_version = info.version.clone();
+    let nonce = nonce();
     let warmup = opts.warmup.unwrap_or(suite.warmup);
     let runs = opts.runs.unwrap_or(suite.runs);
     let total: usize = suite
@@ -164,8 +104,13 @@ pub async fn run(
             let mut history: Vec<Value> = Vec::new();
             for (t, user) in case.turns.iter().enumerate() {
                 history.push(json!({"role": "user", "content": user}));
-                let body = suite.request(&model, case, &history);
-                let mut s = client::stream(&client, &url, &body).await;
+                let tag = Tag {
+                    nonce: &nonce,
+                    run,
+                    turn: t + 1,
+                };
+                let body = suite.request(&info.model, case, &history, tag, info.kind);
+                let mut s = client::stream(&clients, &url, &body).await;
                 s.case = case.name.clone();
                 s.run = run;
                 s.turn = t + 1;
@@ -184,78 +129,69 @@ pub async fn run(
             }
         }
     }
+    // Single-stream decode above the bandwidth bound is not a measurement of decoding.
+    if let Some(max) = target.roofline_tps() {
+        for s in &mut samples {
+            s.impossible = s.decode_tps.is_some_and(|d| d > max);
+        }
+    }
     let concurrency = run_concurrency(
-        &client,
+        &clients,
         suite,
-        &model,
+        &info,
         &url,
+        &nonce,
         runs,
         &opts.concurrency,
         &mut problems,
     )
     .await;
-    let cases: Vec<CaseSummary> = suite
-        .cases
-        .iter()
-        .map(|c| case_summary(c, &samples))
-        .collect();
-    let measured: Vec<&Sample> = samples.iter().filter(|s| !s.warmup && s.ok).collect();
-    let mut quality: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for s in &measured {
-        let case = suite
+    let case_of = |s: &Sample| {
+        suite
             .cases
             .iter()
             .find(|c| c.name == s.case)
-            .expect("samples come from cases");
-        for (check, passed) in gates::checks(s, case) {
-            let e = quality.entry(check.to_string()).or_default();
-            e.0 += usize::from(passed);
-            e.1 += 1;
-        }
-    }
-    let quality: BTreeMap<String, f64> = quality
-        .into_iter()
-        .map(|(k, (p, n))| (k, 100.0 * p as f64 / n.max(1) as f64))
+            .expect("samples come from cases")
+    };
+    let counted = || samples.iter().filter(|s| !s.warmup && s.ok);
+    let cases: Vec<CaseSummary> = suite
+        .cases
+        .iter()
+        .map(|c| {
+            let mine = counted().filter(|s| s.case == c.name).map(|s| (s, c));
+            result::summarize_case(c, &samples, rates(mine))
+        })
         .collect();
-    let ttft_p50_ms = report::stats(
-        &measured
-            .iter()
-            .filter_map(|s| s.ttft_ms)
-            .collect::<Vec<_>>(),
-    )
-    .map(|s| s.p50);
-    let decode_tps_p50 = report::stats(
-        &measured
-            .iter()
-            .filter_map(|s| s.decode_tps)
-            .collect::<Vec<_>>(),
-    )
-    .map(|s| s.p50);
+    let quality = rates(counted().map(|s| (s, case_of(s))));
+    let p50 = |f: &dyn Fn(&Sample) -> Option<f64>, all: bool| {
+        let values: Vec<f64> = counted()
+            .filter(|s| all || result::per_token_valid(s))
+            .filter_map(f)
+            .collect();
+        result::stats(&values).map(|s| s.p50)
+    };
+    let ttft_p50_ms = p50(&|s| s.ttft_ms, true);
+    let ttfo_p50_ms = p50(&|s| s.ttfo_ms, true);
+    let decode_tps_p50 = p50(&|s| s.decode_tps, false);
     let now = gates::Measures {
         rates: &quality,
         ttft_p50_ms,
+        ttfo_p50_ms,
         decode_tps_p50,
     };
     let base = production.map(|p| gates::Measures {
         rates: &p.quality,
         ttft_p50_ms: p.ttft_p50_ms,
+        ttfo_p50_ms: p.ttfo_p50_ms,
         decode_tps_p50: p.decode_tps_p50,
     });
-    let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref());
-    let failed_samples = samples.iter().filter(|s| !s.warmup && !s.ok).count();
-    let verdict = if measured.is_empty() || failed_samples > 0 {
-        "error"
-    } else if gate_results.iter().any(|g| g.passed == Some(false)) {
-        "fail"
-    } else {
-        "pass"
-    };
-    let roofline_share = match (target.weights_bytes, decode_tps_p50) {
-        (Some(bytes), Some(tps)) if bytes > 0 => {
-            Some(tps / (report::SPARK_BANDWIDTH_BYTES_PER_S / bytes as f64))
-        }
-        _ => None,
-    };
+    let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
+    let (verdict, verdict_reason) = result::verdict(&samples, &gate_results);
+    let roofline_share = target
+        .roofline_tps()
+        .zip(decode_tps_p50)
+        .map(|(max, tps)| tps / max);
+    let notes = result::notes(&cases, &samples, &target);
     Ok(BenchResult {
         sparkctl_version: env!("CARGO_PKG_VERSION").to_string(),
         host: crate::host::hostname(),
@@ -269,21 +205,26 @@ pub async fn run(
         concurrency,
         quality,
         ttft_p50_ms,
+        ttfo_p50_ms,
         decode_tps_p50,
         roofline_share,
         gates: gate_results,
-        verdict: verdict.to_string(),
+        verdict,
+        verdict_reason,
         problems,
+        notes,
         samples,
     })
 }
 
 /// For each level, `runs` rounds of that many simultaneous single-turn requests.
+#[allow(clippy::too_many_arguments)]
 async fn run_concurrency(
-    client: &reqwest::Client,
+    clients: &Clients,
     suite: &Suite,
-    model: &str,
+    info: &server::ServerInfo,
     url: &str,
+    nonce: &str,
     runs: usize,
     levels: &[usize],
     problems: &mut Vec<String>,
@@ -291,22 +232,26 @@ async fn run_concurrency(
     let single: Vec<&suite::Case> = suite.cases.iter().filter(|c| c.turns.len() == 1).collect();
     let mut out = Vec::new();
     for &streams in levels.iter().filter(|&&n| n > 1) {
-        let (mut ttft, mut tokens, mut failed, mut wall) =
-            (Vec::new(), 0u64, 0usize, Duration::ZERO);
+        let (mut ttft, mut tokens, mut failed, mut retried, mut wall) =
+            (Vec::new(), 0.0, 0usize, 0usize, Duration::ZERO);
         for round in 0..runs {
             let began = Instant::now();
             let futures = (0..streams).map(|i| {
                 let case = single[(round * streams + i) % single.len()];
-                let body = suite.request(
-                    model,
-                    case,
-                    &[json!({"role": "user", "content": case.turns[0]})],
-                );
-                async move { client::stream(client, url, &body).await }
+                // Run numbers past the sequential part's keep every prompt unique.
+                let tag = Tag {
+                    nonce,
+                    run: 1_000_000 * streams + round * streams + i,
+                    turn: 1,
+                };
+                let history = [json!({"role": "user", "content": case.turns[0]})];
+                let body = suite.request(&info.model, case, &history, tag, info.kind);
+                async move { client::stream(clients, url, &body).await }
             });
             let results = futures_util::future::join_all(futures).await;
             wall += began.elapsed();
             for s in results {
+                retried += usize::from(s.retried_after.is_some());
                 if let Some(e) = &s.error {
                     failed += 1;
                     problems.push(format!("concurrency {streams}: {e}"));
@@ -314,15 +259,16 @@ async fn run_concurrency(
                 ttft.extend(s.ttft_ms);
                 tokens += s
                     .completion_tokens
-                    .unwrap_or((s.content_deltas + s.reasoning_deltas) as u64);
+                    .map_or(s.chunk_token_counts.iter().sum(), |n| n as f64);
             }
         }
         out.push(Concurrency {
             streams,
             requests: streams * runs,
             failed,
-            throughput_tps: tokens as f64 / wall.as_secs_f64().max(1e-9),
-            ttft_ms: report::stats(&ttft),
+            retried,
+            throughput_tps: tokens / wall.as_secs_f64().max(1e-9),
+            ttft_ms: result::stats(&ttft),
         });
     }
     out

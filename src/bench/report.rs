@@ -1,117 +1,17 @@
-//! What a benchmark leaves: a JSON result with every raw sample and its context, the
-//! per-case statistics, gate verdicts, and a side-by-side comparison with an SVG chart.
+//! A benchmark result for people: per-case tables, a side-by-side comparison, an SVG chart.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
-use super::client::Sample;
-use super::gates::GateResult;
-
-/// DGX Spark's memory bandwidth: the decode roofline for a model of known size.
-pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Stats {
-    pub n: usize,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-/// Nearest-rank percentiles; None for no values.
-pub fn stats(values: &[f64]) -> Option<Stats> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |p: f64| v[(((p / 100.0) * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Stats {
-        n: v.len(),
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        min: v[0],
-        max: v[v.len() - 1],
-    })
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Target {
-    pub url: String,
-    pub recipe: Option<String>,
-    pub recipe_hash: Option<String>,
-    pub image: Option<String>,
-    /// The image id / digest the server ran on.
-    pub image_digest: Option<String>,
-    pub model_fingerprint: Option<String>,
-    /// The model id the server answered with.
-    pub model: String,
-    /// From `/version` or `/props`, when the server tells.
-    pub server_version: Option<String>,
-    pub weights_bytes: Option<u64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CaseSummary {
-    pub case: String,
-    pub samples: usize,
-    pub failed: usize,
-    pub ttft_ms: Option<Stats>,
-    /// TTFT p50 per turn (multi-turn growth).
-    pub ttft_p50_per_turn_ms: Vec<f64>,
-    pub ttfr_ms: Option<Stats>,
-    pub decode_tps: Option<Stats>,
-    pub itl_ms: Option<Stats>,
-    pub e2e_ms: Option<Stats>,
-    pub cold_start_ttft_ms: Option<f64>,
-    /// Check → % of this case's answers (leak rate for thinking_leak, pass rate otherwise).
-    pub checks: BTreeMap<String, f64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Concurrency {
-    pub streams: usize,
-    pub requests: usize,
-    pub failed: usize,
-    pub throughput_tps: f64,
-    pub ttft_ms: Option<Stats>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct BenchResult {
-    pub sparkctl_version: String,
-    pub host: String,
-    pub time: String,
-    pub target: Target,
-    pub suite: String,
-    pub warmup: usize,
-    pub runs: usize,
-    pub cases: Vec<CaseSummary>,
-    pub concurrency: Vec<Concurrency>,
-    /// Check → % over all measured answers it applies to.
-    pub quality: BTreeMap<String, f64>,
-    pub ttft_p50_ms: Option<f64>,
-    pub decode_tps_p50: Option<f64>,
-    /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known.
-    pub roofline_share: Option<f64>,
-    pub usage_estimated: bool,
-    pub gates: Vec<GateResult>,
-    /// pass, fail (a gate failed) or error (the run itself failed).
-    pub verdict: String,
-    pub problems: Vec<String>,
-    pub samples: Vec<Sample>,
-}
+use super::result::BenchResult;
 
 fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}"))
         .unwrap_or_else(|| "-".into())
 }
 
-/// Per-case rows of one result.
+fn p50(s: &Option<super::result::Stats>) -> Option<f64> {
+    s.as_ref().map(|s| s.p50)
+}
+
+/// Per-case latency and quality of one result.
 pub fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
     table.set_header(vec![
         "CASE",
@@ -119,7 +19,11 @@ pub fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
         "TTFT p50",
         "p90",
         "p99",
+        "TTFO p50",
         "COLD",
+        "TPOT p50",
+        "ITL p50",
+        "ITL p99",
         "DECODE p50",
         "E2E p50",
         "CHECKS",
@@ -133,13 +37,54 @@ pub fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
         table.add_row(vec![
             c.case.clone(),
             format!("{}/{}", c.samples - c.failed, c.samples),
-            fmt(c.ttft_ms.as_ref().map(|s| s.p50), 1),
+            fmt(p50(&c.ttft_ms), 1),
             fmt(c.ttft_ms.as_ref().map(|s| s.p90), 1),
             fmt(c.ttft_ms.as_ref().map(|s| s.p99), 1),
+            fmt(p50(&c.ttfo_ms), 1),
             fmt(c.cold_start_ttft_ms, 1),
-            fmt(c.decode_tps.as_ref().map(|s| s.p50), 1),
-            fmt(c.e2e_ms.as_ref().map(|s| s.p50), 0),
+            fmt(p50(&c.tpot_ms), 2),
+            fmt(p50(&c.itl_ms), 2),
+            fmt(c.itl_ms.as_ref().map(|s| s.p99), 2),
+            fmt(p50(&c.decode_tps), 1),
+            fmt(p50(&c.e2e_ms), 0),
             checks.join(", "),
+        ]);
+    }
+}
+
+/// Per-case evidence: what was cached, how tokens came, what the server itself measured.
+pub fn evidence_table(r: &BenchResult, table: &mut comfy_table::Table) {
+    table.set_header(vec![
+        "CASE",
+        "CACHE",
+        "PROMPT TOK p50",
+        "CACHED p50 (max)",
+        "TOK/CHUNK",
+        "SERVER DECODE p50",
+        "CLIENT vs SERVER",
+        "TTFT - SERVER PROMPT",
+        "RETRIED",
+        "BURSTS",
+    ]);
+    for c in &r.cases {
+        table.add_row(vec![
+            c.case.clone(),
+            match c.cache {
+                super::suite::CacheMode::Cold => "cold".into(),
+                super::suite::CacheMode::WarmPrefix => "warm-prefix".to_string(),
+            },
+            fmt(p50(&c.prompt_tokens), 0),
+            c.cached_tokens
+                .as_ref()
+                .map_or("-".into(), |s| format!("{:.0} ({:.0})", s.p50, s.max)),
+            fmt(c.tokens_per_chunk, 2),
+            fmt(p50(&c.server_decode_tps), 1),
+            c.decode_vs_server_pct
+                .map_or("-".into(), |v| format!("{v:+.2}%")),
+            c.ttft_minus_server_prompt_ms
+                .map_or("-".into(), |v| format!("{v:+.1} ms")),
+            c.retried.to_string(),
+            c.bursts.to_string(),
         ]);
     }
 }
@@ -315,19 +260,4 @@ pub fn chart_svg(results: &[&BenchResult]) -> String {
     }
     svg.push_str("</svg>\n");
     svg
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_nearest_rank() {
-        let s = stats(&[5.0, 1.0, 4.0, 2.0, 3.0]).unwrap();
-        assert_eq!(
-            (s.p50, s.p90, s.p99, s.min, s.max, s.n),
-            (3.0, 5.0, 5.0, 1.0, 5.0, 5)
-        );
-        assert!(stats(&[]).is_none());
-    }
 }

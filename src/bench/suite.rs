@@ -67,6 +67,43 @@ pub struct Case {
     /// Pads the system prompt to about this many tokens (4 characters each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_tokens: Option<usize>,
+    /// What the server may take from its prompt cache (see `CacheMode`).
+    #[serde(default)]
+    pub cache: CacheMode,
+}
+
+/// What a case lets the server reuse from its prompt cache. Either way no request repeats
+/// an identical prompt: servers cache prompts, and a repeated one measures the cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheMode {
+    /// The shared system prompt (and earlier turns of the same conversation) may be
+    /// cached; the user turn is new on every run. A voice assistant's real case.
+    #[default]
+    WarmPrefix,
+    /// Nothing: a unique marker opens every request's prompt, and llama-server is told
+    /// `cache_prompt: false`. What a first question to a fresh conversation costs.
+    Cold,
+}
+
+/// What the server is, as far as requests are shaped for it and its answers read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerKind {
+    LlamaServer,
+    Vllm,
+    Sglang,
+    #[default]
+    Other,
+}
+
+/// Which request this is: makes its prompt unique (`nonce` is one per benchmark run, so
+/// a second benchmark against the same server does not hit the first one's cache).
+#[derive(Debug, Clone, Copy)]
+pub struct Tag<'a> {
+    pub nonce: &'a str,
+    pub run: usize,
+    pub turn: usize,
 }
 
 impl Suite {
@@ -179,13 +216,38 @@ impl Suite {
             .collect()
     }
 
-    /// The request body for one turn, given the conversation so far.
-    pub fn request(&self, model: &str, case: &Case, history: &[Value]) -> Value {
+    /// The request body for one turn, given the conversation so far (its user and
+    /// assistant messages, as sent and answered).
+    pub fn request(
+        &self,
+        model: &str,
+        case: &Case,
+        history: &[Value],
+        tag: Tag,
+        server: ServerKind,
+    ) -> Value {
         let mut messages = Vec::new();
         if let Some(system) = self.system_for(case) {
             messages.push(json!({"role": "system", "content": system}));
         }
         messages.extend(history.iter().cloned());
+        // Warm prefix: the run's marker opens its first user turn, after the shared
+        // system prompt, so later turns of the conversation still share its prefix. Cold:
+        // a marker for this very request opens the whole prompt.
+        let (at, marker) = match case.cache {
+            CacheMode::WarmPrefix => (
+                messages.iter().position(|m| m["role"] == "user"),
+                format!("[{}-{}]", tag.nonce, tag.run),
+            ),
+            CacheMode::Cold => (
+                (!messages.is_empty()).then_some(0),
+                format!("[{}-{}-{}]", tag.nonce, tag.run, tag.turn),
+            ),
+        };
+        if let Some(text) = at.and_then(|i| messages[i]["content"].as_str()) {
+            let marked = format!("{marker} {text}");
+            messages[at.expect("found above")]["content"] = Value::String(marked);
+        }
         let mut body = json!({
             "model": model,
             "messages": messages,
@@ -194,6 +256,20 @@ impl Suite {
             "stream_options": {"include_usage": true},
             "chat_template_kwargs": {"enable_thinking": case.enable_thinking},
         });
+        // Ask each engine for a running token count in every chunk, so tokens per chunk
+        // (and per-token timing) are known rather than guessed.
+        match server {
+            ServerKind::LlamaServer => {
+                body["timings_per_token"] = Value::Bool(true);
+                if case.cache == CacheMode::Cold {
+                    body["cache_prompt"] = Value::Bool(false);
+                }
+            }
+            ServerKind::Vllm | ServerKind::Sglang => {
+                body["stream_options"]["continuous_usage_stats"] = Value::Bool(true);
+            }
+            ServerKind::Other => {}
+        }
         let tools = self.tools_for(case);
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
@@ -241,9 +317,65 @@ mod tests {
             .iter()
             .find(|c| c.name == "tool_web_search")
             .unwrap();
-        let body = s.request("m", tool, &[json!({"role": "user", "content": "x"})]);
+        let tag = Tag {
+            nonce: "n1",
+            run: 2,
+            turn: 1,
+        };
+        let body = s.request(
+            "m",
+            tool,
+            &[json!({"role": "user", "content": "x"})],
+            tag,
+            ServerKind::Other,
+        );
         assert_eq!(body["tools"].as_array().unwrap().len(), 2);
         assert_eq!(body["stream_options"]["include_usage"], true);
+        assert!(body.get("cache_prompt").is_none());
+    }
+
+    #[test]
+    fn no_two_requests_share_a_prompt_and_cold_ones_share_no_prefix() {
+        let s = Suite::load("voice-assistant", Path::new("/nonexistent")).unwrap();
+        let mut case = s
+            .cases
+            .iter()
+            .find(|c| c.name == "factual")
+            .unwrap()
+            .clone();
+        let history = [json!({"role": "user", "content": "What is the capital of Japan?"})];
+        let tag = |run, turn| Tag {
+            nonce: "ab12",
+            run,
+            turn,
+        };
+        let messages = |b: &Value| b["messages"].as_array().unwrap().clone();
+        // Warm prefix: same system prompt, a new user turn per run.
+        let a = s.request("m", &case, &history, tag(1, 1), ServerKind::LlamaServer);
+        let b = s.request("m", &case, &history, tag(2, 1), ServerKind::LlamaServer);
+        assert_eq!(messages(&a)[0], messages(&b)[0]);
+        assert_eq!(
+            messages(&a)[1]["content"],
+            "[ab12-1] What is the capital of Japan?"
+        );
+        assert_ne!(messages(&a)[1], messages(&b)[1]);
+        assert!(a.get("cache_prompt").is_none());
+        assert_eq!(a["timings_per_token"], true);
+        // Cold: the very first characters differ per request; llama-server is told too.
+        case.cache = CacheMode::Cold;
+        let a = s.request("m", &case, &history, tag(1, 1), ServerKind::LlamaServer);
+        let b = s.request("m", &case, &history, tag(1, 2), ServerKind::LlamaServer);
+        let first = |b: &Value| messages(b)[0]["content"].as_str().unwrap().to_string();
+        assert!(
+            first(&a).starts_with("[ab12-1-1] You are Annie"),
+            "{}",
+            first(&a)
+        );
+        assert_ne!(first(&a)[..12], first(&b)[..12]);
+        assert_eq!(a["cache_prompt"], false);
+        let v = s.request("m", &case, &history, tag(1, 1), ServerKind::Vllm);
+        assert!(v.get("cache_prompt").is_none());
+        assert_eq!(v["stream_options"]["continuous_usage_stats"], true);
     }
 
     #[test]

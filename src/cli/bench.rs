@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::deploy::Context;
 use super::Output;
-use crate::bench::report::{self, BenchResult};
+use crate::bench::gates::GateOutcome;
+use crate::bench::report;
+use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::{self as engine, suite::Suite};
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
@@ -55,6 +57,19 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
         &recipes.dir.join("suites"),
     )?;
     let baseline = args.baseline.as_deref().map(read_result).transpose()?;
+    // Alone, without a baseline, the relative gates have nothing to compare with: they
+    // are left out (and said so) rather than left undecided.
+    let skipped: Vec<String> = if baseline.is_none() {
+        let relative: Vec<String> = gates
+            .keys()
+            .filter(|g| crate::bench::gates::is_relative(g))
+            .cloned()
+            .collect();
+        gates.retain(|g, _| !crate::bench::gates::is_relative(g));
+        relative
+    } else {
+        Vec::new()
+    };
     let opts = engine::Options {
         warmup: args.warmup,
         runs: args.runs,
@@ -72,7 +87,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
         &suite,
         target,
         &opts,
-        baseline.as_ref(),
+        baseline.as_ref().ok_or("no --baseline given"),
         |done, total, case| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
@@ -96,16 +111,29 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
         out.print_json(&result);
     } else {
         render(out, &result, baseline.as_ref());
+        if !skipped.is_empty() {
+            println!(
+                "not judged without --baseline: {} (give production's result to compare)",
+                skipped.join(", ")
+            );
+        }
         println!("result: {}", path.display());
     }
-    match result.verdict.as_str() {
-        "pass" => Ok(()),
-        "fail" => Err(Error::Reported(format!(
-            "{name}: a gate failed (result kept in {})",
+    match result.verdict {
+        Verdict::Pass => Ok(()),
+        Verdict::Fail => Err(Error::Reported(format!(
+            "{name}: {} (result kept in {})",
+            result.verdict_reason,
             path.display()
         ))),
-        _ => Err(Error::Reported(format!(
-            "{name}: the benchmark run failed: {} (partial samples kept in {})",
+        Verdict::Inconclusive => Err(Error::Reported(format!(
+            "{name}: inconclusive: {} (result kept in {})",
+            result.verdict_reason,
+            path.display()
+        ))),
+        Verdict::Error => Err(Error::Reported(format!(
+            "{name}: {}: {} (partial samples kept in {})",
+            result.verdict_reason,
             result.problems.first().cloned().unwrap_or_default(),
             path.display()
         ))),
@@ -129,9 +157,13 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
     let mut table = out.table();
     report::case_table(r, &mut table);
     out.print_table(&table);
+    let mut table = out.table();
+    report::evidence_table(r, &mut table);
+    out.print_table(&table);
     println!(
-        "TTFT p50 {} ms · decode p50 {} tok/s{}{}",
+        "TTFT p50 {} ms · TTFO p50 {} ms · decode p50 {} tok/s{}{}",
         r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
+        r.ttfo_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
         r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),
         r.roofline_share.map_or(String::new(), |s| format!(
             " ({:.0}% of the 273 GB/s bound)",
@@ -168,19 +200,22 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
                 g.gate.clone(),
                 g.rule.clone(),
                 g.value.map_or("-".into(), |v| format!("{v:.1}")),
-                match g.passed {
-                    Some(true) => "pass".into(),
-                    Some(false) => "FAIL".into(),
-                    None => format!("skipped: {}", g.detail),
+                match g.outcome {
+                    GateOutcome::Pass => "pass".into(),
+                    GateOutcome::Fail => "FAIL".into(),
+                    GateOutcome::Inconclusive => format!("inconclusive: {}", g.detail),
                 },
             ]);
         }
         out.print_table(&table);
     }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
     for p in r.problems.iter().take(5) {
         println!("problem: {p}");
     }
-    println!("verdict: {}", r.verdict);
+    println!("verdict: {} ({})", r.verdict, r.verdict_reason);
 }
 
 pub fn compare(a: &Path, b: &Path, svg: Option<&Path>, out: &Output) -> Result<()> {

@@ -280,9 +280,11 @@ pub async fn up(
         out.print_json(&record);
         return Ok(());
     }
-    match record.outcome.as_str() {
-        "planned" => println!("nothing was changed (--dry-run)"),
-        "passed" => println!("{name} passed its gates; not promoted (--no-promote)"),
+    match record.outcome {
+        deploy::up::Outcome::Planned => println!("nothing was changed (--dry-run)"),
+        deploy::up::Outcome::Passed => {
+            println!("{name} passed its gates; not promoted (--no-promote)")
+        }
         _ => println!(
             "{name} {}: TTFT p50 {} ms, decode p50 {} tok/s; serving on port {}: {}; run {}",
             record.outcome,
@@ -355,7 +357,7 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
             r.run_id.clone(),
             r.command.clone(),
             r.recipe.clone(),
-            r.outcome.clone(),
+            r.outcome.to_string(),
             r.image_digest
                 .as_deref()
                 .map(|d| deploy::short(d).to_string())

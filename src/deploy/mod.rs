@@ -259,11 +259,11 @@ pub async fn bench_target(
     recipes: &crate::recipe::RecipeSet,
     target: &str,
 ) -> Result<(
-    crate::bench::report::Target,
+    crate::bench::result::Target,
     std::collections::BTreeMap<String, String>,
     String,
 )> {
-    use crate::bench::report::Target;
+    use crate::bench::result::Target;
     if target.starts_with("http://") || target.starts_with("https://") {
         let t = Target {
             url: target.trim_end_matches('/').to_string(),
@@ -294,6 +294,7 @@ pub async fn bench_target(
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
         weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
+        engine: Some(recipe.engine),
         ..Default::default()
     };
     Ok((t, gates, suite))

@@ -9,8 +9,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use crate::bench::gates::GateOutcome;
 use crate::bench::gates::GateResult;
-use crate::bench::report::BenchResult;
+use crate::bench::result::{BenchResult, Verdict};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::recipe::{LoadedRecipe, RecipeSet};
@@ -68,6 +69,41 @@ pub struct Phase {
     pub detail: String,
 }
 
+/// How an `up` or `rollback` ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The candidate passed and serves production.
+    Promoted,
+    /// The candidate passed; not promoted (`--no-promote`).
+    Passed,
+    /// The candidate failed its gates or its benchmark: production keeps serving.
+    Rejected,
+    /// The benchmark could not decide (transport faults, gates without evidence): the
+    /// candidate is not promoted, and not blamed.
+    Inconclusive,
+    #[default]
+    Failed,
+    Interrupted,
+    RolledBack,
+    Planned,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Promoted => "promoted",
+            Outcome::Passed => "passed",
+            Outcome::Rejected => "rejected",
+            Outcome::Inconclusive => "inconclusive",
+            Outcome::Failed => "failed",
+            Outcome::Interrupted => "interrupted",
+            Outcome::RolledBack => "rolled-back",
+            Outcome::Planned => "planned",
+        })
+    }
+}
+
 /// `STATE/runs/RUN.json`: one `up` or `rollback`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -76,8 +112,7 @@ pub struct RunRecord {
     pub recipe: String,
     pub started_at: String,
     pub finished_at: String,
-    /// promoted, passed, rejected, failed, interrupted, rolled-back, planned
-    pub outcome: String,
+    pub outcome: Outcome,
     pub phases: Vec<Phase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<serde_json::Value>,
@@ -282,11 +317,11 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
             }
         }
         record.outcome = if matches!(e, Error::Interrupted(_)) {
-            "interrupted".into()
-        } else if record.outcome == "rejected" {
-            record.outcome.clone()
+            Outcome::Interrupted
+        } else if matches!(record.outcome, Outcome::Rejected | Outcome::Inconclusive) {
+            record.outcome
         } else {
-            "failed".into()
+            Outcome::Failed
         };
         record.error = Some(e.to_string());
         record.serving = serving_now(ctx).await;
@@ -389,7 +424,7 @@ async fn up_flow(
         }
     ));
     if opts.dry_run {
-        record.outcome = "planned".into();
+        record.outcome = Outcome::Planned;
         return Ok(());
     }
 
@@ -440,47 +475,41 @@ async fn up_flow(
         (candidate.runtime == crate::recipe::Runtime::Docker).then(|| candidate.artifact.clone());
     touched.lock().expect("touched lock").candidate = Some(candidate.clone());
 
-    // Production's own result is what the relative gates compare with: measure it once
-    // if it has none (it is still serving in a blue/green run).
+    // Production's own result is what the relative gates compare with: a complete one, or
+    // it is measured again now (it still serves in a blue/green run). Without one the
+    // relative gates are inconclusive, never passed.
+    let mut baseline = production_baseline(&production);
     let prod_running = match &prod_name {
         Some(p) => ctx.rt.find(p).await?.is_some_and(|d| d.running()),
         None => false,
     };
-    if let (Some(p), true) = (prod_name.clone(), prod_running) {
-        if production
-            .current
-            .as_ref()
-            .is_some_and(|e| e.bench.is_none())
-        {
-            (opts.say)(&format!(
-                "benchmarking production {p} first (it has no result yet)"
-            ));
-            let path = ctx
-                .state
-                .runs_dir()?
-                .join(format!("{}-production-bench.json", record.run_id));
-            let result = timed(
-                record,
-                "bench-production",
-                bench_recipe(ctx, &p, opts, None),
-            )
-            .await?;
-            state::write_json(&path, &result)?;
-            if let Some(e) = production.current.as_mut() {
-                e.bench = Some(path);
+    if let (Some(p), true, Err(why)) = (prod_name.clone(), prod_running, &baseline) {
+        (opts.say)(&format!("benchmarking production {p} first ({why})"));
+        let path = ctx
+            .state
+            .runs_dir()?
+            .join(format!("{}-production-bench.json", record.run_id));
+        let result = timed(
+            record,
+            "bench-production",
+            bench_recipe(ctx, &p, opts, Err("this is production's own measurement")),
+        )
+        .await?;
+        state::write_json(&path, &result)?;
+        baseline = match result.unusable_as_baseline() {
+            None => {
+                if let Some(e) = production.current.as_mut() {
+                    e.bench = Some(path);
+                }
+                production.save(ctx.state)?;
+                Ok(result)
             }
-            production.save(ctx.state)?;
-        }
+            Some(why) => Err(format!("production's measurement is unusable: {why}")),
+        };
     }
 
     // Benchmark against production's last result.
     (opts.say)(&format!("benchmarking {name}"));
-    let baseline: Option<BenchResult> = production
-        .current
-        .as_ref()
-        .and_then(|e| e.bench.as_ref())
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
     let bench_path = ctx
         .state
         .runs_dir()?
@@ -488,7 +517,7 @@ async fn up_flow(
     let result = timed(
         record,
         "bench",
-        bench_recipe(ctx, &name, opts, baseline.as_ref()),
+        bench_recipe(ctx, &name, opts, baseline.as_ref().map_err(String::as_str)),
     )
     .await?;
     state::write_json(&bench_path, &result)?;
@@ -503,19 +532,40 @@ async fn up_flow(
             record.logs = Some(log_path);
         }
     }
+    // A candidate that died under the benchmark failed: its exit says why, not the
+    // requests that could no longer reach it.
+    if result.verdict != Verdict::Pass {
+        if let Some(d) = ctx.rt.find(&name).await?.filter(|d| !d.running()) {
+            let how = match &d.state {
+                crate::runtime::RunState::Exited { exit: Some(exit) } => exit.to_string(),
+                _ => "exited".into(),
+            };
+            return Err(Error::Failed(format!(
+                "{name} stopped during the benchmark: it {how}; see `sparkctl logs {name}`"
+            )));
+        }
+    }
 
     let gate_phase = Phase {
         name: "gates".into(),
         ms: 0.0,
-        ok: result.verdict == "pass",
-        detail: format!("verdict {}", result.verdict),
+        ok: result.verdict == Verdict::Pass,
+        detail: format!("verdict {}: {}", result.verdict, result.verdict_reason),
     };
     record.phases.push(gate_phase);
-    if result.verdict != "pass" {
+    if result.verdict == Verdict::Inconclusive {
+        record.outcome = Outcome::Inconclusive;
+        return Err(Error::Failed(format!(
+            "{name} was not promoted and not rejected: the benchmark was inconclusive ({}); \
+             production keeps serving; run `sparkctl up {name}` again",
+            result.verdict_reason
+        )));
+    }
+    if result.verdict != Verdict::Pass {
         let failed: Vec<String> = result
             .gates
             .iter()
-            .filter(|g| g.passed == Some(false))
+            .filter(|g| g.outcome == GateOutcome::Fail)
             .map(|g| {
                 format!(
                     "{} {} (measured {})",
@@ -526,14 +576,14 @@ async fn up_flow(
             })
             .chain(result.problems.iter().take(3).cloned())
             .collect();
-        record.outcome = "rejected".into();
+        record.outcome = Outcome::Rejected;
         return Err(Error::Failed(format!(
             "{name} did not pass: {}",
             failed.join("; ")
         )));
     }
     if opts.no_promote {
-        record.outcome = "passed".into();
+        record.outcome = Outcome::Passed;
         // In a swap production was stopped; it serves again, the candidate keeps its port.
         let stopped = touched
             .lock()
@@ -571,8 +621,24 @@ async fn up_flow(
     })
     .await?;
     touched.lock().expect("touched lock").production_stopped = None;
-    record.outcome = "promoted".into();
+    record.outcome = Outcome::Promoted;
     Ok(())
+}
+
+/// Production's last result, when it is one the relative gates can trust; else why not.
+fn production_baseline(production: &Production) -> std::result::Result<BenchResult, String> {
+    let Some(current) = &production.current else {
+        return Err("there is no production".into());
+    };
+    let Some(path) = &current.bench else {
+        return Err(format!("production {} has no result yet", current.recipe));
+    };
+    let result: BenchResult =
+        state::read_json(path).map_err(|e| format!("its last result cannot be read ({e})"))?;
+    match result.unusable_as_baseline() {
+        Some(why) => Err(format!("its last result is unusable: {why}")),
+        None => Ok(result),
+    }
 }
 
 /// Benchmarks a running recipe with its own suite and gates.
@@ -580,7 +646,7 @@ async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
     opts: &UpOptions<'_>,
-    baseline: Option<&BenchResult>,
+    baseline: std::result::Result<&BenchResult, &str>,
 ) -> Result<BenchResult> {
     let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, name).await?;
     let suite = crate::bench::suite::Suite::load(
@@ -633,7 +699,7 @@ pub async fn rollback(
         ctx.settings.production_port
     ));
     if dry_run {
-        record.outcome = "planned".into();
+        record.outcome = Outcome::Planned;
         return Ok(record);
     }
     let stopped = timed(&mut record, "stop", stop_production(ctx)).await?;
@@ -666,14 +732,14 @@ pub async fn rollback(
                 production.promote(entry);
             }
             production.save(ctx.state)?;
-            record.outcome = "rolled-back".into();
+            record.outcome = Outcome::RolledBack;
         }
         Err(e) => {
             // Nothing serves: put back what did.
             if let Some(prev) = stopped {
                 let _ = start_as_production(ctx, &prev, true, say).await;
             }
-            record.outcome = "failed".into();
+            record.outcome = Outcome::Failed;
             record.error = Some(e.to_string());
             record.serving = serving_now(ctx).await;
             record.finished_at = now();

@@ -252,6 +252,7 @@ pub const GATES: &[&str] = &[
     "thinking_leak",
     "tool_calls",
     "ttft_p50_ms",
+    "ttfo_p50_ms",
     "decode_tps_p50",
     "vs_production_ttft",
     "vs_production_decode",

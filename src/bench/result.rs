@@ -1,0 +1,462 @@
+//! What a benchmark leaves: every raw sample with its context, per-case statistics, the
+//! caveats that say how far each figure can be trusted, gate outcomes, and one verdict.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::client::{ChunkTokens, Failure, Sample, TokenSource};
+use super::gates::{GateOutcome, GateResult};
+use super::suite::{CacheMode, ServerKind};
+
+/// DGX Spark's memory bandwidth: the decode roofline for a model of known size.
+pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
+
+/// A measured TTFT whose prompt was at least this share cached measured the cache.
+pub const NEAR_FULL_CACHE_HIT: f64 = 0.9;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Nearest-rank percentiles; None for no values.
+pub fn stats(values: &[f64]) -> Option<Stats> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| v[(((p / 100.0) * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(Stats {
+        n: v.len(),
+        p50: at(50.0),
+        p90: at(90.0),
+        p99: at(99.0),
+        min: v[0],
+        max: v[v.len() - 1],
+    })
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    stats(values).map(|s| s.p50)
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Target {
+    pub url: String,
+    pub recipe: Option<String>,
+    pub recipe_hash: Option<String>,
+    pub image: Option<String>,
+    /// The image id / digest the server ran on.
+    pub image_digest: Option<String>,
+    pub model_fingerprint: Option<String>,
+    /// The model id the server answered with.
+    pub model: String,
+    /// The recipe's engine, when benchmarked by recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<crate::engine::Engine>,
+    /// What the server is (from the recipe's engine, or what it answered to probes).
+    #[serde(default)]
+    pub server: ServerKind,
+    /// llama-server `/props` build_info, vLLM `/version`, SGLang `/get_server_info`.
+    pub server_version: Option<String>,
+    pub weights_bytes: Option<u64>,
+}
+
+impl Target {
+    /// The highest single-stream decode speed the memory bandwidth allows (each token
+    /// reads every weight once; KV reads only lower it), where the model size is known.
+    pub fn roofline_tps(&self) -> Option<f64> {
+        self.weights_bytes
+            .filter(|&b| b > 0)
+            .map(|b| SPARK_BANDWIDTH_BYTES_PER_S / b as f64)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CaseSummary {
+    pub case: String,
+    #[serde(default)]
+    pub cache: CacheMode,
+    pub samples: usize,
+    pub failed: usize,
+    /// Measured requests sent a second time after a transport error before any byte.
+    #[serde(default)]
+    pub retried: usize,
+    /// TTFT (first token of any kind).
+    pub ttft_ms: Option<Stats>,
+    /// TTFO (first output: content or tool call).
+    #[serde(default)]
+    pub ttfo_ms: Option<Stats>,
+    /// TTFT p50 per turn (multi-turn growth).
+    pub ttft_p50_per_turn_ms: Vec<f64>,
+    pub ttfr_ms: Option<Stats>,
+    #[serde(default)]
+    pub tpot_ms: Option<Stats>,
+    pub decode_tps: Option<Stats>,
+    pub itl_ms: Option<Stats>,
+    pub e2e_ms: Option<Stats>,
+    pub cold_start_ttft_ms: Option<f64>,
+    #[serde(default)]
+    pub prompt_tokens: Option<Stats>,
+    /// Prompt tokens the server reported as served from its cache.
+    #[serde(default)]
+    pub cached_tokens: Option<Stats>,
+    /// Measured TTFTs whose prompt was a near-full cache hit.
+    #[serde(default)]
+    pub near_full_cache_hits: usize,
+    /// Mean tokens per token-bearing chunk.
+    #[serde(default)]
+    pub tokens_per_chunk: Option<f64>,
+    /// Streams the server delivered in bursts (no per-token figures from them).
+    #[serde(default)]
+    pub bursts: usize,
+    /// Samples whose decode speed the memory bandwidth cannot deliver (excluded).
+    #[serde(default)]
+    pub impossible: usize,
+    /// The server's own decode speed (llama-server `timings.predicted_per_second`).
+    #[serde(default)]
+    pub server_decode_tps: Option<Stats>,
+    /// Median of (client − server) / server decode speed, %.
+    #[serde(default)]
+    pub decode_vs_server_pct: Option<f64>,
+    /// Median of client TTFT − the server's prompt time (llama-server `prompt_ms`): what
+    /// the client saw beyond the server's own prompt processing.
+    #[serde(default)]
+    pub ttft_minus_server_prompt_ms: Option<f64>,
+    /// Check → % of this case's answers (leak rate for thinking_leak, pass rate otherwise).
+    pub checks: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Concurrency {
+    pub streams: usize,
+    pub requests: usize,
+    pub failed: usize,
+    #[serde(default)]
+    pub retried: usize,
+    pub throughput_tps: f64,
+    pub ttft_ms: Option<Stats>,
+}
+
+/// What a benchmark concludes. `Inconclusive` never promotes and never blames the
+/// candidate: the evidence cannot decide (client or network faults, a gate without data).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Pass,
+    /// A gate failed.
+    Fail,
+    #[default]
+    Inconclusive,
+    /// The server failed requests (HTTP errors, broken streams, timeouts) or gave none.
+    Error,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::Error => "error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BenchResult {
+    pub sparkctl_version: String,
+    pub host: String,
+    pub time: String,
+    pub target: Target,
+    pub suite: String,
+    pub warmup: usize,
+    pub runs: usize,
+    pub cases: Vec<CaseSummary>,
+    pub concurrency: Vec<Concurrency>,
+    /// Check → % over all measured answers it applies to.
+    pub quality: BTreeMap<String, f64>,
+    pub ttft_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub ttfo_p50_ms: Option<f64>,
+    pub decode_tps_p50: Option<f64>,
+    /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known.
+    pub roofline_share: Option<f64>,
+    pub usage_estimated: bool,
+    pub gates: Vec<GateResult>,
+    pub verdict: Verdict,
+    /// Why the verdict is what it is, in one line.
+    #[serde(default)]
+    pub verdict_reason: String,
+    /// Failed requests, one line each.
+    pub problems: Vec<String>,
+    /// How far the figures can be trusted: cache hits, estimates, bursts, retries.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    pub samples: Vec<Sample>,
+}
+
+impl BenchResult {
+    /// Why this result cannot serve as the baseline of relative gates, if it cannot: a
+    /// baseline must be a complete measurement, not a run that broke half-way.
+    pub fn unusable_as_baseline(&self) -> Option<String> {
+        let failed = self.samples.iter().filter(|s| !s.warmup && !s.ok).count();
+        if failed > 0 {
+            Some(format!(
+                "its run had {failed} failed requests (verdict {})",
+                self.verdict
+            ))
+        } else if self.decode_tps_p50.is_none() || self.ttft_p50_ms.is_none() {
+            Some("it measured no TTFT or decode speed".into())
+        } else {
+            None
+        }
+    }
+}
+
+/// Samples that count: measured (not warm-up) and complete.
+fn measured<'a>(samples: &'a [Sample], case: &str) -> Vec<&'a Sample> {
+    samples
+        .iter()
+        .filter(|s| s.case == case && !s.warmup && s.ok)
+        .collect()
+}
+
+/// Whether a sample's per-token figures (decode, TPOT, ITL) describe decoding.
+pub fn per_token_valid(s: &Sample) -> bool {
+    !s.burst && !s.impossible
+}
+
+fn near_full_hit(s: &Sample) -> bool {
+    match (s.cached_tokens, s.prompt_tokens) {
+        (Some(c), Some(p)) if p > 0 => c as f64 >= NEAR_FULL_CACHE_HIT * p as f64,
+        _ => false,
+    }
+}
+
+/// One case's statistics over its measured samples.
+pub fn summarize_case(
+    case: &super::suite::Case,
+    samples: &[Sample],
+    checks: BTreeMap<String, f64>,
+) -> CaseSummary {
+    let all: Vec<&Sample> = samples.iter().filter(|s| s.case == case.name).collect();
+    let tried = all.iter().filter(|s| !s.warmup).count();
+    let ok = measured(samples, &case.name);
+    let pick = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<f64> {
+        ok.iter().filter_map(|s| f(s)).collect()
+    };
+    let decoding: Vec<&&Sample> = ok.iter().filter(|s| per_token_valid(s)).collect();
+    let pick_decoding = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<f64> {
+        decoding.iter().filter_map(|s| f(s)).collect()
+    };
+    let per_turn = (1..=case.turns.len())
+        .filter_map(|t| {
+            median(
+                &ok.iter()
+                    .filter(|s| s.turn == t)
+                    .filter_map(|s| s.ttft_ms)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let (tokens, chunks) = ok.iter().fold((0.0, 0usize), |(t, c), s| {
+        (
+            t + s.chunk_token_counts.iter().sum::<f64>(),
+            c + s.chunk_at_ms.len(),
+        )
+    });
+    let server = |s: &Sample| s.server_timings.clone().unwrap_or_default();
+    CaseSummary {
+        case: case.name.clone(),
+        cache: case.cache,
+        samples: tried,
+        failed: tried - ok.len(),
+        retried: all
+            .iter()
+            .filter(|s| !s.warmup && s.retried_after.is_some())
+            .count(),
+        ttft_ms: stats(&pick(&|s| s.ttft_ms)),
+        ttfo_ms: stats(&pick(&|s| s.ttfo_ms)),
+        ttft_p50_per_turn_ms: per_turn,
+        ttfr_ms: stats(&pick(&|s| s.ttfr_ms)),
+        tpot_ms: stats(&pick_decoding(&|s| s.tpot_ms)),
+        decode_tps: stats(&pick_decoding(&|s| s.decode_tps)),
+        itl_ms: stats(
+            &decoding
+                .iter()
+                .flat_map(|s| s.itl_ms.iter().copied())
+                .collect::<Vec<_>>(),
+        ),
+        e2e_ms: stats(&pick(&|s| Some(s.e2e_ms))),
+        cold_start_ttft_ms: all
+            .iter()
+            .find(|s| s.warmup && s.turn == 1)
+            .and_then(|s| s.ttft_ms),
+        prompt_tokens: stats(&pick(&|s| s.prompt_tokens.map(|n| n as f64))),
+        cached_tokens: stats(&pick(&|s| s.cached_tokens.map(|n| n as f64))),
+        near_full_cache_hits: ok.iter().filter(|s| near_full_hit(s)).count(),
+        tokens_per_chunk: (chunks > 0).then(|| tokens / chunks as f64),
+        bursts: ok.iter().filter(|s| s.burst).count(),
+        impossible: ok.iter().filter(|s| s.impossible).count(),
+        server_decode_tps: stats(&pick(&|s| server(s).predicted_per_second)),
+        decode_vs_server_pct: median(&pick_decoding(&|s| {
+            let srv = server(s).predicted_per_second.filter(|v| *v > 0.0)?;
+            Some((s.decode_tps? - srv) / srv * 100.0)
+        })),
+        ttft_minus_server_prompt_ms: median(&pick(&|s| Some(s.ttft_ms? - server(s).prompt_ms?))),
+        checks,
+    }
+}
+
+/// The caveats a reader needs before trusting the figures.
+pub fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<String> {
+    let mut notes = Vec::new();
+    for c in cases {
+        let n = c.samples - c.failed;
+        let max_cached = c.cached_tokens.as_ref().map_or(0.0, |s| s.max);
+        if c.cache == CacheMode::Cold && max_cached > 0.0 {
+            notes.push(format!(
+                "{}: declared cold, yet the server reported up to {max_cached:.0} cached prompt \
+                 tokens: its TTFT is not a cold one",
+                c.case
+            ));
+        } else if c.near_full_cache_hits > 0 {
+            notes.push(format!(
+                "{}: {} of {n} measured TTFTs came from a near-full prompt-cache hit (≥ {:.0}% of \
+                 the prompt cached): they measure the cache",
+                c.case,
+                c.near_full_cache_hits,
+                NEAR_FULL_CACHE_HIT * 100.0
+            ));
+        }
+        if c.bursts > 0 {
+            notes.push(format!(
+                "{}: {} of {n} streams arrived in bursts (90% of the tokens within a few ms: the \
+                 server buffered them); no decode speed, TPOT or ITL is reported from those",
+                c.case, c.bursts
+            ));
+        }
+        if c.impossible > 0 {
+            notes.push(format!(
+                "{}: {} samples measured a decode speed above the {:.0} tok/s the 273 GB/s memory \
+                 bandwidth allows for {} bytes of weights: impossible, so excluded (the stream \
+                 was buffered or the model size is wrong)",
+                c.case,
+                c.impossible,
+                target.roofline_tps().unwrap_or(0.0),
+                target.weights_bytes.unwrap_or(0)
+            ));
+        }
+    }
+    let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok && !s.warmup).collect();
+    let estimated: Vec<&&Sample> = ok
+        .iter()
+        .filter(|s| s.token_source == TokenSource::Chunks)
+        .collect();
+    if !estimated.is_empty() {
+        // Two rough counts side by side: one token per chunk, and 4 characters per token.
+        let gap = median(
+            &estimated
+                .iter()
+                .filter(|s| !s.chunk_at_ms.is_empty())
+                .map(|s| {
+                    let chunks = s.chunk_at_ms.len() as f64;
+                    let by_chars = ((s.content.len() + s.reasoning.len()) as f64 / 4.0).max(1.0);
+                    (chunks - by_chars).abs() / by_chars * 100.0
+                })
+                .collect::<Vec<_>>(),
+        );
+        notes.push(format!(
+            "{} of {} samples had no usage from the server: their token counts are ESTIMATED as \
+             one per token-bearing chunk (likely error: that count and a 4-characters-per-token \
+             count differ by {} median; chunks that carry several tokens make it an undercount)",
+            estimated.len(),
+            ok.len(),
+            gap.map_or("-".into(), |g| format!("{g:.0}%"))
+        ));
+    } else if ok.iter().any(|s| s.chunk_tokens == ChunkTokens::Spread) {
+        notes.push(
+            "the server does not say how many tokens each chunk carried: per-token ITL spreads \
+             each sample's tokens evenly over its chunks"
+                .into(),
+        );
+    }
+    let retried: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.retried_after.is_some())
+        .collect();
+    if let Some(first) = retried.first() {
+        notes.push(format!(
+            "{} requests were sent again on a fresh connection after a transport error before \
+             any response byte (first: {}); timed from the second send",
+            retried.len(),
+            first.retried_after.clone().unwrap_or_default()
+        ));
+    }
+    notes
+}
+
+/// The verdict, from failed samples and gate outcomes, and why.
+pub fn verdict(samples: &[Sample], gates: &[GateResult]) -> (Verdict, String) {
+    let failed: Vec<&Sample> = samples.iter().filter(|s| !s.warmup && !s.ok).collect();
+    let blamed: Vec<&&Sample> = failed
+        .iter()
+        .filter(|s| s.failure.is_some_and(Failure::blames_server))
+        .collect();
+    let measured = samples.iter().filter(|s| !s.warmup && s.ok).count();
+    let gate = |o: GateOutcome| -> Vec<&str> {
+        gates
+            .iter()
+            .filter(|g| g.outcome == o)
+            .map(|g| g.gate.as_str())
+            .collect()
+    };
+    if !blamed.is_empty() {
+        return (
+            Verdict::Error,
+            format!(
+                "the server failed {} of {} measured requests",
+                blamed.len(),
+                measured + failed.len()
+            ),
+        );
+    }
+    if measured == 0 && failed.is_empty() {
+        return (Verdict::Error, "no request was measured".into());
+    }
+    let failing = gate(GateOutcome::Fail);
+    if !failing.is_empty() {
+        return (
+            Verdict::Fail,
+            format!("gates failed: {}", failing.join(", ")),
+        );
+    }
+    if !failed.is_empty() {
+        return (
+            Verdict::Inconclusive,
+            format!(
+                "{} of {} measured requests never reached the server, even on a fresh \
+                 connection (transport errors: the client's or the network's, not a verdict \
+                 on the server)",
+                failed.len(),
+                measured + failed.len()
+            ),
+        );
+    }
+    let undecided = gate(GateOutcome::Inconclusive);
+    if !undecided.is_empty() {
+        return (
+            Verdict::Inconclusive,
+            format!("no evidence for gates: {}", undecided.join(", ")),
+        );
+    }
+    (Verdict::Pass, "every gate passed".into())
+}
