@@ -59,3 +59,68 @@ static_env() {
   HOST_TRIPLE="$(host_triple)"
   export HOST_TRIPLE
 }
+
+# The cache that survives between runs: the llama-server build and the test model.
+cache_dir() {
+  echo "${SPARKCTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparkctl}"
+}
+
+# llama.cpp's sources as PyPI ships them (llama-cpp-python vendors them), pinned by hash.
+LLAMA_SDIST_VERSION=0.3.36
+LLAMA_SDIST_URL="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-${LLAMA_SDIST_VERSION}.tar.gz"
+LLAMA_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+# CPU only, one portable x86-64/arm64 variant, no network features, nothing but the server.
+LLAMA_CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF
+  -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
+
+# A real llama-server for the tests, built from source once and cached (keyed by the sdist
+# and the cmake flags); exports SPARKCTL_TEST_LLAMA_SERVER.
+ensure_llama_server() {
+  local key dir src
+  key="$(printf '%s %s' "$LLAMA_SDIST_SHA256" "${LLAMA_CMAKE_ARGS[*]}" | sha256sum | cut -c1-12)"
+  dir="$(cache_dir)/llama-server-$LLAMA_SDIST_VERSION-$key"
+  if [ ! -x "$dir/llama-server" ]; then
+    apt_install curl ca-certificates cmake ninja-build g++
+    local work
+    work="$(mktemp -d)"
+    echo "building llama-server $LLAMA_SDIST_VERSION from source (CPU, once; cached in $dir)"
+    curl -sSfL -o "$work/sdist.tar.gz" "$LLAMA_SDIST_URL"
+    echo "$LLAMA_SDIST_SHA256  $work/sdist.tar.gz" | sha256sum -c --quiet
+    tar -xzf "$work/sdist.tar.gz" -C "$work"
+    src="$work/llama_cpp_python-$LLAMA_SDIST_VERSION/vendor/llama.cpp"
+    local began=$SECONDS
+    cmake -S "$src" -B "$work/build" "${LLAMA_CMAKE_ARGS[@]}" >"$work/cmake.log" 2>&1 \
+      || { tail -n 30 "$work/cmake.log" >&2; return 1; }
+    ninja -C "$work/build" llama-server >"$work/ninja.log" 2>&1 \
+      || { tail -n 30 "$work/ninja.log" >&2; return 1; }
+    echo "llama-server built in $((SECONDS - began)) s"
+    # Whole or not at all: an interrupted build leaves no half-made cache entry.
+    mkdir -p "$dir.tmp"
+    cp "$work/build/bin/llama-server" "$dir.tmp/"
+    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    rm -rf "$work"
+  fi
+  export SPARKCTL_TEST_LLAMA_SERVER="$dir/llama-server"
+}
+
+# A Python venv of our own with the `gguf` writer from PyPI; writes the random-weight test
+# model once per version of its script. Exports SPARKCTL_TEST_GGUF.
+ensure_test_gguf() {
+  local venv script key model
+  venv="$(cache_dir)/venv"
+  script="$PWD/tests/fixtures/tiny_gguf.py"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q 'gguf==0.19.0' 'numpy<3'
+  fi
+  key="$(sha256sum "$script" | cut -c1-12)"
+  model="$(cache_dir)/models/tiny-$key.gguf"
+  if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    "$venv/bin/python" "$script" "$model"
+  fi
+  export SPARKCTL_TEST_GGUF="$model"
+}

@@ -348,47 +348,82 @@ fn a_server_without_usage_gets_a_labelled_estimate() {
     assert!((150.0..250.0).contains(&decode), "{decode}");
 }
 
-/// A loopback server answering /v1/models and then `body` (raw HTTP) to every POST.
-fn scripted(response: &'static str) -> String {
+/// What a scripted server does with one request.
+enum Reply {
+    /// Writes this raw HTTP response and closes the connection.
+    Close(String),
+    /// Writes it and keeps the connection for the next request.
+    KeepOpen(String),
+    /// Closes the connection without a byte.
+    Hangup,
+}
+
+/// A loopback server that runs `script(request line, nth request on this connection)`;
+/// GETs of /v1/models are answered for it.
+fn scripted_server(script: impl Fn(&str, usize) -> Reply + Send + Sync + 'static) -> String {
+    let script = std::sync::Arc::new(script);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
+            let script = script.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request = String::new();
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
+                for nth in 1.. {
+                    let mut request = String::new();
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if request.is_empty() {
+                            request = line.clone();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
                     }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                    if request.is_empty() {
-                        request = line.clone();
-                    }
-                    if line == "\r\n" {
-                        break;
+                    let mut body = vec![0u8; length];
+                    let _ = reader.read_exact(&mut body);
+                    let reply = scripted_get(&request).unwrap_or_else(|| script(&request, nth));
+                    match reply {
+                        Reply::Close(r) => {
+                            let _ = conn.write_all(r.as_bytes());
+                            return;
+                        }
+                        Reply::KeepOpen(r) => {
+                            let _ = conn.write_all(r.as_bytes());
+                        }
+                        Reply::Hangup => return,
                     }
                 }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
-                let reply = if request.starts_with("GET /v1/models") {
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"data\":[{\"id\":\"scripted\"}]}".to_string()
-                } else if request.starts_with("GET") {
-                    "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                        .to_string()
-                } else {
-                    response.to_string()
-                };
-                let _ = conn.write_all(reply.as_bytes());
             });
         }
     });
     url
+}
+
+/// The answers every scripted server gives to GETs.
+fn scripted_get(request: &str) -> Option<Reply> {
+    if request.starts_with("GET /v1/models") {
+        Some(Reply::Close("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"data\":[{\"id\":\"scripted\"}]}".to_string()))
+    } else if request.starts_with("GET") {
+        Some(Reply::Close(
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string(),
+        ))
+    } else {
+        None
+    }
+}
+
+/// A loopback server answering /v1/models and then `response` (raw HTTP) to every POST.
+fn scripted(response: &'static str) -> String {
+    scripted_server(move |_, _| Reply::Close(response.to_string()))
 }
 
 fn assert_failed_with(deck: &Deck, url: &str, needle: &str) {
@@ -578,4 +613,78 @@ fn a_server_that_is_down_or_a_bad_suite_is_a_clear_error() {
     let out = deck.run(&["bench", "idle"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("idle is not running; `sparkctl start idle` first"));
+}
+
+/// A whole streamed answer of `tokens` content chunks with usage, as one raw HTTP response
+/// with a length (so the connection can be kept alive after it).
+fn sse_answer(tokens: usize) -> String {
+    let mut body = String::new();
+    for _ in 0..tokens {
+        body.push_str("data: {\"id\":\"s1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Tokyo \"},\"finish_reason\":null}]}\n\n");
+    }
+    body.push_str("data: {\"id\":\"s1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n");
+    body.push_str(&format!("data: {{\"id\":\"s1\",\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{tokens}}}}}\n\ndata: [DONE]\n\n"));
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: keep-alive\r\nkeep-alive: timeout=5, max=100\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn a_server_that_drops_kept_alive_connections_costs_a_retry_not_a_failure() {
+    // llama-server's way, made certain: it advertises keep-alive, and a second request on
+    // the same connection dies before any response byte.
+    let deck = Deck::new("bench-keepalive");
+    let url = scripted_server(|_, nth| {
+        if nth == 1 {
+            Reply::KeepOpen(sse_answer(6))
+        } else {
+            Reply::Hangup
+        }
+    });
+    let (code, r, all) = bench(&deck, &url, &[]);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["verdict"], "pass", "{all}");
+    let samples = r["samples"].as_array().unwrap();
+    assert!(samples.iter().all(|s| s["ok"] == true), "{all}");
+    let retried = samples
+        .iter()
+        .filter(|s| s["retried_after"].is_string())
+        .count();
+    assert!(
+        retried >= 10,
+        "every second request is retried, got {retried}"
+    );
+    assert!(all.contains("sent again on a fresh connection"), "{all}");
+}
+
+#[test]
+fn transport_failures_make_an_inconclusive_run_not_a_failed_server() {
+    // Answers GETs, drops every chat request before a byte: nothing says the server is
+    // wrong, so the benchmark cannot decide.
+    let deck = Deck::new("bench-transport");
+    let url = scripted_server(|_, _| Reply::Hangup);
+    let (code, r, all) = bench(&deck, &url, &["--gate", "no_markdown=>= 80%"]);
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["verdict"], "inconclusive", "{all}");
+    assert!(measured(&r)
+        .iter()
+        .all(|s| s["failure"] == "transport" && s["retried_after"].is_string()));
+    assert!(all.contains("never reached the server"), "{all}");
+}
+
+#[test]
+fn a_buffered_stream_is_detected_and_not_reported_as_decode_speed() {
+    // All 40 chunks in one write: the client sees them within microseconds.
+    let deck = Deck::new("bench-burst");
+    let url = scripted_server(|_, _| Reply::Close(sse_answer(40)));
+    let (code, r, all) = bench(&deck, &url, &[]);
+    assert_eq!(code, Some(0), "{all}");
+    let factual = case(&r, "factual");
+    assert_eq!(factual["bursts"], 5, "{all}");
+    assert_eq!(factual["decode_tps"], Value::Null);
+    assert_eq!(factual["itl_ms"], Value::Null);
+    assert_eq!(r["decode_tps_p50"], Value::Null);
+    assert!(measured(&r).iter().all(|s| s["burst"] == true));
+    assert!(all.contains("arrived in bursts"), "{all}");
 }
