@@ -12,8 +12,11 @@ use super::suite::{CacheMode, ServerKind};
 /// DGX Spark's memory bandwidth: the decode roofline for a model of known size.
 pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
 
-/// A measured TTFT whose prompt was at least this share cached measured the cache.
-pub const NEAR_FULL_CACHE_HIT: f64 = 0.9;
+/// A prompt of which at most this many tokens were evaluated was a near-full cache hit:
+/// the request's own new text was cached too (servers re-evaluate the last token or so to
+/// get logits), so its TTFT measured the cache. A warm prefix leaves the new user turn,
+/// and more, to evaluate.
+pub const NEAR_FULL_UNCACHED: u64 = 4;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Stats {
@@ -236,7 +239,7 @@ pub fn per_token_valid(s: &Sample) -> bool {
 
 fn near_full_hit(s: &Sample) -> bool {
     match (s.cached_tokens, s.prompt_tokens) {
-        (Some(c), Some(p)) if p > 0 => c as f64 >= NEAR_FULL_CACHE_HIT * p as f64,
+        (Some(c), Some(p)) if c > 0 => p.saturating_sub(c) <= NEAR_FULL_UNCACHED,
         _ => false,
     }
 }
@@ -330,11 +333,9 @@ pub fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<
             ));
         } else if c.near_full_cache_hits > 0 {
             notes.push(format!(
-                "{}: {} of {n} measured TTFTs came from a near-full prompt-cache hit (≥ {:.0}% of \
-                 the prompt cached): they measure the cache",
-                c.case,
-                c.near_full_cache_hits,
-                NEAR_FULL_CACHE_HIT * 100.0
+                "{}: {} of {n} measured TTFTs came from a near-full prompt-cache hit (at most \
+                 {NEAR_FULL_UNCACHED} prompt tokens evaluated): they measure the cache",
+                c.case, c.near_full_cache_hits,
             ));
         }
         if c.bursts > 0 {
