@@ -134,8 +134,12 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         }
     }
     println!(
-        "health:     GET http://{}:{}{} within {}",
-        resolved.host, resolved.port, resolved.health_path, resolved.health_timeout
+        "health:     GET http://{}:{}{} within {}, then a one-token chat completion within {}",
+        resolved.host,
+        resolved.port,
+        resolved.health_path,
+        resolved.health_timeout,
+        resolved.completion_timeout
     );
     println!();
     println!(

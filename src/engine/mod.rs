@@ -1,6 +1,8 @@
 //! What sparkctl knows about each serving engine: how it is told its port, host and
 //! model, where it reports readiness, and which log lines mean it cannot start.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -31,8 +33,12 @@ pub enum Flag {
 /// One engine's defaults. Recipes override any of them.
 #[derive(Debug, Clone, Copy)]
 pub struct Profile {
+    /// Readiness: answers 2xx once the server can take requests.
     pub health_path: &'static str,
     pub health_timeout_secs: u64,
+    /// The engine's own endpoint that runs a generation, used by `status` after health
+    /// said ok (instead of sparkctl's one-token completion). See `Engine::Sglang`.
+    pub liveness_path: Option<&'static str>,
     /// Port the server listens on inside its container.
     pub container_port: u16,
     pub port_flag: Flag,
@@ -114,6 +120,21 @@ const LLAMA_FATAL: &[Fatal] = &[
     ),
 ];
 
+/// How long readiness's one-token completion may take once health says ok, unless the
+/// recipe sets `health.completion_timeout`. 20 s is SGLang's own limit for its one-token
+/// health generation (SGLANG_HEALTH_CHECK_TIMEOUT) and the limit proposed for vLLM's GPU
+/// health check: a loaded, warmed-up engine that has produced no token in 20 s is wedged,
+/// where the old 30 s client limit let a wedged engine hold `start` until health.timeout.
+pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Profile {
+    /// The completion timeout a recipe gets by default: `COMPLETION_TIMEOUT`, but at most
+    /// half of `health_timeout`, so a short health timeout still leaves time for retries.
+    pub fn completion_timeout(&self, health_timeout: Duration) -> Duration {
+        COMPLETION_TIMEOUT.min(health_timeout / 2)
+    }
+}
+
 const DOCKER_ONLY: &[Runtime] = &[Runtime::Docker];
 const EITHER_PROCESS_FIRST: &[Runtime] = &[Runtime::Process, Runtime::Docker];
 const EITHER_DOCKER_FIRST: &[Runtime] = &[Runtime::Docker, Runtime::Process];
@@ -143,6 +164,7 @@ impl Engine {
         let gpu_container = |port, model_flag, served, command: &'static [&'static str]| Profile {
             health_path: "/health",
             health_timeout_secs: 600,
+            liveness_path: None,
             container_port: port,
             port_flag: Flag::Named("--port"),
             host_flag: Flag::Named("--host"),
@@ -164,7 +186,19 @@ impl Engine {
             ),
             // Seed 003 served SGLang from a source-built venv (transformers 5.x), so a
             // host process is allowed; the Spark image of the time was too old to serve.
+            //
+            // Health: SGLang answers 503 on both /health and /health_generate while starting;
+            // afterwards both run a one-token generation (input_ids [0], 20 s limit of its
+            // own, SGLANG_HEALTH_CHECK_TIMEOUT) — /health only while
+            // SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is on (the default; deployments often
+            // turn it off), /health_generate always. Readiness keeps /health and then sends
+            // sparkctl's own one-token *chat* completion, which goes through what clients
+            // use (chat template, tokenizer, served model name) where /health_generate feeds
+            // token 0 straight to the scheduler. Liveness (`status`) uses /health_generate:
+            // it generates whatever the env says, and on a busy server it waits for the next
+            // batch output instead of queueing a request of its own.
             Engine::Sglang => Profile {
+                liveness_path: Some("/health_generate"),
                 runtimes: EITHER_DOCKER_FIRST,
                 ..gpu_container(
                     30000,
@@ -174,9 +208,12 @@ impl Engine {
                 )
             },
             Engine::Trtllm => gpu_container(8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"]),
+            // /health is 503 with {"error":{"code":503,"message":"Loading model",…}} while
+            // the model loads, then 200 {"status":"ok"}.
             Engine::LlamaServer => Profile {
                 health_path: "/health",
                 health_timeout_secs: 300,
+                liveness_path: None,
                 container_port: 8080,
                 port_flag: Flag::Named("--port"),
                 host_flag: Flag::Named("--host"),
@@ -190,6 +227,7 @@ impl Engine {
             Engine::Openai => Profile {
                 health_path: "/v1/models",
                 health_timeout_secs: 600,
+                liveness_path: None,
                 container_port: 8000,
                 port_flag: Flag::Omitted,
                 host_flag: Flag::Omitted,
@@ -203,6 +241,7 @@ impl Engine {
             Engine::Sim => Profile {
                 health_path: "/health",
                 health_timeout_secs: 60,
+                liveness_path: None,
                 container_port: 8000,
                 port_flag: Flag::Named("--port"),
                 host_flag: Flag::Named("--host"),
@@ -257,5 +296,18 @@ mod tests {
         for engine in Engine::ALL {
             assert!(!engine.profile().runtimes.is_empty(), "{engine}");
         }
+    }
+
+    #[test]
+    fn the_default_completion_timeout_leaves_room_in_a_short_health_timeout() {
+        let p = Engine::Vllm.profile();
+        assert_eq!(
+            p.completion_timeout(Duration::from_secs(600)),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            p.completion_timeout(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
     }
 }

@@ -539,6 +539,29 @@ fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
             );
         }
     }
+    if let Some(within) = r.health.completion_timeout {
+        let timeout = r.health.timeout.map_or(
+            std::time::Duration::from_secs(profile.health_timeout_secs),
+            |t| t.0,
+        );
+        if within.0.is_zero() {
+            bad(
+                "health.completion_timeout",
+                "0s leaves the check completion no time to answer".into(),
+                "give it the seconds a one-token answer may take once loaded, e.g. 20s",
+            );
+        } else if within.0 >= timeout {
+            bad(
+                "health.completion_timeout",
+                format!(
+                    "{within} is not shorter than health.timeout ({})",
+                    crate::units::format_duration(timeout)
+                ),
+                "the completion runs inside health.timeout; make it shorter (left out, it is \
+                 20s, at most half of health.timeout) or raise health.timeout",
+            );
+        }
+    }
     if let Some(bench) = &r.bench {
         for (gate, rule) in &bench.gates {
             let key = format!("bench.gates.{gate}");

@@ -267,6 +267,10 @@ pub struct Health {
     /// How long loading may take before the start counts as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
+    /// How long the one-token chat completion may take once health says ok; no answer by
+    /// then means generation is wedged and the start fails. Shorter than `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -19,6 +19,8 @@ pub struct Resolved {
     pub host: String,
     pub health_path: String,
     pub health_timeout: HumanDuration,
+    /// How long readiness's one-token completion may take once health says ok.
+    pub completion_timeout: HumanDuration,
     pub memory_gb: Option<f64>,
     pub launch: Launch,
 }
@@ -188,6 +190,11 @@ impl Recipe {
                 .clone()
                 .unwrap_or_else(|| profile.health_path.to_string()),
             health_timeout: HumanDuration(timeout),
+            completion_timeout: HumanDuration(
+                self.health
+                    .completion_timeout
+                    .map_or_else(|| profile.completion_timeout(timeout), |d| d.0),
+            ),
             memory_gb: server.memory_gb,
             launch,
         }
@@ -289,9 +296,14 @@ impl Recipe {
         r.health
             .path
             .get_or_insert_with(|| profile.health_path.to_string());
-        r.health.timeout.get_or_insert(crate::units::HumanDuration(
+        let timeout = *r.health.timeout.get_or_insert(crate::units::HumanDuration(
             std::time::Duration::from_secs(profile.health_timeout_secs),
         ));
+        r.health
+            .completion_timeout
+            .get_or_insert(crate::units::HumanDuration(
+                profile.completion_timeout(timeout.0),
+            ));
         if runtime == Runtime::Docker {
             r.server
                 .container_port

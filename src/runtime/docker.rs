@@ -439,6 +439,7 @@ impl Supervisor for DockerRuntime {
                 log_file: None,
             },
             events: rx,
+            completion_timeout: resolved.completion_timeout.0,
         })
     }
 

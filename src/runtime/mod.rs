@@ -156,6 +156,8 @@ pub enum Event {
 pub struct Started {
     pub deployment: Deployment,
     pub events: mpsc::Receiver<Event>,
+    /// How long readiness's one-token completion may take (`health.completion_timeout`).
+    pub completion_timeout: Duration,
 }
 
 /// The interface both runtimes implement.

@@ -197,6 +197,7 @@ impl Supervisor for ProcessRuntime {
         Ok(Started {
             deployment,
             events: rx,
+            completion_timeout: resolved.completion_timeout.0,
         })
     }
 

@@ -1,6 +1,20 @@
 //! Waiting for a server to serve: its health endpoint says ready AND a one-token chat
-//! completion succeeds. Meanwhile its output and its exit are watched, so a crash, an
-//! OOM kill or a known fatal log line is explained the moment it happens, not at timeout.
+//! completion answers within `health.completion_timeout`. Meanwhile its output and its exit
+//! are watched, so a crash, an OOM kill or a known fatal log line is explained the moment it
+//! happens, not at timeout.
+//!
+//! How real engines behave while they load, and what that means here:
+//! - vLLM binds its API port only once the engine is up: until then connections are
+//!   refused. Refused before the first answer is "still starting", never a fault; refused
+//!   after it answered is a server that closed its port.
+//! - llama-server answers `/health` with 503 and a JSON body
+//!   (`{"error":{"code":503,"message":"Loading model",…}}`) while loading: its own words
+//!   are shown while waiting and in the timeout explanation.
+//! - SGLang answers 503 while starting; afterwards its `/health` (by default) and its
+//!   `/health_generate` (always) run a one-token generation with a 20 s limit of their own.
+//! - Any engine can answer health 200 while generation is wedged (requests hang for good):
+//!   the completion has its own, shorter, timeout, and a completion that does not answer
+//!   within it fails the start at once as wedged instead of waiting out `health.timeout`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -9,12 +23,16 @@ use tokio::sync::mpsc;
 
 use super::{Event, Exit, Started};
 use crate::engine::Engine;
+use crate::units::format_duration;
 
 /// Between two health probes: small at first, so a quick start is noticed within a few ms;
 /// wider after `FAST_FOR`, so a model loading for minutes is not asked 200 times a second.
 const PROBE_FAST: Duration = Duration::from_millis(5);
 const PROBE_SLOW: Duration = Duration::from_millis(25);
 const FAST_FOR: Duration = Duration::from_secs(10);
+/// One health request (and the `/v1/models` listing) may take this long. SGLang's `/health`
+/// runs a generation and polls for it once a second, so a healthy one takes over 1 s.
+pub const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A server that answered and then refuses this long has closed its port.
 const CLOSED_AFTER: Duration = Duration::from_millis(500);
 /// How long after a fatal line an exit still counts as its consequence.
@@ -22,17 +40,66 @@ const FATAL_GRACE: Duration = Duration::from_millis(700);
 /// Lines kept to explain a failure.
 const KEEP_LINES: usize = 12;
 
-/// What the health endpoint said last.
+/// `status` asks every running deployment at once and must stay quick: health gets this
+/// long, then the generation check (a one-token completion, or the engine's own generating
+/// health endpoint) gets `STATUS_GENERATION_TIMEOUT`. A warm server on a Spark answers a
+/// one-token completion in about 0.1 s (the seeds' TTFT), so 3 s is 30 times that; a busy
+/// one may be slower, which the status text says ("busy or wedged").
+pub const STATUS_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub const STATUS_GENERATION_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What checks generation, after health said ok.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenerationCheck {
+    /// sparkctl's one-token chat completion against the first listed model.
+    Completion,
+    /// The engine's own endpoint that runs a generation (SGLang's `/health_generate`).
+    Endpoint(&'static str),
+}
+
+impl std::fmt::Display for GenerationCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GenerationCheck::Completion => f.write_str("completion"),
+            GenerationCheck::Endpoint(path) => f.write_str(path),
+        }
+    }
+}
+
+/// What the server said last (health endpoint, then the generation check).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Health {
-    /// Nothing answered yet.
+    /// Nothing asked yet.
     Waiting,
-    /// Connection refused or reset: nothing listens (yet).
+    /// Connection refused or reset: nothing listens (yet). vLLM refuses until its API
+    /// server is up.
     Refused,
-    /// It answered with this status (503 while loading).
-    Loading(u16),
-    /// Health is fine but the one-token completion is not (yet).
-    CompletionFailing(String),
+    /// The port accepted the connection but the health endpoint gave no answer in time.
+    Silent {
+        within: Duration,
+    },
+    /// The health endpoint answered this non-2xx status, with the server's own message when
+    /// its body had one (llama-server: 503 "Loading model").
+    Loading {
+        code: u16,
+        message: Option<String>,
+    },
+    /// Health is ok; the generation check was sent and has not answered yet.
+    GenerationPending {
+        check: GenerationCheck,
+        within: Duration,
+    },
+    /// Health is ok but the generation check answered with an error.
+    GenerationFailing {
+        check: GenerationCheck,
+        why: String,
+    },
+    /// Health is ok but the generation check did not answer within `within`: generation is
+    /// wedged (or, for `status`, too busy to answer in time).
+    GenerationSilent {
+        check: GenerationCheck,
+        within: Duration,
+    },
     Ready,
 }
 
@@ -40,9 +107,33 @@ impl std::fmt::Display for Health {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Health::Waiting => f.write_str("starting"),
-            Health::Refused => f.write_str("port not answering"),
-            Health::Loading(code) => write!(f, "loading (health {code})"),
-            Health::CompletionFailing(why) => write!(f, "health ok, completion failing: {why}"),
+            Health::Refused => f.write_str("port not open yet (connection refused)"),
+            Health::Silent { within } => write!(
+                f,
+                "port open, health not answering within {}",
+                format_duration(*within)
+            ),
+            Health::Loading {
+                code,
+                message: Some(m),
+            } => write!(f, "loading (health {code}: {m})"),
+            Health::Loading {
+                code,
+                message: None,
+            } => write!(f, "loading (health {code})"),
+            Health::GenerationPending { check, within } => write!(
+                f,
+                "health ok, waiting for a one-token {check} (up to {})",
+                format_duration(*within)
+            ),
+            Health::GenerationFailing { check, why } => {
+                write!(f, "health ok, {check} failing: {why}")
+            }
+            Health::GenerationSilent { check, within } => write!(
+                f,
+                "health ok, {check} not answering within {}",
+                format_duration(*within)
+            ),
             Health::Ready => f.write_str("ready"),
         }
     }
@@ -82,6 +173,13 @@ pub enum Fault {
     /// It answered, then stopped answering while still alive.
     PortClosed {
         after: Duration,
+        url: String,
+        last_lines: Vec<String>,
+    },
+    /// Health said ok, but a one-token completion got no answer within `within`.
+    Wedged {
+        after: Duration,
+        within: Duration,
         url: String,
         last_lines: Vec<String>,
     },
@@ -136,6 +234,22 @@ impl Fault {
                     after.as_secs_f64()
                 ) + &tail(last_lines)
             }
+            Fault::Wedged {
+                after,
+                within,
+                url,
+                last_lines,
+            } => {
+                format!(
+                "{name} is not ready ({:.1} s in): its health endpoint on {url} says ok, but a \
+                 one-token chat completion got no answer within {}: generation is wedged \
+                 (health ok, requests hang)\n  help: the output below and `sparkctl logs {name}` \
+                 say why; if its first completion is legitimately slow, raise \
+                 health.completion_timeout",
+                after.as_secs_f64(),
+                format_duration(*within)
+            ) + &tail(last_lines)
+            }
             Fault::Timeout {
                 after,
                 health,
@@ -147,13 +261,33 @@ impl Fault {
                         "nothing answered on {url}: check the server's port flags \
                          (container_port for a container)"
                     ),
-                    Health::Loading(code) => format!(
-                        "its health endpoint still answers {code}; if the model needs longer, \
-                         raise health.timeout"
+                    Health::Silent { within } => format!(
+                        "{url} accepts connections but its health endpoint gives no answer \
+                         within {} (an engine whose health check runs a generation, like \
+                         SGLang's /health, hangs there when generation is wedged)",
+                        format_duration(*within)
                     ),
-                    Health::CompletionFailing(why) => {
-                        format!("health is ready but a one-token chat completion fails: {why}")
+                    Health::Loading { code, message } => format!(
+                        "its health endpoint still answers {code}{}; if the model needs longer, \
+                         raise health.timeout",
+                        message
+                            .as_ref()
+                            .map(|m| format!(" \"{m}\""))
+                            .unwrap_or_default()
+                    ),
+                    Health::GenerationPending { check, .. } => format!(
+                        "health is ok but the one-token {check} sent last has not answered yet: \
+                         generation is wedged or still warming up; raise health.timeout or \
+                         health.completion_timeout if it only needs longer"
+                    ),
+                    Health::GenerationFailing { check, why } => {
+                        format!("health is ready but a one-token {check} fails: {why}")
                     }
+                    Health::GenerationSilent { check, within } => format!(
+                        "health is ok but a one-token {check} gives no answer within {}: \
+                         generation is wedged",
+                        format_duration(*within)
+                    ),
                     Health::Ready => "ready too late".to_string(),
                 };
                 format!(
@@ -165,43 +299,123 @@ impl Fault {
     }
 }
 
+/// What the prober tells the waiter.
+enum Report {
+    /// A new state to show.
+    Now(Health),
+    /// Ready; the model id the completion answered with.
+    Ready(String),
+    /// Health ok, but the completion did not answer within the limit.
+    Wedged(Duration),
+}
+
+/// How the server answered a health request.
+async fn ask_health(client: &reqwest::Client, url: &str, within: Duration) -> Health {
+    match client.get(url).timeout(within).send().await {
+        Ok(r) if r.status().is_success() => Health::Ready,
+        Ok(r) => {
+            let code = r.status().as_u16();
+            // The body says why (llama-server: "Loading model"); a body that never ends
+            // does not hold the probe up past its limit.
+            let message = r.text().await.ok().and_then(|body| server_message(&body));
+            Health::Loading { code, message }
+        }
+        // Connected but no answer in time: the port is open, the server is stuck or slow.
+        Err(e) if e.is_timeout() && !e.is_connect() => Health::Silent { within },
+        Err(_) => Health::Refused,
+    }
+}
+
+/// The server's own words in an error body: OpenAI-style `error.message` (llama-server,
+/// vLLM), FastAPI's `detail`, a `message` or `status` field, else the first line of text.
+pub fn server_message(body: &str) -> Option<String> {
+    const MAX: usize = 160;
+    let text = match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(v) => ["/error/message", "/error", "/detail", "/message", "/status"]
+            .iter()
+            .find_map(|p| v.pointer(p).and_then(|m| m.as_str()).map(str::to_string))?,
+        Err(_) => body
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())?
+            .to_string(),
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    Some(if text.chars().count() > MAX {
+        format!("{}…", text.chars().take(MAX).collect::<String>())
+    } else {
+        text.to_string()
+    })
+}
+
 /// Probes health, then the completion, and reports each change of state.
-async fn probe(url: String, health_path: String, tx: mpsc::Sender<(Health, Option<String>)>) {
+async fn probe(
+    url: String,
+    health_path: String,
+    completion_timeout: Duration,
+    tx: mpsc::Sender<Report>,
+) {
     let client = match reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(30))
         .connect_timeout(Duration::from_secs(2))
         .build()
     {
         Ok(c) => c,
         Err(e) => {
             let _ = tx
-                .send((Health::CompletionFailing(e.to_string()), None))
+                .send(Report::Now(Health::GenerationFailing {
+                    check: GenerationCheck::Completion,
+                    why: format!("HTTP client: {e}"),
+                }))
                 .await;
             return;
         }
     };
+    let check = GenerationCheck::Completion;
     let mut last = Health::Waiting;
     let began = Instant::now();
     loop {
-        let health = match client
-            .get(format!("{url}{health_path}"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
+        let health = match ask_health(
+            &client,
+            &format!("{url}{health_path}"),
+            HEALTH_PROBE_TIMEOUT,
+        )
+        .await
         {
-            Ok(r) if r.status().is_success() => match completion(&client, &url).await {
-                Ok(model) => {
-                    let _ = tx.send((Health::Ready, Some(model))).await;
-                    return;
+            Health::Ready => {
+                // Shown while the completion runs, so a slow one is visible as such; not
+                // again between retries of a failing one (the display would flicker).
+                if !matches!(last, Health::GenerationFailing { .. }) {
+                    let pending = Health::GenerationPending {
+                        check,
+                        within: completion_timeout,
+                    };
+                    if pending != last {
+                        if tx.send(Report::Now(pending.clone())).await.is_err() {
+                            return;
+                        }
+                        last = pending;
+                    }
                 }
-                Err(why) => Health::CompletionFailing(why),
-            },
-            Ok(r) => Health::Loading(r.status().as_u16()),
-            Err(_) => Health::Refused,
+                match completion(&client, &url, HEALTH_PROBE_TIMEOUT, completion_timeout).await {
+                    Ok(model) => {
+                        let _ = tx.send(Report::Ready(model)).await;
+                        return;
+                    }
+                    Err(Generation::Silent) => {
+                        let _ = tx.send(Report::Wedged(completion_timeout)).await;
+                        return;
+                    }
+                    Err(Generation::Failed(why)) => Health::GenerationFailing { check, why },
+                }
+            }
+            other => other,
         };
         if health != last {
-            if tx.send((health.clone(), None)).await.is_err() {
+            if tx.send(Report::Now(health.clone())).await.is_err() {
                 return;
             }
             last = health;
@@ -215,38 +429,113 @@ async fn probe(url: String, health_path: String, tx: mpsc::Sender<(Health, Optio
     }
 }
 
-/// What a deployment's health endpoint says now (or how it ended), for `status`.
-pub async fn health_now(client: &reqwest::Client, d: &super::Deployment) -> String {
-    if let super::RunState::Exited { exit } = &d.state {
-        return exit
-            .as_ref()
-            .map_or_else(|| "exited".into(), ToString::to_string);
-    }
-    match client
-        .get(format!("{}{}", d.url(), d.health_path))
-        .send()
-        .await
-    {
-        Ok(r) if r.status().is_success() => "ready".into(),
-        Ok(r) => format!("loading ({})", r.status().as_u16()),
-        Err(_) => "not answering".into(),
+/// What a deployment's health says now (or how it ended), for `status`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Liveness {
+    Exited(Option<Exit>),
+    Running(Health),
+}
+
+impl std::fmt::Display for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Liveness::Exited(Some(exit)) => exit.fmt(f),
+            Liveness::Exited(None) => f.write_str("exited"),
+            // For a server that served, a refused connection is not "yet".
+            Liveness::Running(Health::Refused) => f.write_str("not answering (connection refused)"),
+            Liveness::Running(h @ Health::GenerationSilent { .. }) => {
+                write!(f, "{h} (busy or wedged)")
+            }
+            Liveness::Running(h) => h.fmt(f),
+        }
     }
 }
 
-/// A one-token chat completion against the first model the server lists.
-async fn completion(client: &reqwest::Client, url: &str) -> Result<String, String> {
+/// What a deployment's health endpoint says now and whether it generates, for `status`.
+///
+/// "ready" needs health 2xx AND a generation answered within
+/// `STATUS_GENERATION_TIMEOUT`: a server whose health is fine while requests hang is
+/// exactly what users report on Spark tooling. The generation check is the engine's own
+/// generating health endpoint when it has one (SGLang's `/health_generate`: it adds no
+/// request to a busy server, and it generates even where `/health` was set not to), else
+/// a one-token chat completion. Bounded: at most `STATUS_HEALTH_TIMEOUT` for health and for
+/// the model listing each, plus `STATUS_GENERATION_TIMEOUT`, per deployment; `status` asks
+/// them all at once.
+pub async fn health_now(client: &reqwest::Client, d: &super::Deployment) -> Liveness {
+    if let super::RunState::Exited { exit } = &d.state {
+        return Liveness::Exited(exit.clone());
+    }
+    let url = d.url();
+    let health = ask_health(
+        client,
+        &format!("{url}{}", d.health_path),
+        STATUS_HEALTH_TIMEOUT,
+    )
+    .await;
+    if health != Health::Ready {
+        return Liveness::Running(health);
+    }
+    let within = STATUS_GENERATION_TIMEOUT;
+    if let Some(path) = d.engine.profile().liveness_path {
+        let check = GenerationCheck::Endpoint(path);
+        match ask_health(client, &format!("{url}{path}"), within).await {
+            Health::Ready => return Liveness::Running(Health::Ready),
+            // An older or custom build without the endpoint: use the completion instead.
+            Health::Loading { code: 404, .. } => {}
+            Health::Silent { .. } => {
+                return Liveness::Running(Health::GenerationSilent { check, within })
+            }
+            Health::Loading { code, message } => {
+                let why = match message {
+                    Some(m) => format!("{code} {m}"),
+                    None => code.to_string(),
+                };
+                return Liveness::Running(Health::GenerationFailing { check, why });
+            }
+            other => return Liveness::Running(other),
+        }
+    }
+    let check = GenerationCheck::Completion;
+    Liveness::Running(
+        match completion(client, &url, STATUS_HEALTH_TIMEOUT, within).await {
+            Ok(_) => Health::Ready,
+            Err(Generation::Silent) => Health::GenerationSilent { check, within },
+            Err(Generation::Failed(why)) => Health::GenerationFailing { check, why },
+        },
+    )
+}
+
+/// Why the one-token completion did not succeed.
+enum Generation {
+    /// No answer within the limit (generation wedged, or busy).
+    Silent,
+    /// It answered, with an error.
+    Failed(String),
+}
+
+/// A one-token chat completion against the first model the server lists (the listing may
+/// take `list_within`); `within` bounds the completion from send to the last byte of its
+/// answer.
+async fn completion(
+    client: &reqwest::Client,
+    url: &str,
+    list_within: Duration,
+    within: Duration,
+) -> Result<String, Generation> {
+    let failed = |what: &str, e: reqwest::Error| Generation::Failed(format!("{what}: {e}"));
     let models: serde_json::Value = client
         .get(format!("{url}/v1/models"))
+        .timeout(list_within)
         .send()
         .await
-        .map_err(|e| format!("GET /v1/models: {e}"))?
+        .map_err(|e| failed("GET /v1/models", e))?
         .json()
         .await
-        .map_err(|e| format!("GET /v1/models: {e}"))?;
+        .map_err(|e| failed("GET /v1/models", e))?;
     let model = models
         .pointer("/data/0/id")
         .and_then(|v| v.as_str())
-        .ok_or("GET /v1/models lists no model")?
+        .ok_or_else(|| Generation::Failed("GET /v1/models lists no model".into()))?
         .to_string();
     let body = serde_json::json!({
         "model": model,
@@ -254,26 +543,44 @@ async fn completion(client: &reqwest::Client, url: &str) -> Result<String, Strin
         "max_tokens": 1,
         "stream": false,
     });
+    let silent_or = |e: reqwest::Error, what: String| {
+        if e.is_timeout() {
+            Generation::Silent
+        } else {
+            Generation::Failed(format!("{what}: {e}"))
+        }
+    };
     let resp = client
         .post(format!("{url}/v1/chat/completions"))
+        .timeout(within)
         .json(&body)
         .send()
         .await
-        .map_err(|e| format!("POST /v1/chat/completions: {e}"))?;
+        .map_err(|e| silent_or(e, "POST /v1/chat/completions".into()))?;
     let status = resp.status();
-    let answer: serde_json::Value = resp
-        .json()
-        .await
-        .map_err(|e| format!("POST /v1/chat/completions answered {status}: {e}"))?;
+    let text = resp.text().await.map_err(|e| {
+        silent_or(
+            e,
+            format!("POST /v1/chat/completions answered {status}, then"),
+        )
+    })?;
+    let answer: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Generation::Failed(format!(
+            "POST /v1/chat/completions answered {status} with no JSON ({e})"
+        ))
+    })?;
     if !status.is_success() || answer.pointer("/choices/0").is_none() {
-        return Err(format!(
-            "POST /v1/chat/completions answered {status}: {answer}"
-        ));
+        let said = server_message(&text).unwrap_or_else(|| answer.to_string());
+        return Err(Generation::Failed(format!(
+            "POST /v1/chat/completions answered {status}: {said}"
+        )));
     }
     Ok(model)
 }
 
 /// Waits until `started` serves, fails, or `timeout` passes. `progress` sees every change.
+/// The one-token completion may take `started.completion_timeout`; if it does not answer
+/// by then the server is wedged and this fails at once (see the module comment).
 pub async fn wait_ready(
     started: &mut Started,
     engine: Engine,
@@ -285,7 +592,12 @@ pub async fn wait_ready(
     let url = started.deployment.url();
     let health_path = started.deployment.health_path.clone();
     let (probe_tx, mut probes) = mpsc::channel(16);
-    let prober = tokio::spawn(probe(url.clone(), health_path, probe_tx));
+    let prober = tokio::spawn(probe(
+        url.clone(),
+        health_path,
+        started.completion_timeout,
+        probe_tx,
+    ));
     let _stop_prober = AbortOnDrop(prober);
 
     let mut health = Health::Waiting;
@@ -329,19 +641,24 @@ pub async fn wait_ready(
                 None => events_open = false,
             },
             report = probes.recv() => match report {
-                Some((Health::Ready, model)) => {
+                Some(Report::Ready(model)) => {
                     return Ok(Ready {
                         after: began.elapsed(),
                         noticed_at: crate::units::unix_now(),
-                        model: model.unwrap_or_default(),
+                        model,
                     });
                 }
-                Some((h, _)) => {
+                Some(Report::Wedged(within)) => {
+                    return Err(Fault::Wedged { after: began.elapsed(), within, url, last_lines: lines.into() });
+                }
+                Some(Report::Now(h)) => {
+                    // Refused before any answer is a server still starting (vLLM binds its
+                    // port late); refused after one is a port being closed.
                     refused_since = match h {
                         Health::Refused if answered => Some(tokio::time::Instant::now()),
                         _ => None,
                     };
-                    answered |= matches!(h, Health::Loading(_) | Health::CompletionFailing(_));
+                    answered |= !matches!(h, Health::Waiting | Health::Refused);
                     health = h;
                 }
                 None => {}
@@ -391,5 +708,35 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_say_why_in_their_own_words() {
+        // llama-server while loading
+        let llama =
+            r#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#;
+        assert_eq!(server_message(llama).as_deref(), Some("Loading model"));
+        // FastAPI (SGLang, vLLM routes), plain text, a status field, nothing
+        assert_eq!(
+            server_message(r#"{"detail":"Not Found"}"#).as_deref(),
+            Some("Not Found")
+        );
+        assert_eq!(
+            server_message("\n  upstream not ready\nmore").as_deref(),
+            Some("upstream not ready")
+        );
+        assert_eq!(
+            server_message(r#"{"status":"loading"}"#).as_deref(),
+            Some("loading")
+        );
+        assert_eq!(server_message(""), None);
+        assert_eq!(server_message(r#"{"code":503}"#), None);
+        let long = "x".repeat(500);
+        assert_eq!(server_message(&long).unwrap().chars().count(), 161);
     }
 }
