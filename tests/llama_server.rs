@@ -1,0 +1,198 @@
+//! Against a real llama.cpp `llama-server` (built from source by `.ci/test`, CPU only,
+//! serving a random-weight GGUF): `start`, `bench`, `up` and `rollback --to` with
+//! `engine: llama-server, runtime: process`. What the simulator never shows happens here:
+//! connections closed after each stream, prompt caching, several tokens per chunk.
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use support::{free_port, http_status, text, Deck};
+
+/// The server binary and model `.ci/test` built and cached. No skipping: without them
+/// the test fails and says how to get them.
+fn llama() -> (PathBuf, PathBuf) {
+    let get = |var: &str| {
+        let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+            panic!("{var} is not set: run the suite with `bash .ci/test`, which builds llama-server and writes the test model")
+        });
+        assert!(path.is_file(), "{var}={} does not exist", path.display());
+        path
+    };
+    (
+        get("SPARKCTL_TEST_LLAMA_SERVER"),
+        get("SPARKCTL_TEST_GGUF"),
+    )
+}
+
+/// A cold question, a warm-prefix one under a long shared system prompt, a 2-turn chat.
+/// Random weights answer gibberish, so no answer check applies; the gates are speed ones.
+const SUITE: &str = "name: llama\nwarmup: 1\nruns: 5\nsystem: You are a helpful assistant. Answer in one short sentence.\ncases:\n  - name: cold_question\n    cache: cold\n    turns: [\"Tell me a short story about the fast model server.\"]\n    max_tokens: 48\n    checks: [non_empty]\n  - name: warm_question\n    system_tokens: 600\n    turns: [\"What is the speed of the test server?\"]\n    max_tokens: 48\n    checks: [non_empty]\n  - name: chat\n    turns: [\"hello there\", \"tell me more about that\"]\n    max_tokens: 32\n    checks: [non_empty]\n";
+
+/// A deck with the suite and a llama-server recipe `tiny` on its own port.
+fn deck(tag: &str) -> (Deck, u16) {
+    let (binary, model) = llama();
+    let deck = Deck::new(tag);
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/llama.yaml"), SUITE).unwrap();
+    let port = free_port();
+    let bytes = std::fs::metadata(&model).unwrap().len();
+    deck.recipe(
+        "tiny",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: tiny\n  weights: \"{bytes}\"\nserver:\n  port: {port}\n  args: [-t, \"2\", -c, \"4096\", -np, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: llama\n  gates:\n    non_empty: \">= 0%\"\n    decode_tps_p50: \">= 1\"\n",
+            binary.display(),
+            model.display()
+        ),
+    );
+    (deck, port)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn measured(r: &Value) -> Vec<&Value> {
+    r["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["warmup"] == false)
+        .collect()
+}
+
+#[test]
+fn the_benchmark_holds_against_a_real_llama_server() {
+    let (deck, port) = deck("llama-bench");
+    let out = deck.ok(&["start", "tiny"]);
+    assert!(out.contains("ready"), "{out}");
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{port}"), "/health"),
+        Some(200)
+    );
+    for round in 1..=3 {
+        let file = deck.dir.join(format!("r{round}.json"));
+        let out = deck.run(&["bench", "tiny", "--out", file.to_str().unwrap()]);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(out.status.code(), Some(0), "round {round}: {all}");
+        assert_eq!(r["verdict"], "pass", "{all}");
+        let samples = r["samples"].as_array().unwrap();
+        let failed: Vec<&Value> = samples.iter().filter(|s| s["ok"] != true).collect();
+        assert!(failed.is_empty(), "round {round}: failed requests {failed:?}");
+        assert_eq!(r["target"]["server"], "llama-server");
+        assert!(r["target"]["server_version"].is_string(), "{}", r["target"]);
+
+        // The client's decode speed and the server's own agree, per sample.
+        let off: Vec<f64> = measured(&r)
+            .iter()
+            .filter_map(|s| {
+                let client = s["decode_tps"].as_f64()?;
+                let server = s["server_timings"]["predicted_per_second"].as_f64()?;
+                Some((client - server).abs() / server * 100.0)
+            })
+            .collect();
+        assert!(off.len() >= 15, "{} samples with both figures", off.len());
+        let med = median(off);
+        assert!(med <= 3.0, "round {round}: client vs server decode differ by {med:.2}% median");
+
+        for s in measured(&r) {
+            // Tokens per chunk come from the server's running count.
+            assert_eq!(s["chunk_tokens"], "exact", "{s}");
+            let tokens: f64 = s["chunk_token_counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_f64().unwrap())
+                .sum();
+            assert!(tokens <= s["completion_tokens"].as_f64().unwrap());
+            match s["case"].as_str().unwrap() {
+                // Cold: nothing cached, and the client cannot see a first token before
+                // the server has processed the prompt.
+                "cold_question" => {
+                    assert_eq!(s["cached_tokens"], 0, "{s}");
+                    let ttft = s["ttft_ms"].as_f64().unwrap();
+                    let prompt_ms = s["server_timings"]["prompt_ms"].as_f64().unwrap();
+                    assert!(ttft >= prompt_ms, "TTFT {ttft} < prompt_ms {prompt_ms}");
+                }
+                // Warm prefix: the long system prompt comes from the cache, the new user
+                // turn does not.
+                "warm_question" => {
+                    let cached = s["cached_tokens"].as_u64().unwrap();
+                    let prompt = s["prompt_tokens"].as_u64().unwrap();
+                    assert!(cached > 300 && prompt - cached > 4, "{cached} of {prompt}");
+                }
+                _ => {}
+            }
+        }
+        let text_out = text(&out.stdout);
+        assert!(
+            text_out.contains("TTFT - SERVER PROMPT") && text_out.contains("CLIENT vs SERVER"),
+            "{text_out}"
+        );
+    }
+    deck.ok(&["down", "tiny"]);
+}
+
+#[test]
+fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
+    let (deck, _) = deck("llama-up");
+    let prod_port = free_port();
+    deck.recipe(
+        "prod",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"50\", --tokens, \"16\"]\n  memory_gb: 2\nbench:\n  suite: llama\n"
+        ),
+    );
+    let run = |args: &[&str]| {
+        let out = deck
+            .cmd(args)
+            .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {all}");
+        all
+    };
+    let serving = || {
+        assert_eq!(
+            http_status(&format!("http://127.0.0.1:{prod_port}"), "/health"),
+            Some(200),
+            "the production port answers"
+        );
+        let v: Value = serde_json::from_str(&run(&["--json", "status"])).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["state"] == "running" && d["port"] == prod_port)
+            .map(|d| d["name"].as_str().unwrap().to_string())
+    };
+    run(&["rollback", "--to", "prod"]);
+    assert_eq!(serving().as_deref(), Some("prod"));
+
+    let out = run(&["up", "tiny", "--yes"]);
+    assert!(out.contains("promoted"), "{out}");
+    assert_eq!(serving().as_deref(), Some("tiny"));
+
+    run(&["rollback"]);
+    assert_eq!(serving().as_deref(), Some("prod"));
+
+    run(&["rollback", "--to", "tiny"]);
+    assert_eq!(serving().as_deref(), Some("tiny"));
+    let history: Value = serde_json::from_str(&run(&["--json", "history"])).unwrap();
+    let outcomes: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["rolled-back", "rolled-back", "promoted", "rolled-back"]
+    );
+    for name in ["tiny", "prod"] {
+        let _ = deck.cmd(&["down", name]).output();
+    }
+}
