@@ -17,6 +17,14 @@ fn engine_slow() -> String {
     )
 }
 
+/// The Docker Engine named by DOCKER_HOST on another machine (tcp://, ssh://): the pids it
+/// reports are that machine's, and must not be matched against this one's nvidia-smi.
+fn remote_engine() -> Option<String> {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty() && !h.starts_with("unix://"))
+}
+
 /// The deployment's processes and its resident CPU memory, as its runtime allows.
 pub(super) async fn holdings(rt: &Runtimes, d: &Deployment) -> (Processes, Figure) {
     match d.runtime {
@@ -24,10 +32,17 @@ pub(super) async fn holdings(rt: &Runtimes, d: &Deployment) -> (Processes, Figur
         Runtime::Docker => match rt.docker() {
             Ok(docker) => {
                 let client = docker.client();
-                tokio::join!(
+                let (mut processes, memory) = tokio::join!(
                     container_processes(client, &d.id),
                     container_memory(client, &d.id)
-                )
+                );
+                if let Some(host) = remote_engine() {
+                    processes = no_processes(format!(
+                        "the Docker Engine is on another machine (DOCKER_HOST={host}); its pids \
+                         are not this machine's"
+                    ));
+                }
+                (processes, memory)
             }
             Err(e) => (
                 no_processes(format!("the Docker Engine is not reachable: {e}")),

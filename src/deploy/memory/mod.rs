@@ -160,10 +160,7 @@ pub async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObs
     let gpu = gpu_figure(&processes.pids, apps);
     let mem_available = mem_available(before.meminfo, after);
     let best = best(&gpu, &resident, &mem_available);
-    let exceeds_declared = match (&best, d.memory_gb) {
-        (Some(b), Some(gb)) => Some(b.bytes as f64 > gb * GB),
-        _ => None,
-    };
+    let exceeds_declared = exceeds(best.as_ref(), d.memory_gb);
     MemoryObserved {
         declared_gb: d.memory_gb,
         processes,
@@ -173,6 +170,10 @@ pub async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObs
         best,
         exceeds_declared,
     }
+}
+
+fn exceeds(best: Option<&Best>, declared_gb: Option<f64>) -> Option<bool> {
+    Some(best?.bytes as f64 > declared_gb? * GB)
 }
 
 impl MemoryObserved {
@@ -304,10 +305,7 @@ mod tests {
     }
 
     fn observed(declared_gb: Option<f64>, best: Option<Best>) -> MemoryObserved {
-        let exceeds_declared = match (&best, declared_gb) {
-            (Some(b), Some(gb)) => Some(b.bytes as f64 > gb * GB),
-            _ => None,
-        };
+        let exceeds_declared = exceeds(best.as_ref(), declared_gb);
         MemoryObserved {
             declared_gb,
             processes: measure::no_processes("test".into()),
