@@ -217,7 +217,9 @@ pub async fn start(
             model,
         })) => {
             // Measured after readiness is noticed, so the readiness figures above are unchanged.
+            let measuring = std::time::Instant::now();
             let memory_observed = memory::observe(rt, &deployment, before).await;
+            tracing::debug!("memory observed in {:?}", measuring.elapsed());
             let warnings = memory_observed.warnings(&plan.name);
             Ok(StartReport {
                 deployment,
