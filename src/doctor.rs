@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::deploy::{self, PortOwner, Settings};
+use crate::nvidia::Gpu;
 use crate::recipe::{RecipeSet, Runtime};
 use crate::runtime::Runtimes;
 use crate::state::StateDir;
@@ -98,38 +99,21 @@ pub async fn run(
         }
     }
 
-    checks.push(match crate::host::gpus() {
+    let meminfo = crate::host::meminfo();
+    let gpus = crate::nvidia::gpus().await;
+    checks.push(match &gpus {
         Ok(gpus) if !gpus.is_empty() => check(
             "gpu",
             Verdict::Ok,
-            gpus.iter()
-                .map(|g| {
-                    format!(
-                        "{}, {}, compute capability {}",
-                        g.name, g.memory, g.compute_capability
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
+            gpu_detail(gpus, meminfo.map(|m| m.total)),
         ),
         Ok(_) => check("gpu", Verdict::Warn, "nvidia-smi lists no GPU"),
-        Err(e) => check("gpu", Verdict::Warn, e),
+        Err(e) => check("gpu", Verdict::Warn, e.to_string()),
     });
-
-    let total = crate::host::mem_total_bytes().unwrap_or(0) as f64 / 1e9;
-    let source = match std::env::var("SPARKCTL_MEMORY_GB") {
-        Ok(v) if !v.is_empty() => format!("pool set by SPARKCTL_MEMORY_GB={v}"),
-        _ => "pool = installed memory".to_string(),
-    };
-    checks.push(check(
-        "memory",
-        Verdict::Ok,
-        format!(
-            "{total:.1} GB installed; servers may use {:.1} GB together ({source}, minus \
-             SPARKCTL_MEMORY_RESERVE_GB, default 8)",
-            settings.memory_budget_gb
-        ),
-    ));
+    let unified = gpus
+        .as_ref()
+        .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
+    checks.push(memory_check(meminfo, unified, settings));
 
     let known = rt.list().await.map(|(d, _)| d).unwrap_or_default();
     let mut ports: Vec<(u16, Vec<&str>)> = Vec::new();
@@ -166,4 +150,126 @@ pub async fn run(
         Err(e) => check("state dir", Verdict::Fail, e.to_string()),
     });
     checks
+}
+
+/// One GPU per clause. A GPU without memory of its own (nvidia-smi's `[N/A]`: a GB10) is
+/// said to share the system's, with the size /proc/meminfo gives, never "[N/A]" as a size.
+fn gpu_detail(gpus: &[Gpu], mem_total: Option<u64>) -> String {
+    gpus.iter()
+        .map(|g| {
+            let memory = match (g.memory_total_bytes, mem_total) {
+                (Some(own), _) => format!("{} MiB of its own", own >> 20),
+                (None, Some(total)) => format!(
+                    "shares the system's {:.1} GB (unified memory: nvidia-smi reports [N/A], \
+                     /proc/meminfo counts it)",
+                    total as f64 / 1e9
+                ),
+                (None, None) => "shares the system's memory (unified memory: nvidia-smi \
+                                 reports [N/A])"
+                    .to_string(),
+            };
+            format!(
+                "{}, compute capability {}, {memory}",
+                g.name, g.compute_capability
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn memory_check(
+    meminfo: Option<crate::host::MemInfo>,
+    unified: bool,
+    settings: &Settings,
+) -> Check {
+    let Some(m) = meminfo else {
+        return check(
+            "memory",
+            Verdict::Warn,
+            "/proc/meminfo gives no MemTotal/MemAvailable; set SPARKCTL_MEMORY_GB to the \
+             machine's memory",
+        );
+    };
+    let source = match std::env::var("SPARKCTL_MEMORY_GB") {
+        Ok(v) if !v.is_empty() => format!("pool set by SPARKCTL_MEMORY_GB={v}"),
+        _ => "pool = installed memory".to_string(),
+    };
+    let shared = if unified {
+        ", shared by CPU and GPU"
+    } else {
+        ""
+    };
+    check(
+        "memory",
+        Verdict::Ok,
+        format!(
+            "{:.1} GB installed{shared}, {:.1} GB available now; servers may use {:.1} GB \
+             together ({source}, minus SPARKCTL_MEMORY_RESERVE_GB, default 8)",
+            m.total as f64 / 1e9,
+            m.available as f64 / 1e9,
+            settings.memory_budget_gb
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(name: &str, memory: Option<u64>, cap: &str) -> Gpu {
+        Gpu {
+            name: name.into(),
+            memory_total_bytes: memory,
+            compute_capability: cap.into(),
+        }
+    }
+
+    #[test]
+    fn a_gb10_is_said_to_share_system_memory_with_the_meminfo_size() {
+        let spark = [gpu("NVIDIA GB10", None, "12.1")];
+        let detail = gpu_detail(&spark, Some(128_526_000_000));
+        assert_eq!(
+            detail,
+            "NVIDIA GB10, compute capability 12.1, shares the system's 128.5 GB (unified \
+             memory: nvidia-smi reports [N/A], /proc/meminfo counts it)"
+        );
+        assert!(gpu_detail(&spark, None).contains("shares the system's memory"));
+    }
+
+    #[test]
+    fn a_discrete_gpu_shows_its_own_memory() {
+        let detail = gpu_detail(
+            &[gpu("NVIDIA GeForce RTX 4090", Some(24564 << 20), "8.9")],
+            None,
+        );
+        assert_eq!(
+            detail,
+            "NVIDIA GeForce RTX 4090, compute capability 8.9, 24564 MiB of its own"
+        );
+    }
+
+    #[test]
+    fn the_memory_check_says_shared_on_a_spark_and_warns_without_meminfo() {
+        let settings = Settings {
+            memory_budget_gb: 120.0,
+            production_port: 8003,
+        };
+        let m = crate::host::MemInfo {
+            total: 128_000_000_000,
+            available: 100_000_000_000,
+        };
+        let c = memory_check(Some(m), true, &settings);
+        assert_eq!(c.verdict, Verdict::Ok);
+        assert!(
+            c.detail.starts_with("128.0 GB installed, shared by CPU and GPU, 100.0 GB available now; servers may use 120.0 GB"),
+            "{}",
+            c.detail
+        );
+        assert!(!memory_check(Some(m), false, &settings)
+            .detail
+            .contains("shared"));
+        let c = memory_check(None, true, &settings);
+        assert_eq!(c.verdict, Verdict::Warn);
+        assert!(c.detail.contains("SPARKCTL_MEMORY_GB"));
+    }
 }

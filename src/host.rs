@@ -1,4 +1,5 @@
-//! Facts about this machine: memory, who listens on a port, which process a pid is, the GPU.
+//! Facts about this machine: memory, who listens on a port, which process a pid is and what
+//! it holds. (The GPU's view is `nvidia.rs`.)
 //! Linux only (read from /proc), as a DGX Spark is.
 
 use std::fs;
@@ -11,12 +12,47 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The figures of /proc/meminfo sparkctl uses, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MemInfo {
+    /// RAM the kernel manages (on a Spark: the unified memory CPU and GPU share).
+    pub total: u64,
+    /// The kernel's estimate of what can be allocated without swapping (free memory plus
+    /// reclaimable page cache). Every process on the machine moves it.
+    pub available: u64,
+}
+
+pub fn meminfo() -> Option<MemInfo> {
+    parse_meminfo(&fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+fn parse_meminfo(text: &str) -> Option<MemInfo> {
+    Some(MemInfo {
+        total: kb_field(text, "MemTotal:")?,
+        available: kb_field(text, "MemAvailable:")?,
+    })
+}
+
+/// A `Key:   123 kB` line of /proc/meminfo or /proc/PID/status, in bytes.
+fn kb_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kb: u64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// Bytes of RAM the kernel reports (on a Spark: the unified memory CPU and GPU share).
 pub fn mem_total_bytes() -> Option<u64> {
-    let text = fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    meminfo().map(|m| m.total)
+}
+
+/// Resident memory of a process (VmRSS of /proc/PID/status: anonymous, file-backed and
+/// shared pages it has mapped), in bytes. None when it is gone, unreadable, or a kernel
+/// thread (which has no VmRSS line).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    kb_field(
+        &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        "VmRSS:",
+    )
 }
 
 /// Something listening on a TCP port.
@@ -116,72 +152,81 @@ pub struct ProcessId {
     pub start_ticks: u64,
 }
 
-/// A process's state letter and start time, from /proc/PID/stat.
-fn stat(pid: u32) -> Option<(char, u64)> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// What sparkctl reads from /proc/PID/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    ppid: u32,
+    session: u32,
+    /// Clock ticks after boot.
+    start: u64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
     // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
     let rest = &text[text.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    // Field 22 overall is starttime; `rest` starts at field 3.
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
+    // `rest` starts at field 3 (state): ppid is field 4, session 6, starttime 22.
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The live processes of the session `leader` leads, and their descendants that left it
+/// (a worker that called setsid itself), leader first. A process deployment leads its own
+/// session, so this is the server with every worker it started.
+pub fn session_processes(leader: u32) -> Vec<u32> {
+    let all: Vec<(u32, Stat)> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            Some((pid, stat(pid)?))
+        })
+        .filter(|(_, s)| s.state != 'Z' && s.state != 'X')
+        .collect();
+    let mut found: Vec<u32> = Vec::new();
+    if all.iter().any(|(pid, _)| *pid == leader) {
+        found.push(leader);
+    }
+    found.extend(
+        all.iter()
+            .filter(|(pid, s)| s.session == leader && *pid != leader)
+            .map(|(pid, _)| *pid),
+    );
+    // Descendants outside the session, to a fixed point (a tree is at most as deep as it is big).
+    loop {
+        let more: Vec<u32> = all
+            .iter()
+            .filter(|(pid, s)| found.contains(&s.ppid) && !found.contains(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        if more.is_empty() {
+            return found;
+        }
+        found.extend(more);
+    }
 }
 
 impl ProcessId {
     pub fn of(pid: u32) -> Option<ProcessId> {
-        stat(pid).map(|(_, start_ticks)| ProcessId { pid, start_ticks })
+        stat(pid).map(|s| ProcessId {
+            pid,
+            start_ticks: s.start,
+        })
     }
 
     /// Running (not gone, not a zombie waiting to be reaped, not a different process).
     pub fn alive(&self) -> bool {
-        matches!(stat(self.pid), Some((state, start)) if start == self.start_ticks && state != 'Z' && state != 'X')
+        matches!(stat(self.pid), Some(s) if s.start == self.start_ticks && s.state != 'Z' && s.state != 'X')
     }
-}
-
-/// The GPU as nvidia-smi reports it, where there is one.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Gpu {
-    pub name: String,
-    pub memory: String,
-    pub compute_capability: String,
-}
-
-/// Runs `nvidia-smi` (a fixed argv, no shell) when it is on PATH.
-pub fn gpus() -> Result<Vec<Gpu>, String> {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("nvidia-smi").is_file()))
-        .unwrap_or(false);
-    if !found {
-        return Err("nvidia-smi is not on PATH (no NVIDIA driver on this machine?)".into());
-    }
-    let out = std::process::Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=name,memory.total,compute_cap",
-            "--format=csv,noheader",
-        ])
-        .output()
-        .map_err(|e| format!("nvidia-smi did not run: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "nvidia-smi failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(parse_gpus(&String::from_utf8_lossy(&out.stdout)))
-}
-
-fn parse_gpus(csv: &str) -> Vec<Gpu> {
-    csv.lines()
-        .filter_map(|line| {
-            let mut parts = line.split(',').map(str::trim);
-            Some(Gpu {
-                name: parts.next()?.to_string(),
-                memory: parts.next()?.to_string(),
-                compute_capability: parts.next()?.to_string(),
-            })
-        })
-        .collect()
 }
 
 /// True when `path` is a file this user may execute.
@@ -217,10 +262,67 @@ mod tests {
     }
 
     #[test]
-    fn nvidia_smi_csv_parses() {
-        let gpus = parse_gpus("NVIDIA GB10, 122880 MiB, 12.1\n");
-        assert_eq!(gpus[0].name, "NVIDIA GB10");
-        assert_eq!(gpus[0].compute_capability, "12.1");
+    fn meminfo_gives_total_and_available_in_bytes() {
+        let text = "MemTotal:       127535320 kB\nMemFree:         1000 kB\nMemAvailable:   120000000 kB\n";
+        assert_eq!(
+            parse_meminfo(text),
+            Some(MemInfo {
+                total: 127535320 * 1024,
+                available: 120000000 * 1024
+            })
+        );
+        // A kernel without MemAvailable (before 3.14) gives no figure rather than a wrong one.
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+        let here = meminfo().expect("this machine has /proc/meminfo");
+        assert!(here.available > 0 && here.available <= here.total);
+    }
+
+    #[test]
+    fn stat_fields_are_read_after_a_command_name_with_spaces_and_parens() {
+        let line = "4242 (my (odd) cmd) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                state: 'S',
+                ppid: 1,
+                session: 4242,
+                start: 987654
+            })
+        );
+    }
+
+    #[test]
+    fn a_session_is_found_with_its_children_and_their_rss() {
+        use std::os::unix::process::CommandExt;
+        // A leader of its own session with one child, as a process deployment runs.
+        let mut leader = std::process::Command::new("sh");
+        leader.args(["-c", "sleep 30 & wait"]);
+        unsafe {
+            leader.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut leader = leader.spawn().unwrap();
+        let pid = leader.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut members = session_processes(pid);
+        while members.len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            members = session_processes(pid);
+        }
+        let child_parent = members.get(1).and_then(|c| stat(*c)).map(|s| s.ppid);
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+        let _ = leader.wait();
+        assert_eq!(members.len(), 2, "{members:?}");
+        assert_eq!(members[0], pid);
+        assert_eq!(child_parent, Some(pid));
+        // This test process is not in that session.
+        assert!(!members.contains(&std::process::id()));
+        assert!(rss_bytes(std::process::id()).unwrap() > 1 << 20);
+        assert_eq!(rss_bytes(u32::MAX), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod error;
 pub mod host;
 pub mod images;
 pub mod lock;
+pub mod nvidia;
 pub mod patch;
 pub mod recipe;
 pub mod runtime;

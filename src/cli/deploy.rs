@@ -91,6 +91,10 @@ pub async fn start(
     .await;
     bar.finish_and_clear();
     let report = report?;
+    // On stderr in both modes, as `status` does: the JSON on stdout holds them too.
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
     if out.json {
         out.print_json(&report);
     } else {
@@ -104,6 +108,7 @@ pub async fn start(
             report.model,
             report.ready_after_ms / 1e3
         );
+        println!("  memory: {}", report.memory_observed.summary());
     }
     Ok(())
 }

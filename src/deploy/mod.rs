@@ -1,6 +1,7 @@
 //! Deployments: starting a recipe (checks first, then start, then ready), stopping one,
 //! and who holds a port. The gated `up`/`rollback` flow builds on these.
 
+pub mod memory;
 pub mod plan;
 pub mod up;
 
@@ -158,6 +159,10 @@ pub struct StartReport {
     /// Unix time in microseconds when readiness was noticed.
     pub ready_noticed_at_us: u128,
     pub model: String,
+    /// What it holds once ready, measured, against its declared `memory_gb`.
+    pub memory_observed: memory::MemoryObserved,
+    /// What the caller should tell the user (e.g. it holds more than it declared).
+    pub warnings: Vec<String>,
 }
 
 /// Starts a planned recipe and waits until it serves. On failure the server is stopped
@@ -196,6 +201,7 @@ pub async fn start(
         unpinned: plan.unpinned,
         image_ref: plan.image_ref.clone(),
     };
+    let before = memory::before_start();
     let mut started = rt.start(&spec, &plan.artifact).await?;
     let engine = spec.resolved.engine;
     let timeout = timeout.unwrap_or(plan.health_timeout);
@@ -209,12 +215,21 @@ pub async fn start(
             after,
             noticed_at,
             model,
-        })) => Ok(StartReport {
-            deployment,
-            ready_after_ms: after.as_secs_f64() * 1e3,
-            ready_noticed_at_us: noticed_at.as_micros(),
-            model,
-        }),
+        })) => {
+            // Measured after readiness is noticed, so the readiness figures above are unchanged.
+            let measuring = std::time::Instant::now();
+            let memory_observed = memory::observe(rt, &deployment, before).await;
+            tracing::debug!("memory observed in {:?}", measuring.elapsed());
+            let warnings = memory_observed.warnings(&plan.name);
+            Ok(StartReport {
+                deployment,
+                ready_after_ms: after.as_secs_f64() * 1e3,
+                ready_noticed_at_us: noticed_at.as_micros(),
+                model,
+                memory_observed,
+                warnings,
+            })
+        }
         Some(Err(fault)) => {
             // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
             let _ = rt.stop(&deployment, STOP_GRACE).await;

@@ -34,9 +34,20 @@ impl Settings {
     /// `SPARKCTL_MEMORY_GB` (the whole pool; default MemTotal), `SPARKCTL_MEMORY_RESERVE_GB`
     /// (default 8), `SPARKCTL_PRODUCTION_PORT` (default 8003).
     pub fn from_env() -> Result<Settings> {
+        // The pool is MemTotal, not nvidia-smi's memory.total: a GB10's GPU has no memory
+        // of its own (nvidia-smi says [N/A]) and allocates from the memory MemTotal counts.
         let total = match env_number::<f64>("SPARKCTL_MEMORY_GB")? {
             Some(gb) => gb,
-            None => crate::host::mem_total_bytes().unwrap_or(0) as f64 / 1e9,
+            None => {
+                crate::host::mem_total_bytes().ok_or_else(|| {
+                    Error::Failed(
+                        "cannot read MemTotal from /proc/meminfo, so the memory plan has no \
+                         pool; set SPARKCTL_MEMORY_GB to the machine's memory (128 on a Spark)"
+                            .into(),
+                    )
+                })? as f64
+                    / 1e9
+            }
         };
         let reserve =
             env_number::<f64>("SPARKCTL_MEMORY_RESERVE_GB")?.unwrap_or(DEFAULT_RESERVE_GB);

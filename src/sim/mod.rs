@@ -9,13 +9,17 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::units::parse_duration;
+use crate::units::{parse_duration, parse_size, ByteSize};
 
 pub use script::{Piece, Plan, Request};
 pub use server::serve;
 
 fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text)
+}
+
+fn size(text: &str) -> Result<ByteSize, String> {
+    parse_size(text).map(ByteSize)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,6 +106,11 @@ pub struct SimConfig {
     /// Fault: send an error event after N tokens and end the stream.
     #[arg(long, env = "SIM_ERROR_AFTER")]
     pub error_after: Option<usize>,
+    /// Allocate this much RAM (e.g. 512m, 2g) at startup, touch every page so it is really
+    /// resident, and hold it while serving: a server that takes memory, as a real engine's
+    /// weights and KV cache do.
+    #[arg(long, env = "SIM_HOLD_MEMORY", value_parser = size, value_name = "SIZE")]
+    pub hold_memory: Option<ByteSize>,
     /// Log line printed before a crash (a real engine's fatal line by default).
     #[arg(
         long,

@@ -29,6 +29,8 @@ struct State {
     cfg: SimConfig,
     started: Instant,
     requests: AtomicU64,
+    /// `--hold-memory`: kept for the server's life, never read.
+    _held: Vec<u8>,
 }
 
 impl State {
@@ -59,6 +61,11 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         .local_addr()
         .map_err(|e| Error::io("sim: no local address", e))?;
     log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    // Before the load clock starts, so ready_at_unix_us stays exact however long it takes.
+    let held = match cfg.hold_memory {
+        Some(size) => hold(size.0)?,
+        None => Vec::new(),
+    };
     let started = Instant::now();
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -75,6 +82,7 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg,
         started,
         requests: AtomicU64::new(0),
+        _held: held,
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     // `close_tx` lives as long as the server: a dropped sender would wake `changed()`.
@@ -121,6 +129,27 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
     }
     log(format_args!("sparkctl-sim: shutting down"));
     Ok(())
+}
+
+/// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
+/// allocation is only address space, and would not show in RSS or the cgroup's use).
+fn hold(bytes: u64) -> Result<Vec<u8>> {
+    let n = usize::try_from(bytes)
+        .map_err(|_| Error::Usage(format!("sim: --hold-memory {bytes} is too big")))?;
+    let mut held: Vec<u8> = Vec::new();
+    held.try_reserve_exact(n).map_err(|e| {
+        Error::Failed(format!(
+            "sim: cannot allocate --hold-memory {bytes} bytes ({e}); ask for less"
+        ))
+    })?;
+    // Non-zero, so no allocator or kernel shortcut for zeroed memory leaves pages untouched.
+    held.resize(n, 1);
+    // Keep the writes: nothing reads them, and the optimiser must not drop them.
+    std::hint::black_box(&mut held);
+    log(format_args!(
+        "sparkctl-sim: holding {bytes} bytes of memory (--hold-memory)"
+    ));
+    Ok(held)
 }
 
 fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
