@@ -20,10 +20,7 @@ fn llama() -> (PathBuf, PathBuf) {
         assert!(path.is_file(), "{var}={} does not exist", path.display());
         path
     };
-    (
-        get("SPARKCTL_TEST_LLAMA_SERVER"),
-        get("SPARKCTL_TEST_GGUF"),
-    )
+    (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
 }
 
 /// A cold question, a warm-prefix one under a long shared system prompt, a 2-turn chat.
@@ -81,7 +78,10 @@ fn the_benchmark_holds_against_a_real_llama_server() {
         assert_eq!(r["verdict"], "pass", "{all}");
         let samples = r["samples"].as_array().unwrap();
         let failed: Vec<&Value> = samples.iter().filter(|s| s["ok"] != true).collect();
-        assert!(failed.is_empty(), "round {round}: failed requests {failed:?}");
+        assert!(
+            failed.is_empty(),
+            "round {round}: failed requests {failed:?}"
+        );
         assert_eq!(r["target"]["server"], "llama-server");
         assert!(r["target"]["server_version"].is_string(), "{}", r["target"]);
 
@@ -96,7 +96,10 @@ fn the_benchmark_holds_against_a_real_llama_server() {
             .collect();
         assert!(off.len() >= 15, "{} samples with both figures", off.len());
         let med = median(off);
-        assert!(med <= 3.0, "round {round}: client vs server decode differ by {med:.2}% median");
+        assert!(
+            med <= 3.0,
+            "round {round}: client vs server decode differ by {med:.2}% median"
+        );
 
         for s in measured(&r) {
             // Tokens per chunk come from the server's running count.

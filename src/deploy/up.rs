@@ -133,6 +133,12 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// What answers on the production port after this run.
     pub serving: Option<String>,
+    /// What the candidate held once ready, against its declared `memory_gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_observed: Option<super::memory::MemoryObserved>,
+    /// Things the user should know that did not stop the run (memory above its declaration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl RunRecord {
@@ -470,6 +476,11 @@ async fn up_flow(
     let plan = plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &start_opts).await?;
     (opts.say)(&format!("starting {name}"));
     let report = timed(record, "start", start(ctx.rt, &plan, None, |_| {})).await?;
+    for w in &report.warnings {
+        (opts.say)(&format!("warning: {w}"));
+    }
+    record.warnings.extend(report.warnings.iter().cloned());
+    record.memory_observed = Some(report.memory_observed.clone());
     let candidate = report.deployment.clone();
     record.image_digest =
         (candidate.runtime == crate::recipe::Runtime::Docker).then(|| candidate.artifact.clone());

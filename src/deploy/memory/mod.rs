@@ -17,7 +17,7 @@
 //! MemAvailable), and a deployment holding more than it declared gets a warning: the plan
 //! undercounts it, and the next start that trusts the plan may run out of memory.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 mod measure;
 
@@ -45,7 +45,7 @@ pub fn before_start() -> Before {
 }
 
 /// How the deployment's processes were found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PidSource {
     /// The process deployment's session (/proc: same session, or descended from it).
@@ -58,7 +58,7 @@ pub enum PidSource {
     Unknown,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Processes {
     /// Host pids (what nvidia-smi lists).
     pub pids: Vec<u32>,
@@ -67,7 +67,7 @@ pub struct Processes {
 }
 
 /// Which instrument a figure comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// `nvidia-smi --query-compute-apps=pid,used_memory`, summed over the deployment's pids.
@@ -79,7 +79,7 @@ pub enum Method {
 }
 
 /// One measured figure, or why there is none.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Figure {
     pub method: Method,
     /// None: not measured (`how` says why). Never a guess.
@@ -107,7 +107,7 @@ impl Figure {
 }
 
 /// MemAvailable (/proc/meminfo) just before the start and after readiness.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemAvailableDelta {
     pub before_bytes: Option<u64>,
     pub after_bytes: Option<u64>,
@@ -119,7 +119,7 @@ pub struct MemAvailableDelta {
 }
 
 /// The measure the declaration is checked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Measure {
     GpuPlusResident,
@@ -128,7 +128,7 @@ pub enum Measure {
     MemAvailableDrop,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Best {
     pub measure: Measure,
     pub bytes: u64,
@@ -137,7 +137,7 @@ pub struct Best {
 }
 
 /// What a deployment holds once ready, next to what it declared.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemoryObserved {
     /// `server.memory_gb`, what the memory plan counts for it.
     pub declared_gb: Option<f64>,
