@@ -3,8 +3,10 @@
 //! at 1 and 64 concurrent streams, and the highest token rate measured without skew.
 //!
 //! `cargo bench --bench client_accuracy`. The sim paces tokens against absolute deadlines
-//! from the moment it has read the request; the client times from just before it sends. So
-//! the TTFT error below is end to end (loopback, HTTP parsing, scheduling on 2 cores).
+//! from the moment it has read the request, and logs when it handed each token to its HTTP
+//! layer; the client times from just before it sends. Errors are printed against both: the
+//! schedule (end to end: the sim's lateness, loopback, HTTP parsing, scheduling on 2 cores)
+//! and the hand-over (the client's own measurement error).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -40,41 +42,69 @@ async fn requests(url: &str, concurrency: usize, rounds: usize, tokens: usize) -
     out
 }
 
-/// TTFT error against the sim's schedule: its first token is due `ttft_ms` after it had
-/// read the request (logged as `arrived_unix_us`), so request-side queueing at 64 streams
-/// is not counted as client error. ITL error against the injected interval.
-fn errors(samples: &[Sample], sim: &Sim, ttft_ms: f64, itl_ms: f64) -> (Vec<f64>, Vec<f64>) {
+/// The sim's log line for request `id` that starts with `prefix`, and the value after `key=`.
+fn logged<'a>(log: &'a [String], prefix: &str, id: &str, key: &str) -> &'a str {
+    let line = log
+        .iter()
+        .find(|l| l.starts_with(prefix) && l.contains(&format!("id={id} ")))
+        .unwrap_or_else(|| panic!("{id} not in the sim's log"));
+    line.split(&format!("{key}="))
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .trim()
+}
+
+/// Errors of measured TTFT and ITL, in ms, against two references.
+///
+/// The schedule: the sim's first token is due `ttft_ms` after it read the request (logged as
+/// `arrived_unix_us`, so request-side queueing at 64 streams is not counted), tokens
+/// `itl_ms` apart. End to end: includes the sim's own lateness and the delivery.
+///
+/// The hand-over: when the sim gave each token to its HTTP layer (`handed`): what is left is
+/// the loopback, the kernel and the client — the client's own measurement error.
+struct Errors {
+    ttft_vs_schedule: Vec<f64>,
+    itl_vs_schedule: Vec<f64>,
+    ttft_vs_handed: Vec<f64>,
+    itl_vs_handed: Vec<f64>,
+}
+
+fn errors(samples: &[Sample], sim: &Sim, ttft_ms: f64, itl_ms: f64) -> Errors {
     let log = sim.log.lock().unwrap().clone();
-    let arrived = |id: &str| -> f64 {
-        let line = log
-            .iter()
-            .find(|l| l.contains(&format!("id={id} ")))
-            .unwrap_or_else(|| panic!("{id} not in the sim's log"));
-        line.split("arrived_unix_us=")
-            .nth(1)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
+    let mut e = Errors {
+        ttft_vs_schedule: Vec::new(),
+        itl_vs_schedule: Vec::new(),
+        ttft_vs_handed: Vec::new(),
+        itl_vs_handed: Vec::new(),
     };
-    let ttft = samples
-        .iter()
-        .map(|s| {
-            let seen = s.sent_unix_us as f64 + s.ttft_ms.unwrap() * 1e3;
-            let due = arrived(s.id.as_deref().unwrap()) + ttft_ms * 1e3;
-            (seen - due).abs() / 1e3
-        })
-        .collect();
-    let itl = samples
-        .iter()
-        .flat_map(|s| s.itl_ms.iter().map(|i| (i - itl_ms).abs()))
-        .collect();
-    (ttft, itl)
+    for s in samples {
+        let id = s.id.as_deref().unwrap();
+        let seen = s.sent_unix_us as f64 + s.ttft_ms.unwrap() * 1e3;
+        let arrived: f64 = logged(&log, "POST", id, "arrived_unix_us").parse().unwrap();
+        e.ttft_vs_schedule
+            .push((seen - arrived - ttft_ms * 1e3).abs() / 1e3);
+        let handed: Vec<f64> = logged(&log, "handed", id, "unix_us")
+            .split('+')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        e.ttft_vs_handed.push((seen - handed[0]).abs() / 1e3);
+        e.itl_vs_schedule
+            .extend(s.itl_ms.iter().map(|i| (i - itl_ms).abs()));
+        e.itl_vs_handed.extend(
+            s.itl_ms
+                .iter()
+                .zip(&handed[1..])
+                .map(|(i, gap)| (i - gap / 1e3).abs()),
+        );
+    }
+    e
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
@@ -93,15 +123,23 @@ fn main() {
     println!("client accuracy vs the simulated engine (TTFT {ttft} ms, {rate} tok/s = {} ms apart, {tokens} tokens)", 1000.0 / rate);
     for (streams, rounds) in [(1, 40), (64, 3)] {
         let samples = rt.block_on(requests(&sim.url, streams, rounds, tokens));
-        let (mut t, mut i) = errors(&samples, &sim, ttft, 1000.0 / rate);
-        println!(
-            "  {streams:>2} stream(s), {:>3} requests: TTFT |error| p50 {:.3} ms, p99 {:.3} ms; ITL |error| p50 {:.3} ms, p99 {:.3} ms",
-            samples.len(),
-            p(&mut t, 50.0),
-            p(&mut t, 99.0),
-            p(&mut i, 50.0),
-            p(&mut i, 99.0)
+        let mut e = errors(&samples, &sim, ttft, 1000.0 / rate);
+        let line = |what: &str, t: &mut Vec<f64>, i: &mut Vec<f64>| {
+            println!(
+                "  {streams:>2} stream(s), {:>3} requests, vs {what}: TTFT |error| p50 {:.3} ms, p99 {:.3} ms; ITL |error| p50 {:.3} ms, p99 {:.3} ms",
+                samples.len(),
+                p(t, 50.0),
+                p(t, 99.0),
+                p(i, 50.0),
+                p(i, 99.0)
+            )
+        };
+        line(
+            "the schedule",
+            &mut e.ttft_vs_schedule,
+            &mut e.itl_vs_schedule,
         );
+        line("the hand-over", &mut e.ttft_vs_handed, &mut e.itl_vs_handed);
     }
     drop(sim);
     // Faster and faster servers: the highest rate whose decode speed is measured within 2%.

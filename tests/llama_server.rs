@@ -23,22 +23,33 @@ fn llama() -> (PathBuf, PathBuf) {
     (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
 }
 
-/// A cold question, a warm-prefix one under a long shared system prompt, a 2-turn chat.
-/// Random weights answer gibberish, so no answer check applies; the gates are speed ones.
-const SUITE: &str = "name: llama\nwarmup: 1\nruns: 5\nsystem: You are a helpful assistant. Answer in one short sentence.\ncases:\n  - name: cold_question\n    cache: cold\n    turns: [\"Tell me a short story about the fast model server.\"]\n    max_tokens: 48\n    checks: [non_empty]\n  - name: warm_question\n    system_tokens: 600\n    turns: [\"What is the speed of the test server?\"]\n    max_tokens: 48\n    checks: [non_empty]\n  - name: chat\n    turns: [\"hello there\", \"tell me more about that\"]\n    max_tokens: 32\n    checks: [non_empty]\n";
+/// One real server at a time: ggml's threads spin while they wait, so two servers (and the
+/// client) on 2 cores slow each other many times over.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// A deck with the suite and a llama-server recipe `tiny` on its own port.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A deck with the `cache` suite and a llama-server recipe `tiny` on its own port. One
+/// thread for the server, so the client and sparkctl keep a core.
 fn deck(tag: &str) -> (Deck, u16) {
     let (binary, model) = llama();
     let deck = Deck::new(tag);
+    // The shipped suite of cold, warm-prefix and multi-turn cases (random weights answer
+    // gibberish, so only `non_empty` applies).
     std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
-    std::fs::write(deck.dir.join("recipes/suites/llama.yaml"), SUITE).unwrap();
+    std::fs::copy(
+        support::repo().join("recipes/suites/cache.yaml"),
+        deck.dir.join("recipes/suites/cache.yaml"),
+    )
+    .unwrap();
     let port = free_port();
     let bytes = std::fs::metadata(&model).unwrap().len();
     deck.recipe(
         "tiny",
         &format!(
-            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: tiny\n  weights: \"{bytes}\"\nserver:\n  port: {port}\n  args: [-t, \"2\", -c, \"4096\", -np, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: llama\n  gates:\n    non_empty: \">= 0%\"\n    decode_tps_p50: \">= 1\"\n",
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: tiny\n  weights: \"{bytes}\"\nserver:\n  port: {port}\n  args: [-t, \"1\", -c, \"4096\", -np, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: cache\n  gates:\n    non_empty: \">= 0%\"\n    decode_tps_p50: \">= 1\"\n",
             binary.display(),
             model.display()
         ),
@@ -62,6 +73,7 @@ fn measured(r: &Value) -> Vec<&Value> {
 
 #[test]
 fn the_benchmark_holds_against_a_real_llama_server() {
+    let _one = one_at_a_time();
     let (deck, port) = deck("llama-bench");
     let out = deck.ok(&["start", "tiny"]);
     assert!(out.contains("ready"), "{out}");
@@ -141,12 +153,13 @@ fn the_benchmark_holds_against_a_real_llama_server() {
 
 #[test]
 fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
+    let _one = one_at_a_time();
     let (deck, _) = deck("llama-up");
     let prod_port = free_port();
     deck.recipe(
         "prod",
         &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"50\", --tokens, \"16\"]\n  memory_gb: 2\nbench:\n  suite: llama\n"
+            "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"50\", --tokens, \"16\"]\n  memory_gb: 2\nbench:\n  suite: cache\n"
         ),
     );
     let run = |args: &[&str]| {

@@ -251,8 +251,12 @@ fn init_tracing(verbose: u8) {
         .try_init();
 }
 
+/// One thread: a CLI's work is waiting, and the benchmark's clock is then read on the thread
+/// that polls the socket, with no hop to another worker between a byte's arrival and its
+/// timestamp (measured: TTFT error p50 0.38 → 0.29 ms against the simulated engine). CPU
+/// work (hashing, copies) goes to the blocking pool.
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))

@@ -29,6 +29,8 @@ struct State {
     cfg: SimConfig,
     started: Instant,
     requests: AtomicU64,
+    /// Streams being paced now (see `wait_until`).
+    pacing: Arc<AtomicU64>,
     /// `--hold-memory`: kept for the server's life, never read.
     _held: Vec<u8>,
 }
@@ -39,6 +41,25 @@ impl State {
             && self.cfg.load_fault.is_none()
             && self.started.elapsed() >= self.cfg.load_time
     }
+}
+
+fn unix_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+/// `handed id=… unix_us=FIRST+GAP+GAP…` (µs), for accuracy measurements.
+fn log_handed(id: &str, handed: &[u128]) {
+    let Some(first) = handed.first() else { return };
+    let gaps: Vec<String> = handed
+        .windows(2)
+        .map(|w| (w[1] - w[0]).to_string())
+        .collect();
+    log(format_args!(
+        "handed id={id} unix_us={first}+{}",
+        gaps.join("+")
+    ));
 }
 
 fn log(line: std::fmt::Arguments) {
@@ -82,6 +103,7 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg,
         started,
         requests: AtomicU64::new(0),
+        pacing: Arc::new(AtomicU64::new(0)),
         _held: held,
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
@@ -303,18 +325,63 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     let dues: Vec<std::time::Instant> = (0..plan.pieces.len()).map(|i| due(i).into_std()).collect();
     // Paced on its own thread: tokio's timer wheel ticks in whole milliseconds, a thread
     // sleep lands within tens of microseconds, and token timing is what this exists for.
-    tokio::task::spawn_blocking(move || produce(&tx, &meta, &plan, &dues, usage, faults));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    let (id, tokens) = (meta.id.clone(), plan.pieces.len());
+    let pacing = state.pacing.clone();
+    tokio::task::spawn_blocking(move || {
+        pacing.fetch_add(1, Ordering::Relaxed);
+        produce(&tx, &meta, &plan, &dues, usage, faults, &pacing);
+        pacing.fetch_sub(1, Ordering::Relaxed);
     });
+    // When each token went to the HTTP layer, logged once the stream ends: a client's
+    // timing error can then be told apart from the sim's own lateness against its schedule.
+    let handed = Vec::with_capacity(tokens);
+    let stream =
+        futures_util::stream::unfold((rx, handed, 0usize), move |(mut rx, mut handed, i)| {
+            let id = id.clone();
+            async move {
+                let Some(b) = rx.recv().await else {
+                    log_handed(&id, &handed);
+                    return None;
+                };
+                // Frame 0 is the role; tokens follow.
+                if (1..=tokens).contains(&i) {
+                    handed.push(unix_us());
+                }
+                Some((Ok::<_, Infallible>(Frame::data(b)), (rx, handed, i + 1)))
+            }
+        });
     Response::builder()
         .status(StatusCode::OK)
         .header(CONTENT_TYPE, "text/event-stream")
         .header("cache-control", "no-cache")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("static response parts are valid")
+}
+
+/// Spinning for the last stretch costs a core while it lasts: only this many streams do.
+const SPIN_STREAMS: u64 = 4;
+const SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Sleeps until `due`. A thread's sleep ends 0.1-0.2 ms late in a VM (measured here with no
+/// timer slack), which a benchmark client's accuracy test would count as its own error; so
+/// with few streams the last 0.2 ms are spun instead.
+fn wait_until(due: std::time::Instant, pacing: &AtomicU64) {
+    let now = std::time::Instant::now();
+    if due <= now {
+        return;
+    }
+    let spin = pacing.load(Ordering::Relaxed) <= SPIN_STREAMS;
+    let sleep = if spin {
+        (due - now).saturating_sub(SPIN_FOR)
+    } else {
+        due - now
+    };
+    if !sleep.is_zero() {
+        std::thread::sleep(sleep);
+    }
+    while spin && std::time::Instant::now() < due {
+        std::hint::spin_loop();
+    }
 }
 
 /// Writes one streamed answer, each token at its due time; returns when done or the client left.
@@ -325,7 +392,13 @@ fn produce(
     dues: &[std::time::Instant],
     usage: bool,
     (stall_after, error_after): (Option<usize>, Option<usize>),
+    pacing: &AtomicU64,
 ) {
+    // Sleeps end up to 50 µs late by default (the thread's timer slack): none on this thread.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and changes only this thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
     let send = |v: Value| {
         tx.blocking_send(Bytes::from(format!("data: {v}\n\n")))
             .is_ok()
@@ -350,11 +423,10 @@ fn produce(
             ));
             return;
         }
-        let wait = dues[i].saturating_duration_since(std::time::Instant::now());
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
-        }
-        if !send(meta.chunk(delta(piece), None)) {
+        // Ready before it is due: only the write is left for the due instant.
+        let chunk = Bytes::from(format!("data: {}\n\n", meta.chunk(delta(piece), None)));
+        wait_until(dues[i], pacing);
+        if tx.blocking_send(chunk).is_err() {
             return;
         }
     }
