@@ -247,7 +247,12 @@ mod tests {
         assert_eq!(found.address, "127.0.0.1");
         assert_eq!(found.pid, Some(std::process::id()));
         drop(socket);
-        assert_eq!(listener_on(port), None);
+        // Another process may take the freed port at once on a busy machine: only ours
+        // must be gone.
+        assert_ne!(
+            listener_on(port).and_then(|l| l.pid),
+            Some(std::process::id())
+        );
     }
 
     #[test]
