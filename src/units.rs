@@ -217,6 +217,11 @@ impl JsonSchema for ByteSize {
     }
 }
 
+/// Now, as `utc_stamp` writes it.
+pub fn now_utc() -> String {
+    utc_stamp(unix_now().as_secs())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

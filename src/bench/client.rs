@@ -333,6 +333,26 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
     s
 }
 
+/// Whether a streamed choice carries a token: text, a tool call, or an empty text delta
+/// that neither announces the role nor closes the stream (a token with no visible text of
+/// its own still took a decoding step).
+pub fn bears_token(choice: &Value) -> bool {
+    let delta = &choice["delta"];
+    let text = |key: &str| delta.get(key).and_then(Value::as_str);
+    let texts = [
+        text("content"),
+        text("reasoning_content"),
+        text("reasoning"),
+    ];
+    let calls = delta["tool_calls"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty());
+    let empty_token = delta.get("role").is_none()
+        && choice["finish_reason"].as_str().is_none()
+        && texts.iter().any(Option::is_some);
+    calls || texts.iter().flatten().any(|t| !t.is_empty()) || empty_token
+}
+
 /// What a stream has told so far, beyond what the sample keeps.
 #[derive(Default)]
 struct Reader {
@@ -403,14 +423,7 @@ impl Reader {
         if output {
             s.ttfo_ms.get_or_insert(at);
         }
-        // A chunk carries a token when it has text, a tool call, or an empty text delta
-        // that neither announces the role nor closes the stream (a token with no visible
-        // text of its own still took a decoding step).
-        let empty_token = delta.get("role").is_none()
-            && choice["finish_reason"].as_str().is_none()
-            && (content.is_some() || reasoning.is_some());
-        let bearing = output || reasoning.is_some_and(|r| !r.is_empty()) || empty_token;
-        if bearing {
+        if bears_token(choice) {
             s.ttft_ms.get_or_insert(at);
             s.chunk_at_ms.push(at);
             let running = timings

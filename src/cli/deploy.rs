@@ -113,12 +113,25 @@ pub async fn start(
     Ok(())
 }
 
+/// What a deployment is to the front door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Role {
+    /// The front door routes production to it.
+    Production,
+    /// A replaced production kept running for an instant rollback.
+    Warm,
+    Candidate,
+    None,
+}
+
 #[derive(Serialize)]
 struct StatusRow<'a> {
     #[serde(flatten)]
     deployment: &'a Deployment,
     health: String,
     production: bool,
+    role: Role,
     uptime_s: Option<u64>,
 }
 
@@ -132,6 +145,33 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         .build()
         .map_err(|e| Error::Failed(format!("HTTP client: {e}")))?;
     let now = crate::units::unix_now().as_secs();
+    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state))
+        .status()
+        .await
+        .ok();
+    let role = |d: &Deployment| -> Role {
+        let Some(s) = &door else {
+            return if d.running() {
+                Role::Candidate
+            } else {
+                Role::None
+            };
+        };
+        if s.upstream.as_ref().is_some_and(|u| u.deployment == d.id) {
+            Role::Production
+        } else if d.running()
+            && s.production
+                .warm
+                .iter()
+                .any(|w| w.upstream.deployment == d.id)
+        {
+            Role::Warm
+        } else if d.running() {
+            Role::Candidate
+        } else {
+            Role::None
+        }
+    };
     // All at once: a wedged deployment costs its few seconds once, not once per row.
     let health = futures_util::future::join_all(
         rows.iter()
@@ -144,7 +184,8 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         .map(|(d, health)| StatusRow {
             deployment: d,
             health: health.to_string(),
-            production: d.running() && d.port == ctx.settings.production_port,
+            production: role(d) == Role::Production,
+            role: role(d),
             uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
         })
         .collect();
@@ -154,6 +195,12 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     if out.json {
         out.print_json(&status);
         return Ok(());
+    }
+    match &door {
+        Some(s) => println!("{}", super::frontdoor::line(s)),
+        None => println!(
+            "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)"
+        ),
     }
     if status.is_empty() {
         println!(
@@ -186,13 +233,13 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
                 .map(|s| format_uptime(Duration::from_secs(s)))
                 .unwrap_or_else(|| "-".into()),
             row.health.clone(),
-            if row.production {
-                "production".into()
-            } else if d.running() {
-                "candidate".into()
-            } else {
-                "-".into()
-            },
+            match row.role {
+                Role::Production => "production",
+                Role::Warm => "warm",
+                Role::Candidate => "candidate",
+                Role::None => "-",
+            }
+            .to_string(),
         ]);
     }
     out.print_table(&t);
@@ -232,19 +279,38 @@ pub async fn down(ctx: &Context, name: &str, dry_run: bool, out: &Output) -> Res
     Ok(())
 }
 
-fn up_ctx<'a>(
-    ctx: &'a Context,
-    recipes: &'a RecipeSet,
-    lock: &'a crate::lock::Lock,
-    self_exe: &'a str,
-) -> deploy::up::Ctx<'a> {
-    deploy::up::Ctx {
-        rt: &ctx.runtimes,
-        state: &ctx.state,
-        recipes,
-        settings: &ctx.settings,
-        lock,
-        self_exe,
+/// The front door (started if need be) and what the flows share.
+struct Door {
+    remote: crate::frontdoor::Remote,
+    config: crate::frontdoor::Config,
+    lock: crate::lock::Lock,
+    self_exe: String,
+}
+
+impl Door {
+    async fn open(ctx: &Context, recipes: &RecipeSet) -> Result<Door> {
+        let config = crate::frontdoor::Config::from_env(ctx.settings.production_port)?;
+        let launch = super::frontdoor::launch(ctx, &recipes.dir);
+        let remote = crate::frontdoor::ensure(&ctx.state, &config, &launch).await?;
+        Ok(Door {
+            remote,
+            config,
+            lock: crate::lock::Lock::load(&ctx.lock_path)?,
+            self_exe: launch.self_exe,
+        })
+    }
+
+    fn ctx<'a>(&'a self, ctx: &'a Context, recipes: &'a RecipeSet) -> deploy::switch::Ctx<'a> {
+        deploy::switch::Ctx {
+            rt: &ctx.runtimes,
+            state: &ctx.state,
+            recipes,
+            settings: &ctx.settings,
+            lock: &self.lock,
+            self_exe: &self.self_exe,
+            door: &self.remote,
+            door_config: &self.config,
+        }
     }
 }
 
@@ -268,8 +334,7 @@ pub async fn up(
     out: &Output,
 ) -> Result<()> {
     use std::io::IsTerminal;
-    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
-    let self_exe = super::self_exe();
+    let door = Door::open(ctx, recipes).await?;
     let yes = args.yes;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| {
@@ -289,14 +354,14 @@ pub async fn up(
         confirm: &confirm,
         say: &say,
     };
-    let record = deploy::up::up(&up_ctx(ctx, recipes, &lock, &self_exe), name, &opts).await?;
+    let record = deploy::up::up(&door.ctx(ctx, recipes), name, &opts).await?;
     if out.json {
         out.print_json(&record);
         return Ok(());
     }
     match record.outcome {
-        deploy::up::Outcome::Planned => println!("nothing was changed (--dry-run)"),
-        deploy::up::Outcome::Passed => {
+        crate::history::Outcome::Planned => println!("nothing was changed (--dry-run)"),
+        crate::history::Outcome::Passed => {
             println!("{name} passed its gates; not promoted (--no-promote)")
         }
         _ => println!(
@@ -321,10 +386,8 @@ pub async fn rollback(
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
-    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
-    let self_exe = super::self_exe();
-    let record =
-        deploy::up::rollback(&up_ctx(ctx, recipes, &lock, &self_exe), to, dry_run, &say).await?;
+    let door = Door::open(ctx, recipes).await?;
+    let record = deploy::rollback::rollback(&door.ctx(ctx, recipes), to, dry_run, &say).await?;
     if out.json {
         out.print_json(&record);
     } else if dry_run {
@@ -342,11 +405,11 @@ pub async fn rollback(
 
 pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     if let Some(run) = run {
-        let record = deploy::up::run_record(&ctx.state, run)?;
+        let record = crate::history::run_record(&ctx.state, run)?;
         out.print_json(&record);
         return Ok(());
     }
-    let runs = deploy::up::history(&ctx.state)?;
+    let runs = crate::history::history(&ctx.state)?;
     if out.json {
         out.print_json(&runs);
         return Ok(());
@@ -369,7 +432,7 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     for r in &runs {
         t.add_row(vec![
             r.run_id.clone(),
-            r.command.clone(),
+            r.command.to_string(),
             r.recipe.clone(),
             r.outcome.to_string(),
             r.image_digest

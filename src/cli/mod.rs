@@ -3,6 +3,7 @@
 
 mod bench;
 mod deploy;
+mod frontdoor;
 mod images;
 mod output;
 mod patch;
@@ -168,6 +169,12 @@ pub enum Command {
     Recipes {
         #[command(subcommand)]
         command: RecipesCommand,
+    },
+    /// The front door: the process that owns the production port and switches between
+    /// deployments without dropping a request.
+    Frontdoor {
+        #[command(subcommand)]
+        command: frontdoor::FrontdoorCommand,
     },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
@@ -385,11 +392,20 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Status | Command::Ps => {
             runtime()?.block_on(async { deploy::status(&context(g).await?, &out).await })
         }
-        Command::Logs { name, follow, tail } => runtime()?
-            .block_on(async { deploy::logs(&context(g).await?, &name, follow, tail).await }),
+        Command::Logs { name, follow, tail } => runtime()?.block_on(async {
+            let ctx = context(g).await?;
+            if name == "frontdoor" {
+                frontdoor::logs(&ctx, follow, tail).await
+            } else {
+                deploy::logs(&ctx, &name, follow, tail).await
+            }
+        }),
         Command::Down { name, dry_run } => runtime()?
             .block_on(async { deploy::down(&context(g).await?, &name, dry_run, &out).await }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
+        Command::Frontdoor { command } => runtime()?.block_on(async {
+            frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
+        }),
         Command::Bench {
             target,
             compare,

@@ -3,6 +3,8 @@
 
 pub mod memory;
 pub mod plan;
+pub mod rollback;
+pub mod switch;
 pub mod up;
 
 use std::path::Path;

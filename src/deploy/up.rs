@@ -1,191 +1,20 @@
-//! `up`, `rollback` and what they remember: which deployment is production (and the ones
-//! before it, for rollback), and one run record per attempt. The flow reads like DESIGN §5:
-//! plan → patch → make room → start → ready → bench → gates → promote, or put production back.
+//! `sparkctl up NAME`, in the phases of DESIGN §5: plan → patch → make room → start →
+//! measure production → bench → judge → switch → record. The instance that passed the
+//! gates is the one the front door switches to; on any failure or interrupt one restore
+//! path (`switch::restore`) leaves the front door routing to a backend that answers.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Touched};
+use super::{plan_start, start, StartOptions, StartPlan};
 use crate::bench::gates::GateOutcome;
-use crate::bench::gates::GateResult;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::error::{Error, Result};
-use crate::lock::Lock;
-use crate::recipe::{LoadedRecipe, RecipeSet};
-use crate::runtime::{Deployment, Runtimes};
-use crate::state::{self, StateDir};
-
-/// One production backend.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Entry {
-    pub recipe: String,
-    pub since: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Its last benchmark result: what `vs_production_*` gates compare with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bench: Option<PathBuf>,
-}
-
-/// `STATE/production.json`: what serves now, and what served before (a stack).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Production {
-    pub current: Option<Entry>,
-    #[serde(default)]
-    pub previous: Vec<Entry>,
-}
-
-impl Production {
-    pub fn load(state: &StateDir) -> Result<Production> {
-        let path = state.production_file();
-        if !path.exists() {
-            return Ok(Production::default());
-        }
-        state::read_json(&path)
-    }
-
-    fn save(&self, state: &StateDir) -> Result<()> {
-        state::write_json(&state.production_file(), self)
-    }
-
-    /// Makes `entry` production; the old one goes on the stack.
-    fn promote(&mut self, entry: Entry) {
-        if let Some(old) = self.current.take() {
-            self.previous.push(old);
-        }
-        self.current = Some(entry);
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Phase {
-    pub name: String,
-    pub ms: f64,
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
-}
-
-/// How an `up` or `rollback` ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// The candidate passed and serves production.
-    Promoted,
-    /// The candidate passed; not promoted (`--no-promote`).
-    Passed,
-    /// The candidate failed its gates or its benchmark: production keeps serving.
-    Rejected,
-    /// The benchmark could not decide (transport faults, gates without evidence): the
-    /// candidate is not promoted, and not blamed.
-    Inconclusive,
-    #[default]
-    Failed,
-    Interrupted,
-    RolledBack,
-    Planned,
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Outcome::Promoted => "promoted",
-            Outcome::Passed => "passed",
-            Outcome::Rejected => "rejected",
-            Outcome::Inconclusive => "inconclusive",
-            Outcome::Failed => "failed",
-            Outcome::Interrupted => "interrupted",
-            Outcome::RolledBack => "rolled-back",
-            Outcome::Planned => "planned",
-        })
-    }
-}
-
-/// `STATE/runs/RUN.json`: one `up` or `rollback`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub run_id: String,
-    pub command: String,
-    pub recipe: String,
-    pub started_at: String,
-    pub finished_at: String,
-    pub outcome: Outcome,
-    pub phases: Vec<Phase>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<serde_json::Value>,
-    pub image: Option<String>,
-    pub image_digest: Option<String>,
-    pub unpinned: bool,
-    pub model_fingerprint: Option<String>,
-    pub patched: Vec<String>,
-    /// What the patch changed, as `patch --dry-run` shows it.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub patch_diff: String,
-    pub bench: Option<PathBuf>,
-    pub ttft_p50_ms: Option<f64>,
-    pub decode_tps_p50: Option<f64>,
-    pub gates: Vec<GateResult>,
-    /// The candidate's output, copied before it was stopped.
-    pub logs: Option<PathBuf>,
-    pub error: Option<String>,
-    /// What answers on the production port after this run.
-    pub serving: Option<String>,
-    /// What the candidate held once ready, against its declared `memory_gb`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_observed: Option<super::memory::MemoryObserved>,
-    /// Things the user should know that did not stop the run (memory above its declaration).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-}
-
-impl RunRecord {
-    fn save(&self, state: &StateDir) -> Result<PathBuf> {
-        let path = state.runs_dir()?.join(format!("{}.json", self.run_id));
-        state::write_json(&path, self)?;
-        Ok(path)
-    }
-}
-
-/// Past runs, newest first.
-pub fn history(state: &StateDir) -> Result<Vec<RunRecord>> {
-    let dir = state.runs_dir()?;
-    let mut runs = Vec::new();
-    for e in std::fs::read_dir(&dir)
-        .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?
-    {
-        let path = e.map_err(|e| Error::io("cannot list runs", e))?.path();
-        if path.extension().is_some_and(|x| x == "json")
-            && !path.to_string_lossy().ends_with("-bench.json")
-        {
-            runs.push(state::read_json::<RunRecord>(&path)?);
-        }
-    }
-    runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
-    Ok(runs)
-}
-
-pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
-    let path = state.runs_dir()?.join(format!("{run}.json"));
-    if !path.exists() {
-        return Err(Error::Usage(format!(
-            "no run {run}; `sparkctl history` lists them"
-        )));
-    }
-    state::read_json(&path)
-}
-
-/// What the flow needs from the machine.
-pub struct Ctx<'a> {
-    pub rt: &'a Runtimes,
-    pub state: &'a StateDir,
-    pub recipes: &'a RecipeSet,
-    pub settings: &'a Settings,
-    pub lock: &'a Lock,
-    pub self_exe: &'a str,
-}
+use crate::history::{Command, Outcome, RunRecord};
+use crate::production::{Entry, Production, Warm};
+use crate::recipe::LoadedRecipe;
+use crate::runtime::Deployment;
+use crate::state;
 
 pub struct UpOptions<'a> {
     pub dry_run: bool,
@@ -199,86 +28,29 @@ pub struct UpOptions<'a> {
     pub say: &'a dyn Fn(&str),
 }
 
-/// What the flow changed so far, for the cleanup after a failure or Ctrl-C.
-#[derive(Default)]
-struct Touched {
-    candidate: Option<Deployment>,
-    /// The production recipe this run stopped (to be put back on failure).
-    production_stopped: Option<String>,
-}
-
-/// The recipe, moved to the production port.
-fn on_production_port(loaded: &LoadedRecipe, settings: &Settings) -> LoadedRecipe {
-    let mut l = loaded.clone();
-    l.recipe.server.port = settings.production_port;
-    l
-}
-
-async fn start_as_production(
-    ctx: &Ctx<'_>,
-    name: &str,
-    allow_unpinned: bool,
-    say: &dyn Fn(&str),
-) -> Result<Deployment> {
-    let loaded = on_production_port(ctx.recipes.get(name)?, ctx.settings);
-    let opts = StartOptions {
-        lock: ctx.lock,
-        allow_unpinned,
-        self_exe: ctx.self_exe,
-    };
-    let plan = plan_start(ctx.rt, ctx.state, &loaded, ctx.settings, &opts).await?;
-    say(&format!(
-        "starting {name} on the production port {}",
-        ctx.settings.production_port
-    ));
-    Ok(start(ctx.rt, &plan, None, |_| {}).await?.deployment)
-}
-
-/// Stops whatever sparkctl runs on the production port. Returns its recipe.
-async fn stop_production(ctx: &Ctx<'_>) -> Result<Option<String>> {
-    let (all, _) = ctx.rt.latest_per_recipe().await?;
-    let mut stopped = None;
-    for d in all
-        .into_iter()
-        .filter(|d| d.running() && d.port == ctx.settings.production_port)
-    {
-        ctx.rt.stop(&d, STOP_GRACE).await?;
-        stopped = Some(d.name.clone());
-    }
-    Ok(stopped)
-}
-
-fn now() -> String {
-    crate::units::utc_stamp(crate::units::unix_now().as_secs())
-}
-
 /// `sparkctl up NAME`.
 pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
     let _lock = ctx.state.lock(&format!("up {name}"))?;
     let loaded = ctx.recipes.get(name)?;
-    if loaded.recipe.server.port == ctx.settings.production_port {
-        return Err(Error::Usage(format!(
-            "{name}: server.port is the production port {}; give the candidate its own port (it moves \
-             to the production port when promoted)",
-            ctx.settings.production_port
-        )));
-    }
-    let mut record = RunRecord {
-        run_id: state::new_run_id(),
-        command: "up".into(),
-        recipe: name.to_string(),
-        started_at: now(),
-        ..Default::default()
-    };
+    switch::refuse_production_port(ctx.settings, name, loaded.recipe.server.port)?;
+    let mut record = RunRecord::new(Command::Up, name);
     let touched = Arc::new(Mutex::new(Touched::default()));
-    let flow = up_flow(ctx, loaded, opts, &mut record, touched.clone());
-    let outcome = tokio::select! {
-        r = flow => r,
-        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted("interrupted".into())),
+    let outcome = {
+        let mut flow = Flow {
+            ctx,
+            opts,
+            loaded,
+            record: &mut record,
+            touched: touched.clone(),
+        };
+        tokio::select! {
+            r = flow.run() => r,
+            _ = interrupted() => Err(Error::Interrupted("interrupted".into())),
+        }
     };
     let e = match outcome {
         Ok(()) => {
-            record.finished_at = now();
+            record.finished_at = crate::units::now_utc();
             record.serving = serving_now(ctx).await;
             if !opts.dry_run {
                 record.save(ctx.state)?;
@@ -290,263 +62,340 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
     if opts.dry_run {
         return Err(e);
     }
-    {
-        // Put things back: candidate stopped (logs kept), production serving again.
-        let mut t = std::mem::take(&mut *touched.lock().expect("touched lock"));
-        let mut notes = Vec::new();
-        // Interrupted mid-start, the candidate is not recorded yet: find it by name (a
-        // running deployment of this recipe off the production port is this run's).
-        if t.candidate.is_none() {
-            t.candidate = ctx
-                .rt
-                .find(name)
-                .await
-                .ok()
-                .flatten()
-                .filter(|d| d.running() && d.port != ctx.settings.production_port);
+    let t = std::mem::take(&mut *touched.lock().expect("touched lock"));
+    let notes = switch::restore(ctx, t, name, opts.say).await;
+    record.outcome = match (&e, record.outcome) {
+        (Error::Interrupted(_), _) => Outcome::Interrupted,
+        (_, o @ (Outcome::Rejected | Outcome::Inconclusive)) => o,
+        _ => Outcome::Failed,
+    };
+    record.error = Some(e.to_string());
+    record.serving = serving_now(ctx).await;
+    record.finished_at = crate::units::now_utc();
+    let saved = record.save(ctx.state);
+    let summary = format!(
+        "up {name} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
+        record.outcome,
+        notes.join("; "),
+        ctx.settings.production_port,
+        record.serving.clone().unwrap_or_else(|| "nothing".into()),
+        match &saved {
+            Ok(p) => p.display().to_string(),
+            Err(e) => format!("not written ({e})"),
         }
-        if let Some(c) = &t.candidate {
-            let _ = ctx.rt.stop(c, STOP_GRACE).await;
-            notes.push(format!(
-                "stopped the candidate {} (its logs: `sparkctl logs {}`)",
-                c.name, c.name
-            ));
-        }
-        if let Some(prod) = &t.production_stopped {
-            (opts.say)(&format!("restoring production {prod}"));
-            match start_as_production(ctx, prod, true, opts.say).await {
-                Ok(_) => notes.push(format!(
-                    "{prod} serves on port {} again",
-                    ctx.settings.production_port
-                )),
-                Err(e2) => notes.push(format!("restoring {prod} failed too: {e2}")),
-            }
-        }
-        record.outcome = if matches!(e, Error::Interrupted(_)) {
-            Outcome::Interrupted
-        } else if matches!(record.outcome, Outcome::Rejected | Outcome::Inconclusive) {
-            record.outcome
-        } else {
-            Outcome::Failed
-        };
-        record.error = Some(e.to_string());
-        record.serving = serving_now(ctx).await;
-        record.finished_at = now();
-        let path = record.save(ctx.state)?;
-        let summary = format!(
-            "up {name} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
-            record.outcome,
-            notes.join("; "),
-            ctx.settings.production_port,
-            record.serving.clone().unwrap_or_else(|| "nothing".into()),
-            path.display()
-        );
-        Err(if matches!(e, Error::Interrupted(_)) {
-            Error::Interrupted(summary)
-        } else {
-            Error::Failed(summary)
-        })
-    }
+    );
+    Err(if matches!(e, Error::Interrupted(_)) {
+        Error::Interrupted(summary)
+    } else {
+        Error::Failed(summary)
+    })
 }
 
-async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
-    let (all, _) = ctx.rt.latest_per_recipe().await.ok()?;
-    all.into_iter()
-        .find(|d| d.running() && d.port == ctx.settings.production_port)
-        .map(|d| {
-            format!(
-                "{} ({} {})",
-                d.name,
-                d.runtime.as_str(),
-                super::short(&d.id)
-            )
-        })
-}
-
-async fn timed<T>(
-    record: &mut RunRecord,
-    name: &str,
-    f: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    let began = Instant::now();
-    let r = f.await;
-    record.phases.push(Phase {
-        name: name.into(),
-        ms: began.elapsed().as_secs_f64() * 1e3,
-        ok: r.is_ok(),
-        detail: r.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
-    });
-    r
-}
-
-async fn up_flow(
-    ctx: &Ctx<'_>,
-    loaded: &LoadedRecipe,
-    opts: &UpOptions<'_>,
-    record: &mut RunRecord,
+struct Flow<'a, 'b> {
+    ctx: &'a Ctx<'b>,
+    opts: &'a UpOptions<'a>,
+    loaded: &'a LoadedRecipe,
+    record: &'a mut RunRecord,
     touched: Arc<Mutex<Touched>>,
-) -> Result<()> {
-    let name = loaded.recipe.name.clone();
-    let start_opts = StartOptions {
-        lock: ctx.lock,
-        allow_unpinned: opts.allow_unpinned,
-        self_exe: ctx.self_exe,
-    };
-    let mut production = Production::load(ctx.state)?;
-    let prod_name = production.current.as_ref().map(|e| e.recipe.clone());
+}
 
-    // Plan: every cheap check, nothing changed. Deployments in the way are the memory plan's.
-    let plan = timed(
-        record,
-        "plan",
-        plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &start_opts),
-    )
-    .await?;
-    record.plan = serde_json::to_value(&plan).ok();
-    record.image = plan.image_ref.clone();
-    record.unpinned = plan.unpinned;
-    record.model_fingerprint = plan.model_fingerprint.clone();
-    let swap = prod_name
-        .as_ref()
-        .is_some_and(|p| plan.memory.must_stop.contains(p));
-    if !plan.memory.fits {
-        return Err(Error::Failed(format!(
-            "{name} does not fit in memory even alone: {}",
-            plan.memory.describe()
-        )));
+impl Flow<'_, '_> {
+    fn name(&self) -> &str {
+        &self.loaded.recipe.name
     }
-    (opts.say)(&format!(
-        "plan: {} ({}), {}; {}",
-        name,
-        plan.runtime.as_str(),
-        plan.memory.describe(),
-        if swap {
-            format!(
-                "production {} must stop first (swap)",
-                prod_name.clone().unwrap_or_default()
-            )
-        } else {
-            "production keeps serving until the candidate passes (blue/green)".to_string()
+
+    fn say(&self, line: &str) {
+        (self.opts.say)(line)
+    }
+
+    async fn run(&mut self) -> Result<()> {
+        let production = self.ctx.door.status().await?.production;
+        let Some((plan, swap)) = self.plan(&production).await? else {
+            return Ok(());
+        };
+        self.patch().await?;
+        self.make_room(&plan, &production, swap).await?;
+        let candidate = self.start().await?;
+        let baseline = self.measure_production(&production, swap).await?;
+        let (result, bench_path) = self.bench(&baseline).await?;
+        self.judge(&result, &candidate).await?;
+        if self.opts.no_promote {
+            self.record.outcome = Outcome::Passed;
+            return self.keep_production(swap, &candidate).await;
         }
-    ));
-    if opts.dry_run {
-        record.outcome = Outcome::Planned;
-        return Ok(());
+        self.switch(production, &candidate, bench_path, swap)
+            .await?;
+        self.record.outcome = Outcome::Promoted;
+        Ok(())
     }
 
-    // Patch the model dir (idempotent; nothing to do when already patched).
-    if loaded
-        .recipe
-        .model
-        .as_ref()
-        .is_some_and(|m| !m.patches.is_empty())
-    {
-        let docker = ctx.rt.docker().ok().map(|d| d.client());
-        let applied = timed(record, "patch", async {
-            let p = crate::patch::plan::plan(loaded, &crate::patch::repo_dir(loaded))?;
-            crate::patch::apply(loaded, p, ctx.state, docker).await
-        })
-        .await?;
-        record.patch_diff = applied.plan.diff();
-        record.patched = applied.written;
-    }
-
-    // Make room.
-    for victim in &plan.memory.must_stop {
-        let is_prod = Some(victim) == prod_name.as_ref();
-        if is_prod
-            && !(opts.confirm)(&format!(
-                "stop production {victim} to make room for {name}?"
-            ))
-        {
-            return Err(Error::Usage(format!(
-                "{name} needs production {victim} stopped first; confirm, or pass --yes"
-            )));
-        }
-        if let Some(d) = ctx.rt.find(victim).await?.filter(Deployment::running) {
-            (opts.say)(&format!("stopping {victim} to make room"));
-            ctx.rt.stop(&d, STOP_GRACE).await?;
-            if is_prod {
-                touched.lock().expect("touched lock").production_stopped = Some(victim.clone());
-            }
-        }
-    }
-
-    // Start the candidate on its own port and wait until it serves.
-    let plan = plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &start_opts).await?;
-    (opts.say)(&format!("starting {name}"));
-    let report = timed(record, "start", start(ctx.rt, &plan, None, |_| {})).await?;
-    for w in &report.warnings {
-        (opts.say)(&format!("warning: {w}"));
-    }
-    record.warnings.extend(report.warnings.iter().cloned());
-    record.memory_observed = Some(report.memory_observed.clone());
-    let candidate = report.deployment.clone();
-    record.image_digest =
-        (candidate.runtime == crate::recipe::Runtime::Docker).then(|| candidate.artifact.clone());
-    touched.lock().expect("touched lock").candidate = Some(candidate.clone());
-
-    // Production's own result is what the relative gates compare with: a complete one, or
-    // it is measured again now (it still serves in a blue/green run). Without one the
-    // relative gates are inconclusive, never passed.
-    let mut baseline = production_baseline(&production);
-    let prod_running = match &prod_name {
-        Some(p) => ctx.rt.find(p).await?.is_some_and(|d| d.running()),
-        None => false,
-    };
-    if let (Some(p), true, Err(why)) = (prod_name.clone(), prod_running, &baseline) {
-        (opts.say)(&format!("benchmarking production {p} first ({why})"));
-        let path = ctx
-            .state
-            .runs_dir()?
-            .join(format!("{}-production-bench.json", record.run_id));
-        let result = timed(
-            record,
-            "bench-production",
-            bench_recipe(ctx, &p, opts, Err("this is production's own measurement")),
+    /// Every cheap check; nothing changed. Whether production must stop first (swap).
+    async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, bool)>> {
+        let opts = start_options(self.ctx, self.opts.allow_unpinned);
+        let plan = timed(
+            self.record,
+            "plan",
+            plan_start(
+                self.ctx.rt,
+                self.ctx.state,
+                self.loaded,
+                self.ctx.settings,
+                &opts,
+            ),
         )
         .await?;
+        self.record.plan = serde_json::to_value(&plan).ok();
+        self.record.image = plan.image_ref.clone();
+        self.record.unpinned = plan.unpinned;
+        self.record.model_fingerprint = plan.model_fingerprint.clone();
+        let prod = production.current.as_ref().map(|e| e.recipe.clone());
+        let swap = prod
+            .as_ref()
+            .is_some_and(|p| plan.memory.must_stop.contains(p));
+        if !plan.memory.fits {
+            return Err(Error::Failed(format!(
+                "{} does not fit in memory even alone: {}",
+                self.name(),
+                plan.memory.describe()
+            )));
+        }
+        self.say(&format!(
+            "plan: {} ({}), {}; {}",
+            self.name(),
+            plan.runtime.as_str(),
+            plan.memory.describe(),
+            match (&prod, swap) {
+                (Some(p), true) => format!(
+                    "production {p} must stop first (swap: the front door holds requests meanwhile)"
+                ),
+                (Some(p), false) =>
+                    format!("production {p} keeps serving until the candidate passes (blue/green)"),
+                (None, _) =>
+                    "no production yet: the front door holds requests until one passes".into(),
+            }
+        ));
+        if self.opts.dry_run {
+            self.record.outcome = Outcome::Planned;
+            return Ok(None);
+        }
+        Ok(Some((plan, swap)))
+    }
+
+    /// The model dir's patch steps (idempotent; nothing to do when already patched).
+    async fn patch(&mut self) -> Result<()> {
+        let loaded = self.loaded;
+        if loaded
+            .recipe
+            .model
+            .as_ref()
+            .is_none_or(|m| m.patches.is_empty())
+        {
+            return Ok(());
+        }
+        let docker = self.ctx.rt.docker().ok().map(|d| d.client());
+        let state = self.ctx.state;
+        let applied = timed(self.record, "patch", async {
+            let p = crate::patch::plan::plan(loaded, &crate::patch::repo_dir(loaded))?;
+            crate::patch::apply(loaded, p, state, docker).await
+        })
+        .await?;
+        self.record.patch_diff = applied.plan.diff();
+        self.record.patched = applied.written;
+        Ok(())
+    }
+
+    /// Stops what the memory plan names; production last, after the front door holds.
+    async fn make_room(
+        &mut self,
+        plan: &StartPlan,
+        production: &Production,
+        swap: bool,
+    ) -> Result<()> {
+        let prod = production.current.as_ref().map(|e| e.recipe.as_str());
+        for victim in &plan.memory.must_stop {
+            let is_prod = Some(victim.as_str()) == prod;
+            if is_prod
+                && !(self.opts.confirm)(&format!(
+                    "stop production {victim} to make room for {}?",
+                    self.name()
+                ))
+            {
+                return Err(Error::Usage(format!(
+                    "{} needs production {victim} stopped first; confirm, or pass --yes",
+                    self.name()
+                )));
+            }
+            let Some(d) = self.ctx.rt.find(victim).await?.filter(Deployment::running) else {
+                continue;
+            };
+            if is_prod && swap {
+                // Requests wait at the front door instead of finding nothing.
+                self.ctx.door.hold().await?;
+                self.touched.lock().expect("touched").held = true;
+                self.touched.lock().expect("touched").production_stopped = Some(upstream_of(&d));
+            }
+            self.say(&format!("stopping {victim} to make room"));
+            self.ctx.rt.stop(&d, super::STOP_GRACE).await?;
+        }
+        Ok(())
+    }
+
+    /// The candidate on its own port, until it serves.
+    async fn start(&mut self) -> Result<Deployment> {
+        let opts = start_options(self.ctx, self.opts.allow_unpinned);
+        let plan = plan_start(
+            self.ctx.rt,
+            self.ctx.state,
+            self.loaded,
+            self.ctx.settings,
+            &opts,
+        )
+        .await?;
+        self.say(&format!("starting {}", self.name()));
+        let report = timed(
+            self.record,
+            "start",
+            start(self.ctx.rt, &plan, None, |_| {}),
+        )
+        .await?;
+        for w in &report.warnings {
+            self.say(&format!("warning: {w}"));
+        }
+        self.record.warnings.extend(report.warnings.iter().cloned());
+        self.record.memory_observed = Some(report.memory_observed.clone());
+        let candidate = report.deployment;
+        self.record.image_digest = (candidate.runtime == crate::recipe::Runtime::Docker)
+            .then(|| candidate.artifact.clone());
+        self.record.model_fingerprint = candidate
+            .model_fingerprint
+            .clone()
+            .or(self.record.model_fingerprint.take());
+        self.touched.lock().expect("touched").started = Some(candidate.clone());
+        Ok(candidate)
+    }
+
+    /// Production's last complete result, or a new measurement of it while it still
+    /// serves (blue/green). Without one the relative gates are inconclusive, never passed.
+    async fn measure_production(
+        &mut self,
+        production: &Production,
+        swap: bool,
+    ) -> Result<std::result::Result<BenchResult, String>> {
+        let baseline = production_baseline(production);
+        let (Some(current), false, Err(why)) = (&production.current, swap, &baseline) else {
+            return Ok(baseline);
+        };
+        let Some(up) = current.upstream.clone() else {
+            return Ok(baseline);
+        };
+        if !crate::frontdoor::alive(self.ctx.rt, &up).await {
+            return Ok(baseline);
+        }
+        self.say(&format!(
+            "benchmarking production {} first ({why})",
+            current.recipe
+        ));
+        let path = self
+            .ctx
+            .state
+            .runs_dir()?
+            .join(format!("{}-production-bench.json", self.record.run_id));
+        let ctx = self.ctx;
+        let (recipe, suite, runs) = (
+            current.recipe.clone(),
+            self.opts.suite.clone(),
+            self.opts.runs,
+        );
+        let result = timed(self.record, "measure-production", async {
+            bench_recipe(
+                ctx,
+                &recipe,
+                suite,
+                runs,
+                Err("this is production's own measurement"),
+            )
+            .await
+        })
+        .await?;
         state::write_json(&path, &result)?;
-        baseline = match result.unusable_as_baseline() {
+        Ok(match result.unusable_as_baseline() {
             None => {
-                if let Some(e) = production.current.as_mut() {
+                let mut next = production.clone();
+                if let Some(e) = next.current.as_mut() {
                     e.bench = Some(path);
                 }
-                production.save(ctx.state)?;
+                // Kept for the next `up`; a failed write only costs a new measurement.
+                let _ = self.ctx.door.update(&next).await;
                 Ok(result)
             }
             Some(why) => Err(format!("production's measurement is unusable: {why}")),
-        };
+        })
     }
 
-    // Benchmark against production's last result.
-    (opts.say)(&format!("benchmarking {name}"));
-    let bench_path = ctx
-        .state
-        .runs_dir()?
-        .join(format!("{}-bench.json", record.run_id));
-    let result = timed(
-        record,
-        "bench",
-        bench_recipe(ctx, &name, opts, baseline.as_ref().map_err(String::as_str)),
-    )
-    .await?;
-    state::write_json(&bench_path, &result)?;
-    record.bench = Some(bench_path.clone());
-    record.ttft_p50_ms = result.ttft_p50_ms;
-    record.decode_tps_p50 = result.decode_tps_p50;
-    record.gates = result.gates.clone();
-    // Keep its output with the run before anything stops it.
-    let log_path = ctx.state.runs_dir()?.join(format!("{}.log", record.run_id));
-    if let Ok(mut f) = std::fs::File::create(&log_path) {
-        if ctx.rt.logs(&candidate, None, false, &mut f).await.is_ok() {
-            record.logs = Some(log_path);
-        }
+    /// The candidate's benchmark against production's result.
+    async fn bench(
+        &mut self,
+        baseline: &std::result::Result<BenchResult, String>,
+    ) -> Result<(BenchResult, std::path::PathBuf)> {
+        self.say(&format!("benchmarking {}", self.name()));
+        let path = self
+            .ctx
+            .state
+            .runs_dir()?
+            .join(format!("{}-bench.json", self.record.run_id));
+        let (ctx, name) = (self.ctx, self.name().to_string());
+        let (suite, runs) = (self.opts.suite.clone(), self.opts.runs);
+        let result = timed(self.record, "bench", async {
+            bench_recipe(
+                ctx,
+                &name,
+                suite,
+                runs,
+                baseline.as_ref().map_err(String::as_str),
+            )
+            .await
+        })
+        .await?;
+        state::write_json(&path, &result)?;
+        self.record.bench = Some(path.clone());
+        self.record.ttft_p50_ms = result.ttft_p50_ms;
+        self.record.decode_tps_p50 = result.decode_tps_p50;
+        self.record.gates = result.gates.clone();
+        Ok((result, path))
     }
-    // A candidate that died under the benchmark failed: its exit says why, not the
-    // requests that could no longer reach it.
-    if result.verdict != Verdict::Pass {
-        if let Some(d) = ctx.rt.find(&name).await?.filter(|d| !d.running()) {
+
+    /// Pass, or the reason it is not promoted.
+    async fn judge(&mut self, result: &BenchResult, candidate: &Deployment) -> Result<()> {
+        let name = self.name().to_string();
+        // Its output goes with the run before anything can stop it.
+        let log_path = self
+            .ctx
+            .state
+            .runs_dir()?
+            .join(format!("{}.log", self.record.run_id));
+        if let Ok(mut f) = std::fs::File::create(&log_path) {
+            if self
+                .ctx
+                .rt
+                .logs(candidate, None, false, &mut f)
+                .await
+                .is_ok()
+            {
+                self.record.logs = Some(log_path);
+            }
+        }
+        self.record.phases.push(crate::history::Phase {
+            name: "judge".into(),
+            ms: 0.0,
+            ok: result.verdict == Verdict::Pass,
+            detail: format!("verdict {}: {}", result.verdict, result.verdict_reason),
+        });
+        if result.verdict == Verdict::Pass {
+            return Ok(());
+        }
+        // A candidate that died under the benchmark failed: its exit says why, not the
+        // requests that could no longer reach it.
+        if let Some(d) = self.ctx.rt.find(&name).await?.filter(|d| !d.running()) {
             let how = match &d.state {
                 crate::runtime::RunState::Exited { exit: Some(exit) } => exit.to_string(),
                 _ => "exited".into(),
@@ -555,24 +404,14 @@ async fn up_flow(
                 "{name} stopped during the benchmark: it {how}; see `sparkctl logs {name}`"
             )));
         }
-    }
-
-    let gate_phase = Phase {
-        name: "gates".into(),
-        ms: 0.0,
-        ok: result.verdict == Verdict::Pass,
-        detail: format!("verdict {}: {}", result.verdict, result.verdict_reason),
-    };
-    record.phases.push(gate_phase);
-    if result.verdict == Verdict::Inconclusive {
-        record.outcome = Outcome::Inconclusive;
-        return Err(Error::Failed(format!(
-            "{name} was not promoted and not rejected: the benchmark was inconclusive ({}); \
-             production keeps serving; run `sparkctl up {name}` again",
-            result.verdict_reason
-        )));
-    }
-    if result.verdict != Verdict::Pass {
+        if result.verdict == Verdict::Inconclusive {
+            self.record.outcome = Outcome::Inconclusive;
+            return Err(Error::Failed(format!(
+                "{name} was not promoted and not rejected: the benchmark was inconclusive ({}); \
+                 production keeps serving; run `sparkctl up {name}` again",
+                result.verdict_reason
+            )));
+        }
         let failed: Vec<String> = result
             .gates
             .iter()
@@ -587,53 +426,95 @@ async fn up_flow(
             })
             .chain(result.problems.iter().take(3).cloned())
             .collect();
-        record.outcome = Outcome::Rejected;
-        return Err(Error::Failed(format!(
+        self.record.outcome = Outcome::Rejected;
+        Err(Error::Failed(format!(
             "{name} did not pass: {}",
             failed.join("; ")
-        )));
-    }
-    if opts.no_promote {
-        record.outcome = Outcome::Passed;
-        // In a swap production was stopped; it serves again, the candidate keeps its port.
-        let stopped = touched
-            .lock()
-            .expect("touched lock")
-            .production_stopped
-            .take();
-        if let Some(prod) = stopped {
-            ctx.rt.stop(&candidate, STOP_GRACE).await?;
-            start_as_production(ctx, &prod, true, opts.say).await?;
-        }
-        return Ok(());
+        )))
     }
 
-    // Promote: the candidate moves to the production port.
-    let run_id = record.run_id.clone();
-    timed(record, "promote", async {
-        if let Some(stopped) = stop_production(ctx).await? {
-            touched
-                .lock()
-                .expect("touched lock")
-                .production_stopped
-                .get_or_insert(stopped);
+    /// `--no-promote`: the candidate keeps its port; a production stopped for a swap serves
+    /// again.
+    async fn keep_production(&mut self, swap: bool, candidate: &Deployment) -> Result<()> {
+        if !swap {
+            return Ok(());
         }
-        ctx.rt.stop(&candidate, STOP_GRACE).await?;
-        start_as_production(ctx, &name, opts.allow_unpinned, opts.say).await?;
-        touched.lock().expect("touched lock").candidate = None;
-        production.promote(Entry {
-            recipe: name.clone(),
-            since: now(),
-            run_id: Some(run_id),
-            bench: Some(bench_path.clone()),
-        });
-        production.save(ctx.state)?;
+        self.ctx.rt.stop(candidate, super::STOP_GRACE).await?;
+        let t = std::mem::take(&mut *self.touched.lock().expect("touched"));
+        switch::restore(self.ctx, t, self.name(), self.opts.say).await;
         Ok(())
-    })
-    .await?;
-    touched.lock().expect("touched lock").production_stopped = None;
-    record.outcome = Outcome::Promoted;
-    Ok(())
+    }
+
+    /// The front door sends new requests to the candidate that passed; the old production's
+    /// streams finish; then it is stopped, or kept warm for an instant rollback.
+    async fn switch(
+        &mut self,
+        production: Production,
+        candidate: &Deployment,
+        bench: std::path::PathBuf,
+        swap: bool,
+    ) -> Result<()> {
+        let mut next = production.clone();
+        let old = production.serving().cloned();
+        next.promote(Entry {
+            recipe: self.name().to_string(),
+            since: crate::units::now_utc(),
+            run_id: Some(self.record.run_id.clone()),
+            bench: Some(bench),
+            upstream: Some(switch::upstream_of(candidate)),
+        });
+        let grace = self.ctx.door_config.warm_grace;
+        let keep_warm = old.as_ref().filter(|_| !swap && !grace.is_zero());
+        if let Some(u) = keep_warm {
+            next.warm.retain(|w| w.upstream.recipe != u.recipe);
+            next.warm.push(Warm {
+                upstream: u.clone(),
+                until: crate::units::unix_now().as_secs() + grace.as_secs(),
+            });
+        }
+        let (ctx, drain) = (self.ctx, self.ctx.door_config.drain);
+        let report = timed(self.record, "switch", async {
+            ctx.door.switch(&next, drain).await
+        })
+        .await?;
+        // Production now: nothing after this point undoes it.
+        *self.touched.lock().expect("touched") = Touched::default();
+        self.say(&format!(
+            "the front door sends production to {} ({}){}",
+            self.name(),
+            super::short(&candidate.id),
+            if report.left_in_flight > 0 {
+                format!(
+                    "; {} old streams were still running after the drain",
+                    report.left_in_flight
+                )
+            } else {
+                String::new()
+            }
+        ));
+        if let (Some(old), None) = (&old, keep_warm) {
+            if let Err(e) = switch::stop_instance(self.ctx, old).await {
+                self.record
+                    .warnings
+                    .push(format!("stopping the old production {}: {e}", old.recipe));
+            }
+        } else if let Some(old) = keep_warm {
+            self.say(&format!(
+                "{} stays warm for {} s: `sparkctl rollback` switches back at once",
+                old.recipe,
+                grace.as_secs()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn start_options<'x>(ctx: &Ctx<'x>, allow_unpinned: bool) -> StartOptions<'x> {
+    StartOptions {
+        lock: ctx.lock,
+        allow_unpinned,
+        self_exe: ctx.self_exe,
+    }
 }
 
 /// Production's last result, when it is one the relative gates can trust; else why not.
@@ -656,114 +537,20 @@ fn production_baseline(production: &Production) -> std::result::Result<BenchResu
 async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
-    opts: &UpOptions<'_>,
+    suite: Option<String>,
+    runs: Option<usize>,
     baseline: std::result::Result<&BenchResult, &str>,
 ) -> Result<BenchResult> {
     let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, name).await?;
     let suite = crate::bench::suite::Suite::load(
-        opts.suite.as_deref().unwrap_or(&suite_name),
+        suite.as_deref().unwrap_or(&suite_name),
         &ctx.recipes.dir.join("suites"),
     )?;
-    let bench_opts = crate::bench::Options {
+    let opts = crate::bench::Options {
         warmup: None,
-        runs: opts.runs,
+        runs,
         concurrency: Vec::new(),
         gates,
     };
-    crate::bench::run(&suite, target, &bench_opts, baseline, |_, _, _| {}).await
-}
-
-/// `sparkctl rollback [--to NAME]`: the previous production (or NAME) serves again.
-pub async fn rollback(
-    ctx: &Ctx<'_>,
-    to: Option<&str>,
-    dry_run: bool,
-    say: &dyn Fn(&str),
-) -> Result<RunRecord> {
-    let _lock = ctx.state.lock("rollback")?;
-    let mut production = Production::load(ctx.state)?;
-    let (target, from_stack) = match to {
-        Some(n) => (n.to_string(), false),
-        None => match production.previous.last() {
-            Some(e) => (e.recipe.clone(), true),
-            None => {
-                return Err(Error::Usage(
-                    "there is no previous production to roll back to; name one: `sparkctl rollback --to NAME`".into(),
-                ))
-            }
-        },
-    };
-    ctx.recipes.get(&target)?;
-    let mut record = RunRecord {
-        run_id: state::new_run_id(),
-        command: "rollback".into(),
-        recipe: target.clone(),
-        started_at: now(),
-        ..Default::default()
-    };
-    let current = production.current.as_ref().map(|e| e.recipe.clone());
-    say(&format!(
-        "rollback: stop {} on port {}, start {target} there",
-        current
-            .clone()
-            .unwrap_or_else(|| "whatever sparkctl runs".into()),
-        ctx.settings.production_port
-    ));
-    if dry_run {
-        record.outcome = Outcome::Planned;
-        return Ok(record);
-    }
-    let stopped = timed(&mut record, "stop", stop_production(ctx)).await?;
-    match timed(
-        &mut record,
-        "start",
-        start_as_production(ctx, &target, true, say),
-    )
-    .await
-    {
-        Ok(d) => {
-            record.image_digest =
-                (d.runtime == crate::recipe::Runtime::Docker).then(|| d.artifact.clone());
-            record.model_fingerprint = d.model_fingerprint.clone();
-            let bench = if from_stack {
-                production.previous.pop().and_then(|e| e.bench)
-            } else {
-                None
-            };
-            let entry = Entry {
-                recipe: target.clone(),
-                since: now(),
-                run_id: Some(record.run_id.clone()),
-                bench,
-            };
-            if from_stack {
-                // The rolled-back one is dropped: it is what was wrong.
-                production.current = Some(entry);
-            } else {
-                production.promote(entry);
-            }
-            production.save(ctx.state)?;
-            record.outcome = Outcome::RolledBack;
-        }
-        Err(e) => {
-            // Nothing serves: put back what did.
-            if let Some(prev) = stopped {
-                let _ = start_as_production(ctx, &prev, true, say).await;
-            }
-            record.outcome = Outcome::Failed;
-            record.error = Some(e.to_string());
-            record.serving = serving_now(ctx).await;
-            record.finished_at = now();
-            record.save(ctx.state)?;
-            return Err(Error::Failed(format!(
-                "rollback to {target} failed: {e}\n  serving on port {}: {}",
-                ctx.settings.production_port,
-                record.serving.clone().unwrap_or_else(|| "nothing".into())
-            )));
-        }
-    }
-    record.serving = serving_now(ctx).await;
-    record.finished_at = now();
-    record.save(ctx.state)?;
-    Ok(record)
+    crate::bench::run(&suite, target, &opts, baseline, |_, _, _| {}).await
 }

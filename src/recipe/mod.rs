@@ -54,6 +54,10 @@ pub struct Recipe {
     pub health: Health,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bench: Option<Bench>,
+    /// The recipe the front door switches to when this one, as production, cannot be
+    /// brought back (e.g. `llama-server`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

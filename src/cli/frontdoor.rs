@@ -1,0 +1,167 @@
+//! `sparkctl frontdoor start|stop|status|run|install` and the front door's part of `status`
+//! and `logs`: rendering over `crate::frontdoor`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Subcommand;
+
+use super::deploy::Context;
+use super::Output;
+use crate::error::{Error, Result};
+use crate::frontdoor::{self, Config, DoorStatus, Launch};
+
+#[derive(Debug, Subcommand)]
+pub enum FrontdoorCommand {
+    /// Start the front door in the background (`up` and `rollback` do when it is not running).
+    Start,
+    /// Stop it; the production deployment keeps running on its own port.
+    Stop,
+    /// Where it routes, what is in flight, what waits.
+    Status,
+    /// Run it in the foreground: what `start` and the systemd unit run.
+    Run,
+    /// The server process `run` supervises (internal).
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        listen_fd: i32,
+    },
+    /// Write a systemd user unit that starts the front door at boot (and restarts it).
+    Install,
+}
+
+pub fn launch(ctx: &Context, recipes: &std::path::Path) -> Launch {
+    Launch {
+        self_exe: super::self_exe(),
+        recipes: std::path::absolute(recipes).unwrap_or_else(|_| recipes.to_path_buf()),
+        lock: std::path::absolute(&ctx.lock_path).unwrap_or_else(|_| ctx.lock_path.clone()),
+    }
+}
+
+pub async fn run(
+    ctx: Context,
+    recipes: PathBuf,
+    command: FrontdoorCommand,
+    out: &Output,
+) -> Result<()> {
+    let config = Config::from_env(ctx.settings.production_port)?;
+    let launch = launch(&ctx, &recipes);
+    match command {
+        FrontdoorCommand::Start => {
+            let remote = frontdoor::ensure(&ctx.state, &config, &launch).await?;
+            print_status(&remote.status().await?, out);
+            Ok(())
+        }
+        FrontdoorCommand::Stop => {
+            match frontdoor::supervisor::stop(&ctx.state).await? {
+                Some(pid) => println!(
+                    "front door stopped (pid {pid}); production keeps running on its own port"
+                ),
+                None => println!("no front door runs for {}", ctx.state.root().display()),
+            }
+            Ok(())
+        }
+        FrontdoorCommand::Status => {
+            let remote = frontdoor::Remote::new(frontdoor::control_socket(&ctx.state));
+            print_status(&remote.status().await?, out);
+            Ok(())
+        }
+        FrontdoorCommand::Run => frontdoor::supervisor::run(&ctx.state, &config, &launch).await,
+        FrontdoorCommand::Serve { listen_fd } => {
+            let watch = frontdoor::watch::Context {
+                state: ctx.state,
+                runtimes: ctx.runtimes,
+                recipes_dir: launch.recipes,
+                lock_path: launch.lock,
+                settings: ctx.settings,
+                self_exe: launch.self_exe,
+            };
+            frontdoor::serve::run(watch, config, listen_fd).await
+        }
+        FrontdoorCommand::Install => install(&config, &launch, &ctx.state),
+    }
+}
+
+fn print_status(s: &DoorStatus, out: &Output) {
+    if out.json {
+        out.print_json(s);
+        return;
+    }
+    println!("{}", line(s));
+    for w in &s.production.warm {
+        println!(
+            "  warm: {} ({}) until {}",
+            w.upstream.recipe,
+            crate::deploy::short(&w.upstream.deployment),
+            crate::units::utc_stamp(w.until)
+        );
+    }
+}
+
+/// One line: port, upstream, in flight, waiting.
+pub fn line(s: &DoorStatus) -> String {
+    let in_flight: usize = s.in_flight.values().sum();
+    format!(
+        "front door {}:{} (pid {}) → {} · {in_flight} in flight · {} waiting",
+        s.host,
+        s.port,
+        s.pid,
+        match &s.upstream {
+            Some(u) => format!(
+                "{} ({}, {})",
+                u.recipe,
+                crate::deploy::short(&u.deployment),
+                u.url
+            ),
+            None => "nothing: holding requests".into(),
+        },
+        s.waiting
+    )
+}
+
+/// `logs frontdoor`: the supervisor's and server's output, newest run.
+pub async fn logs(ctx: &Context, follow: bool, tail: Option<usize>) -> Result<()> {
+    let dir = ctx.state.root().join("logs").join("frontdoor");
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| Error::io(format!("no front door log in {}", dir.display()), e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    logs.sort();
+    let Some(path) = logs.pop() else {
+        return Err(Error::Usage("the front door has not run yet".into()));
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let from = tail.map_or(0, |n| lines.len().saturating_sub(n));
+    for l in &lines[from..] {
+        println!("{l}");
+    }
+    if follow {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let mut at = f.seek(SeekFrom::End(0)).unwrap_or(0);
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut more = String::new();
+            if f.seek(SeekFrom::Start(at)).is_ok() && f.read_to_string(&mut more).is_ok() {
+                at += more.len() as u64;
+                print!("{more}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn install(config: &Config, launch: &Launch, state: &crate::state::StateDir) -> Result<()> {
+    let path = frontdoor::unit::install(state, config, launch)?;
+    println!("wrote {}", path.display());
+    println!("enable it (and keep it running without a login session):");
+    println!(
+        "  systemctl --user daemon-reload && systemctl --user enable --now sparkctl-frontdoor"
+    );
+    println!("  loginctl enable-linger \"$USER\"");
+    Ok(())
+}

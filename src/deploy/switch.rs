@@ -1,0 +1,187 @@
+//! What `up` and `rollback` share: the context, the signals that interrupt them, and the one
+//! way back when they fail — never stop what the front door routes to; if production was
+//! stopped to make room, start it again and switch the front door back to it.
+
+use std::time::Instant;
+
+use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use crate::error::{Error, Result};
+use crate::frontdoor::{self, Remote};
+use crate::history::{Phase, RunRecord};
+use crate::lock::Lock;
+use crate::production::{Production, Upstream};
+use crate::recipe::RecipeSet;
+use crate::runtime::{Deployment, Runtimes};
+use crate::state::StateDir;
+
+/// What the flows need from the machine.
+pub struct Ctx<'a> {
+    pub rt: &'a Runtimes,
+    pub state: &'a StateDir,
+    pub recipes: &'a RecipeSet,
+    pub settings: &'a Settings,
+    pub lock: &'a Lock,
+    pub self_exe: &'a str,
+    pub door: &'a Remote,
+    pub door_config: &'a frontdoor::Config,
+}
+
+/// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed SSH session): all three stop a flow
+/// the same way, through its restore path.
+pub async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hup = signal(SignalKind::hangup()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        Some(_) = async { term.as_mut()?.recv().await } => {}
+        Some(_) = async { hup.as_mut()?.recv().await } => {}
+    }
+}
+
+/// The front door's address for a running deployment.
+pub fn upstream_of(d: &Deployment) -> Upstream {
+    Upstream {
+        recipe: d.name.clone(),
+        deployment: d.id.clone(),
+        url: d.url(),
+    }
+}
+
+/// What the front door routes to, for records and messages.
+pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
+    let s = ctx.door.status().await.ok()?;
+    s.upstream
+        .map(|u| format!("{} ({}, {})", u.recipe, super::short(&u.deployment), u.url))
+}
+
+/// Runs one named phase and records it.
+pub async fn timed<T>(
+    record: &mut RunRecord,
+    name: &str,
+    f: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let began = Instant::now();
+    let r = f.await;
+    record.phases.push(Phase {
+        name: name.into(),
+        ms: began.elapsed().as_secs_f64() * 1e3,
+        ok: r.is_ok(),
+        detail: r.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+    });
+    r
+}
+
+/// Starts `name` on its own port and waits until it serves; the front door's upstream for it.
+pub async fn start_instance(ctx: &Ctx<'_>, name: &str, allow_unpinned: bool) -> Result<Deployment> {
+    let loaded = ctx.recipes.get(name)?;
+    refuse_production_port(ctx.settings, name, loaded.recipe.server.port)?;
+    let opts = StartOptions {
+        lock: ctx.lock,
+        allow_unpinned,
+        self_exe: ctx.self_exe,
+    };
+    let plan = plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &opts).await?;
+    Ok(start(ctx.rt, &plan, None, |_| {}).await?.deployment)
+}
+
+/// The front door owns the production port: a backend needs its own.
+pub fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Result<()> {
+    if port == settings.production_port {
+        return Err(Error::Usage(format!(
+            "{name}: server.port is the production port {port}, which the front door owns; give \
+             the recipe its own port (the front door sends production's requests there)"
+        )));
+    }
+    Ok(())
+}
+
+/// Stops the very instance `u` names, if it still runs.
+pub async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
+    if let Some(d) = ctx.rt.find(&u.recipe).await? {
+        if d.running() && d.id == u.deployment {
+            ctx.rt.stop(&d, STOP_GRACE).await?;
+        }
+    }
+    Ok(())
+}
+
+/// What a flow changed, for the way back.
+#[derive(Default)]
+pub struct Touched {
+    /// Started by this flow (never production before it).
+    pub started: Option<Deployment>,
+    /// Production stopped to make room (swap): what served, to be started again.
+    pub production_stopped: Option<Upstream>,
+    /// The front door was told to hold.
+    pub held: bool,
+}
+
+/// Puts things back after a failure or an interrupt: whatever the front door routes to
+/// keeps running; what the flow started otherwise stops (logs kept); production stopped to
+/// make room starts again and the front door is switched back to it. Returns what was done.
+pub async fn restore(
+    ctx: &Ctx<'_>,
+    mut t: Touched,
+    recipe: &str,
+    say: &dyn Fn(&str),
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let door = ctx.door.status().await.ok();
+    let routed = door.as_ref().and_then(|s| s.upstream.clone());
+    // Interrupted before the start was recorded: a running instance of this recipe that
+    // the front door does not route to is this flow's.
+    if t.started.is_none() {
+        t.started = ctx
+            .rt
+            .find(recipe)
+            .await
+            .ok()
+            .flatten()
+            .filter(|d| d.running() && routed.as_ref().is_none_or(|u| u.deployment != d.id));
+    }
+    if let Some(c) = &t.started {
+        if routed.as_ref().is_some_and(|u| u.deployment == c.id) {
+            notes.push(format!("{} serves production already; kept", c.name));
+        } else {
+            let _ = ctx.rt.stop(c, STOP_GRACE).await;
+            notes.push(format!(
+                "stopped {} (its logs: `sparkctl logs {}`)",
+                c.name, c.name
+            ));
+        }
+    }
+    let production = match &door {
+        Some(s) => s.production.clone(),
+        None => Production::load(ctx.state).unwrap_or_default(),
+    };
+    let serving_alive = match &routed {
+        Some(u) => crate::frontdoor::alive(ctx.rt, u).await,
+        None => false,
+    };
+    if serving_alive {
+        return notes;
+    }
+    // Nothing answers behind the front door: production back, as it was.
+    if let Some(prod) = t.production_stopped.as_ref().or(production.serving()) {
+        say(&format!("restoring production {}", prod.recipe));
+        match start_instance(ctx, &prod.recipe, true).await {
+            Ok(d) => {
+                let mut next = production.clone();
+                match next.current.as_mut() {
+                    Some(e) if e.recipe == prod.recipe => e.upstream = Some(upstream_of(&d)),
+                    _ => {}
+                }
+                match ctx.door.switch(&next, ctx.door_config.drain).await {
+                    Ok(_) => notes.push(format!("{} serves production again", prod.recipe)),
+                    Err(e) => notes.push(format!("switching back to {} failed: {e}", prod.recipe)),
+                }
+            }
+            Err(e) => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
+        }
+    } else if t.held {
+        // Held with nothing to go back to: let the front door answer 503 rather than wait.
+        let _ = ctx.door.switch(&production, ctx.door_config.drain).await;
+    }
+    notes
+}

@@ -1,0 +1,306 @@
+//! The front door's `/metrics`, in the Prometheus text format: what live traffic saw, per
+//! upstream. A handful of counters and two histograms need no client library.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use super::route::Route;
+
+const TTFT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const ITL_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0];
+
+#[derive(Clone, Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    n: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, buckets: &[f64], v: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; buckets.len()];
+        }
+        for (i, b) in buckets.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.n += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str, buckets: &[f64]) {
+        for (i, b) in buckets.iter().enumerate() {
+            let c = self.counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.n);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.n);
+    }
+}
+
+/// One upstream's figures (by recipe).
+#[derive(Clone, Default)]
+struct PerUpstream {
+    /// By HTTP status.
+    requests: BTreeMap<u16, u64>,
+    /// By kind: `connect` (no answer), `stream` (cut after it began).
+    errors: BTreeMap<&'static str, u64>,
+    in_flight: i64,
+    /// When a response body of this upstream last moved.
+    last_activity: Option<std::time::Instant>,
+    ttft: Histogram,
+    itl: Histogram,
+}
+
+/// Events outside any one upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Event {
+    /// A request waited for an upstream (a swap, a restart).
+    Held,
+    /// A request got 503: the wait was over its bound or the queue full.
+    Rejected,
+    Switch,
+    Restart,
+    Failover,
+}
+
+impl Event {
+    fn name(self) -> &'static str {
+        match self {
+            Event::Held => "sparkctl_frontdoor_held_total",
+            Event::Rejected => "sparkctl_frontdoor_rejected_total",
+            Event::Switch => "sparkctl_frontdoor_switches_total",
+            Event::Restart => "sparkctl_frontdoor_restarts_total",
+            Event::Failover => "sparkctl_frontdoor_failovers_total",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Event::Held => "Requests that waited for an upstream.",
+            Event::Rejected => {
+                "Requests answered 503 after waiting their bound or finding the queue full."
+            }
+            Event::Switch => "Switches of the upstream (promotion, rollback, restart, failover).",
+            Event::Restart => "Restarts of production by the watch.",
+            Event::Failover => "Switches to the fallback after repeated failures.",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    upstreams: BTreeMap<String, PerUpstream>,
+    events: BTreeMap<Event, u64>,
+}
+
+impl Metrics {
+    fn with(&self, upstream: &str, f: impl FnOnce(&mut PerUpstream)) {
+        let mut i = self.inner.lock().expect("metrics");
+        f(i.upstreams.entry(upstream.to_string()).or_default());
+    }
+
+    pub fn started(&self, upstream: &str) {
+        self.with(upstream, |u| {
+            u.in_flight += 1;
+            u.last_activity = Some(std::time::Instant::now());
+        });
+    }
+
+    /// A response body of `upstream` moved (a frame, its end).
+    pub fn active(&self, upstream: &str) {
+        self.with(upstream, |u| {
+            u.last_activity = Some(std::time::Instant::now())
+        });
+    }
+
+    /// How long no response body of `upstream` moved.
+    pub fn quiet_for(&self, upstream: &str) -> Option<std::time::Duration> {
+        let i = self.inner.lock().expect("metrics");
+        i.upstreams
+            .get(upstream)
+            .and_then(|u| u.last_activity)
+            .map(|t| t.elapsed())
+    }
+
+    pub fn finished(&self, upstream: &str) {
+        self.with(upstream, |u| u.in_flight -= 1);
+    }
+
+    pub fn status(&self, upstream: &str, code: u16) {
+        self.with(upstream, |u| *u.requests.entry(code).or_default() += 1);
+    }
+
+    pub fn error(&self, upstream: &str, kind: &'static str) {
+        self.with(upstream, |u| *u.errors.entry(kind).or_default() += 1);
+    }
+
+    pub fn ttft(&self, upstream: &str, seconds: f64) {
+        self.with(upstream, |u| u.ttft.observe(TTFT_BUCKETS, seconds));
+    }
+
+    pub fn itl(&self, upstream: &str, seconds: f64, tokens: usize) {
+        self.with(upstream, |u| {
+            for _ in 0..tokens.max(1) {
+                u.itl.observe(ITL_BUCKETS, seconds / tokens.max(1) as f64);
+            }
+        });
+    }
+
+    pub fn event(&self, e: Event) {
+        *self
+            .inner
+            .lock()
+            .expect("metrics")
+            .events
+            .entry(e)
+            .or_default() += 1;
+    }
+
+    pub fn render(&self, route: &Route) -> String {
+        let i = self.inner.lock().expect("metrics");
+        let mut out = String::new();
+        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut out,
+            "sparkctl_frontdoor_requests_total",
+            "counter",
+            "Requests forwarded, by upstream and status.",
+        );
+        for (up, u) in &i.upstreams {
+            for (code, n) in &u.requests {
+                let _ = writeln!(
+                    out,
+                    "sparkctl_frontdoor_requests_total{{upstream=\"{up}\",code=\"{code}\"}} {n}"
+                );
+            }
+        }
+        head(
+            &mut out,
+            "sparkctl_frontdoor_errors_total",
+            "counter",
+            "Requests that failed: connect (no answer) or stream (cut after it began).",
+        );
+        for (up, u) in &i.upstreams {
+            for (kind, n) in &u.errors {
+                let _ = writeln!(
+                    out,
+                    "sparkctl_frontdoor_errors_total{{upstream=\"{up}\",kind=\"{kind}\"}} {n}"
+                );
+            }
+        }
+        head(
+            &mut out,
+            "sparkctl_frontdoor_in_flight",
+            "gauge",
+            "Requests being answered now.",
+        );
+        for (up, u) in &i.upstreams {
+            let _ = writeln!(
+                out,
+                "sparkctl_frontdoor_in_flight{{upstream=\"{up}\"}} {}",
+                u.in_flight
+            );
+        }
+        head(
+            &mut out,
+            "sparkctl_frontdoor_ttft_seconds",
+            "histogram",
+            "Time to the first token of streamed answers, from the request's arrival.",
+        );
+        for (up, u) in &i.upstreams {
+            u.ttft.render(
+                &mut out,
+                "sparkctl_frontdoor_ttft_seconds",
+                &format!("upstream=\"{up}\""),
+                TTFT_BUCKETS,
+            );
+        }
+        head(
+            &mut out,
+            "sparkctl_frontdoor_itl_seconds",
+            "histogram",
+            "Per-token inter-token latency of streamed answers.",
+        );
+        for (up, u) in &i.upstreams {
+            u.itl.render(
+                &mut out,
+                "sparkctl_frontdoor_itl_seconds",
+                &format!("upstream=\"{up}\""),
+                ITL_BUCKETS,
+            );
+        }
+        for e in [
+            Event::Held,
+            Event::Rejected,
+            Event::Switch,
+            Event::Restart,
+            Event::Failover,
+        ] {
+            head(&mut out, e.name(), "counter", e.help());
+            let _ = writeln!(
+                out,
+                "{} {}",
+                e.name(),
+                i.events.get(&e).copied().unwrap_or(0)
+            );
+        }
+        head(
+            &mut out,
+            "sparkctl_frontdoor_upstream",
+            "gauge",
+            "The upstream in service (1), none while holding.",
+        );
+        if let Route::Serving(u) = route {
+            let _ = writeln!(
+                out,
+                "sparkctl_frontdoor_upstream{{recipe=\"{}\",deployment=\"{}\",url=\"{}\"}} 1",
+                u.recipe, u.deployment, u.url
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_and_the_text_format_holds() {
+        let m = Metrics::default();
+        m.ttft("a", 0.03);
+        m.ttft("a", 0.3);
+        m.itl("a", 0.02, 2);
+        m.status("a", 200);
+        m.event(Event::Switch);
+        let text = m.render(&Route::Holding);
+        assert!(
+            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.05\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.5\"} 2")
+        );
+        assert!(text.contains("sparkctl_frontdoor_ttft_seconds_count{upstream=\"a\"} 2"));
+        assert!(
+            text.contains("sparkctl_frontdoor_itl_seconds_bucket{upstream=\"a\",le=\"0.01\"} 2")
+        );
+        assert!(text.contains("sparkctl_frontdoor_requests_total{upstream=\"a\",code=\"200\"} 1"));
+        assert!(text.contains("sparkctl_frontdoor_switches_total 1"));
+        assert!(text.contains("# TYPE sparkctl_frontdoor_ttft_seconds histogram"));
+    }
+}

@@ -1,0 +1,386 @@
+//! The reverse proxy on the production port. Request bodies (small JSON) are read whole so a
+//! request that no upstream answered can be sent again; response bodies pass through frame
+//! by frame as they arrive, never buffered, and are watched on the way for live metrics.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::metrics::{Event, Metrics};
+use super::route::{Lease, Refusal, Table, Upstream};
+
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// Requests larger than this are refused (a chat request is kilobytes; images may be MBs).
+const MAX_REQUEST: usize = 64 << 20;
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+pub struct Proxy {
+    pub table: Table,
+    pub metrics: Arc<Metrics>,
+    /// Kept-alive connections to upstreams, as a client would.
+    pooled: Client<HttpConnector, Full<Bytes>>,
+    /// No pool: a retry is certain to open a new connection (llama-server closes the ones
+    /// it advertised as kept alive).
+    fresh: Client<HttpConnector, Full<Bytes>>,
+    /// How long a request may wait for an upstream.
+    pub hold: Duration,
+    /// `Authorization: Bearer KEY` required when set; never logged.
+    api_key: Option<String>,
+    /// The watch hears of an upstream that did not answer.
+    unreachable: mpsc::UnboundedSender<Upstream>,
+}
+
+impl Proxy {
+    pub fn new(
+        table: Table,
+        metrics: Arc<Metrics>,
+        hold: Duration,
+        api_key: Option<String>,
+        unreachable: mpsc::UnboundedSender<Upstream>,
+    ) -> Proxy {
+        let client = |pool: bool| {
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            connector.set_connect_timeout(Some(Duration::from_secs(5)));
+            let mut b = Client::builder(TokioExecutor::new());
+            if !pool {
+                b.pool_max_idle_per_host(0);
+            }
+            b.build(connector)
+        };
+        Proxy {
+            table,
+            metrics,
+            pooled: client(true),
+            fresh: client(false),
+            hold,
+            api_key,
+            unreachable,
+        }
+    }
+}
+
+/// Accepts connections on the production port until the process ends.
+pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept on the production port: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(handle(&proxy, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r
+}
+
+fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({"error": {
+        "message": message, "type": "sparkctl_frontdoor", "code": status.as_u16()
+    }});
+    let mut r = text(status, body.to_string());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Compares in time independent of where the first difference is.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+    let arrived = Instant::now();
+    let path = req.uri().path().to_string();
+    if let Some(key) = &proxy.api_key {
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if path != "/health" && !same_secret(given.as_bytes(), key.as_bytes()) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "this front door needs `Authorization: Bearer <key>`",
+            );
+        }
+    }
+    if path == "/metrics" {
+        let mut r = text(StatusCode::OK, proxy.metrics.render(&proxy.table.route()));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return r;
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("request body unreadable or over {MAX_REQUEST} bytes: {e}"),
+            )
+        }
+    };
+    // The upstream's own /metrics stays reachable under /upstream/metrics.
+    let forward_path = match parts.uri.path_and_query().map(|p| p.as_str()) {
+        Some(p) if p.starts_with("/upstream/metrics") => &p["/upstream".len()..],
+        Some(p) => p,
+        None => "/",
+    }
+    .to_string();
+    let mut avoid: Option<String> = None;
+    let mut held = false;
+    loop {
+        let left = proxy.hold.saturating_sub(arrived.elapsed());
+        let lease = match proxy.table.lease(left, avoid.as_deref()).await {
+            Ok(l) => l,
+            Err(why) => {
+                proxy.metrics.event(Event::Rejected);
+                let reason = match why {
+                    Refusal::QueueFull => "too many requests are waiting for a backend",
+                    Refusal::TimedOut => "no backend could serve within the front door's hold time",
+                };
+                let mut r = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("{reason} (production is being switched or restarted)"),
+                );
+                r.headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+                return r;
+            }
+        };
+        if !held && arrived.elapsed() > Duration::from_millis(5) {
+            held = true;
+            proxy.metrics.event(Event::Held);
+        }
+        match forward(proxy, &lease.upstream, &parts, &forward_path, &body).await {
+            Ok(resp) => return respond(proxy, resp, lease, arrived),
+            Err(e) => {
+                // Not one byte came back, twice: the upstream is down. The request waits
+                // for the next one (a restart, a fallback), within its hold.
+                tracing::warn!("{} did not answer: {e}", lease.upstream.url);
+                proxy.metrics.error(&lease.upstream.recipe, "connect");
+                let _ = proxy.unreachable.send(lease.upstream.clone());
+                avoid = Some(lease.upstream.deployment.clone());
+            }
+        }
+    }
+}
+
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
+    for (name, value) in from {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || (drop_auth && name == hyper::header::AUTHORIZATION) {
+            continue;
+        }
+        to.append(name.clone(), value.clone());
+    }
+}
+
+async fn forward(
+    proxy: &Proxy,
+    upstream: &Upstream,
+    parts: &hyper::http::request::Parts,
+    path: &str,
+    body: &Bytes,
+) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+    let build = || {
+        let mut req = Request::builder()
+            .method(parts.method.clone())
+            .uri(format!("{}{path}", upstream.url))
+            .body(Full::new(body.clone()))
+            .expect("method and URI come from a valid request");
+        copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
+        req
+    };
+    match proxy.pooled.request(build()).await {
+        Ok(r) => Ok(r),
+        // Before any response byte: once more on a new connection.
+        Err(_) => proxy.fresh.request(build()).await,
+    }
+}
+
+fn respond(
+    proxy: &Proxy,
+    resp: Response<Incoming>,
+    lease: Lease,
+    arrived: Instant,
+) -> Response<ProxyBody> {
+    let recipe = lease.upstream.recipe.clone();
+    // Which instance answered: a client (and a test) can tell a switch happened.
+    let answered_by = format!("{} {}", lease.upstream.recipe, lease.upstream.deployment);
+    proxy.metrics.status(&recipe, resp.status().as_u16());
+    let (parts, body) = resp.into_parts();
+    let sse = parts
+        .headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    proxy.metrics.started(&recipe);
+    let metered = Metered {
+        inner: body,
+        metrics: proxy.metrics.clone(),
+        recipe,
+        arrived,
+        sse: sse.then(crate::bench::sse::Parser::default),
+        last_token: None,
+        running: 0,
+        _lease: lease,
+    };
+    let mut out = Response::new(metered.boxed());
+    *out.status_mut() = parts.status;
+    copy_headers(&parts.headers, out.headers_mut(), false);
+    if let Ok(v) = HeaderValue::from_str(&answered_by) {
+        out.headers_mut()
+            .insert(HeaderName::from_static("x-sparkctl-upstream"), v);
+    }
+    out
+}
+
+/// The upstream's body on its way out: counted in flight (the lease) until done, and read
+/// for the first token and the gaps between tokens.
+struct Metered {
+    inner: Incoming,
+    metrics: Arc<Metrics>,
+    recipe: String,
+    arrived: Instant,
+    sse: Option<crate::bench::sse::Parser>,
+    last_token: Option<Instant>,
+    /// The running token count the stream reported last (llama-server timings, vLLM usage).
+    running: u64,
+    _lease: Lease,
+}
+
+impl Metered {
+    fn observe(&mut self, data: &Bytes) {
+        let Some(parser) = self.sse.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        for event in parser.feed(data) {
+            let Ok(v) = serde_json::from_str::<Value>(&event) else {
+                continue;
+            };
+            let Some(choice) = v.pointer("/choices/0") else {
+                continue;
+            };
+            if !crate::bench::client::bears_token(choice) {
+                continue;
+            }
+            let count = v
+                .pointer("/timings/predicted_n")
+                .or_else(|| v.pointer("/usage/completion_tokens"))
+                .and_then(Value::as_u64);
+            let tokens = match count {
+                Some(n) => {
+                    let d = n.saturating_sub(self.running);
+                    self.running = n;
+                    d as usize
+                }
+                None => 1,
+            };
+            match self.last_token {
+                None => self
+                    .metrics
+                    .ttft(&self.recipe, (now - self.arrived).as_secs_f64()),
+                Some(prev) => self
+                    .metrics
+                    .itl(&self.recipe, (now - prev).as_secs_f64(), tokens),
+            }
+            self.last_token = Some(now);
+        }
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.metrics.finished(&self.recipe);
+    }
+}
+
+impl Body for Metered {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.metrics.active(&this.recipe);
+                if let Some(data) = frame.data_ref() {
+                    this.observe(data);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.metrics.error(&this.recipe, "stream");
+                Poll::Ready(Some(Err(e)))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,252 @@
+//! Where the front door sends requests, and who is waiting for it to know. One upstream
+//! (production) or none (holding: a swap, a restart); requests taken while holding wait for
+//! the next upstream, bounded in number and time; in-flight requests are counted per
+//! upstream so a switch can drain the old one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use crate::production::Upstream;
+
+/// What the table says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Serving(Upstream),
+    /// Nothing can serve: requests wait.
+    Holding,
+}
+
+/// Why a request got no upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Too many requests already waiting.
+    QueueFull,
+    /// Waited the whole bound.
+    TimedOut,
+}
+
+/// The routing table, shared by the proxy, the control API and the watch.
+#[derive(Clone)]
+pub struct Table {
+    route: watch::Sender<Route>,
+    inner: Arc<Mutex<Counts>>,
+    max_waiting: usize,
+}
+
+#[derive(Default)]
+struct Counts {
+    waiting: usize,
+    /// Requests in flight per upstream deployment (two instances on one port stay apart).
+    in_flight: HashMap<String, usize>,
+    /// Notified when a deployment's in-flight count reaches 0.
+    drained: HashMap<String, Arc<tokio::sync::Notify>>,
+}
+
+/// A request's claim on an upstream: counted in flight until dropped.
+pub struct Lease {
+    pub upstream: Upstream,
+    table: Table,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut c = self.table.inner.lock().expect("route counts");
+        let now_idle = match c.in_flight.get_mut(&self.upstream.deployment) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => false,
+        };
+        if now_idle {
+            c.in_flight.remove(&self.upstream.deployment);
+            if let Some(n) = c.drained.get(&self.upstream.deployment) {
+                n.notify_waiters();
+            }
+        }
+    }
+}
+
+impl Table {
+    pub fn new(route: Route, max_waiting: usize) -> Table {
+        Table {
+            route: watch::Sender::new(route),
+            inner: Arc::default(),
+            max_waiting,
+        }
+    }
+
+    pub fn route(&self) -> Route {
+        self.route.borrow().clone()
+    }
+
+    /// Sends new requests to `route` from now on; returns what it replaced.
+    pub fn set(&self, route: Route) -> Route {
+        self.route.send_replace(route)
+    }
+
+    /// An upstream for one request: now, or once one is set, within `bound`. `avoid` is a
+    /// deployment that just failed this request: it waits for another one.
+    pub async fn lease(&self, bound: Duration, avoid: Option<&str>) -> Result<Lease, Refusal> {
+        let usable = |r: &Route| match r {
+            Route::Serving(u) if Some(u.deployment.as_str()) != avoid => Some(u.clone()),
+            _ => None,
+        };
+        let mut rx = self.route.subscribe();
+        if let Some(u) = usable(&rx.borrow_and_update()) {
+            return Ok(self.claim(u));
+        }
+        {
+            let mut c = self.inner.lock().expect("route counts");
+            if c.waiting >= self.max_waiting {
+                return Err(Refusal::QueueFull);
+            }
+            c.waiting += 1;
+        }
+        let waited = tokio::time::timeout(bound, async {
+            loop {
+                if let Some(u) = usable(&rx.borrow_and_update()) {
+                    return Some(u);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        self.inner.lock().expect("route counts").waiting -= 1;
+        match waited {
+            Ok(Some(u)) => Ok(self.claim(u)),
+            _ => Err(Refusal::TimedOut),
+        }
+    }
+
+    fn claim(&self, upstream: Upstream) -> Lease {
+        *self
+            .inner
+            .lock()
+            .expect("route counts")
+            .in_flight
+            .entry(upstream.deployment.clone())
+            .or_default() += 1;
+        Lease {
+            upstream,
+            table: self.clone(),
+        }
+    }
+
+    /// Requests waiting for an upstream, and in flight per deployment.
+    pub fn counts(&self) -> (usize, HashMap<String, usize>) {
+        let c = self.inner.lock().expect("route counts");
+        (c.waiting, c.in_flight.clone())
+    }
+
+    /// Waits until nothing is in flight to `deployment`, at most `bound`. Returns what is left.
+    pub async fn drain(&self, deployment: &str, bound: Duration) -> usize {
+        let notify = {
+            let mut c = self.inner.lock().expect("route counts");
+            if c.in_flight.get(deployment).copied().unwrap_or(0) == 0 {
+                return 0;
+            }
+            c.drained.entry(deployment.to_string()).or_default().clone()
+        };
+        let left = || self.counts().1.get(deployment).copied().unwrap_or(0);
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before the count is read: a last request ending in between still wakes us.
+            notified.as_mut().enable();
+            if left() == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return left();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(n: &str) -> Upstream {
+        Upstream {
+            recipe: n.into(),
+            deployment: format!("{n}-id"),
+            url: format!("http://127.0.0.1/{n}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn held_requests_go_to_the_next_upstream_within_their_bound() {
+        let t = Table::new(Route::Holding, 2);
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move {
+                t.lease(Duration::from_secs(5), None)
+                    .await
+                    .map(|l| l.upstream.clone())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(t.counts().0, 1);
+        t.set(Route::Serving(up("a")));
+        assert_eq!(waiter.await.unwrap().unwrap(), up("a"));
+        // Bounded in time...
+        t.set(Route::Holding);
+        let began = std::time::Instant::now();
+        let r = t.lease(Duration::from_millis(50), None).await;
+        assert!(matches!(r, Err(Refusal::TimedOut)));
+        assert!(began.elapsed() >= Duration::from_millis(50));
+        // ... and in number.
+        let a = {
+            let t = t.clone();
+            tokio::spawn(async move { t.lease(Duration::from_secs(1), None).await.is_ok() })
+        };
+        let b = {
+            let t = t.clone();
+            tokio::spawn(async move { t.lease(Duration::from_secs(1), None).await.is_ok() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(matches!(
+            t.lease(Duration::from_secs(1), None).await,
+            Err(Refusal::QueueFull)
+        ));
+        t.set(Route::Serving(up("b")));
+        assert!(a.await.unwrap() && b.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_switch_drains_the_old_upstream() {
+        let t = Table::new(Route::Serving(up("old")), 8);
+        let lease = t.lease(Duration::ZERO, None).await.ok().unwrap();
+        t.set(Route::Serving(up("new")));
+        assert_eq!(
+            t.lease(Duration::ZERO, None)
+                .await
+                .ok()
+                .unwrap()
+                .upstream
+                .clone(),
+            up("new")
+        );
+        // A request that failed on `new` waits for another deployment.
+        assert!(matches!(
+            t.lease(Duration::from_millis(20), Some("new-id")).await,
+            Err(Refusal::TimedOut)
+        ));
+        // Still one in flight on the old one: the drain waits for it.
+        assert_eq!(t.drain("old-id", Duration::from_millis(30)).await, 1);
+        let t2 = t.clone();
+        let drain = tokio::spawn(async move { t2.drain("old-id", Duration::from_secs(5)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(lease);
+        assert_eq!(drain.await.unwrap(), 0);
+        assert!(t.counts().1.is_empty());
+    }
+}

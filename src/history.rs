@@ -1,0 +1,164 @@
+//! Run records: one per `up`, `rollback`, or front-door event (a restart, a failover), in
+//! `STATE/runs/RUN.json`, newest first in `history`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::gates::GateResult;
+use crate::error::{Error, Result};
+use crate::state::{self, StateDir};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Phase {
+    pub name: String,
+    pub ms: f64,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// What made a run record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Command {
+    #[default]
+    Up,
+    Rollback,
+    /// The front door's watch restarted production.
+    Restart,
+    /// The front door's watch switched to the recipe's fallback.
+    Failover,
+}
+
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Command::Up => "up",
+            Command::Rollback => "rollback",
+            Command::Restart => "restart",
+            Command::Failover => "failover",
+        })
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The candidate passed and serves production.
+    Promoted,
+    /// The candidate passed; not promoted (`--no-promote`).
+    Passed,
+    /// The candidate failed its gates or its benchmark: production keeps serving.
+    Rejected,
+    /// The benchmark could not decide (transport faults, gates without evidence): the
+    /// candidate is not promoted, and not blamed.
+    Inconclusive,
+    #[default]
+    Failed,
+    Interrupted,
+    RolledBack,
+    Planned,
+    /// The watch brought production (or its fallback) back.
+    Recovered,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Promoted => "promoted",
+            Outcome::Passed => "passed",
+            Outcome::Rejected => "rejected",
+            Outcome::Inconclusive => "inconclusive",
+            Outcome::Failed => "failed",
+            Outcome::Interrupted => "interrupted",
+            Outcome::RolledBack => "rolled-back",
+            Outcome::Planned => "planned",
+            Outcome::Recovered => "recovered",
+        })
+    }
+}
+
+/// `STATE/runs/RUN.json`: one `up`, `rollback` or front-door event.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub command: Command,
+    pub recipe: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub outcome: Outcome,
+    pub phases: Vec<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<serde_json::Value>,
+    pub image: Option<String>,
+    pub image_digest: Option<String>,
+    pub unpinned: bool,
+    pub model_fingerprint: Option<String>,
+    pub patched: Vec<String>,
+    /// What the patch changed, as `patch --dry-run` shows it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub patch_diff: String,
+    pub bench: Option<PathBuf>,
+    pub ttft_p50_ms: Option<f64>,
+    pub decode_tps_p50: Option<f64>,
+    pub gates: Vec<GateResult>,
+    /// The candidate's output, copied before it was stopped.
+    pub logs: Option<PathBuf>,
+    pub error: Option<String>,
+    /// What answers on the production port after this run.
+    pub serving: Option<String>,
+    /// What the candidate held once ready, against its declared `memory_gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_observed: Option<crate::deploy::memory::MemoryObserved>,
+    /// Things the user should know that did not stop the run (memory above its declaration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl RunRecord {
+    pub fn new(command: Command, recipe: &str) -> RunRecord {
+        RunRecord {
+            run_id: state::new_run_id(),
+            command,
+            recipe: recipe.to_string(),
+            started_at: crate::units::now_utc(),
+            ..Default::default()
+        }
+    }
+
+    pub fn save(&self, state: &StateDir) -> Result<PathBuf> {
+        let path = state.runs_dir()?.join(format!("{}.json", self.run_id));
+        state::write_json(&path, self)?;
+        Ok(path)
+    }
+}
+
+/// Past runs, newest first.
+pub fn history(state: &StateDir) -> Result<Vec<RunRecord>> {
+    let dir = state.runs_dir()?;
+    let mut runs = Vec::new();
+    for e in std::fs::read_dir(&dir)
+        .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?
+    {
+        let path = e.map_err(|e| Error::io("cannot list runs", e))?.path();
+        if path.extension().is_some_and(|x| x == "json")
+            && !path.to_string_lossy().ends_with("-bench.json")
+        {
+            runs.push(state::read_json::<RunRecord>(&path)?);
+        }
+    }
+    runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+    Ok(runs)
+}
+
+pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
+    let path = state.runs_dir()?.join(format!("{run}.json"));
+    if !path.exists() {
+        return Err(Error::Usage(format!(
+            "no run {run}; `sparkctl history` lists them"
+        )));
+    }
+    state::read_json(&path)
+}
