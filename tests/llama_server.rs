@@ -163,18 +163,14 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
         ),
     );
     let run = |args: &[&str]| {
-        let out = deck
-            .cmd(args)
-            .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-            .output()
-            .unwrap();
+        let out = deck.cmd(args).output().unwrap();
         let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "{args:?}: {all}");
         all
     };
     let serving = || {
         assert_eq!(
-            http_status(&format!("http://127.0.0.1:{prod_port}"), "/health"),
+            http_status(&deck.door_url(), "/health"),
             Some(200),
             "the production port answers"
         );
@@ -182,7 +178,7 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
         v.as_array()
             .unwrap()
             .iter()
-            .find(|d| d["state"] == "running" && d["port"] == prod_port)
+            .find(|d| d["state"] == "running" && d["role"] == "production")
             .map(|d| d["name"].as_str().unwrap().to_string())
     };
     run(&["rollback", "--to", "prod"]);
@@ -208,7 +204,4 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
         outcomes,
         ["rolled-back", "rolled-back", "promoted", "rolled-back"]
     );
-    for name in ["tiny", "prod"] {
-        let _ = deck.cmd(&["down", name]).output();
-    }
 }

@@ -203,7 +203,7 @@ fn production_llama_server_keeps_its_seed_command_line() {
     assert_eq!(launch["runtime"], "process");
     let args: Vec<&str> = strings(&launch["args"]);
     for pair in [
-        ["--port", "8003"],
+        ["--port", "8080"],
         ["--reasoning-budget", "0"],
         ["--alias", "qwen3.5-9b"],
         ["--ctx-size", "32768"],

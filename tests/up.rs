@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::{free_port, http_status, sim_image, text, Deck};
 
-/// A deck with a quick suite, a production stand-in `prod` (process) and candidates.
+/// A deck with a quick suite, a production stand-in `prod` (process, on its own port behind
+/// the front door) and candidates.
 struct Flow {
     deck: Deck,
-    prod_port: u16,
 }
 
 const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n  - name: chat\n    turns: [\"Hi\", \"What is the capital of Japan?\"]\n    max_tokens: 16\n";
@@ -29,7 +29,7 @@ impl Flow {
                 "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"200\", --tokens, \"8\"]\n  memory_gb: 7\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n"
             ),
         );
-        Flow { deck, prod_port }
+        Flow { deck }
     }
 
     /// A container candidate with these sim args and gates.
@@ -51,11 +51,7 @@ impl Flow {
     }
 
     fn run(&self, args: &[&str]) -> std::process::Output {
-        self.deck
-            .cmd(args)
-            .env("SPARKCTL_PRODUCTION_PORT", self.prod_port.to_string())
-            .output()
-            .unwrap()
+        self.deck.cmd(args).output().unwrap()
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -73,7 +69,7 @@ impl Flow {
     /// Which recipe serves on the production port, asked of the port itself and of status.
     fn serving(&self) -> Option<String> {
         assert_eq!(
-            http_status(&format!("http://127.0.0.1:{}", self.prod_port), "/health"),
+            http_status(&self.deck.door_url(), "/health"),
             Some(200),
             "the production port answers"
         );
@@ -82,7 +78,7 @@ impl Flow {
         rows.as_array()
             .unwrap()
             .iter()
-            .find(|d| d["state"] == "running" && d["port"] == self.prod_port)
+            .find(|d| d["state"] == "running" && d["role"] == "production")
             .map(|d| d["name"].as_str().unwrap().to_string())
     }
 
@@ -160,7 +156,7 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         .collect();
     assert_eq!(
         phases,
-        ["plan", "patch", "start", "bench", "gates", "promote"]
+        ["plan", "patch", "start", "bench", "judge", "switch"]
     );
     // Production was measured once, by the first run that needed its result.
     // history[1] is the refused attempt (already running): a plan failure is a run too.
@@ -171,7 +167,7 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert!(earlier.contains(&"bench-production"), "{earlier:?}");
+    assert!(earlier.contains(&"measure-production"), "{earlier:?}");
     assert_eq!(history[2]["outcome"], "passed");
     assert_eq!(history[2]["patched"], serde_json::json!(["config.json"]));
     assert!(history[2]["patch_diff"]
@@ -192,23 +188,12 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
     let out = f.ok(&["rollback"]);
     assert!(out.contains("rolled back"), "{out}");
     assert_eq!(f.serving().as_deref(), Some("prod"));
-    f.ok(&["down", "prod"]);
 }
 
 #[test]
 fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() {
     let f = Flow::new("up-reject");
     f.ok(&["rollback", "--to", "prod"]);
-    // Production needs a result for the relative gate: benchmark it through an up-less bench.
-    let base = f.deck.dir.join("prod.json");
-    f.ok(&["bench", "prod", "--out", base.to_str().unwrap()]);
-    let mut production = f.production();
-    production["current"]["bench"] = Value::String(base.display().to_string());
-    std::fs::write(
-        f.deck.dir.join("state/production.json"),
-        serde_json::to_vec(&production).unwrap(),
-    )
-    .unwrap();
 
     f.candidate("leaky", "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --reasoning-tokens, \"4\", --reasoning-as, leak", GATES);
     let out = f.run(&["up", "leaky", "--yes"]);
@@ -236,7 +221,6 @@ fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() 
     let history: Value = serde_json::from_slice(&f.run(&["--json", "history"]).stdout).unwrap();
     assert_eq!(history[0]["outcome"], "rejected");
     assert_eq!(history[0]["recipe"], "slow");
-    f.ok(&["down", "prod"]);
 }
 
 #[test]
@@ -248,7 +232,6 @@ fn a_crashing_candidate_that_needed_production_s_memory_is_rolled_back() {
     let out = f
         .deck
         .cmd(&["up", "crashy", "--yes"])
-        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
         .env("SPARKCTL_MEMORY_GB", "15")
         .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
         .output()
@@ -257,13 +240,12 @@ fn a_crashing_candidate_that_needed_production_s_memory_is_rolled_back() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("stopping prod to make room"), "{err}");
     assert!(err.contains("exited with code 1"), "{err}");
-    assert!(err.contains("prod serves on port"), "{err}");
+    assert!(err.contains("prod serves production again"), "{err}");
     assert_eq!(f.serving().as_deref(), Some("prod"));
     // Without --yes (and no terminal) production is never stopped.
     let out = f
         .deck
         .cmd(&["up", "crashy"])
-        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
         .env("SPARKCTL_MEMORY_GB", "15")
         .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
         .output()
@@ -274,7 +256,6 @@ fn a_crashing_candidate_that_needed_production_s_memory_is_rolled_back() {
         text(&out.stderr)
     );
     assert_eq!(f.serving().as_deref(), Some("prod"));
-    f.ok(&["down", "prod"]);
 }
 
 #[test]
@@ -285,7 +266,6 @@ fn one_writer_at_a_time_and_ctrl_c_leaves_production_serving() {
     let first = f
         .deck
         .cmd(&["up", "slowload", "--yes"])
-        .env("SPARKCTL_PRODUCTION_PORT", f.prod_port.to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -336,5 +316,4 @@ fn one_writer_at_a_time_and_ctrl_c_leaves_production_serving() {
     assert_eq!(cand["state"], "exited", "the candidate was stopped");
     // The lock is free again.
     f.ok(&["rollback", "--to", "prod"]);
-    f.ok(&["down", "prod"]);
 }

@@ -257,8 +257,15 @@ pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) 
     }
 }
 
-pub async fn down(ctx: &Context, name: &str, dry_run: bool, out: &Output) -> Result<()> {
-    let stopped = deploy::down(&ctx.runtimes, name, dry_run).await?;
+pub async fn down(
+    ctx: &Context,
+    name: &str,
+    dry_run: bool,
+    force: bool,
+    out: &Output,
+) -> Result<()> {
+    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+    let stopped = deploy::down(&ctx.runtimes, name, dry_run, Some(&door), force).await?;
     if out.json {
         out.print_json(&serde_json::json!({
             "name": name,

@@ -115,6 +115,9 @@ pub enum Command {
         name: String,
         #[arg(long)]
         dry_run: bool,
+        /// Stop it even when it serves production (the production port then answers 503).
+        #[arg(long)]
+        force: bool,
     },
     /// Past runs; `history show RUN` for one.
     History {
@@ -400,8 +403,13 @@ fn dispatch(cli: Cli) -> Result<()> {
                 deploy::logs(&ctx, &name, follow, tail).await
             }
         }),
-        Command::Down { name, dry_run } => runtime()?
-            .block_on(async { deploy::down(&context(g).await?, &name, dry_run, &out).await }),
+        Command::Down {
+            name,
+            dry_run,
+            force,
+        } => runtime()?.block_on(async {
+            deploy::down(&context(g).await?, &name, dry_run, force, &out).await
+        }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
         Command::Frontdoor { command } => runtime()?.block_on(async {
             frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await

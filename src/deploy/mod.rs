@@ -318,16 +318,49 @@ pub async fn bench_target(
 }
 
 /// Stops the running deployment of `name`; its logs are kept. None when nothing ran.
-pub async fn down(rt: &Runtimes, name: &str, dry_run: bool) -> Result<Option<Deployment>> {
+/// Production behind the front door is stopped only with `force`: the production port then
+/// answers 503 until a `rollback` or `up` (the watch does not bring it back: it is no
+/// longer production, but the top of the rollback stack).
+pub async fn down(
+    rt: &Runtimes,
+    name: &str,
+    dry_run: bool,
+    door: Option<&crate::frontdoor::Remote>,
+    force: bool,
+) -> Result<Option<Deployment>> {
     let Some(d) = rt.find(name).await? else {
         return Ok(None);
     };
     if !d.running() {
         return Ok(None);
     }
-    if !dry_run {
-        rt.stop(&d, STOP_GRACE).await?;
+    let door_state = match door {
+        Some(r) => r.status().await.ok(),
+        None => None,
+    };
+    let is_production = door_state
+        .as_ref()
+        .and_then(|s| s.upstream.as_ref())
+        .is_some_and(|u| u.deployment == d.id);
+    if is_production && !force {
+        return Err(Error::Usage(format!(
+            "{name} serves production behind the front door; stopping it leaves the production \
+             port answering 503. `sparkctl rollback --to OTHER` switches first; `--force` stops it \
+             anyway"
+        )));
     }
+    if dry_run {
+        return Ok(Some(d));
+    }
+    if let (true, Some(s), Some(remote)) = (is_production, door_state, door) {
+        let mut next = s.production.clone();
+        if let Some(mut old) = next.current.take() {
+            old.upstream = None;
+            next.previous.push(old);
+        }
+        remote.switch(&next, Duration::from_secs(30)).await?;
+    }
+    rt.stop(&d, STOP_GRACE).await?;
     Ok(Some(d))
 }
 

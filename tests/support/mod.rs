@@ -311,6 +311,8 @@ pub fn sim_image() -> &'static str {
 /// containers removed on drop, so tests neither share nor leak deployments.
 pub struct Deck {
     pub dir: PathBuf,
+    /// This deck's production port: where its front door listens.
+    pub door_port: u16,
 }
 
 impl Deck {
@@ -319,7 +321,15 @@ impl Deck {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("recipes")).unwrap();
         std::fs::create_dir_all(dir.join("state")).unwrap();
-        Deck { dir }
+        Deck {
+            dir,
+            door_port: free_port(),
+        }
+    }
+
+    /// The front door's base URL.
+    pub fn door_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.door_port)
     }
 
     pub fn state(&self) -> PathBuf {
@@ -342,7 +352,9 @@ impl Deck {
             .env("SPARKCTL_STATE_DIR", self.dir.join("state"))
             .env("SPARKCTL_MEMORY_GB", "128")
             .env_remove("SPARKCTL_MEMORY_RESERVE_GB")
-            .env_remove("SPARKCTL_PRODUCTION_PORT")
+            .env("SPARKCTL_PRODUCTION_PORT", self.door_port.to_string())
+            .env_remove("SPARKCTL_FRONTDOOR_API_KEY")
+            .env_remove("SPARKCTL_FRONTDOOR_API_KEY_FILE")
             .args(args);
         cmd
     }
@@ -377,6 +389,19 @@ impl Deck {
 
 impl Drop for Deck {
     fn drop(&mut self) {
+        // The front door first (its supervisor's process group holds its server), so its
+        // watch does not bring back what is stopped next.
+        if let Ok(v) = std::fs::read(self.dir.join("state/frontdoor/supervisor.json")) {
+            if let Some(pid) = serde_json::from_slice::<Value>(&v)
+                .ok()
+                .and_then(|v| v["pid"].as_i64())
+            {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
         // Processes: every record's process group gets SIGKILL (the test is over).
         if let Ok(entries) = std::fs::read_dir(self.dir.join("state/deployments")) {
             for e in entries.flatten() {
