@@ -92,6 +92,10 @@ pub struct RunRecord {
     pub phases: Vec<Phase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<serde_json::Value>,
+    /// The instance this run started (container id or pid): the one benchmarked, and the
+    /// one the front door switched to when promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     pub image: Option<String>,
     pub image_digest: Option<String>,
     pub unpinned: bool,

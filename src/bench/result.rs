@@ -54,6 +54,9 @@ fn median(values: &[f64]) -> Option<f64> {
 pub struct Target {
     pub url: String,
     pub recipe: Option<String>,
+    /// The instance benchmarked (container id or pid), when benchmarked by recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     pub recipe_hash: Option<String>,
     pub image: Option<String>,
     /// The image id / digest the server ran on.

@@ -306,6 +306,7 @@ pub async fn bench_target(
     let t = Target {
         url: d.url(),
         recipe: Some(recipe.name.clone()),
+        deployment: Some(d.id.clone()),
         recipe_hash: Some(d.recipe_hash.clone()),
         image: d.image_ref.clone(),
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),

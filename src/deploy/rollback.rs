@@ -170,7 +170,7 @@ async fn start_target(
             continue;
         };
         if Some(victim) == prod.as_ref() {
-            ctx.door.hold().await?;
+            ctx.door.hold(ctx.door_config.drain).await?;
             touched.held = true;
             touched.production_stopped = current.clone();
         }
@@ -182,6 +182,7 @@ async fn start_target(
         .await?
         .deployment;
     touched.started = Some(d.clone());
+    record.deployment = Some(d.id.clone());
     record.image_digest = (d.runtime == crate::recipe::Runtime::Docker).then(|| d.artifact.clone());
     record.model_fingerprint = d.model_fingerprint.clone();
     Ok(upstream_of(&d))

@@ -230,7 +230,7 @@ impl Flow<'_, '_> {
             };
             if is_prod && swap {
                 // Requests wait at the front door instead of finding nothing.
-                self.ctx.door.hold().await?;
+                self.ctx.door.hold(self.ctx.door_config.drain).await?;
                 self.touched.lock().expect("touched").held = true;
                 self.touched.lock().expect("touched").production_stopped = Some(upstream_of(&d));
             }
@@ -264,6 +264,7 @@ impl Flow<'_, '_> {
         self.record.warnings.extend(report.warnings.iter().cloned());
         self.record.memory_observed = Some(report.memory_observed.clone());
         let candidate = report.deployment;
+        self.record.deployment = Some(candidate.id.clone());
         self.record.image_digest = (candidate.runtime == crate::recipe::Runtime::Docker)
             .then(|| candidate.artifact.clone());
         self.record.model_fingerprint = candidate

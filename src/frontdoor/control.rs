@@ -49,8 +49,15 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
             serde_json::to_value(door.status()).unwrap_or(Value::Null),
         ),
         (Method::POST, "/hold") => {
-            door.hold();
-            reply(StatusCode::OK, serde_json::json!({"holding": true}))
+            let drain_ms = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v["drain_ms"].as_u64())
+                .unwrap_or(0);
+            let left = door.hold(Duration::from_millis(drain_ms)).await;
+            reply(
+                StatusCode::OK,
+                serde_json::json!({"holding": true, "left_in_flight": left}),
+            )
         }
         (Method::POST, "/update") => match serde_json::from_slice::<Production>(&body) {
             Ok(p) => match door.update(p) {
@@ -196,11 +203,18 @@ impl Remote {
             .map_err(|e| Error::Failed(format!("the front door's state is unreadable: {e}")))
     }
 
-    /// New requests wait until the next switch.
-    pub async fn hold(&self) -> Result<()> {
-        self.call(Method::POST, "/hold", None, Duration::from_secs(5))
-            .await
-            .map(|_| ())
+    /// New requests wait until the next switch; returns once those in flight finished (or
+    /// `drain` passed).
+    pub async fn hold(&self, drain: Duration) -> Result<()> {
+        let body = serde_json::json!({"drain_ms": drain.as_millis() as u64});
+        self.call(
+            Method::POST,
+            "/hold",
+            Some(body),
+            drain + Duration::from_secs(10),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Rewrites production.json (a new baseline, say) without changing the route.

@@ -8,6 +8,16 @@
 //! `frontdoor serve` (the proxy, the control socket, the watch). The CLI talks to it through
 //! `STATE/frontdoor/control.sock`.
 
+/// A line in the front door's log (its stdout). A full disk must not stop the front door,
+/// so a failed write is dropped (println! would panic).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
 pub mod control;
 pub mod metrics;
 pub mod proxy;
@@ -218,10 +228,16 @@ impl Door {
         Ok(())
     }
 
-    /// New requests wait (a swap, a restart) until the next switch.
-    pub fn hold(&self) {
-        if self.table.set(Route::Holding) != Route::Holding {
-            self.metrics.event(Event::Switch);
+    /// New requests wait (a swap, a restart) until the next switch; the requests in flight
+    /// finish first, for up to `drain`, so what is stopped next cuts no stream. Returns how
+    /// many were still in flight when the drain gave up.
+    pub async fn hold(&self, drain: Duration) -> usize {
+        match self.table.set(Route::Holding) {
+            Route::Serving(old) => {
+                self.metrics.event(Event::Switch);
+                self.table.drain(&old.deployment, drain).await
+            }
+            Route::Holding => 0,
         }
     }
 

@@ -27,7 +27,7 @@ pub async fn run(ctx: watch::Context, config: Config, listen_fd: i32) -> Result<
         Some(u) if super::alive(&ctx.runtimes, u).await => Route::Serving(u.clone()),
         _ => Route::Holding,
     };
-    println!(
+    super::say!(
         "front door serving {}:{} → {}",
         config.host,
         config.port,

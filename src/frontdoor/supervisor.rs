@@ -181,9 +181,11 @@ pub async fn run(state: &StateDir, config: &Config, launch: &Launch) -> Result<(
             log_file,
         },
     )?;
-    println!(
+    super::say!(
         "sparkctl front door on {}:{} (supervisor pid {})",
-        config.host, config.port, me.pid
+        config.host,
+        config.port,
+        me.pid
     );
     let mut backoff = Duration::from_millis(100);
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -211,14 +213,14 @@ pub async fn run(state: &StateDir, config: &Config, launch: &Launch) -> Result<(
                 let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
                 let _ = std::fs::remove_file(record_path(state));
                 let _ = std::fs::remove_file(control_socket(state));
-                println!("front door stopped");
+                super::say!("front door stopped");
                 return Ok(());
             }
             Some(status) => {
                 if began.elapsed() > Duration::from_secs(30) {
                     backoff = Duration::from_millis(100);
                 }
-                println!(
+                super::say!(
                     "front door server exited ({}); restarting in {} ms",
                     status.map_or_else(|e| e.to_string(), |s| s.to_string()),
                     backoff.as_millis()

@@ -137,7 +137,7 @@ impl Watch {
         let Some(current) = production.current.clone() else {
             return;
         };
-        self.door.hold();
+        self.door.hold(std::time::Duration::ZERO).await;
         tracing::warn!("production {} needs recovering: {why}", current.recipe);
         let began = Instant::now();
         let mut backoff = Duration::from_secs(1);

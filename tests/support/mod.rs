@@ -519,3 +519,108 @@ pub async fn run_plain_sim(
     docker.create_container(Some(opts), body).await.unwrap();
     docker.start_container(name, None).await.unwrap();
 }
+
+/// What a client streaming to a server saw.
+#[derive(Debug, Default, Clone)]
+pub struct TrafficReport {
+    pub ok: usize,
+    /// Answered with an error status (503 from a front door past its hold bound, say).
+    pub http_errors: Vec<u16>,
+    /// No answer: refused, reset, closed before a response.
+    pub transport_errors: Vec<String>,
+    /// A 200 stream that ended without `[DONE]`.
+    pub cut: usize,
+    /// The `x-sparkctl-upstream` header of each answered request, in order.
+    pub upstreams: Vec<String>,
+    /// Each request's time to its complete answer, ms.
+    pub latency_ms: Vec<f64>,
+    /// `Retry-After` was present on every 503.
+    pub retry_after_on_503: bool,
+}
+
+impl TrafficReport {
+    pub fn failed(&self) -> usize {
+        self.http_errors.len() + self.transport_errors.len()
+    }
+}
+
+/// A client that sends a 1-token streamed chat request to `url` every `every`, on its own
+/// thread, until stopped: a user of the production port while things change behind it.
+pub struct Traffic {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<TrafficReport>>,
+}
+
+impl Traffic {
+    pub fn start(url: &str, every: Duration) -> Traffic {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, url) = (stop.clone(), url.to_string());
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(traffic(url, every, flag))
+        });
+        Traffic {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn stop(mut self) -> TrafficReport {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+async fn traffic(
+    url: String,
+    every: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> TrafficReport {
+    let client = ::reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let body = serde_json::json!({
+        "model": "any", "max_tokens": 1, "stream": true,
+        "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
+    });
+    let mut report = TrafficReport {
+        retry_after_on_503: true,
+        ..Default::default()
+    };
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let began = Instant::now();
+        match client
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Err(e) => report.transport_errors.push(format!("{e:?}")),
+            Ok(r) => {
+                let status = r.status().as_u16();
+                if let Some(u) = r.headers().get("x-sparkctl-upstream") {
+                    report
+                        .upstreams
+                        .push(u.to_str().unwrap_or_default().to_string());
+                }
+                if status == 503 && r.headers().get("retry-after").is_none() {
+                    report.retry_after_on_503 = false;
+                }
+                match r.text().await {
+                    Ok(text) if status == 200 && text.contains("[DONE]") => report.ok += 1,
+                    Ok(_) if status == 200 => report.cut += 1,
+                    Ok(_) => report.http_errors.push(status),
+                    Err(_) => report.cut += 1,
+                }
+            }
+        }
+        report.latency_ms.push(began.elapsed().as_secs_f64() * 1e3);
+        tokio::time::sleep(every.saturating_sub(began.elapsed())).await;
+    }
+    report
+}

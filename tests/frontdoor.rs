@@ -1,0 +1,458 @@
+//! The front door with a client streaming to the production port every 20 ms: promotion
+//! and rollback drop nothing, a swap holds instead of refusing, a killed production is
+//! restarted or replaced by its fallback, and an interrupt or a full state disk in the
+//! middle of a switch leaves it routing to a backend that answers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{free_port, http_status, sim_image, text, Deck, Traffic};
+
+const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
+const EVERY: Duration = Duration::from_millis(20);
+
+/// A deck with the suite and a process production `prod` on its own port.
+fn deck(tag: &str, prod_args: &str) -> Deck {
+    let deck = Deck::new(tag);
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+    deck.recipe(
+        "prod",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [{prod_args}]\n  memory_gb: 7\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n",
+            free_port()
+        ),
+    );
+    deck
+}
+
+/// A container candidate `name` (FROM-scratch sim image) with these sim args.
+fn candidate(deck: &Deck, name: &str, args: &str, extra: &str) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n{extra}",
+            sim_image(),
+            free_port()
+        ),
+    );
+    deck.ok(&["images", "pin", name]);
+}
+
+fn door(deck: &Deck) -> Value {
+    serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap()
+}
+
+fn production_file(deck: &Deck) -> Value {
+    serde_json::from_slice(&std::fs::read(deck.dir.join("state/production.json")).unwrap()).unwrap()
+}
+
+fn history(deck: &Deck) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
+    v.as_array().unwrap().clone()
+}
+
+#[test]
+fn promotion_and_rollback_drop_no_request_and_the_benchmarked_instance_serves() {
+    let deck = deck(
+        "fd-bluegreen",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(
+        &deck,
+        "cand",
+        "--load-time, 2s, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = deck.ok(&["up", "cand", "--yes"]);
+    assert!(out.contains("cand promoted"), "{out}");
+    let promoted = history(&deck)[0].clone();
+    let serving = door(&deck)["upstream"].clone();
+    std::thread::sleep(Duration::from_millis(300));
+    deck.ok(&["rollback"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop();
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(report.cut, 0, "{report:?}");
+    assert!(report.ok > 50, "{report:?}");
+    // The instance the front door switched to is the one that was started and benchmarked.
+    let started = promoted["deployment"].as_str().unwrap();
+    assert_eq!(serving["deployment"], started);
+    let bench: Value =
+        serde_json::from_slice(&std::fs::read(promoted["bench"].as_str().unwrap()).unwrap())
+            .unwrap();
+    assert_eq!(bench["target"]["deployment"], started);
+    let by_cand = report
+        .upstreams
+        .iter()
+        .filter(|u| **u == format!("cand {started}"))
+        .count();
+    assert!(
+        by_cand > 0,
+        "the client never reached cand {started}: {:?}",
+        report.upstreams
+    );
+    // Production went back to prod, which was kept warm: the same instance, at once.
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    assert_eq!(history(&deck)[0]["outcome"], "rolled-back");
+    let metrics = support::text(
+        &std::process::Command::new("curl")
+            .args(["-s", &format!("{}/metrics", deck.door_url())])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        metrics.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"cand\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sparkctl_frontdoor_switches_total"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_swap_holds_requests_until_a_backend_serves_and_never_refuses() {
+    let deck = deck(
+        "fd-swap",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(
+        &deck,
+        "big",
+        "--load-time, 1s, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    // Production measured first (blue/green needs no room; it is measured while it serves).
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(300));
+    // 7 + 12 GB do not fit in 15: production stops first and the front door holds.
+    let out = deck
+        .cmd(&["up", "big", "--yes"])
+        .env("SPARKCTL_MEMORY_GB", "15")
+        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("swap: the front door holds requests"), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop();
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(report.cut, 0, "{report:?}");
+    // Some requests waited through the swap, none longer than it took (load + benchmark).
+    let longest = report.latency_ms.iter().copied().fold(0.0, f64::max);
+    assert!(longest > 900.0, "nothing was held: {longest} ms");
+    assert_eq!(door(&deck)["upstream"]["recipe"], "big");
+}
+
+#[test]
+fn past_the_hold_bound_a_client_gets_503_with_retry_after_never_a_refusal() {
+    let deck = deck(
+        "fd-bound",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(
+        &deck,
+        "slow",
+        "--load-time, 4s, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    // The front door reads its hold bound when it starts.
+    let out = deck
+        .cmd(&["rollback", "--to", "prod"])
+        .env("SPARKCTL_FRONTDOOR_HOLD", "1s")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    let out = deck
+        .cmd(&["up", "slow", "--yes"])
+        .env("SPARKCTL_MEMORY_GB", "15")
+        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = client.stop();
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert!(
+        !report.http_errors.is_empty(),
+        "a 4 s load outlasts a 1 s hold: {report:?}"
+    );
+    assert!(report.http_errors.iter().all(|c| *c == 503), "{report:?}");
+    assert!(report.retry_after_on_503, "{report:?}");
+    // Bounded: nobody waited much longer than the bound.
+    let longest = report.latency_ms.iter().copied().fold(0.0, f64::max);
+    assert!(longest < 3000.0, "{longest} ms");
+}
+
+/// The pid of a process deployment.
+fn pid_of(deck: &Deck, name: &str) -> i32 {
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(deck.dir.join(format!("state/deployments/{name}.json"))).unwrap(),
+    )
+    .unwrap();
+    rec["process"]["pid"].as_i64().unwrap() as i32
+}
+
+#[test]
+fn a_killed_production_is_restarted_and_then_failed_over_to_its_fallback() {
+    let deck = deck(
+        "fd-watch",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    let port = free_port();
+    let flaky = |fault: &str| {
+        deck.recipe(
+            "flaky",
+            &format!(
+                "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"{fault}]\n  memory_gb: 7\nhealth:\n  timeout: 10s\nfallback: prod\n"
+            ),
+        )
+    };
+    flaky("");
+    deck.ok(&["rollback", "--to", "flaky"]);
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(200));
+
+    // SIGKILL, like an OOM kill: the watch starts it again; requests in the gap wait.
+    let first = pid_of(&deck, "flaky");
+    unsafe { libc::kill(-first, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while history(&deck).first().map(|r| r["command"].clone()) != Some("restart".into()) {
+        assert!(Instant::now() < deadline, "no restart recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let restart = history(&deck)[0].clone();
+    assert_eq!(restart["outcome"], "recovered", "{restart}");
+    assert!(
+        restart["error"].as_str().unwrap().contains("flaky"),
+        "{restart}"
+    );
+    assert_ne!(pid_of(&deck, "flaky"), first);
+    assert_eq!(door(&deck)["upstream"]["recipe"], "flaky");
+
+    // Now it cannot start any more: three restarts fail, the fallback serves.
+    flaky(", --load-fault, crash");
+    unsafe { libc::kill(-pid_of(&deck, "flaky"), libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while history(&deck).first().map(|r| r["command"].clone()) != Some("failover".into()) {
+        assert!(
+            Instant::now() < deadline,
+            "no failover recorded: {:?}",
+            history(&deck).first()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = client.stop();
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert!(report.http_errors.iter().all(|c| *c == 503), "{report:?}");
+    assert!(report.retry_after_on_503);
+    assert_eq!(history(&deck)[0]["outcome"], "recovered");
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    let production = production_file(&deck);
+    assert_eq!(production["current"]["recipe"], "prod");
+    assert_eq!(
+        production["previous"].as_array().unwrap().last().unwrap()["recipe"],
+        "flaky"
+    );
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+}
+
+#[test]
+fn a_killed_production_container_is_restarted() {
+    let deck = deck("fd-docker-kill", "--load-time, 300ms");
+    candidate(
+        &deck,
+        "box",
+        "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    deck.ok(&["rollback", "--to", "box"]);
+    let id = door(&deck)["upstream"]["deployment"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = std::process::Command::new("docker")
+        .args(["kill", &id])
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{}", text(&killed.stderr));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let up = door(&deck)["upstream"].clone();
+        if up["recipe"] == "box" && up["deployment"] != id.as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not restarted: {up}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let report = client.stop();
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(history(&deck)[0]["command"], "restart");
+}
+
+#[test]
+fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
+    let deck = deck(
+        "fd-signals",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(&deck, "cand", "--load-time, 3s", "");
+    deck.ok(&["rollback", "--to", "prod"]);
+    for (signal, after) in [
+        (libc::SIGHUP, 500),
+        (libc::SIGINT, 1500),
+        (libc::SIGTERM, 2500),
+    ] {
+        let child = deck
+            .cmd(&["up", "cand", "--yes"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(after));
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "signal {signal}: {err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+        let d = door(&deck);
+        assert_eq!(d["upstream"]["recipe"], "prod", "{d}");
+        assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+        assert_eq!(history(&deck)[0]["outcome"], "interrupted");
+        // The candidate it started is stopped, its logs kept.
+        let status: Value = serde_json::from_str(&deck.ok(&["--json", "status"])).unwrap();
+        assert!(status
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["name"] != "cand" || r["state"] == "exited"));
+    }
+}
+
+/// A tmpfs over the state dir, full, with the runs dir kept writable on the real disk: the
+/// front door's own write of production.json is what fails.
+struct FullStateDisk {
+    state: std::path::PathBuf,
+    runs: std::path::PathBuf,
+}
+
+impl FullStateDisk {
+    fn mount(deck: &Deck) -> FullStateDisk {
+        let state = deck.dir.join("state");
+        let copy = deck.dir.join("state-copy");
+        let runs = deck.dir.join("runs-disk");
+        std::fs::create_dir_all(&runs).unwrap();
+        let sh = |args: &[&str]| {
+            let out = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {} (CI runs as root and must mount a tmpfs)",
+                text(&out.stderr)
+            );
+        };
+        sh(&["cp", "-a", state.to_str().unwrap(), copy.to_str().unwrap()]);
+        sh(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m",
+            "tmpfs",
+            state.to_str().unwrap(),
+        ]);
+        sh(&[
+            "cp",
+            "-a",
+            &format!("{}/.", copy.display()),
+            state.to_str().unwrap(),
+        ]);
+        std::fs::create_dir_all(state.join("runs")).unwrap();
+        sh(&[
+            "mount",
+            "--bind",
+            runs.to_str().unwrap(),
+            state.join("runs").to_str().unwrap(),
+        ]);
+        FullStateDisk { state, runs }
+    }
+
+    fn fill(&self) {
+        let _ = std::process::Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                &format!("of={}/filler", self.state.display()),
+                "bs=64k",
+            ])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for FullStateDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.state.join("runs"))
+            .status();
+        let _ = std::process::Command::new("umount")
+            .args(["-l", self.state.to_str().unwrap()])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.runs);
+    }
+}
+
+#[test]
+fn a_full_state_disk_at_the_switch_changes_nothing_that_serves() {
+    let deck = deck(
+        "fd-fulldisk",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(
+        &deck,
+        "cand",
+        "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    // The front door's files must be on the tmpfs from its start: stop it, mount, restart.
+    deck.ok(&["frontdoor", "stop"]);
+    let disk = FullStateDisk::mount(&deck);
+    deck.ok(&["frontdoor", "start"]);
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    disk.fill();
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    let out = deck.run(&["up", "cand", "--yes"]);
+    let err = text(&out.stderr);
+    let report = client.stop();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The front door's write of production.json failed, so it refused the switch.
+    assert!(err.contains("front door refused /switch"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+    let last = &history(&deck)[0];
+    assert_eq!(last["outcome"], "failed");
+    assert!(
+        last["serving"].as_str().unwrap().starts_with("prod"),
+        "{last}"
+    );
+}
