@@ -149,7 +149,35 @@ pub async fn run(
         ),
         Err(e) => check("state dir", Verdict::Fail, e.to_string()),
     });
+    checks.push(frontdoor_check(state, settings));
     checks
+}
+
+/// Whether the front door runs, and whether it comes back after a reboot.
+fn frontdoor_check(state: &StateDir, settings: &Settings) -> Check {
+    let running = crate::frontdoor::supervisor::running(state);
+    let unit = crate::frontdoor::unit::installed();
+    let now = match &running {
+        Some(r) => format!("runs on {}:{} (pid {})", r.host, r.port, r.pid),
+        None => format!(
+            "not running (port {}; `up`, `rollback` or `sparkctl frontdoor start` starts it)",
+            settings.production_port
+        ),
+    };
+    match unit {
+        Some(path) => check(
+            "front door",
+            Verdict::Ok,
+            format!("{now}; starts at boot ({})", path.display()),
+        ),
+        None => check(
+            "front door",
+            Verdict::Warn,
+            format!(
+                "{now}; not set up to come back after a reboot: `sparkctl frontdoor install`"
+            ),
+        ),
+    }
 }
 
 /// One GPU per clause. A GPU without memory of its own (nvidia-smi's `[N/A]`: a GB10) is
