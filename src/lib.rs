@@ -19,5 +19,6 @@ pub mod runtime;
 pub mod sim;
 pub mod state;
 pub mod units;
+pub mod yaml;
 
 pub use error::{Error, Result};

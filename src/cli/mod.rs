@@ -275,6 +275,20 @@ fn lock_path(cli: &Globals) -> PathBuf {
         .unwrap_or_else(|| crate::lock::default_path(&cli.recipes))
 }
 
+/// The recipes dir; files that do not load are named on stderr and skipped, so a command
+/// fails only on the recipes it needs (`RecipeSet::get` reports a broken one in full).
+fn load_recipes(cli: &Globals) -> Result<crate::recipe::RecipeSet> {
+    recipes_in(&cli.recipes)
+}
+
+fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
+    let set = crate::recipe::load_dir(dir)?;
+    for broken in &set.broken {
+        eprintln!("warning: {}", output::printable(&broken.to_string()));
+    }
+    Ok(set)
+}
+
 async fn context(cli: &Globals) -> Result<deploy::Context> {
     let root = cli
         .state_dir
@@ -292,7 +306,7 @@ async fn context(cli: &Globals) -> Result<deploy::Context> {
 
 async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
-    let recipes = crate::recipe::load_dir(&cli.recipes)?;
+    let recipes = load_recipes(cli)?;
     let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
     let failed = checks
         .iter()
@@ -342,7 +356,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             yes,
             allow_unpinned,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             let args = deploy::UpArgs {
                 dry_run,
@@ -353,7 +367,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             deploy::up(&ctx, &recipes, &name, args, &out).await
         }),
         Command::Rollback { to, dry_run } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             deploy::rollback(&ctx, &recipes, to.as_deref(), dry_run, &out).await
         }),
@@ -368,7 +382,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             timeout,
             allow_unpinned,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             let timeout: Option<Duration> = timeout.map(|t| t.0);
             deploy::start(
@@ -408,7 +422,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 let target = target.ok_or_else(|| {
                     Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
                 })?;
-                let recipes = crate::recipe::load_dir(&g.recipes)?;
+                let recipes = load_recipes(g)?;
                 let ctx = context(g).await?;
                 let args = bench::Args {
                     target,
@@ -428,7 +442,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             dry_run,
             revert,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             patch::run(
                 &recipes,
@@ -442,7 +456,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             .await
         }),
         Command::Images { command } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let docker = crate::runtime::docker::connect().await?;
             images::run(&recipes, &lock_path(g), &docker, command, &out).await
         }),

@@ -53,6 +53,29 @@ impl Output {
     }
 }
 
+/// Text that came from a file (a description, a name, a value quoted in a message) as a
+/// terminal should get it: control characters (ESC and the rest of C0 and C1) and the
+/// bidirectional overrides escaped as `\u{1b}`, so a recipe cannot recolour the terminal,
+/// move its cursor or hide text. Newlines and tabs stay.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(bad) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if bad(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
 pub fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {
@@ -74,7 +97,7 @@ pub fn print_error(err: &Error, json: bool) {
         "error"
     };
     let mut stderr = std::io::stderr().lock();
-    for line in err.to_string().lines() {
+    for line in printable(&err.to_string()).lines() {
         let _ = if line.starts_with("  ") {
             writeln!(stderr, "{line}")
         } else {

@@ -9,6 +9,7 @@ use super::load::{diag_at, suggest};
 use super::{Model, PatchStep, Recipe, Runtime};
 use crate::engine::{Engine, Flag};
 use crate::error::Diagnostic;
+use crate::yaml::Loose;
 
 /// Gates the benchmark knows; a rule is `OP NUMBER[%|ms]`.
 pub const GATES: &[&str] = &[
@@ -76,7 +77,7 @@ const ULIMITS: &[&str] = &[
 ];
 
 /// Checks serde cannot make: cross-field rules and the values' meaning.
-pub(super) fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
+pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut bad = |key: &str, message: String, help: &str| {
         out.push(diag_at(
@@ -346,7 +347,78 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe) -> Vec<Diagnostic> {
     if let Some(model) = &r.model {
         check_patches(path, src, model, &mut out);
     }
+    check_values(path, src, r, loose, &mut out);
     out
+}
+
+/// Values serde accepts but that do not mean what they look like.
+fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut Vec<Diagnostic>) {
+    // serde reads YAML's null and booleans as the strings "null" and "true" where a
+    // string is expected: as argv words they are almost surely a slip.
+    for l in loose {
+        let list = ["server.args[", "server.env_from_host["]
+            .into_iter()
+            .find(|p| l.path.starts_with(p));
+        if list.is_some() {
+            let what = if matches!(l.text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
+                "YAML's null"
+            } else {
+                "a YAML boolean"
+            };
+            let shown = if l.text.is_empty() {
+                "(empty)"
+            } else {
+                &l.text
+            };
+            out.push(Diagnostic {
+                location: crate::error::Location {
+                    file: path.to_path_buf(),
+                    line: Some(l.line),
+                    column: Some(l.column),
+                    key: Some(l.path.clone()),
+                },
+                message: format!("{shown} is {what}, not a string"),
+                help: Some(format!(
+                    "each entry is one argv string: quote it (\"{}\") if you mean the text, \
+                     or remove it",
+                    l.text
+                )),
+            });
+        }
+    }
+    if let Some(image) = &r.image {
+        if let Some(p) = super::image_ref::problem(image) {
+            let mut d = diag_at(path, src, "image", p.message, Some(p.help));
+            // Point into the value: the part that is wrong.
+            if let (Some(line), Some(_)) = (d.location.line, d.location.column) {
+                let text = src.lines().nth(line - 1).unwrap_or_default();
+                if let Some(start) = text.find(image.as_str()) {
+                    d.location.column = Some(text[..start + p.offset].chars().count() + 1);
+                }
+            }
+            out.push(d);
+        }
+    }
+    if r.health.timeout.is_some_and(|t| t.0.is_zero()) {
+        out.push(diag_at(
+            path,
+            src,
+            "health.timeout",
+            "0s leaves the server no time to load".into(),
+            Some("give it the time loading takes, e.g. 90s or 10m".into()),
+        ));
+    }
+    for (name, &limit) in &r.server.ulimits {
+        if limit < -1 {
+            out.push(diag_at(
+                path,
+                src,
+                &format!("server.ulimits.{name}"),
+                format!("{limit} is not a limit"),
+                Some("write a number from 0 up, or -1 for unlimited".into()),
+            ));
+        }
+    }
 }
 
 fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {

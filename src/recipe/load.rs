@@ -23,30 +23,113 @@ impl LoadedRecipe {
     }
 }
 
-/// Every recipe of one directory, sorted by name.
+/// Every recipe of one directory, sorted by name, and the files that did not load.
+///
+/// A broken file is kept as its diagnostics and fails only the commands that need it:
+/// `rollback --to demo-production` must not depend on an unrelated `qat-v2b.yaml` being
+/// well-formed (the emergency exit works with the recipes it needs).
 #[derive(Debug, Clone)]
 pub struct RecipeSet {
     pub dir: PathBuf,
     pub recipes: Vec<LoadedRecipe>,
+    pub broken: Vec<BrokenRecipe>,
+}
+
+/// A recipe file that did not load, with every problem found in it.
+#[derive(Debug, Clone)]
+pub struct BrokenRecipe {
+    pub path: PathBuf,
+    /// The names it may stand for: its file name, and the `name:` it declares if that parsed.
+    pub names: Vec<String>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl std::fmt::Display for BrokenRecipe {
+    /// One line for a warning: the first problem, how many more, and how to see them all.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let first = self
+            .diagnostics
+            .first()
+            .map(|d| d.to_string())
+            .unwrap_or_default();
+        write!(
+            f,
+            "{} is skipped: {}",
+            self.path.display(),
+            first.lines().next().unwrap_or_default()
+        )?;
+        if self.diagnostics.len() > 1 {
+            write!(f, " (and {} more)", self.diagnostics.len() - 1)?;
+        }
+        write!(
+            f,
+            "; `sparkctl recipes validate {}` shows every problem",
+            self.path.display()
+        )
+    }
 }
 
 impl RecipeSet {
+    /// The recipe called `name`. A broken file that may define it fails with its own
+    /// diagnostics (exit 2), even when another file defines the name too: which one was
+    /// meant cannot be known.
     pub fn get(&self, name: &str) -> Result<&LoadedRecipe> {
+        if let Some(b) = self
+            .broken
+            .iter()
+            .find(|b| b.names.iter().any(|n| n == name))
+        {
+            return Err(Error::Invalid(b.diagnostics.clone()));
+        }
         self.recipes
             .iter()
             .find(|r| r.recipe.name == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = self
-                    .recipes
+            .ok_or_else(|| self.unknown(name))
+    }
+
+    /// Every name a user may type here: loaded recipes and broken files.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .recipes
+            .iter()
+            .map(|r| r.recipe.name.as_str())
+            .chain(
+                self.broken
                     .iter()
-                    .map(|r| r.recipe.name.as_str())
-                    .collect();
-                let hint = suggest(name, &names, "known recipes");
-                Error::Usage(format!(
-                    "no recipe named `{name}` in {}; {hint}",
-                    self.dir.display()
-                ))
-            })
+                    .flat_map(|b| b.names.iter().map(String::as_str)),
+            )
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Whether `name` is a recipe here, loaded or broken.
+    pub fn knows(&self, name: &str) -> bool {
+        self.names().contains(&name)
+    }
+
+    /// "no recipe named `x`": with the did-you-mean over every known name.
+    pub fn unknown(&self, name: &str) -> Error {
+        let hint = suggest(name, &self.names(), "known recipes");
+        Error::Usage(format!(
+            "no recipe named `{name}` in {}; {hint}",
+            self.dir.display()
+        ))
+    }
+
+    /// For commands that read every recipe (`recipes validate`): all problems of all files.
+    pub fn require_all(&self) -> Result<()> {
+        let diags: Vec<Diagnostic> = self
+            .broken
+            .iter()
+            .flat_map(|b| b.diagnostics.iter().cloned())
+            .collect();
+        if diags.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(diags))
+        }
     }
 }
 
@@ -57,7 +140,8 @@ fn is_recipe_file(path: &Path) -> bool {
     )
 }
 
-/// Loads every `*.yaml`/`*.yml` directly in `dir`; all problems of all files are reported together.
+/// Loads every `*.yaml`/`*.yml` directly in `dir`. Only an unreadable directory fails;
+/// a file that does not load is kept in `broken`.
 pub fn load_dir(dir: &Path) -> Result<RecipeSet> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         Error::Usage(format!(
@@ -72,12 +156,16 @@ pub fn load_dir(dir: &Path) -> Result<RecipeSet> {
     paths.sort();
 
     let mut recipes: Vec<LoadedRecipe> = Vec::new();
-    let mut diags = Vec::new();
+    let mut broken = Vec::new();
     for path in paths {
-        match load_file(&path) {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match load_one(&path) {
             Ok(loaded) => {
                 if let Some(first) = recipes.iter().find(|r| r.recipe.name == loaded.recipe.name) {
-                    diags.push(diag_at(
+                    let diagnostic = diag_at(
                         &loaded.path,
                         &loaded.source,
                         "name",
@@ -87,34 +175,62 @@ pub fn load_dir(dir: &Path) -> Result<RecipeSet> {
                             first.path.display()
                         ),
                         Some("keep one file per recipe name".into()),
-                    ));
+                    );
+                    broken.push(BrokenRecipe {
+                        path,
+                        names: vec![stem, loaded.recipe.name],
+                        diagnostics: vec![diagnostic],
+                    });
                 } else {
                     recipes.push(loaded);
                 }
             }
-            Err(Error::Invalid(mut d)) => diags.append(&mut d),
-            Err(other) => return Err(other),
+            Err((declared, diagnostics)) => broken.push(BrokenRecipe {
+                path,
+                names: std::iter::once(stem).chain(declared).collect(),
+                diagnostics,
+            }),
         }
-    }
-    if !diags.is_empty() {
-        return Err(Error::Invalid(diags));
     }
     recipes.sort_by(|a, b| a.recipe.name.cmp(&b.recipe.name));
     Ok(RecipeSet {
         dir: dir.to_path_buf(),
         recipes,
+        broken,
     })
 }
 
 /// Parses and checks one recipe file.
 pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
-    let source = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("cannot read recipe {}", path.display()), e))?;
+    load_one(path).map_err(|(_, diagnostics)| Error::Invalid(diagnostics))
+}
+
+/// What a file that did not load leaves: the name it declares (if it parsed that far)
+/// and its problems.
+type Failure = (Option<String>, Vec<Diagnostic>);
+
+/// One file: the recipe, or its problems.
+fn load_one(path: &Path) -> std::result::Result<LoadedRecipe, Failure> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        let d = Diagnostic {
+            location: Location {
+                file: path.to_path_buf(),
+                line: None,
+                column: None,
+                key: None,
+            },
+            message: format!("cannot read this recipe: {e}"),
+            help: Some("check that the file exists and that you may read it".into()),
+        };
+        (None, vec![d])
+    })?;
+    let prepared = crate::yaml::prepare(path, &bytes).map_err(|d| (None, vec![d]))?;
+    let source = prepared.text.to_string();
     let recipe: Recipe = serde_yaml_ng::from_str(&source)
-        .map_err(|e| Error::Invalid(vec![from_yaml_error(path, &source, &e)]))?;
-    let diags = check(path, &source, &recipe);
+        .map_err(|e| (None, vec![from_yaml_error(path, &source, &e)]))?;
+    let diags = check(path, &source, &recipe, &prepared.loose);
     if !diags.is_empty() {
-        return Err(Error::Invalid(diags));
+        return Err((Some(recipe.name), diags));
     }
     Ok(LoadedRecipe {
         recipe,
@@ -172,6 +288,24 @@ pub(super) fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
     }
 }
 
+/// The first `key: value` entry at or after `from` (1-based line) whose value is `value`
+/// (quoted or not), as its (line, column) and key.
+fn entry_with_value<'a>(
+    src: &'a str,
+    from: usize,
+    value: &str,
+) -> Option<((usize, usize), &'a str)> {
+    src.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find_map(|(i, l)| {
+            let t = l.trim_start();
+            let (k, v) = t.split_once(':')?;
+            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+            (v == value && !k.contains(' ')).then(|| ((i + 1, l.len() - t.len() + 1), k))
+        })
+}
+
 /// Names between backticks in a serde message: "expected one of `a`, `b`".
 fn backticked(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
@@ -219,12 +353,38 @@ fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagno
     } else if err.location().is_none() || key.is_none() && names.is_empty() {
         help = Some("check brackets, quotes and indentation at and just before this line".into());
     } else if message.contains("expected a string") {
-        help = Some("each entry is one argv string; quote it, e.g. \"0.85\"".into());
+        // The argv help fits list entries only (`server.args[1]`); `name:` and the like
+        // take one text value.
+        let in_list = key.as_deref().is_some_and(|k| k.ends_with(']'));
+        help = Some(if in_list {
+            "each entry is one argv string; quote it, e.g. \"0.85\"".into()
+        } else {
+            "write one text value here, e.g. `name: demo`; quote it if it holds ':' or '#'".into()
+        });
     } else if key.as_deref().is_some_and(|k| k.ends_with("port")) {
         help = Some("ports are whole numbers from 1 to 65535".into());
     }
-    // Errors raised inside a value's own parser carry the parent's path; the line names
-    // the key itself (`timeout:` under `health`).
+    if message.contains("longer than the most sparkctl accepts") {
+        help = Some("write the time it needs, e.g. 90s or 10m".into());
+    } else if message.contains("larger than the most sparkctl accepts") {
+        help = Some("write the size with its unit, e.g. 16g or 512m".into());
+    }
+    // Errors raised inside a value's own parser (durations, sizes) carry the parent's path
+    // and the position where the parent mapping starts: find the entry that holds the
+    // value the message quotes, from there on.
+    // (Their messages start with the quoted value: "`16777215t` is larger than …".)
+    let own_parser = message.starts_with('`');
+    if let (Some((line, _)), Some(value), true) = (line_col, names.first(), own_parser) {
+        if let Some((at, name)) = entry_with_value(src, line, value) {
+            line_col = Some(at);
+            if let Some(k) = key.as_mut() {
+                if !k.ends_with(name) {
+                    *k = format!("{k}.{name}");
+                }
+            }
+        }
+    }
+    // Otherwise the line names the key itself (`timeout:` under `health`).
     if let (Some((line, _)), Some(k)) = (line_col, key.as_mut()) {
         let own = src.lines().nth(line.saturating_sub(1)).and_then(|l| {
             let t = l.trim_start();

@@ -5,6 +5,7 @@
 //! builds the exact command or container a recipe would run.
 
 mod check;
+mod image_ref;
 mod load;
 mod locate;
 mod resolve;
@@ -18,7 +19,7 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
-pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet};
+pub use load::{load_dir, load_file, BrokenRecipe, LoadedRecipe, RecipeSet};
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
