@@ -76,6 +76,27 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `sparkctl recipes list | head -1`: once `head` has its line, the next write to stdout
+/// fails with EPIPE, and `println!` (and comfy-table, clap_complete) panic on it. That is
+/// the reader's choice, not a fault: exit at once, silently, as a command ended by SIGPIPE
+/// would. SIGPIPE itself stays ignored (Rust's default): restoring it would also kill
+/// sparkctl mid-`up` when the Docker Engine's socket closes under a write.
+pub fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.contains("Broken pipe") || text.contains("os error 32") {
+            std::process::exit(super::BROKEN_PIPE_EXIT);
+        }
+        default(info);
+    }));
+}
+
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
 pub fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {

@@ -280,7 +280,7 @@ fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Opt
 }
 
 /// "did you mean `x`? LABEL: a, b" — or just the list when nothing is close.
-pub(super) fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
+pub fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
     let list = format!("{label}: {}", candidates.join(", "));
     match nearest(word, candidates.iter().copied()) {
         Some(best) => format!("did you mean `{best}`? {list}"),

@@ -19,7 +19,9 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
-pub use load::{load_dir, load_file, BrokenRecipe, LoadedRecipe, RecipeSet};
+pub use load::{
+    load_dir, load_file, suggest as did_you_mean, BrokenRecipe, LoadedRecipe, RecipeSet,
+};
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
