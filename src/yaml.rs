@@ -54,8 +54,8 @@ fn diag(
     key: Option<String>,
     message: String,
     help: &str,
-) -> Diagnostic {
-    Diagnostic {
+) -> Box<Diagnostic> {
+    Box::new(Diagnostic {
         location: Location {
             file: file.to_path_buf(),
             line: at.map(|a| a.0),
@@ -64,7 +64,7 @@ fn diag(
         },
         message,
         help: Some(help.to_string()),
-    }
+    })
 }
 
 /// 1-based line and column (in characters) of byte `offset` of `bytes`.
@@ -81,7 +81,7 @@ fn position(bytes: &[u8], offset: usize) -> (usize, usize) {
 }
 
 /// Steps 1–3 above. The `Diagnostic` names the file, line and column and what to do.
-pub fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, Diagnostic> {
+pub fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, Box<Diagnostic>> {
     if bytes.len() > MAX_BYTES {
         return Err(diag(
             file,
@@ -114,7 +114,7 @@ pub fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, Diagnos
 /// `prepare`, then serde: for files whose serde errors need no more than file:line:column
 /// and one fix (suites, images.lock).
 pub fn from_slice<T: DeserializeOwned>(file: &Path, bytes: &[u8], help: &str) -> Result<T> {
-    let prepared = prepare(file, bytes).map_err(|d| Error::Invalid(vec![d]))?;
+    let prepared = prepare(file, bytes).map_err(|d| Error::Invalid(vec![*d]))?;
     serde_yaml_ng::from_str(prepared.text).map_err(|e| Error::yaml(file, &e, help))
 }
 
@@ -186,7 +186,7 @@ impl<'f> Walk<'f> {
         (m.line(), m.col() + 1)
     }
 
-    fn run(mut self) -> Result<Vec<Loose>, Diagnostic> {
+    fn run(mut self) -> Result<Vec<Loose>, Box<Diagnostic>> {
         let text = self.text;
         let mut parser = Parser::new_from_str(text);
         loop {
@@ -260,7 +260,7 @@ impl<'f> Walk<'f> {
         matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. }))
     }
 
-    fn key(&mut self, name: String, mark: &Marker) -> Result<(), Diagnostic> {
+    fn key(&mut self, name: String, mark: &Marker) -> Result<(), Box<Diagnostic>> {
         let here = Self::at(mark);
         let parent = self.path();
         let Some(Frame::Mapping { keys, key }) = self.stack.last_mut() else {
@@ -304,7 +304,7 @@ impl<'f> Walk<'f> {
         }
     }
 
-    fn refuse_tag(&self, tag: Option<&Tag>, mark: &Marker) -> Result<(), Diagnostic> {
+    fn refuse_tag(&self, tag: Option<&Tag>, mark: &Marker) -> Result<(), Box<Diagnostic>> {
         let Some(tag) = tag else { return Ok(()) };
         // As written: the parser expands `!!` to the YAML namespace.
         let tag = match tag.handle.as_str() {
@@ -332,7 +332,7 @@ impl<'f> Walk<'f> {
         ))
     }
 
-    fn too_deep(&self, mark: &Marker) -> Diagnostic {
+    fn too_deep(&self, mark: &Marker) -> Box<Diagnostic> {
         diag(
             self.file,
             Some(Self::at(mark)),
@@ -346,7 +346,7 @@ impl<'f> Walk<'f> {
     /// its own error, which may come later: refuse before it if brackets opened after
     /// this point could nest past the limit. Counting every bracket over-counts (quoted
     /// ones too), which only matters in a file that is broken anyway.
-    fn bound_rest(&self, text: &str, from: usize) -> Result<(), Diagnostic> {
+    fn bound_rest(&self, text: &str, from: usize) -> Result<(), Box<Diagnostic>> {
         let mut depth = self.stack.len();
         for (i, b) in text.as_bytes().iter().enumerate().skip(from) {
             match b {

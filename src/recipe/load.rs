@@ -224,7 +224,7 @@ fn load_one(path: &Path) -> std::result::Result<LoadedRecipe, Failure> {
         };
         (None, vec![d])
     })?;
-    let prepared = crate::yaml::prepare(path, &bytes).map_err(|d| (None, vec![d]))?;
+    let prepared = crate::yaml::prepare(path, &bytes).map_err(|d| (None, vec![*d]))?;
     let source = prepared.text.to_string();
     let recipe: Recipe = serde_yaml_ng::from_str(&source)
         .map_err(|e| (None, vec![from_yaml_error(path, &source, &e)]))?;
