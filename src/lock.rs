@@ -147,11 +147,16 @@ impl Lock {
     }
 
     fn read(path: &Path) -> Result<Lock> {
-        let text = match std::fs::read(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
-            Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
-        };
+        match std::fs::read(path) {
+            Ok(text) => Self::parse(path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lock::default()),
+            Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+        }
+    }
+
+    /// The lock in `text`, read from `path` (named in diagnostics); a file of comments only
+    /// is an empty lock.
+    pub fn parse(path: &Path, text: &[u8]) -> Result<Lock> {
         if text
             .split(|&b| b == b'\n')
             .all(|l| l.trim_ascii().is_empty() || l.trim_ascii_start().starts_with(b"#"))
@@ -160,7 +165,7 @@ impl Lock {
         }
         crate::yaml::from_slice(
             path,
-            &text,
+            text,
             "images.lock is written by `sparkctl images pin`; fix the line or restore it \
              from version control (it was not rewritten)",
         )

@@ -209,6 +209,12 @@ pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
 /// and its problems.
 type Failure = (Option<String>, Vec<Diagnostic>);
 
+/// A recipe from the bytes of the file at `path` (which names it in diagnostics and must
+/// match its `name`); the same checks as `load_file`. For tests and the fuzz target.
+pub fn parse_recipe(path: &Path, bytes: &[u8]) -> Result<LoadedRecipe> {
+    parse_one(path, bytes).map_err(|(_, diagnostics)| Error::Invalid(diagnostics))
+}
+
 /// One file: the recipe, or its problems.
 fn load_one(path: &Path) -> std::result::Result<LoadedRecipe, Failure> {
     let bytes = std::fs::read(path).map_err(|e| {
@@ -224,7 +230,11 @@ fn load_one(path: &Path) -> std::result::Result<LoadedRecipe, Failure> {
         };
         (None, vec![d])
     })?;
-    let prepared = crate::yaml::prepare(path, &bytes).map_err(|d| (None, vec![*d]))?;
+    parse_one(path, &bytes)
+}
+
+fn parse_one(path: &Path, bytes: &[u8]) -> std::result::Result<LoadedRecipe, Failure> {
+    let prepared = crate::yaml::prepare(path, bytes).map_err(|d| (None, vec![*d]))?;
     let source = prepared.text.to_string();
     let recipe: Recipe = serde_yaml_ng::from_str(&source)
         .map_err(|e| (None, vec![from_yaml_error(path, &source, &e)]))?;

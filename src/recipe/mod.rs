@@ -20,7 +20,8 @@ use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
 pub use load::{
-    load_dir, load_file, suggest as did_you_mean, BrokenRecipe, LoadedRecipe, RecipeSet,
+    load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
+    RecipeSet,
 };
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
