@@ -14,10 +14,13 @@ pub mod images;
 pub mod lock;
 pub mod nvidia;
 pub mod patch;
+pub mod prune;
 pub mod recipe;
 pub mod runtime;
+pub mod secrets;
 pub mod sim;
 pub mod state;
 pub mod units;
+pub mod yaml;
 
 pub use error::{Error, Result};
