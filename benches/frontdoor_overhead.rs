@@ -128,9 +128,15 @@ fn main() {
                 .stdout,
         )
         .lines()
-        .filter(|l| l.starts_with("sparkctl_frontdoor_requests_total") || l.starts_with("sparkctl_frontdoor_errors_total"))
+        .filter(|l| {
+            l.starts_with("sparkctl_frontdoor_requests_total")
+                || l.starts_with("sparkctl_frontdoor_errors_total")
+        })
         .collect::<Vec<_>>()
         .join("; "),
     );
-    println!("  the front door's own count: {}", metrics.as_str().unwrap());
+    println!(
+        "  the front door's own count: {}",
+        metrics.as_str().unwrap()
+    );
 }

@@ -115,6 +115,15 @@ pub async fn run(
         .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
     checks.push(memory_check(meminfo, unified, settings));
 
+    // A recipe file that does not load is the user's to fix, not the machine's: a warning,
+    // and its port is not checked (it cannot be known).
+    for b in &recipes.broken {
+        checks.push(check(
+            format!("recipe {}", b.path.display()),
+            Verdict::Warn,
+            b.to_string(),
+        ));
+    }
     let known = rt.list().await.map(|(d, _)| d).unwrap_or_default();
     let mut ports: Vec<(u16, Vec<&str>)> = Vec::new();
     for r in &recipes.recipes {
@@ -173,9 +182,7 @@ fn frontdoor_check(state: &StateDir, settings: &Settings) -> Check {
         None => check(
             "front door",
             Verdict::Warn,
-            format!(
-                "{now}; not set up to come back after a reboot: `sparkctl frontdoor install`"
-            ),
+            format!("{now}; not set up to come back after a reboot: `sparkctl frontdoor install`"),
         ),
     }
 }

@@ -139,22 +139,14 @@ impl RunRecord {
     }
 }
 
-/// Past runs, newest first.
-pub fn history(state: &StateDir) -> Result<Vec<RunRecord>> {
+/// Past runs, newest first, and the run records that could not be read (one damaged
+/// record must not hide the others).
+pub fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Damaged>)> {
     let dir = state.runs_dir()?;
-    let mut runs = Vec::new();
-    for e in std::fs::read_dir(&dir)
-        .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?
-    {
-        let path = e.map_err(|e| Error::io("cannot list runs", e))?.path();
-        if path.extension().is_some_and(|x| x == "json")
-            && !path.to_string_lossy().ends_with("-bench.json")
-        {
-            runs.push(state::read_json::<RunRecord>(&path)?);
-        }
-    }
+    let (mut runs, damaged) =
+        state::read_json_dir::<RunRecord>(&dir, |p| !p.to_string_lossy().ends_with("-bench.json"))?;
     runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
-    Ok(runs)
+    Ok((runs, damaged))
 }
 
 pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {

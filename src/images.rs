@@ -162,7 +162,7 @@ pub async fn run_reference(
     lock: &Lock,
     allow_unpinned: bool,
 ) -> Result<(String, bool)> {
-    let Some(pin) = lock.images.get(recipe) else {
+    let Some(pin) = lock.pin(recipe)? else {
         if allow_unpinned {
             return Ok((reference.to_string(), false));
         }

@@ -17,10 +17,13 @@ pub mod lock;
 pub mod nvidia;
 pub mod patch;
 pub mod production;
+pub mod prune;
 pub mod recipe;
 pub mod runtime;
+pub mod secrets;
 pub mod sim;
 pub mod state;
 pub mod units;
+pub mod yaml;
 
 pub use error::{Error, Result};

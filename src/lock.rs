@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Diagnostic, Error, Location, Result};
 
 pub const LOCK_FILE: &str = "images.lock";
 
@@ -106,8 +106,13 @@ pub fn repository(reference: &str) -> &str {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lock {
+    /// Empty when the file is damaged: ask `pin` (or `intact`), which report the damage.
     #[serde(default)]
     pub images: BTreeMap<String, Pin>,
+    /// Why the file could not be read. Only a start or pin that needs a digest fails on
+    /// it: a process recipe (the emergency exit back to llama-server) needs no lock.
+    #[serde(skip)]
+    damage: Option<Vec<Diagnostic>>,
 }
 
 /// `images.lock` beside the recipes dir (the repository root), unless given.
@@ -119,31 +124,74 @@ pub fn default_path(recipes_dir: &Path) -> PathBuf {
 }
 
 impl Lock {
-    /// Reads the lock; a missing file is an empty lock. A damaged one is an error that
-    /// names its line, and nothing is rewritten.
+    /// Reads the lock; a missing file is an empty lock. A damaged (or unreadable) one
+    /// loads as damaged: `pin` and `intact` report it with its line, and it is never
+    /// rewritten. Loading itself does not fail, so commands that need no digest work.
     pub fn load(path: &Path) -> Result<Lock> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
-            Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
-        };
+        Ok(Self::read(path).unwrap_or_else(|e| Lock {
+            damage: Some(match e {
+                Error::Invalid(d) => d,
+                other => vec![Diagnostic {
+                    location: Location {
+                        file: path.to_path_buf(),
+                        line: None,
+                        column: None,
+                        key: None,
+                    },
+                    message: other.to_string(),
+                    help: Some("check that you may read it".into()),
+                }],
+            }),
+            ..Lock::default()
+        }))
+    }
+
+    fn read(path: &Path) -> Result<Lock> {
+        match std::fs::read(path) {
+            Ok(text) => Self::parse(path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lock::default()),
+            Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+        }
+    }
+
+    /// The lock in `text`, read from `path` (named in diagnostics); a file of comments only
+    /// is an empty lock.
+    pub fn parse(path: &Path, text: &[u8]) -> Result<Lock> {
         if text
-            .lines()
-            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+            .split(|&b| b == b'\n')
+            .all(|l| l.trim_ascii().is_empty() || l.trim_ascii_start().starts_with(b"#"))
         {
             return Ok(Lock::default());
         }
-        serde_yaml_ng::from_str(&text).map_err(|e| {
-            Error::yaml(
-                path,
-                &e,
-                "images.lock is written by `sparkctl images pin`; fix the line or restore it \
-                 from version control (it was not rewritten)",
-            )
-        })
+        crate::yaml::from_slice(
+            path,
+            text,
+            "images.lock is written by `sparkctl images pin`; fix the line or restore it \
+             from version control (it was not rewritten)",
+        )
+    }
+
+    /// The lock itself, or why it cannot be used (for `images pin/audit/pull/diff`).
+    pub fn intact(self) -> Result<Lock> {
+        match self.damage {
+            Some(d) => Err(Error::Invalid(d)),
+            None => Ok(self),
+        }
+    }
+
+    /// The pin of `recipe`, if any; fails when the lock is damaged.
+    pub fn pin(&self, recipe: &str) -> Result<Option<&Pin>> {
+        match &self.damage {
+            Some(d) => Err(Error::Invalid(d.clone())),
+            None => Ok(self.images.get(recipe)),
+        }
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
+        // A damaged lock loads empty: writing it would drop every pin.
+        if let Some(d) = &self.damage {
+            return Err(Error::Invalid(d.clone()));
+        }
         let body = serde_yaml_ng::to_string(self).expect("lock serializes");
         crate::state::write_atomic(path, format!("{HEADER}{body}").as_bytes())
     }
@@ -199,8 +247,21 @@ mod tests {
         lock.save(&path).unwrap();
         assert_eq!(Lock::load(&path).unwrap(), lock);
         std::fs::write(&path, "images:\n  qat-v2b:\n    digest: [\n").unwrap();
-        let err = Lock::load(&path).unwrap_err().to_string();
-        assert!(err.contains("images.lock:"), "{err}");
+        // A damaged lock loads (a process recipe needs none) and fails whoever needs a pin.
+        let damaged = Lock::load(&path).unwrap();
+        let err = damaged.pin("qat-v2b").unwrap_err().to_string();
+        assert!(err.contains("images.lock:3:"), "{err}");
+        assert!(
+            damaged.save(&path).is_err(),
+            "a damaged lock is never rewritten"
+        );
+        assert!(damaged.intact().is_err());
+        std::fs::write(&path, "images:\n  a: {}\n  a: {}\n").unwrap();
+        let err = Lock::load(&path).unwrap().intact().unwrap_err().to_string();
+        assert!(
+            err.contains("images.lock:3:3: images.a: duplicate key"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -190,6 +190,77 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     })
 }
 
+/// A state file that could not be read, kept apart so the rest can still be shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "state file {} is damaged ({}) and was left out; move it aside (it is not \
+             changed or removed)",
+            self.path.display(),
+            self.problem
+        )
+    }
+}
+
+/// Reads each file as JSON: the ones that parse (with their path), and the damaged ones.
+/// One broken record must not hide all the others (`history`, `status`).
+pub fn read_json_files<T: DeserializeOwned>(
+    paths: impl IntoIterator<Item = PathBuf>,
+) -> (Vec<(PathBuf, T)>, Vec<Damaged>) {
+    let mut good = Vec::new();
+    let mut damaged = Vec::new();
+    for path in paths {
+        let parsed = fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(value) => good.push((path, value)),
+            Err(problem) => damaged.push(Damaged { path, problem }),
+        }
+    }
+    (good, damaged)
+}
+
+/// The `*.json` files directly in `dir` that `keep` accepts, sorted by name; a missing
+/// directory has none.
+pub fn json_files(dir: &Path, keep: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("cannot read {}", dir.display()), e)),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && keep(p))
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Every record in `dir` (see `json_files`) that parses, and the files that did not.
+pub fn read_json_dir<T: DeserializeOwned>(
+    dir: &Path,
+    keep: impl Fn(&Path) -> bool,
+) -> Result<(Vec<T>, Vec<Damaged>)> {
+    let (good, damaged) = read_json_files(json_files(dir, keep)?);
+    Ok((good.into_iter().map(|(_, v)| v).collect(), damaged))
+}
+
+/// Whether the file at `path` is damaged as a `T`; a missing file is not.
+pub fn damage_of<T: DeserializeOwned>(path: &Path) -> Option<Damaged> {
+    if !path.exists() {
+        return None;
+    }
+    read_json_files::<T>([path.to_path_buf()]).1.pop()
+}
+
 /// A run id that sorts by time to the millisecond: `20261123-015007123-3f2a`.
 pub fn new_run_id() -> String {
     let now = crate::units::unix_now();
@@ -226,6 +297,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("x.json") && err.contains("damaged"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_damaged_record_does_not_hide_the_others() {
+        let dir = std::env::temp_dir().join(format!("sparkctl-state-dmg-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("a.json"), r#"{"n": 1}"#).unwrap();
+        fs::write(dir.join("b.json"), r#"{"n": "#).unwrap();
+        fs::write(dir.join("c.json"), r#"{"n": 3}"#).unwrap();
+        fs::write(dir.join("c-bench.json"), r#"{"other": true}"#).unwrap();
+        #[derive(serde::Deserialize)]
+        struct N {
+            n: u32,
+        }
+        let (good, damaged) =
+            read_json_dir::<N>(&dir, |p| !p.to_string_lossy().ends_with("-bench.json")).unwrap();
+        assert_eq!(good.iter().map(|r| r.n).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(damaged.len(), 1);
+        assert_eq!(damaged[0].path, dir.join("b.json"));
+        assert!(
+            damaged[0].to_string().contains("b.json is damaged (EOF"),
+            "{}",
+            damaged[0]
+        );
+        assert!(damage_of::<N>(&dir.join("a.json")).is_none());
+        assert!(damage_of::<N>(&dir.join("missing.json")).is_none());
+        assert!(damage_of::<N>(&dir.join("b.json")).is_some());
+        assert!(read_json_dir::<N>(&dir.join("nothing"), |_| true)
+            .unwrap()
+            .0
+            .is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 

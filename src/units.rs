@@ -13,6 +13,15 @@ use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HumanDuration(pub Duration);
 
+/// The longest duration sparkctl takes: loading a model, a benchmark or a simulated delay
+/// never needs more than a day, and anything this large is a typo (`18446744073709551616s`
+/// once panicked converting to a `Duration`).
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// The largest size: 1024 TiB, far past any memory or shm size, and safely inside the
+/// engine's signed 64-bit byte counts.
+pub const MAX_SIZE: u64 = 1 << 50;
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -50,7 +59,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             }
         };
         rest = &rest[unit_len..];
-        total += Duration::from_secs_f64(number * scale);
+        let too_long = || format!("`{text}` is longer than the most sparkctl accepts (24h)");
+        let part = Duration::try_from_secs_f64(number * scale).map_err(|_| too_long())?;
+        total = total
+            .checked_add(part)
+            .filter(|t| *t <= MAX_DURATION)
+            .ok_or_else(too_long)?;
     }
     Ok(total)
 }
@@ -170,12 +184,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         Some((i, 't')) => (&t[..i], 1u64 << 40),
         _ => (t, 1),
     };
-    digits
+    let n = digits
         .parse::<u64>()
         .ok()
-        .and_then(|n| n.checked_mul(scale))
         .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{text}` is not a size; write e.g. `16g` or `512m`"))
+        .ok_or_else(|| format!("`{text}` is not a size; write e.g. `16g` or `512m`"))?;
+    n.checked_mul(scale)
+        .filter(|n| *n <= MAX_SIZE)
+        .ok_or_else(|| format!("`{text}` is larger than the most sparkctl accepts (1024t)"))
 }
 
 impl fmt::Display for ByteSize {
@@ -246,6 +262,18 @@ mod tests {
             .unwrap_err()
             .contains("`d` is not a unit"));
         assert!(parse_duration("fast").is_err());
+        // Out of range is an error, never a panic.
+        let inf = format!("{}s", "9".repeat(400));
+        for huge in [
+            "18446744073709551616s",
+            &inf,
+            "25h",
+            "99999999999999999999h",
+            "12h13h",
+        ] {
+            assert!(parse_duration(huge).unwrap_err().contains("24h"), "{huge}");
+        }
+        assert_eq!(parse_duration("24h").unwrap(), MAX_DURATION);
     }
 
     #[test]
@@ -256,5 +284,7 @@ mod tests {
         assert_eq!(ByteSize(16 << 30).to_string(), "16g");
         assert!(parse_size("0").is_err());
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("16777215t").unwrap_err().contains("1024t"));
+        assert!(parse_size("99999999999999999999").is_err());
     }
 }

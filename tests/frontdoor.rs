@@ -334,13 +334,16 @@ fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
         assert_eq!(d["upstream"]["recipe"], "prod", "{d}");
         assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
         assert_eq!(history(&deck)[0]["outcome"], "interrupted");
-        // The candidate it started is stopped, its logs kept.
+        // The candidate it started (or only created) is not left running; its logs are kept.
         let status: Value = serde_json::from_str(&deck.ok(&["--json", "status"])).unwrap();
-        assert!(status
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["name"] != "cand" || r["state"] == "exited"));
+        assert!(
+            status
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["name"] != "cand" || r["state"] != "running"),
+            "{status}"
+        );
     }
 }
 
@@ -459,14 +462,23 @@ fn a_full_state_disk_at_the_switch_changes_nothing_that_serves() {
 
 #[test]
 fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
-    let deck = deck("fd-crash", "--load-time, 300ms, --ttft, 5ms, --token-rate, \"400\", --tokens, \"4\"");
+    let deck = deck(
+        "fd-crash",
+        "--load-time, 300ms, --ttft, 5ms, --token-rate, \"400\", --tokens, \"4\"",
+    );
     deck.ok(&["rollback", "--to", "prod"]);
-    let sup: Value =
-        serde_json::from_slice(&std::fs::read(deck.dir.join("state/frontdoor/supervisor.json")).unwrap())
-            .unwrap();
+    let sup: Value = serde_json::from_slice(
+        &std::fs::read(deck.dir.join("state/frontdoor/supervisor.json")).unwrap(),
+    )
+    .unwrap();
     let server_of = |sup: i64| -> i32 {
         let children = std::fs::read_to_string(format!("/proc/{sup}/task/{sup}/children")).unwrap();
-        children.split_whitespace().next().expect("the supervisor runs a server").parse().unwrap()
+        children
+            .split_whitespace()
+            .next()
+            .expect("the supervisor runs a server")
+            .parse()
+            .unwrap()
     };
     let sup = sup["pid"].as_i64().unwrap();
     let first = server_of(sup);
@@ -482,7 +494,10 @@ fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "the front door did not come back");
+        assert!(
+            Instant::now() < deadline,
+            "the front door did not come back"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -491,7 +506,10 @@ fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
     // The listening socket never closed: connections waited in the backlog. Only a stream
     // in flight at the kill can have been cut.
     assert!(
-        report.transport_errors.iter().all(|e| !e.to_lowercase().contains("refused")),
+        report
+            .transport_errors
+            .iter()
+            .all(|e| !e.to_lowercase().contains("refused")),
         "{report:?}"
     );
     assert!(report.failed() + report.cut <= 1, "{report:?}");
@@ -509,13 +527,25 @@ fn an_api_key_guards_the_front_door_and_is_never_printed_nor_written() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let curl = |auth: Option<&str>, path: &str| -> String {
-        let mut args = vec!["-s".to_string(), "-o".into(), "/dev/null".into(), "-w".into(), "%{http_code}".into()];
+        let mut args = vec![
+            "-s".to_string(),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ];
         if let Some(a) = auth {
             args.push("-H".into());
             args.push(format!("Authorization: Bearer {a}"));
         }
         args.push(format!("{}{path}", deck.door_url()));
-        text(&std::process::Command::new("curl").args(&args).output().unwrap().stdout)
+        text(
+            &std::process::Command::new("curl")
+                .args(&args)
+                .output()
+                .unwrap()
+                .stdout,
+        )
     };
     assert_eq!(curl(None, "/v1/models"), "401");
     assert_eq!(curl(Some("wrong"), "/v1/models"), "401");
@@ -539,20 +569,36 @@ fn an_api_key_guards_the_front_door_and_is_never_printed_nor_written() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let unit = std::fs::read_to_string(config.join("systemd/user/sparkctl-frontdoor.service")).unwrap();
-    assert!(unit.contains("frontdoor run") && unit.contains("Restart=always"), "{unit}");
-    assert!(unit.contains(&format!("SPARKCTL_FRONTDOOR_API_KEY_FILE={}", key_file.display())));
+    let unit =
+        std::fs::read_to_string(config.join("systemd/user/sparkctl-frontdoor.service")).unwrap();
+    assert!(
+        unit.contains("frontdoor run") && unit.contains("Restart=always"),
+        "{unit}"
+    );
+    assert!(unit.contains(&format!(
+        "SPARKCTL_FRONTDOOR_API_KEY_FILE={}",
+        key_file.display()
+    )));
     let doctor = deck
         .cmd(&["--json", "doctor"])
         .env("XDG_CONFIG_HOME", &config)
         .output()
         .unwrap();
     let checks: Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let fd = checks.as_array().unwrap().iter().find(|c| c["name"] == "front door").unwrap();
+    let fd = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "front door")
+        .unwrap();
     assert_eq!(fd["verdict"], "ok", "{fd}");
     // Nowhere in what sparkctl wrote or printed.
     let mut seen = String::new();
-    for args in [vec!["--json", "frontdoor", "status"], vec!["status"], vec!["logs", "frontdoor"]] {
+    for args in [
+        vec!["--json", "frontdoor", "status"],
+        vec!["status"],
+        vec!["logs", "frontdoor"],
+    ] {
         let out = deck.run(&args);
         seen.push_str(&text(&out.stdout));
         seen.push_str(&text(&out.stderr));
@@ -562,6 +608,10 @@ fn an_api_key_guards_the_front_door_and_is_never_printed_nor_written() {
         .args(["-r", "-l", key, deck.dir.join("state").to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(text(&walk.stdout).is_empty(), "the key is in {}", text(&walk.stdout));
+    assert!(
+        text(&walk.stdout).is_empty(),
+        "the key is in {}",
+        text(&walk.stdout)
+    );
     assert!(!seen.contains(key), "{seen}");
 }

@@ -291,6 +291,12 @@ fn help_lists_the_whole_command_surface_and_completions_generate() {
 fn recipe_hash_follows_what_would_run_not_how_it_is_written() {
     let dir = tempdir();
     let base = std::fs::read_to_string(repo().join("recipes/demo-candidate.yaml")).unwrap();
+    // Its fallback must be there too.
+    std::fs::copy(
+        repo().join("recipes/demo-production.yaml"),
+        dir.join("demo-production.yaml"),
+    )
+    .unwrap();
     let hash = |yaml: &str| {
         std::fs::write(dir.join("demo-candidate.yaml"), yaml).unwrap();
         let out = run(&[
@@ -324,4 +330,34 @@ fn tempdir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("sparkctl-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[test]
+fn a_fallback_must_name_another_recipe_of_the_dir() {
+    let dir = std::env::temp_dir().join(format!("sparkctl-fallback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recipe = |name: &str, fallback: &str| {
+        std::fs::write(
+            dir.join(format!("{name}.yaml")),
+            format!("name: {name}\nengine: sim\nruntime: process\nserver:\n  port: 9999\nfallback: {fallback}\n"),
+        )
+        .unwrap();
+    };
+    recipe("prod", "cand");
+    recipe("cand", "prdo");
+    let out = run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cand.yaml:6:1: fallback: fallback `prdo` is not a recipe"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `prod`?"), "{err}");
+    recipe("cand", "cand");
+    let err = text(&run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]).stderr);
+    assert!(err.contains("`cand` is this recipe"), "{err}");
+    recipe("cand", "prod");
+    let out = run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -663,3 +663,46 @@ fn logs_follow_new_output_until_the_server_stops() {
         }
     }
 }
+
+#[test]
+fn a_container_created_but_never_started_shows_as_created_not_exited() {
+    use bollard::models::ContainerCreateBody;
+    let deck = Deck::new("rt-created");
+    let state = deck.state().display().to_string();
+    let image = sim_image();
+    let name = format!("sparkctl-created-{}", std::process::id());
+    support::block_on({
+        let (state, name) = (state.clone(), name.clone());
+        async move {
+            let docker = docker().await;
+            let labels = [
+                ("io.sparkctl.managed", "true"),
+                ("io.sparkctl.state", state.as_str()),
+                ("io.sparkctl.recipe", "ghost"),
+                ("io.sparkctl.engine", "sim"),
+                ("io.sparkctl.port", "8000"),
+            ];
+            let body = ContainerCreateBody {
+                image: Some(image.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            };
+            let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+                .name(&name)
+                .build();
+            docker.create_container(Some(opts), body).await.unwrap();
+        }
+    });
+    let row = deck
+        .status_of("ghost")
+        .expect("the created container is listed");
+    assert_eq!(row["state"], "created", "{row}");
+    assert_eq!(row["health"], "created, never started", "{row}");
+    let table = deck.ok(&["status"]);
+    assert!(!table.contains("exited with code 0"), "{table}");
+}

@@ -126,13 +126,11 @@ impl Suite {
                 in_dir.display()
             )));
         };
-        let suite: Suite = serde_yaml_ng::from_str(&text).map_err(|e| {
-            Error::yaml(
-                &file,
-                &e,
-                "see recipes/suites/voice-assistant.yaml for the format",
-            )
-        })?;
+        let suite: Suite = crate::yaml::from_slice(
+            &file,
+            text.as_bytes(),
+            "see recipes/suites/voice-assistant.yaml for the format",
+        )?;
         suite.check(&file)?;
         Ok(suite)
     }
@@ -404,6 +402,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("runs") && err.contains("too few"), "{err}");
+        // A key twice: YAML would keep the last silently; both lines are named.
+        std::fs::write(
+            &f,
+            "name: dup\nruns: 5\ncases:\n  - name: x\n    turns: [hi]\nruns: 6\n",
+        )
+        .unwrap();
+        let err = Suite::load(f.to_str().unwrap(), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("bad.yaml:6:1: runs: duplicate key `runs`") && err.contains("line 2"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -416,7 +416,10 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
         out.print_json(&record);
         return Ok(());
     }
-    let runs = crate::history::history(&ctx.state)?;
+    let (runs, damaged) = crate::history::history(&ctx.state)?;
+    for d in &damaged {
+        eprintln!("warning: {d}");
+    }
     if out.json {
         out.print_json(&runs);
         return Ok(());

@@ -114,7 +114,8 @@ pub fn line(s: &DoorStatus) -> String {
                 crate::deploy::short(&u.deployment),
                 u.url
             ),
-            None => "nothing: holding requests".into(),
+            None if s.holding => "nothing yet: holding requests until production is back".into(),
+            None => "nothing: there is no production (requests get 503)".into(),
         },
         s.waiting
     )

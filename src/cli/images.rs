@@ -42,7 +42,7 @@ pub async fn run(
 ) -> Result<()> {
     match command {
         ImagesCommand::Pin { name, all, offline } => {
-            let mut lock = Lock::load(lock_path)?;
+            let mut lock = Lock::load(lock_path)?.intact()?;
             let at = crate::units::utc_stamp(crate::units::unix_now().as_secs());
             let mut changes = Vec::new();
             // Every digest is resolved before the lock is touched: one failure changes nothing.
@@ -83,9 +83,11 @@ pub async fn run(
             Ok(())
         }
         ImagesCommand::Audit => {
-            let lock = Lock::load(lock_path)?;
+            let lock = Lock::load(lock_path)?.intact()?;
             let all = targets(recipes, None, true)?;
-            let audit = images::audit(docker, &all, &lock).await?;
+            let mut audit = images::audit(docker, &all, &lock).await?;
+            // A pin whose recipe file is broken (skipped, with a warning) is not stale.
+            audit.stale.retain(|name| !recipes.knows(name));
             if out.json {
                 out.print_json(&audit);
             } else {
@@ -159,7 +161,7 @@ pub async fn run(
             }
         }
         ImagesCommand::Pull { name, all } => {
-            let lock = Lock::load(lock_path)?;
+            let lock = Lock::load(lock_path)?.intact()?;
             for (recipe, _) in targets(recipes, name.as_deref(), all)? {
                 let pin = lock.images.get(&recipe).ok_or_else(|| {
                     Error::Usage(format!(
@@ -189,7 +191,7 @@ pub async fn run(
             Ok(())
         }
         ImagesCommand::Diff { name, old, new } => {
-            let lock = Lock::load(lock_path)?;
+            let lock = Lock::load(lock_path)?.intact()?;
             let pin = lock.images.get(&name).ok_or_else(|| {
                 Error::Usage(format!("{name} has no pin in {}", lock_path.display()))
             })?;

@@ -7,6 +7,7 @@ mod frontdoor;
 mod images;
 mod output;
 mod patch;
+mod prune;
 mod recipes;
 
 use std::path::PathBuf;
@@ -179,6 +180,15 @@ pub enum Command {
         #[command(subcommand)]
         command: frontdoor::FrontdoorCommand,
     },
+    /// Remove old exited containers (all but the newest few per recipe); lists them unless --yes.
+    Prune {
+        /// Exited containers to keep per recipe [default: SPARKCTL_KEEP_EXITED, else 5].
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+        /// Remove them (without it, only list what would go).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
@@ -246,19 +256,32 @@ pub enum RecipesCommand {
     Schema,
 }
 
+/// Logs on stderr: sparkctl's own at the level asked for (`-v`, `-vv`, `SPARKCTL_LOG`),
+/// every dependency's at most at info, whatever was asked. At debug, bollard logs each
+/// request body, and a container's body holds the values of its `env_from_host` secrets
+/// (`"Env":["HF_TOKEN=…"]`); the cap is a second filter, so no `SPARKCTL_LOG` directive
+/// (`bollard=trace`, `trace`, a span filter) can lift it. Records of the `log` crate
+/// (bollard's) arrive with the target `log`, so they are capped too.
 fn init_tracing(verbose: u8) {
+    use tracing_subscriber::filter::{filter_fn, FilterExt};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let default = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SPARKCTL_LOG")
+    let asked = tracing_subscriber::EnvFilter::try_from_env("SPARKCTL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let dependencies_at_most_info = filter_fn(|meta| {
+        meta.target().starts_with("sparkctl") || *meta.level() <= tracing::Level::INFO
+    });
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(output::color_for(&std::io::stderr()))
-        .try_init();
+        .with_filter(asked.and(dependencies_at_most_info));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 /// One thread: a CLI's work is waiting, and the benchmark's clock is then read on the thread
@@ -285,6 +308,20 @@ fn lock_path(cli: &Globals) -> PathBuf {
         .unwrap_or_else(|| crate::lock::default_path(&cli.recipes))
 }
 
+/// The recipes dir; files that do not load are named on stderr and skipped, so a command
+/// fails only on the recipes it needs (`RecipeSet::get` reports a broken one in full).
+fn load_recipes(cli: &Globals) -> Result<crate::recipe::RecipeSet> {
+    recipes_in(&cli.recipes)
+}
+
+fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
+    let set = crate::recipe::load_dir(dir)?;
+    for broken in &set.broken {
+        eprintln!("warning: {}", output::printable(&broken.to_string()));
+    }
+    Ok(set)
+}
+
 async fn context(cli: &Globals) -> Result<deploy::Context> {
     let root = cli
         .state_dir
@@ -302,7 +339,7 @@ async fn context(cli: &Globals) -> Result<deploy::Context> {
 
 async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
-    let recipes = crate::recipe::load_dir(&cli.recipes)?;
+    let recipes = load_recipes(cli)?;
     let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
     let failed = checks
         .iter()
@@ -352,7 +389,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             yes,
             allow_unpinned,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             let args = deploy::UpArgs {
                 dry_run,
@@ -363,7 +400,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             deploy::up(&ctx, &recipes, &name, args, &out).await
         }),
         Command::Rollback { to, dry_run } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             deploy::rollback(&ctx, &recipes, to.as_deref(), dry_run, &out).await
         }),
@@ -378,7 +415,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             timeout,
             allow_unpinned,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             let timeout: Option<Duration> = timeout.map(|t| t.0);
             deploy::start(
@@ -392,9 +429,13 @@ fn dispatch(cli: Cli) -> Result<()> {
             )
             .await
         }),
-        Command::Status | Command::Ps => {
-            runtime()?.block_on(async { deploy::status(&context(g).await?, &out).await })
-        }
+        Command::Status | Command::Ps => runtime()?.block_on(async {
+            let ctx = context(g).await?;
+            for w in crate::deploy::state_warnings(&ctx.state) {
+                eprintln!("warning: {w}");
+            }
+            deploy::status(&ctx, &out).await
+        }),
         Command::Logs { name, follow, tail } => runtime()?.block_on(async {
             let ctx = context(g).await?;
             if name == "frontdoor" {
@@ -408,11 +449,20 @@ fn dispatch(cli: Cli) -> Result<()> {
             dry_run,
             force,
         } => runtime()?.block_on(async {
-            deploy::down(&context(g).await?, &name, dry_run, force, &out).await
+            let recipes = load_recipes(g)?;
+            let ctx = context(g).await?;
+            crate::deploy::ensure_known(&ctx.runtimes, &recipes, &name).await?;
+            deploy::down(&ctx, &name, dry_run, force, &out).await
         }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
         Command::Frontdoor { command } => runtime()?.block_on(async {
             frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
+        }),
+        Command::Prune { keep, yes } => runtime()?.block_on(async {
+            let recipes = load_recipes(g)?;
+            let ctx = context(g).await?;
+            let args = prune::Args { keep, yes };
+            prune::run(&ctx.state, &ctx.runtimes, &recipes, args, &out).await
         }),
         Command::Bench {
             target,
@@ -432,7 +482,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 let target = target.ok_or_else(|| {
                     Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
                 })?;
-                let recipes = crate::recipe::load_dir(&g.recipes)?;
+                let recipes = load_recipes(g)?;
                 let ctx = context(g).await?;
                 let args = bench::Args {
                     target,
@@ -452,7 +502,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             dry_run,
             revert,
         } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let ctx = context(g).await?;
             patch::run(
                 &recipes,
@@ -466,20 +516,28 @@ fn dispatch(cli: Cli) -> Result<()> {
             .await
         }),
         Command::Images { command } => runtime()?.block_on(async {
-            let recipes = crate::recipe::load_dir(&g.recipes)?;
+            let recipes = load_recipes(g)?;
             let docker = crate::runtime::docker::connect().await?;
             images::run(&recipes, &lock_path(g), &docker, command, &out).await
         }),
     }
 }
 
+/// What a shell reports for a command that SIGPIPE ended: `sparkctl … | head -1`.
+pub const BROKEN_PIPE_EXIT: i32 = 128 + libc::SIGPIPE;
+
 /// Parses the command line, runs it, prints any error; returns the process exit code.
 pub fn main() -> i32 {
+    output::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     init_tracing(cli.globals.verbose);
     let json = cli.globals.json;
     match dispatch(cli) {
         Ok(()) => 0,
+        // The reader went away (`| head -1`): nobody is left to tell.
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            BROKEN_PIPE_EXIT
+        }
         Err(err) => {
             output::print_error(&err, json);
             err.exit_code()

@@ -53,6 +53,50 @@ impl Output {
     }
 }
 
+/// Text that came from a file (a description, a name, a value quoted in a message) as a
+/// terminal should get it: control characters (ESC and the rest of C0 and C1) and the
+/// bidirectional overrides escaped as `\u{1b}`, so a recipe cannot recolour the terminal,
+/// move its cursor or hide text. Newlines and tabs stay.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(bad) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if bad(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `sparkctl recipes list | head -1`: once `head` has its line, the next write to stdout
+/// fails with EPIPE, and `println!` (and comfy-table, clap_complete) panic on it. That is
+/// the reader's choice, not a fault: exit at once, silently, as a command ended by SIGPIPE
+/// would. SIGPIPE itself stays ignored (Rust's default): restoring it would also kill
+/// sparkctl mid-`up` when the Docker Engine's socket closes under a write.
+pub fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.contains("Broken pipe") || text.contains("os error 32") {
+            std::process::exit(super::BROKEN_PIPE_EXIT);
+        }
+        default(info);
+    }));
+}
+
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
 pub fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {
@@ -74,7 +118,7 @@ pub fn print_error(err: &Error, json: bool) {
         "error"
     };
     let mut stderr = std::io::stderr().lock();
-    for line in err.to_string().lines() {
+    for line in printable(&err.to_string()).lines() {
         let _ = if line.starts_with("  ") {
             writeln!(stderr, "{line}")
         } else {

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::output::printable;
 use super::{Output, RecipesCommand};
 use crate::error::{Error, Result};
 use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
@@ -21,7 +22,7 @@ pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
 }
 
 fn list(dir: &Path, out: &Output) -> Result<()> {
-    let set = recipe::load_dir(dir)?;
+    let set = super::recipes_in(dir)?;
     if out.json {
         let rows: Vec<_> = set
             .recipes
@@ -60,7 +61,7 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             r.runtime().as_str().to_string(),
             r.server.port.to_string(),
             what,
-            r.description.clone().unwrap_or_default(),
+            printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
     out.print_table(&table);
@@ -68,7 +69,7 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
 }
 
 fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
-    let set = recipe::load_dir(dir)?;
+    let set = super::recipes_in(dir)?;
     let loaded = set.get(name)?;
     let full = loaded.recipe.with_defaults();
     let resolved = loaded.recipe.resolve(&super::self_exe());
@@ -90,10 +91,8 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     }
     println!("{} {}", out.bold("# recipe"), loaded.path.display());
     println!("# hash {}", loaded.recipe.hash());
-    print!(
-        "{}",
-        serde_yaml_ng::to_string(&full).expect("recipes serialize")
-    );
+    let yaml = serde_yaml_ng::to_string(&full).expect("recipes serialize");
+    print!("{}", printable(&yaml));
     println!();
     println!("{}", out.bold("# patch steps, in order"));
     if steps.is_empty() {
@@ -155,7 +154,9 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
 
 fn validate(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
     let loaded: Vec<LoadedRecipe> = if targets.is_empty() {
-        recipe::load_dir(dir)?.recipes
+        let set = recipe::load_dir(dir)?;
+        set.require_all()?;
+        set.recipes
     } else {
         let mut found = Vec::new();
         let mut errors = Vec::new();

@@ -39,6 +39,10 @@ pub struct StartPlan {
     pub command: Vec<String>,
     pub memory: MemoryPlan,
     pub health_timeout: Duration,
+    /// This recipe's exited containers beyond the newest `SPARKCTL_KEEP_EXITED`, removed
+    /// just before the start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub old_containers: Vec<crate::prune::Old>,
     #[serde(skip)]
     resolved: Resolved,
 }
@@ -137,6 +141,12 @@ pub async fn plan_start(
         &deployments,
         settings.production_port,
     );
+    let old_containers = match rt.docker() {
+        Ok(docker) if resolved.runtime == Runtime::Docker => {
+            crate::prune::before_start(docker, state, &loaded.path, &recipe.name).await
+        }
+        _ => Vec::new(),
+    };
     Ok(StartPlan {
         name: recipe.name.clone(),
         runtime: resolved.runtime,
@@ -149,6 +159,7 @@ pub async fn plan_start(
         command: resolved.launch.equivalent_command(),
         memory,
         health_timeout: resolved.health_timeout.0,
+        old_containers,
         resolved,
     })
 }
@@ -203,6 +214,15 @@ pub async fn start(
         unpinned: plan.unpinned,
         image_ref: plan.image_ref.clone(),
     };
+    if let (Ok(docker), false) = (rt.docker(), plan.old_containers.is_empty()) {
+        for (old, why) in crate::prune::apply(docker, &plan.old_containers).await {
+            tracing::warn!(
+                "old container {} of {} kept: {why}",
+                short(&old.id),
+                old.recipe
+            );
+        }
+    }
     let before = memory::before_start();
     let mut started = rt.start(&spec, &plan.artifact).await?;
     let engine = spec.resolved.engine;
@@ -316,6 +336,46 @@ pub async fn bench_target(
         ..Default::default()
     };
     Ok((t, gates, suite))
+}
+
+/// State files a read command should mention although it does not need them:
+/// `production.json`, which `up` and `rollback` read, and which `up` tells users to check
+/// with `status`.
+pub fn state_warnings(state: &crate::state::StateDir) -> Vec<String> {
+    crate::state::damage_of::<crate::production::Production>(&state.production_file())
+        .map(|d| {
+            format!(
+                "{d}; `up` and `rollback` need it: which recipe is production is unknown until \
+                 it is fixed or moved aside"
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// A name `down` may act on: a recipe here (loaded or broken), or one that has run under
+/// this state dir (its recipe file may be gone). Anything else is a typo: exit 2 with the
+/// nearest name, instead of "not running; nothing to stop".
+pub async fn ensure_known(
+    rt: &Runtimes,
+    recipes: &crate::recipe::RecipeSet,
+    name: &str,
+) -> Result<()> {
+    if recipes.knows(name) {
+        return Ok(());
+    }
+    let (deployments, _) = rt.list().await?;
+    if deployments.iter().any(|d| d.name == name) {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = recipes.names();
+    names.extend(deployments.iter().map(|d| d.name.as_str()));
+    names.sort_unstable();
+    names.dedup();
+    Err(Error::Usage(format!(
+        "no recipe or deployment named `{name}`; {}",
+        crate::recipe::did_you_mean(name, &names, "known names")
+    )))
 }
 
 /// Stops the running deployment of `name`; its logs are kept. None when nothing ran.

@@ -145,8 +145,12 @@ pub struct DoorStatus {
     pub pid: u32,
     pub host: String,
     pub port: u16,
-    /// Where new requests go; None while holding.
+    /// Where new requests go; None while holding or without production.
     pub upstream: Option<Upstream>,
+    /// Requests wait for production to come back (a swap, a restart); otherwise, without an
+    /// upstream, there is no production and requests get 503 at once.
+    #[serde(default)]
+    pub holding: bool,
     /// Requests waiting for a backend.
     pub waiting: usize,
     /// In flight per deployment.
@@ -194,7 +198,7 @@ impl Door {
         new.save(&self.state)?;
         let route = match new.serving() {
             Some(u) => Route::Serving(u.clone()),
-            None => Route::Holding,
+            None => Route::Offline,
         };
         *self.production.lock().expect("production") = new;
         let old = self.table.set(route.clone());
@@ -203,7 +207,7 @@ impl Door {
         }
         let replaced = match old {
             Route::Serving(u) => Some(u),
-            Route::Holding => None,
+            Route::Holding | Route::Offline => None,
         };
         let left_in_flight = match (&replaced, &route) {
             (Some(old), Route::Serving(new)) if old.deployment == new.deployment => 0,
@@ -237,7 +241,7 @@ impl Door {
                 self.metrics.event(Event::Switch);
                 self.table.drain(&old.deployment, drain).await
             }
-            Route::Holding => 0,
+            Route::Holding | Route::Offline => 0,
         }
     }
 
@@ -249,8 +253,9 @@ impl Door {
             port: self.config.port,
             upstream: match self.table.route() {
                 Route::Serving(u) => Some(u),
-                Route::Holding => None,
+                Route::Holding | Route::Offline => None,
             },
+            holding: self.table.route() == Route::Holding,
             waiting,
             in_flight: in_flight.into_iter().collect(),
             production: self.production(),

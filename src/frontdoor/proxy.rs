@@ -189,13 +189,17 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             Err(why) => {
                 proxy.metrics.event(Event::Rejected);
                 let reason = match why {
-                    Refusal::QueueFull => "too many requests are waiting for a backend",
-                    Refusal::TimedOut => "no backend could serve within the front door's hold time",
+                    Refusal::QueueFull => {
+                        "too many requests are waiting for a backend (production is being switched or restarted)"
+                    }
+                    Refusal::TimedOut => {
+                        "no backend could serve within the front door's hold time (production is being switched or restarted)"
+                    }
+                    Refusal::Offline => {
+                        "there is no production behind this front door (`sparkctl rollback --to NAME` or `sparkctl up NAME` sets one)"
+                    }
                 };
-                let mut r = error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("{reason} (production is being switched or restarted)"),
-                );
+                let mut r = error(StatusCode::SERVICE_UNAVAILABLE, reason);
                 r.headers_mut()
                     .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
                 return r;
@@ -353,10 +357,13 @@ impl ChunkChoice<'_> {
         let d = &self.delta;
         let texts = [&d.content, &d.reasoning_content, &d.reasoning];
         let calls = d.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
-        let empty_token = d.role.is_none()
-            && self.finish_reason.is_none()
-            && texts.iter().any(|t| t.is_some());
-        calls || texts.iter().any(|t| t.as_ref().is_some_and(|t| !t.is_empty())) || empty_token
+        let empty_token =
+            d.role.is_none() && self.finish_reason.is_none() && texts.iter().any(|t| t.is_some());
+        calls
+            || texts
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()))
+            || empty_token
     }
 }
 

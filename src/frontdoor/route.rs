@@ -15,8 +15,10 @@ pub use crate::production::Upstream;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Serving(Upstream),
-    /// Nothing can serve: requests wait.
+    /// Production is being switched or brought back: requests wait.
     Holding,
+    /// There is no production (none yet, or it was taken down): nothing to wait for.
+    Offline,
 }
 
 /// Why a request got no upstream.
@@ -26,6 +28,8 @@ pub enum Refusal {
     QueueFull,
     /// Waited the whole bound.
     TimedOut,
+    /// There is no production.
+    Offline,
 }
 
 /// The routing table, shared by the proxy, the control API and the watch.
@@ -96,8 +100,13 @@ impl Table {
             _ => None,
         };
         let mut rx = self.route.subscribe();
-        if let Some(u) = usable(&rx.borrow_and_update()) {
-            return Ok(self.claim(u));
+        match &*rx.borrow_and_update() {
+            Route::Offline => return Err(Refusal::Offline),
+            r => {
+                if let Some(u) = usable(r) {
+                    return Ok(self.claim(u));
+                }
+            }
         }
         {
             let mut c = self.inner.lock().expect("route counts");
@@ -108,19 +117,24 @@ impl Table {
         }
         let waited = tokio::time::timeout(bound, async {
             loop {
-                if let Some(u) = usable(&rx.borrow_and_update()) {
-                    return Some(u);
+                let route = rx.borrow_and_update().clone();
+                if route == Route::Offline {
+                    return Err(Refusal::Offline);
+                }
+                if let Some(u) = usable(&route) {
+                    return Ok(u);
                 }
                 if rx.changed().await.is_err() {
-                    return None;
+                    return Err(Refusal::TimedOut);
                 }
             }
         })
         .await;
         self.inner.lock().expect("route counts").waiting -= 1;
         match waited {
-            Ok(Some(u)) => Ok(self.claim(u)),
-            _ => Err(Refusal::TimedOut),
+            Ok(Ok(u)) => Ok(self.claim(u)),
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(Refusal::TimedOut),
         }
     }
 
@@ -219,6 +233,25 @@ mod tests {
         ));
         t.set(Route::Serving(up("b")));
         assert!(a.await.unwrap() && b.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn without_production_a_request_is_refused_at_once_and_so_are_waiters() {
+        let t = Table::new(Route::Offline, 4);
+        let began = std::time::Instant::now();
+        assert!(matches!(
+            t.lease(Duration::from_secs(5), None).await,
+            Err(Refusal::Offline)
+        ));
+        assert!(began.elapsed() < Duration::from_secs(1));
+        t.set(Route::Holding);
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.lease(Duration::from_secs(5), None).await.is_ok() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.set(Route::Offline);
+        assert!(!waiter.await.unwrap());
     }
 
     #[tokio::test]

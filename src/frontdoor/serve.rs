@@ -25,7 +25,8 @@ pub async fn run(ctx: watch::Context, config: Config, listen_fd: i32) -> Result<
     // brings production back (after a reboot, or a crash of ours that took it along).
     let route = match production.serving() {
         Some(u) if super::alive(&ctx.runtimes, u).await => Route::Serving(u.clone()),
-        _ => Route::Holding,
+        Some(_) => Route::Holding,
+        None => Route::Offline,
     };
     super::say!(
         "front door serving {}:{} → {}",
@@ -33,7 +34,8 @@ pub async fn run(ctx: watch::Context, config: Config, listen_fd: i32) -> Result<
         config.port,
         match &route {
             Route::Serving(u) => format!("{} ({}, {})", u.recipe, u.deployment, u.url),
-            Route::Holding => "nothing yet (holding)".into(),
+            Route::Holding => "nothing yet (holding while production comes back)".into(),
+            Route::Offline => "nothing: there is no production yet".into(),
         }
     );
     let api_key = super::api_key()?;

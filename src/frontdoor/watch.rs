@@ -84,6 +84,7 @@ impl Watch {
                         self.recover("nothing serves production".into()).await;
                     }
                 }
+                Route::Offline => {}
             }
         }
     }
@@ -118,7 +119,7 @@ impl Watch {
         }
         match health_now(&self.client, &d).await {
             Liveness::Running(Health::Ready) => Look::Fine,
-            Liveness::Exited(_) => Look::Gone(format!("{} exited", u.recipe)),
+            Liveness::Exited(_) | Liveness::Created => Look::Gone(format!("{} exited", u.recipe)),
             Liveness::Running(h) => Look::Failing(h.to_string()),
         }
     }

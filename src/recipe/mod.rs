@@ -4,6 +4,8 @@
 //! diagnostics that name file, line and key; `resolve` fills engine defaults and
 //! builds the exact command or container a recipe would run.
 
+mod check;
+mod image_ref;
 mod load;
 mod locate;
 mod resolve;
@@ -16,7 +18,11 @@ use serde::{Deserialize, Serialize};
 use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
-pub use load::{load_dir, load_file, LoadedRecipe, RecipeSet, GATES};
+pub use check::GATES;
+pub use load::{
+    load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
+    RecipeSet,
+};
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
 /// Words joined for display, each quoted for a POSIX shell where needed.

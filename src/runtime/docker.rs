@@ -330,6 +330,9 @@ fn deployment_of(c: &bollard::models::ContainerSummary) -> Option<Deployment> {
         started_at: c.created.unwrap_or(0).max(0) as u64,
         state: if running {
             RunState::Running
+        } else if c.state == Some(ContainerSummaryStateEnum::CREATED) {
+            // Never started: it has no exit code to report (not "exited with code 0").
+            RunState::Created
         } else {
             RunState::Exited { exit: None }
         },
@@ -369,6 +372,12 @@ impl Supervisor for DockerRuntime {
         let resolved = &spec.resolved;
         let body = container_spec(spec, artifact, &self.state_id, host_env(resolved)?);
         let name = format!("sparkctl-{}-{}", resolved.name, spec.run_id);
+        if let Launch::Docker { env_from_host, .. } = &resolved.launch {
+            tracing::debug!(
+                spec = ?crate::secrets::redacted(&body, env_from_host),
+                "creating container {name}"
+            );
+        }
         let created = self
             .docker
             .create_container(

@@ -92,6 +92,8 @@ impl Deployment {
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum RunState {
     Running,
+    /// Created, never started (a container whose start failed or was interrupted).
+    Created,
     /// Ended; the exit details when the runtime still knows them.
     Exited {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,8 +215,8 @@ impl Runtimes {
     /// Every deployment, newest first; containers are missing (with a warning) when the
     /// engine cannot be reached.
     pub async fn list(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
-        let mut all = self.process.list().await?;
-        let mut warnings = Vec::new();
+        let (mut all, damaged) = self.process.list_records()?;
+        let mut warnings: Vec<String> = damaged.iter().map(ToString::to_string).collect();
         match &self.docker {
             Ok(docker) => all.extend(docker.list().await?),
             Err(e) => warnings.push(format!("containers not shown: {e}")),

@@ -38,14 +38,25 @@ impl ProcessRuntime {
         ProcessRuntime { state }
     }
 
-    fn read_record(&self, path: &Path) -> Result<Deployment> {
-        let record: Record = state::read_json(path)?;
+    /// Every deployment record that reads, newest first, and the damaged ones (which
+    /// `Runtimes::list` reports as warnings instead of failing `status` whole).
+    pub fn list_records(&self) -> Result<(Vec<Deployment>, Vec<state::Damaged>)> {
+        let (records, damaged) = state::read_json_files::<Record>(self.state.deployment_records()?);
+        let mut out: Vec<Deployment> = records
+            .into_iter()
+            .map(|(_, r)| Self::deployment_of(r))
+            .collect();
+        out.sort_by_key(|d| std::cmp::Reverse(d.started_at));
+        Ok((out, damaged))
+    }
+
+    fn deployment_of(record: Record) -> Deployment {
         let mut d = record.deployment;
         if d.running() && !record.process.alive() {
             // It ended while nobody watched: the exit code went to whoever reaped it.
             d.state = RunState::Exited { exit: None };
         }
-        Ok(d)
+        d
     }
 
     fn process_of(&self, deployment: &Deployment) -> Result<ProcessId> {
@@ -202,12 +213,7 @@ impl Supervisor for ProcessRuntime {
     }
 
     async fn list(&self) -> Result<Vec<Deployment>> {
-        let mut out = Vec::new();
-        for path in self.state.deployment_records()? {
-            out.push(self.read_record(&path)?);
-        }
-        out.sort_by_key(|d| std::cmp::Reverse(d.started_at));
-        Ok(out)
+        Ok(self.list_records()?.0)
     }
 
     async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {

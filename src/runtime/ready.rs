@@ -432,6 +432,8 @@ async fn probe(
 /// What a deployment's health says now (or how it ended), for `status`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Liveness {
+    /// A container created but never started.
+    Created,
     Exited(Option<Exit>),
     Running(Health),
 }
@@ -439,6 +441,7 @@ pub enum Liveness {
 impl std::fmt::Display for Liveness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Liveness::Created => f.write_str("created, never started"),
             Liveness::Exited(Some(exit)) => exit.fmt(f),
             Liveness::Exited(None) => f.write_str("exited"),
             // For a server that served, a refused connection is not "yet".
@@ -462,6 +465,9 @@ impl std::fmt::Display for Liveness {
 /// the model listing each, plus `STATUS_GENERATION_TIMEOUT`, per deployment; `status` asks
 /// them all at once.
 pub async fn health_now(client: &reqwest::Client, d: &super::Deployment) -> Liveness {
+    if d.state == super::RunState::Created {
+        return Liveness::Created;
+    }
     if let super::RunState::Exited { exit } = &d.state {
         return Liveness::Exited(exit.clone());
     }

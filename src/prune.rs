@@ -1,0 +1,189 @@
+//! Old containers: sparkctl never auto-removes a container (its logs outlive it), so every
+//! failed candidate stays. Their logs are copied into the run records, so only the newest
+//! few per recipe are worth keeping: `SPARKCTL_KEEP_EXITED` (default 5) at each start, and
+//! `sparkctl prune` on demand.
+//!
+//! Only containers labelled as this state dir's are considered, never a running one, and
+//! never one of production's recipe or of a recipe some recipe names as its `fallback`
+//! (read from `STATE/production.json` and the recipe files: when either cannot be read,
+//! nothing is removed). Removal is never forced: the engine refuses a container that
+//! started running meanwhile.
+
+use std::collections::BTreeSet;
+
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::recipe::RecipeSet;
+use crate::runtime::{DockerRuntime, Supervisor};
+use crate::state::StateDir;
+
+/// Exited containers kept per recipe unless `SPARKCTL_KEEP_EXITED` says otherwise.
+pub const DEFAULT_KEEP: usize = 5;
+
+/// `SPARKCTL_KEEP_EXITED`: how many exited containers of each recipe stay.
+pub fn keep_from_env() -> Result<usize> {
+    match std::env::var("SPARKCTL_KEEP_EXITED") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+            Error::Usage(format!(
+                "SPARKCTL_KEEP_EXITED={v} is not a count; give a whole number such as 5 (0 keeps none)"
+            ))
+        }),
+        _ => Ok(DEFAULT_KEEP),
+    }
+}
+
+/// One container that would go.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Old {
+    pub recipe: String,
+    pub id: String,
+    pub run_id: String,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+/// What `prune` decided; nothing has been removed yet.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Plan {
+    pub keep_per_recipe: usize,
+    pub remove: Vec<Old>,
+    /// Recipes whose containers are all kept: production's, and fallbacks.
+    pub protected: Vec<String>,
+}
+
+/// The recipes whose containers are never removed: production's (`production.json`) and
+/// every recipe named as a `fallback`. An unreadable `production.json`, or a recipe file
+/// whose `fallback` cannot be read, is an error: what is protected would be a guess.
+pub fn protected(state: &StateDir, recipes: &RecipeSet) -> Result<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    let path = state.production_file();
+    if path.exists() {
+        let production: crate::production::Production = crate::state::read_json(&path)?;
+        names.extend(production.current.map(|e| e.recipe));
+    }
+    names.extend(
+        recipes
+            .recipes
+            .iter()
+            .filter_map(|l| l.recipe.fallback.clone()),
+    );
+    // A broken file still may name a fallback: read what parses of it.
+    for b in &recipes.broken {
+        let fallbacks = std::fs::read_to_string(&b.path)
+            .ok()
+            .and_then(|s| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&s).ok())
+            .map(|v| fallbacks_of(&v))
+            .ok_or_else(|| {
+                Error::Failed(format!(
+                    "cannot tell whether {} names a fallback (it does not parse); fix it or move \
+                     it aside before pruning, so no fallback's container is removed",
+                    b.path.display()
+                ))
+            })?;
+        names.extend(fallbacks);
+    }
+    Ok(names)
+}
+
+/// `fallback: NAME` or `fallback: [A, B]` at the top of a recipe.
+fn fallbacks_of(recipe: &serde_yaml_ng::Value) -> Vec<String> {
+    match recipe.get("fallback") {
+        Some(serde_yaml_ng::Value::String(s)) => vec![s.clone()],
+        Some(serde_yaml_ng::Value::Sequence(list)) => list
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Which exited containers go: per recipe (or only `recipe`), all but the newest `keep`.
+pub async fn plan(
+    docker: &DockerRuntime,
+    protected: BTreeSet<String>,
+    keep: usize,
+    recipe: Option<&str>,
+) -> Result<Plan> {
+    // This state dir's containers, newest first, exited ones included.
+    let all = docker.list().await?;
+    let mut remove = Vec::new();
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for d in &all {
+        if d.running() || protected.contains(&d.name) || recipe.is_some_and(|r| r != d.name) {
+            continue;
+        }
+        let count = match seen.iter_mut().find(|(n, _)| *n == d.name) {
+            Some((_, c)) => c,
+            None => {
+                seen.push((&d.name, 0));
+                &mut seen.last_mut().expect("just pushed").1
+            }
+        };
+        *count += 1;
+        if *count > keep {
+            remove.push(Old {
+                recipe: d.name.clone(),
+                id: d.id.clone(),
+                run_id: d.run_id.clone(),
+                created: d.started_at,
+            });
+        }
+    }
+    Ok(Plan {
+        keep_per_recipe: keep,
+        remove,
+        protected: protected.into_iter().collect(),
+    })
+}
+
+/// Removes `old` containers; returns what could not be removed, and why.
+pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
+    let mut failed = Vec::new();
+    for o in old {
+        // Not forced: a container that started running since the plan is refused (409).
+        let opts = RemoveContainerOptionsBuilder::new().force(false).build();
+        if let Err(e) = docker.client().remove_container(&o.id, Some(opts)).await {
+            failed.push((o.clone(), e.to_string()));
+        }
+    }
+    failed
+}
+
+/// For a start of `recipe` (file `path`): its exited containers beyond the newest
+/// `SPARKCTL_KEEP_EXITED`, removed just before the new one is created. Never fails a
+/// start: when what is protected cannot be told, nothing goes (said at -v).
+pub async fn before_start(
+    docker: &DockerRuntime,
+    state: &StateDir,
+    path: &std::path::Path,
+    recipe: &str,
+) -> Vec<Old> {
+    let planned = async {
+        let keep = keep_from_env()?;
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        let recipes = crate::recipe::load_dir(dir)?;
+        let plan = plan(docker, protected(state, &recipes)?, keep, Some(recipe)).await?;
+        Ok::<_, Error>(plan.remove)
+    };
+    planned.await.unwrap_or_else(|e| {
+        tracing::info!("old containers of {recipe} are kept: {e}");
+        Vec::new()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallbacks_are_read_from_the_raw_recipe() {
+        let one: serde_yaml_ng::Value = serde_yaml_ng::from_str("fallback: llama-server").unwrap();
+        assert_eq!(fallbacks_of(&one), ["llama-server"]);
+        let two: serde_yaml_ng::Value = serde_yaml_ng::from_str("fallback: [a, b]").unwrap();
+        assert_eq!(fallbacks_of(&two), ["a", "b"]);
+        let none: serde_yaml_ng::Value = serde_yaml_ng::from_str("name: x").unwrap();
+        assert!(fallbacks_of(&none).is_empty());
+    }
+}

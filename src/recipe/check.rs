@@ -1,0 +1,558 @@
+//! Checks serde cannot make: cross-field rules and what the values mean. Each problem
+//! becomes a `Diagnostic` at the key's line (`load::diag_at`).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Component, Path};
+
+use super::load::{diag_at, suggest};
+use super::{Model, PatchStep, Recipe, Runtime};
+use crate::engine::{Engine, Flag};
+use crate::error::Diagnostic;
+use crate::yaml::Loose;
+
+/// Gates the benchmark knows; a rule is `OP NUMBER[%|ms]`.
+pub const GATES: &[&str] = &[
+    "non_empty",
+    "expected_answer",
+    "no_markdown",
+    "thinking_leak",
+    "tool_calls",
+    "ttft_p50_ms",
+    "ttfo_p50_ms",
+    "decode_tps_p50",
+    "vs_production_ttft",
+    "vs_production_decode",
+];
+
+fn gate_rule_ok(rule: &str) -> bool {
+    let rule = rule.trim();
+    let Some(op) = ["==", ">=", "<=", "<", ">"]
+        .into_iter()
+        .find(|op| rule.starts_with(op))
+    else {
+        return false;
+    };
+    let number = rule[op.len()..].trim();
+    let number = number
+        .strip_suffix('%')
+        .or_else(|| number.strip_suffix("ms"))
+        .unwrap_or(number)
+        .trim();
+    number.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+fn env_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A path inside the model dir: relative, no `..`.
+fn inside(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+const ULIMITS: &[&str] = &[
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+];
+
+/// Checks serde cannot make: cross-field rules and the values' meaning.
+pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, message: String, help: &str| {
+        out.push(diag_at(
+            path,
+            src,
+            key,
+            message,
+            (!help.is_empty()).then(|| help.to_string()),
+        ));
+    };
+
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    if r.name != stem {
+        bad(
+            "name",
+            format!(
+                "recipe name `{}` does not match its file name `{stem}`",
+                r.name
+            ),
+            &format!("rename the file to {}.yaml or set `name: {stem}`", r.name),
+        );
+    }
+    let name_ok = r
+        .name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && r.name.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == '_'
+        });
+    if !name_ok {
+        bad(
+            "name",
+            format!("`{}` is not a recipe name", r.name),
+            "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit",
+        );
+    }
+
+    let profile = r.engine.profile();
+    let runtime = r.runtime.unwrap_or(profile.runtimes[0]);
+    if !profile.runtimes.contains(&runtime) {
+        bad(
+            "runtime",
+            format!("engine {} cannot run under runtime {}", r.engine, runtime.as_str()),
+            &format!(
+                "use `runtime: {}`: {}; to run another OpenAI-compatible server on the host, use `engine: openai`",
+                profile.runtimes[0].as_str(),
+                profile.runtime_note
+            ),
+        );
+    }
+    match runtime {
+        Runtime::Docker => {
+            if r.image.as_deref().is_none_or(str::is_empty) {
+                bad(
+                    "image",
+                    "runtime docker needs an image".into(),
+                    "add `image: REPO:TAG`; `sparkctl images pin` then locks its digest",
+                );
+            }
+            if r.binary.is_some() {
+                bad(
+                    "binary",
+                    "`binary` is for runtime process; this recipe runs in docker".into(),
+                    "remove it, or set `runtime: process`",
+                );
+            }
+        }
+        Runtime::Process => {
+            if r.image.is_some() {
+                bad(
+                    "image",
+                    "`image` is for runtime docker; this recipe runs a host process".into(),
+                    "remove it, or set `runtime: docker`",
+                );
+            }
+            if r.binary.is_none() && r.engine != Engine::Sim {
+                bad(
+                    "binary",
+                    "runtime process needs `binary`, the server executable on the host".into(),
+                    "e.g. `binary: ~/llama.cpp/build/bin/llama-server`",
+                );
+            }
+            let s = &r.server;
+            let docker_only = [
+                ("server.gpus", s.gpus.is_some()),
+                ("server.ipc", s.ipc.is_some()),
+                ("server.shm_size", s.shm_size.is_some()),
+                ("server.ulimits", !s.ulimits.is_empty()),
+                ("server.user", s.user.is_some()),
+                ("server.container_port", s.container_port.is_some()),
+                (
+                    "model.mount",
+                    r.model.as_ref().is_some_and(|m| m.mount.is_some()),
+                ),
+            ];
+            for (key, set) in docker_only {
+                if set {
+                    bad(
+                        key,
+                        "only applies to runtime docker".into(),
+                        "remove it; a host process gets the host's GPU, IPC and limits",
+                    );
+                }
+            }
+        }
+    }
+
+    let needs_model = !matches!(r.engine, Engine::Openai | Engine::Sim);
+    if needs_model && r.model.is_none() {
+        bad(
+            "engine",
+            format!("engine {} needs `model.path`", r.engine),
+            "add `model: {path: ~/models/NAME}`",
+        );
+    }
+
+    let s = &r.server;
+    for (key, port) in [
+        ("server.port", Some(s.port)),
+        ("server.container_port", s.container_port),
+    ] {
+        if port == Some(0) {
+            bad(
+                key,
+                "port 0 is not a port".into(),
+                "ports are whole numbers from 1 to 65535",
+            );
+        }
+    }
+    if s.host.parse::<IpAddr>().is_err() {
+        bad(
+            "server.host",
+            format!("`{}` is not an IP address to bind", s.host),
+            "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+        );
+    }
+    for (i, arg) in s.args.iter().enumerate() {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        let owned = [
+            (profile.port_flag, "server.port"),
+            (profile.host_flag, "server.host"),
+            (profile.model_flag, "model.path"),
+            (profile.served_name_flag, "model.served_name"),
+        ];
+        for (f, from) in owned {
+            if matches!(f, Flag::Named(n) if n == flag) {
+                bad(
+                    &format!("server.args[{i}]"),
+                    format!("`{flag}` is set by sparkctl from `{from}`"),
+                    &format!("remove it from args and set `{from}` instead"),
+                );
+            }
+        }
+        if arg.contains('\n') {
+            bad(
+                &format!("server.args[{i}]"),
+                "an argument may not span lines".into(),
+                "split it into one entry per argv word",
+            );
+        }
+    }
+    for name in s.env.keys() {
+        if !env_name_ok(name) {
+            bad(
+                &format!("server.env.{name}"),
+                format!("`{name}` is not an environment variable name"),
+                "use letters, digits and '_', not starting with a digit",
+            );
+        }
+    }
+    for (i, name) in s.env_from_host.iter().enumerate() {
+        if !env_name_ok(name) {
+            bad(
+                &format!("server.env_from_host[{i}]"),
+                format!("`{name}` is not an environment variable name"),
+                "list variable names only; values are read from the host at start",
+            );
+        }
+        if s.env.contains_key(name) {
+            bad(
+                &format!("server.env_from_host[{i}]"),
+                format!("`{name}` is also set in server.env"),
+                "keep it in one place",
+            );
+        }
+    }
+    for name in s.ulimits.keys() {
+        if !ULIMITS.contains(&name.as_str()) {
+            let help = suggest(name, ULIMITS, "known ulimits");
+            bad(
+                &format!("server.ulimits.{name}"),
+                format!("unknown ulimit `{name}`"),
+                &help,
+            );
+        }
+    }
+    if let Some(gb) = s.memory_gb {
+        if !(gb > 0.0 && gb <= 128.0) {
+            bad(
+                "server.memory_gb",
+                format!("{gb} GB is not a memory budget on a 128 GB machine"),
+                "give the GB the deployment needs, e.g. 12",
+            );
+        }
+    }
+    if let Some(user) = &s.user {
+        let ok = user.split(':').count() <= 2 && user.split(':').all(|p| !p.is_empty());
+        if !ok {
+            bad(
+                "server.user",
+                format!("`{user}` is not a user"),
+                "write UID, UID:GID or a user name",
+            );
+        }
+    }
+    if let Some(p) = &r.health.path {
+        if !p.starts_with('/') {
+            bad(
+                "health.path",
+                format!("`{p}` is not an HTTP path"),
+                "start it with '/', e.g. /health",
+            );
+        }
+    }
+    if let Some(within) = r.health.completion_timeout {
+        let timeout = r.health.timeout.map_or(
+            std::time::Duration::from_secs(profile.health_timeout_secs),
+            |t| t.0,
+        );
+        if within.0.is_zero() {
+            bad(
+                "health.completion_timeout",
+                "0s leaves the check completion no time to answer".into(),
+                "give it the seconds a one-token answer may take once loaded, e.g. 20s",
+            );
+        } else if within.0 >= timeout {
+            bad(
+                "health.completion_timeout",
+                format!(
+                    "{within} is not shorter than health.timeout ({})",
+                    crate::units::format_duration(timeout)
+                ),
+                "the completion runs inside health.timeout; make it shorter (left out, it is \
+                 20s, at most half of health.timeout) or raise health.timeout",
+            );
+        }
+    }
+    if let Some(bench) = &r.bench {
+        for (gate, rule) in &bench.gates {
+            let key = format!("bench.gates.{gate}");
+            if !GATES.contains(&gate.as_str()) {
+                let help = suggest(gate, GATES, "gates");
+                bad(&key, format!("unknown gate `{gate}`"), &help);
+            } else if !gate_rule_ok(rule) {
+                bad(
+                    &key,
+                    format!("`{rule}` is not a gate rule"),
+                    "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
+                );
+            }
+        }
+    }
+    if let Some(model) = &r.model {
+        check_patches(path, src, model, &mut out);
+    }
+    check_values(path, src, r, loose, &mut out);
+    out
+}
+
+/// Values serde accepts but that do not mean what they look like.
+fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut Vec<Diagnostic>) {
+    // serde reads YAML's null and booleans as the strings "null" and "true" where a
+    // string is expected: as argv words they are almost surely a slip.
+    for l in loose {
+        let list = ["server.args[", "server.env_from_host["]
+            .into_iter()
+            .find(|p| l.path.starts_with(p));
+        if list.is_some() {
+            let what = if matches!(l.text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
+                "YAML's null"
+            } else {
+                "a YAML boolean"
+            };
+            let shown = if l.text.is_empty() {
+                "(empty)"
+            } else {
+                &l.text
+            };
+            out.push(Diagnostic {
+                location: crate::error::Location {
+                    file: path.to_path_buf(),
+                    line: Some(l.line),
+                    column: Some(l.column),
+                    key: Some(l.path.clone()),
+                },
+                message: format!("{shown} is {what}, not a string"),
+                help: Some(format!(
+                    "each entry is one argv string: quote it (\"{}\") if you mean the text, \
+                     or remove it",
+                    l.text
+                )),
+            });
+        }
+    }
+    if let Some(image) = &r.image {
+        if let Some(p) = super::image_ref::problem(image) {
+            let mut d = diag_at(path, src, "image", p.message, Some(p.help));
+            // Point into the value: the part that is wrong.
+            if let (Some(line), Some(_)) = (d.location.line, d.location.column) {
+                let text = src.lines().nth(line - 1).unwrap_or_default();
+                if let Some(start) = text.find(image.as_str()) {
+                    d.location.column = Some(text[..start + p.offset].chars().count() + 1);
+                }
+            }
+            out.push(d);
+        }
+    }
+    if r.health.timeout.is_some_and(|t| t.0.is_zero()) {
+        out.push(diag_at(
+            path,
+            src,
+            "health.timeout",
+            "0s leaves the server no time to load".into(),
+            Some("give it the time loading takes, e.g. 90s or 10m".into()),
+        ));
+    }
+    for (name, &limit) in &r.server.ulimits {
+        if limit < -1 {
+            out.push(diag_at(
+                path,
+                src,
+                &format!("server.ulimits.{name}"),
+                format!("{limit} is not a limit"),
+                Some("write a number from 0 up, or -1 for unlimited".into()),
+            ));
+        }
+    }
+}
+
+fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
+    // patches/ lives beside recipes/ in the repository.
+    let repo = path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    for (i, step) in model.patches.iter().enumerate() {
+        let base = format!("model.patches[{i}].{}", step.kind());
+        let mut rel: BTreeMap<String, &str> = BTreeMap::new();
+        match step {
+            PatchStep::JsonEdit { file, ops } => {
+                rel.insert(format!("{base}.file"), file);
+                for (j, op) in ops.iter().enumerate() {
+                    let pointer = match op {
+                        super::JsonOp::Set { pointer, .. }
+                        | super::JsonOp::Rename { pointer, .. }
+                        | super::JsonOp::Delete { pointer } => pointer,
+                    };
+                    if !pointer.starts_with('/') {
+                        out.push(diag_at(
+                            path,
+                            src,
+                            &format!("{base}.ops[{j}]"),
+                            format!("`{pointer}` is not a JSON pointer"),
+                            Some("JSON pointers start with '/', e.g. /model_type".into()),
+                        ));
+                    }
+                }
+            }
+            PatchStep::CopyFrom { donor, files } => {
+                if donor.is_empty() {
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.donor"),
+                        "the donor model dir is empty".into(),
+                        None,
+                    ));
+                }
+                for (j, f) in files.iter().enumerate() {
+                    rel.insert(format!("{base}.files[{j}]"), f);
+                }
+            }
+            PatchStep::WriteFile { path: p, from, .. } => {
+                rel.insert(format!("{base}.path"), p);
+                let shipped = repo.join(from);
+                if !from.starts_with("patches/") || !inside(from) {
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.from"),
+                        format!("`{from}` is not under patches/"),
+                        Some("ship the file in the repository's patches/ directory".into()),
+                    ));
+                } else if !shipped.is_file() {
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.from"),
+                        format!("{} does not exist", shipped.display()),
+                        Some("add the file to patches/ or fix the path".into()),
+                    ));
+                }
+            }
+            PatchStep::Chown { to } => {
+                let ok = to == "invoking-user"
+                    || to
+                        .split_once(':')
+                        .is_some_and(|(u, g)| u.parse::<u32>().is_ok() && g.parse::<u32>().is_ok());
+                if !ok {
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.to"),
+                        format!("`{to}` is not an owner"),
+                        Some("write `invoking-user` or UID:GID".into()),
+                    ));
+                }
+            }
+            PatchStep::Expect { file, pointer, .. } => {
+                rel.insert(format!("{base}.file"), file);
+                if !pointer.starts_with('/') {
+                    out.push(diag_at(
+                        path,
+                        src,
+                        &format!("{base}.pointer"),
+                        format!("`{pointer}` is not a JSON pointer"),
+                        Some("JSON pointers start with '/'".into()),
+                    ));
+                }
+            }
+            PatchStep::ExpectFiles { files } => {
+                for (j, f) in files.iter().enumerate() {
+                    rel.insert(format!("{base}.files[{j}]"), f);
+                }
+            }
+            PatchStep::WrapVlConfig { .. } | PatchStep::ExpectSafetensors {} => {}
+        }
+        for (key, p) in rel {
+            if !inside(p) {
+                out.push(diag_at(
+                    path,
+                    src,
+                    &key,
+                    format!("`{p}` leaves the model directory"),
+                    Some("use a path relative to model.path, without '..'".into()),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_rules() {
+        for ok in ["== 0%", ">= 60%", "<= 1500ms", "> 25", "<=1.5"] {
+            assert!(gate_rule_ok(ok), "{ok}");
+        }
+        for bad in ["0%", "== lots", "=> 3", ""] {
+            assert!(!gate_rule_ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_inside_the_model_dir() {
+        assert!(inside("config.json"));
+        assert!(inside("sub/x.json"));
+        assert!(!inside("../x"));
+        assert!(!inside("/etc/passwd"));
+        assert!(!inside("a/../../x"));
+    }
+}
