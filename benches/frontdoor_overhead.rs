@@ -83,7 +83,7 @@ fn main() {
         .unwrap();
     let clients = Clients::new().unwrap();
     println!("front door overhead (sim: TTFT 20 ms, 50 tok/s, 32 tokens; direct and through the front door, interleaved)");
-    for (streams, rounds) in [(1usize, 40usize), (64, 3)] {
+    for (streams, rounds) in [(1usize, 40usize), (64, 6)] {
         let (mut d, mut f) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             d.extend(rt.block_on(requests(&clients, &direct, streams)));

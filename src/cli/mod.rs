@@ -295,6 +295,15 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
+/// A worker per core for the front door's server: it carries every stream of production at
+/// once, and a burst of chunks from many streams should not queue behind one thread.
+fn server_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))
+}
+
 /// sparkctl's own path: sim recipes run it as their server.
 fn self_exe() -> String {
     std::env::current_exe()
@@ -455,9 +464,16 @@ fn dispatch(cli: Cli) -> Result<()> {
             deploy::down(&ctx, &name, dry_run, force, &out).await
         }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
-        Command::Frontdoor { command } => runtime()?.block_on(async {
-            frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
-        }),
+        Command::Frontdoor { command } => {
+            let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
+                server_runtime()?
+            } else {
+                runtime()?
+            };
+            rt.block_on(async {
+                frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
+            })
+        }
         Command::Prune { keep, yes } => runtime()?.block_on(async {
             let recipes = load_recipes(g)?;
             let ctx = context(g).await?;

@@ -108,7 +108,12 @@ struct Inner {
 impl Metrics {
     fn with(&self, upstream: &str, f: impl FnOnce(&mut PerUpstream)) {
         let mut i = self.inner.lock().expect("metrics");
-        f(i.upstreams.entry(upstream.to_string()).or_default());
+        // Looked up before inserted: this runs for every chunk of every stream.
+        if !i.upstreams.contains_key(upstream) {
+            i.upstreams
+                .insert(upstream.to_string(), PerUpstream::default());
+        }
+        f(i.upstreams.get_mut(upstream).expect("inserted above"));
     }
 
     pub fn started(&self, upstream: &str) {
@@ -152,6 +157,7 @@ impl Metrics {
 
     pub fn itl(&self, upstream: &str, seconds: f64, tokens: usize) {
         self.with(upstream, |u| {
+            u.last_activity = Some(std::time::Instant::now());
             for _ in 0..tokens.max(1) {
                 u.itl.observe(ITL_BUCKETS, seconds / tokens.max(1) as f64);
             }

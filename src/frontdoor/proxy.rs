@@ -422,9 +422,13 @@ impl Body for Metered {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                this.metrics.active(&this.recipe);
+                // A token's gap marks activity itself; other frames say so here.
+                let tokens_seen = this.last_token;
                 if let Some(data) = frame.data_ref() {
                     this.observe(data);
+                }
+                if this.last_token == tokens_seen {
+                    this.metrics.active(&this.recipe);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
