@@ -615,3 +615,181 @@ fn an_api_key_guards_the_front_door_and_is_never_printed_nor_written() {
     );
     assert!(!seen.contains(key), "{seen}");
 }
+
+/// Waits until `status` shows `name` in `state`.
+fn wait_state(deck: &Deck, name: &str, state: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let v: Value = serde_json::from_str(&deck.ok(&["--json", "status"])).unwrap();
+        if v.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == name && r["state"] == state)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} never {state}: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_right_after_production_stopped_for_a_swap_brings_it_back() {
+    let deck = deck(
+        "fd-swap-int",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    candidate(&deck, "big", "--load-time, 5s", "");
+    deck.ok(&["rollback", "--to", "prod"]);
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    let child = deck
+        .cmd(&["up", "big", "--yes"])
+        .env("SPARKCTL_MEMORY_GB", "15")
+        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_state(&deck, "prod", "exited", Duration::from_secs(20));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("prod serves production again"), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop();
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert_eq!(report.failed(), 0, "{report:?}");
+    let d = door(&deck);
+    assert_eq!(d["upstream"]["recipe"], "prod", "{d}");
+    assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+    let last = &history(&deck)[0];
+    assert_eq!(last["outcome"], "interrupted");
+    assert!(
+        last["serving"].as_str().unwrap().starts_with("prod"),
+        "{last}"
+    );
+    // And Ctrl-C during a rollback is an interrupt too (130), production still answering.
+    let child = deck
+        .cmd(&["rollback", "--to", "big"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+}
+
+#[test]
+fn a_relative_gate_without_a_usable_baseline_never_promotes() {
+    // Production decodes slowly enough that its measurement takes seconds.
+    let deck = deck(
+        "fd-baseline",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"20\", --tokens, \"16\"",
+    );
+    let gate = "    vs_production_decode: \">= -10%\"\n";
+    candidate(
+        &deck,
+        "cand",
+        "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"",
+        "",
+    );
+    // The candidate recipe's gates, plus the relative one.
+    let recipe = std::fs::read_to_string(deck.dir.join("recipes/cand.yaml")).unwrap();
+    std::fs::write(
+        deck.dir.join("recipes/cand.yaml"),
+        format!("{recipe}{gate}"),
+    )
+    .unwrap();
+    deck.ok(&["rollback", "--to", "prod"]);
+    // Production dies while it is being measured: its result is unusable, and the relative
+    // gate has nothing to compare with.
+    let child = deck
+        .cmd(&["up", "cand", "--yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_state(&deck, "cand", "running", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc::kill(-pid_of(&deck, "prod"), libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("inconclusive"), "{err}");
+    let last = &history(&deck)[0];
+    assert_eq!(last["outcome"], "inconclusive", "{last}");
+    let rel = last["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gate"] == "vs_production_decode")
+        .unwrap();
+    assert_eq!(rel["outcome"], "inconclusive", "{rel}");
+    assert!(
+        rel["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no production baseline"),
+        "{rel}"
+    );
+    // Not promoted; production was brought back behind the front door.
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+
+    // A truncated result of production's is not a baseline either: it is measured again.
+    let base = deck.dir.join("state/runs/truncated-bench.json");
+    std::fs::write(&base, "{\"suite\": \"tiny\", \"cases\": [").unwrap();
+    let mut p = production_file(&deck);
+    p["current"]["bench"] = Value::String(base.display().to_string());
+    // Written while the front door is stopped: it reads production.json when it starts.
+    deck.ok(&["frontdoor", "stop"]);
+    std::fs::write(deck.dir.join("state/production.json"), p.to_string()).unwrap();
+    deck.ok(&["frontdoor", "start"]);
+    let out = deck.run(&["up", "cand", "--yes"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("benchmarking production prod first"), "{err}");
+    assert!(err.contains("cannot be read"), "{err}");
+    let phases: Vec<String> = history(&deck)[0]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        phases.contains(&"measure-production".to_string()),
+        "{phases:?}"
+    );
+}
+
+#[test]
+fn a_full_state_disk_during_rollback_leaves_production_serving() {
+    let deck = deck(
+        "fd-fulldisk-rb",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    deck.recipe(
+        "other",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 300ms]\n  memory_gb: 7\n",
+            free_port()
+        ),
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    deck.ok(&["frontdoor", "stop"]);
+    let disk = FullStateDisk::mount(&deck);
+    deck.ok(&["frontdoor", "start"]);
+    disk.fill();
+    let out = deck.run(&["rollback", "--to", "other"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("serving on port"), "{err}");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+}

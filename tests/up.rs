@@ -178,6 +178,21 @@ fn a_good_candidate_is_promoted_and_rollback_brings_production_back() {
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
+    // The fingerprint recorded is the model as it ran: after the patch, as the server's.
+    let cand = f.deck.status_of("cand").expect("cand in status");
+    assert_eq!(last["model_fingerprint"], cand["model_fingerprint"]);
+    // The run that patched planned on the model before its patch, and records the one after.
+    assert_ne!(
+        history[2]["model_fingerprint"], history[2]["plan"]["model_fingerprint"],
+        "the plan saw the model before its patch"
+    );
+    assert_eq!(history[2]["model_fingerprint"], cand["model_fingerprint"]);
+    let bench: Value =
+        serde_json::from_slice(&std::fs::read(last["bench"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(
+        bench["target"]["model_fingerprint"],
+        cand["model_fingerprint"]
+    );
     assert!(
         f.production()["previous"][0]["bench"].as_str().is_some(),
         "production was measured"

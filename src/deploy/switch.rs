@@ -130,15 +130,26 @@ pub async fn restore(
     let door = ctx.door.status().await.ok();
     let routed = door.as_ref().and_then(|s| s.upstream.clone());
     // Interrupted before the start was recorded: a running instance of this recipe that
-    // the front door does not route to is this flow's.
+    // the front door does not route to is this flow's. A container only created may have
+    // its start request still on the way to the engine: watched a moment for that.
     if t.started.is_none() {
-        t.started = ctx
-            .rt
-            .find(recipe)
-            .await
-            .ok()
-            .flatten()
-            .filter(|d| d.running() && routed.as_ref().is_none_or(|u| u.deployment != d.id));
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let not_routed = |d: &Deployment| routed.as_ref().is_none_or(|u| u.deployment != d.id);
+            match ctx.rt.find(recipe).await.ok().flatten() {
+                Some(d) if d.running() && not_routed(&d) => {
+                    t.started = Some(d);
+                    break;
+                }
+                Some(d)
+                    if d.state == crate::runtime::RunState::Created
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                _ => break,
+            }
+        }
     }
     if let Some(c) = &t.started {
         if routed.as_ref().is_some_and(|u| u.deployment == c.id) {

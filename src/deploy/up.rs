@@ -152,6 +152,10 @@ impl Flow<'_, '_> {
         let swap = prod
             .as_ref()
             .is_some_and(|p| plan.memory.must_stop.contains(p));
+        let serving = match production.serving() {
+            Some(u) => crate::frontdoor::alive(self.ctx.rt, u).await,
+            None => false,
+        };
         if !plan.memory.fits {
             return Err(Error::Failed(format!(
                 "{} does not fit in memory even alone: {}",
@@ -164,14 +168,17 @@ impl Flow<'_, '_> {
             self.name(),
             plan.runtime.as_str(),
             plan.memory.describe(),
-            match (&prod, swap) {
-                (Some(p), true) => format!(
+            match (&prod, swap, serving) {
+                (Some(p), true, _) => format!(
                     "production {p} must stop first (swap: the front door holds requests meanwhile)"
                 ),
-                (Some(p), false) =>
+                (Some(p), false, true) =>
                     format!("production {p} keeps serving until the candidate passes (blue/green)"),
-                (None, _) =>
-                    "no production yet: the front door holds requests until one passes".into(),
+                (Some(p), false, false) => format!(
+                    "production {p} is not running: the front door holds requests until one serves"
+                ),
+                (None, _, _) =>
+                    "no production yet: the front door answers 503 until one passes".into(),
             }
         ));
         if self.opts.dry_run {
