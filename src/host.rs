@@ -235,6 +235,17 @@ pub fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Run in a child between fork and exec (`pre_exec`): it becomes the leader of a session of
+/// its own, so a Ctrl-C or a closed terminal of sparkctl's does not reach it, and signalling
+/// its process group reaches everything it forks.
+pub fn new_session() -> std::io::Result<()> {
+    // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
+    if unsafe { libc::setsid() } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,26 +110,8 @@ pub async fn rollback(
         }
         Err(e) => {
             let notes = switch::restore(ctx, touched, &target, say).await;
-            record.outcome = if matches!(e, Error::Interrupted(_)) {
-                Outcome::Interrupted
-            } else {
-                Outcome::Failed
-            };
-            record.error = Some(e.to_string());
-            record.serving = serving_now(ctx).await;
-            let _ = record.save(ctx.state);
-            let summary = format!(
-                "rollback to {target} {}: {e}\n  {}\n  serving on port {}: {}",
-                record.outcome,
-                notes.join("; "),
-                ctx.settings.production_port,
-                record.serving.clone().unwrap_or_else(|| "nothing".into())
-            );
-            Err(if matches!(e, Error::Interrupted(_)) {
-                Error::Interrupted(summary)
-            } else {
-                Error::Failed(summary)
-            })
+            let what = format!("rollback to {target}");
+            Err(switch::failed(ctx, &mut record, e, &notes, &what).await)
         }
     }
 }

@@ -106,6 +106,45 @@ pub async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
     Ok(())
 }
 
+/// Records a flow that failed or was interrupted (the outcome it reached — rejected,
+/// inconclusive — is kept) and says in one message what failed, what was put back and
+/// what serves now. A record that cannot be written is said, not hidden.
+pub async fn failed(
+    ctx: &Ctx<'_>,
+    record: &mut RunRecord,
+    e: Error,
+    notes: &[String],
+    what: &str,
+) -> Error {
+    use crate::history::Outcome;
+    let interrupted = matches!(e, Error::Interrupted(_));
+    record.outcome = match record.outcome {
+        _ if interrupted => Outcome::Interrupted,
+        o @ (Outcome::Rejected | Outcome::Inconclusive) => o,
+        _ => Outcome::Failed,
+    };
+    record.error = Some(e.to_string());
+    record.serving = serving_now(ctx).await;
+    record.finished_at = crate::units::now_utc();
+    let saved = record.save(ctx.state);
+    let summary = format!(
+        "{what} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
+        record.outcome,
+        notes.join("; "),
+        ctx.settings.production_port,
+        record.serving.clone().unwrap_or_else(|| "nothing".into()),
+        match &saved {
+            Ok(p) => p.display().to_string(),
+            Err(e) => format!("not written ({e})"),
+        }
+    );
+    if interrupted {
+        Error::Interrupted(summary)
+    } else {
+        Error::Failed(summary)
+    }
+}
+
 /// What a flow changed, for the way back.
 #[derive(Default)]
 pub struct Touched {

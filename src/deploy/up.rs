@@ -64,31 +64,7 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
     }
     let t = std::mem::take(&mut *touched.lock().expect("touched lock"));
     let notes = switch::restore(ctx, t, name, opts.say).await;
-    record.outcome = match (&e, record.outcome) {
-        (Error::Interrupted(_), _) => Outcome::Interrupted,
-        (_, o @ (Outcome::Rejected | Outcome::Inconclusive)) => o,
-        _ => Outcome::Failed,
-    };
-    record.error = Some(e.to_string());
-    record.serving = serving_now(ctx).await;
-    record.finished_at = crate::units::now_utc();
-    let saved = record.save(ctx.state);
-    let summary = format!(
-        "up {name} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
-        record.outcome,
-        notes.join("; "),
-        ctx.settings.production_port,
-        record.serving.clone().unwrap_or_else(|| "nothing".into()),
-        match &saved {
-            Ok(p) => p.display().to_string(),
-            Err(e) => format!("not written ({e})"),
-        }
-    );
-    Err(if matches!(e, Error::Interrupted(_)) {
-        Error::Interrupted(summary)
-    } else {
-        Error::Failed(summary)
-    })
+    Err(switch::failed(ctx, &mut record, e, &notes, &format!("up {name}")).await)
 }
 
 struct Flow<'a, 'b> {
@@ -132,18 +108,7 @@ impl Flow<'_, '_> {
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
     async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, bool)>> {
         let opts = start_options(self.ctx, self.opts.allow_unpinned);
-        let plan = timed(
-            self.record,
-            "plan",
-            plan_start(
-                self.ctx.rt,
-                self.ctx.state,
-                self.loaded,
-                self.ctx.settings,
-                &opts,
-            ),
-        )
-        .await?;
+        let plan = timed(self.record, "plan", plan_of(self.ctx, self.loaded, &opts)).await?;
         self.record.plan = serde_json::to_value(&plan).ok();
         self.record.image = plan.image_ref.clone();
         self.record.unpinned = plan.unpinned;
@@ -249,15 +214,9 @@ impl Flow<'_, '_> {
 
     /// The candidate on its own port, until it serves.
     async fn start(&mut self) -> Result<Deployment> {
+        // Planned again: the patch changed the model's fingerprint, making room the memory.
         let opts = start_options(self.ctx, self.opts.allow_unpinned);
-        let plan = plan_start(
-            self.ctx.rt,
-            self.ctx.state,
-            self.loaded,
-            self.ctx.settings,
-            &opts,
-        )
-        .await?;
+        let plan = plan_of(self.ctx, self.loaded, &opts).await?;
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
@@ -515,6 +474,14 @@ impl Flow<'_, '_> {
         }
         Ok(())
     }
+}
+
+async fn plan_of(
+    ctx: &Ctx<'_>,
+    loaded: &LoadedRecipe,
+    opts: &StartOptions<'_>,
+) -> Result<StartPlan> {
+    plan_start(ctx.rt, ctx.state, loaded, ctx.settings, opts).await
 }
 
 fn start_options<'x>(ctx: &Ctx<'x>, allow_unpinned: bool) -> StartOptions<'x> {

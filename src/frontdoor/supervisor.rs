@@ -87,14 +87,9 @@ pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Resul
     {
         use std::os::unix::process::CommandExt;
         // Its own session: it outlives this command and its terminal.
-        // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
+        // SAFETY: new_session only calls setsid, which is async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(crate::host::new_session);
         }
     }
     let mut child = cmd

@@ -5,6 +5,8 @@
 //! the originals byte for byte even after an interrupted run.
 
 pub mod fingerprint;
+mod json_edit;
+mod overlay;
 pub mod owner;
 pub mod plan;
 pub mod safetensors;

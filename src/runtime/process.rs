@@ -144,13 +144,9 @@ impl Supervisor for ProcessRuntime {
             .kill_on_drop(false);
         // Its own session: a Ctrl-C at sparkctl's terminal does not reach the server, and
         // stopping it signals its whole process group (servers that fork workers).
+        // SAFETY: new_session only calls setsid, which is async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(crate::host::new_session);
         }
         let mut child = cmd
             .spawn()
