@@ -21,9 +21,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{Event, Exit, Started};
+use super::{Event, Started};
 use crate::engine::Engine;
 use crate::units::format_duration;
+
+mod ask;
+mod fault;
+
+use ask::{ask_health, completion, Generation};
+pub use ask::{health_now, server_message, Liveness};
+pub use fault::Fault;
 
 /// Between two health probes: small at first, so a quick start is noticed within a few ms;
 /// wider after `FAST_FOR`, so a model loading for minutes is not asked 200 times a second.
@@ -156,149 +163,6 @@ pub struct Ready {
     pub model: String,
 }
 
-/// Why a server did not become ready.
-#[derive(Debug, Clone)]
-pub enum Fault {
-    Exited {
-        exit: Exit,
-        after: Duration,
-        fatal: Option<(String, &'static str)>,
-        last_lines: Vec<String>,
-    },
-    FatalLine {
-        line: String,
-        hint: &'static str,
-        after: Duration,
-    },
-    /// It answered, then stopped answering while still alive.
-    PortClosed {
-        after: Duration,
-        url: String,
-        last_lines: Vec<String>,
-    },
-    /// Health said ok, but a one-token completion got no answer within `within`.
-    Wedged {
-        after: Duration,
-        within: Duration,
-        url: String,
-        last_lines: Vec<String>,
-    },
-    Timeout {
-        after: Duration,
-        health: Health,
-        url: String,
-        last_lines: Vec<String>,
-    },
-}
-
-impl Fault {
-    /// One explanation for people: what happened, the evidence, what to do.
-    pub fn explain(&self, name: &str) -> String {
-        let tail = |lines: &[String]| {
-            if lines.is_empty() {
-                String::new()
-            } else {
-                let shown: Vec<String> = lines.iter().map(|l| format!("  | {l}")).collect();
-                format!("\n  last output:\n{}", shown.join("\n"))
-            }
-        };
-        match self {
-            Fault::Exited {
-                exit,
-                after,
-                fatal,
-                last_lines,
-            } => {
-                let mut s = format!(
-                    "{name} {exit} while starting ({:.1} s in)",
-                    after.as_secs_f64()
-                );
-                if let Some((line, hint)) = fatal {
-                    s.push_str(&format!("\n  fatal: {line}\n  help: {hint}"));
-                }
-                s + &tail(last_lines)
-            }
-            Fault::FatalLine { line, hint, after } => format!(
-                "{name} cannot start ({:.1} s in); its log says:\n  fatal: {line}\n  help: {hint}",
-                after.as_secs_f64()
-            ),
-            Fault::PortClosed {
-                after,
-                url,
-                last_lines,
-            } => {
-                format!(
-                    "{name} answered on {url}, then refused connections for {:.1} s while still \
-                 running ({:.1} s in): it closed its port; the output says why",
-                    CLOSED_AFTER.as_secs_f64(),
-                    after.as_secs_f64()
-                ) + &tail(last_lines)
-            }
-            Fault::Wedged {
-                after,
-                within,
-                url,
-                last_lines,
-            } => {
-                format!(
-                "{name} is not ready ({:.1} s in): its health endpoint on {url} says ok, but a \
-                 one-token chat completion got no answer within {}: generation is wedged \
-                 (health ok, requests hang)\n  help: the output below and `sparkctl logs {name}` \
-                 say why; if its first completion is legitimately slow, raise \
-                 health.completion_timeout",
-                after.as_secs_f64(),
-                format_duration(*within)
-            ) + &tail(last_lines)
-            }
-            Fault::Timeout {
-                after,
-                health,
-                url,
-                last_lines,
-            } => {
-                let why = match health {
-                    Health::Waiting | Health::Refused => format!(
-                        "nothing answered on {url}: check the server's port flags \
-                         (container_port for a container)"
-                    ),
-                    Health::Silent { within } => format!(
-                        "{url} accepts connections but its health endpoint gives no answer \
-                         within {} (an engine whose health check runs a generation, like \
-                         SGLang's /health, hangs there when generation is wedged)",
-                        format_duration(*within)
-                    ),
-                    Health::Loading { code, message } => format!(
-                        "its health endpoint still answers {code}{}; if the model needs longer, \
-                         raise health.timeout",
-                        message
-                            .as_ref()
-                            .map(|m| format!(" \"{m}\""))
-                            .unwrap_or_default()
-                    ),
-                    Health::GenerationPending { check, .. } => format!(
-                        "health is ok but the one-token {check} sent last has not answered yet: \
-                         generation is wedged or still warming up; raise health.timeout or \
-                         health.completion_timeout if it only needs longer"
-                    ),
-                    Health::GenerationFailing { check, why } => {
-                        format!("health is ready but a one-token {check} fails: {why}")
-                    }
-                    Health::GenerationSilent { check, within } => format!(
-                        "health is ok but a one-token {check} gives no answer within {}: \
-                         generation is wedged",
-                        format_duration(*within)
-                    ),
-                    Health::Ready => "ready too late".to_string(),
-                };
-                format!(
-                    "{name} was not ready within {:.0} s: {why}",
-                    after.as_secs_f64()
-                ) + &tail(last_lines)
-            }
-        }
-    }
-}
-
 /// What the prober tells the waiter.
 enum Report {
     /// A new state to show.
@@ -307,48 +171,6 @@ enum Report {
     Ready(String),
     /// Health ok, but the completion did not answer within the limit.
     Wedged(Duration),
-}
-
-/// How the server answered a health request.
-async fn ask_health(client: &reqwest::Client, url: &str, within: Duration) -> Health {
-    match client.get(url).timeout(within).send().await {
-        Ok(r) if r.status().is_success() => Health::Ready,
-        Ok(r) => {
-            let code = r.status().as_u16();
-            // The body says why (llama-server: "Loading model"); a body that never ends
-            // does not hold the probe up past its limit.
-            let message = r.text().await.ok().and_then(|body| server_message(&body));
-            Health::Loading { code, message }
-        }
-        // Connected but no answer in time: the port is open, the server is stuck or slow.
-        Err(e) if e.is_timeout() && !e.is_connect() => Health::Silent { within },
-        Err(_) => Health::Refused,
-    }
-}
-
-/// The server's own words in an error body: OpenAI-style `error.message` (llama-server,
-/// vLLM), FastAPI's `detail`, a `message` or `status` field, else the first line of text.
-pub fn server_message(body: &str) -> Option<String> {
-    const MAX: usize = 160;
-    let text = match serde_json::from_str::<serde_json::Value>(body) {
-        Ok(v) => ["/error/message", "/error", "/detail", "/message", "/status"]
-            .iter()
-            .find_map(|p| v.pointer(p).and_then(|m| m.as_str()).map(str::to_string))?,
-        Err(_) => body
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())?
-            .to_string(),
-    };
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    Some(if text.chars().count() > MAX {
-        format!("{}…", text.chars().take(MAX).collect::<String>())
-    } else {
-        text.to_string()
-    })
 }
 
 /// Probes health, then the completion, and reports each change of state.
@@ -427,161 +249,6 @@ async fn probe(
         };
         tokio::time::sleep(pause).await;
     }
-}
-
-/// What a deployment's health says now (or how it ended), for `status`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Liveness {
-    /// A container created but never started.
-    Created,
-    Exited(Option<Exit>),
-    Running(Health),
-}
-
-impl std::fmt::Display for Liveness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Liveness::Created => f.write_str("created, never started"),
-            Liveness::Exited(Some(exit)) => exit.fmt(f),
-            Liveness::Exited(None) => f.write_str("exited"),
-            // For a server that served, a refused connection is not "yet".
-            Liveness::Running(Health::Refused) => f.write_str("not answering (connection refused)"),
-            Liveness::Running(h @ Health::GenerationSilent { .. }) => {
-                write!(f, "{h} (busy or wedged)")
-            }
-            Liveness::Running(h) => h.fmt(f),
-        }
-    }
-}
-
-/// What a deployment's health endpoint says now and whether it generates, for `status`.
-///
-/// "ready" needs health 2xx AND a generation answered within
-/// `STATUS_GENERATION_TIMEOUT`: a server whose health is fine while requests hang is
-/// exactly what users report on Spark tooling. The generation check is the engine's own
-/// generating health endpoint when it has one (SGLang's `/health_generate`: it adds no
-/// request to a busy server, and it generates even where `/health` was set not to), else
-/// a one-token chat completion. Bounded: at most `STATUS_HEALTH_TIMEOUT` for health and for
-/// the model listing each, plus `STATUS_GENERATION_TIMEOUT`, per deployment; `status` asks
-/// them all at once.
-pub async fn health_now(client: &reqwest::Client, d: &super::Deployment) -> Liveness {
-    if d.state == super::RunState::Created {
-        return Liveness::Created;
-    }
-    if let super::RunState::Exited { exit } = &d.state {
-        return Liveness::Exited(exit.clone());
-    }
-    let url = d.url();
-    let health = ask_health(
-        client,
-        &format!("{url}{}", d.health_path),
-        STATUS_HEALTH_TIMEOUT,
-    )
-    .await;
-    if health != Health::Ready {
-        return Liveness::Running(health);
-    }
-    let within = STATUS_GENERATION_TIMEOUT;
-    if let Some(path) = d.engine.profile().liveness_path {
-        let check = GenerationCheck::Endpoint(path);
-        match ask_health(client, &format!("{url}{path}"), within).await {
-            Health::Ready => return Liveness::Running(Health::Ready),
-            // An older or custom build without the endpoint: use the completion instead.
-            Health::Loading { code: 404, .. } => {}
-            Health::Silent { .. } => {
-                return Liveness::Running(Health::GenerationSilent { check, within })
-            }
-            Health::Loading { code, message } => {
-                let why = match message {
-                    Some(m) => format!("{code} {m}"),
-                    None => code.to_string(),
-                };
-                return Liveness::Running(Health::GenerationFailing { check, why });
-            }
-            other => return Liveness::Running(other),
-        }
-    }
-    let check = GenerationCheck::Completion;
-    Liveness::Running(
-        match completion(client, &url, STATUS_HEALTH_TIMEOUT, within).await {
-            Ok(_) => Health::Ready,
-            Err(Generation::Silent) => Health::GenerationSilent { check, within },
-            Err(Generation::Failed(why)) => Health::GenerationFailing { check, why },
-        },
-    )
-}
-
-/// Why the one-token completion did not succeed.
-enum Generation {
-    /// No answer within the limit (generation wedged, or busy).
-    Silent,
-    /// It answered, with an error.
-    Failed(String),
-}
-
-/// A one-token chat completion against the first model the server lists (the listing may
-/// take `list_within`); `within` bounds the completion from send to the last byte of its
-/// answer.
-async fn completion(
-    client: &reqwest::Client,
-    url: &str,
-    list_within: Duration,
-    within: Duration,
-) -> Result<String, Generation> {
-    let failed = |what: &str, e: reqwest::Error| Generation::Failed(format!("{what}: {e}"));
-    let models: serde_json::Value = client
-        .get(format!("{url}/v1/models"))
-        .timeout(list_within)
-        .send()
-        .await
-        .map_err(|e| failed("GET /v1/models", e))?
-        .json()
-        .await
-        .map_err(|e| failed("GET /v1/models", e))?;
-    let model = models
-        .pointer("/data/0/id")
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| Generation::Failed("GET /v1/models lists no model".into()))?
-        .to_string();
-    let body = serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": "Say OK."}],
-        "max_tokens": 1,
-        "stream": false,
-    });
-    let silent_or = |e: reqwest::Error, what: String| {
-        if e.is_timeout() {
-            Generation::Silent
-        } else {
-            Generation::Failed(format!("{what}: {e}"))
-        }
-    };
-    let resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .timeout(within)
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| silent_or(e, "POST /v1/chat/completions".into()))?;
-    let status = resp.status();
-    let text = resp.text().await.map_err(|e| {
-        silent_or(
-            e,
-            format!("POST /v1/chat/completions answered {status}, then"),
-        )
-    })?;
-    let answer: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        Generation::Failed(format!(
-            "POST /v1/chat/completions answered {status} with no JSON ({e})"
-        ))
-    })?;
-    if !status.is_success() || answer.pointer("/choices/0").is_none() {
-        let said = server_message(&text).unwrap_or_else(|| answer.to_string());
-        return Err(Generation::Failed(format!(
-            "POST /v1/chat/completions answered {status}: {said}"
-        )));
-    }
-    Ok(model)
 }
 
 /// Waits until `started` serves, fails, or `timeout` passes. `progress` sees every change.

@@ -1,0 +1,151 @@
+//! Why a server did not become ready, explained for people: what happened, the evidence
+//! (exit code, fatal line, the server's last words), and what to do.
+
+use std::time::Duration;
+
+use super::{Health, CLOSED_AFTER};
+use crate::runtime::Exit;
+use crate::units::format_duration;
+
+/// Why a server did not become ready.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    Exited {
+        exit: Exit,
+        after: Duration,
+        fatal: Option<(String, &'static str)>,
+        last_lines: Vec<String>,
+    },
+    FatalLine {
+        line: String,
+        hint: &'static str,
+        after: Duration,
+    },
+    /// It answered, then stopped answering while still alive.
+    PortClosed {
+        after: Duration,
+        url: String,
+        last_lines: Vec<String>,
+    },
+    /// Health said ok, but a one-token completion got no answer within `within`.
+    Wedged {
+        after: Duration,
+        within: Duration,
+        url: String,
+        last_lines: Vec<String>,
+    },
+    Timeout {
+        after: Duration,
+        health: Health,
+        url: String,
+        last_lines: Vec<String>,
+    },
+}
+
+impl Fault {
+    /// One explanation for people: what happened, the evidence, what to do.
+    pub fn explain(&self, name: &str) -> String {
+        let tail = |lines: &[String]| {
+            if lines.is_empty() {
+                String::new()
+            } else {
+                let shown: Vec<String> = lines.iter().map(|l| format!("  | {l}")).collect();
+                format!("\n  last output:\n{}", shown.join("\n"))
+            }
+        };
+        match self {
+            Fault::Exited {
+                exit,
+                after,
+                fatal,
+                last_lines,
+            } => {
+                let mut s = format!(
+                    "{name} {exit} while starting ({:.1} s in)",
+                    after.as_secs_f64()
+                );
+                if let Some((line, hint)) = fatal {
+                    s.push_str(&format!("\n  fatal: {line}\n  help: {hint}"));
+                }
+                s + &tail(last_lines)
+            }
+            Fault::FatalLine { line, hint, after } => format!(
+                "{name} cannot start ({:.1} s in); its log says:\n  fatal: {line}\n  help: {hint}",
+                after.as_secs_f64()
+            ),
+            Fault::PortClosed {
+                after,
+                url,
+                last_lines,
+            } => {
+                format!(
+                    "{name} answered on {url}, then refused connections for {:.1} s while still \
+                 running ({:.1} s in): it closed its port; the output says why",
+                    CLOSED_AFTER.as_secs_f64(),
+                    after.as_secs_f64()
+                ) + &tail(last_lines)
+            }
+            Fault::Wedged {
+                after,
+                within,
+                url,
+                last_lines,
+            } => {
+                format!(
+                "{name} is not ready ({:.1} s in): its health endpoint on {url} says ok, but a \
+                 one-token chat completion got no answer within {}: generation is wedged \
+                 (health ok, requests hang)\n  help: the output below and `sparkctl logs {name}` \
+                 say why; if its first completion is legitimately slow, raise \
+                 health.completion_timeout",
+                after.as_secs_f64(),
+                format_duration(*within)
+            ) + &tail(last_lines)
+            }
+            Fault::Timeout {
+                after,
+                health,
+                url,
+                last_lines,
+            } => {
+                let why = match health {
+                    Health::Waiting | Health::Refused => format!(
+                        "nothing answered on {url}: check the server's port flags \
+                         (container_port for a container)"
+                    ),
+                    Health::Silent { within } => format!(
+                        "{url} accepts connections but its health endpoint gives no answer \
+                         within {} (an engine whose health check runs a generation, like \
+                         SGLang's /health, hangs there when generation is wedged)",
+                        format_duration(*within)
+                    ),
+                    Health::Loading { code, message } => format!(
+                        "its health endpoint still answers {code}{}; if the model needs longer, \
+                         raise health.timeout",
+                        message
+                            .as_ref()
+                            .map(|m| format!(" \"{m}\""))
+                            .unwrap_or_default()
+                    ),
+                    Health::GenerationPending { check, .. } => format!(
+                        "health is ok but the one-token {check} sent last has not answered yet: \
+                         generation is wedged or still warming up; raise health.timeout or \
+                         health.completion_timeout if it only needs longer"
+                    ),
+                    Health::GenerationFailing { check, why } => {
+                        format!("health is ready but a one-token {check} fails: {why}")
+                    }
+                    Health::GenerationSilent { check, within } => format!(
+                        "health is ok but a one-token {check} gives no answer within {}: \
+                         generation is wedged",
+                        format_duration(*within)
+                    ),
+                    Health::Ready => "ready too late".to_string(),
+                };
+                format!(
+                    "{name} was not ready within {:.0} s: {why}",
+                    after.as_secs_f64()
+                ) + &tail(last_lines)
+            }
+        }
+    }
+}
