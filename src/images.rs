@@ -185,8 +185,8 @@ pub async fn run_reference(
     let differs = match local(docker, reference).await? {
         Some(img) => format!(
             " (this machine's {reference} is {}, not the pinned {})",
-            short(&img.digest_in(repository(reference)).unwrap_or(img.id)),
-            short(&pin.digest)
+            crate::units::short_digest(&img.digest_in(repository(reference)).unwrap_or(img.id)),
+            crate::units::short_digest(&pin.digest)
         ),
         None => String::new(),
     };
@@ -194,12 +194,6 @@ pub async fn run_reference(
         "{recipe}: the pinned image {run} is not on this machine{differs}; `sparkctl images pull {recipe}` \
          gets it, or `sparkctl images pin {recipe}` accepts what is here"
     )))
-}
-
-/// `sha256:0123456789ab`, for messages and tables.
-pub fn short(digest: &str) -> String {
-    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    format!("sha256:{}", &hex[..hex.len().min(12)])
 }
 
 /// One recipe's audit.

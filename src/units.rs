@@ -238,6 +238,17 @@ pub fn now_utc() -> String {
     utc_stamp(unix_now().as_secs())
 }
 
+/// The 12-character form `docker ps` shows of an id or digest (`sha256:` dropped).
+pub fn short_id(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}
+
+/// A digest shortened as `sha256:` and 12 characters.
+pub fn short_digest(digest: &str) -> String {
+    format!("sha256:{}", short_id(digest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,33 +46,22 @@ pub async fn probe(
     url: &str,
     known: Option<ServerKind>,
 ) -> Result<ServerInfo> {
-    let models = client
-        .get(format!("{url}/v1/models"))
-        .timeout(Duration::from_secs(10))
-        .send()
+    use crate::openai::{first_model, list_models, ModelsError};
+    let listing = list_models(client, url, Duration::from_secs(10))
         .await
         .map_err(|e| {
-            Error::Failed(format!(
-                "the server at {url} does not answer ({}); start it first (`sparkctl start NAME`)",
-                super::client::describe(&e)
-            ))
+            Error::Failed(match e {
+                ModelsError::Unreachable(_) => format!(
+                    "the server at {url} does not answer ({e}); start it first (`sparkctl start NAME`)"
+                ),
+                ModelsError::Status(s) => format!(
+                    "the server at {url} answers GET /v1/models with {s}; is it still loading?"
+                ),
+                ModelsError::Unreadable(_) => format!("the server at {url}: {e}"),
+            })
         })?;
-    if !models.status().is_success() {
-        return Err(Error::Failed(format!(
-            "the server at {url} answers GET /v1/models with {}; is it still loading?",
-            models.status()
-        )));
-    }
-    let body: Value = models.json().await.unwrap_or(Value::Null);
-    let model = body
-        .pointer("/data/0/id")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_string();
-    let owner = body
-        .pointer("/data/0/owned_by")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let (model, owner) = first_model(&listing).unwrap_or(("default", None));
+    let (model, owner) = (model.to_string(), owner.unwrap_or_default());
     let kind = known.unwrap_or_else(|| kind_from_owner(owner));
     // Each engine tells its version in its own place.
     let version = match kind {

@@ -104,7 +104,7 @@ pub async fn start(
             out.bold(&d.name),
             d.url(),
             d.runtime.as_str(),
-            deploy::short(&d.id),
+            crate::units::short_id(&d.id),
             report.model,
             report.ready_after_ms / 1e3
         );
@@ -216,17 +216,17 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     for row in &status {
         let d = row.deployment;
         let runs = match &d.image_ref {
-            Some(image) => format!("{image} ({})", deploy::short(&d.artifact)),
+            Some(image) => format!("{image} ({})", crate::units::short_id(&d.artifact)),
             None => d.artifact.clone(),
         };
         t.add_row(vec![
             d.name.clone(),
             d.runtime.as_str().to_string(),
-            deploy::short(&d.id).to_string(),
+            crate::units::short_id(&d.id).to_string(),
             runs,
             d.model_fingerprint
                 .as_deref()
-                .map(|f| deploy::short(f.trim_start_matches("sha256:")).to_string())
+                .map(|f| crate::units::short_id(f).to_string())
                 .unwrap_or_else(|| "-".into()),
             d.url(),
             row.uptime_s
@@ -280,7 +280,7 @@ pub async fn down(
             "{} {name} ({} {}); its logs are kept: `sparkctl logs {name}`",
             if dry_run { "would stop" } else { "stopped" },
             d.runtime.as_str(),
-            deploy::short(&d.id)
+            crate::units::short_id(&d.id)
         ),
     }
     Ok(())
@@ -447,7 +447,7 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
             r.outcome.to_string(),
             r.image_digest
                 .as_deref()
-                .map(|d| deploy::short(d).to_string())
+                .map(|d| crate::units::short_id(d).to_string())
                 .unwrap_or_else(|| "-".into()),
             r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
             r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),

@@ -93,7 +93,7 @@ fn print_status(s: &DoorStatus, out: &Output) {
         println!(
             "  warm: {} ({}) until {}",
             w.upstream.recipe,
-            crate::deploy::short(&w.upstream.deployment),
+            crate::units::short_id(&w.upstream.deployment),
             crate::units::utc_stamp(w.until)
         );
     }
@@ -111,7 +111,7 @@ pub fn line(s: &DoorStatus) -> String {
             Some(u) => format!(
                 "{} ({}, {})",
                 u.recipe,
-                crate::deploy::short(&u.deployment),
+                crate::units::short_id(&u.deployment),
                 u.url
             ),
             None if s.holding => "nothing yet: holding requests until production is back".into(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{ImagesCommand, Output};
 use crate::error::{Error, Result};
-use crate::images::{self, short, Finding};
+use crate::images::{self, Finding};
 use crate::lock::Lock;
 use crate::recipe::RecipeSet;
 
@@ -54,11 +54,17 @@ pub async fn run(
             for (recipe, new) in changes {
                 let old = lock.images.get(&recipe).map(|p| p.digest.clone());
                 let line = match &old {
-                    Some(d) if *d == new.digest => format!("{recipe}: {} unchanged", short(d)),
-                    Some(d) => format!("{recipe}: {} -> {}", short(d), short(&new.digest)),
+                    Some(d) if *d == new.digest => {
+                        format!("{recipe}: {} unchanged", crate::units::short_digest(d))
+                    }
+                    Some(d) => format!(
+                        "{recipe}: {} -> {}",
+                        crate::units::short_digest(d),
+                        crate::units::short_digest(&new.digest)
+                    ),
                     None => format!(
                         "{recipe}: (none) -> {} ({:?})",
-                        short(&new.digest),
+                        crate::units::short_digest(&new.digest),
                         new.source
                     )
                     .to_lowercase(),
@@ -102,8 +108,12 @@ pub async fn run(
                 ]);
                 for r in &audit.rows {
                     let dated = |d: &Option<String>, c: &Option<String>| match (d, c) {
-                        (Some(d), Some(c)) => format!("{} ({})", short(d), &c[..c.len().min(19)]),
-                        (Some(d), None) => short(d),
+                        (Some(d), Some(c)) => format!(
+                            "{} ({})",
+                            crate::units::short_digest(d),
+                            &c[..c.len().min(19)]
+                        ),
+                        (Some(d), None) => crate::units::short_digest(d),
                         (None, _) => "-".into(),
                     };
                     let findings: Vec<String> = r
@@ -136,9 +146,9 @@ pub async fn run(
                         println!(
                             "drift: {} now points to {} in the registry; {} runs the pinned {} (`sparkctl images pin {}` moves it, `images diff {}` after a pull shows what changed)",
                             r.reference,
-                            r.registry.as_deref().map(short).unwrap_or_default(),
+                            r.registry.as_deref().map(crate::units::short_digest).unwrap_or_default(),
                             r.recipe,
-                            r.pinned.as_deref().map(short).unwrap_or_default(),
+                            r.pinned.as_deref().map(crate::units::short_digest).unwrap_or_default(),
                             r.recipe,
                             r.recipe
                         );
@@ -230,8 +240,8 @@ pub async fn run(
             ]);
             t.add_row(vec![
                 "image id".to_string(),
-                short(&d.old.id),
-                short(&d.new.id),
+                crate::units::short_digest(&d.old.id),
+                crate::units::short_digest(&d.new.id),
             ]);
             t.add_row(vec![
                 "platform".to_string(),

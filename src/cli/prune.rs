@@ -44,7 +44,7 @@ pub async fn run(
         for o in &plan.remove {
             t.add_row(vec![
                 o.recipe.clone(),
-                crate::deploy::short(&o.id).to_string(),
+                crate::units::short_id(&o.id).to_string(),
                 o.run_id.clone(),
                 crate::units::utc_stamp(o.created),
             ]);
@@ -81,7 +81,9 @@ pub async fn run(
         Err(Error::Failed(
             failed
                 .iter()
-                .map(|(o, why)| format!("could not remove {}: {why}", crate::deploy::short(&o.id)))
+                .map(|(o, why)| {
+                    format!("could not remove {}: {why}", crate::units::short_id(&o.id))
+                })
                 .collect::<Vec<_>>()
                 .join("\n"),
         ))

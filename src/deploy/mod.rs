@@ -107,7 +107,7 @@ pub async fn plan_start(
             "{} is already running ({} {}, {}); `sparkctl down {}` first",
             d.name,
             d.runtime.as_str(),
-            short(&d.id),
+            crate::units::short_id(&d.id),
             d.url(),
             d.name
         )));
@@ -218,7 +218,7 @@ pub async fn start(
         for (old, why) in crate::prune::apply(docker, &plan.old_containers).await {
             tracing::warn!(
                 "old container {} of {} kept: {why}",
-                short(&old.id),
+                crate::units::short_id(&old.id),
                 old.recipe
             );
         }
@@ -283,7 +283,7 @@ pub async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Resul
         Some(d) if d.running() => Err(Error::Usage(format!(
             "{name} is running ({} {}) and reads this model dir; `sparkctl down {name}` before you {doing}",
             d.runtime.as_str(),
-            short(&d.id)
+            crate::units::short_id(&d.id)
         ))),
         _ => Ok(()),
     }
@@ -423,9 +423,4 @@ pub async fn down(
     }
     rt.stop(&d, STOP_GRACE).await?;
     Ok(Some(d))
-}
-
-/// The 12-character id `docker ps` shows, or a pid as is.
-pub fn short(id: &str) -> &str {
-    crate::runtime::docker::short_id(id)
 }

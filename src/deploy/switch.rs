@@ -51,8 +51,14 @@ pub fn upstream_of(d: &Deployment) -> Upstream {
 /// What the front door routes to, for records and messages.
 pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
     let s = ctx.door.status().await.ok()?;
-    s.upstream
-        .map(|u| format!("{} ({}, {})", u.recipe, super::short(&u.deployment), u.url))
+    s.upstream.map(|u| {
+        format!(
+            "{} ({}, {})",
+            u.recipe,
+            crate::units::short_id(&u.deployment),
+            u.url
+        )
+    })
 }
 
 /// Runs one named phase and records it.

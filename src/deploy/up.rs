@@ -449,7 +449,7 @@ impl Flow<'_, '_> {
         self.say(&format!(
             "the front door sends production to {} ({}){}",
             self.name(),
-            super::short(&candidate.id),
+            crate::units::short_id(&candidate.id),
             if report.left_in_flight > 0 {
                 format!(
                     "; {} old streams were still running after the drain",

@@ -42,7 +42,7 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok
 impl Fingerprint {
     /// The first 12 hex digits, for tables.
     pub fn short(&self) -> &str {
-        &self.digest["sha256:".len().."sha256:".len() + 12]
+        crate::units::short_id(&self.digest)
     }
 }
 

@@ -488,7 +488,7 @@ impl Supervisor for DockerRuntime {
                 &format!(
                     "stopping {} ({})",
                     deployment.name,
-                    short_id(&deployment.id)
+                    crate::units::short_id(&deployment.id)
                 ),
                 e,
             )),
@@ -518,10 +518,4 @@ impl Supervisor for DockerRuntime {
         }
         Ok(())
     }
-}
-
-/// The 12-character form `docker ps` shows.
-pub fn short_id(id: &str) -> &str {
-    let id = id.strip_prefix("sha256:").unwrap_or(id);
-    &id[..id.len().min(12)]
 }

@@ -147,20 +147,12 @@ pub(super) async fn completion(
     list_within: Duration,
     within: Duration,
 ) -> Result<String, Generation> {
-    let failed = |what: &str, e: reqwest::Error| Generation::Failed(format!("{what}: {e}"));
-    let models: serde_json::Value = client
-        .get(format!("{url}/v1/models"))
-        .timeout(list_within)
-        .send()
+    let listing = crate::openai::list_models(client, url, list_within)
         .await
-        .map_err(|e| failed("GET /v1/models", e))?
-        .json()
-        .await
-        .map_err(|e| failed("GET /v1/models", e))?;
-    let model = models
-        .pointer("/data/0/id")
-        .and_then(|v| v.as_str())
+        .map_err(|e| Generation::Failed(e.to_string()))?;
+    let model = crate::openai::first_model(&listing)
         .ok_or_else(|| Generation::Failed("GET /v1/models lists no model".into()))?
+        .0
         .to_string();
     let body = serde_json::json!({
         "model": model,
