@@ -129,3 +129,18 @@ impl Error {
         }])
     }
 }
+
+/// An error with its causes: reqwest's own text ("error sending request") hides them.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}

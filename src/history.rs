@@ -115,7 +115,7 @@ pub struct RunRecord {
     pub serving: Option<String>,
     /// What the candidate held once ready, against its declared `memory_gb`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_observed: Option<crate::deploy::memory::MemoryObserved>,
+    pub memory_observed: Option<crate::memory::MemoryObserved>,
     /// Things the user should know that did not stop the run (memory above its declaration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

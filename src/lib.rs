@@ -14,6 +14,7 @@ pub mod history;
 pub mod host;
 pub mod images;
 pub mod lock;
+pub mod memory;
 pub mod nvidia;
 pub mod openai;
 pub mod patch;

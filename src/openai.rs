@@ -20,7 +20,7 @@ impl std::fmt::Display for ModelsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ModelsError::Unreachable(e) | ModelsError::Unreadable(e) => {
-                write!(f, "GET /v1/models: {}", crate::bench::client::describe(e))
+                write!(f, "GET /v1/models: {}", crate::error::chain(e))
             }
             ModelsError::Status(s) => write!(f, "GET /v1/models answered {s}"),
         }

@@ -312,17 +312,35 @@ fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
     );
     candidate(&deck, "cand", "--load-time, 3s", "");
     deck.ok(&["rollback", "--to", "prod"]);
+    // At moments after the candidate's container appeared: as it starts, while it loads
+    // (3 s), and later still.
     for (signal, after) in [
-        (libc::SIGHUP, 500),
-        (libc::SIGINT, 1500),
-        (libc::SIGTERM, 2500),
+        (libc::SIGHUP, 0),
+        (libc::SIGINT, 1000),
+        (libc::SIGTERM, 2000),
     ] {
+        let runs_before = history(&deck).len();
         let child = deck
             .cmd(&["up", "cand", "--yes"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v: Value = serde_json::from_str(&deck.ok(&["--json", "status"])).unwrap();
+            let started = v.as_array().unwrap().iter().any(|r| {
+                r["name"] == "cand" && (r["state"] == "created" || r["state"] == "running")
+            });
+            if started {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the candidate never appeared: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         std::thread::sleep(Duration::from_millis(after));
         unsafe { libc::kill(child.id() as i32, signal) };
         let out = child.wait_with_output().unwrap();
@@ -333,6 +351,7 @@ fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
         let d = door(&deck);
         assert_eq!(d["upstream"]["recipe"], "prod", "{d}");
         assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+        assert_eq!(history(&deck).len(), runs_before + 1);
         assert_eq!(history(&deck)[0]["outcome"], "interrupted");
         // The candidate it started (or only created) is not left running; its logs are kept.
         let status: Value = serde_json::from_str(&deck.ok(&["--json", "status"])).unwrap();

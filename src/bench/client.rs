@@ -203,21 +203,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// An error with its causes: reqwest's own text ("error sending request") hides them.
-pub fn describe(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 /// Sends `body` (a streaming chat request) to `url` and measures the answer. Never fails:
 /// problems become `failure` + `error` with whatever was measured before them.
 pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
@@ -231,7 +216,7 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
     // as it closes dies unanswered. Once more, on a new connection, timed afresh.
     if let Err(e) = &answer {
         if !e.is_timeout() {
-            s.retried_after = Some(describe(e));
+            s.retried_after = Some(crate::error::chain(e));
             sent = Instant::now();
             s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
             answer = clients.fresh.post(&endpoint).json(body).send().await;
@@ -245,7 +230,7 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
             } else {
                 Failure::Transport
             };
-            s.fail(kind, format!("request failed: {}", describe(&e)));
+            s.fail(kind, format!("request failed: {}", crate::error::chain(&e)));
             s.e2e_ms = ms(sent.elapsed());
             return s;
         }
@@ -288,7 +273,7 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
                 } else {
                     Failure::Stream
                 };
-                s.fail(kind, format!("stream broke: {}", describe(&e)));
+                s.fail(kind, format!("stream broke: {}", crate::error::chain(&e)));
                 break;
             }
         };

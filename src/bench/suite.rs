@@ -11,6 +11,8 @@ use crate::error::{Diagnostic, Error, Location, Result};
 
 const BUILT_IN: &str = include_str!("../../recipes/suites/voice-assistant.yaml");
 
+pub use crate::recipe::DEFAULT_SUITE;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Suite {
@@ -115,7 +117,7 @@ impl Suite {
             (as_path.to_path_buf(), read(as_path)?)
         } else if in_dir.is_file() {
             (in_dir.clone(), read(&in_dir)?)
-        } else if spec == "voice-assistant" {
+        } else if spec == DEFAULT_SUITE {
             (
                 Path::new("<built-in voice-assistant>").to_path_buf(),
                 BUILT_IN.to_string(),

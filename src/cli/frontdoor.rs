@@ -69,7 +69,7 @@ pub async fn run(
         }
         FrontdoorCommand::Run => frontdoor::supervisor::run(&ctx.state, &config, &launch).await,
         FrontdoorCommand::Serve { listen_fd } => {
-            let watch = frontdoor::watch::Context {
+            let watch = crate::deploy::watch::Context {
                 state: ctx.state,
                 runtimes: ctx.runtimes,
                 recipes_dir: launch.recipes,
@@ -77,7 +77,7 @@ pub async fn run(
                 settings: ctx.settings,
                 self_exe: launch.self_exe,
             };
-            frontdoor::serve::run(watch, config, listen_fd).await
+            crate::deploy::watch::serve_frontdoor(watch, config, listen_fd).await
         }
         FrontdoorCommand::Install => install(&config, &launch, &ctx.state),
     }

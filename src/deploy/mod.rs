@@ -1,11 +1,11 @@
 //! Deployments: starting a recipe (checks first, then start, then ready), stopping one,
 //! and who holds a port. The gated `up`/`rollback` flow builds on these.
 
-pub mod memory;
 pub mod plan;
 pub mod rollback;
 pub mod switch;
 pub mod up;
+pub mod watch;
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::memory;
 use crate::recipe::{LoadedRecipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Ready, Waiting};
 use crate::runtime::{Deployment, Runtimes, StartSpec};
@@ -306,7 +307,11 @@ pub async fn bench_target(
             url: target.trim_end_matches('/').to_string(),
             ..Default::default()
         };
-        return Ok((t, Default::default(), "voice-assistant".into()));
+        return Ok((
+            t,
+            Default::default(),
+            crate::bench::suite::DEFAULT_SUITE.into(),
+        ));
     }
     let loaded = recipes.get(target)?;
     let recipe = &loaded.recipe;
@@ -321,7 +326,10 @@ pub async fn bench_target(
         })?;
     let (gates, suite) = match &recipe.bench {
         Some(b) => (b.gates.clone(), b.suite.clone()),
-        None => (Default::default(), "voice-assistant".to_string()),
+        None => (
+            Default::default(),
+            crate::bench::suite::DEFAULT_SUITE.to_string(),
+        ),
     };
     let t = Target {
         url: d.url(),

@@ -6,8 +6,6 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::recipe::Runtime;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
@@ -19,6 +17,25 @@ pub enum Engine {
     Openai,
     /// sparkctl's own simulated engine (`sparkctl sim`), for demos and tests.
     Sim,
+}
+
+/// How a server runs: in a container, or as a host process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// A container driven through the Docker Engine API.
+    Docker,
+    /// A host binary supervised by sparkctl (detached, pid + start time, log file).
+    Process,
+}
+
+impl Runtime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Process => "process",
+        }
+    }
 }
 
 /// How an engine takes one setting on its command line.

@@ -25,7 +25,6 @@ pub mod route;
 pub mod serve;
 pub mod supervisor;
 pub mod unit;
-pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -25,6 +25,11 @@ pub use load::{
 };
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
+pub use crate::engine::Runtime;
+
+/// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
+pub const DEFAULT_SUITE: &str = "voice-assistant";
+
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {
     words
@@ -64,24 +69,6 @@ pub struct Recipe {
     /// brought back (e.g. `llama-server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Runtime {
-    /// A container driven through the Docker Engine API.
-    Docker,
-    /// A host binary supervised by sparkctl (detached, pid + start time, log file).
-    Process,
-}
-
-impl Runtime {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Runtime::Docker => "docker",
-            Runtime::Process => "process",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -295,7 +282,7 @@ pub struct Bench {
 }
 
 fn default_suite() -> String {
-    "voice-assistant".into()
+    DEFAULT_SUITE.into()
 }
 
 /// The JSON Schema of the recipe format, for editors (yaml-language-server and the like).

@@ -430,22 +430,8 @@ impl Supervisor for DockerRuntime {
         };
         Ok(Started {
             deployment: Deployment {
-                name: resolved.name.clone(),
-                runtime: Runtime::Docker,
-                engine: resolved.engine,
-                id,
-                run_id: spec.run_id.clone(),
-                recipe_hash: spec.recipe_hash.clone(),
-                model_fingerprint: spec.model_fingerprint.clone(),
-                artifact: artifact.to_string(),
                 image_ref: Some(spec.image_ref.clone().unwrap_or_else(|| image.clone())),
-                host: resolved.host.clone(),
-                port: resolved.port,
-                health_path: resolved.health_path.clone(),
-                memory_gb: resolved.memory_gb,
-                started_at: crate::units::unix_now().as_secs(),
-                state: RunState::Running,
-                log_file: None,
+                ..Deployment::started(spec, Runtime::Docker, id, artifact)
             },
             events: rx,
             completion_timeout: resolved.completion_timeout.0,

@@ -65,6 +65,31 @@ pub struct Deployment {
     pub log_file: Option<PathBuf>,
 }
 
+impl Deployment {
+    /// The deployment a start just made: what the spec says, running now.
+    pub fn started(spec: &StartSpec, runtime: Runtime, id: String, artifact: &str) -> Deployment {
+        let r = &spec.resolved;
+        Deployment {
+            name: r.name.clone(),
+            runtime,
+            engine: r.engine,
+            id,
+            run_id: spec.run_id.clone(),
+            recipe_hash: spec.recipe_hash.clone(),
+            model_fingerprint: spec.model_fingerprint.clone(),
+            artifact: artifact.to_string(),
+            image_ref: None,
+            host: r.host.clone(),
+            port: r.port,
+            health_path: r.health_path.clone(),
+            memory_gb: r.memory_gb,
+            started_at: crate::units::unix_now().as_secs(),
+            state: RunState::Running,
+            log_file: None,
+        }
+    }
+}
+
 /// Where a client reaches a server bound to `host:port` (a wildcard bind over loopback).
 pub fn client_url(host: &str, port: u16) -> String {
     let host = match host {

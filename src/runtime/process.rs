@@ -156,22 +156,8 @@ impl Supervisor for ProcessRuntime {
             Error::Failed(format!("{artifact} (pid {pid}) vanished as it started"))
         })?;
         let deployment = Deployment {
-            name: resolved.name.clone(),
-            runtime: Runtime::Process,
-            engine: resolved.engine,
-            id: pid.to_string(),
-            run_id: spec.run_id.clone(),
-            recipe_hash: spec.recipe_hash.clone(),
-            model_fingerprint: spec.model_fingerprint.clone(),
-            artifact: artifact.to_string(),
-            image_ref: None,
-            host: resolved.host.clone(),
-            port: resolved.port,
-            health_path: resolved.health_path.clone(),
-            memory_gb: resolved.memory_gb,
-            started_at: crate::units::unix_now().as_secs(),
-            state: RunState::Running,
             log_file: Some(log_path.clone()),
+            ..Deployment::started(spec, Runtime::Process, pid.to_string(), artifact)
         };
         let record = Record {
             deployment: deployment.clone(),

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::metrics::Event;
-use super::route::Route;
-use super::Door;
-use crate::deploy::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
 use crate::error::{Error, Result};
+use crate::frontdoor::metrics::Event;
+use crate::frontdoor::route::Route;
+use crate::frontdoor::{Config, Door};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::production::{Entry, Production, Upstream};
 use crate::runtime::ready::{health_now, Health, Liveness};
@@ -29,6 +29,18 @@ const FAILED_LOOKS: u32 = 3;
 const STALLED: Duration = Duration::from_secs(60);
 /// Attempts to start production again before the fallback.
 const RESTARTS: u32 = 3;
+
+/// `sparkctl frontdoor serve`: the front door's proxy and control socket, and this watch
+/// beside them; returns when one of them ends (the supervisor restarts the process).
+pub async fn serve_frontdoor(ctx: Context, config: Config, listen_fd: i32) -> Result<()> {
+    let opened =
+        crate::frontdoor::serve::open(&ctx.state, &ctx.runtimes, config, listen_fd).await?;
+    let watch = Watch::new(ctx, opened.door);
+    tokio::select! {
+        r = opened.control => r.map_err(|e| Error::Failed(format!("control socket task: {e}")))?,
+        r = watch.run(opened.unreachable) => r,
+    }
+}
 
 /// What the watch needs to start deployments: what the CLI has.
 pub struct Context {
