@@ -133,7 +133,7 @@ impl RunRecord {
     }
 
     pub fn save(&self, state: &StateDir) -> Result<PathBuf> {
-        let path = state.runs_dir()?.join(format!("{}.json", self.run_id));
+        let path = state.run_record_file(&self.run_id)?;
         state::write_json(&path, self)?;
         Ok(path)
     }
@@ -143,14 +143,16 @@ impl RunRecord {
 /// record must not hide the others).
 pub fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Damaged>)> {
     let dir = state.runs_dir()?;
-    let (mut runs, damaged) =
-        state::read_json_dir::<RunRecord>(&dir, |p| !p.to_string_lossy().ends_with("-bench.json"))?;
+    // Records are the only JSON files of runs/ (what a run keeps sits in runs/RUN/); state
+    // dirs written before that kept bench results beside them as RUN-bench.json.
+    let legacy = |p: &std::path::Path| p.to_string_lossy().ends_with("-bench.json");
+    let (mut runs, damaged) = state::read_json_dir::<RunRecord>(&dir, |p| !legacy(p))?;
     runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
     Ok((runs, damaged))
 }
 
 pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
-    let path = state.runs_dir()?.join(format!("{run}.json"));
+    let path = state.run_record_file(run)?;
     if !path.exists() {
         return Err(Error::Usage(format!(
             "no run {run}; `sparkctl history` lists them"

@@ -61,11 +61,6 @@ impl Production {
         state::read_json(&path)
     }
 
-    /// Only the front door calls this (see the module comment).
-    pub fn save(&self, state: &StateDir) -> Result<()> {
-        state::write_json(&state.production_file(), self)
-    }
-
     /// Makes `entry` production; the old one goes on the stack.
     pub fn promote(&mut self, entry: Entry) {
         if let Some(old) = self.current.take() {

@@ -100,6 +100,27 @@ impl StateDir {
     }
 }
 
+/// What a run keeps beside its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunFile {
+    /// The candidate's benchmark result.
+    Bench,
+    /// Production's, when the run measured it.
+    ProductionBench,
+    /// The candidate's output, copied before anything could stop it.
+    CandidateLog,
+}
+
+impl RunFile {
+    fn file_name(self) -> &'static str {
+        match self {
+            RunFile::Bench => "bench.json",
+            RunFile::ProductionBench => "production-bench.json",
+            RunFile::CandidateLog => "candidate.log",
+        }
+    }
+}
+
 /// One writer at a time: an exclusive `flock` on `STATE/lock`, released when the holder
 /// exits however it exits. The file names the holder's pid for the next caller's message.
 pub struct StateLock {
@@ -147,6 +168,29 @@ impl StateDir {
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         Ok(dir)
     }
+
+    /// `runs/RUN.json`: one run's record.
+    pub fn run_record_file(&self, run_id: &str) -> Result<PathBuf> {
+        Ok(self.runs_dir()?.join(format!("{run_id}.json")))
+    }
+
+    /// `runs/RUN/NAME`: what a run keeps beside its record (its benchmark results, the
+    /// candidate's output), in a directory of its own, so records are the only files of
+    /// `runs/`.
+    pub fn run_file(&self, run_id: &str, name: RunFile) -> Result<PathBuf> {
+        let dir = self.runs_dir()?.join(run_id);
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir.join(name.file_name()))
+    }
+
+    /// `bench/RUN-NAME.json`: where `sparkctl bench` keeps a result by default.
+    pub fn bench_result_file(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.root.join("bench");
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir.join(format!("{}-{name}.json", new_run_id())))
+    }
 }
 
 /// Writes `bytes` to `path` through a temp file in the same directory and a rename, so a
@@ -176,6 +220,17 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(value).expect("state types serialize");
     text.push(b'\n');
     write_atomic(path, &text)
+}
+
+/// `write_json` on the blocking pool: its fsync must not stall an async worker that is
+/// also carrying live traffic (the front door).
+pub async fn write_json_off_thread<T: Serialize + Send + 'static>(
+    path: PathBuf,
+    value: T,
+) -> Result<()> {
+    tokio::task::spawn_blocking(move || write_json(&path, &value))
+        .await
+        .map_err(|e| Error::Failed(format!("writing state was interrupted: {e}")))?
 }
 
 /// Reads a JSON state file; a damaged one is reported with its path, never silently reset.

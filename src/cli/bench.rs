@@ -99,12 +99,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
     let result = result?;
     let path = match args.out {
         Some(p) => p,
-        None => {
-            let dir = ctx.state.root().join("bench");
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-            dir.join(format!("{}-{name}.json", crate::state::new_run_id()))
-        }
+        None => ctx.state.bench_result_file(&name)?,
     };
     crate::state::write_json(&path, &result)?;
     if out.json {

@@ -123,7 +123,11 @@ pub async fn plan_start(
                 loaded.path.display()
             )));
         }
-        model_fingerprint = Some(crate::patch::fingerprint_of(Path::new(&path), state)?.digest);
+        model_fingerprint = Some(
+            crate::patch::fingerprint_in_background(Path::new(&path), state)
+                .await?
+                .digest,
+        );
     }
     let artifact = rt.preflight(&resolved).await?;
     if let Some(owner) = port_owner(rt, resolved.port, &deployments).await {

@@ -14,7 +14,7 @@ use crate::history::{Command, Outcome, RunRecord};
 use crate::production::{Entry, Production, Warm};
 use crate::recipe::LoadedRecipe;
 use crate::runtime::Deployment;
-use crate::state;
+use crate::state::{self, RunFile};
 
 pub struct UpOptions<'a> {
     pub dry_run: bool,
@@ -265,8 +265,7 @@ impl Flow<'_, '_> {
         let path = self
             .ctx
             .state
-            .runs_dir()?
-            .join(format!("{}-production-bench.json", self.record.run_id));
+            .run_file(&self.record.run_id, RunFile::ProductionBench)?;
         let ctx = self.ctx;
         let (recipe, suite, runs) = (
             current.recipe.clone(),
@@ -308,8 +307,7 @@ impl Flow<'_, '_> {
         let path = self
             .ctx
             .state
-            .runs_dir()?
-            .join(format!("{}-bench.json", self.record.run_id));
+            .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let (suite, runs) = (self.opts.suite.clone(), self.opts.runs);
         let result = timed(self.record, "bench", async {
@@ -338,8 +336,7 @@ impl Flow<'_, '_> {
         let log_path = self
             .ctx
             .state
-            .runs_dir()?
-            .join(format!("{}.log", self.record.run_id));
+            .run_file(&self.record.run_id, RunFile::CandidateLog)?;
         if let Ok(mut f) = std::fs::File::create(&log_path) {
             if self
                 .ctx

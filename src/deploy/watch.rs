@@ -323,7 +323,7 @@ impl Watch {
                 }
             }
         }
-        let _ = self.door.update(next);
+        let _ = self.door.update(next).await;
     }
 }
 

@@ -60,7 +60,7 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
             )
         }
         (Method::POST, "/update") => match serde_json::from_slice::<Production>(&body) {
-            Ok(p) => match door.update(p) {
+            Ok(p) => match door.update(p).await {
                 Ok(()) => reply(StatusCode::OK, serde_json::json!({"updated": true})),
                 Err(e) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -194,7 +194,7 @@ impl Door {
     /// requests go to its upstream (or wait, if it has none), then the old upstream's
     /// requests finish, for up to `drain`.
     pub async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
-        new.save(&self.state)?;
+        crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
         let route = match new.serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,
@@ -225,8 +225,8 @@ impl Door {
     }
 
     /// Writes `new` without changing where requests go (a warm production stopped).
-    pub fn update(&self, new: Production) -> Result<()> {
-        new.save(&self.state)?;
+    pub async fn update(&self, new: Production) -> Result<()> {
+        crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
         *self.production.lock().expect("production") = new;
         Ok(())
     }

@@ -96,6 +96,15 @@ pub fn fingerprint_of(model: &Path, state: &StateDir) -> Result<Fingerprint> {
     fingerprint::fingerprint(model, &cache_dir(state), threads())
 }
 
+/// The same, on the blocking pool: hashing a multi-GB model must not stop the async side
+/// (a Ctrl-C, a spinner, the front door's control socket) while it runs.
+pub async fn fingerprint_in_background(model: &Path, state: &StateDir) -> Result<Fingerprint> {
+    let (model, cache) = (model.to_path_buf(), cache_dir(state));
+    tokio::task::spawn_blocking(move || fingerprint::fingerprint(&model, &cache, threads()))
+        .await
+        .map_err(|e| Error::Failed(format!("fingerprinting was interrupted: {e}")))?
+}
+
 /// Refuses, before anything changes, what would fail halfway: read-only files.
 fn preflight(plan: &Plan) -> Result<()> {
     for f in plan.files.iter().filter(|f| f.existed) {
@@ -227,7 +236,7 @@ pub async fn apply(
             }
         }
     }
-    let fingerprint = fingerprint_of(&root, state)?;
+    let fingerprint = fingerprint_in_background(&root, state).await?;
     if !written.is_empty() || manifest_path(&root).exists() {
         manifest.fingerprint = Some(fingerprint.digest.clone());
         state::write_json(&manifest_path(&root), &manifest)?;

@@ -268,9 +268,13 @@ impl Runtimes {
         }
         rows.sort_by(|a, b| b.running().cmp(&a.running()).then(a.name.cmp(&b.name)));
         if let Ok(docker) = &self.docker {
-            for d in rows.iter_mut().filter(|d| d.runtime == Runtime::Docker) {
-                docker.exit_details(d).await;
-            }
+            // One inspect per exited container, all at once.
+            futures_util::future::join_all(
+                rows.iter_mut()
+                    .filter(|d| d.runtime == Runtime::Docker)
+                    .map(|d| docker.exit_details(d)),
+            )
+            .await;
         }
         Ok((rows, warnings))
     }
