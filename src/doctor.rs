@@ -26,6 +26,27 @@ pub struct Check {
     pub detail: String,
 }
 
+impl Verdict {
+    /// How a check's line is marked.
+    pub fn mark(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// Ok unless a check failed: then how many did.
+pub fn outcome(checks: &[Check]) -> crate::error::Result<()> {
+    match checks.iter().filter(|c| c.verdict == Verdict::Fail).count() {
+        0 => Ok(()),
+        n => Err(crate::error::Error::Failed(format!(
+            "{n} check(s) failed; see the FAIL lines above"
+        ))),
+    }
+}
+
 fn check(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -> Check {
     Check {
         name: name.into(),

@@ -196,6 +196,46 @@ pub async fn run_reference(
     )))
 }
 
+/// One recipe's new pin, and the digest it replaced.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinChange {
+    pub recipe: String,
+    pub old: Option<String>,
+    pub new: String,
+    /// Shown to people; `--json` keeps the three fields it always had.
+    #[serde(skip)]
+    pub source: crate::lock::Source,
+}
+
+/// Resolves every target's digest, then writes them into the lock at `lock_path` at once:
+/// a registry that is down or a tag that does not exist changes nothing.
+pub async fn pin(
+    docker: &bollard::Docker,
+    lock_path: &std::path::Path,
+    targets: &[(String, String)],
+    offline: bool,
+) -> Result<Vec<PinChange>> {
+    let mut lock = Lock::load(lock_path)?.intact()?;
+    let at = crate::units::now_utc();
+    let mut resolved = Vec::new();
+    for (recipe, reference) in targets {
+        resolved.push((recipe, resolve(docker, reference, offline, &at).await?));
+    }
+    let mut changes = Vec::new();
+    for (recipe, new) in resolved {
+        let (digest, source) = (new.digest.clone(), new.source);
+        let old = lock.set(recipe, new);
+        changes.push(PinChange {
+            recipe: recipe.clone(),
+            old,
+            new: digest,
+            source,
+        });
+    }
+    lock.save(lock_path)?;
+    Ok(changes)
+}
+
 /// One recipe's audit.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditRow {

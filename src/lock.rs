@@ -187,6 +187,22 @@ impl Lock {
         }
     }
 
+    /// Pins `recipe` to `new`, keeping what it replaces in its history; returns the digest it
+    /// was pinned to before (None for a first pin).
+    pub fn set(&mut self, recipe: &str, new: Pin) -> Option<String> {
+        match self.images.get_mut(recipe) {
+            Some(p) => {
+                let old = p.digest.clone();
+                p.replace_with(new);
+                Some(old)
+            }
+            None => {
+                self.images.insert(recipe.to_string(), new);
+                None
+            }
+        }
+    }
+
     pub fn save(&self, path: &Path) -> Result<()> {
         // A damaged lock loads empty: writing it would drop every pin.
         if let Some(d) = &self.damage {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Output;
-use crate::deploy::{self, Settings, StartPlan};
+use crate::deploy::{self, Role, Settings, StartPlan};
 use crate::error::{Error, Result};
 use crate::recipe::{resolve_shell_line, RecipeSet};
 use crate::runtime::{Deployment, Runtimes};
@@ -113,18 +113,6 @@ pub async fn start(
     Ok(())
 }
 
-/// What a deployment is to the front door.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Role {
-    /// The front door routes production to it.
-    Production,
-    /// A replaced production kept running for an instant rollback.
-    Warm,
-    Candidate,
-    None,
-}
-
 #[derive(Serialize)]
 struct StatusRow<'a> {
     #[serde(flatten)]
@@ -149,29 +137,7 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         .status()
         .await
         .ok();
-    let role = |d: &Deployment| -> Role {
-        let Some(s) = &door else {
-            return if d.running() {
-                Role::Candidate
-            } else {
-                Role::None
-            };
-        };
-        if s.upstream.as_ref().is_some_and(|u| u.deployment == d.id) {
-            Role::Production
-        } else if d.running()
-            && s.production
-                .warm
-                .iter()
-                .any(|w| w.upstream.deployment == d.id)
-        {
-            Role::Warm
-        } else if d.running() {
-            Role::Candidate
-        } else {
-            Role::None
-        }
-    };
+    let role = |d: &Deployment| Role::of(d, door.as_ref());
     // All at once: a wedged deployment costs its few seconds once, not once per row.
     let health = futures_util::future::join_all(
         rows.iter()

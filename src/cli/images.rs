@@ -42,50 +42,25 @@ pub async fn run(
 ) -> Result<()> {
     match command {
         ImagesCommand::Pin { name, all, offline } => {
-            let mut lock = Lock::load(lock_path)?.intact()?;
-            let at = crate::units::utc_stamp(crate::units::unix_now().as_secs());
-            let mut changes = Vec::new();
-            // Every digest is resolved before the lock is touched: one failure changes nothing.
-            for (recipe, reference) in targets(recipes, name.as_deref(), all)? {
-                let new = images::resolve(docker, &reference, offline, &at).await?;
-                changes.push((recipe, new));
-            }
-            let mut report = Vec::new();
-            for (recipe, new) in changes {
-                let old = lock.images.get(&recipe).map(|p| p.digest.clone());
-                let line = match &old {
-                    Some(d) if *d == new.digest => {
-                        format!("{recipe}: {} unchanged", crate::units::short_digest(d))
-                    }
-                    Some(d) => format!(
-                        "{recipe}: {} -> {}",
-                        crate::units::short_digest(d),
-                        crate::units::short_digest(&new.digest)
-                    ),
-                    None => format!(
-                        "{recipe}: (none) -> {} ({:?})",
-                        crate::units::short_digest(&new.digest),
-                        new.source
-                    )
-                    .to_lowercase(),
-                };
-                report.push(serde_json::json!({"recipe": recipe, "old": old, "new": new.digest}));
-                match lock.images.get_mut(&recipe) {
-                    Some(p) => p.replace_with(new),
-                    None => {
-                        lock.images.insert(recipe, new);
-                    }
-                }
-                if !out.json {
-                    println!("{line}");
-                }
-            }
-            lock.save(lock_path)?;
+            let targets = targets(recipes, name.as_deref(), all)?;
+            let changes = images::pin(docker, lock_path, &targets, offline).await?;
             if out.json {
-                out.print_json(&report);
-            } else {
-                println!("wrote {}", lock_path.display());
+                out.print_json(&changes);
+                return Ok(());
             }
+            for c in &changes {
+                let new = crate::units::short_digest(&c.new);
+                match &c.old {
+                    Some(d) if *d == c.new => println!("{}: {new} unchanged", c.recipe),
+                    Some(d) => println!("{}: {} -> {new}", c.recipe, crate::units::short_digest(d)),
+                    None => println!(
+                        "{}: (none) -> {new} ({})",
+                        c.recipe,
+                        format!("{:?}", c.source).to_lowercase()
+                    ),
+                }
+            }
+            println!("wrote {}", lock_path.display());
             Ok(())
         }
         ImagesCommand::Audit => {

@@ -350,30 +350,16 @@ async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
     let recipes = load_recipes(cli)?;
     let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
-    let failed = checks
-        .iter()
-        .filter(|c| c.verdict == crate::doctor::Verdict::Fail)
-        .count();
     if out.json {
         out.print_json(&checks);
     } else {
         let mut t = out.table();
         for c in &checks {
-            let mark = match c.verdict {
-                crate::doctor::Verdict::Ok => "ok",
-                crate::doctor::Verdict::Warn => "warn",
-                crate::doctor::Verdict::Fail => "FAIL",
-            };
-            t.add_row(vec![mark, &c.name, &c.detail]);
+            t.add_row(vec![c.verdict.mark(), &c.name, &c.detail]);
         }
         out.print_table(&t);
     }
-    if failed > 0 {
-        return Err(Error::Failed(format!(
-            "{failed} check(s) failed; see the FAIL lines above"
-        )));
-    }
-    Ok(())
+    crate::doctor::outcome(&checks)
 }
 
 fn dispatch(cli: Cli) -> Result<()> {

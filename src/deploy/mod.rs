@@ -19,6 +19,39 @@ use crate::runtime::ready::{self, Ready, Waiting};
 use crate::runtime::{Deployment, Runtimes, StartSpec};
 pub use plan::{MemoryPlan, PortOwner, Settings};
 
+/// What a deployment is to the front door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// The front door routes production to it.
+    Production,
+    /// A replaced production kept running for an instant rollback.
+    Warm,
+    Candidate,
+    None,
+}
+
+impl Role {
+    /// `d`'s role, as the front door (when it runs) says.
+    pub fn of(d: &Deployment, door: Option<&crate::frontdoor::DoorStatus>) -> Role {
+        let routed = door
+            .and_then(|s| s.upstream.as_ref())
+            .is_some_and(|u| u.deployment == d.id);
+        let warm = door.is_some_and(|s| {
+            s.production
+                .warm
+                .iter()
+                .any(|w| w.upstream.deployment == d.id)
+        });
+        match (routed, d.running(), warm) {
+            (true, _, _) => Role::Production,
+            (false, true, true) => Role::Warm,
+            (false, true, false) => Role::Candidate,
+            (false, false, _) => Role::None,
+        }
+    }
+}
+
 /// How long a stopped server gets between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
