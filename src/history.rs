@@ -9,9 +9,22 @@ use crate::bench::gates::GateResult;
 use crate::error::{Error, Result};
 use crate::state::{self, StateDir};
 
+/// The phases of `up` (DESIGN §5) and of `rollback`, as run records name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseName {
+    Plan,
+    Patch,
+    Start,
+    MeasureProduction,
+    Bench,
+    Judge,
+    Switch,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Phase {
-    pub name: String,
+    pub name: PhaseName,
     pub ms: f64,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -5,21 +5,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Output;
-use crate::deploy::{self, Role, Settings, StartPlan};
+use crate::deploy::{self, Role, StartPlan};
 use crate::error::{Error, Result};
 use crate::recipe::{resolve_shell_line, RecipeSet};
-use crate::runtime::{Deployment, Runtimes};
-use crate::state::StateDir;
+use crate::runtime::Deployment;
 use crate::units::format_uptime;
 
-/// What the deployment commands share: the state dir, both runtimes, machine settings.
-pub struct Context {
-    pub state: StateDir,
-    /// images.lock, which containers run their digests from.
-    pub lock_path: std::path::PathBuf,
-    pub runtimes: Runtimes,
-    pub settings: Settings,
-}
+pub use crate::deploy::Context;
 
 fn render_plan(out: &Output, plan: &StartPlan) {
     let mem = &plan.memory;

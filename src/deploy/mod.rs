@@ -19,6 +19,16 @@ use crate::runtime::ready::{self, Ready, Waiting};
 use crate::runtime::{Deployment, Runtimes, StartSpec};
 pub use plan::{MemoryPlan, PortOwner, Settings};
 
+/// What the commands that run things share, built once by the CLI: the state dir, both
+/// runtimes, where the image lock is, and the machine's settings.
+pub struct Context {
+    pub state: crate::state::StateDir,
+    /// images.lock, which containers run their digests from.
+    pub lock_path: std::path::PathBuf,
+    pub runtimes: Runtimes,
+    pub settings: Settings,
+}
+
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

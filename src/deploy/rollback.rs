@@ -4,7 +4,7 @@
 
 use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Touched};
 use crate::error::{Error, Result};
-use crate::history::{Command, Outcome, RunRecord};
+use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Upstream};
 
 pub async fn rollback(
@@ -81,7 +81,7 @@ pub async fn rollback(
         }
         timed(
             &mut record,
-            "switch",
+            PhaseName::Switch,
             ctx.door.switch(&next, ctx.door_config.drain),
         )
         .await?;
@@ -160,9 +160,13 @@ async fn start_target(
         ctx.rt.stop(&d, super::STOP_GRACE).await?;
     }
     say(&format!("starting {target}"));
-    let d = timed(record, "start", super::start(ctx.rt, &plan, None, |_| {}))
-        .await?
-        .deployment;
+    let d = timed(
+        record,
+        PhaseName::Start,
+        super::start(ctx.rt, &plan, None, |_| {}),
+    )
+    .await?
+    .deployment;
     touched.started = Some(d.clone());
     record.deployment = Some(d.id.clone());
     record.image_digest = (d.runtime == crate::recipe::Runtime::Docker).then(|| d.artifact.clone());

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Remote};
-use crate::history::{Phase, RunRecord};
+use crate::history::{Phase, PhaseName, RunRecord};
 use crate::lock::Lock;
 use crate::production::{Production, Upstream};
 use crate::recipe::RecipeSet;
@@ -64,13 +64,13 @@ pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
 /// Runs one named phase and records it.
 pub async fn timed<T>(
     record: &mut RunRecord,
-    name: &str,
+    name: PhaseName,
     f: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
     let began = Instant::now();
     let r = f.await;
     record.phases.push(Phase {
-        name: name.into(),
+        name,
         ms: began.elapsed().as_secs_f64() * 1e3,
         ok: r.is_ok(),
         detail: r.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),

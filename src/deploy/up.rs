@@ -10,7 +10,7 @@ use super::{plan_start, start, StartOptions, StartPlan};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::error::{Error, Result};
-use crate::history::{Command, Outcome, RunRecord};
+use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Warm};
 use crate::recipe::LoadedRecipe;
 use crate::runtime::Deployment;
@@ -108,7 +108,12 @@ impl Flow<'_, '_> {
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
     async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, bool)>> {
         let opts = start_options(self.ctx, self.opts.allow_unpinned);
-        let plan = timed(self.record, "plan", plan_of(self.ctx, self.loaded, &opts)).await?;
+        let plan = timed(
+            self.record,
+            PhaseName::Plan,
+            plan_of(self.ctx, self.loaded, &opts),
+        )
+        .await?;
         self.record.plan = serde_json::to_value(&plan).ok();
         self.record.image = plan.image_ref.clone();
         self.record.unpinned = plan.unpinned;
@@ -166,7 +171,7 @@ impl Flow<'_, '_> {
         }
         let docker = self.ctx.rt.docker().ok().map(|d| d.client());
         let state = self.ctx.state;
-        let applied = timed(self.record, "patch", async {
+        let applied = timed(self.record, PhaseName::Patch, async {
             let p = crate::patch::plan::plan(loaded, &crate::patch::repo_dir(loaded))?;
             crate::patch::apply(loaded, p, state, docker).await
         })
@@ -220,7 +225,7 @@ impl Flow<'_, '_> {
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
-            "start",
+            PhaseName::Start,
             start(self.ctx.rt, &plan, None, |_| {}),
         )
         .await?;
@@ -272,7 +277,7 @@ impl Flow<'_, '_> {
             self.opts.suite.clone(),
             self.opts.runs,
         );
-        let result = timed(self.record, "measure-production", async {
+        let result = timed(self.record, PhaseName::MeasureProduction, async {
             bench_recipe(
                 ctx,
                 &recipe,
@@ -310,7 +315,7 @@ impl Flow<'_, '_> {
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let (suite, runs) = (self.opts.suite.clone(), self.opts.runs);
-        let result = timed(self.record, "bench", async {
+        let result = timed(self.record, PhaseName::Bench, async {
             bench_recipe(
                 ctx,
                 &name,
@@ -349,7 +354,7 @@ impl Flow<'_, '_> {
             }
         }
         self.record.phases.push(crate::history::Phase {
-            name: "judge".into(),
+            name: PhaseName::Judge,
             ms: 0.0,
             ok: result.verdict == Verdict::Pass,
             detail: format!("verdict {}: {}", result.verdict, result.verdict_reason),
@@ -437,7 +442,7 @@ impl Flow<'_, '_> {
             });
         }
         let (ctx, drain) = (self.ctx, self.ctx.door_config.drain);
-        let report = timed(self.record, "switch", async {
+        let report = timed(self.record, PhaseName::Switch, async {
             ctx.door.switch(&next, drain).await
         })
         .await?;
