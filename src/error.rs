@@ -39,6 +39,28 @@ pub struct Diagnostic {
     pub help: Option<String>,
 }
 
+impl Diagnostic {
+    /// A problem at `at` (line, column) of `file`, about `key`.
+    pub fn at(
+        file: &std::path::Path,
+        at: Option<(usize, usize)>,
+        key: Option<String>,
+        message: String,
+        help: Option<String>,
+    ) -> Diagnostic {
+        Diagnostic {
+            location: Location {
+                file: file.to_path_buf(),
+                line: at.map(|a| a.0),
+                column: at.map(|a| a.1),
+                key,
+            },
+            message,
+            help,
+        }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: ", self.location)?;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Diagnostic, Error, Result};
 
 pub const LOCK_FILE: &str = "images.lock";
 
@@ -131,16 +131,13 @@ impl Lock {
         Ok(Self::read(path).unwrap_or_else(|e| Lock {
             damage: Some(match e {
                 Error::Invalid(d) => d,
-                other => vec![Diagnostic {
-                    location: Location {
-                        file: path.to_path_buf(),
-                        line: None,
-                        column: None,
-                        key: None,
-                    },
-                    message: other.to_string(),
-                    help: Some("check that you may read it".into()),
-                }],
+                other => vec![Diagnostic::at(
+                    path,
+                    None,
+                    None,
+                    other.to_string(),
+                    Some("check that you may read it".into()),
+                )],
             }),
             ..Lock::default()
         }))

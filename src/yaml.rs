@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use yaml_rust2::parser::{Event, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Diagnostic, Error, Result};
 
 /// A recipe is a page; the built-in suite is 6 KB. A megabyte is far beyond any real file
 /// and keeps the worst case of every later step well under a second.
@@ -55,16 +55,13 @@ fn diag(
     message: String,
     help: &str,
 ) -> Box<Diagnostic> {
-    Box::new(Diagnostic {
-        location: Location {
-            file: file.to_path_buf(),
-            line: at.map(|a| a.0),
-            column: at.map(|a| a.1),
-            key,
-        },
+    Box::new(Diagnostic::at(
+        file,
+        at,
+        key,
         message,
-        help: Some(help.to_string()),
-    })
+        Some(help.to_string()),
+    ))
 }
 
 /// 1-based line and column (in characters) of byte `offset` of `bytes`.

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Diagnostic, Error, Result};
 
 const BUILT_IN: &str = include_str!("../../recipes/suites/voice-assistant.yaml");
 
@@ -139,16 +139,7 @@ impl Suite {
 
     fn check(&self, file: &Path) -> Result<()> {
         let bad = |key: String, message: String| {
-            Error::Invalid(vec![Diagnostic {
-                location: Location {
-                    file: file.to_path_buf(),
-                    line: None,
-                    column: None,
-                    key: Some(key),
-                },
-                message,
-                help: None,
-            }])
+            Error::Invalid(vec![Diagnostic::at(file, None, Some(key), message, None)])
         };
         if self.runs < 5 {
             return Err(bad(

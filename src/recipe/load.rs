@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::check::check;
 use super::locate::{key_of, locate};
 use super::Recipe;
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Diagnostic, Error, Result};
 
 /// A parsed, checked recipe and where it came from.
 #[derive(Debug, Clone)]
@@ -249,16 +249,13 @@ pub fn parse_recipe(path: &Path, bytes: &[u8]) -> Result<LoadedRecipe> {
 /// One file: the recipe, or its problems.
 fn load_one(path: &Path) -> std::result::Result<LoadedRecipe, Failure> {
     let bytes = std::fs::read(path).map_err(|e| {
-        let d = Diagnostic {
-            location: Location {
-                file: path.to_path_buf(),
-                line: None,
-                column: None,
-                key: None,
-            },
-            message: format!("cannot read this recipe: {e}"),
-            help: Some("check that the file exists and that you may read it".into()),
-        };
+        let d = Diagnostic::at(
+            path,
+            None,
+            None,
+            format!("cannot read this recipe: {e}"),
+            Some("check that the file exists and that you may read it".into()),
+        );
         (None, vec![d])
     })?;
     parse_one(path, &bytes)
@@ -294,20 +291,7 @@ pub(super) fn diag_at(
         .or_else(|| parent.and_then(|p| locate(src, p)))
         .or_else(|| locate(src, "runtime"))
         .or_else(|| locate(src, "engine"));
-    let (line, column) = match found {
-        Some((l, c)) => (Some(l), Some(c)),
-        None => (None, None),
-    };
-    Diagnostic {
-        location: Location {
-            file: path.to_path_buf(),
-            line,
-            column,
-            key: Some(key.to_string()),
-        },
-        message,
-        help,
-    }
+    Diagnostic::at(path, found, Some(key.to_string()), message, help)
 }
 
 /// The closest candidate to `word`, if any is close enough to be a typo of it.
@@ -437,16 +421,7 @@ fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagno
             }
         }
     }
-    Diagnostic {
-        location: Location {
-            file: path.to_path_buf(),
-            line: line_col.map(|x| x.0),
-            column: line_col.map(|x| x.1),
-            key,
-        },
-        message,
-        help,
-    }
+    Diagnostic::at(path, line_col, key, message, help)
 }
 
 #[cfg(test)]
