@@ -15,6 +15,7 @@ pub mod host;
 pub mod images;
 pub mod lock;
 pub mod memory;
+pub mod node;
 pub mod nvidia;
 pub mod openai;
 pub mod patch;

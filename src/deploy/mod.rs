@@ -87,6 +87,9 @@ pub struct StartPlan {
     /// just before the start.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub old_containers: Vec<crate::prune::Old>,
+    /// A multi-node recipe's group: what runs on each node, the image on each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<crate::node::start::GroupStart>,
     #[serde(skip)]
     resolved: Resolved,
 }
@@ -173,6 +176,13 @@ pub async fn plan_start(
         );
     }
     let artifact = rt.preflight(&resolved).await?;
+    // Every node's engine answers and can get the image, before anything changes.
+    let group = match &recipe.nodes {
+        Some(_) => {
+            Some(crate::node::start::prepare(recipe, &artifact, settings.memory_budget_gb).await?)
+        }
+        None => None,
+    };
     if let Some(owner) = port_owner(rt, resolved.port, &deployments).await {
         let fix = match &owner {
             PortOwner::Deployment { name } => format!("`sparkctl down {name}`"),
@@ -183,6 +193,10 @@ pub async fn plan_start(
             recipe.name, resolved.port
         )));
     }
+    let command = match &group {
+        Some(g) => g.plan.command_lines(&artifact),
+        None => resolved.launch.equivalent_command(),
+    };
     let memory = MemoryPlan::new(
         settings.memory_budget_gb,
         resolved.memory_gb,
@@ -204,10 +218,11 @@ pub async fn plan_start(
         image_ref,
         artifact,
         url: crate::runtime::client_url(&resolved.host, resolved.port),
-        command: resolved.launch.equivalent_command(),
+        command,
         memory,
         health_timeout: resolved.health_timeout.0,
         old_containers,
+        group,
         resolved,
     })
 }
@@ -272,7 +287,14 @@ pub async fn start(
         }
     }
     let before = memory::before_start();
-    let mut started = rt.start(&spec, &plan.artifact).await?;
+    let mut started = match &plan.group {
+        Some(g) => {
+            let host_env = crate::runtime::docker::host_env(&spec.resolved)?;
+            let state = rt.process.state();
+            crate::node::start::start(g, &spec, &plan.artifact, state, host_env).await?
+        }
+        None => rt.start(&spec, &plan.artifact).await?,
+    };
     let engine = spec.resolved.engine;
     let timeout = timeout.unwrap_or(plan.health_timeout);
     let outcome = tokio::select! {
@@ -302,9 +324,18 @@ pub async fn start(
         }
         Some(Err(fault)) => {
             // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
+            // A group's API server stops the rest of the group on every node with it.
             let _ = rt.stop(&deployment, STOP_GRACE).await;
+            let nodes = match &plan.group {
+                Some(g) => {
+                    let state_id = rt.process.state().id();
+                    let lines = crate::node::start::explain_stopped(g, &state_id, &spec.run_id);
+                    format!("\n  the group was stopped on every node{}", lines.await)
+                }
+                None => String::new(),
+            };
             Err(Error::Failed(format!(
-                "{}\n  help: full output: `sparkctl logs {}`",
+                "{}{nodes}\n  help: full output: `sparkctl logs {}`",
                 fault.explain(&plan.name),
                 plan.name
             )))

@@ -348,6 +348,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         check_patches(path, src, model, &mut out);
     }
     check_values(path, src, r, loose, &mut out);
+    crate::node::check::check(path, src, r, &mut out);
     out
 }
 

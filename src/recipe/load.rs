@@ -277,7 +277,7 @@ fn parse_one(path: &Path, bytes: &[u8]) -> std::result::Result<LoadedRecipe, Fai
     })
 }
 
-pub(super) fn diag_at(
+pub(crate) fn diag_at(
     path: &Path,
     src: &str,
     key: &str,

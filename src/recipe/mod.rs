@@ -19,6 +19,7 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
+pub(crate) use load::diag_at;
 pub use load::{
     load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
     RecipeSet,
@@ -65,6 +66,9 @@ pub struct Recipe {
     pub health: Health,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bench: Option<Bench>,
+    /// Nodes of a multi-node group (vLLM tensor parallel over Ray); the first is the head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<crate::node::Nodes>,
     /// The recipe the front door switches to when this one, as production, cannot be
     /// brought back (e.g. `llama-server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -89,6 +89,11 @@ impl DockerRuntime {
         &self.docker
     }
 
+    /// The state dir's id its containers are labelled with.
+    pub fn state_id(&self) -> &str {
+        &self.state_id
+    }
+
     /// Whether the engine has the NVIDIA runtime that `--gpus` needs.
     pub async fn has_nvidia_runtime(&self) -> Result<bool> {
         let info = self
@@ -162,7 +167,7 @@ async fn exit_of(docker: &Docker, id: &str) -> Result<Exit> {
 }
 
 /// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
-fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
+pub(crate) fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
     let Launch::Docker { env_from_host, .. } = &resolved.launch else {
         return Err(not_docker(resolved));
     };

@@ -300,7 +300,19 @@ impl Runtimes {
 
     pub async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
         match deployment.runtime {
-            Runtime::Docker => self.docker()?.stop(deployment, grace).await,
+            Runtime::Docker => {
+                let docker = self.docker()?;
+                docker.stop(deployment, grace).await?;
+                // A group's API server takes the rest of its group, on every node, with it.
+                let (client, id) = (docker.client(), deployment.id.as_str());
+                let state = Some(self.process.state());
+                for note in
+                    crate::node::group::stop_rest(client, id, state, docker.state_id()).await
+                {
+                    tracing::warn!("{note}");
+                }
+                Ok(())
+            }
             Runtime::Process => self.process.stop(deployment, grace).await,
         }
     }

@@ -30,6 +30,13 @@ pub struct ProcessRuntime {
     state: StateDir,
 }
 
+impl ProcessRuntime {
+    /// The state dir it keeps records in.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+}
+
 /// How often the log file and the process are looked at while waiting.
 const POLL: Duration = Duration::from_millis(10);
 

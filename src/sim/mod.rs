@@ -2,6 +2,7 @@
 //! newcomer without a GPU run. Every timing and fault is set on the command line (or by
 //! `SIM_*` variables, which suit containers).
 
+mod ray;
 mod script;
 mod server;
 
@@ -118,6 +119,30 @@ pub struct SimConfig {
         default_value = "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
     )]
     pub fatal_line: String,
+    /// Ray's part in a multi-node group: play `ray start --head` listening on ADDR:PORT
+    /// (no HTTP); workers join it, `--ray-status` asks it.
+    #[arg(long, env = "SIM_RAY_HEAD", value_name = "ADDR:PORT")]
+    pub ray_head: Option<String>,
+    /// Play `ray start --address HEAD:PORT --block`: join, keep the connection, end with
+    /// status 1 when it drops.
+    #[arg(long, env = "SIM_RAY_JOIN", value_name = "HEAD:PORT")]
+    pub ray_join: Option<String>,
+    /// This node's address as it reports itself to the head (`--node-ip-address`).
+    #[arg(long, env = "SIM_RAY_NODE_IP", value_name = "IP")]
+    pub ray_node_ip: Option<String>,
+    /// GPUs this node brings to the cluster.
+    #[arg(long, env = "SIM_RAY_GPUS", default_value_t = 1)]
+    pub ray_gpus: u32,
+    /// Print the head's `ray status` (nodes, GPUs) and exit.
+    #[arg(long, value_name = "HEAD:PORT")]
+    pub ray_status: Option<String>,
+    /// The API server of a group: ready only once the Ray head at HEAD:PORT reports
+    /// `--ray-nodes` nodes; ends with status 1 when a node leaves.
+    #[arg(long, env = "SIM_RAY_ADDRESS", value_name = "HEAD:PORT")]
+    pub ray_address: Option<String>,
+    /// Nodes the API server waits for (the tensor-parallel group's size in nodes).
+    #[arg(long, env = "SIM_RAY_NODES", default_value_t = 1)]
+    pub ray_nodes: usize,
 }
 
 impl SimConfig {

@@ -33,12 +33,15 @@ struct State {
     pacing: Arc<AtomicU64>,
     /// `--hold-memory`: kept for the server's life, never read.
     _held: Vec<u8>,
+    /// False until every Ray node joined (`--ray-address`); true without Ray.
+    ray_ready: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl State {
     fn ready(&self) -> bool {
         !self.cfg.never_ready
             && self.cfg.load_fault.is_none()
+            && self.ray_ready.load(Ordering::SeqCst)
             && self.started.elapsed() >= self.cfg.load_time
     }
 }
@@ -70,6 +73,16 @@ fn log(line: std::fmt::Arguments) {
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub async fn serve(cfg: SimConfig) -> Result<()> {
+    // One binary plays every part of a multi-node group.
+    if let Some(addr) = &cfg.ray_status {
+        return super::ray::status(addr).await;
+    }
+    if let Some(addr) = &cfg.ray_head {
+        return super::ray::head(&cfg, addr).await;
+    }
+    if let Some(addr) = &cfg.ray_join {
+        return super::ray::worker(&cfg, addr).await;
+    }
     let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
         .await
         .map_err(|e| {
@@ -99,7 +112,14 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg.load_time,
         (started_unix + cfg.load_time).as_micros()
     ));
+    let ray_ready = Arc::new(std::sync::atomic::AtomicBool::new(
+        cfg.ray_address.is_none(),
+    ));
+    if let Some(addr) = &cfg.ray_address {
+        super::ray::drive(addr.clone(), cfg.ray_nodes, ray_ready.clone());
+    }
     let state = Arc::new(State {
+        ray_ready,
         cfg,
         started,
         requests: AtomicU64::new(0),

@@ -1,0 +1,306 @@
+//! A group's containers across nodes: created in order (Ray head, workers, API server),
+//! found again by their labels from any later command, and stopped as one — on every node
+//! — whichever part fails. The API server carries the usual deployment labels, so `status`,
+//! `up`, the front door and `rollback` see one deployment; the Ray containers carry the
+//! group's labels only.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::plan::{Member, Role};
+use super::{Connected, Nodes};
+use crate::error::{Error, Result};
+use crate::runtime::docker::label as base;
+use crate::runtime::StartSpec;
+use crate::state::StateDir;
+
+/// Label keys of group containers (beside `io.sparkctl.managed`, `.state`, `.run-id`).
+pub mod label {
+    /// The recipe whose group it belongs to.
+    pub const GROUP: &str = "io.sparkctl.group";
+    pub const NODE: &str = "io.sparkctl.node";
+    pub const ROLE: &str = "io.sparkctl.role";
+    /// On the API server: the recipe's `nodes:` (JSON), so any later command can reach
+    /// every node of the group without the recipe file.
+    pub const NODES: &str = "io.sparkctl.nodes";
+}
+
+/// One container of a running or ended group.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Placed {
+    pub node: String,
+    pub role: Role,
+    pub id: String,
+    pub running: bool,
+    #[serde(skip)]
+    pub docker: Option<Docker>,
+}
+
+/// Where the Ray head and the API server share Ray's session dir (its sockets): vLLM's
+/// driver must find the head node's raylet, and they are two containers.
+pub fn ray_session_dir(state: &StateDir, run_id: &str) -> std::path::PathBuf {
+    state.root().join("ray").join(run_id)
+}
+
+/// The container body of one member: the recipe's container (image, mounts, GPUs, IPC,
+/// shm, ulimits, user) with the member's command and environment, on the host's network
+/// — NCCL and Ray need the node's real interfaces, not a bridge.
+pub fn member_body(
+    spec: &StartSpec,
+    artifact: &str,
+    state_id: &str,
+    host_env: Vec<String>,
+    member: &Member,
+    nodes: &Nodes,
+    ray_dir: Option<&str>,
+) -> ContainerCreateBody {
+    let mut body =
+        crate::runtime::docker::container_spec(spec, artifact, state_id, host_env.clone());
+    body.entrypoint = (!member.entrypoint.is_empty()).then(|| member.entrypoint.clone());
+    body.cmd = Some(member.cmd.clone());
+    body.env = Some(
+        member
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(host_env)
+            .collect(),
+    );
+    body.exposed_ports = None;
+    let labels = body.labels.get_or_insert_with(HashMap::new);
+    labels.insert(label::GROUP.into(), spec.resolved.name.clone());
+    labels.insert(label::NODE.into(), member.node.clone());
+    labels.insert(label::ROLE.into(), member.role.as_str().into());
+    if member.role == Role::Api {
+        labels.insert(
+            label::NODES.into(),
+            serde_json::to_string(nodes).expect("nodes serialize"),
+        );
+    } else {
+        // Not a deployment of its own: `status` and the front door see the API server only.
+        for key in [base::RECIPE, base::PORT, base::HOST, base::HEALTH] {
+            labels.remove(key);
+        }
+    }
+    let host: &mut HostConfig = body.host_config.get_or_insert_with(Default::default);
+    host.network_mode = Some("host".into());
+    host.port_bindings = None;
+    if let Some(dir) = ray_dir {
+        host.binds
+            .get_or_insert_with(Vec::new)
+            .push(format!("{dir}:/tmp/ray"));
+    }
+    body
+}
+
+/// Creates and starts one member; its container name says run, node and role.
+pub async fn create_and_start(
+    conn: &Connected,
+    spec: &StartSpec,
+    member: &Member,
+    body: ContainerCreateBody,
+) -> Result<String> {
+    let name = format!(
+        "sparkctl-{}-{}-{}-{}",
+        spec.resolved.name,
+        spec.run_id,
+        member.node,
+        member.role.as_str()
+    );
+    let at = |e: bollard::errors::Error, doing: &str| {
+        Error::Failed(format!("node {}: {doing} {name}: {e}", conn.node.name))
+    };
+    let created = conn
+        .docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        )
+        .await
+        .map_err(|e| at(e, "creating"))?;
+    if let Err(e) = conn.docker.start_container(&created.id, None).await {
+        let opts = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = conn.docker.remove_container(&created.id, Some(opts)).await;
+        return Err(at(e, "starting"));
+    }
+    Ok(created.id)
+}
+
+fn run_filter(state_id: &str, run_id: &str) -> HashMap<&'static str, Vec<String>> {
+    HashMap::from([(
+        "label",
+        vec![
+            format!("{}=true", base::MANAGED),
+            format!("{}={state_id}", base::STATE),
+            format!("{}={run_id}", base::RUN_ID),
+        ],
+    )])
+}
+
+/// Every container of one run on the nodes that answer, with the nodes that do not.
+pub async fn placed(conns: &[Connected], state_id: &str, run_id: &str) -> Vec<Placed> {
+    let mut out = Vec::new();
+    for c in conns {
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&run_filter(state_id, run_id))
+            .build();
+        let Ok(list) = c.docker.list_containers(Some(opts)).await else {
+            continue;
+        };
+        for s in list {
+            let labels = s.labels.clone().unwrap_or_default();
+            let (Some(role), Some(id)) = (
+                labels.get(label::ROLE).and_then(|r| Role::parse(r)),
+                s.id.clone(),
+            ) else {
+                continue;
+            };
+            out.push(Placed {
+                node: labels.get(label::NODE).cloned().unwrap_or_default(),
+                role,
+                id,
+                running: s.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING),
+                docker: Some(c.docker.clone()),
+            });
+        }
+    }
+    // The API server first, then the workers, the head last: what depends stops first.
+    out.sort_by_key(|p| match p.role {
+        Role::Api => 0,
+        Role::RayWorker => 1,
+        Role::RayHead => 2,
+    });
+    out
+}
+
+/// The last `n` lines a member wrote.
+pub async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
+    let Some(docker) = &p.docker else {
+        return Vec::new();
+    };
+    let opts = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n.map_or("all".to_string(), |n| n.to_string()))
+        .build();
+    let mut stream = docker.logs(&p.id, Some(opts));
+    let mut text = Vec::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        text.extend_from_slice(&chunk.into_bytes());
+    }
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Stops every container of the run on every node that answers, keeps each one's full
+/// output under the run (`runs/RUN/nodes/NODE-ROLE.log`), and returns every member's last
+/// lines for the summary.
+pub async fn stop_run(
+    conns: &[Connected],
+    state: Option<&StateDir>,
+    state_id: &str,
+    run_id: &str,
+) -> Vec<(Placed, Vec<String>)> {
+    let members = placed(conns, state_id, run_id).await;
+    let opts = StopContainerOptionsBuilder::new().t(10).build();
+    for p in &members {
+        if let (true, Some(docker)) = (p.running, &p.docker) {
+            let _ = docker.stop_container(&p.id, Some(opts.clone())).await;
+        }
+    }
+    let mut out = Vec::new();
+    for p in members {
+        if let Some(state) = state {
+            keep_log(state, run_id, &p).await;
+        }
+        let lines = tail(&p, Some(8)).await;
+        out.push((p, lines));
+    }
+    out
+}
+
+async fn keep_log(state: &StateDir, run_id: &str, p: &Placed) {
+    let dir = state.root().join("runs").join(run_id).join("nodes");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let all = tail(p, None).await.join("\n");
+    let _ = std::fs::write(
+        dir.join(format!("{}-{}.log", p.node, p.role.as_str())),
+        all + "\n",
+    );
+}
+
+/// Every member's last lines, for an error that explains a group's failure.
+pub fn summary(stopped: &[(Placed, Vec<String>)]) -> String {
+    let mut text = String::from("\n  every node's last output:");
+    for (p, lines) in stopped {
+        text.push_str(&format!("\n  [{} {}]", p.node, p.role.as_str()));
+        for l in lines {
+            text.push_str(&format!("\n  | {l}"));
+        }
+    }
+    text
+}
+
+/// The nodes a group's API server container names (its `io.sparkctl.nodes` label).
+pub async fn nodes_of(docker: &Docker, container: &str) -> Option<Nodes> {
+    let info = docker.inspect_container(container, None).await.ok()?;
+    let labels = info.config?.labels?;
+    serde_json::from_str(labels.get(label::NODES)?).ok()
+}
+
+/// Connects to the nodes that answer; the others are named in the notes.
+pub async fn reach(nodes: &Nodes) -> (Vec<Connected>, Vec<String>) {
+    let mut conns = Vec::new();
+    let mut notes = Vec::new();
+    for n in &nodes.members {
+        match super::connect(n).await {
+            Ok(docker) => conns.push(Connected {
+                node: n.clone(),
+                docker,
+            }),
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    (conns, notes)
+}
+
+/// When `container` is a group's API server: stops the rest of its group on every node
+/// (Ray head and workers), keeping their logs. What `down`, `rollback` and a failed `up`
+/// call through the runtime's stop. Nodes that cannot be reached are named.
+pub async fn stop_rest(
+    docker: &Docker,
+    container: &str,
+    state: Option<&StateDir>,
+    state_id: &str,
+) -> Vec<String> {
+    let Some(nodes) = nodes_of(docker, container).await else {
+        return Vec::new();
+    };
+    let Ok(info) = docker.inspect_container(container, None).await else {
+        return Vec::new();
+    };
+    let run_id = info
+        .config
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get(base::RUN_ID).cloned())
+        .unwrap_or_default();
+    let (conns, notes) = reach(&nodes).await;
+    stop_run(&conns, state, state_id, &run_id).await;
+    notes
+}
+
+/// How long Ray may take to report every node when the recipe does not say.
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(180);

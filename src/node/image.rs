@@ -1,0 +1,68 @@
+//! The same bits on every node: the image id the head runs must be on every other node.
+//! Where a node lacks it, it is copied engine to engine through the Engine API (export on
+//! the head, load on the node, no registry needed) and its id verified; an id that does
+//! not come out the same is refused.
+
+use bollard::query_parameters::ImportImageOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::Connected;
+use crate::error::{Error, Result};
+
+/// What happened to the image on one node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Presence {
+    /// It had the image already.
+    Present,
+    /// Copied from the head; the id checked.
+    Copied,
+}
+
+async fn has_image(docker: &Docker, id: &str) -> Result<Option<String>> {
+    match docker.inspect_image(id).await {
+        Ok(info) => Ok(info.id),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(e) => Err(Error::Failed(format!("inspecting image {id}: {e}"))),
+    }
+}
+
+/// Makes sure `node` holds image `id` (as the head's engine names it), copying it from
+/// `head` when it does not.
+pub async fn ensure(head: &Connected, node: &Connected, id: &str) -> Result<Presence> {
+    if has_image(&node.docker, id).await?.as_deref() == Some(id) {
+        return Ok(Presence::Present);
+    }
+    let export = head.docker.export_image(id);
+    let options = ImportImageOptionsBuilder::new().quiet(true).build();
+    let mut load = node.docker.import_image_stream(options, export, None);
+    while let Some(step) = load.next().await {
+        let step = step.map_err(|e| copy_failed(head, node, id, &e.to_string()))?;
+        if let Some(message) = step.error_detail.and_then(|d| d.message) {
+            return Err(copy_failed(head, node, id, &message));
+        }
+    }
+    match has_image(&node.docker, id).await? {
+        Some(got) if got == id => Ok(Presence::Copied),
+        got => Err(Error::Failed(format!(
+            "node {}: the image copied from {} has id {} there, not {id}; refusing to run \
+             different bits on different nodes",
+            node.node.name,
+            head.node.name,
+            got.as_deref().unwrap_or("(none)")
+        ))),
+    }
+}
+
+fn copy_failed(head: &Connected, node: &Connected, id: &str, why: &str) -> Error {
+    Error::Failed(format!(
+        "node {} lacks image {} and copying it from {} failed ({why}); load it there \
+         (`docker save` / `docker load`) or pull the pinned digest on that node",
+        node.node.name,
+        crate::units::short_id(id),
+        head.node.name
+    ))
+}

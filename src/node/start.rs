@@ -1,0 +1,320 @@
+//! Starting a group, in the order the distributed engine needs: the image on every node,
+//! Ray's head, the workers, Ray reporting every node and GPU, then the API server on the
+//! head. Any part failing stops every part on every node, and the error shows each
+//! node's last output.
+
+use std::time::Duration;
+
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::query_parameters::LogsOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::group::{self, create_and_start, member_body};
+use super::plan::{GroupPlan, Role};
+use super::ray::{parse_status, Cluster};
+use super::{Connected, Nodes};
+use crate::error::{Error, Result};
+use crate::runtime::{Deployment, Event, Exit, LineBuffer, StartSpec, Started};
+use crate::state::StateDir;
+
+/// Everything a group start needs, decided and checked in the plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStart {
+    pub plan: GroupPlan,
+    pub nodes: Nodes,
+    /// The image on each node: already there, or to be copied from the head.
+    pub images: Vec<(String, bool)>,
+    #[serde(skip)]
+    pub conns: Vec<Connected>,
+}
+
+impl GroupStart {
+    fn conn(&self, node: &str) -> &Connected {
+        self.conns
+            .iter()
+            .find(|c| c.node.name == node)
+            .expect("every member's node is connected in the plan")
+    }
+
+    fn join_timeout(&self) -> Duration {
+        self.nodes
+            .join_timeout
+            .map_or(group::DEFAULT_JOIN_TIMEOUT, |d| d.0)
+    }
+}
+
+/// Starts the group; the `Started` is the API server's, its events joined by every other
+/// member's end (a worker exiting ends the group's readiness wait as the server's would).
+pub async fn start(
+    g: &GroupStart,
+    spec: &StartSpec,
+    artifact: &str,
+    state: &StateDir,
+    host_env: Vec<String>,
+) -> Result<Started> {
+    let state_id = state.id();
+    let outcome = start_parts(g, spec, artifact, state, host_env).await;
+    match outcome {
+        Ok(started) => Ok(started),
+        Err(e) => {
+            let stopped = group::stop_run(&g.conns, Some(state), &state_id, &spec.run_id).await;
+            Err(Error::Failed(format!(
+                "{e}; the group was stopped on every node{}",
+                group::summary(&stopped)
+            )))
+        }
+    }
+}
+
+async fn start_parts(
+    g: &GroupStart,
+    spec: &StartSpec,
+    artifact: &str,
+    state: &StateDir,
+    host_env: Vec<String>,
+) -> Result<Started> {
+    let head = &g.conns[0];
+    for c in &g.conns[1..] {
+        if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
+            tracing::info!("copied image {artifact} to node {}", c.node.name);
+        }
+    }
+    let ray_dir = group::ray_session_dir(state, &spec.run_id);
+    std::fs::create_dir_all(&ray_dir)
+        .map_err(|e| Error::io(format!("cannot create {}", ray_dir.display()), e))?;
+    let ray_dir = ray_dir.display().to_string();
+    let state_id = state.id();
+    let mut ids = Vec::new();
+    let mut api = None;
+    for m in &g.plan.members {
+        if m.role == Role::Api {
+            wait_joined(g, &ids).await?;
+        }
+        let conn = g.conn(&m.node);
+        let shares_ray = m.node == head.node.name;
+        let body = member_body(
+            spec,
+            artifact,
+            &state_id,
+            host_env.clone(),
+            m,
+            &g.nodes,
+            shares_ray.then_some(ray_dir.as_str()),
+        );
+        let id = create_and_start(conn, spec, m, body).await?;
+        if m.role == Role::Api {
+            api = Some(id);
+        } else {
+            ids.push((conn.clone(), m.role, id));
+        }
+    }
+    let api = api.expect("the plan ends with the API server");
+    Ok(watch(head, &api, &ids, spec, artifact))
+}
+
+/// Runs a command in a container through the Engine API (argv, no shell); its output.
+async fn exec_output(docker: &Docker, container: &str, argv: &[String]) -> Result<String> {
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(argv.to_vec()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| Error::Failed(format!("asking Ray for its nodes: {e}")))?;
+    let started = docker
+        .start_exec(&exec.id, None)
+        .await
+        .map_err(|e| Error::Failed(format!("asking Ray for its nodes: {e}")))?;
+    let mut text = Vec::new();
+    if let StartExecResults::Attached { mut output, .. } = started {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.extend_from_slice(&chunk.into_bytes());
+        }
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// How a member ended, if it has.
+async fn ended(docker: &Docker, id: &str) -> Option<Exit> {
+    let info = docker.inspect_container(id, None).await.ok()?;
+    let s = info.state?;
+    if s.running == Some(true) {
+        return None;
+    }
+    Some(Exit {
+        code: s.exit_code,
+        signal: None,
+        oom_killed: s.oom_killed.unwrap_or(false),
+    })
+}
+
+/// Until Ray reports every node and GPU. A member ending, or the join timeout, fails.
+async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> Result<()> {
+    let (head_conn, _, head_id) = started
+        .iter()
+        .find(|(_, r, _)| *r == Role::RayHead)
+        .expect("the Ray head starts first");
+    let want = Cluster {
+        nodes: g.plan.nodes,
+        gpus: g.plan.gpus,
+    };
+    let deadline = tokio::time::Instant::now() + g.join_timeout();
+    let mut seen = Cluster::default();
+    loop {
+        for (conn, role, id) in started {
+            if let Some(exit) = ended(&conn.docker, id).await {
+                return Err(Error::Failed(format!(
+                    "node {}'s {} {exit} before every node joined Ray",
+                    conn.node.name,
+                    role.as_str()
+                )));
+            }
+        }
+        let text = exec_output(&head_conn.docker, head_id, &g.plan.status_command).await?;
+        if let Some(now) = parse_status(&text) {
+            seen = now;
+            if now.nodes >= want.nodes && now.gpus >= want.gpus {
+                return Ok(());
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Failed(format!(
+                "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never joined; \
+                 check that the nodes reach each other on their high-speed addresses \
+                 (`sparkctl doctor`) and that port {} is open on the head",
+                seen.nodes,
+                want.nodes,
+                seen.gpus,
+                want.gpus,
+                g.join_timeout(),
+                g.nodes.ray_port
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The API server as a `Started`: its lines and end, and every other member's end.
+fn watch(
+    head: &Connected,
+    api: &str,
+    others: &[(Connected, Role, String)],
+    spec: &StartSpec,
+    artifact: &str,
+) -> Started {
+    let (tx, rx) = mpsc::channel(256);
+    let (docker, id, lines) = (head.docker.clone(), api.to_string(), tx.clone());
+    tokio::spawn(async move {
+        let opts = LogsOptionsBuilder::new()
+            .follow(true)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let mut stream = docker.logs(&id, Some(opts));
+        let mut buf = LineBuffer::default();
+        while let Some(Ok(chunk)) = stream.next().await {
+            for line in buf.push(&chunk.into_bytes()) {
+                if lines.send(Event::Line(line)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut ends = vec![(head.clone(), "api".to_string(), api.to_string())];
+    ends.extend(
+        others
+            .iter()
+            .map(|(c, r, id)| (c.clone(), r.as_str().to_string(), id.clone())),
+    );
+    for (conn, role, id) in ends {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = conn.docker.wait_container(&id, None).next().await;
+            let exit = ended(&conn.docker, &id).await.unwrap_or(Exit {
+                code: None,
+                signal: None,
+                oom_killed: false,
+            });
+            if role != "api" {
+                let line = format!("sparkctl: node {}'s {role} {exit}", conn.node.name);
+                let _ = tx.send(Event::Line(line)).await;
+            }
+            let _ = tx.send(Event::Exited(exit)).await;
+        });
+    }
+    let resolved = &spec.resolved;
+    Started {
+        deployment: Deployment {
+            image_ref: spec.image_ref.clone(),
+            ..Deployment::started(
+                spec,
+                crate::recipe::Runtime::Docker,
+                api.to_string(),
+                artifact,
+            )
+        },
+        events: rx,
+        completion_timeout: resolved.completion_timeout.0,
+    }
+}
+
+/// Checks a multi-node recipe's group before anything starts: every engine answers, the
+/// image is on every node or can be copied from the head, each node's memory holds the
+/// recipe's share. Changes nothing.
+pub async fn prepare(
+    recipe: &crate::recipe::Recipe,
+    artifact: &str,
+    fallback_budget_gb: f64,
+) -> Result<GroupStart> {
+    let plan = GroupPlan::new(recipe)?;
+    let nodes = recipe.nodes.clone().expect("GroupPlan::new checked nodes");
+    let conns = super::connect_all(&nodes).await?;
+    let mut images = Vec::new();
+    for c in &conns {
+        let there = c
+            .docker
+            .inspect_image(artifact)
+            .await
+            .ok()
+            .and_then(|i| i.id)
+            .is_some_and(|id| id == artifact);
+        images.push((c.node.name.clone(), there));
+    }
+    if let Some(need) = recipe.server.memory_gb {
+        for n in &nodes.members {
+            let budget = n.memory_gb.unwrap_or(fallback_budget_gb);
+            if need > budget {
+                return Err(Error::Failed(format!(
+                    "{}: each node holds its share of the model ({need} GB, server.memory_gb) \
+                     but node {} has {budget} GB (nodes.members.memory_gb); lower \
+                     --gpu-memory-utilization and memory_gb, or raise the node's budget",
+                    recipe.name, n.name
+                )));
+            }
+        }
+    }
+    Ok(GroupStart {
+        plan,
+        nodes,
+        images,
+        conns,
+    })
+}
+
+/// Every member's last lines after the group was stopped, for the error.
+pub async fn explain_stopped(g: &GroupStart, state_id: &str, run_id: &str) -> String {
+    let mut stopped = Vec::new();
+    for p in group::placed(&g.conns, state_id, run_id).await {
+        let lines = group::tail(&p, Some(8)).await;
+        stopped.push((p, lines));
+    }
+    group::summary(&stopped)
+}
