@@ -215,6 +215,25 @@ pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) 
     }
 }
 
+/// `logs NAME --node NODE`: a multi-node deployment's containers on one node.
+pub async fn node_logs(
+    ctx: &Context,
+    name: &str,
+    node: &str,
+    follow: bool,
+    tail: Option<usize>,
+) -> Result<()> {
+    let Some(d) = ctx.runtimes.find(name).await? else {
+        return Err(Error::Usage(format!(
+            "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
+            ctx.state.root().display()
+        )));
+    };
+    let docker = ctx.runtimes.docker()?;
+    let mut stdout = std::io::stdout();
+    crate::node::group::logs(docker, &d, node, tail, follow, &mut stdout).await
+}
+
 pub async fn down(
     ctx: &Context,
     name: &str,

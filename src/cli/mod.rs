@@ -110,6 +110,9 @@ pub enum Command {
         follow: bool,
         #[arg(long, value_name = "N")]
         tail: Option<usize>,
+        /// A multi-node recipe's containers on this node (its name in the recipe's nodes:).
+        #[arg(long, value_name = "NODE")]
+        node: Option<String>,
     },
     /// Stop a deployment (its container and logs are kept).
     Down {
@@ -431,9 +434,16 @@ fn dispatch(cli: Cli) -> Result<()> {
             }
             deploy::status(&ctx, &out).await
         }),
-        Command::Logs { name, follow, tail } => runtime()?.block_on(async {
+        Command::Logs {
+            name,
+            follow,
+            tail,
+            node,
+        } => runtime()?.block_on(async {
             let ctx = context(g).await?;
-            if name == "frontdoor" {
+            if let Some(node) = node {
+                deploy::node_logs(&ctx, &name, &node, follow, tail).await
+            } else if name == "frontdoor" {
                 frontdoor::logs(&ctx, follow, tail).await
             } else {
                 deploy::logs(&ctx, &name, follow, tail).await

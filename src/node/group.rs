@@ -304,3 +304,58 @@ pub async fn stop_rest(
 
 /// How long Ray may take to report every node when the recipe does not say.
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `logs NAME --node NODE`: the output of the group's containers on that node (the Ray
+/// head and the API server on the head node), each under a header.
+pub async fn logs(
+    docker: &crate::runtime::DockerRuntime,
+    d: &crate::runtime::Deployment,
+    node: &str,
+    tail: Option<usize>,
+    follow: bool,
+    out: &mut (dyn std::io::Write + Send),
+) -> Result<()> {
+    let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
+        return Err(Error::Usage(format!(
+            "{} runs on one engine; --node is for recipes with nodes:",
+            d.name
+        )));
+    };
+    let Some(member) = nodes.members.iter().find(|n| n.name == node) else {
+        let names: Vec<&str> = nodes.members.iter().map(|n| n.name.as_str()).collect();
+        return Err(Error::Usage(format!(
+            "{} has no node `{node}`; its nodes: {}",
+            d.name,
+            names.join(", ")
+        )));
+    };
+    let conn = Connected {
+        node: member.clone(),
+        docker: super::connect(member).await?,
+    };
+    let parts = placed(std::slice::from_ref(&conn), docker.state_id(), &d.run_id).await;
+    let many = parts.len() > 1 && !follow;
+    for p in parts
+        .iter()
+        .filter(|p| !follow || p.role != Role::RayHead || parts.len() == 1)
+    {
+        if many {
+            let _ = writeln!(out, "==> {} {} <==", p.node, p.role.as_str());
+        }
+        let opts = LogsOptionsBuilder::new()
+            .follow(follow)
+            .stdout(true)
+            .stderr(true)
+            .tail(&tail.map_or("all".to_string(), |n| n.to_string()))
+            .build();
+        let mut stream = conn.docker.logs(&p.id, Some(opts));
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| Error::Failed(format!("node {node}: reading logs: {e}")))?;
+            out.write_all(&chunk.into_bytes())
+                .and_then(|_| out.flush())
+                .map_err(|e| Error::io("cannot write the logs", e))?;
+        }
+    }
+    Ok(())
+}

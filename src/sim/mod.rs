@@ -143,6 +143,12 @@ pub struct SimConfig {
     /// Nodes the API server waits for (the tensor-parallel group's size in nodes).
     #[arg(long, env = "SIM_RAY_NODES", default_value_t = 1)]
     pub ray_nodes: usize,
+    /// Taken as vLLM takes it, so a group's API server has vLLM's argv; logged only.
+    #[arg(long, value_name = "N")]
+    pub tensor_parallel_size: Option<u32>,
+    /// Taken as vLLM takes it (`ray`); logged only.
+    #[arg(long, value_name = "BACKEND")]
+    pub distributed_executor_backend: Option<String>,
 }
 
 impl SimConfig {

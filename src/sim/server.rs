@@ -116,6 +116,12 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg.ray_address.is_none(),
     ));
     if let Some(addr) = &cfg.ray_address {
+        log(format_args!(
+            "sparkctl-sim: tensor parallel {} over {} across {} nodes (Ray at {addr})",
+            cfg.tensor_parallel_size.unwrap_or(1),
+            cfg.distributed_executor_backend.as_deref().unwrap_or("mp"),
+            cfg.ray_nodes
+        ));
         super::ray::drive(addr.clone(), cfg.ray_nodes, ray_ready.clone());
     }
     let state = Arc::new(State {

@@ -1,0 +1,299 @@
+//! Two Sparks on one machine: the machine's Docker Engine is node `a` (the head, 10.77.0.1)
+//! and a second real dockerd in its own network namespace is node `b` (10.77.0.2, reached
+//! over a veth pair and tcp://10.77.0.2:2375). The simulated engine plays Ray's head and
+//! worker over that link, and an API server that serves only once both nodes joined.
+
+#[path = "support/second_engine.rs"]
+mod second_engine;
+mod support;
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, LogsOptionsBuilder};
+use futures_util::StreamExt;
+use second_engine::{engine, second_engine, HOST_ADDR, HOST_IF, NODE_ADDR, NODE_IF, TCP};
+use serde_json::Value;
+use support::{block_on, docker, free_port, http_status, sim_image, Deck};
+
+/// A deck whose containers are removed from both engines when the test ends.
+struct Two {
+    deck: Deck,
+    port: u16,
+    ray_port: u16,
+}
+
+impl Drop for Two {
+    fn drop(&mut self) {
+        if let Ok(state) = self.deck.dir.join("state").canonicalize() {
+            let state = state.display().to_string();
+            block_on(async move { second_engine::remove_containers_of(&state).await });
+        }
+    }
+}
+
+const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
+
+const SIM_ARGS: &str = "--load-time, 200ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"";
+
+impl Two {
+    fn new(tag: &str) -> Two {
+        second_engine();
+        let deck = Deck::new(tag);
+        std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+        std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+        let two = Two {
+            deck,
+            port: free_port(),
+            ray_port: free_port(),
+        };
+        two.recipe("tp2", SIM_ARGS, TCP);
+        two
+    }
+
+    /// A two-node sim recipe; `worker_engine` is how node b's engine is reached.
+    fn recipe(&self, name: &str, args: &str, worker_engine: &str) {
+        self.deck.recipe(
+            name,
+            &format!(
+                concat!(
+                    "engine: sim\nruntime: docker\nimage: {image}\nserver:\n  port: {port}\n",
+                    "  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 30s\n",
+                    "bench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n",
+                    "nodes:\n  ray_port: {ray}\n  join_timeout: 20s\n  members:\n",
+                    "    - {{name: a, engine: local, address: {ha}, interface: {hi}}}\n",
+                    "    - {{name: b, engine: \"{we}\", address: {na}, interface: {ni}, memory_gb: 100}}\n",
+                ),
+                image = sim_image(),
+                port = self.port,
+                args = args,
+                ray = self.ray_port,
+                ha = HOST_ADDR,
+                hi = HOST_IF,
+                we = worker_engine,
+                na = NODE_ADDR,
+                ni = NODE_IF,
+            ),
+        );
+        self.deck.ok(&["images", "pin", name]);
+    }
+
+    fn ray_address(&self) -> String {
+        format!("{HOST_ADDR}:{}", self.ray_port)
+    }
+
+    fn state(&self) -> String {
+        self.deck.state().display().to_string()
+    }
+}
+
+/// This deck's containers on one engine: role → inspect JSON.
+fn members(on_b: bool, state: &str) -> HashMap<String, Value> {
+    let state = state.to_string();
+    block_on(async move {
+        let docker = if on_b { engine().await } else { docker().await };
+        let filters = HashMap::from([("label", vec![format!("io.sparkctl.state={state}")])]);
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let mut out = HashMap::new();
+        for c in docker.list_containers(Some(opts)).await.unwrap() {
+            let id = c.id.unwrap();
+            let info = docker.inspect_container(&id, None).await.unwrap();
+            let v = serde_json::to_value(&info).unwrap();
+            let role = v["Config"]["Labels"]["io.sparkctl.role"]
+                .as_str()
+                .unwrap_or("-")
+                .to_string();
+            out.insert(role, v);
+        }
+        out
+    })
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn env_of(v: &Value) -> HashMap<String, String> {
+    strings(&v["Config"]["Env"])
+        .into_iter()
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn words(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// Seconds of the day of an RFC 3339 time as docker writes it.
+fn clock(ts: &str) -> f64 {
+    let time = ts.split('T').nth(1).unwrap().trim_end_matches('Z');
+    let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap()).collect();
+    parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]
+}
+
+/// A container's log lines with their times.
+fn logs_with_times(on_b: bool, id: &str) -> Vec<(f64, String)> {
+    let id = id.to_string();
+    block_on(async move {
+        let docker = if on_b { engine().await } else { docker().await };
+        let opts = LogsOptionsBuilder::new()
+            .stdout(true)
+            .stderr(true)
+            .timestamps(true)
+            .build();
+        let mut stream = docker.logs(&id, Some(opts));
+        let mut out = Vec::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            for line in String::from_utf8_lossy(&chunk.into_bytes()).lines() {
+                if let Some((ts, rest)) = line.split_once(' ') {
+                    out.push((clock(ts), rest.to_string()));
+                }
+            }
+        }
+        out
+    })
+}
+
+fn running(v: &Value) -> bool {
+    v["State"]["Running"] == true
+}
+
+const PER_NODE: [&str; 5] = [
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "UCX_NET_DEVICES",
+    "VLLM_HOST_IP",
+    "RAY_NODE_IP_ADDRESS",
+];
+
+fn assert_node_env(v: &Value, interface: &str, address: &str) {
+    let env = env_of(v);
+    let want = [interface, interface, interface, address, address];
+    for (k, w) in PER_NODE.iter().zip(want) {
+        assert_eq!(env.get(*k).map(String::as_str), Some(w), "{k} in {env:?}");
+    }
+    assert!(!env.contains_key("NCCL_IB_HCA"), "no ib_hca given: {env:?}");
+    assert_eq!(v["HostConfig"]["NetworkMode"], "host");
+}
+
+#[test]
+fn a_group_starts_across_two_engines_and_serves_only_after_the_worker_joined() {
+    let t = Two::new("nodes-start");
+    let out = t.deck.ok(&["start", "tp2"]);
+    assert!(out.contains("tp2"), "{out}");
+    let (a, b) = (members(false, &t.state()), members(true, &t.state()));
+    let (head, api, worker) = (&a["ray-head"], &a["api"], &b["ray-worker"]);
+    let sim = words(&["/sparkctl", "sim"]);
+    assert_eq!(strings(&head["Config"]["Entrypoint"]), sim);
+    assert_eq!(
+        strings(&head["Config"]["Cmd"]),
+        words(&[
+            "--ray-head",
+            &t.ray_address(),
+            "--ray-node-ip",
+            HOST_ADDR,
+            "--ray-gpus",
+            "1"
+        ])
+    );
+    assert_eq!(
+        strings(&worker["Config"]["Cmd"]),
+        words(&[
+            "--ray-join",
+            &t.ray_address(),
+            "--ray-node-ip",
+            NODE_ADDR,
+            "--ray-gpus",
+            "1"
+        ])
+    );
+    let port = t.port.to_string();
+    let mut api_cmd = words(&[
+        "--load-time",
+        "200ms",
+        "--ttft",
+        "10ms",
+        "--token-rate",
+        "400",
+        "--tokens",
+        "8",
+    ]);
+    api_cmd.extend(words(&[
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--tensor-parallel-size",
+        "2",
+        "--distributed-executor-backend",
+        "ray",
+        "--ray-address",
+        &t.ray_address(),
+        "--ray-nodes",
+        "2",
+    ]));
+    assert_eq!(strings(&api["Config"]["Cmd"]), api_cmd);
+    assert_node_env(head, HOST_IF, HOST_ADDR);
+    assert_node_env(api, HOST_IF, HOST_ADDR);
+    assert_node_env(worker, NODE_IF, NODE_ADDR);
+    assert_eq!(env_of(api)["RAY_ADDRESS"], t.ray_address());
+    assert!(running(head) && running(api) && running(worker));
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{}", t.port), "/health"),
+        Some(200)
+    );
+
+    // The API server started only once Ray had the worker, over the veth link.
+    let head_log = logs_with_times(false, head["Id"].as_str().unwrap());
+    let joined = head_log
+        .iter()
+        .find(|(_, l)| l.contains(&format!("node {NODE_ADDR} joined")))
+        .unwrap_or_else(|| panic!("the worker joined the head: {head_log:?}"));
+    let api_started = clock(api["State"]["StartedAt"].as_str().unwrap());
+    assert!(
+        api_started > joined.0,
+        "API server at {api_started}, worker joined at {}",
+        joined.0
+    );
+    let api_log = logs_with_times(false, api["Id"].as_str().unwrap());
+    assert!(
+        api_log
+            .iter()
+            .any(|(_, l)| l.contains("Ray cluster: 2 of 2 nodes")),
+        "{api_log:?}"
+    );
+
+    let status = t.deck.status_of("tp2").expect("tp2 in status");
+    assert_eq!(status["state"], "running");
+    let logs_b = t.deck.ok(&["logs", "tp2", "--node", "b"]);
+    assert!(
+        logs_b.contains(&format!("node {NODE_ADDR} joined the cluster")),
+        "{logs_b}"
+    );
+
+    t.deck.ok(&["down", "tp2"]);
+    let (a, b) = (members(false, &t.state()), members(true, &t.state()));
+    for (role, v) in a.iter().chain(b.iter()) {
+        assert!(!running(v), "{role} still runs after down");
+    }
+    let run = api["Config"]["Labels"]["io.sparkctl.run-id"]
+        .as_str()
+        .unwrap();
+    let kept = t
+        .deck
+        .dir
+        .join("state/runs")
+        .join(run)
+        .join("nodes/b-ray-worker.log");
+    let kept = std::fs::read_to_string(&kept).unwrap_or_else(|e| panic!("{}: {e}", kept.display()));
+    assert!(kept.contains("joined the cluster"), "{kept}");
+}
