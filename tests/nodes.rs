@@ -15,9 +15,13 @@ use second_engine::{engine, second_engine, HOST_ADDR, HOST_IF, NODE_ADDR, NODE_I
 use serde_json::Value;
 use support::{block_on, docker, free_port, http_status, sim_image, Deck};
 
+/// Node b's copy of the sim image: the copy test removes it (write), the others run it.
+static IMAGE_ON_B: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A deck whose containers are removed from both engines when the test ends.
 struct Two {
     deck: Deck,
+    _image: Box<dyn std::any::Any>,
     port: u16,
     ray_port: u16,
 }
@@ -37,12 +41,23 @@ const SIM_ARGS: &str = "--load-time, 200ms, --ttft, 10ms, --token-rate, \"400\",
 
 impl Two {
     fn new(tag: &str) -> Two {
+        Two::with_image(tag, false)
+    }
+
+    /// `remove_image`: this test removes node b's image, so none other may run it meanwhile.
+    fn with_image(tag: &str, remove_image: bool) -> Two {
         second_engine();
+        let image: Box<dyn std::any::Any> = if remove_image {
+            Box::new(IMAGE_ON_B.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            Box::new(IMAGE_ON_B.read().unwrap_or_else(|e| e.into_inner()))
+        };
         let deck = Deck::new(tag);
         std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
         std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
         let two = Two {
             deck,
+            _image: image,
             port: free_port(),
             ray_port: free_port(),
         };
@@ -99,7 +114,10 @@ fn members(on_b: bool, state: &str) -> HashMap<String, Value> {
         let mut out = HashMap::new();
         for c in docker.list_containers(Some(opts)).await.unwrap() {
             let id = c.id.unwrap();
-            let info = docker.inspect_container(&id, None).await.unwrap();
+            // Removed between the list and the inspect (a start that failed): not a member.
+            let Ok(info) = docker.inspect_container(&id, None).await else {
+                continue;
+            };
             let v = serde_json::to_value(&info).unwrap();
             let role = v["Config"]["Labels"]["io.sparkctl.role"]
                 .as_str()
@@ -296,4 +314,159 @@ fn a_group_starts_across_two_engines_and_serves_only_after_the_worker_joined() {
         .join("nodes/b-ray-worker.log");
     let kept = std::fs::read_to_string(&kept).unwrap_or_else(|e| panic!("{}: {e}", kept.display()));
     assert!(kept.contains("joined the cluster"), "{kept}");
+}
+
+fn all_stopped(t: &Two) {
+    let (a, b) = (members(false, &t.state()), members(true, &t.state()));
+    assert!(!b.is_empty(), "node b had containers of this deck");
+    for (role, v) in a.iter().chain(b.iter()) {
+        assert!(!running(v), "{role} still runs: {}", v["Name"]);
+    }
+}
+
+#[test]
+fn a_killed_worker_stops_the_group_on_both_engines_and_says_why() {
+    let t = Two::new("nodes-kill");
+    // Loading takes long enough to kill the worker while sparkctl waits for the server.
+    t.recipe("tp2", "--load-time, 6s", TCP);
+    let child = t
+        .deck
+        .cmd(&["start", "tp2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let worker = loop {
+        let (a, b) = (members(false, &t.state()), members(true, &t.state()));
+        if let (Some(_), Some(w)) = (a.get("api"), b.get("ray-worker")) {
+            break w["Id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group never got to its API server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    block_on(async move {
+        engine()
+            .await
+            .kill_container(
+                &worker,
+                None::<bollard::query_parameters::KillContainerOptions>,
+            )
+            .await
+            .unwrap()
+    });
+    let out = child.wait_with_output().unwrap();
+    let err = support::text(&out.stderr);
+    eprintln!("{err}");
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("the group was stopped on every node"), "{err}");
+    assert!(
+        err.contains("[b ray-worker]") && err.contains("[a ray-head]") && err.contains("[a api]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{NODE_ADDR} died")) || err.contains("node b's ray-worker"),
+        "{err}"
+    );
+    all_stopped(&t);
+}
+
+#[test]
+fn an_unreachable_node_is_refused_before_anything_starts() {
+    let t = Two::new("nodes-gone");
+    // Nothing listens on that port of node b.
+    t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
+    let out = t.deck.run(&["start", "tp2"]);
+    let err = support::text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("node b: cannot reach its Docker Engine at tcp://10.77.0.2:2399"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was started"), "{err}");
+    assert!(members(false, &t.state()).is_empty() && members(true, &t.state()).is_empty());
+}
+
+#[test]
+fn an_image_missing_on_a_node_is_copied_and_its_id_verified() {
+    let t = Two::with_image("nodes-copy", true);
+    let id = block_on(async {
+        docker()
+            .await
+            .inspect_image(sim_image())
+            .await
+            .unwrap()
+            .id
+            .unwrap()
+    });
+    let gone = id.clone();
+    block_on(async move {
+        let b = engine().await;
+        // Whatever an earlier test copied; containers using it are this test's to remove.
+        let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+            .force(true)
+            .build();
+        let _ = b.remove_image(&gone, Some(opts), None).await;
+        assert!(
+            b.inspect_image(&gone).await.is_err(),
+            "node b lacks the image now"
+        );
+    });
+    t.deck.ok(&["start", "tp2"]);
+    let b = members(true, &t.state());
+    assert_eq!(
+        b["ray-worker"]["Image"],
+        id.as_str(),
+        "node b runs the very image id"
+    );
+    let copied = id.clone();
+    let there = block_on(async move {
+        engine()
+            .await
+            .inspect_image(&copied)
+            .await
+            .unwrap()
+            .id
+            .unwrap()
+    });
+    assert_eq!(there, id);
+    t.deck.ok(&["down", "tp2"]);
+}
+
+#[test]
+fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
+    let t = Two::new("nodes-up");
+    let prod_port = free_port();
+    t.deck.recipe(
+        "prod",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {prod_port}\n  args: [--load-time, 200ms, --ttft, 30ms, --token-rate, \"200\", --tokens, \"8\"]\n  memory_gb: 7\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n"
+        ),
+    );
+    let serving = || {
+        let rows = t.deck.status();
+        rows.iter()
+            .find(|d| d["state"] == "running" && d["role"] == "production")
+            .map(|d| d["name"].as_str().unwrap().to_string())
+    };
+    t.deck.ok(&["rollback", "--to", "prod"]);
+    assert_eq!(serving().as_deref(), Some("prod"));
+
+    let out = t.deck.ok(&["up", "tp2", "--yes"]);
+    assert!(out.contains("tp2 promoted"), "{out}");
+    assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
+    assert_eq!(serving().as_deref(), Some("tp2"));
+    assert!(
+        running(&members(true, &t.state())["ray-worker"]),
+        "node b's worker serves with it"
+    );
+
+    let out = t.deck.ok(&["rollback"]);
+    assert!(out.contains("rolled back"), "{out}");
+    assert_eq!(serving().as_deref(), Some("prod"));
+    assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
+    all_stopped(&t);
 }

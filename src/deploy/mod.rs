@@ -326,17 +326,22 @@ pub async fn start(
             // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
             // A group's API server stops the rest of the group on every node with it.
             let _ = rt.stop(&deployment, STOP_GRACE).await;
-            let nodes = match &plan.group {
+            let why = match &plan.group {
                 Some(g) => {
                     let state_id = rt.process.state().id();
-                    let lines = crate::node::start::explain_stopped(g, &state_id, &spec.run_id);
-                    format!("\n  the group was stopped on every node{}", lines.await)
+                    crate::node::start::explain_fault(
+                        g,
+                        &fault,
+                        &plan.name,
+                        &state_id,
+                        &spec.run_id,
+                    )
+                    .await
                 }
-                None => String::new(),
+                None => fault.explain(&plan.name),
             };
             Err(Error::Failed(format!(
-                "{}{nodes}\n  help: full output: `sparkctl logs {}`",
-                fault.explain(&plan.name),
+                "{why}\n  help: full output: `sparkctl logs {}`",
                 plan.name
             )))
         }

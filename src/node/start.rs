@@ -20,6 +20,9 @@ use crate::error::{Error, Result};
 use crate::runtime::{Deployment, Event, Exit, LineBuffer, StartSpec, Started};
 use crate::state::StateDir;
 
+/// How the line that says a member ended starts, in the API server's output stream.
+const MEMBER_ENDED: &str = "sparkctl group: ";
+
 /// Everything a group start needs, decided and checked in the plan.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupStart {
@@ -244,7 +247,7 @@ fn watch(
                 oom_killed: false,
             });
             if role != "api" {
-                let line = format!("sparkctl: node {}'s {role} {exit}", conn.node.name);
+                let line = format!("{MEMBER_ENDED}node {}'s {role} {exit}", conn.node.name);
                 let _ = tx.send(Event::Line(line)).await;
             }
             let _ = tx.send(Event::Exited(exit)).await;
@@ -309,12 +312,34 @@ pub async fn prepare(
     })
 }
 
-/// Every member's last lines after the group was stopped, for the error.
-pub async fn explain_stopped(g: &GroupStart, state_id: &str, run_id: &str) -> String {
+/// Why a started group failed, after it was stopped: the member that ended first when it
+/// was not the API server (its line, which `watch` put in the server's output), else the
+/// server's own fault; then every member's last lines.
+pub async fn explain_fault(
+    g: &GroupStart,
+    fault: &crate::runtime::ready::Fault,
+    name: &str,
+    state_id: &str,
+    run_id: &str,
+) -> String {
+    let member_line = match fault {
+        crate::runtime::ready::Fault::Exited { last_lines, .. } => last_lines
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix(MEMBER_ENDED).map(str::to_string)),
+        _ => None,
+    };
+    let headline = match member_line {
+        Some(line) => format!("{name}: {line} while the group was starting"),
+        None => fault.explain(name),
+    };
     let mut stopped = Vec::new();
     for p in group::placed(&g.conns, state_id, run_id).await {
         let lines = group::tail(&p, Some(8)).await;
         stopped.push((p, lines));
     }
-    group::summary(&stopped)
+    format!(
+        "{headline}\n  the group was stopped on every node{}",
+        group::summary(&stopped)
+    )
 }
