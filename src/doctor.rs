@@ -180,6 +180,8 @@ pub async fn run(
         Err(e) => check("state dir", Verdict::Fail, e.to_string()),
     });
     checks.push(frontdoor_check(state, settings));
+    // Multi-node recipes: every node they name.
+    checks.extend(crate::node::doctor::run(recipes).await);
     checks
 }
 

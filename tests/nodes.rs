@@ -470,3 +470,42 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
     all_stopped(&t);
 }
+
+#[test]
+fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
+    let t = Two::new("nodes-doctor");
+    let rows = |out: &std::process::Output| -> Vec<Value> {
+        // The checks first; a failed doctor then prints its error as JSON too.
+        serde_json::Deserializer::from_slice(&out.stdout)
+            .into_iter::<Value>()
+            .next()
+            .unwrap_or_else(|| panic!("no JSON: {}", support::text(&out.stdout)))
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let verdict = |rows: &[Value], name: &str| -> String {
+        rows.iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {rows:?}"))["verdict"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let out = t.deck.run(&["--json", "doctor"]);
+    let ok = rows(&out);
+    for name in [
+        "node a engine",
+        "node b engine",
+        "node a interface",
+        "node b reachable from a",
+    ] {
+        assert_eq!(verdict(&ok, name), "ok", "{name}: {ok:?}");
+    }
+    t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
+    let out = t.deck.run(&["--json", "doctor"]);
+    assert_ne!(out.status.code(), Some(0));
+    let bad = rows(&out);
+    assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
+}

@@ -1,2 +1,186 @@
-//! `doctor` for a multi-node recipe: per node, its engine, the NVIDIA runtime, a GPU, the
-//! high-speed interface, and the nodes reaching each other on it.
+//! `doctor` for multi-node recipes: per node, its engine, the NVIDIA runtime, a GPU, the
+//! high-speed interface, and the head reaching every other node on it.
+
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use super::{Node, Nodes};
+use crate::doctor::{Check, Verdict};
+use crate::recipe::RecipeSet;
+
+fn check(name: String, verdict: Verdict, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        verdict,
+        detail: detail.into(),
+    }
+}
+
+/// Checks for every node named by any recipe (each node once).
+pub async fn run(recipes: &RecipeSet) -> Vec<Check> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut checks = Vec::new();
+    for loaded in &recipes.recipes {
+        let Some(nodes) = &loaded.recipe.nodes else {
+            continue;
+        };
+        let gpus = loaded.recipe.server.gpus.is_some();
+        for (i, node) in nodes.members.iter().enumerate() {
+            let key = (node.name.clone(), node.engine.clone());
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            checks.extend(node_checks(node, i == 0, gpus).await);
+        }
+        checks.extend(reach_checks(nodes));
+    }
+    checks
+}
+
+async fn node_checks(node: &Node, head: bool, wants_gpus: bool) -> Vec<Check> {
+    let name = |what: &str| format!("node {} {what}", node.name);
+    let mut out = Vec::new();
+    let docker = match super::connect(node).await {
+        Ok(d) => d,
+        Err(e) => return vec![check(name("engine"), Verdict::Fail, e.to_string())],
+    };
+    let info = docker.info().await.ok();
+    let version = info
+        .as_ref()
+        .and_then(|i| i.server_version.clone())
+        .unwrap_or_else(|| "?".into());
+    out.push(check(
+        name("engine"),
+        Verdict::Ok,
+        format!("Docker Engine {version} at {}", node.engine),
+    ));
+    let nvidia = info
+        .as_ref()
+        .and_then(|i| i.runtimes.as_ref())
+        .is_some_and(|r| r.contains_key("nvidia"));
+    out.push(match (nvidia, wants_gpus) {
+        (true, _) => check(
+            name("nvidia runtime"),
+            Verdict::Ok,
+            "`nvidia` runtime registered",
+        ),
+        (false, true) => check(
+            name("nvidia runtime"),
+            Verdict::Fail,
+            "no `nvidia` runtime: the group asks for GPUs; install the NVIDIA Container Toolkit \
+             on that node (nvidia-ctk runtime configure --runtime=docker) and restart dockerd",
+        ),
+        (false, false) => check(
+            name("nvidia runtime"),
+            Verdict::Warn,
+            "no `nvidia` runtime (the recipe asks for no GPU)",
+        ),
+    });
+    out.push(gpu_check(&name("gpu"), head).await);
+    if head {
+        out.push(interface_check(node));
+    }
+    out
+}
+
+async fn gpu_check(name: &str, head: bool) -> Check {
+    if !head {
+        // No shell on another node: its GPU shows when Ray reports the group's GPUs.
+        return check(
+            name.into(),
+            Verdict::Ok,
+            "counted at start: the group waits until Ray reports every node's GPU",
+        );
+    }
+    match crate::nvidia::gpus().await {
+        Ok(g) if !g.is_empty() => check(name.into(), Verdict::Ok, format!("{} GPU(s)", g.len())),
+        Ok(_) => check(name.into(), Verdict::Warn, "nvidia-smi lists no GPU"),
+        Err(e) => check(name.into(), Verdict::Warn, e.to_string()),
+    }
+}
+
+/// On this machine (the head): the interface is up and holds the node's address.
+fn interface_check(node: &Node) -> Check {
+    let name = format!("node {} interface", node.name);
+    let state = std::fs::read_to_string(format!("/sys/class/net/{}/operstate", node.interface))
+        .map(|s| s.trim().to_string());
+    let Ok(state) = state else {
+        return check(
+            name,
+            Verdict::Fail,
+            format!(
+                "no interface {} on this machine; `ip link` lists them (nodes.members[].interface)",
+                node.interface
+            ),
+        );
+    };
+    let Ok(addr) = node.address.parse::<IpAddr>() else {
+        return check(
+            name,
+            Verdict::Fail,
+            format!("`{}` is not an address", node.address),
+        );
+    };
+    // Binding works only to an address this machine holds.
+    let holds = UdpSocket::bind(SocketAddr::new(addr, 0)).is_ok();
+    match (state.as_str(), holds) {
+        ("up" | "unknown", true) => check(
+            name,
+            Verdict::Ok,
+            format!("{} is {state} with {}", node.interface, node.address),
+        ),
+        (_, true) => check(
+            name,
+            Verdict::Fail,
+            format!(
+                "{} is {state}; bring it up (`ip link set {} up`)",
+                node.interface, node.interface
+            ),
+        ),
+        (_, false) => check(
+            name,
+            Verdict::Fail,
+            format!(
+                "this machine does not hold {} (nodes.members[].address); give {} that address",
+                node.address, node.interface
+            ),
+        ),
+    }
+}
+
+/// From the head, every other node's high-speed address answers (a refused connection is
+/// an answer: the host is there; silence is not).
+fn reach_checks(nodes: &Nodes) -> Vec<Check> {
+    let Some(head) = nodes.members.first() else {
+        return Vec::new();
+    };
+    nodes.members[1..]
+        .iter()
+        .map(|n| {
+            let name = format!("node {} reachable from {}", n.name, head.name);
+            let Ok(addr) = n.address.parse::<IpAddr>() else {
+                return check(
+                    name,
+                    Verdict::Fail,
+                    format!("`{}` is not an address", n.address),
+                );
+            };
+            let target = SocketAddr::new(addr, nodes.ray_port);
+            match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+                Ok(_) => check(name, Verdict::Ok, format!("{addr} answers")),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    check(name, Verdict::Ok, format!("{addr} answers"))
+                }
+                Err(e) => check(
+                    name,
+                    Verdict::Fail,
+                    format!(
+                        "{addr} does not answer on the high-speed link ({e}); check the cable, \
+                         both interfaces and their addresses"
+                    ),
+                ),
+            }
+        })
+        .collect()
+}
