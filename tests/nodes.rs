@@ -509,3 +509,34 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
     let bad = rows(&out);
     assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
 }
+
+#[test]
+fn a_bad_nodes_block_is_refused_naming_each_key() {
+    let deck = Deck::new("nodes-bad");
+    deck.recipe(
+        "bad",
+        concat!(
+            "engine: vllm\nimage: vllm/vllm-openai:v1\nserver:\n  port: 8000\n",
+            "  env: {NCCL_SOCKET_IFNAME: eth0}\n",
+            "nodes:\n  members:\n",
+            "    - {name: a, engine: \"tcp://10.0.0.1:2375\", address: 10.0.0.1, interface: enp1s0f1np1}\n",
+            "    - {name: b, engine: \"ssh:/b\", address: 10.0.0.1, interface: \"en p1\"}\n",
+        ),
+    );
+    let out = deck.run(&["recipes", "validate"]);
+    let err = support::text(&out.stderr) + &support::text(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    for key in [
+        "server.env.NCCL_SOCKET_IFNAME",
+        "nodes.members[0].engine",
+        "nodes.members[1].engine",
+        "nodes.members[1].address",
+        "nodes.members[1].interface",
+    ] {
+        assert!(err.contains(key), "{key} named in: {err}");
+    }
+    assert!(
+        err.contains("put the node this machine is first, with engine: local"),
+        "{err}"
+    );
+}

@@ -68,6 +68,36 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
     Ok(())
 }
 
+/// A multi-node recipe's containers, node by node, in the order they start.
+fn show_group(recipe: &crate::recipe::Recipe, out: &Output) -> Result<()> {
+    let plan = crate::node::plan::GroupPlan::new(recipe)?;
+    println!(
+        "{}",
+        out.bold(&format!(
+            "# group: {} nodes, {} GPUs, Ray at {} (created through each node's Engine API, host network)",
+            plan.nodes, plan.gpus, plan.ray_address
+        ))
+    );
+    for m in &plan.members {
+        println!("[{} {}]", m.node, m.role.as_str());
+        if !m.entrypoint.is_empty() {
+            println!("  entrypoint: {}", resolve_shell_line(&m.entrypoint));
+        }
+        println!("  cmd:        {}", resolve_shell_line(&m.cmd));
+        let env: Vec<String> = m.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("  env:        {}", resolve_shell_line(&env));
+    }
+    println!(
+        "ready when:  `{}` reports {} nodes, then the API server answers {} on {}:{}",
+        resolve_shell_line(&plan.status_command),
+        plan.nodes,
+        recipe.with_defaults().health.path.unwrap_or_default(),
+        recipe.server.host,
+        recipe.server.port
+    );
+    Ok(())
+}
+
 fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     let set = super::recipes_in(dir)?;
     let loaded = set.get(name)?;
@@ -86,6 +116,10 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
             "patch_steps": steps,
             "launch": resolved,
             "equivalent_command": resolved.launch.equivalent_command(),
+            "group": match &loaded.recipe.nodes {
+                Some(_) => Some(crate::node::plan::GroupPlan::new(&loaded.recipe)?),
+                None => None,
+            },
         }));
         return Ok(());
     }
@@ -102,6 +136,9 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         println!("{}. {step}", i + 1);
     }
     println!();
+    if loaded.recipe.nodes.is_some() {
+        return show_group(&loaded.recipe, out);
+    }
     match &resolved.launch {
         Launch::Docker {
             image,

@@ -73,6 +73,7 @@ pub const PER_NODE_ENV: &[&str] = &[
     "GLOO_SOCKET_IFNAME",
     "UCX_NET_DEVICES",
     "NCCL_IB_HCA",
+    "OMPI_MCA_btl_tcp_if_include",
     "VLLM_HOST_IP",
     "RAY_NODE_IP_ADDRESS",
 ];
@@ -85,6 +86,10 @@ pub fn node_env(node: &Node) -> BTreeMap<String, String> {
         ("NCCL_SOCKET_IFNAME".to_string(), node.interface.clone()),
         ("GLOO_SOCKET_IFNAME".to_string(), node.interface.clone()),
         ("UCX_NET_DEVICES".to_string(), node.interface.clone()),
+        (
+            "OMPI_MCA_btl_tcp_if_include".to_string(),
+            node.interface.clone(),
+        ),
         ("VLLM_HOST_IP".to_string(), node.address.clone()),
         ("RAY_NODE_IP_ADDRESS".to_string(), node.address.clone()),
     ]);
