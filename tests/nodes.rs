@@ -67,6 +67,10 @@ impl Two {
 
     /// A two-node sim recipe; `worker_engine` is how node b's engine is reached.
     fn recipe(&self, name: &str, args: &str, worker_engine: &str) {
+        self.recipe_joining(name, args, worker_engine, "20s");
+    }
+
+    fn recipe_joining(&self, name: &str, args: &str, worker_engine: &str, join: &str) {
         self.deck.recipe(
             name,
             &format!(
@@ -74,7 +78,7 @@ impl Two {
                     "engine: sim\nruntime: docker\nimage: {image}\nserver:\n  port: {port}\n",
                     "  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 30s\n",
                     "bench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n",
-                    "nodes:\n  ray_port: {ray}\n  join_timeout: 20s\n  members:\n",
+                    "nodes:\n  ray_port: {ray}\n  join_timeout: {join}\n  members:\n",
                     "    - {{name: a, engine: local, address: {ha}, interface: {hi}}}\n",
                     "    - {{name: b, engine: \"{we}\", address: {na}, interface: {ni}, memory_gb: 100}}\n",
                 ),
@@ -82,6 +86,7 @@ impl Two {
                 port = self.port,
                 args = args,
                 ray = self.ray_port,
+                join = join,
                 ha = HOST_ADDR,
                 hi = HOST_IF,
                 we = worker_engine,
@@ -539,4 +544,40 @@ fn a_bad_nodes_block_is_refused_naming_each_key() {
         err.contains("put the node this machine is first, with engine: local"),
         "{err}"
     );
+}
+
+#[test]
+fn a_worker_that_never_joins_stops_the_group_after_the_join_timeout() {
+    // Node b cannot reach the head (a blackhole route in its namespace) while its engine still
+    // answers on its unix socket; the link is node b's alone meanwhile (write lock).
+    let t = Two::with_image("nodes-nojoin", true);
+    t.recipe_joining("tp2", SIM_ARGS, &second_engine::socket(), "3s");
+    let head = format!("{HOST_ADDR}/32");
+    let route = ["netns", "exec", second_engine::NETNS, "ip", "route"];
+    let blackhole = [&route[..], &["add", "blackhole", &head]].concat();
+    assert!(std::process::Command::new("ip")
+        .args(&blackhole)
+        .status()
+        .unwrap()
+        .success());
+    let out = t.deck.run(&["start", "tp2"]);
+    let unblock = [&route[..], &["del", "blackhole", &head]].concat();
+    assert!(std::process::Command::new("ip")
+        .args(&unblock)
+        .status()
+        .unwrap()
+        .success());
+    let err = support::text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Ray reports 1 of 2 nodes (1 of 2 GPUs) after 3s: a worker never joined"),
+        "{err}"
+    );
+    assert!(err.contains("the group was stopped on every node"), "{err}");
+    assert!(err.contains("[b ray-worker]"), "{err}");
+    assert!(
+        !members(false, &t.state()).contains_key("api"),
+        "the API server never started"
+    );
+    all_stopped(&t);
 }

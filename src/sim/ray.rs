@@ -173,7 +173,17 @@ async fn connect_patiently(addr: &str) -> Result<TcpStream> {
 }
 
 /// `ray start --address HEAD:P --block`: joins, then lives as long as the connection.
+/// SIGTERM ends it at any point (as a container's pid 1 it would otherwise be ignored).
 pub async fn worker(cfg: &SimConfig, addr: &str) -> Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
+    tokio::select! {
+        r = join_and_stay(cfg, addr) => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+async fn join_and_stay(cfg: &SimConfig, addr: &str) -> Result<()> {
     let stream = connect_patiently(addr).await?;
     let (read, mut write) = stream.into_split();
     write
@@ -191,12 +201,7 @@ pub async fn worker(cfg: &SimConfig, addr: &str) -> Result<()> {
         node_ip(cfg),
         cfg.ray_gpus
     ));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
-    tokio::select! {
-        _ = async { while let Ok(Some(_)) = lines.next_line().await {} } => {}
-        _ = term.recv() => return Ok(()),
-    }
+    while let Ok(Some(_)) = lines.next_line().await {}
     Err(Error::Failed(format!(
         "ray worker: lost the connection to the head at {addr}"
     )))
