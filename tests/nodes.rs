@@ -581,3 +581,61 @@ fn a_worker_that_never_joins_stops_the_group_after_the_join_timeout() {
     );
     all_stopped(&t);
 }
+
+#[test]
+fn a_node_whose_model_differs_is_refused_naming_the_files() {
+    use second_engine::{MODEL, MODEL_ON_B};
+    // The model paths are node b's alone while this runs (write lock).
+    let t = Two::with_image("nodes-model", true);
+    let files = [
+        ("config.json", "{\"model_type\": \"qwen3_5\"}\n"),
+        ("tokenizer.json", "{}\n"),
+    ];
+    for dir in [MODEL, MODEL_ON_B] {
+        // Emptied, not removed: node b's mount holds on to the directory itself.
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+        for (name, body) in files {
+            std::fs::write(format!("{dir}/{name}"), body).unwrap();
+        }
+    }
+    // The sim passes no model flag; the model is mounted on every node all the same.
+    let with_model = |t: &Two| {
+        let path = t.deck.dir.join("recipes/tp2.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("server:\n", &format!("model:\n  path: {MODEL}\nserver:\n"));
+        std::fs::write(&path, text).unwrap();
+    };
+    with_model(&t);
+    t.deck.ok(&["start", "tp2"]);
+    t.deck.ok(&["down", "tp2"]);
+
+    std::fs::write(
+        format!("{MODEL_ON_B}/config.json"),
+        "{\"model_type\": \"other\"}\n",
+    )
+    .unwrap();
+    std::fs::remove_file(format!("{MODEL_ON_B}/tokenizer.json")).unwrap();
+    let started_before = members(true, &t.state()).len();
+    let out = t.deck.run(&["start", "tp2"]);
+    let err = support::text(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "{err}{}",
+        support::text(&out.stdout)
+    );
+    assert!(
+        err.contains(&format!(
+            "node b's model at {MODEL} is not the head's: config.json (differs), tokenizer.json (missing or unreadable)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("nothing was started"), "{err}");
+    assert_eq!(
+        members(true, &t.state()).len(),
+        started_before,
+        "nothing new on node b"
+    );
+}

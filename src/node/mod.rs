@@ -7,6 +7,7 @@ pub mod check;
 pub mod doctor;
 pub mod group;
 pub mod image;
+pub mod model;
 pub mod plan;
 pub mod ray;
 pub mod start;

@@ -64,6 +64,9 @@ pub async fn start(
         Ok(started) => Ok(started),
         Err(e) => {
             let stopped = group::stop_run(&g.conns, Some(state), &state_id, &spec.run_id).await;
+            if stopped.is_empty() {
+                return Err(e);
+            }
             Err(Error::Failed(format!(
                 "{e}; the group was stopped on every node{}",
                 group::summary(&stopped)
@@ -85,6 +88,7 @@ async fn start_parts(
             tracing::info!("copied image {artifact} to node {}", c.node.name);
         }
     }
+    same_model(g, spec, artifact, state).await?;
     let ray_dir = group::ray_session_dir(state, &spec.run_id);
     std::fs::create_dir_all(&ray_dir)
         .map_err(|e| Error::io(format!("cannot create {}", ray_dir.display()), e))?;
@@ -116,6 +120,37 @@ async fn start_parts(
     }
     let api = api.expect("the plan ends with the API server");
     Ok(watch(head, &api, &ids, spec, artifact))
+}
+
+/// Every other node's copy of the model is the head's, file by file.
+async fn same_model(
+    g: &GroupStart,
+    spec: &StartSpec,
+    artifact: &str,
+    state: &StateDir,
+) -> Result<()> {
+    let crate::recipe::Launch::Docker { mounts, .. } = &spec.resolved.launch else {
+        return Ok(());
+    };
+    let Some(model) = mounts.first().filter(|_| spec.model_fingerprint.is_some()) else {
+        return Ok(());
+    };
+    let path = std::path::Path::new(&model.host);
+    let head = crate::patch::file_hashes_in_background(path, state).await?;
+    let state_id = state.id();
+    let check = super::model::ModelCheck {
+        engine: spec.resolved.engine,
+        image: artifact,
+        host_path: &model.host,
+        mount: &model.container,
+        single_file: path.is_file(),
+        state_id: &state_id,
+        run_id: &spec.run_id,
+    };
+    for c in &g.conns[1..] {
+        super::model::ensure_same(c, &check, &head).await?;
+    }
+    Ok(())
 }
 
 /// Runs a command in a container through the Engine API (argv, no shell); its output.

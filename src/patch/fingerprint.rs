@@ -222,6 +222,25 @@ fn hash_parallel(
     Ok(results.into_inner().expect("results lock"))
 }
 
+/// Each file's sha256 by its path relative to the model (a one-file model: its name), from
+/// a fingerprint taken now (cheap when the cache holds them): what another node's copy is
+/// compared with, file by file.
+pub fn file_hashes(
+    model: &Path,
+    cache_dir: &Path,
+    threads: usize,
+) -> Result<BTreeMap<String, String>> {
+    fingerprint(model, cache_dir, threads)?;
+    let model = std::fs::canonicalize(model)
+        .map_err(|e| Error::io(format!("cannot read the model at {}", model.display()), e))?;
+    let cache: Cache = state::read_json(&cache_path(cache_dir, &model))?;
+    Ok(cache
+        .files
+        .into_iter()
+        .map(|(rel, stamp)| (rel, stamp.sha256))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

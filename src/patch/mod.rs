@@ -105,6 +105,17 @@ pub async fn fingerprint_in_background(model: &Path, state: &StateDir) -> Result
         .map_err(|e| Error::Failed(format!("fingerprinting was interrupted: {e}")))?
 }
 
+/// Each model file's sha256 (see `fingerprint::file_hashes`), off the async threads.
+pub async fn file_hashes_in_background(
+    model: &Path,
+    state: &StateDir,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let (model, cache) = (model.to_path_buf(), cache_dir(state));
+    tokio::task::spawn_blocking(move || fingerprint::file_hashes(&model, &cache, threads()))
+        .await
+        .map_err(|e| Error::Failed(format!("fingerprinting was interrupted: {e}")))?
+}
+
 /// Refuses, before anything changes, what would fail halfway: read-only files.
 fn preflight(plan: &Plan) -> Result<()> {
     for f in plan.files.iter().filter(|f| f.existed) {

@@ -143,6 +143,10 @@ pub struct SimConfig {
     /// Nodes the API server waits for (the tensor-parallel group's size in nodes).
     #[arg(long, env = "SIM_RAY_NODES", default_value_t = 1)]
     pub ray_nodes: usize,
+    /// Print `sha256sum`-style lines (`HASH  FILE`) for these files and exit: what a
+    /// group's model check runs on another node, where a FROM-scratch image has no coreutils.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    pub sha256_files: Vec<String>,
     /// Taken as vLLM takes it, so a group's API server has vLLM's argv; logged only.
     #[arg(long, value_name = "N")]
     pub tensor_parallel_size: Option<u32>,

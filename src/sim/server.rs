@@ -74,6 +74,16 @@ fn log(line: std::fmt::Arguments) {
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub async fn serve(cfg: SimConfig) -> Result<()> {
     // One binary plays every part of a multi-node group.
+    if !cfg.sha256_files.is_empty() {
+        // As sha256sum: a file it cannot read is said on stderr and left out.
+        for file in &cfg.sha256_files {
+            match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
+                Ok(sha) => println!("{sha}  {file}"),
+                Err(e) => eprintln!("sha256sum: {e}"),
+            }
+        }
+        return Ok(());
+    }
     if let Some(addr) = &cfg.ray_status {
         return super::ray::status(addr).await;
     }

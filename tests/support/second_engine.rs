@@ -17,6 +17,11 @@ pub const NODE_ADDR: &str = "10.77.0.2";
 pub const TCP: &str = "tcp://10.77.0.2:2375";
 const RUN_DIR: &str = "/run/sparkctl-test-node1";
 const DATA_ROOT: &str = "/var/lib/sparkctl-test-node1";
+/// A model path as the host (node a) sees it ...
+pub const MODEL: &str = "/tmp/sparkctl-test-node1-model";
+/// ... and what node b's engine sees at that same path (its own mount namespace): two
+/// Sparks' copies of one model, which may differ.
+pub const MODEL_ON_B: &str = "/var/lib/sparkctl-test-node1/model-on-b";
 
 pub fn socket() -> String {
     format!("unix://{RUN_DIR}/docker.sock")
@@ -152,16 +157,19 @@ fn start() {
     )
     .unwrap();
     let log = std::fs::File::create(format!("{RUN_DIR}/dockerd.log")).unwrap();
-    // nsenter, not `ip netns exec`: that one remounts /sys and hides the cgroup mounts.
+    for dir in [MODEL, MODEL_ON_B] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    // nsenter, not `ip netns exec`: that one remounts /sys and hides the cgroup mounts. Its
+    // own mount namespace, where MODEL is MODEL_ON_B (fixed paths; dockerd's argv passes
+    // through "$@", never into the script).
     let child = Command::new("nsenter")
         .arg(format!("--net=/run/netns/{NETNS}"))
-        .args([
-            "dockerd",
-            "--config-file",
-            &config,
-            "--data-root",
-            DATA_ROOT,
-        ])
+        .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind {MODEL_ON_B} {MODEL} && exec dockerd \"$@\""
+        ))
+        .args(["sh", "--config-file", &config, "--data-root", DATA_ROOT])
         .args(["--exec-root", &format!("{RUN_DIR}/exec")])
         .args(["--pidfile", &format!("{RUN_DIR}/dockerd.pid")])
         .args(["-H", &socket(), "-H", &format!("tcp://{NODE_ADDR}:2375")])
