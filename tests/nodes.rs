@@ -13,7 +13,19 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, LogsOptionsBuilder
 use futures_util::StreamExt;
 use second_engine::{engine, second_engine, HOST_ADDR, HOST_IF, NODE_ADDR, NODE_IF, TCP};
 use serde_json::Value;
-use support::{block_on, docker, free_port, http_status, sim_image, Deck};
+use support::{block_on, docker, free_port, http_status, Deck};
+
+/// The sim image these tests run, under a tag of their own: other test binaries (and other
+/// worktrees on this machine) rebuild `sparkctl-sim:test` from their own binaries, which may
+/// not know the sim's Ray parts.
+fn sim_image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    const TAG: &str = "sparkctl-sim:nodes-test";
+    BUILT.get_or_init(|| {
+        block_on(async { support::build_sim_image(&docker().await, TAG).await });
+    });
+    TAG
+}
 
 /// Node b's copy of the sim image: the copy test removes it (write), the others run it.
 static IMAGE_ON_B: std::sync::RwLock<()> = std::sync::RwLock::new(());
@@ -128,7 +140,10 @@ fn members(on_b: bool, state: &str) -> HashMap<String, Value> {
                 .as_str()
                 .unwrap_or("-")
                 .to_string();
-            out.insert(role, v);
+            // Of several runs' containers in one role, the running one.
+            if !out.get(&role).is_some_and(running) {
+                out.insert(role, v);
+            }
         }
         out
     })
@@ -638,4 +653,73 @@ fn a_node_whose_model_differs_is_refused_naming_the_files() {
         started_before,
         "nothing new on node b"
     );
+}
+
+#[test]
+fn a_group_whose_server_died_is_cleaned_by_down_and_by_the_next_start() {
+    let t = Two::new("nodes-orphan");
+    t.deck.ok(&["start", "tp2"]);
+    let api = members(false, &t.state())["api"]["Id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The API server dies on its own: Ray's head and the worker are left running.
+    block_on(async move {
+        docker()
+            .await
+            .kill_container(
+                &api,
+                None::<bollard::query_parameters::KillContainerOptions>,
+            )
+            .await
+            .unwrap()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(running(&members(true, &t.state())["ray-worker"]));
+    // The next start stops them first (they hold the Ray port), then serves.
+    t.deck.ok(&["start", "tp2"]);
+    let workers: Vec<Value> = {
+        let state = t.state();
+        block_on(async move {
+            let filters = HashMap::from([(
+                "label",
+                vec![
+                    format!("io.sparkctl.state={state}"),
+                    "io.sparkctl.role=ray-worker".into(),
+                ],
+            )]);
+            let opts = ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let list = engine().await.list_containers(Some(opts)).await.unwrap();
+            list.into_iter()
+                .map(|c| serde_json::to_value(c).unwrap())
+                .collect()
+        })
+    };
+    assert_eq!(workers.len(), 2, "one worker per run on node b");
+    assert_eq!(
+        workers.iter().filter(|w| w["State"] == "running").count(),
+        1,
+        "{workers:?}"
+    );
+    // Its server dies again; `down` still stops the rest on every node.
+    let api = members(false, &t.state())["api"]["Id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    block_on(async move {
+        docker()
+            .await
+            .kill_container(
+                &api,
+                None::<bollard::query_parameters::KillContainerOptions>,
+            )
+            .await
+            .unwrap()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.deck.ok(&["down", "tp2"]);
+    all_stopped(&t);
 }

@@ -484,6 +484,11 @@ pub async fn down(
         return Ok(None);
     };
     if !d.running() {
+        // A group whose API server ended may have left Ray's containers on its nodes.
+        if let (Ok(docker), false) = (rt.docker(), dry_run) {
+            let state = Some(rt.process.state());
+            crate::node::group::stop_rest(docker.client(), &d.id, state, docker.state_id()).await;
+        }
         return Ok(None);
     }
     let door_state = match door {

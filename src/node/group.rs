@@ -359,3 +359,45 @@ pub async fn logs(
     }
     Ok(())
 }
+
+/// Stops what earlier runs of recipe `name` left running on these nodes (a group whose API
+/// server ended leaves Ray's head and workers behind, holding the Ray port and memory), and
+/// says what it stopped. Only this state dir's containers of that recipe are touched.
+pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> Vec<String> {
+    let filters = HashMap::from([(
+        "label",
+        vec![
+            format!("{}=true", base::MANAGED),
+            format!("{}={state_id}", base::STATE),
+            format!("{}={name}", label::GROUP),
+        ],
+    )]);
+    let mut stopped = Vec::new();
+    for c in conns {
+        let opts = ListContainersOptionsBuilder::new()
+            .filters(&filters)
+            .build();
+        for s in c
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .unwrap_or_default()
+        {
+            let Some(id) = s.id else { continue };
+            let role = s
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(label::ROLE).cloned())
+                .unwrap_or_default();
+            let opts = StopContainerOptionsBuilder::new().t(10).build();
+            if c.docker.stop_container(&id, Some(opts)).await.is_ok() {
+                stopped.push(format!(
+                    "node {}: {role} {} of an earlier run",
+                    c.node.name,
+                    crate::units::short_id(&id)
+                ));
+            }
+        }
+    }
+    stopped
+}

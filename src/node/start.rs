@@ -83,6 +83,11 @@ async fn start_parts(
     host_env: Vec<String>,
 ) -> Result<Started> {
     let head = &g.conns[0];
+    // `plan_start` refused a running server, so anything of this recipe still running is
+    // an orphan of a group whose server ended: it would hold the Ray port.
+    for note in group::stop_leftovers(&g.conns, &state.id(), &spec.resolved.name).await {
+        tracing::warn!("stopped {note}");
+    }
     for c in &g.conns[1..] {
         if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
             tracing::info!("copied image {artifact} to node {}", c.node.name);
