@@ -312,6 +312,29 @@ fn a_group_starts_across_two_engines_and_serves_only_after_the_worker_joined() {
 
     let status = t.deck.status_of("tp2").expect("tp2 in status");
     assert_eq!(status["state"], "running");
+    let mut parts: Vec<String> = status["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("status shows the group's nodes: {status}"))
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} {}",
+                p["node"].as_str().unwrap(),
+                p["role"].as_str().unwrap(),
+                p["running"]
+            )
+        })
+        .collect();
+    parts.sort();
+    assert_eq!(
+        parts,
+        ["a api true", "a ray-head true", "b ray-worker true"]
+    );
+    let table = t.deck.ok(&["status"]);
+    assert!(
+        table.contains("tp2 across nodes: a api running, b ray-worker running, a ray-head running"),
+        "{table}"
+    );
     let logs_b = t.deck.ok(&["logs", "tp2", "--node", "b"]);
     assert!(
         logs_b.contains(&format!("node {NODE_ADDR} joined the cluster")),

@@ -113,6 +113,9 @@ struct StatusRow<'a> {
     production: bool,
     role: Role,
     uptime_s: Option<u64>,
+    /// A multi-node deployment's containers, node by node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<crate::node::group::Placed>,
 }
 
 pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
@@ -136,10 +139,21 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
             .map(|d| crate::runtime::ready::health_now(&client, d)),
     )
     .await;
+    let groups = futures_util::future::join_all(
+        rows.iter()
+            .map(|d| crate::node::group::members_of(&ctx.runtimes, d)),
+    )
+    .await;
+    let mut warnings = warnings;
     let status: Vec<StatusRow> = rows
         .iter()
         .zip(health)
-        .map(|(d, health)| StatusRow {
+        .zip(groups)
+        .map(|((d, health), (nodes, notes))| StatusRow {
+            nodes: {
+                warnings.extend(notes);
+                nodes
+            },
             deployment: d,
             health: health.to_string(),
             production: role(d) == Role::Production,
@@ -201,6 +215,17 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         ]);
     }
     out.print_table(&t);
+    for row in status.iter().filter(|r| !r.nodes.is_empty()) {
+        let parts: Vec<String> = row
+            .nodes
+            .iter()
+            .map(|p| {
+                let state = if p.running { "running" } else { "exited" };
+                format!("{} {} {state}", p.node, p.role.as_str())
+            })
+            .collect();
+        println!("{} across nodes: {}", row.deployment.name, parts.join(", "));
+    }
     Ok(())
 }
 

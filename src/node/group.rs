@@ -401,3 +401,22 @@ pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> 
     }
     stopped
 }
+
+/// A group deployment's containers on every node that answers (empty for one-engine
+/// deployments), for `status`; unreachable nodes are named in the notes.
+pub async fn members_of(
+    rt: &crate::runtime::Runtimes,
+    d: &crate::runtime::Deployment,
+) -> (Vec<Placed>, Vec<String>) {
+    let Ok(docker) = rt.docker() else {
+        return (Vec::new(), Vec::new());
+    };
+    if d.runtime != crate::recipe::Runtime::Docker {
+        return (Vec::new(), Vec::new());
+    }
+    let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
+        return (Vec::new(), Vec::new());
+    };
+    let (conns, notes) = reach(&nodes).await;
+    (placed(&conns, docker.state_id(), &d.run_id).await, notes)
+}
