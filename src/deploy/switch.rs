@@ -196,8 +196,17 @@ pub async fn restore(
             }
         }
     }
+    let serves = |c: &Deployment| routed.as_ref().is_some_and(|u| u.deployment == c.id);
+    if !t.started.as_ref().is_some_and(serves) {
+        // A multi-node start cut short leaves Ray's containers on other nodes.
+        if let Ok(loaded) = ctx.recipes.get(recipe) {
+            for note in crate::node::group::stop_group_leftovers(ctx.rt, &loaded.recipe).await {
+                notes.push(format!("stopped {note}"));
+            }
+        }
+    }
     if let Some(c) = &t.started {
-        if routed.as_ref().is_some_and(|u| u.deployment == c.id) {
+        if serves(c) {
             notes.push(format!("{} serves production already; kept", c.name));
         } else {
             let _ = ctx.rt.stop(c, STOP_GRACE).await;

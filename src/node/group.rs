@@ -372,23 +372,39 @@ pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> 
             format!("{}={name}", label::GROUP),
         ],
     )]);
-    let mut stopped = Vec::new();
+    let mut running = Vec::new();
     for c in conns {
         let opts = ListContainersOptionsBuilder::new()
             .filters(&filters)
             .build();
-        for s in c
+        let list = c
             .docker
             .list_containers(Some(opts))
             .await
+            .unwrap_or_default();
+        running.push((c, list));
+    }
+    let label_of = |s: &bollard::models::ContainerSummary, key: &str| {
+        s.labels
+            .as_ref()
+            .and_then(|l| l.get(key).cloned())
             .unwrap_or_default()
-        {
-            let Some(id) = s.id else { continue };
-            let role = s
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(label::ROLE).cloned())
-                .unwrap_or_default();
+    };
+    // A run whose API server runs is a deployment, not leftovers: never touched here.
+    let serving: Vec<String> = running
+        .iter()
+        .flat_map(|(_, list)| list.iter())
+        .filter(|s| label_of(s, label::ROLE) == Role::Api.as_str())
+        .map(|s| label_of(s, base::RUN_ID))
+        .collect();
+    let mut stopped = Vec::new();
+    for (c, list) in running {
+        for s in list {
+            let (Some(id), false) = (s.id.clone(), serving.contains(&label_of(&s, base::RUN_ID)))
+            else {
+                continue;
+            };
+            let role = label_of(&s, label::ROLE);
             let opts = StopContainerOptionsBuilder::new().t(10).build();
             if c.docker.stop_container(&id, Some(opts)).await.is_ok() {
                 stopped.push(format!(
@@ -419,4 +435,18 @@ pub async fn members_of(
     };
     let (conns, notes) = reach(&nodes).await;
     (placed(&conns, docker.state_id(), &d.run_id).await, notes)
+}
+
+/// After an interrupted or failed flow: whatever of recipe's group still runs on its nodes
+/// (a start cut short before its server was known) is stopped, and named.
+pub async fn stop_group_leftovers(
+    rt: &crate::runtime::Runtimes,
+    recipe: &crate::recipe::Recipe,
+) -> Vec<String> {
+    let (Some(nodes), Ok(docker)) = (&recipe.nodes, rt.docker()) else {
+        return Vec::new();
+    };
+    let (conns, mut notes) = reach(nodes).await;
+    notes.extend(stop_leftovers(&conns, docker.state_id(), &recipe.name).await);
+    notes
 }

@@ -59,7 +59,10 @@ pub async fn start(
     host_env: Vec<String>,
 ) -> Result<Started> {
     let state_id = state.id();
-    let outcome = start_parts(g, spec, artifact, state, host_env).await;
+    let outcome = tokio::select! {
+        r = start_parts(g, spec, artifact, state, host_env) => r,
+        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted("interrupted".into())),
+    };
     match outcome {
         Ok(started) => Ok(started),
         Err(e) => {
@@ -67,10 +70,14 @@ pub async fn start(
             if stopped.is_empty() {
                 return Err(e);
             }
-            Err(Error::Failed(format!(
+            let text = format!(
                 "{e}; the group was stopped on every node{}",
                 group::summary(&stopped)
-            )))
+            );
+            Err(match e {
+                Error::Interrupted(_) => Error::Interrupted(text),
+                _ => Error::Failed(text),
+            })
         }
     }
 }
