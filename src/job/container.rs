@@ -8,9 +8,10 @@ use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use super::recipe::host_path;
 use super::recipe::JobRecipe;
 use crate::error::{Error, Result};
-use crate::recipe::{expand_home, Gpus, Ipc};
+use crate::recipe::{Gpus, Ipc};
 use crate::runtime::docker::label;
 use crate::runtime::Exit;
 
@@ -34,13 +35,13 @@ pub fn binds(r: &JobRecipe) -> Vec<String> {
     let ro = r
         .inputs
         .iter()
-        .map(|i| format!("{}:{}:ro", expand_home(&i.path), i.mount));
+        .map(|i| format!("{}:{}:ro", host_path(&i.path).display(), i.mount));
     let rw = r
         .outputs
         .iter()
         .map(|o| (&o.path, &o.mount))
         .chain(r.caches.iter().map(|c| (&c.path, &c.mount)))
-        .map(|(p, m)| format!("{}:{m}", expand_home(p)));
+        .map(|(p, m)| format!("{}:{m}", host_path(p).display()));
     ro.chain(rw).collect()
 }
 

@@ -141,6 +141,13 @@ impl LoadedJob {
     }
 }
 
+/// A recipe's host path as the engine needs it: `~` expanded, and absolute (a relative
+/// path in a bind would name a Docker volume instead of a directory).
+pub fn host_path(path: &str) -> PathBuf {
+    let p = PathBuf::from(crate::recipe::expand_home(path));
+    std::path::absolute(&p).unwrap_or(p)
+}
+
 /// `recipes/jobs/`, beside the serving recipes.
 pub fn jobs_dir(recipes: &Path) -> PathBuf {
     recipes.join("jobs")

@@ -9,12 +9,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::container;
-use super::recipe::{LoadedJob, RunAs};
+use super::recipe::{host_path, LoadedJob, RunAs};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::deploy::{Context, MemoryPlan};
 use crate::error::{Error, Result};
 use crate::patch::owner::{self, Owner};
-use crate::recipe::expand_home;
 
 /// How a run may go, and how it talks to people.
 pub struct RunOptions<'a> {
@@ -153,11 +152,11 @@ fn check_inputs(loaded: &LoadedJob) -> Result<()> {
         .inputs
         .iter()
         .enumerate()
-        .filter(|(_, i)| !Path::new(&expand_home(&i.path)).exists())
+        .filter(|(_, i)| !host_path(&i.path).exists())
         .map(|(n, i)| {
             loaded.diagnostic(
                 &format!("inputs[{n}].path"),
-                format!("input {} does not exist", expand_home(&i.path)),
+                format!("input {} does not exist", host_path(&i.path).display()),
                 Some("download or create it first, or fix the path".into()),
             )
         })
@@ -178,7 +177,7 @@ fn check_outputs_writable(loaded: &LoadedJob, user: &str) -> Result<()> {
         .and_then(|u| u.parse().ok())
         .unwrap_or(0);
     for (i, o) in loaded.recipe.outputs.iter().enumerate() {
-        let path = PathBuf::from(expand_home(&o.path));
+        let path = host_path(&o.path);
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
@@ -229,7 +228,7 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
     let mut per_fs: Vec<(u64, u64, u64, Vec<String>)> = Vec::new();
     for (i, o) in loaded.recipe.outputs.iter().enumerate() {
         let Some(size) = o.size else { continue };
-        let path = PathBuf::from(expand_home(&o.path));
+        let path = host_path(&o.path);
         let Some((free, dev)) = free_bytes(&path) else {
             continue;
         };
@@ -267,7 +266,7 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     let run_id = crate::state::new_run_id();
     let mut inputs = Vec::new();
     for i in &r.inputs {
-        let path = PathBuf::from(expand_home(&i.path));
+        let path = host_path(&i.path);
         (opts.say)(&format!("fingerprinting input {}", path.display()));
         let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
         inputs.push(InputPrint {
@@ -277,7 +276,7 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     }
     let mut outputs = Vec::new();
     for o in &r.outputs {
-        let path = PathBuf::from(expand_home(&o.path));
+        let path = host_path(&o.path);
         super::finalize::prepare_output(&path, plan.owner, &r.name, &run_id)?;
         outputs.push(OutputResult {
             path,
