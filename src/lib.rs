@@ -13,6 +13,7 @@ pub mod frontdoor;
 pub mod history;
 pub mod host;
 pub mod images;
+pub mod job;
 pub mod lock;
 pub mod memory;
 pub mod nvidia;

@@ -424,5 +424,10 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
         ]);
     }
     out.print_table(&t);
+    for r in runs.iter().filter(|r| r.produced_by.is_some()) {
+        if let Some(l) = &r.produced_by {
+            println!("{}: {}'s model {l}", r.run_id, r.recipe);
+        }
+    }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod bench;
 mod deploy;
 mod frontdoor;
 mod images;
+mod jobs;
 mod output;
 mod patch;
 mod prune;
@@ -189,6 +190,31 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Run a one-shot job (recipes/jobs/JOB.yaml) detached, and follow it (Ctrl-C detaches).
+    Run {
+        name: String,
+        /// Print the plan (image, user, memory, disk, command) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Start it and return at once.
+        #[arg(long)]
+        detach: bool,
+        /// Do not ask before stopping the production backend to make room.
+        #[arg(long)]
+        yes: bool,
+        /// Run an image that has no digest in images.lock (recorded in the run).
+        #[arg(long)]
+        allow_unpinned: bool,
+    },
+    /// Job runs, newest first: state, how each ended, outputs and their fingerprints.
+    Jobs,
+    /// Stop a running job (its container, logs and partial outputs are kept).
+    Stop {
+        name: String,
+        /// Time between SIGTERM and SIGKILL.
+        #[arg(long, value_name = "DURATION", default_value = "10s")]
+        grace: crate::units::HumanDuration,
+    },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
@@ -253,7 +279,11 @@ pub enum RecipesCommand {
     /// Check recipes (all in the directory, or the names/files given).
     Validate { targets: Vec<String> },
     /// The JSON Schema of the recipe format, for editors.
-    Schema,
+    Schema {
+        /// The schema of job recipes (recipes/jobs/*.yaml) instead.
+        #[arg(long)]
+        job: bool,
+    },
 }
 
 /// Logs on stderr: sparkctl's own at the level asked for (`-v`, `-vv`, `SPARKCTL_LOG`),
@@ -442,6 +472,10 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Logs { name, follow, tail } => in_context(g, async |ctx| {
             if name == "frontdoor" {
                 frontdoor::logs(ctx, follow, tail).await
+            } else if crate::job::has_runs(&ctx.state, &name)
+                && ctx.runtimes.find(&name).await?.is_none()
+            {
+                jobs::logs(ctx, &name, follow, tail).await
             } else {
                 deploy::logs(ctx, &name, follow, tail).await
             }
@@ -455,6 +489,27 @@ fn dispatch(cli: Cli) -> Result<()> {
             deploy::down(ctx, &name, dry_run, force, &out).await
         }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
+        Command::Run {
+            name,
+            dry_run,
+            detach,
+            yes,
+            allow_unpinned,
+        } => {
+            let args = jobs::RunArgs {
+                dry_run,
+                detach,
+                yes,
+                allow_unpinned,
+            };
+            in_context(g, async |ctx| {
+                jobs::run(ctx, &g.recipes, &name, args, &out).await
+            })
+        }
+        Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
+        Command::Stop { name, grace } => {
+            in_context(g, async |ctx| jobs::stop(ctx, &name, grace.0, &out).await)
+        }
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?

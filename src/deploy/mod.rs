@@ -73,6 +73,9 @@ pub struct StartPlan {
     pub recipe_hash: String,
     /// sha256 over the model's files (cached by size, mtime and inode).
     pub model_fingerprint: Option<String>,
+    /// The job that made the model (`model.produced_by`), checked before the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<crate::job::lineage::Lineage>,
     /// A container image run without a pin (`--allow-unpinned`).
     pub unpinned: bool,
     /// The image as the recipe names it; `command` runs it by digest.
@@ -157,6 +160,7 @@ pub async fn plan_start(
         )));
     }
     let mut model_fingerprint = None;
+    let mut produced_by = None;
     if let Some(model) = &recipe.model {
         let path = crate::recipe::expand_home(&model.path);
         if !Path::new(&path).exists() {
@@ -165,6 +169,12 @@ pub async fn plan_start(
                 recipe.name,
                 loaded.path.display()
             )));
+        }
+        if let Some(job) = &model.produced_by {
+            // A failed or stale job's outputs never serve (before any fingerprinting).
+            let docker = rt.docker()?.client();
+            produced_by =
+                Some(crate::job::lineage::check(docker, state, job, Path::new(&path)).await?);
         }
         model_fingerprint = Some(
             crate::patch::fingerprint_in_background(Path::new(&path), state)
@@ -200,6 +210,7 @@ pub async fn plan_start(
         runtime: resolved.runtime,
         recipe_hash: recipe.hash(),
         model_fingerprint,
+        produced_by,
         unpinned,
         image_ref,
         artifact,

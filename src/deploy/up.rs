@@ -118,6 +118,10 @@ impl Flow<'_, '_> {
         self.record.image = plan.image_ref.clone();
         self.record.unpinned = plan.unpinned;
         self.record.model_fingerprint = plan.model_fingerprint.clone();
+        self.record.produced_by = plan.produced_by.clone();
+        if let Some(l) = &plan.produced_by {
+            self.say(&format!("model {l}"));
+        }
         let prod = production.current.as_ref().map(|e| e.recipe.clone());
         let swap = prod
             .as_ref()

@@ -42,7 +42,7 @@ fn gate_rule_ok(rule: &str) -> bool {
     number.parse::<f64>().is_ok_and(f64::is_finite)
 }
 
-fn env_name_ok(name: &str) -> bool {
+pub(crate) fn env_name_ok(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
@@ -51,14 +51,14 @@ fn env_name_ok(name: &str) -> bool {
 }
 
 /// A path inside the model dir: relative, no `..`.
-fn inside(path: &str) -> bool {
+pub(crate) fn inside(path: &str) -> bool {
     let p = Path::new(path);
     !path.is_empty()
         && p.components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
-const ULIMITS: &[&str] = &[
+pub(crate) const ULIMITS: &[&str] = &[
     "core",
     "cpu",
     "data",
@@ -346,6 +346,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     }
     if let Some(model) = &r.model {
         check_patches(path, src, model, &mut out);
+        check_produced_by(path, src, model, &mut out);
     }
     check_values(path, src, r, loose, &mut out);
     out
@@ -418,6 +419,35 @@ fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut V
                 Some("write a number from 0 up, or -1 for unlimited".into()),
             ));
         }
+    }
+}
+
+/// `model.produced_by` names a job recipe in `recipes/jobs/`.
+fn check_produced_by(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
+    let Some(job) = &model.produced_by else {
+        return;
+    };
+    let dir = path.parent().unwrap_or(Path::new(".")).join("jobs");
+    if !dir.join(format!("{job}.yaml")).is_file() {
+        let known: Vec<String> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let p = e.path();
+                        (p.extension()? == "yaml")
+                            .then(|| p.file_stem()?.to_str().map(String::from))?
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        out.push(diag_at(
+            path,
+            src,
+            "model.produced_by",
+            format!("no job recipe `{job}` in {}", dir.display()),
+            Some(suggest(job, &known, "known jobs")),
+        ));
     }
 }
 

@@ -19,6 +19,9 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
+pub(crate) use check::{env_name_ok, inside, ULIMITS};
+pub(crate) use image_ref::problem as image_problem;
+pub(crate) use load::{diag_at, from_yaml_error};
 pub use load::{
     load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
     RecipeSet,
@@ -95,6 +98,10 @@ pub struct Model {
     )]
     #[schemars(with = "Vec<PatchStep>")]
     pub patches: Vec<PatchStep>,
+    /// The job (`recipes/jobs/NAME.yaml`) that writes this model: `up` refuses the model
+    /// when that job's newest run failed or is older than its inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<String>,
 }
 
 /// One model-directory patch step. Paths are relative to the model dir and may not leave it.
