@@ -5,10 +5,14 @@
 
 pub mod client;
 pub mod gates;
+pub mod quality;
+mod reader;
 pub mod report;
 pub mod result;
+pub mod sample;
 pub mod server;
 pub mod sse;
+pub mod stats;
 pub mod suite;
 
 use std::collections::BTreeMap;
@@ -17,8 +21,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use client::{Clients, Sample};
+use client::Clients;
+use gates::Metric;
+use quality::rates;
 use result::{BenchResult, CaseSummary, Concurrency, Target};
+use sample::Sample;
 use suite::{ServerKind, Suite, Tag};
 
 /// How a benchmark runs.
@@ -52,24 +59,6 @@ fn nonce() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(crate::units::unix_now().as_nanos());
     format!("{:08x}", h.finish() as u32)
-}
-
-/// Check → % of the answers it applies to.
-fn rates<'a>(
-    samples: impl Iterator<Item = (&'a Sample, &'a suite::Case)>,
-) -> BTreeMap<String, f64> {
-    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for (s, case) in samples {
-        for (check, passed) in gates::checks(s, case) {
-            let e = counts.entry(check.to_string()).or_default();
-            e.0 += usize::from(passed);
-            e.1 += 1;
-        }
-    }
-    counts
-        .into_iter()
-        .map(|(k, (p, n))| (k, 100.0 * p as f64 / n.max(1) as f64))
-        .collect()
 }
 
 /// Runs the suite against `target.url`; `progress(done, total, case)` after each request.
@@ -163,28 +152,16 @@ pub async fn run(
         })
         .collect();
     let quality = rates(counted().map(|s| (s, case_of(s))));
-    let p50 = |f: &dyn Fn(&Sample) -> Option<f64>, all: bool| {
-        let values: Vec<f64> = counted()
-            .filter(|s| all || result::per_token_valid(s))
-            .filter_map(f)
-            .collect();
-        result::stats(&values).map(|s| s.p50)
-    };
-    let ttft_p50_ms = p50(&|s| s.ttft_ms, true);
-    let ttfo_p50_ms = p50(&|s| s.ttfo_ms, true);
-    let decode_tps_p50 = p50(&|s| s.decode_tps, false);
+    let latency = latency(counted());
+    let p50 = |m: Metric| latency.get(&m).map(|s| s.p50);
+    let (ttft_p50_ms, ttfo_p50_ms, decode_tps_p50) =
+        (p50(Metric::Ttft), p50(Metric::Ttfo), p50(Metric::Decode));
     let now = gates::Measures {
-        rates: &quality,
-        ttft_p50_ms,
-        ttfo_p50_ms,
-        decode_tps_p50,
+        rates: quality.clone(),
+        stats: latency.clone(),
+        ..Default::default()
     };
-    let base = production.map(|p| gates::Measures {
-        rates: &p.quality,
-        ttft_p50_ms: p.ttft_p50_ms,
-        ttfo_p50_ms: p.ttfo_p50_ms,
-        decode_tps_p50: p.decode_tps_p50,
-    });
+    let base = production.map(BenchResult::measures);
     let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
     let (verdict, verdict_reason) = result::verdict(&samples, &gate_results);
     let roofline_share = target
@@ -207,6 +184,9 @@ pub async fn run(
         ttft_p50_ms,
         ttfo_p50_ms,
         decode_tps_p50,
+        latency,
+        confidence: BTreeMap::new(),
+        goodput: None,
         roofline_share,
         gates: gate_results,
         verdict,
@@ -215,6 +195,43 @@ pub async fn run(
         notes,
         samples,
     })
+}
+
+/// Each metric over `samples` (per-token ones over the streams that describe decoding).
+fn latency<'a>(
+    samples: impl Iterator<Item = &'a Sample> + Clone,
+) -> BTreeMap<Metric, result::Stats> {
+    let pick = |f: fn(&Sample) -> Vec<f64>, decoding: bool| {
+        let v: Vec<f64> = samples
+            .clone()
+            .filter(|s| !decoding || result::per_token_valid(s))
+            .flat_map(f)
+            .collect();
+        result::stats(&v)
+    };
+    [
+        (
+            Metric::Ttft,
+            pick(|s| s.ttft_ms.into_iter().collect(), false),
+        ),
+        (
+            Metric::Ttfo,
+            pick(|s| s.ttfo_ms.into_iter().collect(), false),
+        ),
+        (Metric::E2el, pick(|s| vec![s.e2e_ms], false)),
+        (
+            Metric::Tpot,
+            pick(|s| s.tpot_ms.into_iter().collect(), true),
+        ),
+        (Metric::Itl, pick(|s| s.itl_ms.clone(), true)),
+        (
+            Metric::Decode,
+            pick(|s| s.decode_tps.into_iter().collect(), true),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(m, s)| Some((m, s?)))
+    .collect()
 }
 
 /// For each level, `runs` rounds of that many simultaneous single-turn requests.

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::client::{ChunkTokens, Failure, Sample, TokenSource};
-use super::gates::{GateOutcome, GateResult};
+use super::gates::{GateOutcome, GateResult, GoodputFigure, Measures, Metric};
+use super::sample::{ChunkTokens, Failure, Sample, TokenSource};
+use super::stats::Interval;
 use super::suite::{CacheMode, ServerKind};
 
 /// DGX Spark's memory bandwidth: the decode roofline for a model of known size.
@@ -18,37 +19,7 @@ pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
 /// and more, to evaluate.
 pub const NEAR_FULL_UNCACHED: u64 = 4;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Stats {
-    pub n: usize,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-/// Nearest-rank percentiles; None for no values.
-pub fn stats(values: &[f64]) -> Option<Stats> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |p: f64| v[(((p / 100.0) * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Stats {
-        n: v.len(),
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        min: v[0],
-        max: v[v.len() - 1],
-    })
-}
-
-fn median(values: &[f64]) -> Option<f64> {
-    stats(values).map(|s| s.p50)
-}
+pub use super::stats::{median, stats, Stats};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Target {
@@ -193,6 +164,16 @@ pub struct BenchResult {
     #[serde(default)]
     pub ttfo_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
+    /// Every metric over the measured requests of the suite (per-token ones over decoding
+    /// streams only), for the percentile gates.
+    #[serde(default)]
+    pub latency: BTreeMap<Metric, Stats>,
+    /// Each metric's per-run p50 over `--repeat` runs: mean, CV and 95% interval.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub confidence: BTreeMap<Metric, Interval>,
+    /// The best goodput of the load levels, against the SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<GoodputFigure>,
     /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known.
     pub roofline_share: Option<f64>,
     pub usage_estimated: bool,
@@ -210,6 +191,36 @@ pub struct BenchResult {
 }
 
 impl BenchResult {
+    /// What the gates judge, from this result.
+    pub fn measures(&self) -> Measures {
+        let mut stats = self.latency.clone();
+        // Results written before per-metric statistics kept only the p50s.
+        let only_p50 = |v: f64| Stats {
+            n: 1,
+            p50: v,
+            p90: v,
+            p99: v,
+            min: v,
+            max: v,
+        };
+        if stats.is_empty() {
+            for (m, v) in [
+                (Metric::Ttft, self.ttft_p50_ms),
+                (Metric::Decode, self.decode_tps_p50),
+            ] {
+                if let Some(v) = v {
+                    stats.insert(m, only_p50(v));
+                }
+            }
+        }
+        Measures {
+            rates: self.quality.clone(),
+            stats,
+            confidence: self.confidence.clone(),
+            goodput: self.goodput,
+        }
+    }
+
     /// Why this result cannot serve as the baseline of relative gates, if it cannot: a
     /// baseline must be a complete measurement, not a run that broke half-way.
     pub fn unusable_as_baseline(&self) -> Option<String> {

@@ -44,11 +44,11 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
                 "--gate {g}: write NAME=RULE, e.g. thinking_leak='== 0%'"
             ))
         })?;
-        if !crate::recipe::GATES.contains(&name) {
-            return Err(Error::Usage(format!(
-                "--gate {name}: unknown gate; known: {}",
-                crate::recipe::GATES.join(", ")
-            )));
+        if let Err(e) = name.parse::<crate::bench::gates::Gate>() {
+            return Err(Error::Usage(format!("--gate {name}: {e}")));
+        }
+        if let Err(e) = rule.parse::<crate::bench::gates::Rule>() {
+            return Err(Error::Usage(format!("--gate {name}: {e}")));
         }
         gates.insert(name.to_string(), rule.to_string());
     }
