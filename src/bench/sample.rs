@@ -86,6 +86,9 @@ pub struct Sample {
     /// 1-based turn of a multi-turn case.
     pub turn: usize,
     pub warmup: bool,
+    /// Which of the `--repeat` runs of the suite it belongs to (0-based).
+    #[serde(default)]
+    pub repeat: usize,
     pub ok: bool,
     /// The response's `id` (to find it in the server's log).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -524,10 +524,11 @@ async fn bench_recipe(
         &ctx.recipes.dir.join("suites"),
     )?;
     let opts = crate::bench::Options {
-        warmup: None,
         runs,
-        concurrency: Vec::new(),
+        repeat: 1,
+        slo: super::recipe_slo(ctx.recipes, name),
         gates,
+        ..Default::default()
     };
     crate::bench::run(&suite, target, &opts, baseline, |_, _, _| {}).await
 }
