@@ -30,7 +30,16 @@ const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-widt
 const SCRIPT: &str = "(function(){var charts=document.querySelectorAll('svg.chart');var empty=0;charts.forEach(function(c){if(!c.querySelector('[data-mark]'))empty++;});document.body.setAttribute('data-rendered',(empty===0&&charts.length>0?'ok:':'incomplete:')+charts.length);})();";
 
 pub fn report(results: &[&BenchResult]) -> String {
-    let names: Vec<String> = results.iter().map(|r| name_of(r)).collect();
+    let base: Vec<String> = results.iter().map(|r| name_of(r)).collect();
+    // The same target twice (before and after a change): told apart by when they ran.
+    let names: Vec<String> = base
+        .iter()
+        .zip(results)
+        .map(|(n, r)| match base.iter().filter(|m| *m == n).count() {
+            1 => n.clone(),
+            _ => format!("{n} @ {}", r.time),
+        })
+        .collect();
     let mut h = String::new();
     let _ = write!(h, "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>sparkctl bench: {}</title><style>{STYLE}</style></head><body><h1>sparkctl bench: {}</h1>", escape(&names.join(" vs ")), escape(&names.join(" vs ")));
     summary(&mut h, results, &names);
@@ -214,27 +223,38 @@ fn load_charts(results: &[&BenchResult], names: &[String]) -> Vec<String> {
     let marks: Vec<(f64, String)> = results
         .iter()
         .filter_map(|r| {
-            r.sweep
-                .as_ref()?
-                .knee
+            let s = r.sweep.as_ref()?;
+            let unit = if s.kind == super::load::SweepKind::Rate {
+                " req/s"
+            } else {
+                " streams"
+            };
+            s.knee
                 .as_ref()
-                .map(|k| (k.level, format!("knee {}", k.level)))
+                .map(|k| (k.level, format!("knee {}{unit}", k.level)))
         })
         .collect();
+    // Closed-loop levels count streams, open-loop ones requests/s: one line each.
     let series = |pick: &dyn Fn(&super::load::LoadRun) -> Option<f64>| -> Vec<Series> {
-        results
-            .iter()
-            .zip(names)
-            .map(|(r, n)| Series {
-                name: n.clone(),
-                points: levels(r)
+        let mut out = Vec::new();
+        for (r, n) in results.iter().zip(names) {
+            for (closed, unit) in [(true, "streams"), (false, "req/s")] {
+                let points: Vec<(f64, f64)> = levels(r)
                     .iter()
+                    .filter(|l| {
+                        matches!(l.profile, super::load::Profile::Concurrency { .. }) == closed
+                    })
                     .filter_map(|l| Some((l.profile.level(), pick(l)?)))
-                    .collect(),
-                dashed: false,
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect()
+                    .collect();
+                out.push(Series {
+                    name: format!("{n} (x: {unit})"),
+                    points,
+                    dashed: !closed,
+                });
+            }
+        }
+        out.retain(|s| !s.points.is_empty());
+        out
     };
     let x = "load level (streams or req/s)";
     let mut out = Vec::new();

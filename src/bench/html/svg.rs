@@ -33,7 +33,9 @@ pub struct Chart<'a> {
 }
 
 const W: f64 = 560.0;
-const H: f64 = 300.0;
+const H: f64 = 320.0;
+/// Legend line height.
+const LINE: f64 = 13.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 36.0;
@@ -65,6 +67,8 @@ struct Axes {
     x0: f64,
     x1: f64,
     y1: f64,
+    /// The plot's top: below the title and one legend line per series.
+    top: f64,
 }
 
 impl Axes {
@@ -72,11 +76,11 @@ impl Axes {
         LEFT + (x - self.x0) / (self.x1 - self.x0).max(1e-9) * (W - LEFT - RIGHT)
     }
     fn py(&self, y: f64) -> f64 {
-        H - BOTTOM - y / self.y1.max(1e-9) * (H - TOP - BOTTOM)
+        H - BOTTOM - y / self.y1.max(1e-9) * (H - self.top - BOTTOM)
     }
 }
 
-fn frame(svg: &mut String, c: &Chart, a: &Axes) {
+fn frame(svg: &mut String, c: &Chart, a: &Axes, x_ticks: bool) {
     let _ = write!(
         svg,
         "<svg class=\"chart\" id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"11\"><rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"{LEFT}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
@@ -92,7 +96,7 @@ fn frame(svg: &mut String, c: &Chart, a: &Axes) {
     }
     let xs = step(a.x1 - a.x0);
     let mut x = (a.x0 / xs).ceil() * xs;
-    while x <= a.x1 + 1e-9 {
+    while x_ticks && x <= a.x1 + 1e-9 {
         let px = a.px(x);
         let _ = write!(svg, "<line x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#999\"/><text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", H - BOTTOM, H - BOTTOM + 4.0, H - BOTTOM + 16.0, fmt_tick(x));
         x += xs;
@@ -103,21 +107,31 @@ fn frame(svg: &mut String, c: &Chart, a: &Axes) {
         (LEFT + W - RIGHT) / 2.0,
         H - 12.0,
         escape(c.x_label),
-        (TOP + H - BOTTOM) / 2.0,
+        (a.top + H - BOTTOM) / 2.0,
         escape(c.y_label)
     );
 }
 
+fn top_for(entries: usize) -> f64 {
+    TOP + LINE * entries as f64 + 6.0
+}
+
+/// One line per series under the title, long names cut.
 fn legend(svg: &mut String, names: &[(String, bool)]) {
     for (i, (name, dashed)) in names.iter().enumerate() {
-        let x = LEFT + 8.0 + (i % 3) as f64 * 165.0;
-        let y = TOP + 4.0 + (i / 3) as f64 * 14.0;
+        let name: String = if name.chars().count() > 70 {
+            name.chars().take(69).chain(['…']).collect()
+        } else {
+            name.clone()
+        };
+        let x = LEFT + 8.0;
+        let y = TOP - 4.0 + i as f64 * LINE;
         let dash = if *dashed {
             " stroke-dasharray=\"5 3\""
         } else {
             ""
         };
-        let _ = write!(svg, "<line x1=\"{x:.1}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"2\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>", x + 16.0, COLORS[i % COLORS.len()], x + 20.0, y + 4.0, escape(name));
+        let _ = write!(svg, "<line x1=\"{x:.1}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"2\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>", x + 16.0, COLORS[i % COLORS.len()], x + 20.0, y + 4.0, escape(&name));
     }
 }
 
@@ -146,9 +160,10 @@ pub fn lines(c: &Chart) -> Option<String> {
         x0,
         x1: if x1 > x0 { x1 } else { x0 + 1.0 },
         y1: if y1 > 0.0 { y1 } else { 1.0 },
+        top: top_for(c.series.len()),
     };
     let mut svg = String::new();
-    frame(&mut svg, c, &a);
+    frame(&mut svg, c, &a, true);
     for (i, s) in c.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let pts: Vec<String> = s
@@ -166,9 +181,9 @@ pub fn lines(c: &Chart) -> Option<String> {
             let _ = write!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"><title>{}: {} → {}</title></circle>", a.px(x), a.py(y), escape(&s.name), fmt_tick(x), fmt_tick(y));
         }
     }
-    for (x, label) in &c.marks {
+    for (i, (x, label)) in c.marks.iter().enumerate() {
         let px = a.px(*x);
-        let _ = write!(svg, "<line data-mark=\"1\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{TOP}\" y2=\"{:.1}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#c00\">{}</text>", H - BOTTOM, px + 4.0, TOP + 40.0, escape(label));
+        let _ = write!(svg, "<line data-mark=\"1\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#c00\">{}</text>", a.top, H - BOTTOM, px + 4.0, a.top + 12.0 + 12.0 * i as f64, escape(label));
     }
     legend(
         &mut svg,
@@ -200,6 +215,7 @@ pub fn bars(
         x0: 0.0,
         x1: 1.0,
         y1: max * 1.15,
+        top: top_for(names.len()),
     };
     let c = Chart {
         id,
@@ -210,7 +226,7 @@ pub fn bars(
         marks: Vec::new(),
     };
     let mut svg = String::new();
-    frame(&mut svg, &c, &a);
+    frame(&mut svg, &c, &a, false);
     let slot = (W - LEFT - RIGHT) / groups.len() as f64;
     let bar = (slot * 0.8 / names.len().max(1) as f64).min(40.0);
     for (g, (label, values)) in groups.iter().enumerate() {
@@ -220,11 +236,11 @@ pub fn bars(
             let (x, y) = (gx + i as f64 * bar, a.py(*v));
             let _ = write!(svg, "<rect data-mark=\"1\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}: {}</title></rect>", bar - 2.0, H - BOTTOM - y, COLORS[i % COLORS.len()], escape(&names[i]), fmt_tick(*v));
         }
+        // Slanted, so long level names do not run into each other.
+        let (lx, ly) = (gx + slot * 0.5, H - BOTTOM + 12.0);
         let _ = write!(
             svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            gx + slot * 0.4,
-            H - BOTTOM + 30.0,
+            "<text x=\"{lx:.1}\" y=\"{ly:.1}\" font-size=\"9\" text-anchor=\"end\" transform=\"rotate(-20 {lx:.1} {ly:.1})\">{}</text>",
             escape(label)
         );
     }
