@@ -398,10 +398,28 @@ pub async fn bench_target(
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
         weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
+        active_weights_bytes: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.active_weights)
+            .map(|w| w.0),
+        kv_bytes_per_token: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.kv_bytes_per_token)
+            .map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
     };
     Ok((t, gates, suite))
+}
+
+/// The recipe's goodput objectives, when `target` names a recipe that sets them.
+pub fn recipe_slo(
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Option<crate::bench::slo::Slo> {
+    recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
 }
 
 /// State files a read command should mention although it does not need them:
