@@ -11,7 +11,8 @@ use crate::error::{Diagnostic, Error, Result};
 
 const BUILT_IN: &str = include_str!("../../recipes/suites/voice-assistant.yaml");
 
-pub use crate::recipe::DEFAULT_SUITE;
+/// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
+pub const DEFAULT_SUITE: &str = "voice-assistant";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

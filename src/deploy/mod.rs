@@ -12,22 +12,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::context::{Context, Settings};
 use crate::error::{Error, Result};
 use crate::memory;
+pub use crate::memory::MemoryPlan;
 use crate::recipe::{LoadedRecipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Ready, Waiting};
+pub use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes, StartSpec};
-pub use plan::{MemoryPlan, PortOwner, Settings};
-
-/// What the commands that run things share, built once by the CLI: the state dir, both
-/// runtimes, where the image lock is, and the machine's settings.
-pub struct Context {
-    pub state: crate::state::StateDir,
-    /// images.lock, which containers run their digests from.
-    pub lock_path: std::path::PathBuf,
-    pub runtimes: Runtimes,
-    pub settings: Settings,
-}
+pub use plan::PortOwner;
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,9 +54,6 @@ impl Role {
         }
     }
 }
-
-/// How long a stopped server gets between SIGTERM and SIGKILL.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything decided before a start, shown by `--dry-run`.
 #[derive(Debug, Clone, Serialize)]

@@ -11,8 +11,9 @@ use serde::Serialize;
 use super::container;
 use super::recipe::{host_path, LoadedJob, RunAs};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
-use crate::deploy::{Context, MemoryPlan};
+use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::memory::MemoryPlan;
 use crate::patch::owner::{self, Owner};
 
 /// How a run may go, and how it talks to people.
@@ -388,7 +389,7 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
             "stopping {victim} to make room for job {}",
             plan.job
         ));
-        ctx.runtimes.stop(&d, crate::deploy::STOP_GRACE).await?;
+        ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await?;
     }
     Ok(())
 }

@@ -28,10 +28,8 @@ pub use load::{
 };
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
+pub use crate::bench::suite::DEFAULT_SUITE;
 pub use crate::engine::Runtime;
-
-/// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
-pub const DEFAULT_SUITE: &str = "voice-assistant";
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {
