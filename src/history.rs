@@ -113,11 +113,17 @@ pub struct RunRecord {
     pub image_digest: Option<String>,
     pub unpinned: bool,
     pub model_fingerprint: Option<String>,
+    /// The job that made the model, when the recipe names one (`model.produced_by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<crate::job::lineage::Lineage>,
     pub patched: Vec<String>,
     /// What the patch changed, as `patch --dry-run` shows it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub patch_diff: String,
     pub bench: Option<PathBuf>,
+    /// The benchmark's HTML report (the candidate beside production's last result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
     pub ttft_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
     pub gates: Vec<GateResult>,

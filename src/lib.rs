@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod context;
 pub mod deploy;
 pub mod doctor;
 pub mod engine;
@@ -13,6 +14,7 @@ pub mod frontdoor;
 pub mod history;
 pub mod host;
 pub mod images;
+pub mod job;
 pub mod lock;
 pub mod memory;
 pub mod node;

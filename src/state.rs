@@ -109,6 +109,8 @@ pub enum RunFile {
     ProductionBench,
     /// The candidate's output, copied before anything could stop it.
     CandidateLog,
+    /// The benchmark's HTML report: the candidate beside production.
+    Report,
 }
 
 impl RunFile {
@@ -117,6 +119,7 @@ impl RunFile {
             RunFile::Bench => "bench.json",
             RunFile::ProductionBench => "production-bench.json",
             RunFile::CandidateLog => "candidate.log",
+            RunFile::Report => "report.html",
         }
     }
 }
@@ -182,6 +185,26 @@ impl StateDir {
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         Ok(dir.join(name.file_name()))
+    }
+
+    /// `jobs/`: one record per job run (`jobs/RUN.json`), what it keeps in `jobs/RUN/`.
+    pub fn jobs_dir(&self) -> Result<PathBuf> {
+        let dir = self.root.join("jobs");
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir)
+    }
+
+    pub fn job_record_file(&self, run_id: &str) -> Result<PathBuf> {
+        Ok(self.jobs_dir()?.join(format!("{run_id}.json")))
+    }
+
+    /// `jobs/RUN/job.log`: the job container's output, copied when it ended.
+    pub fn job_log_file(&self, run_id: &str) -> Result<PathBuf> {
+        let dir = self.jobs_dir()?.join(run_id);
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir.join("job.log"))
     }
 
     /// `bench/RUN-NAME.json`: where `sparkctl bench` keeps a result by default.

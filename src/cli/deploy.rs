@@ -43,15 +43,26 @@ fn render_plan(out: &Output, plan: &StartPlan) {
     out.print_table(&t);
 }
 
+/// `sparkctl start`'s flags.
+pub struct StartArgs {
+    pub dry_run: bool,
+    pub allow_unpinned: bool,
+    /// Overrides the recipe's readiness timeout.
+    pub timeout: Option<Duration>,
+}
+
 pub async fn start(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,
-    dry_run: bool,
-    allow_unpinned: bool,
-    timeout: Option<Duration>,
+    args: StartArgs,
     out: &Output,
 ) -> Result<()> {
+    let StartArgs {
+        dry_run,
+        allow_unpinned,
+        timeout,
+    } = args;
     let loaded = recipes.get(name)?;
     let lock = crate::lock::Lock::load(&ctx.lock_path)?;
     let opts = deploy::StartOptions {
@@ -457,5 +468,10 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
         ]);
     }
     out.print_table(&t);
+    for r in runs.iter().filter(|r| r.produced_by.is_some()) {
+        if let Some(l) = &r.produced_by {
+            println!("{}: {}'s model {l}", r.run_id, r.recipe);
+        }
+    }
     Ok(())
 }

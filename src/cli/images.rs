@@ -17,7 +17,22 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
             .flatten()
             .map(|i| (r.recipe.name.clone(), i))
     };
+    // Job recipes (recipes/jobs/) pin their images in the same lock, under their names.
+    let jobs_dir = crate::job::recipe::jobs_dir(&recipes.dir);
     match (name, all) {
+        (Some(n), _) if !recipes.knows(n) && jobs_dir.join(format!("{n}.yaml")).is_file() => {
+            let job = crate::job::recipe::find_job(&jobs_dir, n)?;
+            Ok(vec![(job.recipe.name, job.recipe.image)])
+        }
+        (None, true) => {
+            let (jobs, _) = crate::job::recipe::load_jobs(&jobs_dir)?;
+            Ok(recipes
+                .recipes
+                .iter()
+                .filter_map(with_image)
+                .chain(jobs.into_iter().map(|j| (j.recipe.name, j.recipe.image)))
+                .collect())
+        }
         (Some(n), _) => {
             let loaded = recipes.get(n)?;
             with_image(loaded).map(|t| vec![t]).ok_or_else(|| {
@@ -26,7 +41,6 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
                 ))
             })
         }
-        (None, true) => Ok(recipes.recipes.iter().filter_map(with_image).collect()),
         (None, false) => Err(Error::Usage(
             "name a recipe, or pass --all for every recipe with an image".into(),
         )),

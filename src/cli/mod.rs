@@ -5,6 +5,7 @@ mod bench;
 mod deploy;
 mod frontdoor;
 mod images;
+mod jobs;
 mod output;
 mod patch;
 mod prune;
@@ -130,33 +131,7 @@ pub enum Command {
     },
     /// The built-in benchmark against a running recipe or a URL.
     #[command(args_conflicts_with_subcommands = true)]
-    Bench {
-        /// Recipe name (its running deployment) or base URL (http://127.0.0.1:8003).
-        target: Option<String>,
-        #[command(subcommand)]
-        compare: Option<BenchCommand>,
-        /// Suite: built-in voice-assistant, a name in recipes/suites/, or a file.
-        #[arg(long, value_name = "SUITE")]
-        suite: Option<String>,
-        /// Measured runs per case (the suite says; at least 5).
-        #[arg(long, value_name = "N")]
-        runs: Option<usize>,
-        /// Warm-up runs per case, reported as cold start.
-        #[arg(long, value_name = "N")]
-        warmup: Option<usize>,
-        /// Also measure these numbers of simultaneous streams (e.g. 4,16).
-        #[arg(long, value_delimiter = ',', value_name = "N,N")]
-        concurrency: Vec<usize>,
-        /// A gate, as in recipes (`thinking_leak='== 0%'`); adds to or overrides the recipe's.
-        #[arg(long = "gate", value_name = "NAME=RULE")]
-        gates: Vec<String>,
-        /// The production backend's result, for the vs_production_* gates.
-        #[arg(long, value_name = "FILE")]
-        baseline: Option<PathBuf>,
-        /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json].
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
+    Bench(bench::BenchArgs),
     /// Apply a recipe's model-directory patch steps.
     Patch {
         name: String,
@@ -192,6 +167,31 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Run a one-shot job (recipes/jobs/JOB.yaml) detached, and follow it (Ctrl-C detaches).
+    Run {
+        name: String,
+        /// Print the plan (image, user, memory, disk, command) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Start it and return at once.
+        #[arg(long)]
+        detach: bool,
+        /// Do not ask before stopping the production backend to make room.
+        #[arg(long)]
+        yes: bool,
+        /// Run an image that has no digest in images.lock (recorded in the run).
+        #[arg(long)]
+        allow_unpinned: bool,
+    },
+    /// Job runs, newest first: state, how each ended, outputs and their fingerprints.
+    Jobs,
+    /// Stop a running job (its container, logs and partial outputs are kept).
+    Stop {
+        name: String,
+        /// Time between SIGTERM and SIGKILL.
+        #[arg(long, value_name = "DURATION", default_value = "10s")]
+        grace: crate::units::HumanDuration,
+    },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
@@ -206,18 +206,6 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum HistoryCommand {
     Show { run: String },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Compare two benchmark results side by side.
-    Compare {
-        a: PathBuf,
-        b: PathBuf,
-        /// Also draw TTFT per case and turn and decode speed, both results, as SVG.
-        #[arg(long, value_name = "FILE")]
-        svg: Option<PathBuf>,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -256,7 +244,11 @@ pub enum RecipesCommand {
     /// Check recipes (all in the directory, or the names/files given).
     Validate { targets: Vec<String> },
     /// The JSON Schema of the recipe format, for editors.
-    Schema,
+    Schema {
+        /// The schema of job recipes (recipes/jobs/*.yaml) instead.
+        #[arg(long)]
+        job: bool,
+    },
 }
 
 /// Logs on stderr: sparkctl's own at the level asked for (`-v`, `-vv`, `SPARKCTL_LOG`),
@@ -365,6 +357,22 @@ async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     crate::doctor::outcome(&checks)
 }
 
+/// Most commands need the library context, some the recipes too; both are built the same
+/// way for every command (recipes first, so a broken recipes dir is reported before the state).
+fn in_context(g: &Globals, f: impl AsyncFnOnce(&deploy::Context) -> Result<()>) -> Result<()> {
+    runtime()?.block_on(async { f(&context(g).await?).await })
+}
+
+fn with_recipes(
+    g: &Globals,
+    f: impl AsyncFnOnce(&deploy::Context, &crate::recipe::RecipeSet) -> Result<()>,
+) -> Result<()> {
+    runtime()?.block_on(async {
+        let recipes = load_recipes(g)?;
+        f(&context(g).await?, &recipes).await
+    })
+}
+
 fn dispatch(cli: Cli) -> Result<()> {
     let out = Output::new(cli.globals.json);
     let g = &cli.globals;
@@ -386,80 +394,94 @@ fn dispatch(cli: Cli) -> Result<()> {
             no_promote,
             yes,
             allow_unpinned,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        } => {
             let args = deploy::UpArgs {
                 dry_run,
                 no_promote,
                 yes,
                 allow_unpinned,
             };
-            deploy::up(&ctx, &recipes, &name, args, &out).await
+            with_recipes(g, async |ctx, recipes| {
+                deploy::up(ctx, recipes, &name, args, &out).await
+            })
+        }
+        Command::Rollback { to, dry_run } => with_recipes(g, async |ctx, recipes| {
+            deploy::rollback(ctx, recipes, to.as_deref(), dry_run, &out).await
         }),
-        Command::Rollback { to, dry_run } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            deploy::rollback(&ctx, &recipes, to.as_deref(), dry_run, &out).await
-        }),
-        Command::History { show } => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+        Command::History { show } => {
             let run = show.map(|HistoryCommand::Show { run }| run);
-            deploy::history(&ctx, run.as_deref(), &out)
-        }),
+            in_context(g, async |ctx| deploy::history(ctx, run.as_deref(), &out))
+        }
         Command::Start {
             name,
             dry_run,
             timeout,
             allow_unpinned,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        } => {
             let timeout: Option<Duration> = timeout.map(|t| t.0);
-            deploy::start(
-                &ctx,
-                &recipes,
-                &name,
-                dry_run,
-                allow_unpinned,
-                timeout,
-                &out,
-            )
-            .await
-        }),
-        Command::Status | Command::Ps => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+            with_recipes(g, async |ctx, recipes| {
+                let start = deploy::StartArgs {
+                    dry_run,
+                    allow_unpinned,
+                    timeout,
+                };
+                deploy::start(ctx, recipes, &name, start, &out).await
+            })
+        }
+        Command::Status | Command::Ps => in_context(g, async |ctx| {
             for w in crate::deploy::state_warnings(&ctx.state) {
                 eprintln!("warning: {w}");
             }
-            deploy::status(&ctx, &out).await
+            deploy::status(ctx, &out).await
         }),
         Command::Logs {
             name,
             follow,
             tail,
             node,
-        } => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+        } => in_context(g, async |ctx| {
             if let Some(node) = node {
-                deploy::node_logs(&ctx, &name, &node, follow, tail).await
+                deploy::node_logs(ctx, &name, &node, follow, tail).await
             } else if name == "frontdoor" {
-                frontdoor::logs(&ctx, follow, tail).await
+                frontdoor::logs(ctx, follow, tail).await
+            } else if crate::job::has_runs(&ctx.state, &name)
+                && ctx.runtimes.find(&name).await?.is_none()
+            {
+                jobs::logs(ctx, &name, follow, tail).await
             } else {
-                deploy::logs(&ctx, &name, follow, tail).await
+                deploy::logs(ctx, &name, follow, tail).await
             }
         }),
         Command::Down {
             name,
             dry_run,
             force,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            crate::deploy::ensure_known(&ctx.runtimes, &recipes, &name).await?;
-            deploy::down(&ctx, &name, dry_run, force, &out).await
+        } => with_recipes(g, async |ctx, recipes| {
+            crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
+            deploy::down(ctx, &name, dry_run, force, &out).await
         }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
+        Command::Run {
+            name,
+            dry_run,
+            detach,
+            yes,
+            allow_unpinned,
+        } => {
+            let args = jobs::RunArgs {
+                dry_run,
+                detach,
+                yes,
+                allow_unpinned,
+            };
+            in_context(g, async |ctx| {
+                jobs::run(ctx, &g.recipes, &name, args, &out).await
+            })
+        }
+        Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
+        Command::Stop { name, grace } => {
+            in_context(g, async |ctx| jobs::stop(ctx, &name, grace.0, &out).await)
+        }
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?
@@ -470,62 +492,25 @@ fn dispatch(cli: Cli) -> Result<()> {
                 frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
             })
         }
-        Command::Prune { keep, yes } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        Command::Prune { keep, yes } => with_recipes(g, async |ctx, recipes| {
             let args = prune::Args { keep, yes };
-            prune::run(&ctx.state, &ctx.runtimes, &recipes, args, &out).await
+            prune::run(&ctx.state, &ctx.runtimes, recipes, args, &out).await
         }),
-        Command::Bench {
-            target,
-            compare,
-            suite,
-            runs,
-            warmup,
-            concurrency,
-            gates,
-            baseline,
-            out: out_file,
-        } => match compare {
-            Some(BenchCommand::Compare { a, b, svg }) => {
-                bench::compare(&a, &b, svg.as_deref(), &out)
+        Command::Bench(args) => match args.compare {
+            Some(bench::BenchCommand::Compare { results, svg, html }) => {
+                bench::compare(&results, svg.as_deref(), html.as_deref(), &out)
             }
-            None => runtime()?.block_on(async {
-                let target = target.ok_or_else(|| {
-                    Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
-                })?;
-                let recipes = load_recipes(g)?;
-                let ctx = context(g).await?;
-                let args = bench::Args {
-                    target,
-                    suite,
-                    runs,
-                    warmup,
-                    concurrency,
-                    gates,
-                    baseline,
-                    out: out_file,
-                };
-                bench::run(&ctx, &recipes, args, &out).await
+            None => with_recipes(g, async |ctx, recipes| {
+                bench::run(ctx, recipes, args, &out).await
             }),
         },
         Command::Patch {
             name,
             dry_run,
             revert,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            patch::run(
-                &recipes,
-                &ctx.state,
-                &ctx.runtimes,
-                &name,
-                dry_run,
-                revert,
-                &out,
-            )
-            .await
+        } => with_recipes(g, async |ctx, recipes| {
+            let args = patch::Args { dry_run, revert };
+            patch::run(recipes, &ctx.state, &ctx.runtimes, &name, args, &out).await
         }),
         Command::Images { command } => runtime()?.block_on(async {
             let recipes = load_recipes(g)?;

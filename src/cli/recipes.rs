@@ -14,8 +14,12 @@ pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
         RecipesCommand::List => list(dir, out),
         RecipesCommand::Show { name } => show(dir, &name, out),
         RecipesCommand::Validate { targets } => validate(dir, &targets, out),
-        RecipesCommand::Schema => {
-            out.print_json(&recipe::json_schema());
+        RecipesCommand::Schema { job } => {
+            if job {
+                out.print_json(&crate::job::recipe::json_schema());
+            } else {
+                out.print_json(&recipe::json_schema());
+            }
             Ok(())
         }
     }
@@ -23,6 +27,7 @@ pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
 
 fn list(dir: &Path, out: &Output) -> Result<()> {
     let set = super::recipes_in(dir)?;
+    let jobs = job_recipes(dir)?;
     if out.json {
         let rows: Vec<_> = set
             .recipes
@@ -35,6 +40,13 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
                     "file": l.path,
                 })
             })
+            .chain(jobs.iter().map(|j| {
+                let r = &j.recipe;
+                json!({
+                    "name": r.name, "kind": "job", "image": r.image,
+                    "description": r.description, "file": j.path,
+                })
+            }))
             .collect();
         out.print_json(&rows);
         return Ok(());
@@ -61,6 +73,17 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             r.runtime().as_str().to_string(),
             r.server.port.to_string(),
             what,
+            printable(r.description.as_deref().unwrap_or_default()).into_owned(),
+        ]);
+    }
+    for j in &jobs {
+        let r = &j.recipe;
+        table.add_row([
+            r.name.clone(),
+            "job".into(),
+            "docker".into(),
+            "-".into(),
+            r.image.clone(),
             printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
@@ -98,8 +121,21 @@ fn show_group(recipe: &crate::recipe::Recipe, out: &Output) -> Result<()> {
     Ok(())
 }
 
+/// The job recipes beside `dir` that load; the others are named on stderr.
+fn job_recipes(dir: &Path) -> Result<Vec<crate::job::recipe::LoadedJob>> {
+    let (jobs, broken) = crate::job::recipe::load_jobs(&crate::job::recipe::jobs_dir(dir))?;
+    for d in broken {
+        eprintln!("warning: {}", printable(&d.to_string()));
+    }
+    Ok(jobs)
+}
+
 fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     let set = super::recipes_in(dir)?;
+    let jobs = crate::job::recipe::jobs_dir(dir);
+    if !set.knows(name) && jobs.join(format!("{name}.yaml")).is_file() {
+        return show_job(&crate::job::recipe::find_job(&jobs, name)?, out);
+    }
     let loaded = set.get(name)?;
     let full = loaded.recipe.with_defaults();
     let resolved = loaded.recipe.resolve(&super::self_exe());
@@ -189,7 +225,120 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     Ok(())
 }
 
+fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> {
+    let r = &loaded.recipe;
+    let owner = crate::patch::owner::resolve("invoking-user").map_err(Error::Failed)?;
+    let user = match r.run_as() {
+        crate::job::recipe::RunAs::InvokingUser => owner.to_string(),
+        crate::job::recipe::RunAs::Root => "0:0".into(),
+        crate::job::recipe::RunAs::Id(u, g) => format!("{u}:{g}"),
+    };
+    let command = crate::job::container::equivalent_command(r, &r.image, &user);
+    if out.json {
+        out.print_json(&json!({
+            "file": loaded.path, "kind": "job", "recipe_hash": r.hash(), "recipe": r,
+            "user": user, "equivalent_command": command,
+        }));
+        return Ok(());
+    }
+    println!("{} {}", out.bold("# job recipe"), loaded.path.display());
+    println!("# hash {}", r.hash());
+    print!(
+        "{}",
+        printable(&serde_yaml_ng::to_string(r).expect("job recipes serialize"))
+    );
+    println!();
+    println!(
+        "{}",
+        out.bold("# container (created through the Docker Engine API)")
+    );
+    println!("image:   {}  (runs by the digest in images.lock)", r.image);
+    println!("user:    {user} (outputs end owned by {owner})");
+    println!(
+        "labels:  io.sparkctl.job={}, io.sparkctl.run-id; never auto-removed",
+        r.name
+    );
+    println!();
+    println!(
+        "{}",
+        out.bold("# equivalent command, for review (sparkctl never runs a shell)")
+    );
+    println!("{}", resolve_shell_line(&command));
+    Ok(())
+}
+
 fn validate(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
+    let jobs_dir = crate::job::recipe::jobs_dir(dir);
+    let is_job_file = |t: &str| {
+        let p = Path::new(t);
+        p.is_file()
+            && p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|n| n == "jobs")
+    };
+    let (job_targets, targets): (Vec<String>, Vec<String>) =
+        targets.iter().cloned().partition(|t| {
+            is_job_file(t)
+                || (!Path::new(t).is_file()
+                    && jobs_dir.join(format!("{t}.yaml")).is_file()
+                    && !recipe::load_dir(dir).is_ok_and(|s| s.knows(t)))
+        });
+    let jobs = validate_jobs(&jobs_dir, &job_targets, targets.is_empty())?;
+    if !job_targets.is_empty() && targets.is_empty() {
+        for j in &jobs {
+            println!("ok  job {:<20} {}", j.recipe.name, j.path.display());
+        }
+        println!("{} job recipe(s) valid", jobs.len());
+        return Ok(());
+    }
+    validate_serving(dir, &targets, out)?;
+    if !out.json && !jobs.is_empty() {
+        for j in &jobs {
+            println!("ok  job {:<20} {}", j.recipe.name, j.path.display());
+        }
+        println!("{} job recipe(s) valid", jobs.len());
+    }
+    Ok(())
+}
+
+/// The named job recipes, or (`all`) every one in `dir`; any problem fails them all.
+fn validate_jobs(
+    dir: &Path,
+    targets: &[String],
+    all: bool,
+) -> Result<Vec<crate::job::recipe::LoadedJob>> {
+    if targets.is_empty() {
+        if !all {
+            return Ok(Vec::new());
+        }
+        let (jobs, broken) = crate::job::recipe::load_jobs(dir)?;
+        if !broken.is_empty() {
+            return Err(Error::Invalid(broken));
+        }
+        return Ok(jobs);
+    }
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    for t in targets {
+        let r = if Path::new(t).is_file() {
+            crate::job::recipe::load_job(Path::new(t))
+        } else {
+            crate::job::recipe::find_job(dir, t)
+        };
+        match r {
+            Ok(j) => found.push(j),
+            Err(Error::Invalid(mut d)) => errors.append(&mut d),
+            Err(e) => return Err(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(found)
+    } else {
+        Err(Error::Invalid(errors))
+    }
+}
+
+fn validate_serving(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
     let loaded: Vec<LoadedRecipe> = if targets.is_empty() {
         let set = recipe::load_dir(dir)?;
         set.require_all()?;

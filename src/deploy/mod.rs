@@ -12,22 +12,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::context::{Context, Settings};
 use crate::error::{Error, Result};
 use crate::memory;
+pub use crate::memory::MemoryPlan;
 use crate::recipe::{LoadedRecipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Ready, Waiting};
+pub use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes, StartSpec};
-pub use plan::{MemoryPlan, PortOwner, Settings};
-
-/// What the commands that run things share, built once by the CLI: the state dir, both
-/// runtimes, where the image lock is, and the machine's settings.
-pub struct Context {
-    pub state: crate::state::StateDir,
-    /// images.lock, which containers run their digests from.
-    pub lock_path: std::path::PathBuf,
-    pub runtimes: Runtimes,
-    pub settings: Settings,
-}
+pub use plan::PortOwner;
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,9 +55,6 @@ impl Role {
     }
 }
 
-/// How long a stopped server gets between SIGTERM and SIGKILL.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
-
 /// Everything decided before a start, shown by `--dry-run`.
 #[derive(Debug, Clone, Serialize)]
 pub struct StartPlan {
@@ -73,6 +63,9 @@ pub struct StartPlan {
     pub recipe_hash: String,
     /// sha256 over the model's files (cached by size, mtime and inode).
     pub model_fingerprint: Option<String>,
+    /// The job that made the model (`model.produced_by`), checked before the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<crate::job::lineage::Lineage>,
     /// A container image run without a pin (`--allow-unpinned`).
     pub unpinned: bool,
     /// The image as the recipe names it; `command` runs it by digest.
@@ -160,6 +153,7 @@ pub async fn plan_start(
         )));
     }
     let mut model_fingerprint = None;
+    let mut produced_by = None;
     if let Some(model) = &recipe.model {
         let path = crate::recipe::expand_home(&model.path);
         if !Path::new(&path).exists() {
@@ -168,6 +162,12 @@ pub async fn plan_start(
                 recipe.name,
                 loaded.path.display()
             )));
+        }
+        if let Some(job) = &model.produced_by {
+            // A failed or stale job's outputs never serve (before any fingerprinting).
+            let docker = rt.docker()?.client();
+            produced_by =
+                Some(crate::job::lineage::check(docker, state, job, Path::new(&path)).await?);
         }
         model_fingerprint = Some(
             crate::patch::fingerprint_in_background(Path::new(&path), state)
@@ -214,6 +214,7 @@ pub async fn plan_start(
         runtime: resolved.runtime,
         recipe_hash: recipe.hash(),
         model_fingerprint,
+        produced_by,
         unpinned,
         image_ref,
         artifact,
@@ -423,10 +424,28 @@ pub async fn bench_target(
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
         weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
+        active_weights_bytes: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.active_weights)
+            .map(|w| w.0),
+        kv_bytes_per_token: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.kv_bytes_per_token)
+            .map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
     };
     Ok((t, gates, suite))
+}
+
+/// The recipe's goodput objectives, when `target` names a recipe that sets them.
+pub fn recipe_slo(
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Option<crate::bench::slo::Slo> {
+    recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
 }
 
 /// State files a read command should mention although it does not need them:

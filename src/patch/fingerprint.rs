@@ -21,6 +21,8 @@ pub fn is_bookkeeping(rel: &str) -> bool {
     name == super::MANIFEST
         || name.ends_with(super::BACKUP_SUFFIX)
         || name.starts_with(".sparkctl-tmp")
+        // A job's "not a result yet" marker (job::finalize) says nothing about the weights.
+        || name == ".sparkctl-incomplete.json"
 }
 
 #[derive(Debug, Clone, Serialize)]

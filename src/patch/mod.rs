@@ -4,6 +4,7 @@
 //! what was backed up or created, written before each change, so `--revert` restores
 //! the originals byte for byte even after an interrupted run.
 
+pub mod expect;
 pub mod fingerprint;
 mod json_edit;
 mod overlay;

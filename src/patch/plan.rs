@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::expect;
+pub use super::expect::Check;
 use super::overlay::Overlay;
 use super::owner::{self, Owner};
-use super::safetensors;
 use crate::error::{Error, Result};
 use crate::recipe::{expand_home, JsonOp, LoadedRecipe, PatchStep};
 
@@ -44,14 +45,6 @@ pub struct OwnerChange {
     pub owner: Owner,
     /// Relative paths ("." for the model dir itself) not owned by `owner` now.
     pub paths: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub step: usize,
-    pub what: String,
-    pub ok: bool,
-    pub detail: String,
 }
 
 /// One line per step for people.
@@ -225,7 +218,7 @@ impl Planner<'_> {
             } => Ok(self.expect(i, file, pointer, equals)),
             PatchStep::ExpectFiles { files } => self.expect_files(i, &key, files),
             PatchStep::ExpectSafetensors {} => {
-                let found = check_safetensors(i, self.overlay.root, &self.overlay);
+                let found = expect::safetensors_parse(i, &self.overlay);
                 self.checks.extend(found);
                 Ok("expect readable safetensors".to_string())
             }
@@ -378,35 +371,19 @@ impl Planner<'_> {
         pointer: &str,
         equals: &serde_json::Value,
     ) -> String {
-        let what = format!("{file} {pointer} == {equals}");
-        let (ok, detail) = match self.overlay.json(file) {
-            Err(m) => (false, m),
-            Ok(None) => (false, format!("{file} does not exist")),
-            Ok(Some(v)) => match v.pointer(pointer) {
-                Some(found) if found == equals => (true, "holds".into()),
-                Some(found) => (false, format!("is {found}, expected {equals}")),
-                None => (false, format!("{pointer} is not in {file}")),
-            },
-        };
-        self.checks.push(Check {
-            step: i,
-            what: what.clone(),
-            ok,
-            detail,
-        });
-        format!("expect {what}")
+        let check = expect::json_value(&self.overlay, i, file, pointer, equals);
+        let summary = format!("expect {}", check.what);
+        self.checks.push(check);
+        summary
     }
 
     fn expect_files(&mut self, i: usize, key: &str, files: &[String]) -> StepResult {
+        // A path that escapes the model dir is bad input here, not a failed check.
         for f in files {
-            let ok = self.overlay.exists(f).map_err(|m| self.bad(key, m, None))?;
-            self.checks.push(Check {
-                step: i,
-                what: format!("{f} exists"),
-                ok,
-                detail: if ok { "present" } else { "missing" }.into(),
-            });
+            self.overlay.exists(f).map_err(|m| self.bad(key, m, None))?;
         }
+        let found = expect::files_present(&self.overlay, i, files);
+        self.checks.extend(found);
         Ok(format!("expect {} file(s)", files.len()))
     }
 }
@@ -418,78 +395,4 @@ fn preview(paths: &[String]) -> String {
     } else {
         shown.join(", ")
     }
-}
-
-fn check_safetensors(step: usize, root: &Path, overlay: &Overlay) -> Vec<Check> {
-    let mut names: Vec<String> = std::fs::read_dir(root)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".safetensors"))
-                .collect()
-        })
-        .unwrap_or_default();
-    for (rel, content) in &overlay.pending {
-        if rel.ends_with(".safetensors")
-            && !names.contains(rel)
-            && matches!(content, Content::CopyOf(_))
-        {
-            names.push(rel.clone());
-        }
-    }
-    names.sort();
-    if names.is_empty() {
-        return vec![Check {
-            step,
-            what: "*.safetensors".into(),
-            ok: false,
-            detail: "no safetensors file in the model dir".into(),
-        }];
-    }
-    let mut checks: Vec<Check> = names
-        .iter()
-        .map(|name| {
-            let path = match overlay.pending.get(name) {
-                Some(Content::CopyOf(from)) => from.clone(),
-                _ => root.join(name),
-            };
-            match safetensors::tensor_count(&path) {
-                Ok(n) => Check {
-                    step,
-                    what: name.clone(),
-                    ok: true,
-                    detail: format!("{n} tensors"),
-                },
-                Err(why) => Check {
-                    step,
-                    what: name.clone(),
-                    ok: false,
-                    detail: why,
-                },
-            }
-        })
-        .collect();
-    // A sharded export lists its shards in an index: each must be there.
-    if let Ok(Some(index)) = overlay.json("model.safetensors.index.json") {
-        if let Some(map) = index
-            .get("weight_map")
-            .and_then(serde_json::Value::as_object)
-        {
-            let mut shards: Vec<&str> =
-                map.values().filter_map(serde_json::Value::as_str).collect();
-            shards.sort();
-            shards.dedup();
-            for shard in shards {
-                if !names.iter().any(|n| n == shard) {
-                    checks.push(Check {
-                        step,
-                        what: shard.to_string(),
-                        ok: false,
-                        detail: "listed in model.safetensors.index.json but missing".into(),
-                    });
-                }
-            }
-        }
-    }
-    checks
 }

@@ -21,28 +21,22 @@ pub const GATES: &[&str] = &[
     "ttft_p50_ms",
     "ttfo_p50_ms",
     "decode_tps_p50",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "itl_p99_ms",
+    "e2el_p90_ms",
+    "goodput_rps",
+    "goodput_pct",
     "vs_production_ttft",
     "vs_production_decode",
 ];
 
 fn gate_rule_ok(rule: &str) -> bool {
-    let rule = rule.trim();
-    let Some(op) = ["==", ">=", "<=", "<", ">"]
-        .into_iter()
-        .find(|op| rule.starts_with(op))
-    else {
-        return false;
-    };
-    let number = rule[op.len()..].trim();
-    let number = number
-        .strip_suffix('%')
-        .or_else(|| number.strip_suffix("ms"))
-        .unwrap_or(number)
-        .trim();
-    number.parse::<f64>().is_ok_and(f64::is_finite)
+    rule.parse::<crate::bench::gates::Rule>().is_ok()
 }
 
-fn env_name_ok(name: &str) -> bool {
+pub(crate) fn env_name_ok(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
@@ -51,14 +45,14 @@ fn env_name_ok(name: &str) -> bool {
 }
 
 /// A path inside the model dir: relative, no `..`.
-fn inside(path: &str) -> bool {
+pub(crate) fn inside(path: &str) -> bool {
     let p = Path::new(path);
     !path.is_empty()
         && p.components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
-const ULIMITS: &[&str] = &[
+pub(crate) const ULIMITS: &[&str] = &[
     "core",
     "cpu",
     "data",
@@ -332,7 +326,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     if let Some(bench) = &r.bench {
         for (gate, rule) in &bench.gates {
             let key = format!("bench.gates.{gate}");
-            if !GATES.contains(&gate.as_str()) {
+            if gate.parse::<crate::bench::gates::Gate>().is_err() {
                 let help = suggest(gate, GATES, "gates");
                 bad(&key, format!("unknown gate `{gate}`"), &help);
             } else if !gate_rule_ok(rule) {
@@ -346,6 +340,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     }
     if let Some(model) = &r.model {
         check_patches(path, src, model, &mut out);
+        check_produced_by(path, src, model, &mut out);
     }
     check_values(path, src, r, loose, &mut out);
     crate::node::check::check(path, src, r, &mut out);
@@ -419,6 +414,35 @@ fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut V
                 Some("write a number from 0 up, or -1 for unlimited".into()),
             ));
         }
+    }
+}
+
+/// `model.produced_by` names a job recipe in `recipes/jobs/`.
+fn check_produced_by(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
+    let Some(job) = &model.produced_by else {
+        return;
+    };
+    let dir = path.parent().unwrap_or(Path::new(".")).join("jobs");
+    if !dir.join(format!("{job}.yaml")).is_file() {
+        let known: Vec<String> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let p = e.path();
+                        (p.extension()? == "yaml")
+                            .then(|| p.file_stem()?.to_str().map(String::from))?
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        out.push(diag_at(
+            path,
+            src,
+            "model.produced_by",
+            format!("no job recipe `{job}` in {}", dir.display()),
+            Some(suggest(job, &known, "known jobs")),
+        ));
     }
 }
 

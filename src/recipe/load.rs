@@ -337,7 +337,7 @@ fn backticked(text: &str) -> Vec<&str> {
 }
 
 /// Turns a serde_yaml_ng error into a diagnostic with the key path split out and a hint.
-fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagnostic {
+pub(crate) fn from_yaml_error(path: &Path, src: &str, err: &serde_yaml_ng::Error) -> Diagnostic {
     let full = err.to_string();
     // serde_yaml_ng appends " at line L column C"; the location is reported separately.
     // Other positions in the text (a syntax error's "while parsing … at line 8") stay.

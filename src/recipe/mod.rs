@@ -19,17 +19,17 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
-pub(crate) use load::diag_at;
+pub(crate) use check::{env_name_ok, inside, ULIMITS};
+pub(crate) use image_ref::problem as image_problem;
+pub(crate) use load::{diag_at, from_yaml_error};
 pub use load::{
     load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
     RecipeSet,
 };
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
+pub use crate::bench::suite::DEFAULT_SUITE;
 pub use crate::engine::Runtime;
-
-/// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
-pub const DEFAULT_SUITE: &str = "voice-assistant";
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {
@@ -89,6 +89,14 @@ pub struct Model {
     /// Model size in bytes of weights, for roofline context in benchmarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<ByteSize>,
+    /// Weights read per generated token when fewer than all are (MoE: the active experts),
+    /// for the roofline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_weights: Option<ByteSize>,
+    /// KV-cache bytes per token of context (2 × layers × KV heads × head dim × bytes per
+    /// value), for the roofline at depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<ByteSize>,
     /// Steps that make the directory servable, applied in order by `sparkctl patch`.
     // Each step is a one-key map (`- copy-from: {...}`), not a YAML tag: that is what
     // people write and what editors complete from the JSON Schema.
@@ -99,6 +107,10 @@ pub struct Model {
     )]
     #[schemars(with = "Vec<PatchStep>")]
     pub patches: Vec<PatchStep>,
+    /// The job (`recipes/jobs/NAME.yaml`) that writes this model: `up` refuses the model
+    /// when that job's newest run failed or is older than its inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<String>,
 }
 
 /// One model-directory patch step. Paths are relative to the model dir and may not leave it.
@@ -283,6 +295,9 @@ pub struct Bench {
     /// Gate name → rule, e.g. `thinking_leak: "== 0%"`, `ttft_p50_ms: "<= 1500"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gates: BTreeMap<String, String>,
+    /// Objectives for goodput: `{ttft: 500ms, tpot: 50ms}` (e2el too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::bench::slo::Slo>,
 }
 
 fn default_suite() -> String {

@@ -1,0 +1,262 @@
+//! `sparkctl run JOB | jobs | stop JOB | logs JOB`: rendering over `job`; the library
+//! decides what runs, what is checked and what a run's outcome is.
+
+use std::path::Path;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::output::printable;
+use super::Output;
+use crate::deploy::Context;
+use crate::error::{Error, Result};
+use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
+
+pub struct RunArgs {
+    pub dry_run: bool,
+    pub detach: bool,
+    pub yes: bool,
+    pub allow_unpinned: bool,
+}
+
+fn say(line: &str) {
+    eprintln!("{}", printable(line));
+}
+
+pub async fn run(
+    ctx: &Context,
+    recipes: &Path,
+    name: &str,
+    args: RunArgs,
+    out: &Output,
+) -> Result<()> {
+    use std::io::IsTerminal;
+    let loaded = job::recipe::find_job(&job::recipe::jobs_dir(recipes), name)?;
+    let lock = ctx.state.lock(&format!("run {name}"))?;
+    let plan = job::run::plan(ctx, &loaded, args.allow_unpinned).await?;
+    if args.dry_run {
+        if out.json {
+            out.print_json(&plan);
+        } else {
+            print_plan(&plan);
+            println!("nothing was changed (--dry-run)");
+        }
+        return Ok(());
+    }
+    let yes = args.yes;
+    let confirm = move |q: &str| {
+        yes || (std::io::stdin().is_terminal()
+            && dialoguer::Confirm::new()
+                .with_prompt(q)
+                .default(false)
+                .interact()
+                .unwrap_or(false))
+    };
+    let opts = job::run::RunOptions {
+        allow_unpinned: args.allow_unpinned,
+        confirm: &confirm,
+        say: &say,
+    };
+    let rec = job::run::start(ctx, &plan, &opts).await?;
+    // Following takes as long as the job: other commands may change state meanwhile.
+    drop(lock);
+    say(&format!(
+        "job {name} started: run {}, container {} ({}), as user {}",
+        rec.run_id,
+        rec.container_name,
+        crate::units::short_id(&rec.container),
+        rec.user
+    ));
+    if args.detach {
+        return finish(&rec, out, false);
+    }
+    say("following its output; Ctrl-C detaches (the job keeps running)");
+    let docker = ctx.runtimes.docker()?.client();
+    match follow_with_bar(docker, &ctx.state, rec, None).await? {
+        Followed::Detached(rec) => finish(&rec, out, true),
+        Followed::Ended(rec) => finish(&rec, out, false),
+    }
+}
+
+fn print_plan(plan: &job::run::JobPlan) {
+    println!("job:     {}  ({})", plan.job, plan.recipe_file.display());
+    println!(
+        "image:   {} → {}{}",
+        plan.image_ref,
+        plan.image,
+        if plan.unpinned { " (UNPINNED)" } else { "" }
+    );
+    println!(
+        "user:    {} (outputs end owned by {})",
+        plan.user, plan.owner
+    );
+    println!("memory:  {}", plan.memory.describe());
+    for v in &plan.memory.must_stop {
+        println!("stops:   {v} to make room");
+    }
+    for d in &plan.disk {
+        println!(
+            "disk:    {} needs {}, {} free",
+            d.output.display(),
+            crate::units::ByteSize(d.needs),
+            crate::units::ByteSize(d.free)
+        );
+    }
+    println!("# equivalent command, for review (sparkctl never runs a shell)");
+    println!("{}", crate::recipe::resolve_shell_line(&plan.command));
+}
+
+/// Streams the output, with a progress bar when the recipe's pattern matches.
+async fn follow_with_bar(
+    docker: &bollard::Docker,
+    state: &crate::state::StateDir,
+    rec: JobRecord,
+    tail: Option<usize>,
+) -> Result<Followed> {
+    let bar = ProgressBar::hidden();
+    let mut shown = false;
+    let mut on = |e: FollowEvent| match e {
+        FollowEvent::Line(l) => bar.suspend(|| println!("{}", printable(l))),
+        FollowEvent::Progress(done, total) => {
+            if !shown {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "{bar:40} {pos}/{len} {percent}% elapsed {elapsed} eta {eta}",
+                    )
+                    .expect("a valid template"),
+                );
+                shown = true;
+            }
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    };
+    let followed = job::follow(docker, state, rec, tail, &mut on).await;
+    bar.finish_and_clear();
+    followed
+}
+
+/// How a run stands, for people; a job that did not succeed is exit 1.
+fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
+    if out.json {
+        out.print_json(rec);
+    } else if !rec.state.is_final() {
+        println!(
+            "job {} keeps running{} (run {}); `sparkctl logs {} -f` follows it, `sparkctl stop {}` \
+             ends it, `sparkctl jobs` lists runs",
+            rec.job,
+            if detached { ", detached" } else { "" },
+            rec.run_id,
+            rec.job,
+            rec.job
+        );
+    } else {
+        print_outcome(rec);
+    }
+    match rec.state {
+        JobState::Running | JobState::Succeeded => Ok(()),
+        s => Err(Error::Reported(format!("job {} {s}", rec.job))),
+    }
+}
+
+fn print_outcome(rec: &JobRecord) {
+    println!(
+        "job {} {}: {}",
+        rec.job,
+        rec.state,
+        rec.explanation.as_deref().unwrap_or("-")
+    );
+    for f in &rec.findings {
+        println!(
+            "  found: {}\n    cause: {}\n    fix: {}",
+            printable(&f.line),
+            f.cause,
+            f.fix
+        );
+    }
+    for o in &rec.outputs {
+        for c in &o.checks {
+            println!(
+                "  {} {}: {} ({})",
+                if c.ok { "ok  " } else { "FAIL" },
+                o.path.display(),
+                c.what,
+                c.detail
+            );
+        }
+        match (&o.fingerprint, o.incomplete) {
+            (Some(fp), _) => println!("  output {} fingerprint {fp}", o.path.display()),
+            (None, true) => println!(
+                "  output {} is marked incomplete ({}): partial, not a result",
+                o.path.display(),
+                job::finalize::INCOMPLETE
+            ),
+            (None, false) => {}
+        }
+    }
+    if rec.chowned > 0 {
+        println!("  gave {} path(s) back to {}", rec.chowned, rec.owner);
+    }
+    for w in &rec.warnings {
+        println!("  warning: {w}");
+    }
+    if let Some(log) = &rec.log {
+        println!("  log kept: {}", log.display());
+    }
+}
+
+pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
+    let docker = ctx.runtimes.docker()?.client();
+    let runs = job::finalize::refresh(docker, &ctx.state).await?;
+    if out.json {
+        out.print_json(&runs);
+        return Ok(());
+    }
+    if runs.is_empty() {
+        println!("no job runs yet (state dir {})", ctx.state.root().display());
+        return Ok(());
+    }
+    let mut t = out.table();
+    t.set_header(["JOB", "RUN", "STATE", "STARTED", "HOW IT ENDED", "OUTPUTS"]);
+    for r in &runs {
+        let outputs: Vec<String> = r
+            .outputs
+            .iter()
+            .map(|o| match (&o.fingerprint, o.incomplete) {
+                (Some(fp), _) => format!("{} {}", o.path.display(), crate::units::short_id(fp)),
+                (None, true) => format!("{} (incomplete)", o.path.display()),
+                (None, false) => o.path.display().to_string(),
+            })
+            .collect();
+        t.add_row([
+            r.job.clone(),
+            r.run_id.clone(),
+            r.state.to_string(),
+            r.started_at.clone(),
+            r.explanation.clone().unwrap_or_else(|| "-".into()),
+            outputs.join(", "),
+        ]);
+    }
+    out.print_table(&t);
+    Ok(())
+}
+
+pub async fn stop(ctx: &Context, name: &str, grace: Duration, out: &Output) -> Result<()> {
+    let docker = ctx.runtimes.docker()?.client();
+    let _lock = ctx.state.lock(&format!("stop {name}"))?;
+    let rec = job::stop(docker, &ctx.state, name, grace).await?;
+    if out.json {
+        out.print_json(&rec);
+    } else {
+        print_outcome(&rec);
+    }
+    Ok(())
+}
+
+pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
+    let docker = ctx.runtimes.docker()?.client();
+    let mut stdout = std::io::stdout();
+    job::logs(docker, &ctx.state, name, follow, tail, &mut stdout).await?;
+    Ok(())
+}

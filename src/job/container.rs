@@ -1,0 +1,193 @@
+//! The container a job becomes, through the Engine API (never the docker CLI, never a
+//! shell): labelled as this state dir's job, never auto-removed, never restarted.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::LogsOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::recipe::host_path;
+use super::recipe::JobRecipe;
+use crate::error::{Error, Result};
+use crate::recipe::{Gpus, Ipc};
+use crate::runtime::docker::label;
+use crate::runtime::Exit;
+
+/// Label naming the job a container runs (serving containers carry `io.sparkctl.recipe`).
+pub const JOB_LABEL: &str = "io.sparkctl.job";
+
+/// What the container needs beyond the recipe.
+pub struct Spec<'a> {
+    pub recipe: &'a JobRecipe,
+    pub image: &'a str,
+    pub image_ref: &'a str,
+    pub run_id: &'a str,
+    pub state_id: &'a str,
+    pub user: &'a str,
+    /// `NAME=value` of the `env_from_host` names, read now; never logged.
+    pub host_env: Vec<String>,
+}
+
+/// Host path → container path binds: inputs read-only, outputs and caches read-write.
+pub fn binds(r: &JobRecipe) -> Vec<String> {
+    let ro = r
+        .inputs
+        .iter()
+        .map(|i| format!("{}:{}:ro", host_path(&i.path).display(), i.mount));
+    let rw = r
+        .outputs
+        .iter()
+        .map(|o| (&o.path, &o.mount))
+        .chain(r.caches.iter().map(|c| (&c.path, &c.mount)))
+        .map(|(p, m)| format!("{}:{m}", host_path(p).display()));
+    ro.chain(rw).collect()
+}
+
+fn ipc_text(i: Ipc) -> &'static str {
+    match i {
+        Ipc::Host => "host",
+        Ipc::Private => "private",
+        Ipc::Shareable => "shareable",
+    }
+}
+
+pub fn body(spec: &Spec) -> ContainerCreateBody {
+    let r = spec.recipe;
+    let env: Vec<String> = r
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(spec.host_env.iter().cloned())
+        .collect();
+    let labels = HashMap::from([
+        (label::MANAGED.to_string(), "true".to_string()),
+        (label::STATE.to_string(), spec.state_id.to_string()),
+        (JOB_LABEL.to_string(), r.name.clone()),
+        (label::RUN_ID.to_string(), spec.run_id.to_string()),
+        (label::IMAGE_REF.to_string(), spec.image_ref.to_string()),
+        (label::RECIPE_HASH.to_string(), r.hash()),
+    ]);
+    let device_requests = match &r.gpus {
+        None | Some(Gpus::None) => None,
+        Some(g) => Some(vec![DeviceRequest {
+            driver: Some("nvidia".into()),
+            // -1 is the engine's "all", as `--gpus all` sends it.
+            count: Some(match g {
+                Gpus::Count(n) => i64::from(*n),
+                _ => -1,
+            }),
+            capabilities: Some(vec![vec!["gpu".into()]]),
+            ..Default::default()
+        }]),
+    };
+    let host_config = HostConfig {
+        binds: Some(binds(r)),
+        device_requests,
+        ipc_mode: r.ipc.map(|i| ipc_text(i).to_string()),
+        shm_size: r.shm_size.map(|b| b.0 as i64),
+        ulimits: (!r.ulimits.is_empty()).then(|| {
+            r.ulimits
+                .iter()
+                .map(|(name, v)| ResourcesUlimits {
+                    name: Some(name.clone()),
+                    soft: Some(*v),
+                    hard: Some(*v),
+                })
+                .collect()
+        }),
+        // The seeds lost an export's logs to `--rm`: the container stays until pruned.
+        auto_remove: Some(false),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.to_string()),
+        entrypoint: (!r.entrypoint.is_empty()).then(|| r.entrypoint.clone()),
+        cmd: Some(r.argv.clone()),
+        env: Some(env),
+        user: Some(spec.user.to_string()),
+        working_dir: r.workdir.clone(),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// The command a person could type for the same container, for review. Secrets by name.
+pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String> {
+    let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
+    match &r.gpus {
+        Some(Gpus::All) => v.extend(["--gpus".into(), "all".into()]),
+        Some(Gpus::Count(n)) => v.extend(["--gpus".into(), n.to_string()]),
+        Some(Gpus::None) | None => {}
+    }
+    if let Some(i) = r.ipc {
+        v.push(format!("--ipc={}", ipc_text(i)));
+    }
+    if let Some(s) = r.shm_size {
+        v.push(format!("--shm-size={s}"));
+    }
+    for (name, value) in &r.ulimits {
+        v.extend(["--ulimit".into(), format!("{name}={value}")]);
+    }
+    v.extend(["--user".into(), user.to_string()]);
+    if let Some(w) = &r.workdir {
+        v.extend(["-w".into(), w.clone()]);
+    }
+    for b in binds(r) {
+        v.extend(["-v".into(), b]);
+    }
+    for (k, val) in &r.env {
+        v.extend(["-e".into(), format!("{k}={val}")]);
+    }
+    for k in &r.env_from_host {
+        v.extend(["-e".into(), k.clone()]);
+    }
+    if let [first, rest @ ..] = r.entrypoint.as_slice() {
+        v.extend(["--entrypoint".into(), first.clone(), image.to_string()]);
+        v.extend(rest.iter().cloned());
+    } else {
+        v.push(image.to_string());
+    }
+    v.extend(r.argv.iter().cloned());
+    v
+}
+
+fn engine(context: &str, e: bollard::errors::Error) -> Error {
+    Error::Failed(format!("{context}: {e}"))
+}
+
+/// How the container stands: None while it runs, its exit once it ended; Err(None) when
+/// the engine no longer has it.
+pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Option<Exit>, ()>> {
+    match docker.inspect_container(id, None).await {
+        Ok(info) => {
+            let s = info.state.unwrap_or_default();
+            if s.running == Some(true) || s.restarting == Some(true) {
+                return Ok(Ok(None));
+            }
+            Ok(Ok(Some(Exit {
+                code: s.exit_code,
+                signal: None,
+                oom_killed: s.oom_killed.unwrap_or(false),
+            })))
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(Err(())),
+        Err(e) => Err(engine("inspecting the job container", e)),
+    }
+}
+
+/// The container's whole output so far.
+pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
+    let opts = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+    let mut stream = docker.logs(id, Some(opts));
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| engine("reading the job's output", e))?;
+        out.extend_from_slice(&chunk.into_bytes());
+    }
+    Ok(out)
+}

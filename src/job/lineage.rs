@@ -1,0 +1,141 @@
+//! A serving recipe's `model.produced_by: JOB`: the model is what that job wrote. Before a
+//! start, the job's newest run must have succeeded (outputs verified), the model must be
+//! one of its outputs, and no input may have changed since the run began — otherwise the
+//! model is refused. What passes is recorded with the `up` run: inputs' fingerprints → job
+//! image digest → outputs' fingerprint.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{InputPrint, JobState};
+use crate::error::{Error, Result};
+use crate::state::StateDir;
+
+/// Which job made a model, from what, with what.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lineage {
+    pub job: String,
+    pub run_id: String,
+    pub image: String,
+    pub image_digest: String,
+    pub inputs: Vec<InputPrint>,
+    pub output: PathBuf,
+    /// The output as the job left it (a serving recipe's patches may change it since).
+    pub output_fingerprint: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+impl std::fmt::Display for Lineage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "made by job {} (run {}, image {}, finished {}; outputs {})",
+            self.job,
+            self.run_id,
+            crate::units::short_digest(&self.image_digest),
+            self.finished_at.as_deref().unwrap_or("?"),
+            self.output_fingerprint
+                .as_deref()
+                .map_or("-", crate::units::short_id)
+        )
+    }
+}
+
+/// The lineage of the model at `model` produced by `job`, or why it may not serve.
+pub async fn check(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    job: &str,
+    model: &Path,
+) -> Result<Lineage> {
+    let rec = super::record::latest(state, job)?.ok_or_else(|| {
+        Error::Failed(format!(
+            "the model {} is produced by job {job} (model.produced_by), which has not run \
+             here; `sparkctl run {job}` first",
+            model.display()
+        ))
+    })?;
+    let rec = super::finalize::finalize(docker, state, rec).await?;
+    if rec.state != JobState::Succeeded {
+        let why = match rec.state {
+            JobState::Running => "is still running".to_string(),
+            s => format!("{s}: {}", rec.explanation.as_deref().unwrap_or("-")),
+        };
+        return Err(Error::Failed(format!(
+            "refusing the model {}: its producing job {job} (run {}) {why}; its outputs are \
+             marked incomplete. Fix the job and `sparkctl run {job}` again (`sparkctl logs \
+             {job}` shows its output)",
+            model.display(),
+            rec.run_id
+        )));
+    }
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let model_c = canon(model);
+    let out = rec
+        .outputs
+        .iter()
+        .find(|o| model_c.starts_with(canon(&o.path)))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "model.path {} is not an output of job {job} (its outputs: {}); fix \
+                 model.produced_by or model.path",
+                model.display(),
+                rec.outputs
+                    .iter()
+                    .map(|o| o.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    if let Some(reason) = super::finalize::incomplete_reason(&out.path) {
+        return Err(Error::Failed(format!(
+            "refusing the model {}: it is marked incomplete: {reason}",
+            model.display()
+        )));
+    }
+    for input in &rec.inputs {
+        if let Some(when) = newest_change(&input.path) {
+            if when > rec.started_unix {
+                return Err(Error::Failed(format!(
+                    "refusing the model {}: it is older than its inputs: {} changed at {} \
+                     after job {job} started ({}); `sparkctl run {job}` again",
+                    model.display(),
+                    input.path.display(),
+                    crate::units::utc_stamp(when),
+                    rec.started_at
+                )));
+            }
+        }
+    }
+    Ok(Lineage {
+        job: job.to_string(),
+        run_id: rec.run_id.clone(),
+        image: rec.image.clone(),
+        image_digest: rec.image_digest.clone(),
+        inputs: rec.inputs.clone(),
+        output: out.path.clone(),
+        output_fingerprint: out.fingerprint.clone(),
+        finished_at: rec.finished_at.clone(),
+    })
+}
+
+/// The newest modification time (unix seconds) of `path` or anything under it.
+fn newest_change(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut newest = None;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let m = meta.mtime().max(0) as u64;
+        newest = Some(newest.map_or(m, |n: u64| n.max(m)));
+        if meta.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                stack.extend(rd.filter_map(|e| e.ok().map(|e| e.path())));
+            }
+        }
+    }
+    newest
+}

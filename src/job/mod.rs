@@ -1,0 +1,175 @@
+//! Jobs: one-shot container runs (quantize, train, export, convert) with a pinned image,
+//! inputs read-only, outputs owned by the invoking user, logs kept, outputs verified and
+//! fingerprinted, and a lineage a serving recipe can name (`model.produced_by`).
+//!
+//! `recipe` is the file format, `run` the checks and the start, `finalize` what happens
+//! once the container ends, `lineage` what `up` asks of a model's producer.
+
+mod check;
+pub mod container;
+pub mod fatal;
+pub mod finalize;
+pub mod lineage;
+pub mod progress;
+pub mod recipe;
+pub mod record;
+pub mod run;
+
+use std::time::Duration;
+
+use bollard::query_parameters::{LogsOptionsBuilder, StopContainerOptionsBuilder};
+use futures_util::StreamExt;
+
+use crate::error::{Error, Result};
+use crate::runtime::LineBuffer;
+use crate::state::StateDir;
+pub use record::{JobRecord, JobState};
+
+/// What following a job ended with.
+#[derive(Debug)]
+pub enum Followed {
+    /// The container ended; the run is finalized.
+    Ended(JobRecord),
+    /// Ctrl-C: the job keeps running, detached.
+    Detached(JobRecord),
+}
+
+/// What a follower sees.
+pub enum FollowEvent<'a> {
+    Line(&'a str),
+    /// The recipe's progress pattern matched: (done, total).
+    Progress(u64, u64),
+}
+
+/// Streams the job's output until its container ends (then finalizes it) or Ctrl-C
+/// (then leaves it running). `tail`: lines of the past to show first (None: all).
+pub async fn follow(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    rec: JobRecord,
+    tail: Option<usize>,
+    on: &mut (dyn FnMut(FollowEvent) + Send),
+) -> Result<Followed> {
+    let pattern = progress::Progress::new(rec.recipe.progress.as_deref());
+    let tail = tail.map_or("all".to_string(), |n| n.to_string());
+    let opts = LogsOptionsBuilder::new()
+        .follow(true)
+        .stdout(true)
+        .stderr(true)
+        .tail(&tail)
+        .build();
+    let mut stream = docker.logs(&rec.container, Some(opts));
+    let mut buf = LineBuffer::default();
+    let streamed = async {
+        while let Some(chunk) = stream.next().await {
+            let Ok(chunk) = chunk else { break };
+            for line in buf.push(&chunk.into_bytes()) {
+                on(FollowEvent::Line(&line));
+                if let Some((done, total)) = pattern.as_ref().and_then(|p| p.read(&line)) {
+                    on(FollowEvent::Progress(done, total));
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = streamed => {}
+        _ = tokio::signal::ctrl_c() => return Ok(Followed::Detached(rec)),
+    }
+    // The stream also ends when the engine restarts: only an ended container finalizes.
+    let rec = finalize::finalize(docker, state, rec).await?;
+    Ok(if rec.state.is_final() {
+        Followed::Ended(rec)
+    } else {
+        Followed::Detached(rec)
+    })
+}
+
+/// The newest run of `job`, finalized if its container has ended.
+pub async fn latest(docker: &bollard::Docker, state: &StateDir, job: &str) -> Result<JobRecord> {
+    let rec = record::latest(state, job)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "job {job} has not run here; `sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
+        ))
+    })?;
+    finalize::finalize(docker, state, rec).await
+}
+
+/// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
+/// partial outputs (marked incomplete) stay.
+pub async fn stop(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    job: &str,
+    grace: Duration,
+) -> Result<JobRecord> {
+    let mut rec = latest(docker, state, job).await?;
+    if rec.state.is_final() {
+        return Err(Error::Usage(format!(
+            "job {job} is not running (its last run {} {}); nothing to stop",
+            rec.run_id, rec.state
+        )));
+    }
+    // Recorded first, so the SIGKILL that may follow is not blamed on memory.
+    rec.stop_requested = true;
+    rec.save(state)?;
+    let opts = StopContainerOptionsBuilder::new()
+        .t(grace.as_secs().max(1) as i32)
+        .build();
+    match docker.stop_container(&rec.container, Some(opts)).await {
+        Ok(())
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 304, ..
+        }) => {}
+        Err(e) => return Err(Error::Failed(format!("stopping job {job}: {e}"))),
+    }
+    let _ = docker.wait_container(&rec.container, None).next().await;
+    finalize::finalize(docker, state, rec).await
+}
+
+/// `sparkctl logs JOB`: the container's output while the engine has it, else the copy in
+/// the run record.
+pub async fn logs(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    job: &str,
+    follow_it: bool,
+    tail: Option<usize>,
+    out: &mut (dyn std::io::Write + Send),
+) -> Result<JobRecord> {
+    let rec = latest(docker, state, job).await?;
+    let write = |out: &mut (dyn std::io::Write + Send), bytes: &[u8]| {
+        out.write_all(bytes)
+            .and_then(|_| out.flush())
+            .map_err(|e| Error::io("cannot write the logs", e))
+    };
+    if !rec.state.is_final() && follow_it {
+        let mut failed = None;
+        let mut on = |e: FollowEvent| {
+            if let (FollowEvent::Line(l), None) = (e, &failed) {
+                if let Err(e) = write(out, format!("{l}\n").as_bytes()) {
+                    failed = Some(e);
+                }
+            }
+        };
+        let followed = follow(docker, state, rec, tail, &mut on).await?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        return Ok(match followed {
+            Followed::Ended(r) | Followed::Detached(r) => r,
+        });
+    }
+    let bytes = match &rec.log {
+        Some(path) => std::fs::read(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?,
+        None => container::output(docker, &rec.container).await?,
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    write(out, crate::runtime::last_lines(&text, tail).as_bytes())?;
+    Ok(rec)
+}
+
+/// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
+pub fn has_runs(state: &StateDir, name: &str) -> bool {
+    record::latest(state, name).ok().flatten().is_some()
+}

@@ -1,0 +1,34 @@
+//! Progress from a job's log: the recipe's pattern (`step (\d+)/(\d+)`) read on each line.
+
+/// The recipe's pattern, compiled; matched lines give (done, total).
+pub struct Progress {
+    re: regex::Regex,
+}
+
+impl Progress {
+    /// None when the recipe has no pattern (or, after `check`, never: a bad one).
+    pub fn new(pattern: Option<&str>) -> Option<Progress> {
+        regex::Regex::new(pattern?).ok().map(|re| Progress { re })
+    }
+
+    /// (done, total) when `line` matches with two numbers.
+    pub fn read(&self, line: &str) -> Option<(u64, u64)> {
+        let caps = self.re.captures(line)?;
+        let done = caps.get(1)?.as_str().parse().ok()?;
+        let total = caps.get(2)?.as_str().parse().ok()?;
+        Some((done, total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_done_and_total() {
+        let p = Progress::new(Some(r"step (\d+)/(\d+)")).unwrap();
+        assert_eq!(p.read("[train] step 50/162 loss=0.9"), Some((50, 162)));
+        assert_eq!(p.read("loading"), None);
+        assert!(Progress::new(None).is_none());
+    }
+}

@@ -1,0 +1,241 @@
+//! Job recipes (`recipes/jobs/NAME.yaml`): a one-shot container run — quantize, train,
+//! export, convert — as reviewed data. Loaded and checked like serving recipes: the same
+//! YAML front door, the same diagnostics naming file, line and key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Diagnostic, Error, Result};
+use crate::recipe::{Gpus, Ipc, PatchStep};
+use crate::units::ByteSize;
+
+/// One job recipe file.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRecipe {
+    /// Must equal the file name without `.yaml`; what users type (`sparkctl run NAME`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Container image as written (a tag); the digest that runs comes from images.lock.
+    pub image: String,
+    /// Replaces the image's entrypoint (left out: the image's own, e.g. NGC's setup script).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entrypoint: Vec<String>,
+    /// The command, one argv entry each. sparkctl never builds a shell string; a recipe
+    /// that wants a shell says so: `[bash, -c, "pip install … && python3 x.py"]`.
+    pub argv: Vec<String>,
+    /// Working directory inside the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Names of host variables passed through (HF_TOKEN); never printed or stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from_host: Vec<String>,
+    /// Mounted read-only; fingerprinted into the job's lineage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<Input>,
+    /// Mounted read-write, created (owned by the invoking user) before the start, verified
+    /// and fingerprinted after it.
+    pub outputs: Vec<Output>,
+    /// Read-write mounts that are neither inputs nor results (a Hugging Face cache).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<Input>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Gpus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc: Option<Ipc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<ByteSize>,
+    /// Ulimits by name; -1 means unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulimits: BTreeMap<String, i64>,
+    /// `invoking-user` (default: outputs are never root-owned), `root` (an image that
+    /// insists; outputs are given back to the invoking user afterwards) or `UID:GID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Memory the job needs from the unified pool, in GB: servers stop to make room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// A regex with two groups, done and total, matched against each log line
+    /// (e.g. `step (\d+)/(\d+)`): a progress bar with an ETA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    /// Host path (`~` is expanded).
+    pub path: String,
+    /// Where it appears inside the container.
+    pub mount: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// Host directory (`~` is expanded); created if missing.
+    pub path: String,
+    pub mount: String,
+    /// What the job will write here: the free-disk check refuses before anything starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<ByteSize>,
+    /// What must hold once the job ends, as patch expectations (`expect`, `expect-files`,
+    /// `expect-safetensors`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "serde_yaml_ng::with::singleton_map_recursive"
+    )]
+    #[schemars(with = "Vec<PatchStep>")]
+    pub expect: Vec<PatchStep>,
+}
+
+/// Who the container runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunAs {
+    /// The invoking user (behind sudo, the sudo user).
+    InvokingUser,
+    /// Root inside the container; outputs are chowned back afterwards.
+    Root,
+    Id(u32, u32),
+}
+
+impl JobRecipe {
+    pub fn run_as(&self) -> RunAs {
+        match self.user.as_deref() {
+            None | Some("invoking-user") => RunAs::InvokingUser,
+            Some("root") | Some("0") | Some("0:0") => RunAs::Root,
+            Some(other) => {
+                let (u, g) = other.split_once(':').unwrap_or((other, other));
+                RunAs::Id(u.parse().unwrap_or(0), g.parse().unwrap_or(0))
+            }
+        }
+    }
+
+    /// sha256 of the recipe as written (canonical JSON): any change to what runs changes it.
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let canonical = serde_json::to_vec(self).expect("job recipes serialize");
+        format!("sha256:{}", crate::units::hex(&Sha256::digest(&canonical)))
+    }
+}
+
+/// A parsed, checked job recipe and where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedJob {
+    pub recipe: JobRecipe,
+    pub path: PathBuf,
+    pub source: String,
+}
+
+impl LoadedJob {
+    pub fn diagnostic(&self, key: &str, message: String, help: Option<String>) -> Diagnostic {
+        crate::recipe::diag_at(&self.path, &self.source, key, message, help)
+    }
+}
+
+/// A recipe's host path as the engine needs it: `~` expanded, and absolute (a relative
+/// path in a bind would name a Docker volume instead of a directory).
+pub fn host_path(path: &str) -> PathBuf {
+    let p = PathBuf::from(crate::recipe::expand_home(path));
+    std::path::absolute(&p).unwrap_or(p)
+}
+
+/// `recipes/jobs/`, beside the serving recipes.
+pub fn jobs_dir(recipes: &Path) -> PathBuf {
+    recipes.join("jobs")
+}
+
+/// Every job recipe of `dir`, and the diagnostics of those that did not load. A missing
+/// directory has none.
+pub fn load_jobs(dir: &Path) -> Result<(Vec<LoadedJob>, Vec<Diagnostic>)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(Error::io(format!("cannot read {}", dir.display()), e)),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+        })
+        .collect();
+    paths.sort();
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for p in paths {
+        match load_job(&p) {
+            Ok(j) => good.push(j),
+            Err(Error::Invalid(mut d)) => bad.append(&mut d),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((good, bad))
+}
+
+/// The job recipe called `name` in `dir`; an unknown name suggests the nearest.
+pub fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
+    let path = dir.join(format!("{name}.yaml"));
+    if path.is_file() {
+        return load_job(&path);
+    }
+    let (jobs, _) = load_jobs(dir)?;
+    if let Some(j) = jobs.into_iter().find(|j| j.recipe.name == name) {
+        return Ok(j);
+    }
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let p = e.path();
+                    (p.extension()? == "yaml").then(|| p.file_stem()?.to_str().map(String::from))?
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Err(Error::Usage(format!(
+        "no job recipe named `{name}` in {}; {}",
+        dir.display(),
+        crate::recipe::did_you_mean(name, &names, "known jobs")
+    )))
+}
+
+/// Parses and checks one job recipe file.
+pub fn load_job(path: &Path) -> Result<LoadedJob> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::Invalid(vec![Diagnostic::at(
+            path,
+            None,
+            None,
+            format!("cannot read this job recipe: {e}"),
+            Some("check that the file exists and that you may read it".into()),
+        )])
+    })?;
+    let prepared = crate::yaml::prepare(path, &bytes).map_err(|d| Error::Invalid(vec![*d]))?;
+    let source = prepared.text.to_string();
+    let recipe: JobRecipe = serde_yaml_ng::from_str(&source)
+        .map_err(|e| Error::Invalid(vec![crate::recipe::from_yaml_error(path, &source, &e)]))?;
+    let loaded = LoadedJob {
+        recipe,
+        path: path.to_path_buf(),
+        source,
+    };
+    let diags = super::check::check(&loaded, &prepared.loose);
+    if diags.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(Error::Invalid(diags))
+    }
+}
+
+/// The JSON Schema of job recipes, for editors.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(JobRecipe)).expect("a schema is always JSON")
+}

@@ -1,0 +1,150 @@
+//! `STATE/jobs/RUN.json`: one job run, from its start to what it left behind; its output
+//! copied to `STATE/jobs/RUN/job.log`. The record holds the recipe as it ran, so a later
+//! edit of the file cannot change what the run is judged against.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::recipe::JobRecipe;
+use crate::error::Result;
+use crate::patch::expect::Check;
+use crate::runtime::Exit;
+use crate::state::{self, StateDir};
+
+/// Where a job run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    /// Its container runs (or ran, and nobody has looked since).
+    Running,
+    /// Exit 0 and every output verified and fingerprinted.
+    Succeeded,
+    /// Exit 0, but an output failed its expectations: not a result.
+    Unverified,
+    /// A non-zero exit (OOM, a crash, a fatal line).
+    Failed,
+    /// `sparkctl stop` ended it.
+    Stopped,
+    /// Its container is gone (removed by hand) before sparkctl saw how it ended.
+    Lost,
+}
+
+impl JobState {
+    pub fn is_final(self) -> bool {
+        self != JobState::Running
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Unverified => "unverified",
+            JobState::Failed => "failed",
+            JobState::Stopped => "stopped",
+            JobState::Lost => "lost",
+        })
+    }
+}
+
+/// A log line sparkctl knows, with what it means and the fix.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Finding {
+    pub line: String,
+    pub cause: String,
+    pub fix: String,
+}
+
+/// An input as the job read it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InputPrint {
+    pub path: PathBuf,
+    pub fingerprint: String,
+}
+
+/// An output as the job left it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutputResult {
+    pub path: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<Check>,
+    /// Set only when the run succeeded: a fingerprint is never taken of partial outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// Marked with `.sparkctl-incomplete.json`: partial, never mistaken for a result.
+    pub incomplete: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub run_id: String,
+    pub job: String,
+    pub recipe_hash: String,
+    pub recipe_file: PathBuf,
+    /// The recipe as it ran.
+    pub recipe: JobRecipe,
+    pub image: String,
+    /// The image id the container ran.
+    pub image_digest: String,
+    pub unpinned: bool,
+    pub container: String,
+    pub container_name: String,
+    /// `UID:GID` the container ran as.
+    pub user: String,
+    /// Who the outputs belong to afterwards.
+    pub owner: String,
+    pub started_at: String,
+    /// Unix seconds, for comparing with the inputs' modification times.
+    pub started_unix: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+    /// How it ended, in words (exit code, OOM, who stopped it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
+    pub inputs: Vec<InputPrint>,
+    pub outputs: Vec<OutputResult>,
+    /// The container's output, copied when it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+    /// Paths given back to the owner after a root container wrote them.
+    #[serde(default)]
+    pub chowned: usize,
+    /// `sparkctl stop` asked for the end (so a SIGKILL exit is not blamed on memory).
+    #[serde(default)]
+    pub stop_requested: bool,
+    /// Servers stopped to make room before the start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped_for_memory: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Progress last parsed from the log (done, total).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<(u64, u64)>,
+}
+
+impl JobRecord {
+    pub fn save(&self, state: &StateDir) -> Result<PathBuf> {
+        let path = state.job_record_file(&self.run_id)?;
+        state::write_json(&path, self)?;
+        Ok(path)
+    }
+}
+
+/// Every job run, newest first, and the records that could not be read.
+pub fn all(state: &StateDir) -> Result<(Vec<JobRecord>, Vec<state::Damaged>)> {
+    let (mut runs, damaged) = state::read_json_dir::<JobRecord>(&state.jobs_dir()?, |_| true)?;
+    runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+    Ok((runs, damaged))
+}
+
+/// The newest run of `job`.
+pub fn latest(state: &StateDir, job: &str) -> Result<Option<JobRecord>> {
+    Ok(all(state)?.0.into_iter().find(|r| r.job == job))
+}

@@ -1,0 +1,395 @@
+//! `sparkctl run JOB`: every check that can fail cheaply first (image pinned and present,
+//! inputs there, outputs writable, free disk, memory), then make room, create the output
+//! dirs (owned by the invoking user, marked incomplete), start the container detached, and
+//! record the run. Nothing is created or stopped before every check has passed.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::container;
+use super::recipe::{host_path, LoadedJob, RunAs};
+use super::record::{InputPrint, JobRecord, JobState, OutputResult};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::memory::MemoryPlan;
+use crate::patch::owner::{self, Owner};
+
+/// How a run may go, and how it talks to people.
+pub struct RunOptions<'a> {
+    pub allow_unpinned: bool,
+    /// Asked before production is stopped to make room; false refuses.
+    pub confirm: &'a dyn Fn(&str) -> bool,
+    pub say: &'a dyn Fn(&str),
+}
+
+/// One output's free-disk check.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskCheck {
+    pub output: PathBuf,
+    pub needs: u64,
+    pub free: u64,
+}
+
+/// Everything decided before a job starts; `--dry-run` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobPlan {
+    pub job: String,
+    pub recipe_file: PathBuf,
+    pub recipe_hash: String,
+    pub image_ref: String,
+    /// What runs: the pinned digest (or the tag, unpinned).
+    pub image: String,
+    pub image_id: String,
+    pub unpinned: bool,
+    /// `UID:GID` the container runs as, and who owns the outputs afterwards.
+    pub user: String,
+    pub owner: Owner,
+    pub command: Vec<String>,
+    pub memory: MemoryPlan,
+    pub production: Option<String>,
+    pub disk: Vec<DiskCheck>,
+    #[serde(skip)]
+    loaded: LoadedJob,
+}
+
+/// Checks everything; changes nothing.
+pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Result<JobPlan> {
+    let r = &loaded.recipe;
+    let docker = ctx.runtimes.docker()?.client();
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
+    let (image, pinned) =
+        crate::images::run_reference(docker, &r.name, &r.image, &lock, allow_unpinned).await?;
+    let image_id = docker
+        .inspect_image(&image)
+        .await
+        .ok()
+        .and_then(|i| i.id)
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: image {image} is not on this machine; `sparkctl images pull {}` gets it \
+                 (sparkctl never pulls while starting a job)",
+                r.name, r.name
+            ))
+        })?;
+    if r.gpus
+        .as_ref()
+        .is_some_and(|g| *g != crate::recipe::Gpus::None)
+        && !ctx.runtimes.docker()?.has_nvidia_runtime().await?
+    {
+        return Err(Error::Failed(format!(
+            "{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
+             NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)",
+            r.name
+        )));
+    }
+    refuse_if_running(ctx, &r.name).await?;
+    check_inputs(loaded)?;
+    let owner = owner::resolve("invoking-user").map_err(Error::Failed)?;
+    let user = match r.run_as() {
+        RunAs::InvokingUser => owner.to_string(),
+        RunAs::Root => "0:0".to_string(),
+        RunAs::Id(u, g) => format!("{u}:{g}"),
+    };
+    check_outputs_writable(loaded, &user)?;
+    let disk = check_disk(loaded)?;
+    let (deployments, _) = ctx.runtimes.list().await?;
+    let memory = MemoryPlan::new(
+        ctx.settings.memory_budget_gb,
+        r.memory_gb,
+        &deployments,
+        ctx.settings.production_port,
+    );
+    if !memory.fits {
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory even with every server stopped: {}",
+            r.name,
+            memory.describe()
+        )));
+    }
+    let production = crate::production::Production::load(&ctx.state)
+        .ok()
+        .and_then(|p| p.current.map(|e| e.recipe));
+    Ok(JobPlan {
+        job: r.name.clone(),
+        recipe_file: loaded.path.clone(),
+        recipe_hash: r.hash(),
+        image_ref: r.image.clone(),
+        command: container::equivalent_command(r, &image, &user),
+        image,
+        image_id,
+        unpinned: !pinned,
+        user,
+        owner,
+        memory,
+        production,
+        disk,
+        loaded: loaded.clone(),
+    })
+}
+
+async fn refuse_if_running(ctx: &Context, job: &str) -> Result<()> {
+    let Some(rec) = super::record::latest(&ctx.state, job)? else {
+        return Ok(());
+    };
+    if rec.state != JobState::Running {
+        return Ok(());
+    }
+    let docker = ctx.runtimes.docker()?.client();
+    if matches!(container::ended(docker, &rec.container).await?, Ok(None)) {
+        return Err(Error::Usage(format!(
+            "job {job} is already running (run {}); `sparkctl logs {job} -f` follows it, \
+             `sparkctl stop {job}` ends it",
+            rec.run_id
+        )));
+    }
+    Ok(())
+}
+
+fn check_inputs(loaded: &LoadedJob) -> Result<()> {
+    let diags: Vec<_> = loaded
+        .recipe
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| !host_path(&i.path).exists())
+        .map(|(n, i)| {
+            loaded.diagnostic(
+                &format!("inputs[{n}].path"),
+                format!("input {} does not exist", host_path(&i.path).display()),
+                Some("download or create it first, or fix the path".into()),
+            )
+        })
+        .collect();
+    if diags.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(diags))
+    }
+}
+
+/// An existing output dir the container's user could not write fails now, not after an
+/// hour of training.
+fn check_outputs_writable(loaded: &LoadedJob, user: &str) -> Result<()> {
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(0);
+    for (i, o) in loaded.recipe.outputs.iter().enumerate() {
+        let path = host_path(&o.path);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            return Err(Error::Invalid(vec![loaded.diagnostic(
+                &format!("outputs[{i}].path"),
+                format!("{} exists and is not a directory", path.display()),
+                Some("an output is a directory the job writes into".into()),
+            )]));
+        }
+        let writable = uid == 0 || meta.uid() == uid || meta.mode() & 0o002 != 0;
+        if !writable {
+            return Err(Error::Failed(format!(
+                "{}: outputs[{i}].path {} belongs to uid {} and the job runs as {user}: it \
+                 could not write there; `sudo chown -R {user} {}` or choose another path; \
+                 nothing was started",
+                loaded.path.display(),
+                path.display(),
+                meta.uid(),
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Free bytes on the filesystem that holds `path` (its nearest existing ancestor).
+fn free_bytes(path: &Path) -> Option<(u64, u64)> {
+    let mut probe = path.to_path_buf();
+    while !probe.exists() {
+        if !probe.pop() {
+            return None;
+        }
+    }
+    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct it is given; the path is a valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    let dev = std::fs::metadata(&probe).ok()?.dev();
+    Some((s.f_bavail as u64 * s.f_frsize as u64, dev))
+}
+
+/// Declared output sizes against free space, summed per filesystem.
+fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
+    let mut checks = Vec::new();
+    let mut per_fs: Vec<(u64, u64, u64, Vec<String>)> = Vec::new();
+    for (i, o) in loaded.recipe.outputs.iter().enumerate() {
+        let Some(size) = o.size else { continue };
+        let path = host_path(&o.path);
+        let Some((free, dev)) = free_bytes(&path) else {
+            continue;
+        };
+        checks.push(DiskCheck {
+            output: path.clone(),
+            needs: size.0,
+            free,
+        });
+        match per_fs.iter_mut().find(|f| f.0 == dev) {
+            Some(f) => {
+                f.1 += size.0;
+                f.3.push(format!("outputs[{i}]"));
+            }
+            None => per_fs.push((dev, size.0, free, vec![format!("outputs[{i}]")])),
+        }
+    }
+    if let Some((_, need, free, keys)) = per_fs.iter().find(|f| f.1 > f.2) {
+        return Err(Error::Failed(format!(
+            "{}: {} declare {} of output but their filesystem has {} free; free space or \
+             point the output elsewhere; nothing was started",
+            loaded.path.display(),
+            keys.join(", "),
+            crate::units::ByteSize(*need),
+            crate::units::ByteSize(*free)
+        )));
+    }
+    Ok(checks)
+}
+
+/// Makes room, creates the outputs, starts the container and records the run. The caller
+/// holds the state lock.
+pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<JobRecord> {
+    make_room(ctx, plan, opts).await?;
+    let r = &plan.loaded.recipe;
+    let run_id = crate::state::new_run_id();
+    let mut inputs = Vec::new();
+    for i in &r.inputs {
+        let path = host_path(&i.path);
+        (opts.say)(&format!("fingerprinting input {}", path.display()));
+        let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
+        inputs.push(InputPrint {
+            path,
+            fingerprint: fp.digest,
+        });
+    }
+    let mut outputs = Vec::new();
+    for o in &r.outputs {
+        let path = host_path(&o.path);
+        super::finalize::prepare_output(&path, plan.owner, &r.name, &run_id)?;
+        outputs.push(OutputResult {
+            path,
+            checks: Vec::new(),
+            fingerprint: None,
+            incomplete: true,
+        });
+    }
+    let host_env = r
+        .env_from_host
+        .iter()
+        .map(|name| {
+            std::env::var(name)
+                .map(|v| format!("{name}={v}"))
+                .map_err(|_| {
+                    Error::Usage(format!(
+                        "{}: env_from_host names {name}, which is not set here; export it first",
+                        r.name
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let docker = ctx.runtimes.docker()?.client();
+    let state_id = ctx.state.id();
+    let spec = container::Spec {
+        recipe: r,
+        image: &plan.image,
+        image_ref: &plan.image_ref,
+        run_id: &run_id,
+        state_id: &state_id,
+        user: &plan.user,
+        host_env,
+    };
+    let name = format!("sparkctl-job-{}-{run_id}", r.name);
+    let id = create_and_start(docker, &name, container::body(&spec)).await?;
+    let record = JobRecord {
+        run_id,
+        job: r.name.clone(),
+        recipe_hash: plan.recipe_hash.clone(),
+        recipe_file: plan.recipe_file.clone(),
+        recipe: r.clone(),
+        image: plan.image_ref.clone(),
+        image_digest: plan.image_id.clone(),
+        unpinned: plan.unpinned,
+        container: id,
+        container_name: name,
+        user: plan.user.clone(),
+        owner: plan.owner.to_string(),
+        started_at: crate::units::now_utc(),
+        started_unix: crate::units::unix_now().as_secs(),
+        finished_at: None,
+        state: JobState::Running,
+        exit: None,
+        explanation: None,
+        findings: Vec::new(),
+        inputs,
+        outputs,
+        log: None,
+        chowned: 0,
+        stop_requested: false,
+        stopped_for_memory: plan.memory.must_stop.clone(),
+        warnings: Vec::new(),
+        progress: None,
+    };
+    record.save(&ctx.state)?;
+    Ok(record)
+}
+
+async fn create_and_start(
+    docker: &bollard::Docker,
+    name: &str,
+    body: bollard::models::ContainerCreateBody,
+) -> Result<String> {
+    use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+    let opts = CreateContainerOptionsBuilder::new().name(name).build();
+    let created = docker
+        .create_container(Some(opts), body)
+        .await
+        .map_err(|e| Error::Failed(format!("creating container {name}: {e}")))?;
+    if let Err(e) = docker.start_container(&created.id, None).await {
+        // Never started: it has no logs worth keeping.
+        let opts = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = docker.remove_container(&created.id, Some(opts)).await;
+        return Err(Error::Failed(format!("starting container {name}: {e}")));
+    }
+    Ok(created.id)
+}
+
+/// Stops what the memory plan names; production only when confirmed.
+async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<()> {
+    for victim in &plan.memory.must_stop {
+        let is_prod = plan.production.as_deref() == Some(victim.as_str());
+        if is_prod
+            && !(opts.confirm)(&format!(
+                "stop production {victim} to make room for job {}? (the production port \
+                 answers 503 until `sparkctl rollback`)",
+                plan.job
+            ))
+        {
+            return Err(Error::Usage(format!(
+                "job {} needs production {victim} stopped first; confirm, or pass --yes",
+                plan.job
+            )));
+        }
+        let Some(d) = ctx.runtimes.find(victim).await?.filter(|d| d.running()) else {
+            continue;
+        };
+        (opts.say)(&format!(
+            "stopping {victim} to make room for job {}",
+            plan.job
+        ));
+        ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await?;
+    }
+    Ok(())
+}
