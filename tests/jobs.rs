@@ -153,10 +153,46 @@ fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
     assert!(rec["chowned"].as_u64().unwrap() >= 3, "{rec}");
     assert!(!dir.join(".sparkctl-incomplete.json").exists());
 
-    // Left to its default, the container runs as the invoking user and writes as it.
-    j.job("as-user", "id -u > /out/written-by", "");
-    j.ok(&["run", "as-user"]);
+    // Left to its default, the container runs as the invoking user and writes as it; a
+    // secret from the host reaches it and nothing sparkctl writes or prints.
+    const SECRET: &str = "hf_secret_value_4321";
+    j.job(
+        "as-user",
+        "id -u > /out/written-by && echo \"$JOB_TOKEN\" > /out/token",
+        "env_from_host: [JOB_TOKEN]\n",
+    );
+    let dry = j
+        .cmd(&["run", "as-user", "--dry-run"])
+        .env("JOB_TOKEN", SECRET)
+        .output()
+        .unwrap();
+    assert!(
+        text(&dry.stdout).contains("-e JOB_TOKEN "),
+        "{}",
+        text(&dry.stdout)
+    );
+    let out = j
+        .cmd(&["run", "as-user"])
+        .env("JOB_TOKEN", SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
     let dir = j.out_dir("as-user-out");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("token")).unwrap().trim(),
+        SECRET
+    );
+    for e in std::fs::read_dir(j.deck.dir.join("state/jobs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            assert!(
+                !std::fs::read_to_string(&p).unwrap().contains(SECRET),
+                "{}",
+                p.display()
+            );
+        }
+    }
     assert_eq!(
         std::fs::read_to_string(dir.join("written-by"))
             .unwrap()
@@ -185,6 +221,9 @@ fn a_job_killed_midway_keeps_its_logs_and_marks_its_partial_outputs() {
     });
     let rec = j.latest("train");
     assert_eq!(rec["state"], "running");
+    // Progress from the log, by the recipe's pattern.
+    assert!(rec["progress"][1] == 100, "{rec}");
+    assert!(j.ok(&["jobs"]).contains("/100"));
     let id = rec["container"].as_str().unwrap().to_string();
     // Killed from outside, as the kernel's OOM killer or a `docker kill` would.
     let kill = id.clone();
@@ -504,4 +543,43 @@ fn bad_job_recipes_are_named_by_file_and_key() {
     let stderr = text(&j.run(&["recipes", "validate", "bad"]).stderr);
     assert!(stderr.contains("unknown field `shm`"), "{stderr}");
     assert!(stderr.contains("shm_size"), "did-you-mean: {stderr}");
+}
+
+#[test]
+fn the_memory_plan_stops_servers_and_asks_before_production() {
+    let j = Jobs::new("job-memory");
+    with_production(&j);
+    j.deck.recipe(
+        "big",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 100ms]\n  memory_gb: 60\n",
+            free_port()
+        ),
+    );
+    j.ok(&["start", "big"]);
+    // 128 GB pool - 8 reserve = 120; prod 7 + big 60 + this 115 > 120: big must stop, then
+    // production too.
+    j.job("train", "echo trained > /out/done", "memory_gb: 115\n");
+    let dry = j.ok(&["run", "train", "--dry-run"]);
+    assert!(
+        dry.contains("stops:   big") && dry.contains("stops:   prod"),
+        "{dry}"
+    );
+    assert!(
+        j.deck.status_of("big").unwrap()["state"] == "running",
+        "dry-run stops nothing"
+    );
+    // No terminal and no --yes: production is not stopped, nor anything else.
+    let refused = j.run(&["run", "train"]);
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("needs production prod stopped"), "{stderr}");
+    assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
+    let out = j.ok(&["run", "train", "--yes"]);
+    assert!(out.contains("job train succeeded"), "{out}");
+    assert_ne!(j.deck.status_of("big").unwrap()["state"], "running");
+    assert_ne!(j.deck.status_of("prod").unwrap()["state"], "running");
+    // Production comes back with rollback once the job is done.
+    j.ok(&["rollback"]);
+    assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
 }

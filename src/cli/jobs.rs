@@ -218,7 +218,15 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
         return Ok(());
     }
     let mut t = out.table();
-    t.set_header(["JOB", "RUN", "STATE", "STARTED", "HOW IT ENDED", "OUTPUTS"]);
+    t.set_header([
+        "JOB",
+        "RUN",
+        "STATE",
+        "PROGRESS",
+        "STARTED",
+        "HOW IT ENDED",
+        "OUTPUTS",
+    ]);
     for r in &runs {
         let outputs: Vec<String> = r
             .outputs
@@ -233,6 +241,7 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
             r.job.clone(),
             r.run_id.clone(),
             r.state.to_string(),
+            r.progress.map_or("-".into(), |(d, t)| format!("{d}/{t}")),
             r.started_at.clone(),
             r.explanation.clone().unwrap_or_else(|| "-".into()),
             outputs.join(", "),

@@ -76,7 +76,13 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
-    for j in &jobs {
+    add_job_rows(&mut table, &jobs);
+    out.print_table(&table);
+    Ok(())
+}
+
+fn add_job_rows(table: &mut comfy_table::Table, jobs: &[crate::job::recipe::LoadedJob]) {
+    for j in jobs {
         let r = &j.recipe;
         table.add_row([
             r.name.clone(),
@@ -87,8 +93,6 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
-    out.print_table(&table);
-    Ok(())
 }
 
 /// The job recipes beside `dir` that load; the others are named on stderr.

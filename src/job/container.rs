@@ -191,3 +191,19 @@ pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
+
+/// The last `n` lines of the container's output ("" when it cannot be read).
+pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
+    let n = n.to_string();
+    let opts = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n)
+        .build();
+    let mut stream = docker.logs(id, Some(opts));
+    let mut out = Vec::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        out.extend_from_slice(&chunk.into_bytes());
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -112,7 +112,9 @@ pub async fn finalize(
         let path = state.job_log_file(&rec.run_id)?;
         state::write_atomic(&path, &bytes)?;
         rec.log = Some(path);
-        rec.findings = fatal::scan(&String::from_utf8_lossy(&bytes));
+        let text = String::from_utf8_lossy(&bytes);
+        rec.findings = fatal::scan(&text);
+        rec.progress = super::progress::last_in(rec.recipe.progress.as_deref(), &text);
     }
     give_back(docker, state, &mut rec).await;
     verify(&mut rec);
@@ -239,7 +241,13 @@ pub async fn refresh(docker: &bollard::Docker, state: &StateDir) -> Result<Vec<J
     }
     let mut out = Vec::with_capacity(runs.len());
     for rec in runs {
-        out.push(finalize(docker, state, rec).await?);
+        let mut rec = finalize(docker, state, rec).await?;
+        if !rec.state.is_final() && rec.recipe.progress.is_some() {
+            // Where it is now, from the end of its output (not stored: it moves).
+            let tail = super::container::tail(docker, &rec.container, 200).await;
+            rec.progress = super::progress::last_in(rec.recipe.progress.as_deref(), &tail);
+        }
+        out.push(rec);
     }
     Ok(out)
 }

@@ -20,6 +20,12 @@ impl Progress {
     }
 }
 
+/// The last (done, total) in `log`.
+pub fn last_in(pattern: Option<&str>, log: &str) -> Option<(u64, u64)> {
+    let p = Progress::new(pattern)?;
+    log.lines().rev().find_map(|l| p.read(l))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +36,7 @@ mod tests {
         assert_eq!(p.read("[train] step 50/162 loss=0.9"), Some((50, 162)));
         assert_eq!(p.read("loading"), None);
         assert!(Progress::new(None).is_none());
+        let log = "step 1/4\nstep 2/4\nsaving\n";
+        assert_eq!(last_in(Some(r"step (\d+)/(\d+)"), log), Some((2, 4)));
     }
 }

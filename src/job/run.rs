@@ -56,33 +56,7 @@ pub struct JobPlan {
 /// Checks everything; changes nothing.
 pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Result<JobPlan> {
     let r = &loaded.recipe;
-    let docker = ctx.runtimes.docker()?.client();
-    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
-    let (image, pinned) =
-        crate::images::run_reference(docker, &r.name, &r.image, &lock, allow_unpinned).await?;
-    let image_id = docker
-        .inspect_image(&image)
-        .await
-        .ok()
-        .and_then(|i| i.id)
-        .ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: image {image} is not on this machine; `sparkctl images pull {}` gets it \
-                 (sparkctl never pulls while starting a job)",
-                r.name, r.name
-            ))
-        })?;
-    if r.gpus
-        .as_ref()
-        .is_some_and(|g| *g != crate::recipe::Gpus::None)
-        && !ctx.runtimes.docker()?.has_nvidia_runtime().await?
-    {
-        return Err(Error::Failed(format!(
-            "{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
-             NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)",
-            r.name
-        )));
-    }
+    let (image, pinned, image_id) = resolve_image(ctx, loaded, allow_unpinned).await?;
     refuse_if_running(ctx, &r.name).await?;
     check_inputs(loaded)?;
     let owner = owner::resolve("invoking-user").map_err(Error::Failed)?;
@@ -126,6 +100,43 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
         disk,
         loaded: loaded.clone(),
     })
+}
+
+/// The image that runs (the pinned digest), whether it was pinned, and its id here.
+async fn resolve_image(
+    ctx: &Context,
+    loaded: &LoadedJob,
+    allow_unpinned: bool,
+) -> Result<(String, bool, String)> {
+    let r = &loaded.recipe;
+    let docker = ctx.runtimes.docker()?.client();
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
+    let (image, pinned) =
+        crate::images::run_reference(docker, &r.name, &r.image, &lock, allow_unpinned).await?;
+    let image_id = docker
+        .inspect_image(&image)
+        .await
+        .ok()
+        .and_then(|i| i.id)
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "{}: image {image} is not on this machine; `sparkctl images pull {}` gets it \
+                 (sparkctl never pulls while starting a job)",
+                r.name, r.name
+            ))
+        })?;
+    if r.gpus
+        .as_ref()
+        .is_some_and(|g| *g != crate::recipe::Gpus::None)
+        && !ctx.runtimes.docker()?.has_nvidia_runtime().await?
+    {
+        return Err(Error::Failed(format!(
+            "{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
+             NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)",
+            r.name
+        )));
+    }
+    Ok((image, pinned, image_id))
 }
 
 async fn refuse_if_running(ctx: &Context, job: &str) -> Result<()> {
@@ -261,19 +272,12 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
 /// Makes room, creates the outputs, starts the container and records the run. The caller
 /// holds the state lock.
 pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<JobRecord> {
-    make_room(ctx, plan, opts).await?;
     let r = &plan.loaded.recipe;
+    // Read before anything changes: a missing secret refuses the run, not half of it.
+    let host_env = host_env(r)?;
+    make_room(ctx, plan, opts).await?;
     let run_id = crate::state::new_run_id();
-    let mut inputs = Vec::new();
-    for i in &r.inputs {
-        let path = host_path(&i.path);
-        (opts.say)(&format!("fingerprinting input {}", path.display()));
-        let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
-        inputs.push(InputPrint {
-            path,
-            fingerprint: fp.digest,
-        });
-    }
+    let inputs = fingerprint_inputs(ctx, r, opts).await?;
     let mut outputs = Vec::new();
     for o in &r.outputs {
         let path = host_path(&o.path);
@@ -285,20 +289,6 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
             incomplete: true,
         });
     }
-    let host_env = r
-        .env_from_host
-        .iter()
-        .map(|name| {
-            std::env::var(name)
-                .map(|v| format!("{name}={v}"))
-                .map_err(|_| {
-                    Error::Usage(format!(
-                        "{}: env_from_host names {name}, which is not set here; export it first",
-                        r.name
-                    ))
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
     let docker = ctx.runtimes.docker()?.client();
     let state_id = ctx.state.id();
     let spec = container::Spec {
@@ -345,6 +335,42 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     Ok(record)
 }
 
+/// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
+fn host_env(r: &super::recipe::JobRecipe) -> Result<Vec<String>> {
+    r.env_from_host
+        .iter()
+        .map(|name| {
+            std::env::var(name)
+                .map(|v| format!("{name}={v}"))
+                .map_err(|_| {
+                    Error::Usage(format!(
+                        "{}: env_from_host names {name}, which is not set here; export it first; \
+                     nothing was started",
+                        r.name
+                    ))
+                })
+        })
+        .collect()
+}
+
+async fn fingerprint_inputs(
+    ctx: &Context,
+    r: &super::recipe::JobRecipe,
+    opts: &RunOptions<'_>,
+) -> Result<Vec<InputPrint>> {
+    let mut inputs = Vec::new();
+    for i in &r.inputs {
+        let path = host_path(&i.path);
+        (opts.say)(&format!("fingerprinting input {}", path.display()));
+        let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
+        inputs.push(InputPrint {
+            path,
+            fingerprint: fp.digest,
+        });
+    }
+    Ok(inputs)
+}
+
 async fn create_and_start(
     docker: &bollard::Docker,
     name: &str,
@@ -381,14 +407,19 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
                 plan.job
             )));
         }
-        let Some(d) = ctx.runtimes.find(victim).await?.filter(|d| d.running()) else {
-            continue;
-        };
         (opts.say)(&format!(
             "stopping {victim} to make room for job {}",
             plan.job
         ));
-        ctx.runtimes.stop(&d, crate::deploy::STOP_GRACE).await?;
+        // As `down --force`: production leaves the front door first, so its watch does not
+        // start it again in the middle of the job; `sparkctl rollback` brings it back.
+        let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+        crate::deploy::down(&ctx.runtimes, victim, false, Some(&door), is_prod).await?;
+        if is_prod {
+            (opts.say)(&format!(
+                "production {victim} stopped: `sparkctl rollback` brings it back after the job"
+            ));
+        }
     }
     Ok(())
 }
