@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lock::{repository, Lock, Pin, Source};
+use crate::runtime::docker::{engine_error, is_not_found};
 
 /// What this machine knows about one image.
 #[derive(Debug, Clone, Serialize)]
@@ -36,23 +37,12 @@ impl LocalImage {
     }
 }
 
-fn engine(context: &str, e: bollard::errors::Error) -> Error {
-    Error::Failed(format!("{context}: {e}"))
-}
-
-fn status_of(e: &bollard::errors::Error) -> Option<u16> {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
-    }
-}
-
 /// The engine's platform (`linux/arm64` on a Spark).
 pub async fn platform(docker: &Docker) -> Result<String> {
     let v = docker
         .version()
         .await
-        .map_err(|e| engine("docker version", e))?;
+        .map_err(|e| engine_error("docker version", e))?;
     Ok(format!(
         "{}/{}",
         v.os.unwrap_or_default(),
@@ -80,8 +70,8 @@ pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage
                 size: i.size.unwrap_or(0),
             }))
         }
-        Err(e) if status_of(&e) == Some(404) => Ok(None),
-        Err(e) => Err(engine(&format!("inspecting image {reference}"), e)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(engine_error(&format!("inspecting image {reference}"), e)),
     }
 }
 
@@ -94,10 +84,7 @@ pub async fn registry_digest(docker: &Docker, reference: &str) -> Result<(String
         )),
         Err(e) => {
             let text = e.to_string();
-            if text.contains("manifest unknown")
-                || text.contains("not found")
-                || status_of(&e) == Some(404)
-            {
+            if text.contains("manifest unknown") || text.contains("not found") || is_not_found(&e) {
                 Err(Error::Failed(format!(
                     "{reference}: the registry has no such tag ({text}); check the image name in the recipe"
                 )))
@@ -377,7 +364,7 @@ pub async fn pull(
     let mut stream = docker.create_image(Some(opts), None, None);
     let mut layers: BTreeMap<String, (u64, u64, bool)> = BTreeMap::new();
     while let Some(item) = stream.next().await {
-        let info = item.map_err(|e| engine(&format!("pulling {reference}"), e))?;
+        let info = item.map_err(|e| engine_error(&format!("pulling {reference}"), e))?;
         if let Some(err) = info.error_detail.and_then(|d| d.message) {
             return Err(Error::Failed(format!("pulling {reference}: {err}")));
         }

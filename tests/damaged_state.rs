@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::{free_port, text, Deck};
+use support::{free_port, Deck, Ran};
 
 fn process_sim(port: u16) -> String {
     format!(
@@ -16,31 +16,17 @@ fn a_damaged_run_record_is_named_and_the_other_runs_are_listed() {
     let deck = Deck::new("dmg-history");
     let prod_port = free_port();
     deck.recipe("demo-production", &process_sim(free_port()));
-    let rollback = deck
-        .cmd(&["rollback", "--to", "demo-production"])
-        .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(
-        rollback.status.code(),
-        Some(0),
-        "{}",
-        text(&rollback.stderr)
-    );
+    Ran::of(
+        deck.cmd(&["rollback", "--to", "demo-production"])
+            .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string()),
+    )
+    .succeeds();
     let runs = deck.dir.join("state/runs");
     std::fs::write(runs.join("20260101-000000000-dead.json"), "{\"run_id\": ").unwrap();
-    let out = deck.run(&["history"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("20260101-000000000-dead.json is damaged"),
-        "{stderr}"
-    );
-    assert!(
-        text(&out.stdout).contains("rolled-back"),
-        "{}",
-        text(&out.stdout)
-    );
+    deck.sparkctl(&["history"])
+        .succeeds()
+        .warns("20260101-000000000-dead.json is damaged")
+        .says("rolled-back");
     let _ = deck.run(&["down", "demo-production"]);
 }
 
@@ -51,11 +37,10 @@ fn a_damaged_deployment_record_is_named_and_status_shows_the_rest() {
     deck.ok(&["start", "fine"]);
     let broken = deck.dir.join("state/deployments/other.json");
     std::fs::write(&broken, "{\"name\": \"other\", ").unwrap();
-    let out = deck.run(&["status"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("other.json is damaged"), "{stderr}");
-    assert!(text(&out.stdout).contains("fine"), "{}", text(&out.stdout));
+    deck.sparkctl(&["status"])
+        .succeeds()
+        .warns("other.json is damaged")
+        .says("fine");
     assert_eq!(
         std::fs::read_to_string(&broken).unwrap(),
         "{\"name\": \"other\", "

@@ -238,31 +238,23 @@ fn mixed_precision_fails_its_expectation_and_nothing_changes() {
     let (model, donor) = fixture(&deck, "MIXED_PRECISION");
     checklist_recipe(&deck, "mixed", &model, &donor, "");
     let original = snapshot(&model);
-    let out = deck.run(&["patch", "mixed"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("1 expectation(s) do not hold for mixed; nothing was changed"),
-        "{err}"
-    );
-    assert!(
-        err.contains("step 5: hf_quant_config.json /quantization/quant_algo == \"NVFP4\": is \"MIXED_PRECISION\", expected \"NVFP4\""),
-        "{err}"
-    );
+    deck.sparkctl(&["patch", "mixed"])
+        .exits(1)
+        .warns("1 expectation(s) do not hold for mixed; nothing was changed")
+        .warns("step 5: hf_quant_config.json /quantization/quant_algo == \"NVFP4\": is \"MIXED_PRECISION\", expected \"NVFP4\"");
     assert_eq!(snapshot(&model), original);
 }
 
 /// Runs `patch NAME`, expects `code`, checks the message and that the model is untouched.
 fn refused(deck: &Deck, name: &str, model: &Path, code: i32, needles: &[&str]) -> String {
     let before = snapshot(model);
-    let out = deck.run(&["patch", name]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    for n in needles {
-        assert!(err.contains(n), "missing `{n}` in:\n{err}");
-    }
+    let ran = needles
+        .iter()
+        .fold(deck.sparkctl(&["patch", name]).exits(code), |ran, n| {
+            ran.warns(n)
+        });
     assert_eq!(snapshot(model), before, "{name}: the model dir changed");
-    err
+    ran.stderr()
 }
 
 #[test]
@@ -271,14 +263,10 @@ fn bad_inputs_are_refused_by_name_and_change_nothing() {
     let (model, donor) = fixture(&deck, "NVFP4");
 
     checklist_recipe(&deck, "nomodel", &deck.dir.join("absent"), &donor, "");
-    let out = deck.run(&["patch", "nomodel"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("nomodel.yaml:5:3: model.path:"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(text(&out.stderr).contains("is not a directory"));
+    deck.sparkctl(&["patch", "nomodel"])
+        .exits(2)
+        .warns("nomodel.yaml:5:3: model.path:")
+        .warns("is not a directory");
 
     checklist_recipe(&deck, "nodonor", &model, &deck.dir.join("no-donor"), "");
     refused(

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{free_port, http_status, sim_image, text, Deck};
+use support::{free_port, http_status, sim_image, text, Deck, Ran};
 
 /// A deck with a quick suite, a production stand-in `prod` (process, on its own port behind
 /// the front door) and candidates.
@@ -55,15 +55,7 @@ impl Flow {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{args:?}: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
+        self.deck.sparkctl(args).succeeds().stdout()
     }
 
     /// Which recipe serves on the production port, asked of the port itself and of status.
@@ -211,14 +203,11 @@ fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() 
     f.ok(&["rollback", "--to", "prod"]);
 
     f.candidate("leaky", "--load-time, 300ms, --ttft, 10ms, --token-rate, \"400\", --reasoning-tokens, \"4\", --reasoning-as, leak", GATES);
-    let out = f.run(&["up", "leaky", "--yes"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("leaky did not pass: thinking_leak == 0% (measured 100.0)"),
-        "{err}"
-    );
-    assert!(err.contains("serving on port"), "{err}");
+    f.deck
+        .sparkctl(&["up", "leaky", "--yes"])
+        .exits(1)
+        .warns("leaky did not pass: thinking_leak == 0% (measured 100.0)")
+        .warns("serving on port");
     assert_eq!(f.serving().as_deref(), Some("prod"));
     assert_eq!(f.production()["current"]["recipe"], "prod");
 
@@ -228,10 +217,10 @@ fn a_leaking_or_slower_candidate_is_not_promoted_and_production_keeps_serving() 
         "--load-time, 300ms, --ttft, 10ms, --token-rate, \"100\", --tokens, \"8\"",
         GATES,
     );
-    let out = f.run(&["up", "slow", "--yes"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("vs_production_decode >= -10%"), "{err}");
+    f.deck
+        .sparkctl(&["up", "slow", "--yes"])
+        .exits(1)
+        .warns("vs_production_decode >= -10%");
     assert_eq!(f.serving().as_deref(), Some("prod"));
     let history: Value = serde_json::from_slice(&f.run(&["--json", "history"]).stdout).unwrap();
     assert_eq!(history[0]["outcome"], "rejected");
@@ -244,32 +233,22 @@ fn a_crashing_candidate_that_needed_production_s_memory_is_rolled_back() {
     f.ok(&["rollback", "--to", "prod"]);
     f.candidate("crashy", "--load-time, 1s, --load-fault, crash", GATES);
     // 7 GB production + 12 GB candidate do not fit in 15: production must stop first.
-    let out = f
-        .deck
-        .cmd(&["up", "crashy", "--yes"])
-        .env("SPARKCTL_MEMORY_GB", "15")
-        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("stopping prod to make room"), "{err}");
-    assert!(err.contains("exited with code 1"), "{err}");
-    assert!(err.contains("prod serves production again"), "{err}");
+    let in_15_gb = |args: &[&str]| {
+        Ran::of(
+            f.deck
+                .cmd(args)
+                .env("SPARKCTL_MEMORY_GB", "15")
+                .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+        )
+    };
+    in_15_gb(&["up", "crashy", "--yes"])
+        .exits(1)
+        .warns("stopping prod to make room")
+        .warns("exited with code 1")
+        .warns("prod serves production again");
     assert_eq!(f.serving().as_deref(), Some("prod"));
     // Without --yes (and no terminal) production is never stopped.
-    let out = f
-        .deck
-        .cmd(&["up", "crashy"])
-        .env("SPARKCTL_MEMORY_GB", "15")
-        .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
-        .output()
-        .unwrap();
-    assert!(
-        text(&out.stderr).contains("confirm, or pass --yes"),
-        "{}",
-        text(&out.stderr)
-    );
+    in_15_gb(&["up", "crashy"]).warns("confirm, or pass --yes");
     assert_eq!(f.serving().as_deref(), Some("prod"));
 }
 

@@ -43,15 +43,26 @@ fn render_plan(out: &Output, plan: &StartPlan) {
     out.print_table(&t);
 }
 
+/// `sparkctl start`'s flags.
+pub struct StartArgs {
+    pub dry_run: bool,
+    pub allow_unpinned: bool,
+    /// Overrides the recipe's readiness timeout.
+    pub timeout: Option<Duration>,
+}
+
 pub async fn start(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,
-    dry_run: bool,
-    allow_unpinned: bool,
-    timeout: Option<Duration>,
+    args: StartArgs,
     out: &Output,
 ) -> Result<()> {
+    let StartArgs {
+        dry_run,
+        allow_unpinned,
+        timeout,
+    } = args;
     let loaded = recipes.get(name)?;
     let lock = crate::lock::Lock::load(&ctx.lock_path)?;
     let opts = deploy::StartOptions {

@@ -392,6 +392,22 @@ async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     crate::doctor::outcome(&checks)
 }
 
+/// Most commands need the library context, some the recipes too; both are built the same
+/// way for every command (recipes first, so a broken recipes dir is reported before the state).
+fn in_context(g: &Globals, f: impl AsyncFnOnce(&deploy::Context) -> Result<()>) -> Result<()> {
+    runtime()?.block_on(async { f(&context(g).await?).await })
+}
+
+fn with_recipes(
+    g: &Globals,
+    f: impl AsyncFnOnce(&deploy::Context, &crate::recipe::RecipeSet) -> Result<()>,
+) -> Result<()> {
+    runtime()?.block_on(async {
+        let recipes = load_recipes(g)?;
+        f(&context(g).await?, &recipes).await
+    })
+}
+
 fn dispatch(cli: Cli) -> Result<()> {
     let out = Output::new(cli.globals.json);
     let g = &cli.globals;
@@ -413,75 +429,64 @@ fn dispatch(cli: Cli) -> Result<()> {
             no_promote,
             yes,
             allow_unpinned,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        } => {
             let args = deploy::UpArgs {
                 dry_run,
                 no_promote,
                 yes,
                 allow_unpinned,
             };
-            deploy::up(&ctx, &recipes, &name, args, &out).await
+            with_recipes(g, async |ctx, recipes| {
+                deploy::up(ctx, recipes, &name, args, &out).await
+            })
+        }
+        Command::Rollback { to, dry_run } => with_recipes(g, async |ctx, recipes| {
+            deploy::rollback(ctx, recipes, to.as_deref(), dry_run, &out).await
         }),
-        Command::Rollback { to, dry_run } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            deploy::rollback(&ctx, &recipes, to.as_deref(), dry_run, &out).await
-        }),
-        Command::History { show } => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+        Command::History { show } => {
             let run = show.map(|HistoryCommand::Show { run }| run);
-            deploy::history(&ctx, run.as_deref(), &out)
-        }),
+            in_context(g, async |ctx| deploy::history(ctx, run.as_deref(), &out))
+        }
         Command::Start {
             name,
             dry_run,
             timeout,
             allow_unpinned,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        } => {
             let timeout: Option<Duration> = timeout.map(|t| t.0);
-            deploy::start(
-                &ctx,
-                &recipes,
-                &name,
-                dry_run,
-                allow_unpinned,
-                timeout,
-                &out,
-            )
-            .await
-        }),
-        Command::Status | Command::Ps => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+            with_recipes(g, async |ctx, recipes| {
+                let start = deploy::StartArgs {
+                    dry_run,
+                    allow_unpinned,
+                    timeout,
+                };
+                deploy::start(ctx, recipes, &name, start, &out).await
+            })
+        }
+        Command::Status | Command::Ps => in_context(g, async |ctx| {
             for w in crate::deploy::state_warnings(&ctx.state) {
                 eprintln!("warning: {w}");
             }
-            deploy::status(&ctx, &out).await
+            deploy::status(ctx, &out).await
         }),
-        Command::Logs { name, follow, tail } => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+        Command::Logs { name, follow, tail } => in_context(g, async |ctx| {
             if name == "frontdoor" {
-                frontdoor::logs(&ctx, follow, tail).await
+                frontdoor::logs(ctx, follow, tail).await
             } else if crate::job::has_runs(&ctx.state, &name)
                 && ctx.runtimes.find(&name).await?.is_none()
             {
-                jobs::logs(&ctx, &name, follow, tail).await
+                jobs::logs(ctx, &name, follow, tail).await
             } else {
-                deploy::logs(&ctx, &name, follow, tail).await
+                deploy::logs(ctx, &name, follow, tail).await
             }
         }),
         Command::Down {
             name,
             dry_run,
             force,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            crate::deploy::ensure_known(&ctx.runtimes, &recipes, &name).await?;
-            deploy::down(&ctx, &name, dry_run, force, &out).await
+        } => with_recipes(g, async |ctx, recipes| {
+            crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
+            deploy::down(ctx, &name, dry_run, force, &out).await
         }),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
         Command::Run {
@@ -490,19 +495,21 @@ fn dispatch(cli: Cli) -> Result<()> {
             detach,
             yes,
             allow_unpinned,
-        } => runtime()?.block_on(async {
-            let ctx = context(g).await?;
+        } => {
             let args = jobs::RunArgs {
                 dry_run,
                 detach,
                 yes,
                 allow_unpinned,
             };
-            jobs::run(&ctx, &g.recipes, &name, args, &out).await
-        }),
-        Command::Jobs => runtime()?.block_on(async { jobs::list(&context(g).await?, &out).await }),
-        Command::Stop { name, grace } => runtime()?
-            .block_on(async { jobs::stop(&context(g).await?, &name, grace.0, &out).await }),
+            in_context(g, async |ctx| {
+                jobs::run(ctx, &g.recipes, &name, args, &out).await
+            })
+        }
+        Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
+        Command::Stop { name, grace } => {
+            in_context(g, async |ctx| jobs::stop(ctx, &name, grace.0, &out).await)
+        }
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?
@@ -513,11 +520,9 @@ fn dispatch(cli: Cli) -> Result<()> {
                 frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
             })
         }
-        Command::Prune { keep, yes } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
+        Command::Prune { keep, yes } => with_recipes(g, async |ctx, recipes| {
             let args = prune::Args { keep, yes };
-            prune::run(&ctx.state, &ctx.runtimes, &recipes, args, &out).await
+            prune::run(&ctx.state, &ctx.runtimes, recipes, args, &out).await
         }),
         Command::Bench {
             target,
@@ -533,12 +538,10 @@ fn dispatch(cli: Cli) -> Result<()> {
             Some(BenchCommand::Compare { a, b, svg }) => {
                 bench::compare(&a, &b, svg.as_deref(), &out)
             }
-            None => runtime()?.block_on(async {
+            None => {
                 let target = target.ok_or_else(|| {
                     Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
                 })?;
-                let recipes = load_recipes(g)?;
-                let ctx = context(g).await?;
                 let args = bench::Args {
                     target,
                     suite,
@@ -549,26 +552,18 @@ fn dispatch(cli: Cli) -> Result<()> {
                     baseline,
                     out: out_file,
                 };
-                bench::run(&ctx, &recipes, args, &out).await
-            }),
+                with_recipes(g, async |ctx, recipes| {
+                    bench::run(ctx, recipes, args, &out).await
+                })
+            }
         },
         Command::Patch {
             name,
             dry_run,
             revert,
-        } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
-            let ctx = context(g).await?;
-            patch::run(
-                &recipes,
-                &ctx.state,
-                &ctx.runtimes,
-                &name,
-                dry_run,
-                revert,
-                &out,
-            )
-            .await
+        } => with_recipes(g, async |ctx, recipes| {
+            let args = patch::Args { dry_run, revert };
+            patch::run(recipes, &ctx.state, &ctx.runtimes, &name, args, &out).await
         }),
         Command::Images { command } => runtime()?.block_on(async {
             let recipes = load_recipes(g)?;

@@ -39,15 +39,21 @@ fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
     }
 }
 
+/// `sparkctl patch`'s flags.
+pub struct Args {
+    pub dry_run: bool,
+    pub revert: bool,
+}
+
 pub async fn run(
     recipes: &RecipeSet,
     state: &StateDir,
     runtimes: &Runtimes,
     name: &str,
-    dry_run: bool,
-    revert: bool,
+    args: Args,
     out: &Output,
 ) -> Result<()> {
+    let Args { dry_run, revert } = args;
     let loaded = recipes.get(name)?;
     if !dry_run {
         let doing = if revert {

@@ -106,7 +106,7 @@ pub async fn chown_via_container(
     owner: Owner,
 ) -> Result<()> {
     let engine =
-        |what: &str, e: bollard::errors::Error| Error::Failed(format!("chown helper: {what}: {e}"));
+        |what: &str, e| crate::runtime::docker::engine_error(&format!("chown helper: {what}"), e);
     if docker.inspect_image(image).await.is_err() {
         return Err(Error::Failed(format!(
             "giving the model files to {owner} needs a helper container of the recipe's image \

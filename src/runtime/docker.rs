@@ -48,7 +48,8 @@ pub struct DockerRuntime {
     state_id: String,
 }
 
-fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
+/// An engine call that failed, said with what sparkctl was doing.
+pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
     Error::Failed(format!("{context}: {e}"))
 }
 
@@ -67,7 +68,7 @@ pub async fn connect() -> Result<Docker> {
         .map_err(unreachable)
 }
 
-fn is_not_found(e: &bollard::errors::Error) -> bool {
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(
         e,
         bollard::errors::Error::DockerResponseServerError {

@@ -297,6 +297,101 @@ where
     .expect("the future completes without panicking")
 }
 
+/// One finished sparkctl run. Its assertions chain and, when one fails, print the command
+/// and everything it wrote, so a scenario reads as the user's steps:
+/// `deck.sparkctl(&["up", "x"]).exits(3).says("rejected").warns("gate")`.
+pub struct Ran {
+    pub args: Vec<String>,
+    pub out: Output,
+}
+
+impl Ran {
+    /// Runs a prepared command (extra env, stdin) to completion.
+    pub fn of(cmd: &mut Command) -> Ran {
+        let args = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        Ran {
+            args,
+            out: cmd.output().expect("sparkctl runs"),
+        }
+    }
+
+    pub fn code(&self) -> Option<i32> {
+        self.out.status.code()
+    }
+
+    pub fn stdout(&self) -> String {
+        text(&self.out.stdout)
+    }
+
+    pub fn stderr(&self) -> String {
+        text(&self.out.stderr)
+    }
+
+    fn shown(&self) -> String {
+        format!(
+            "sparkctl {:?} exited {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.args,
+            self.code(),
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    #[track_caller]
+    pub fn exits(self, code: i32) -> Ran {
+        assert_eq!(self.code(), Some(code), "{}", self.shown());
+        self
+    }
+
+    #[track_caller]
+    pub fn succeeds(self) -> Ran {
+        self.exits(0)
+    }
+
+    /// Its stdout holds `needle`.
+    #[track_caller]
+    pub fn says(self, needle: &str) -> Ran {
+        assert!(
+            self.stdout().contains(needle),
+            "no {needle:?} in stdout: {}",
+            self.shown()
+        );
+        self
+    }
+
+    /// Its stderr holds `needle`.
+    #[track_caller]
+    pub fn warns(self, needle: &str) -> Ran {
+        assert!(
+            self.stderr().contains(needle),
+            "no {needle:?} in stderr: {}",
+            self.shown()
+        );
+        self
+    }
+
+    /// Neither stream holds `needle` (a secret, a path it must not touch).
+    #[track_caller]
+    pub fn never_says(self, needle: &str) -> Ran {
+        assert!(
+            !self.stdout().contains(needle) && !self.stderr().contains(needle),
+            "{needle:?} was printed: {}",
+            self.shown()
+        );
+        self
+    }
+
+    /// Its stdout as JSON (for `--json` commands).
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.out.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.shown()))
+    }
+}
+
 /// The FROM-scratch sim image, built once per test binary (tests run in parallel).
 pub fn sim_image() -> &'static str {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
@@ -361,6 +456,11 @@ impl Deck {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("sparkctl runs")
+    }
+
+    /// Runs `sparkctl ARGS` in this deck, for chained assertions (`Ran`).
+    pub fn sparkctl(&self, args: &[&str]) -> Ran {
+        Ran::of(&mut self.cmd(args))
     }
 
     /// Runs and insists on exit 0; returns stdout.
