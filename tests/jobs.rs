@@ -583,3 +583,55 @@ fn the_memory_plan_stops_servers_and_asks_before_production() {
     j.ok(&["rollback"]);
     assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
 }
+
+#[test]
+fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
+    let j = Jobs::new("job-holds");
+    j.job(
+        "train",
+        "trap 'exit 143' TERM; echo part > /out/partial; while true; do sleep 0.2; done",
+        "memory_gb: 100\n",
+    );
+    j.ok(&["run", "train", "--detach"]);
+    j.deck.recipe(
+        "big",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  memory_gb: 60\n",
+            free_port()
+        ),
+    );
+    let refused = j.run(&["start", "big"]);
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("while job(s) train 100 GB run"), "{stderr}");
+    assert!(j.deck.status_of("big").is_none(), "nothing was started");
+
+    // Removed behind sparkctl's back: the run is lost, its outputs marked, never a result.
+    let rec = j.latest("train");
+    let id = rec["container"].as_str().unwrap().to_string();
+    j.wait_for("the partial output", Duration::from_secs(20), || {
+        j.out_dir("train-out").join("partial").exists()
+    });
+    support::block_on(async move {
+        let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .build();
+        support::docker()
+            .await
+            .remove_container(&id, Some(opts))
+            .await
+            .unwrap()
+    });
+    let rec = j.latest("train");
+    assert_eq!(rec["state"], "lost", "{rec}");
+    assert!(
+        rec["explanation"].as_str().unwrap().contains("gone"),
+        "{rec}"
+    );
+    assert!(j
+        .out_dir("train-out")
+        .join(".sparkctl-incomplete.json")
+        .exists());
+    // And it no longer holds memory.
+    j.ok(&["start", "big"]);
+}

@@ -193,12 +193,28 @@ pub async fn plan_start(
             recipe.name, resolved.port
         )));
     }
+    // Running jobs hold their declared memory until they end: servers get what is left.
+    let jobs = match rt.docker() {
+        Ok(docker) => crate::job::running_memory(docker.client(), state).await,
+        Err(_) => Vec::new(),
+    };
+    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
     let memory = MemoryPlan::new(
-        settings.memory_budget_gb,
+        settings.memory_budget_gb - jobs_gb,
         resolved.memory_gb,
         &deployments,
         settings.production_port,
     );
+    if !memory.fits && !jobs.is_empty() {
+        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory while job(s) {} run: {}; wait for them (`sparkctl jobs`) \
+             or `sparkctl stop JOB`",
+            recipe.name,
+            held.join(", "),
+            memory.describe()
+        )));
+    }
     let old_containers = match rt.docker() {
         Ok(docker) if resolved.runtime == Runtime::Docker => {
             crate::prune::before_start(docker, state, &loaded.path, &recipe.name).await

@@ -275,9 +275,18 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     let r = &plan.loaded.recipe;
     // Read before anything changes: a missing secret refuses the run, not half of it.
     let host_env = host_env(r)?;
-    make_room(ctx, plan, opts).await?;
     let run_id = crate::state::new_run_id();
-    let inputs = fingerprint_inputs(ctx, r, opts).await?;
+    // Hashing a large input may take a while: Ctrl-C then leaves nothing behind.
+    let inputs = tokio::select! {
+        r = fingerprint_inputs(ctx, r, opts) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            return Err(Error::Interrupted(format!(
+                "interrupted while fingerprinting the inputs of {}; nothing was started",
+                r.name
+            )))
+        }
+    };
+    make_room(ctx, plan, opts).await?;
     let mut outputs = Vec::new();
     for o in &r.outputs {
         let path = host_path(&o.path);
