@@ -543,6 +543,64 @@ fn bad_job_recipes_are_named_by_file_and_key() {
     let stderr = text(&j.run(&["recipes", "validate", "bad"]).stderr);
     assert!(stderr.contains("unknown field `shm`"), "{stderr}");
     assert!(stderr.contains("shm_size"), "did-you-mean: {stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap().lines().count(),
+        5,
+        "untouched"
+    );
+}
+
+#[test]
+fn shipped_job_recipes_validate_show_list_and_have_a_schema() {
+    let out = support::run(&["recipes", "validate"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for job in [
+        "nvfp4-ptq-9b",
+        "qat-train-9b",
+        "qat-export-9b",
+        "gguf-q4km-qat-9b",
+    ] {
+        assert!(stdout.contains(&format!("ok  job {job} ")), "{stdout}");
+        let file = support::repo().join(format!("recipes/jobs/{job}.yaml"));
+        let body = std::fs::read_to_string(&file).unwrap();
+        assert!(body.starts_with("# seed facts:"), "{job} cites the seeds");
+    }
+    let show: Value = serde_json::from_slice(
+        &support::run(&["--json", "recipes", "show", "nvfp4-ptq-9b"]).stdout,
+    )
+    .unwrap();
+    let argv = support::strings(&show["equivalent_command"]);
+    for pair in [
+        ["--gpus", "all"],
+        ["--ulimit", "memlock=-1"],
+        ["--ulimit", "stack=67108864"],
+        ["-e", "HF_TOKEN"],
+    ] {
+        assert!(argv.windows(2).any(|w| w == pair), "{pair:?} in {argv:?}");
+    }
+    assert!(argv.contains(&"--ipc=host"), "{argv:?}");
+    assert!(
+        argv.iter().any(|a| a.ends_with(":/models/src:ro")),
+        "inputs read-only: {argv:?}"
+    );
+    assert_eq!(
+        argv.last(),
+        Some(&show["recipe"]["argv"][2].as_str().unwrap())
+    );
+    let list = text(&support::run(&["recipes", "list"]).stdout);
+    assert!(
+        list.contains("qat-export-9b") && list.contains("job"),
+        "{list}"
+    );
+    let schema: Value =
+        serde_json::from_slice(&support::run(&["recipes", "schema", "--job"]).stdout).unwrap();
+    for key in ["argv", "outputs", "inputs", "progress", "env_from_host"] {
+        assert!(
+            schema["properties"][key].is_object(),
+            "{key} in the job schema"
+        );
+    }
 }
 
 #[test]
