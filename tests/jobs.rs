@@ -663,6 +663,19 @@ fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("while job(s) train 100 GB run"), "{stderr}");
     assert!(j.deck.status_of("big").is_none(), "nothing was started");
+    // Nor does a second job fit beside it; and `down` points at `stop`.
+    j.job("export", "echo x > /out/x", "memory_gb: 30\n");
+    let second = j.run(&["run", "export"]);
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("running jobs hold train 100 GB"),
+        "{stderr}"
+    );
+    assert!(!j.out_dir("export-out").exists());
+    let down = j.run(&["down", "train"]);
+    assert_eq!(down.status.code(), Some(2));
+    assert!(text(&down.stderr).contains("sparkctl stop train"));
 
     // Removed behind sparkctl's back: the run is lost, its outputs marked, never a result.
     let rec = j.latest("train");

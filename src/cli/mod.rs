@@ -485,6 +485,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             dry_run,
             force,
         } => with_recipes(g, async |ctx, recipes| {
+            if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
+                return Err(Error::Usage(format!(
+                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
+                )));
+            }
             crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
             deploy::down(ctx, &name, dry_run, force, &out).await
         }),

@@ -68,17 +68,26 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
     check_outputs_writable(loaded, &user)?;
     let disk = check_disk(loaded)?;
     let (deployments, _) = ctx.runtimes.list().await?;
+    // Other running jobs keep what they declared: servers can be stopped, they are not.
+    let jobs = super::running_memory(ctx.runtimes.docker()?.client(), &ctx.state).await;
+    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
     let memory = MemoryPlan::new(
-        ctx.settings.memory_budget_gb,
+        ctx.settings.memory_budget_gb - jobs_gb,
         r.memory_gb,
         &deployments,
         ctx.settings.production_port,
     );
     if !memory.fits {
+        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
         return Err(Error::Failed(format!(
-            "{} does not fit in memory even with every server stopped: {}",
+            "{} does not fit in memory even with every server stopped: {}{}",
             r.name,
-            memory.describe()
+            memory.describe(),
+            if held.is_empty() {
+                String::new()
+            } else {
+                format!("; running jobs hold {}", held.join(", "))
+            }
         )));
     }
     let production = crate::production::Production::load(&ctx.state)
