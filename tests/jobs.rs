@@ -1,126 +1,20 @@
 //! Jobs end to end on the real Docker Engine: busybox containers (Debian's static busybox
 //! in a FROM-scratch image) write into real output dirs; the real sparkctl binary starts,
-//! follows, stops and finalizes them; `up` of a recipe that serves a job's outputs runs
-//! the simulated engine in a FROM-scratch container.
+//! follows, stops and finalizes them (tests/job_lineage.rs: what `up` makes of a job's outputs).
 //!
 //! The suite runs as root, so "the invoking user" is set the way sudo sets it
 //! (SUDO_UID/SUDO_GID): these tests prove that the outputs end owned by that uid — given
 //! back after a root container wrote them, or written by a container running as it.
 
+mod jobs_support;
 mod support;
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use jobs_support::*;
 use serde_json::Value;
-use support::{busybox_image, free_port, sim_image, text, Deck};
-
-const UID: u32 = 4321;
-
-/// A deck with a job recipe dir, its commands run "via sudo" by uid 4321.
-struct Jobs {
-    deck: Deck,
-}
-
-impl Jobs {
-    fn new(tag: &str) -> Jobs {
-        let deck = Deck::new(tag);
-        std::fs::create_dir_all(deck.dir.join("recipes/jobs")).unwrap();
-        Jobs { deck }
-    }
-
-    fn out_dir(&self, name: &str) -> PathBuf {
-        self.deck.dir.join(name)
-    }
-
-    /// `recipes/jobs/NAME.yaml` running `script` under busybox sh, writing to `out`.
-    fn job(&self, name: &str, script: &str, extra: &str) {
-        let body = format!(
-            "name: {name}\nimage: {}\nargv: [sh, -c, {}]\noutputs:\n  - path: {}\n    mount: /out\n{extra}",
-            busybox_image(),
-            serde_json::to_string(script).unwrap(),
-            self.out_dir(&format!("{name}-out")).display()
-        );
-        std::fs::write(
-            self.deck.dir.join(format!("recipes/jobs/{name}.yaml")),
-            body,
-        )
-        .unwrap();
-        self.ok(&["images", "pin", name]);
-    }
-
-    fn cmd(&self, args: &[&str]) -> std::process::Command {
-        let mut c = self.deck.cmd(args);
-        c.env("SUDO_UID", UID.to_string())
-            .env("SUDO_GID", UID.to_string())
-            .env_remove("SPARKCTL_CHOWN_HELPER");
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{args:?}:\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    }
-
-    /// The newest run of `job`, as `jobs --json` shows it (which also finalizes).
-    fn latest(&self, job: &str) -> Value {
-        let v: Value = serde_json::from_str(&self.ok(&["--json", "jobs"])).unwrap();
-        v.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["job"] == job)
-            .cloned()
-            .unwrap_or_else(|| panic!("no run of {job} in {v}"))
-    }
-
-    fn wait_for(&self, what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if cond() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{what} did not happen within {within:?}");
-    }
-}
-
-fn owners(root: &Path) -> Vec<(String, u32, u32)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        out.push((p.display().to_string(), m.uid(), m.gid()));
-        if m.is_dir() {
-            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-        }
-    }
-    out
-}
-
-fn container_exists(id: &str) -> bool {
-    let id = id.to_string();
-    support::block_on(async move {
-        support::docker()
-            .await
-            .inspect_container(&id, None)
-            .await
-            .is_ok()
-    })
-}
+use support::{free_port, text};
 
 #[test]
 fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
@@ -381,228 +275,6 @@ fn the_free_disk_check_refuses_before_anything_starts() {
     assert!(none, "no container was created");
 }
 
-/// A job that copies a real model (config, NVFP4 quant config, safetensors) from its input.
-fn model_job(j: &Jobs, name: &str, script: &str) -> PathBuf {
-    let input = j.deck.dir.join("bf16");
-    std::fs::create_dir_all(&input).unwrap();
-    std::fs::write(input.join("config.json"), "{\"model_type\": \"qwen3_5\"}\n").unwrap();
-    std::fs::write(
-        input.join("hf_quant_config.json"),
-        "{\"quantization\": {\"quant_algo\": \"NVFP4\"}}\n",
-    )
-    .unwrap();
-    sparkctl::patch::safetensors::write_fixture(&input.join("model.safetensors"), &[("w", 64)])
-        .unwrap();
-    j.job(
-        name,
-        script,
-        &format!(
-            "    size: 1m\n    expect:\n      - expect: {{file: hf_quant_config.json, pointer: /quantization/quant_algo, equals: NVFP4}}\n      - expect-safetensors: {{}}\ninputs:\n  - {{path: {}, mount: /in}}\n",
-            input.display()
-        ),
-    );
-    j.out_dir(&format!("{name}-out"))
-}
-
-/// A serving recipe (the sim in a container) whose model is `model`, made by `job`.
-fn served_by(j: &Jobs, name: &str, job: &str, model: &Path) {
-    j.deck.recipe(
-        name,
-        &format!(
-            "engine: sim\nruntime: docker\nimage: {}\nmodel:\n  path: {}\n  produced_by: {job}\n  patches:\n    - expect-safetensors: {{}}\nserver:\n  port: {}\n  args: [--load-time, 100ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"]\n  memory_gb: 8\nhealth:\n  timeout: 20s\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n",
-            sim_image(),
-            model.display(),
-            free_port()
-        ),
-    );
-    j.ok(&["images", "pin", name]);
-}
-
-const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
-
-fn with_production(j: &Jobs) {
-    std::fs::create_dir_all(j.deck.dir.join("recipes/suites")).unwrap();
-    std::fs::write(j.deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
-    j.deck.recipe(
-        "prod",
-        &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 100ms, --tokens, \"8\"]\n  memory_gb: 7\nbench:\n  suite: tiny\n",
-            free_port()
-        ),
-    );
-    j.ok(&["rollback", "--to", "prod"]);
-}
-
-#[test]
-fn a_serving_recipe_is_refused_when_its_producing_job_failed() {
-    let j = Jobs::new("job-refused");
-    let model = model_job(
-        &j,
-        "export",
-        "cp /in/config.json /out/ && echo \"RuntimeError: Invalid device string: 'bfloat16'\" && exit 1",
-    );
-    with_production(&j);
-    let out = j.run(&["run", "export"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("ModelOpt 0.37.0 export bug"), "{stdout}");
-    assert!(model.join(".sparkctl-incomplete.json").exists());
-    served_by(&j, "served", "export", &model);
-    let up = j.run(&["up", "served", "--yes"]);
-    let stderr = text(&up.stderr);
-    assert_ne!(up.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("producing job export") && stderr.contains("failed"),
-        "{stderr}"
-    );
-    let status = j.deck.status();
-    assert!(
-        !status.iter().any(|d| d["name"] == "served"),
-        "nothing of served was started: {status:?}"
-    );
-}
-
-#[test]
-fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
-    let j = Jobs::new("job-chain");
-    let model = model_job(
-        &j,
-        "quantize",
-        "echo 'step 1/2'; cp /in/* /out/ && echo 'step 2/2'",
-    );
-    with_production(&j);
-    let out = j.ok(&["run", "quantize"]);
-    assert!(out.contains("job quantize succeeded"), "{out}");
-    assert!(out.contains("ok  ") && out.contains("quant_algo"), "{out}");
-    let rec = j.latest("quantize");
-    let fp = rec["outputs"][0]["fingerprint"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(fp.starts_with("sha256:"), "{rec}");
-    assert!(rec["inputs"][0]["fingerprint"]
-        .as_str()
-        .unwrap()
-        .starts_with("sha256:"));
-    assert!(!model.join(".sparkctl-incomplete.json").exists());
-
-    served_by(&j, "served", "quantize", &model);
-    let up = j.ok(&["up", "served", "--yes"]);
-    assert!(up.contains("promoted") || up.contains("serving"), "{up}");
-    let runs: Value = serde_json::from_str(&j.ok(&["--json", "history"])).unwrap();
-    let run = runs
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["recipe"] == "served")
-        .unwrap();
-    assert_eq!(run["outcome"], "promoted", "{run}");
-    let lineage = &run["produced_by"];
-    assert_eq!(lineage["job"], "quantize");
-    assert_eq!(lineage["run_id"], rec["run_id"]);
-    assert_eq!(lineage["output_fingerprint"], fp.as_str());
-    assert_eq!(lineage["image_digest"], rec["image_digest"]);
-    assert!(j.ok(&["history"]).contains("made by job quantize"));
-
-    // An input changed after the job ran: the model is older than its inputs.
-    j.ok(&["down", "served", "--force"]);
-    std::thread::sleep(Duration::from_millis(1100));
-    std::fs::write(j.deck.dir.join("bf16/config.json"), "{\"changed\": true}\n").unwrap();
-    let again = j.run(&["start", "served"]);
-    let stderr = text(&again.stderr);
-    assert_ne!(again.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("older than its inputs"), "{stderr}");
-}
-
-#[test]
-fn bad_job_recipes_are_named_by_file_and_key() {
-    let j = Jobs::new("job-bad");
-    let path = j.deck.dir.join("recipes/jobs/bad.yaml");
-    std::fs::write(
-        &path,
-        "name: bad\nimage: busybox:1\nargv: [true]\nprogress: 'step (\\d+)'\noutputs:\n  - {path: /tmp/x, mount: out}\n",
-    )
-    .unwrap();
-    let out = j.run(&["recipes", "validate", "bad"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("bad.yaml:4:1: progress: the pattern has 1 group"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("outputs[0].mount"), "{stderr}");
-    assert!(
-        stderr.contains("argv[0]"),
-        "YAML's true is not an argv word: {stderr}"
-    );
-    std::fs::write(
-        &path,
-        "name: bad\nimage: busybox:1\nargv: [x]\noutputs: []\nshm: 1g\n",
-    )
-    .unwrap();
-    let stderr = text(&j.run(&["recipes", "validate", "bad"]).stderr);
-    assert!(stderr.contains("unknown field `shm`"), "{stderr}");
-    assert!(stderr.contains("shm_size"), "did-you-mean: {stderr}");
-    assert_eq!(
-        std::fs::read_to_string(&path).unwrap().lines().count(),
-        5,
-        "untouched"
-    );
-}
-
-#[test]
-fn shipped_job_recipes_validate_show_list_and_have_a_schema() {
-    let out = support::run(&["recipes", "validate"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    for job in [
-        "nvfp4-ptq-9b",
-        "qat-train-9b",
-        "qat-export-9b",
-        "gguf-q4km-qat-9b",
-    ] {
-        assert!(stdout.contains(&format!("ok  job {job} ")), "{stdout}");
-        let file = support::repo().join(format!("recipes/jobs/{job}.yaml"));
-        let body = std::fs::read_to_string(&file).unwrap();
-        assert!(body.starts_with("# seed facts:"), "{job} cites the seeds");
-    }
-    let show: Value = serde_json::from_slice(
-        &support::run(&["--json", "recipes", "show", "nvfp4-ptq-9b"]).stdout,
-    )
-    .unwrap();
-    let argv = support::strings(&show["equivalent_command"]);
-    for pair in [
-        ["--gpus", "all"],
-        ["--ulimit", "memlock=-1"],
-        ["--ulimit", "stack=67108864"],
-        ["-e", "HF_TOKEN"],
-    ] {
-        assert!(argv.windows(2).any(|w| w == pair), "{pair:?} in {argv:?}");
-    }
-    assert!(argv.contains(&"--ipc=host"), "{argv:?}");
-    assert!(
-        argv.iter().any(|a| a.ends_with(":/models/src:ro")),
-        "inputs read-only: {argv:?}"
-    );
-    assert_eq!(
-        argv.last(),
-        Some(&show["recipe"]["argv"][2].as_str().unwrap())
-    );
-    let list = text(&support::run(&["recipes", "list"]).stdout);
-    assert!(
-        list.contains("qat-export-9b") && list.contains("job"),
-        "{list}"
-    );
-    let schema: Value =
-        serde_json::from_slice(&support::run(&["recipes", "schema", "--job"]).stdout).unwrap();
-    for key in ["argv", "outputs", "inputs", "progress", "env_from_host"] {
-        assert!(
-            schema["properties"][key].is_object(),
-            "{key} in the job schema"
-        );
-    }
-}
-
 #[test]
 fn the_memory_plan_stops_servers_and_asks_before_production() {
     let j = Jobs::new("job-memory");
@@ -705,4 +377,45 @@ fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
         .exists());
     // And it no longer holds memory.
     j.ok(&["start", "big"]);
+}
+
+#[test]
+fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_checked_first() {
+    let j = Jobs::new("job-settings");
+    j.job(
+        "settings",
+        "pwd > /out/cwd; ulimit -n > /out/nofile; df -k /dev/shm | tail -n 1 > /out/shm",
+        "workdir: /out\nulimits: {nofile: 4096}\nshm_size: 64m\nipc: shareable\n",
+    );
+    j.ok(&["run", "settings"]);
+    let dir = j.out_dir("settings-out");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    assert_eq!(read("cwd").trim(), "/out");
+    assert_eq!(read("nofile").trim(), "4096");
+    assert!(
+        read("shm").split_whitespace().nth(1) == Some("65536"),
+        "{}",
+        read("shm")
+    );
+    let inspect = j.latest("settings")["container"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ipc = support::block_on(async move {
+        let c = support::docker()
+            .await
+            .inspect_container(&inspect, None)
+            .await
+            .unwrap();
+        c.host_config.unwrap().ipc_mode.unwrap()
+    });
+    assert_eq!(ipc.to_string(), "shareable");
+
+    // This engine has no NVIDIA runtime: a GPU job is refused before anything exists.
+    j.job("gpu", "echo never", "gpus: all\n");
+    let out = j.run(&["run", "gpu"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no `nvidia` runtime"), "{stderr}");
+    assert!(!j.out_dir("gpu-out").exists());
 }
