@@ -114,18 +114,19 @@ stable_link() {
   ln -sfn "$1" "$2.tmp" && mv -Tf "$2.tmp" "$2"
 }
 
-# A Python venv of our own with the `gguf` writer from PyPI; writes the random-weight test
+# A Python venv of our own with the `gguf` writer from PyPI (and aiohttp, the Python
+# client benches/client_capacity.rs measures itself against); writes the random-weight test
 # model once per version of its script. Exports SPARKCTL_TEST_GGUF.
 ensure_test_gguf() {
   local venv script key model
   venv="$(cache_dir)/venv"
   script="$PWD/tests/fixtures/tiny_gguf.py"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import gguf, numpy, aiohttp' 2>/dev/null; then
     command -v python3 >/dev/null 2>&1 || apt_install python3
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q 'gguf==0.19.0' 'numpy<3'
+    "$venv/bin/pip" install -q 'gguf==0.19.0' 'numpy<3' 'aiohttp==3.12.15'
   fi
   key="$(sha256sum "$script" | cut -c1-12)"
   model="$(cache_dir)/models/tiny-$key.gguf"

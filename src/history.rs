@@ -121,6 +121,9 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub patch_diff: String,
     pub bench: Option<PathBuf>,
+    /// The benchmark's HTML report (the candidate beside production's last result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
     pub ttft_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
     pub gates: Vec<GateResult>,

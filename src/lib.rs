@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod context;
 pub mod deploy;
 pub mod doctor;
 pub mod engine;

@@ -109,6 +109,8 @@ pub enum RunFile {
     ProductionBench,
     /// The candidate's output, copied before anything could stop it.
     CandidateLog,
+    /// The benchmark's HTML report: the candidate beside production.
+    Report,
 }
 
 impl RunFile {
@@ -117,6 +119,7 @@ impl RunFile {
             RunFile::Bench => "bench.json",
             RunFile::ProductionBench => "production-bench.json",
             RunFile::CandidateLog => "candidate.log",
+            RunFile::Report => "report.html",
         }
     }
 }

@@ -1,82 +1,199 @@
-//! Quality checks on each answer, and the gate rules a recipe sets on the aggregate
-//! (`thinking_leak: "== 0%"`, `decode_tps_p50: ">= 25"`, `vs_production_decode: ">= -10%"`).
+//! Gate rules a recipe sets on the aggregate (`thinking_leak: "== 0%"`, `ttft_p99_ms:
+//! "<= 800"`, `goodput_rps: ">= 2"`, `vs_production_decode: ">= -10%"`), typed, and how
+//! each is judged: pass, fail, or inconclusive when the evidence cannot decide.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::client::Sample;
-use super::suite::Case;
+use super::stats::{relative_difference, Interval, Pct, Stats};
+use super::suite::Check;
 
-/// Headers, bold, lists, code fences: what a voice reads out as symbols.
-pub fn has_markdown(text: &str) -> bool {
-    text.contains("**")
-        || text.contains("```")
-        || text.contains("__")
-        || text.lines().any(|l| {
-            let t = l.trim_start();
-            let numbered = t
-                .split_once(". ")
-                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            t.starts_with('#') && t.trim_start_matches('#').starts_with(' ')
-                || t.starts_with("- ")
-                || t.starts_with("* ")
-                || numbered
-        })
+/// A latency or speed figure measured per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Time to the first token of any kind, ms.
+    Ttft,
+    /// Time to the first output token (content or tool call), ms.
+    Ttfo,
+    /// Time per output token after the first, ms.
+    Tpot,
+    /// Inter-token latency, ms.
+    Itl,
+    /// End-to-end latency, ms.
+    E2el,
+    /// Single-stream decode speed, tok/s.
+    Decode,
 }
 
-/// Reasoning that reached the content (the seeds' v1 mistake).
-pub fn leaks_thinking(text: &str) -> bool {
-    text.contains("<think>") || text.contains("</think>") || text.contains("Thinking Process:")
-}
-
-/// Every per-answer check.
-pub const CHECKS: &[&str] = &[
-    "non_empty",
-    "expected_answer",
-    "no_markdown",
-    "thinking_leak",
-    "tool_calls",
-];
-
-/// The per-answer checks that apply to this case: (check, passed).
-pub fn checks(sample: &Sample, case: &Case) -> Vec<(&'static str, bool)> {
-    let mut all = every_check(sample, case);
-    if let Some(only) = &case.checks {
-        all.retain(|(name, _)| only.iter().any(|o| o == name));
-    }
-    all
-}
-
-fn every_check(sample: &Sample, case: &Case) -> Vec<(&'static str, bool)> {
-    let mut out = vec![
-        (
-            "non_empty",
-            !sample.content.trim().is_empty() || !sample.tool_calls.is_empty(),
-        ),
-        ("no_markdown", !has_markdown(&sample.content)),
-        ("thinking_leak", leaks_thinking(&sample.content)),
+impl Metric {
+    pub const ALL: [Metric; 6] = [
+        Metric::Ttft,
+        Metric::Ttfo,
+        Metric::Tpot,
+        Metric::Itl,
+        Metric::E2el,
+        Metric::Decode,
     ];
-    if let Some(expect) = &case.expect {
-        out.push((
-            "expected_answer",
-            sample
-                .content
-                .to_lowercase()
-                .contains(&expect.to_lowercase()),
-        ));
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Ttft => "ttft",
+            Metric::Ttfo => "ttfo",
+            Metric::Tpot => "tpot",
+            Metric::Itl => "itl",
+            Metric::E2el => "e2el",
+            Metric::Decode => "decode",
+        }
     }
-    if let Some(tool) = &case.expect_tool {
-        let called = sample.tool_calls.first().is_some_and(|t| {
-            &t.name == tool
-                && serde_json::from_str::<serde_json::Value>(&t.arguments)
-                    .is_ok_and(|v| v.is_object())
-        });
-        out.push(("tool_calls", called));
+
+    /// The suffix of its gate names: a time in ms, or a speed in tok/s.
+    fn unit(self) -> &'static str {
+        if self == Metric::Decode {
+            "tps"
+        } else {
+            "ms"
+        }
     }
-    out
+}
+
+/// What a gate judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// % of answers passing a check (leaking, for thinking_leak): `no_markdown`.
+    Quality(Check),
+    /// A percentile of a metric over the measured requests: `ttft_p90_ms`, `decode_tps_p50`.
+    Percentile(Metric, Pct),
+    /// Requests/s that met the SLO, at the load level where that was highest: `goodput_rps`.
+    GoodputRps,
+    /// % of that level's requests that met the SLO: `goodput_pct`.
+    GoodputPct,
+    /// The metric's p50 against production's, % change: `vs_production_ttft`.
+    VsProduction(Metric),
+}
+
+const GATE_FORMS: &str = "a check (non_empty, expected_answer, no_markdown, thinking_leak, \
+     tool_calls), METRIC_pNN_ms for ttft/ttfo/tpot/itl/e2el or decode_tps_pNN (NN: 50, 90, 99), \
+     goodput_rps, goodput_pct, or vs_production_METRIC";
+
+impl FromStr for Gate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Gate, String> {
+        if let Ok(c) = s.parse::<Check>() {
+            return Ok(Gate::Quality(c));
+        }
+        match s {
+            "goodput_rps" => return Ok(Gate::GoodputRps),
+            "goodput_pct" => return Ok(Gate::GoodputPct),
+            _ => {}
+        }
+        if let Some(m) = s.strip_prefix("vs_production_") {
+            return Metric::ALL
+                .into_iter()
+                .find(|x| x.name() == m)
+                .map(Gate::VsProduction)
+                .ok_or_else(|| format!("unknown gate `{s}`; a gate is {GATE_FORMS}"));
+        }
+        for m in Metric::ALL {
+            for (p, tag) in [(Pct::P50, "p50"), (Pct::P90, "p90"), (Pct::P99, "p99")] {
+                let name = match m {
+                    Metric::Decode => format!("decode_tps_{tag}"),
+                    _ => format!("{}_{tag}_{}", m.name(), m.unit()),
+                };
+                if name == s {
+                    return Ok(Gate::Percentile(m, p));
+                }
+            }
+        }
+        Err(format!("unknown gate `{s}`; a gate is {GATE_FORMS}"))
+    }
+}
+
+impl Gate {
+    /// Gates that compare with production's result.
+    pub fn is_relative(self) -> bool {
+        matches!(self, Gate::VsProduction(_))
+    }
+}
+
+/// Gates that compare with production's result (by name; unknown names are not).
+pub fn is_relative(gate: &str) -> bool {
+    gate.parse::<Gate>().is_ok_and(Gate::is_relative)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ge,
+    Le,
+    Lt,
+    Gt,
+}
+
+/// `OP NUMBER[%|ms]`: `>= 60%`, `== 0%`, `<= 200ms`, `>= 25`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rule {
+    pub op: Op,
+    pub threshold: f64,
+}
+
+impl FromStr for Rule {
+    type Err = String;
+    fn from_str(rule: &str) -> Result<Rule, String> {
+        let bad = || {
+            format!(
+                "`{rule}` is not a gate rule: write an operator and a number, e.g. \"== 0%\", \
+                 \">= 60%\" or \"<= 1500ms\""
+            )
+        };
+        let r = rule.trim();
+        let (op, text) = [
+            ("==", Op::Eq),
+            (">=", Op::Ge),
+            ("<=", Op::Le),
+            ("<", Op::Lt),
+            (">", Op::Gt),
+        ]
+        .into_iter()
+        .find_map(|(t, op)| r.strip_prefix(t).map(|rest| (op, rest)))
+        .ok_or_else(bad)?;
+        let text = text.trim();
+        let number = text
+            .strip_suffix('%')
+            .or_else(|| text.strip_suffix("ms"))
+            .unwrap_or(text)
+            .trim();
+        let threshold: f64 = number.parse().map_err(|_| bad())?;
+        if !threshold.is_finite() {
+            return Err(bad());
+        }
+        Ok(Rule { op, threshold })
+    }
+}
+
+impl Rule {
+    pub fn holds(self, value: f64) -> bool {
+        let t = self.threshold;
+        match self.op {
+            Op::Eq => (value - t).abs() < 1e-9,
+            Op::Ge => value >= t - 1e-9,
+            Op::Le => value <= t + 1e-9,
+            Op::Lt => value < t,
+            Op::Gt => value > t,
+        }
+    }
+}
+
+/// Does `value` satisfy `rule`? None when the rule does not parse.
+pub fn satisfies(value: f64, rule: &str) -> Option<bool> {
+    rule.parse::<Rule>().ok().map(|r| r.holds(value))
 }
 
 /// One gate's outcome: three, as Argo Rollouts' analyses have. Inconclusive when the
-/// evidence is missing (no production baseline, no case that checks it): never a pass.
+/// evidence is missing or cannot decide (no baseline, no case that checks it, a 95%
+/// interval that holds the threshold): never a pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GateOutcome {
@@ -91,103 +208,177 @@ pub struct GateResult {
     pub gate: String,
     pub rule: String,
     pub value: Option<f64>,
+    /// The value's 95% interval over repeated runs, when it was measured more than once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<(f64, f64)>,
     #[serde(default)]
     pub outcome: GateOutcome,
     pub detail: String,
 }
 
-/// Gates that compare with production's result.
-pub fn is_relative(gate: &str) -> bool {
-    gate.starts_with("vs_production_")
+/// The best goodput of a result's load levels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoodputFigure {
+    pub rps: f64,
+    pub pct: f64,
 }
 
-/// Does `value` satisfy `rule` (`>= 60%`, `== 0%`, `<= 200ms`, `>= 25`)?
-pub fn satisfies(value: f64, rule: &str) -> Option<bool> {
-    let rule = rule.trim();
-    let op = ["==", ">=", "<=", "<", ">"]
-        .into_iter()
-        .find(|op| rule.starts_with(op))?;
-    let number: f64 = rule[op.len()..]
-        .trim()
-        .trim_end_matches('%')
-        .trim_end_matches("ms")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(match op {
-        "==" => (value - number).abs() < 1e-9,
-        ">=" => value >= number - 1e-9,
-        "<=" => value <= number + 1e-9,
-        "<" => value < number,
-        _ => value > number,
-    })
+/// What the gates are judged on, from one result (and production's for `vs_*`).
+#[derive(Debug, Clone, Default)]
+pub struct Measures {
+    /// Check name → % of answers.
+    pub rates: BTreeMap<String, f64>,
+    /// Each metric over the measured requests (per-token ones over decoding streams only).
+    pub stats: BTreeMap<Metric, Stats>,
+    /// Each metric's per-run p50 over repeated runs.
+    pub confidence: BTreeMap<Metric, Interval>,
+    pub goodput: Option<GoodputFigure>,
 }
 
-/// What the gates are judged on, from one result (and the production's for `vs_*`).
-pub struct Measures<'a> {
-    pub rates: &'a std::collections::BTreeMap<String, f64>,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttfo_p50_ms: Option<f64>,
-    pub decode_tps_p50: Option<f64>,
+/// A value, its interval if any, and what it is.
+struct Judged {
+    value: Option<f64>,
+    interval: Option<(f64, f64)>,
+    detail: String,
+}
+
+fn judge_relative(m: Metric, now: &Measures, production: Result<&Measures, &str>) -> Judged {
+    let none = |detail: String| Judged {
+        value: None,
+        interval: None,
+        detail,
+    };
+    let base = match production {
+        Err(why) => return none(format!("no production baseline: {why}")),
+        Ok(b) => b,
+    };
+    let (Some(c), Some(b)) = (now.stats.get(&m), base.stats.get(&m)) else {
+        return none(format!("no {} p50 on one side", m.name()));
+    };
+    if b.p50 <= 0.0 {
+        return none(format!("production's {} p50 is 0", m.name()));
+    }
+    let ci = now
+        .confidence
+        .get(&m)
+        .zip(base.confidence.get(&m))
+        .and_then(|(a, b)| relative_difference(a, b));
+    Judged {
+        value: Some(ci.map_or((c.p50 - b.p50) / b.p50 * 100.0, |x| x.0)),
+        interval: ci.map(|(_, lo, hi)| (lo, hi)),
+        detail: format!(
+            "{} p50 {:.1} vs production {:.1}{}",
+            m.name(),
+            c.p50,
+            b.p50,
+            if ci.is_some() {
+                " (means of repeated runs)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Judged {
+    let plain = |value: Option<f64>, detail: String| Judged {
+        value,
+        interval: None,
+        detail,
+    };
+    match gate {
+        Gate::Quality(c) => match now.rates.get(c.name()) {
+            Some(v) => plain(
+                Some(*v),
+                format!(
+                    "% of answers ({})",
+                    if c == Check::ThinkingLeak {
+                        "leaking"
+                    } else {
+                        "passing"
+                    }
+                ),
+            ),
+            None => plain(None, "no case in the suite checks this".into()),
+        },
+        Gate::Percentile(m, p) => {
+            let value = now.stats.get(&m).map(|s| s.at(p));
+            // Only the p50 is measured per repeated run.
+            let ci = (p == Pct::P50).then(|| now.confidence.get(&m)).flatten();
+            Judged {
+                value: ci.map(|i| i.mean).or(value),
+                interval: ci.map(|i| (i.low, i.high)),
+                detail: match (value, ci) {
+                    (None, _) => format!("no {} measured", m.name()),
+                    (_, Some(i)) => format!("mean of {} runs' p50", i.n),
+                    _ => format!("{} {p:?}", m.name()),
+                },
+            }
+        }
+        Gate::GoodputRps | Gate::GoodputPct => match now.goodput {
+            Some(g) if gate == Gate::GoodputRps => {
+                plain(Some(g.rps), "requests/s meeting the SLO".into())
+            }
+            Some(g) => plain(Some(g.pct), "% of requests meeting the SLO".into()),
+            None => plain(
+                None,
+                "no load run with an SLO (give --slo and a load)".into(),
+            ),
+        },
+        Gate::VsProduction(m) => judge_relative(m, now, production),
+    }
 }
 
 /// Judges each gate. `production` is the baseline of the relative gates, or why there is
-/// none that can be trusted.
+/// none that can be trusted. A gate whose 95% interval holds its threshold cannot say
+/// which side the truth is on: inconclusive.
 pub fn evaluate(
-    gates: &std::collections::BTreeMap<String, String>,
+    gates: &BTreeMap<String, String>,
     now: &Measures,
     production: Result<&Measures, &str>,
 ) -> Vec<GateResult> {
     gates
         .iter()
-        .map(|(gate, rule)| {
-            let relative = |cur: Option<f64>, base: fn(&Measures) -> Option<f64>, what: &str| {
-                match (cur, production.map(base)) {
-                    (_, Err(why)) => (None, format!("no production baseline: {why}")),
-                    (Some(c), Ok(Some(b))) if b > 0.0 => (
-                        Some((c - b) / b * 100.0),
-                        format!("{what} {c:.1} vs production {b:.1}"),
-                    ),
-                    (None, Ok(_)) => (None, format!("no {what} measured")),
-                    (Some(_), Ok(_)) => (None, format!("production has no {what}")),
+        .map(|(name, rule_text)| {
+            let parsed = name
+                .parse::<Gate>()
+                .and_then(|g| Ok((g, rule_text.parse::<Rule>()?)));
+            let (gate, rule) = match parsed {
+                Ok(x) => x,
+                Err(e) => {
+                    return GateResult {
+                        gate: name.clone(),
+                        rule: rule_text.clone(),
+                        value: None,
+                        interval: None,
+                        outcome: GateOutcome::Inconclusive,
+                        detail: e,
+                    }
                 }
             };
-            let (value, detail) = match gate.as_str() {
-                "ttft_p50_ms" => (now.ttft_p50_ms, "TTFT p50 in ms".to_string()),
-                "ttfo_p50_ms" => (now.ttfo_p50_ms, "TTFO p50 in ms".to_string()),
-                "decode_tps_p50" => (now.decode_tps_p50, "decode tok/s p50".to_string()),
-                "vs_production_ttft" => {
-                    relative(now.ttft_p50_ms, |p| p.ttft_p50_ms, "TTFT p50 ms")
-                }
-                "vs_production_decode" => relative(
-                    now.decode_tps_p50,
-                    |p| p.decode_tps_p50,
-                    "decode tok/s p50",
-                ),
-                rate => match now.rates.get(rate) {
-                    Some(v) => (
-                        Some(*v),
-                        format!(
-                            "% of answers ({})",
-                            if rate == "thinking_leak" {
-                                "leaking"
-                            } else {
-                                "passing"
-                            }
-                        ),
-                    ),
-                    None => (None, "no case in the suite checks this".to_string()),
-                },
-            };
-            let outcome = match value.and_then(|v| satisfies(v, rule)) {
+            let j = judge(gate, now, production);
+            let straddles = j
+                .interval
+                .is_some_and(|(lo, hi)| lo < rule.threshold && rule.threshold < hi);
+            let outcome = match j.value.map(|v| rule.holds(v)) {
+                _ if straddles => GateOutcome::Inconclusive,
                 Some(true) => GateOutcome::Pass,
                 Some(false) => GateOutcome::Fail,
                 None => GateOutcome::Inconclusive,
             };
+            let detail = match j.interval {
+                Some((lo, hi)) if straddles => format!(
+                    "{}; its 95% interval [{lo:.1}, {hi:.1}] holds the threshold {}",
+                    j.detail, rule.threshold
+                ),
+                Some((lo, hi)) => format!("{}; 95% interval [{lo:.1}, {hi:.1}]", j.detail),
+                None => j.detail,
+            };
             GateResult {
-                gate: gate.clone(),
-                rule: rule.clone(),
-                value,
+                gate: name.clone(),
+                rule: rule_text.clone(),
+                value: j.value,
+                interval: j.interval,
                 outcome,
                 detail,
             }
@@ -198,21 +389,34 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::stats::interval;
 
     #[test]
-    fn markdown_and_leaks_are_recognised() {
-        assert!(has_markdown("## Tokyo\nIt is big."));
-        assert!(has_markdown("It is **big**."));
-        assert!(has_markdown("Options:\n- one\n- two"));
-        assert!(has_markdown("1. first\n2. second"));
-        assert!(has_markdown("```\ncode\n```"));
-        assert!(!has_markdown(
-            "Tokyo is the capital of Japan. It has 14 million people."
-        ));
-        assert!(!has_markdown("I paid $5 - no, $6."));
-        assert!(leaks_thinking("<think>hmm</think>Tokyo"));
-        assert!(leaks_thinking("Thinking Process: first"));
-        assert!(!leaks_thinking("I think it is Tokyo."));
+    fn gate_names_parse_to_typed_gates_and_bad_ones_say_what_is_allowed() {
+        assert_eq!("no_markdown".parse(), Ok(Gate::Quality(Check::NoMarkdown)));
+        assert_eq!(
+            "ttft_p99_ms".parse(),
+            Ok(Gate::Percentile(Metric::Ttft, Pct::P99))
+        );
+        assert_eq!(
+            "decode_tps_p50".parse(),
+            Ok(Gate::Percentile(Metric::Decode, Pct::P50))
+        );
+        assert_eq!(
+            "tpot_p90_ms".parse(),
+            Ok(Gate::Percentile(Metric::Tpot, Pct::P90))
+        );
+        assert_eq!("goodput_rps".parse(), Ok(Gate::GoodputRps));
+        assert_eq!(
+            "vs_production_ttft".parse(),
+            Ok(Gate::VsProduction(Metric::Ttft))
+        );
+        let e = "ttft_p95_ms".parse::<Gate>().unwrap_err();
+        assert!(
+            e.contains("`ttft_p95_ms`") && e.contains("NN: 50, 90, 99"),
+            "{e}"
+        );
+        assert!("about 5".parse::<Rule>().unwrap_err().contains("`about 5`"));
     }
 
     #[test]
@@ -225,37 +429,67 @@ mod tests {
         assert_eq!(satisfies(1.0, "about 5"), None);
     }
 
+    fn measures(decode: f64, runs: &[f64]) -> Measures {
+        let mut m = Measures::default();
+        m.rates.insert("no_markdown".into(), 100.0);
+        m.stats.insert(
+            Metric::Decode,
+            Stats {
+                n: 5,
+                p50: decode,
+                p90: decode,
+                p99: decode,
+                min: decode,
+                max: decode,
+            },
+        );
+        if let Some(i) = interval(runs) {
+            m.confidence.insert(Metric::Decode, i);
+        }
+        m
+    }
+
     #[test]
     fn a_relative_gate_without_a_baseline_is_inconclusive_never_a_pass() {
-        let rates = std::collections::BTreeMap::from([("no_markdown".to_string(), 100.0)]);
-        let now = Measures {
-            rates: &rates,
-            ttft_p50_ms: Some(100.0),
-            ttfo_p50_ms: Some(100.0),
-            decode_tps_p50: Some(30.0),
-        };
-        let gates = std::collections::BTreeMap::from([
+        let now = measures(30.0, &[]);
+        let gates = BTreeMap::from([
             ("vs_production_decode".to_string(), ">= -10%".to_string()),
             ("no_markdown".to_string(), ">= 80%".to_string()),
             ("tool_calls".to_string(), ">= 60%".to_string()),
         ]);
         let r = evaluate(&gates, &now, Err("its run had 3 failed requests"));
-        let outcome = |g: &str| r.iter().find(|x| x.gate == g).unwrap().outcome;
-        assert_eq!(outcome("vs_production_decode"), GateOutcome::Inconclusive);
-        assert_eq!(outcome("no_markdown"), GateOutcome::Pass);
-        assert_eq!(outcome("tool_calls"), GateOutcome::Inconclusive);
-        let base = Measures {
-            decode_tps_p50: Some(40.0),
-            ..now
-        };
-        let now = Measures {
-            rates: &rates,
-            ttft_p50_ms: Some(100.0),
-            ttfo_p50_ms: Some(100.0),
-            decode_tps_p50: Some(30.0),
-        };
+        let outcome = |r: &[GateResult], g: &str| r.iter().find(|x| x.gate == g).unwrap().outcome;
+        assert_eq!(
+            outcome(&r, "vs_production_decode"),
+            GateOutcome::Inconclusive
+        );
+        assert_eq!(outcome(&r, "no_markdown"), GateOutcome::Pass);
+        assert_eq!(outcome(&r, "tool_calls"), GateOutcome::Inconclusive);
+        let base = measures(40.0, &[]);
         let r = evaluate(&gates, &now, Ok(&base));
         let g = r.iter().find(|x| x.gate == "vs_production_decode").unwrap();
         assert_eq!((g.outcome, g.value), (GateOutcome::Fail, Some(-25.0)));
+    }
+
+    #[test]
+    fn a_gate_whose_interval_holds_the_threshold_is_inconclusive() {
+        let gates = BTreeMap::from([("vs_production_decode".to_string(), ">= -10%".to_string())]);
+        // Means 36 vs 40 (−10%) with a wide spread: the interval straddles −10%.
+        let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
+        let base = measures(40.0, &[39.0, 41.0, 40.0, 38.0, 42.0]);
+        let g = &evaluate(&gates, &now, Ok(&base))[0];
+        assert_eq!(g.outcome, GateOutcome::Inconclusive, "{g:?}");
+        assert!(g.detail.contains("holds the threshold"), "{}", g.detail);
+        // Tight runs well below: a clear fail.
+        let now = measures(30.0, &[30.0, 30.5, 29.5, 30.2, 29.8]);
+        let g = &evaluate(&gates, &now, Ok(&base))[0];
+        assert_eq!(g.outcome, GateOutcome::Fail, "{g:?}");
+        // An absolute gate too.
+        let gates = BTreeMap::from([("decode_tps_p50".to_string(), ">= 35".to_string())]);
+        let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
+        assert_eq!(
+            evaluate(&gates, &now, Err("-"))[0].outcome,
+            GateOutcome::Inconclusive
+        );
     }
 }

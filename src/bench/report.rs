@@ -89,57 +89,146 @@ pub fn evidence_table(r: &BenchResult, table: &mut comfy_table::Table) {
     }
 }
 
-/// A and B side by side per case: TTFT p50 (ms) and decode tok/s p50, and B/A.
-pub fn compare_table(a: &BenchResult, b: &BenchResult, table: &mut comfy_table::Table) {
+/// TTFT and decode of one case (or turn) of one result.
+type Pair = (Option<f64>, Option<f64>);
+
+/// Results side by side per case: TTFT p50 (ms) and decode tok/s p50, each against the
+/// first result (×).
+pub fn compare_table(results: &[&BenchResult], table: &mut comfy_table::Table) {
     let name = |r: &BenchResult| {
         r.target
             .recipe
             .clone()
             .unwrap_or_else(|| r.target.url.clone())
     };
-    table.set_header(vec![
-        "CASE".to_string(),
-        format!("TTFT {}", name(a)),
-        format!("TTFT {}", name(b)),
-        "B/A".to_string(),
-        format!("DECODE {}", name(a)),
-        format!("DECODE {}", name(b)),
-        "B/A".to_string(),
-    ]);
-    for ca in &a.cases {
-        let cb = b.cases.iter().find(|c| c.case == ca.case);
-        let ta = ca.ttft_ms.as_ref().map(|s| s.p50);
-        let tb = cb.and_then(|c| c.ttft_ms.as_ref()).map(|s| s.p50);
-        let da = ca.decode_tps.as_ref().map(|s| s.p50);
-        let db = cb.and_then(|c| c.decode_tps.as_ref()).map(|s| s.p50);
-        let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
-            (Some(x), Some(y)) if x > 0.0 => format!("{:.2}x", y / x),
-            _ => "-".into(),
-        };
-        table.add_row(vec![
-            ca.case.clone(),
-            fmt(ta, 1),
-            fmt(tb, 1),
-            ratio(ta, tb),
-            fmt(da, 1),
-            fmt(db, 1),
-            ratio(da, db),
-        ]);
-        // Multi-turn growth, turn by turn.
-        if ca.ttft_p50_per_turn_ms.len() > 1 {
-            for (i, t) in ca.ttft_p50_per_turn_ms.iter().enumerate() {
-                let tb = cb.and_then(|c| c.ttft_p50_per_turn_ms.get(i).copied());
-                table.add_row(vec![
-                    format!("  turn {}", i + 1),
-                    fmt(Some(*t), 1),
-                    fmt(tb, 1),
-                    ratio(Some(*t), tb),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ]);
+    let mut header = vec!["CASE".to_string()];
+    for (i, r) in results.iter().enumerate() {
+        header.push(format!("TTFT {}", name(r)));
+        if i > 0 {
+            header.push("×".into());
+        }
+    }
+    for (i, r) in results.iter().enumerate() {
+        header.push(format!("DECODE {}", name(r)));
+        if i > 0 {
+            header.push("×".into());
+        }
+    }
+    table.set_header(header);
+    let Some(first) = results.first() else { return };
+    let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if x > 0.0 => format!("{:.2}x", y / x),
+        _ => "-".into(),
+    };
+    let row = |label: String, pick: &dyn Fn(&BenchResult) -> Pair| {
+        let vals: Vec<(Option<f64>, Option<f64>)> = results.iter().map(|r| pick(r)).collect();
+        let mut cells = vec![label];
+        for (i, v) in vals.iter().enumerate() {
+            cells.push(fmt(v.0, 1));
+            if i > 0 {
+                cells.push(ratio(vals[0].0, v.0));
             }
         }
+        for (i, v) in vals.iter().enumerate() {
+            cells.push(fmt(v.1, 1));
+            if i > 0 {
+                cells.push(ratio(vals[0].1, v.1));
+            }
+        }
+        cells
+    };
+    for ca in &first.cases {
+        let find = |r: &BenchResult| r.cases.iter().find(|c| c.case == ca.case).cloned();
+        table.add_row(row(ca.case.clone(), &|r| {
+            let c = find(r);
+            (
+                c.as_ref().and_then(|c| p50(&c.ttft_ms)),
+                c.as_ref().and_then(|c| p50(&c.decode_tps)),
+            )
+        }));
+        // Multi-turn growth, turn by turn.
+        if ca.ttft_p50_per_turn_ms.len() > 1 {
+            for i in 0..ca.ttft_p50_per_turn_ms.len() {
+                table.add_row(row(format!("  turn {}", i + 1), &|r| {
+                    (
+                        find(r).and_then(|c| c.ttft_p50_per_turn_ms.get(i).copied()),
+                        None,
+                    )
+                }));
+            }
+        }
+    }
+}
+
+/// Load levels: asked and achieved rates, throughput, latency from the scheduled send, goodput.
+pub fn load_table(levels: &[&super::load::LoadRun], table: &mut comfy_table::Table) {
+    table.set_header(vec![
+        "LOAD",
+        "ASKED/s",
+        "ACHIEVED/s",
+        "LAG p99",
+        "OK/FAIL",
+        "REQ/s",
+        "TOK/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "GOODPUT/s",
+        "QUEUE mean",
+    ]);
+    for l in levels {
+        let asked = match l.profile {
+            super::load::Profile::Rate { rps, .. } => format!("{rps:.2}"),
+            _ => "closed".into(),
+        };
+        table.add_row(vec![
+            l.profile.to_string(),
+            asked,
+            fmt(l.achieved_rps, 3),
+            fmt(l.send_lag_ms.as_ref().map(|s| s.p99), 2),
+            format!("{}/{}", l.completed, l.failed),
+            format!("{:.2}", l.request_rps),
+            format!("{:.1}", l.output_tps),
+            fmt(p50(&l.ttft_ms), 1),
+            fmt(l.ttft_ms.as_ref().map(|s| s.p99), 1),
+            fmt(p50(&l.tpot_ms), 2),
+            l.goodput_rps.map_or("-".into(), |g| {
+                format!("{g:.2} ({:.0}%)", l.goodput_pct.unwrap_or(0.0))
+            }),
+            l.server
+                .as_ref()
+                .map_or("-".into(), |s| fmt(s.waiting_mean, 1)),
+        ]);
+    }
+}
+
+/// Context depths, cold and warm, with the cached tokens that prove which was measured.
+pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
+    table.set_header(vec![
+        "DEPTH",
+        "CACHE",
+        "PROMPT TOK p50",
+        "CACHED min-max",
+        "TTFT p50",
+        "DECODE p50",
+        "SERVER SAYS",
+    ]);
+    for p in &r.depth {
+        table.add_row(vec![
+            p.depth.to_string(),
+            if p.cache == super::suite::CacheMode::Cold {
+                "cold".into()
+            } else {
+                "warm".to_string()
+            },
+            fmt(p50(&p.prompt_tokens), 0),
+            p.cached_tokens
+                .as_ref()
+                .map_or("-".into(), |s| format!("{:.0}-{:.0}", s.min, s.max)),
+            fmt(p50(&p.ttft_ms), 1),
+            fmt(p50(&p.decode_tps), 1),
+            p.verdict.clone(),
+        ]);
     }
 }
 

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::client::{ChunkTokens, Failure, Sample, TokenSource};
-use super::gates::{GateOutcome, GateResult};
+use super::gates::{GateOutcome, GateResult, GoodputFigure, Measures, Metric};
+use super::sample::{ChunkTokens, Failure, Sample, TokenSource};
+use super::stats::Interval;
 use super::suite::{CacheMode, ServerKind};
 
-/// DGX Spark's memory bandwidth: the decode roofline for a model of known size.
-pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
+pub use super::roofline::SPARK_BANDWIDTH_BYTES_PER_S;
 
 /// A prompt of which at most this many tokens were evaluated was a near-full cache hit:
 /// the request's own new text was cached too (servers re-evaluate the last token or so to
@@ -18,37 +18,7 @@ pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;
 /// and more, to evaluate.
 pub const NEAR_FULL_UNCACHED: u64 = 4;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Stats {
-    pub n: usize,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-/// Nearest-rank percentiles; None for no values.
-pub fn stats(values: &[f64]) -> Option<Stats> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |p: f64| v[(((p / 100.0) * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Some(Stats {
-        n: v.len(),
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        min: v[0],
-        max: v[v.len() - 1],
-    })
-}
-
-fn median(values: &[f64]) -> Option<f64> {
-    stats(values).map(|s| s.p50)
-}
+pub use super::stats::{median, stats, Stats};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Target {
@@ -73,15 +43,24 @@ pub struct Target {
     /// llama-server `/props` build_info, vLLM `/version`, SGLang `/get_server_info`.
     pub server_version: Option<String>,
     pub weights_bytes: Option<u64>,
+    /// Weights read per token, where fewer than all (MoE: the active experts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_weights_bytes: Option<u64>,
+    /// KV-cache bytes per token of context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<u64>,
 }
 
 impl Target {
-    /// The highest single-stream decode speed the memory bandwidth allows (each token
-    /// reads every weight once; KV reads only lower it), where the model size is known.
+    /// The highest single-stream decode speed the memory bandwidth allows with no context
+    /// (each token reads the active weights once), where the model size is known.
     pub fn roofline_tps(&self) -> Option<f64> {
-        self.weights_bytes
-            .filter(|&b| b > 0)
-            .map(|b| SPARK_BANDWIDTH_BYTES_PER_S / b as f64)
+        self.roofline_tps_at(0.0)
+    }
+
+    /// The same at `depth` tokens of context (KV-cache reads added, where declared).
+    pub fn roofline_tps_at(&self, depth: f64) -> Option<f64> {
+        super::roofline::bytes_per_token(self, depth).map(|b| SPARK_BANDWIDTH_BYTES_PER_S / b)
     }
 }
 
@@ -140,17 +119,6 @@ pub struct CaseSummary {
     pub checks: BTreeMap<String, f64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Concurrency {
-    pub streams: usize,
-    pub requests: usize,
-    pub failed: usize,
-    #[serde(default)]
-    pub retried: usize,
-    pub throughput_tps: f64,
-    pub ttft_ms: Option<Stats>,
-}
-
 /// What a benchmark concludes. `Inconclusive` never promotes and never blames the
 /// candidate: the evidence cannot decide (client or network faults, a gate without data).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,16 +153,44 @@ pub struct BenchResult {
     pub suite: String,
     pub warmup: usize,
     pub runs: usize,
+    /// Runs of the whole suite (confidence intervals need two or more).
+    #[serde(default = "one")]
+    pub repeat: usize,
     pub cases: Vec<CaseSummary>,
-    pub concurrency: Vec<Concurrency>,
+    /// Fixed load levels (closed-loop concurrency, open-loop rate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load: Vec<super::load::LoadRun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<super::load::SweepResult>,
+    /// The same question behind prior contexts of several depths, cold and warm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depth: Vec<super::depth::DepthPoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::slo::Slo>,
+    /// The server's metrics and the host's memory around the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_side: Option<super::scrape::ServerSide>,
     /// Check → % over all measured answers it applies to.
     pub quality: BTreeMap<String, f64>,
     pub ttft_p50_ms: Option<f64>,
     #[serde(default)]
     pub ttfo_p50_ms: Option<f64>,
     pub decode_tps_p50: Option<f64>,
-    /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known.
+    /// Every metric over the measured requests of the suite (per-token ones over decoding
+    /// streams only), for the percentile gates.
+    #[serde(default)]
+    pub latency: BTreeMap<Metric, Stats>,
+    /// Each metric's per-run p50 over `--repeat` runs: mean, CV and 95% interval.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub confidence: BTreeMap<Metric, Interval>,
+    /// The best goodput of the load levels, against the SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<GoodputFigure>,
+    /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known
+    /// and the figure is possible.
     pub roofline_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<super::roofline::Roofline>,
     pub usage_estimated: bool,
     pub gates: Vec<GateResult>,
     pub verdict: Verdict,
@@ -210,6 +206,36 @@ pub struct BenchResult {
 }
 
 impl BenchResult {
+    /// What the gates judge, from this result.
+    pub fn measures(&self) -> Measures {
+        let mut stats = self.latency.clone();
+        // Results written before per-metric statistics kept only the p50s.
+        let only_p50 = |v: f64| Stats {
+            n: 1,
+            p50: v,
+            p90: v,
+            p99: v,
+            min: v,
+            max: v,
+        };
+        if stats.is_empty() {
+            for (m, v) in [
+                (Metric::Ttft, self.ttft_p50_ms),
+                (Metric::Decode, self.decode_tps_p50),
+            ] {
+                if let Some(v) = v {
+                    stats.insert(m, only_p50(v));
+                }
+            }
+        }
+        Measures {
+            rates: self.quality.clone(),
+            stats,
+            confidence: self.confidence.clone(),
+            goodput: self.goodput,
+        }
+    }
+
     /// Why this result cannot serve as the baseline of relative gates, if it cannot: a
     /// baseline must be a complete measurement, not a run that broke half-way.
     pub fn unusable_as_baseline(&self) -> Option<String> {
@@ -225,6 +251,10 @@ impl BenchResult {
             None
         }
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Samples that count: measured (not warm-up) and complete.

@@ -13,15 +13,89 @@ use crate::bench::{self as engine, suite::Suite};
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 
-pub struct Args {
-    pub target: String,
+/// `sparkctl bench`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Recipe name (its running deployment) or base URL (http://127.0.0.1:8003).
+    pub target: Option<String>,
+    #[command(subcommand)]
+    pub compare: Option<BenchCommand>,
+    /// Suite: built-in voice-assistant, a name in recipes/suites/, or a file.
+    #[arg(long, value_name = "SUITE")]
     pub suite: Option<String>,
+    /// Measured runs per case (the suite says; at least 5).
+    #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
+    /// Warm-up runs per case, reported as cold start.
+    #[arg(long, value_name = "N")]
     pub warmup: Option<usize>,
+    /// Run the whole suite N times: each figure's p50 gets a CV and a 95% interval, and a
+    /// gate whose interval holds its threshold is inconclusive.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: usize,
+    /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
+    #[arg(long, value_delimiter = ',', value_name = "N,N")]
     pub concurrency: Vec<usize>,
+    /// An open-loop load level: requests per second, sent on schedule whatever the server does.
+    #[arg(long, value_name = "REQ/S")]
+    pub rate: Option<f64>,
+    /// Arrivals of open-loop levels: poisson (seeded exponential gaps) or constant.
+    #[arg(long, value_name = "KIND", value_parser = parse_arrival)]
+    pub arrival: Option<engine::load::Arrival>,
+    /// Seed of the Poisson arrivals (the same seed sends at the same times).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Requests per load level [default: 40].
+    #[arg(long, value_name = "N")]
+    pub requests: Option<usize>,
+    /// Step the load until the server saturates, and name the knee: concurrency:1,2,4,8
+    /// or rate:1,2,4,8.
+    #[arg(long, value_name = "KIND:LEVELS", value_parser = parse_sweep)]
+    pub sweep: Option<engine::load::Sweep>,
+    /// Objectives a request must meet to count toward goodput: ttft=500ms,tpot=50ms
+    /// (e2el too) [default: the recipe's bench.slo].
+    #[arg(long, value_name = "KEY=DURATION,…", value_parser = parse_slo)]
+    pub slo: Option<engine::slo::Slo>,
+    /// Ask one question behind prior contexts of these many tokens, cold and warm (e.g. 0,4096,16384).
+    #[arg(long, value_delimiter = ',', value_name = "TOKENS,…")]
+    pub depth: Vec<usize>,
+    /// A gate, as in recipes (`thinking_leak='== 0%'`); adds to or overrides the recipe's.
+    #[arg(long = "gate", value_name = "NAME=RULE")]
     pub gates: Vec<String>,
+    /// The production backend's result, for the vs_production_* gates.
+    #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
+    /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json]; the HTML
+    /// report, per-request JSONL and CSV go beside it.
+    #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Compare benchmark results side by side (the first is the reference).
+    Compare {
+        #[arg(required = true, num_args = 2.., value_name = "RESULT.json")]
+        results: Vec<PathBuf>,
+        /// Also draw TTFT per case and turn and decode speed as SVG.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+        /// Also write one HTML report of all of them side by side.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+    },
+}
+
+fn parse_arrival(s: &str) -> std::result::Result<engine::load::Arrival, String> {
+    s.parse()
+}
+
+fn parse_sweep(s: &str) -> std::result::Result<engine::load::Sweep, String> {
+    s.parse()
+}
+
+fn parse_slo(s: &str) -> std::result::Result<engine::slo::Slo, String> {
+    s.parse()
 }
 
 fn read_result(path: &Path) -> Result<BenchResult> {
@@ -35,23 +109,51 @@ fn read_result(path: &Path) -> Result<BenchResult> {
     })
 }
 
-pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -> Result<()> {
-    let (target, mut gates, suite_name) =
-        crate::deploy::bench_target(&ctx.runtimes, recipes, &args.target).await?;
-    for g in &args.gates {
+/// The gates of the recipe with the `--gate` ones over them; a bad one names itself.
+fn merge_gates(
+    mut gates: BTreeMap<String, String>,
+    extra: &[String],
+) -> Result<BTreeMap<String, String>> {
+    for g in extra {
         let (name, rule) = g.split_once('=').ok_or_else(|| {
             Error::Usage(format!(
                 "--gate {g}: write NAME=RULE, e.g. thinking_leak='== 0%'"
             ))
         })?;
-        if !crate::recipe::GATES.contains(&name) {
-            return Err(Error::Usage(format!(
-                "--gate {name}: unknown gate; known: {}",
-                crate::recipe::GATES.join(", ")
-            )));
+        if let Err(e) = name.parse::<crate::bench::gates::Gate>() {
+            return Err(Error::Usage(format!("--gate {name}: {e}")));
+        }
+        if let Err(e) = rule.parse::<crate::bench::gates::Rule>() {
+            return Err(Error::Usage(format!("--gate {name}: {e}")));
         }
         gates.insert(name.to_string(), rule.to_string());
     }
+    Ok(gates)
+}
+
+/// Writes the result and, beside it, its HTML report, JSONL and CSV; the report's path.
+pub fn write_outputs(path: &Path, result: &BenchResult) -> Result<PathBuf> {
+    crate::state::write_json(path, result)?;
+    let html = path.with_extension("html");
+    crate::state::write_atomic(&html, engine::html::report(&[result]).as_bytes())?;
+    crate::state::write_atomic(
+        &path.with_extension("jsonl"),
+        engine::export::jsonl(result).as_bytes(),
+    )?;
+    crate::state::write_atomic(
+        &path.with_extension("csv"),
+        engine::export::csv(result).as_bytes(),
+    )?;
+    Ok(html)
+}
+
+pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) -> Result<()> {
+    let target_name = args.target.clone().ok_or_else(|| {
+        Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
+    })?;
+    let (target, gates, suite_name) =
+        crate::deploy::bench_target(&ctx.runtimes, recipes, &target_name).await?;
+    let mut gates = merge_gates(gates, &args.gates)?;
     let suite = Suite::load(
         args.suite.as_deref().unwrap_or(&suite_name),
         &recipes.dir.join("suites"),
@@ -70,10 +172,28 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
     } else {
         Vec::new()
     };
+    if args.repeat == 0 {
+        return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
+    }
+    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(Error::Usage(
+            "--rate: give a positive number of requests per second".into(),
+        ));
+    }
     let opts = engine::Options {
         warmup: args.warmup,
         runs: args.runs,
         concurrency: args.concurrency,
+        rate: args.rate,
+        arrival: args.arrival,
+        seed: args.seed,
+        requests: args.requests,
+        sweep: args.sweep,
+        slo: args
+            .slo
+            .or_else(|| crate::deploy::recipe_slo(recipes, &target_name)),
+        depths: args.depth,
+        repeat: args.repeat,
         gates,
     };
     let name = target.recipe.clone().unwrap_or_else(|| "url".into());
@@ -101,7 +221,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
         Some(p) => p,
         None => ctx.state.bench_result_file(&name)?,
     };
-    crate::state::write_json(&path, &result)?;
+    let html = write_outputs(&path, &result)?;
     if out.json {
         out.print_json(&result);
     } else {
@@ -113,7 +233,15 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: Args, out: &Output) -
             );
         }
         println!("result: {}", path.display());
+        println!(
+            "report: {} (per-request rows: .jsonl, .csv beside it)",
+            html.display()
+        );
     }
+    verdict_exit(&name, &result, &path)
+}
+
+fn verdict_exit(name: &str, result: &BenchResult, path: &Path) -> Result<()> {
     match result.verdict {
         Verdict::Pass => Ok(()),
         Verdict::Fail => Err(Error::Reported(format!(
@@ -170,21 +298,10 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
             ""
         }
     );
-    for c in &r.concurrency {
-        println!(
-            "concurrency {}: {:.1} tok/s total, TTFT p50 {} ms, {} of {} failed",
-            c.streams,
-            c.throughput_tps,
-            c.ttft_ms
-                .as_ref()
-                .map_or("-".into(), |s| format!("{:.1}", s.p50)),
-            c.failed,
-            c.requests
-        );
-    }
+    render_phases(out, r);
     if let Some(b) = baseline {
         let mut table = out.table();
-        report::compare_table(b, r, &mut table);
+        report::compare_table(&[b, r], &mut table);
         out.print_table(&table);
     }
     if !r.gates.is_empty() {
@@ -213,8 +330,66 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
     println!("verdict: {} ({})", r.verdict, r.verdict_reason);
 }
 
-pub fn compare(a: &Path, b: &Path, svg: Option<&Path>, out: &Output) -> Result<()> {
-    let (ra, rb) = (read_result(a)?, read_result(b)?);
+fn render_phases(out: &Output, r: &BenchResult) {
+    let levels: Vec<&engine::load::LoadRun> = r
+        .load
+        .iter()
+        .chain(r.sweep.iter().flat_map(|s| s.levels.iter()))
+        .collect();
+    if !levels.is_empty() {
+        let mut table = out.table();
+        report::load_table(&levels, &mut table);
+        out.print_table(&table);
+    }
+    if let Some(s) = &r.sweep {
+        println!("sweep: {}", s.outcome);
+    }
+    if let Some(g) = &r.goodput {
+        println!(
+            "goodput: {:.2} req/s ({:.0}% of requests) met {}",
+            g.rps,
+            g.pct,
+            r.slo.map(|s| s.to_string()).unwrap_or_default()
+        );
+    }
+    if !r.depth.is_empty() {
+        let mut table = out.table();
+        report::depth_table(r, &mut table);
+        out.print_table(&table);
+    }
+    if let Some(s) = &r.server_side {
+        match &s.unavailable {
+            Some(why) => println!("server metrics: none ({why})"),
+            None => println!(
+                "server metrics: scraped from {} before, during and after",
+                s.url
+            ),
+        }
+    }
+    for (m, i) in &r.confidence {
+        println!(
+            "{} p50 over {} runs: mean {:.2}, CV {:.1}%, 95% interval {:.2} to {:.2}",
+            m.name(),
+            i.n,
+            i.mean,
+            i.cv * 100.0,
+            i.low,
+            i.high
+        );
+    }
+}
+
+pub fn compare(
+    paths: &[PathBuf],
+    svg: Option<&Path>,
+    html: Option<&Path>,
+    out: &Output,
+) -> Result<()> {
+    let results: Vec<BenchResult> = paths
+        .iter()
+        .map(|p| read_result(p))
+        .collect::<Result<_>>()?;
+    let refs: Vec<&BenchResult> = results.iter().collect();
     if out.json {
         let side = |r: &BenchResult| {
             r.cases
@@ -230,16 +405,27 @@ pub fn compare(a: &Path, b: &Path, svg: Option<&Path>, out: &Output) -> Result<(
                 })
                 .collect::<BTreeMap<_, _>>()
         };
-        out.print_json(&serde_json::json!({"a": side(&ra), "b": side(&rb)}));
+        let all: Vec<_> = paths
+            .iter()
+            .zip(&results)
+            .map(|(p, r)| serde_json::json!({"result": p, "cases": side(r), "goodput": r.goodput}))
+            .collect();
+        out.print_json(&all);
     } else {
         let mut table = out.table();
-        report::compare_table(&ra, &rb, &mut table);
+        report::compare_table(&refs, &mut table);
         out.print_table(&table);
     }
     if let Some(path) = svg {
-        crate::state::write_atomic(path, report::chart_svg(&[&ra, &rb]).as_bytes())?;
+        crate::state::write_atomic(path, report::chart_svg(&refs).as_bytes())?;
         if !out.json {
             println!("chart: {}", path.display());
+        }
+    }
+    if let Some(path) = html {
+        crate::state::write_atomic(path, engine::html::report(&refs).as_bytes())?;
+        if !out.json {
+            println!("report: {}", path.display());
         }
     }
     Ok(())

@@ -128,33 +128,7 @@ pub enum Command {
     },
     /// The built-in benchmark against a running recipe or a URL.
     #[command(args_conflicts_with_subcommands = true)]
-    Bench {
-        /// Recipe name (its running deployment) or base URL (http://127.0.0.1:8003).
-        target: Option<String>,
-        #[command(subcommand)]
-        compare: Option<BenchCommand>,
-        /// Suite: built-in voice-assistant, a name in recipes/suites/, or a file.
-        #[arg(long, value_name = "SUITE")]
-        suite: Option<String>,
-        /// Measured runs per case (the suite says; at least 5).
-        #[arg(long, value_name = "N")]
-        runs: Option<usize>,
-        /// Warm-up runs per case, reported as cold start.
-        #[arg(long, value_name = "N")]
-        warmup: Option<usize>,
-        /// Also measure these numbers of simultaneous streams (e.g. 4,16).
-        #[arg(long, value_delimiter = ',', value_name = "N,N")]
-        concurrency: Vec<usize>,
-        /// A gate, as in recipes (`thinking_leak='== 0%'`); adds to or overrides the recipe's.
-        #[arg(long = "gate", value_name = "NAME=RULE")]
-        gates: Vec<String>,
-        /// The production backend's result, for the vs_production_* gates.
-        #[arg(long, value_name = "FILE")]
-        baseline: Option<PathBuf>,
-        /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json].
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
+    Bench(bench::BenchArgs),
     /// Apply a recipe's model-directory patch steps.
     Patch {
         name: String,
@@ -229,18 +203,6 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum HistoryCommand {
     Show { run: String },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Compare two benchmark results side by side.
-    Compare {
-        a: PathBuf,
-        b: PathBuf,
-        /// Also draw TTFT per case and turn and decode speed, both results, as SVG.
-        #[arg(long, value_name = "FILE")]
-        svg: Option<PathBuf>,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -529,38 +491,13 @@ fn dispatch(cli: Cli) -> Result<()> {
             let args = prune::Args { keep, yes };
             prune::run(&ctx.state, &ctx.runtimes, recipes, args, &out).await
         }),
-        Command::Bench {
-            target,
-            compare,
-            suite,
-            runs,
-            warmup,
-            concurrency,
-            gates,
-            baseline,
-            out: out_file,
-        } => match compare {
-            Some(BenchCommand::Compare { a, b, svg }) => {
-                bench::compare(&a, &b, svg.as_deref(), &out)
+        Command::Bench(args) => match args.compare {
+            Some(bench::BenchCommand::Compare { results, svg, html }) => {
+                bench::compare(&results, svg.as_deref(), html.as_deref(), &out)
             }
-            None => {
-                let target = target.ok_or_else(|| {
-                    Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
-                })?;
-                let args = bench::Args {
-                    target,
-                    suite,
-                    runs,
-                    warmup,
-                    concurrency,
-                    gates,
-                    baseline,
-                    out: out_file,
-                };
-                with_recipes(g, async |ctx, recipes| {
-                    bench::run(ctx, recipes, args, &out).await
-                })
-            }
+            None => with_recipes(g, async |ctx, recipes| {
+                bench::run(ctx, recipes, args, &out).await
+            }),
         },
         Command::Patch {
             name,

@@ -12,22 +12,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::context::{Context, Settings};
 use crate::error::{Error, Result};
 use crate::memory;
+pub use crate::memory::MemoryPlan;
 use crate::recipe::{LoadedRecipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Ready, Waiting};
+pub use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes, StartSpec};
-pub use plan::{MemoryPlan, PortOwner, Settings};
-
-/// What the commands that run things share, built once by the CLI: the state dir, both
-/// runtimes, where the image lock is, and the machine's settings.
-pub struct Context {
-    pub state: crate::state::StateDir,
-    /// images.lock, which containers run their digests from.
-    pub lock_path: std::path::PathBuf,
-    pub runtimes: Runtimes,
-    pub settings: Settings,
-}
+pub use plan::PortOwner;
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,9 +54,6 @@ impl Role {
         }
     }
 }
-
-/// How long a stopped server gets between SIGTERM and SIGKILL.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything decided before a start, shown by `--dry-run`.
 #[derive(Debug, Clone, Serialize)]
@@ -414,10 +404,28 @@ pub async fn bench_target(
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
         weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
+        active_weights_bytes: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.active_weights)
+            .map(|w| w.0),
+        kv_bytes_per_token: recipe
+            .model
+            .as_ref()
+            .and_then(|m| m.kv_bytes_per_token)
+            .map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
     };
     Ok((t, gates, suite))
+}
+
+/// The recipe's goodput objectives, when `target` names a recipe that sets them.
+pub fn recipe_slo(
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Option<crate::bench::slo::Slo> {
+    recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
 }
 
 /// State files a read command should mention although it does not need them:

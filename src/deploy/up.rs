@@ -332,6 +332,14 @@ impl Flow<'_, '_> {
         .await?;
         state::write_json(&path, &result)?;
         self.record.bench = Some(path.clone());
+        // The report puts the candidate beside the production result it was judged against.
+        let report = self
+            .ctx
+            .state
+            .run_file(&self.record.run_id, RunFile::Report)?;
+        let shown: Vec<&BenchResult> = baseline.iter().chain([&result]).collect();
+        state::write_atomic(&report, crate::bench::html::report(&shown).as_bytes())?;
+        self.record.report = Some(report);
         self.record.ttft_p50_ms = result.ttft_p50_ms;
         self.record.decode_tps_p50 = result.decode_tps_p50;
         self.record.gates = result.gates.clone();
@@ -528,10 +536,11 @@ async fn bench_recipe(
         &ctx.recipes.dir.join("suites"),
     )?;
     let opts = crate::bench::Options {
-        warmup: None,
         runs,
-        concurrency: Vec::new(),
+        repeat: 1,
+        slo: super::recipe_slo(ctx.recipes, name),
         gates,
+        ..Default::default()
     };
     crate::bench::run(&suite, target, &opts, baseline, |_, _, _| {}).await
 }

@@ -11,8 +11,9 @@ use serde::Serialize;
 use super::container;
 use super::recipe::{host_path, LoadedJob, RunAs};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
-use crate::deploy::{Context, MemoryPlan};
+use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::memory::MemoryPlan;
 use crate::patch::owner::{self, Owner};
 
 /// How a run may go, and how it talks to people.
@@ -425,19 +426,41 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
                 plan.job
             )));
         }
+        let Some(d) = ctx.runtimes.find(victim).await?.filter(|d| d.running()) else {
+            continue;
+        };
         (opts.say)(&format!(
             "stopping {victim} to make room for job {}",
             plan.job
         ));
-        // As `down --force`: production leaves the front door first, so its watch does not
-        // start it again in the middle of the job; `sparkctl rollback` brings it back.
-        let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
-        crate::deploy::down(&ctx.runtimes, victim, false, Some(&door), is_prod).await?;
+        if is_prod {
+            leave_front_door(ctx).await?;
+        }
+        ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await?;
         if is_prod {
             (opts.say)(&format!(
                 "production {victim} stopped: `sparkctl rollback` brings it back after the job"
             ));
         }
     }
+    Ok(())
+}
+
+/// Production leaves the front door before it is stopped (as `down --force` does), so the
+/// door's watch does not start it again in the middle of the job; it goes on the rollback
+/// stack, and `sparkctl rollback` brings it back.
+async fn leave_front_door(ctx: &Context) -> Result<()> {
+    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+    let Ok(status) = door.status().await else {
+        // No front door runs: nothing watches production.
+        return Ok(());
+    };
+    let mut next = status.production.clone();
+    if let Some(mut old) = next.current.take() {
+        old.upstream = None;
+        next.previous.push(old);
+    }
+    door.switch(&next, std::time::Duration::from_secs(30))
+        .await?;
     Ok(())
 }

@@ -20,6 +20,9 @@
 use serde::{Deserialize, Serialize};
 
 mod measure;
+mod plan;
+
+pub use plan::MemoryPlan;
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};

@@ -21,25 +21,19 @@ pub const GATES: &[&str] = &[
     "ttft_p50_ms",
     "ttfo_p50_ms",
     "decode_tps_p50",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "itl_p99_ms",
+    "e2el_p90_ms",
+    "goodput_rps",
+    "goodput_pct",
     "vs_production_ttft",
     "vs_production_decode",
 ];
 
 fn gate_rule_ok(rule: &str) -> bool {
-    let rule = rule.trim();
-    let Some(op) = ["==", ">=", "<=", "<", ">"]
-        .into_iter()
-        .find(|op| rule.starts_with(op))
-    else {
-        return false;
-    };
-    let number = rule[op.len()..].trim();
-    let number = number
-        .strip_suffix('%')
-        .or_else(|| number.strip_suffix("ms"))
-        .unwrap_or(number)
-        .trim();
-    number.parse::<f64>().is_ok_and(f64::is_finite)
+    rule.parse::<crate::bench::gates::Rule>().is_ok()
 }
 
 pub(crate) fn env_name_ok(name: &str) -> bool {
@@ -332,7 +326,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     if let Some(bench) = &r.bench {
         for (gate, rule) in &bench.gates {
             let key = format!("bench.gates.{gate}");
-            if !GATES.contains(&gate.as_str()) {
+            if gate.parse::<crate::bench::gates::Gate>().is_err() {
                 let help = suggest(gate, GATES, "gates");
                 bad(&key, format!("unknown gate `{gate}`"), &help);
             } else if !gate_rule_ok(rule) {

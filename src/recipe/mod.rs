@@ -28,10 +28,8 @@ pub use load::{
 };
 pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
 
+pub use crate::bench::suite::DEFAULT_SUITE;
 pub use crate::engine::Runtime;
-
-/// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
-pub const DEFAULT_SUITE: &str = "voice-assistant";
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
 pub fn resolve_shell_line(words: &[String]) -> String {
@@ -88,6 +86,14 @@ pub struct Model {
     /// Model size in bytes of weights, for roofline context in benchmarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<ByteSize>,
+    /// Weights read per generated token when fewer than all are (MoE: the active experts),
+    /// for the roofline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_weights: Option<ByteSize>,
+    /// KV-cache bytes per token of context (2 × layers × KV heads × head dim × bytes per
+    /// value), for the roofline at depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<ByteSize>,
     /// Steps that make the directory servable, applied in order by `sparkctl patch`.
     // Each step is a one-key map (`- copy-from: {...}`), not a YAML tag: that is what
     // people write and what editors complete from the JSON Schema.
@@ -286,6 +292,9 @@ pub struct Bench {
     /// Gate name → rule, e.g. `thinking_leak: "== 0%"`, `ttft_p50_ms: "<= 1500"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gates: BTreeMap<String, String>,
+    /// Objectives for goodput: `{ttft: 500ms, tpot: 50ms}` (e2el too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::bench::slo::Slo>,
 }
 
 fn default_suite() -> String {

@@ -16,6 +16,9 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::recipe::{Resolved, Runtime};
 
+/// How long a stopped server gets between SIGTERM and SIGKILL.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub use docker::DockerRuntime;
 pub use process::ProcessRuntime;
 

@@ -2,6 +2,8 @@
 //! newcomer without a GPU run. Every timing and fault is set on the command line (or by
 //! `SIM_*` variables, which suit containers).
 
+mod cache;
+mod metrics;
 mod script;
 mod server;
 
@@ -111,6 +113,21 @@ pub struct SimConfig {
     /// weights and KV cache do.
     #[arg(long, env = "SIM_HOLD_MEMORY", value_parser = size, value_name = "SIZE")]
     pub hold_memory: Option<ByteSize>,
+    /// Requests served at once; more wait in a queue, their TTFT clock already running
+    /// (0 = no limit). A known saturation point for load sweeps.
+    #[arg(long, env = "SIM_SLOTS", default_value_t = 0)]
+    pub slots: usize,
+    /// Prompt tokens evaluated per second: each uncached prompt token adds 1/rate to the
+    /// TTFT (0 = prompts cost nothing).
+    #[arg(long, env = "SIM_PREFILL_RATE", default_value_t = 0.0)]
+    pub prefill_rate: f64,
+    /// Keep evaluated prompt prefixes (in blocks of 16 tokens, as vLLM's prefix cache does):
+    /// a repeated prefix is not evaluated again and is reported as cached tokens.
+    #[arg(long, env = "SIM_PREFIX_CACHE")]
+    pub prefix_cache: bool,
+    /// KV-cache tokens per slot: the denominator of the kv-cache usage metric.
+    #[arg(long, env = "SIM_CTX_SIZE", default_value_t = 8192)]
+    pub ctx_size: usize,
     /// Log line printed before a crash (a real engine's fatal line by default).
     #[arg(
         long,
@@ -124,5 +141,14 @@ impl SimConfig {
     /// Interval between tokens.
     pub fn itl(&self) -> Duration {
         Duration::from_secs_f64(1.0 / self.token_rate.max(1e-3))
+    }
+
+    /// Time to evaluate `tokens` uncached prompt tokens.
+    pub fn prefill(&self, tokens: usize) -> Duration {
+        if self.prefill_rate > 0.0 {
+            Duration::from_secs_f64(tokens as f64 / self.prefill_rate)
+        } else {
+            Duration::ZERO
+        }
     }
 }

@@ -14,6 +14,8 @@ pub struct Request {
     pub stream: bool,
     pub include_usage: bool,
     pub max_tokens: Option<usize>,
+    /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
+    pub no_cache: bool,
 }
 
 impl Request {
@@ -42,6 +44,7 @@ impl Request {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             max_tokens,
+            no_cache: body.get("cache_prompt").and_then(Value::as_bool) == Some(false),
         })
     }
 
@@ -68,10 +71,25 @@ impl Request {
 
     /// The simulator's "tokenizer": whitespace-separated words.
     pub fn prompt_tokens(&self) -> usize {
-        self.messages
-            .iter()
-            .map(|m| Self::text_of(m).split_whitespace().count() + 4)
-            .sum()
+        self.token_ids().len()
+    }
+
+    /// The prompt as token ids: per message, its role and three template tokens, then a
+    /// hash per word. Equal prefixes give equal ids, which is all the prefix cache needs.
+    pub fn token_ids(&self) -> Vec<u64> {
+        use std::hash::{Hash, Hasher};
+        let id = |x: &str| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            x.hash(&mut h);
+            h.finish()
+        };
+        let mut out = Vec::new();
+        for m in &self.messages {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            out.extend([id(role), 1, 2, 3]);
+            out.extend(Self::text_of(m).split_whitespace().map(id));
+        }
+        out
     }
 }
 
@@ -94,6 +112,8 @@ pub struct Plan {
     pub pieces: Vec<Piece>,
     pub finish_reason: &'static str,
     pub prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache (set once the request is admitted).
+    pub cached_tokens: usize,
 }
 
 const REASONING: &str =
@@ -226,6 +246,7 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
         pieces,
         finish_reason,
         prompt_tokens: req.prompt_tokens(),
+        cached_tokens: 0,
     }
 }
 

@@ -19,6 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
+use super::cache::PrefixCache;
+use super::metrics::Metrics;
 use super::script::{plan, Piece, Plan, Request};
 use super::{LoadFault, SimConfig};
 use crate::error::{Error, Result};
@@ -31,8 +33,67 @@ struct State {
     requests: AtomicU64,
     /// Streams being paced now (see `wait_until`).
     pacing: Arc<AtomicU64>,
+    /// `--slots`: one permit per request served at once.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
+    cache: PrefixCache,
+    metrics: Arc<Metrics>,
     /// `--hold-memory`: kept for the server's life, never read.
     _held: Vec<u8>,
+}
+
+/// A request's hold on a slot and its share of the KV cache, given back however the
+/// request ends (finished, or the client left mid-stream).
+struct Slot {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    metrics: Arc<Metrics>,
+    kv_tokens: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.metrics.running.fetch_sub(1, Ordering::Relaxed);
+        self.metrics
+            .kv_tokens
+            .fetch_sub(self.kv_tokens, Ordering::Relaxed);
+        self.metrics.successes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits for a slot (the queue), then looks the prompt up in the prefix cache. Returns the
+/// slot, when generation starts, and the cached prompt tokens.
+async fn admit(state: &State, request: &Request, plan: &Plan) -> (Slot, Instant, usize) {
+    let m = &state.metrics;
+    let permit = match &state.slots {
+        Some(sem) => {
+            m.waiting.fetch_add(1, Ordering::Relaxed);
+            let p = sem.clone().acquire_owned().await.ok();
+            m.waiting.fetch_sub(1, Ordering::Relaxed);
+            p
+        }
+        None => None,
+    };
+    let start = Instant::now();
+    let tokens = request.token_ids();
+    let cached = if state.cfg.prefix_cache && !request.no_cache {
+        m.prefix_queries
+            .fetch_add(tokens.len() as u64, Ordering::Relaxed);
+        let hit = state.cache.lookup_and_insert(&tokens);
+        m.prefix_hits.fetch_add(hit as u64, Ordering::Relaxed);
+        hit
+    } else {
+        0
+    };
+    m.prompt_tokens
+        .fetch_add(tokens.len() as u64, Ordering::Relaxed);
+    let kv_tokens = (tokens.len() + plan.pieces.len()) as u64;
+    m.running.fetch_add(1, Ordering::Relaxed);
+    m.kv_tokens.fetch_add(kv_tokens, Ordering::Relaxed);
+    let slot = Slot {
+        _permit: permit,
+        metrics: state.metrics.clone(),
+        kv_tokens,
+    };
+    (slot, start, cached)
 }
 
 impl State {
@@ -99,11 +160,15 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg.load_time,
         (started_unix + cfg.load_time).as_micros()
     ));
+    let cfg_slots = cfg.slots;
     let state = Arc::new(State {
         cfg,
         started,
         requests: AtomicU64::new(0),
         pacing: Arc::new(AtomicU64::new(0)),
+        slots: (cfg_slots > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg_slots))),
+        cache: PrefixCache::default(),
+        metrics: Arc::new(Metrics::default()),
         _held: held,
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
@@ -235,6 +300,16 @@ async fn handle(
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "loading"}),
         ),
+        (&Method::GET, "/metrics") => {
+            let capacity = (cfg.slots.max(1) * cfg.ctx_size) as u64;
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "text/plain; version=0.0.4")
+                .body(
+                    Full::new(Bytes::from(state.metrics.render(&cfg.model_name, capacity))).boxed(),
+                )
+                .expect("static response parts are valid")
+        }
         (&Method::GET, "/version") => json_response(
             StatusCode::OK,
             json!({"version": format!("sparkctl-sim {}", env!("CARGO_PKG_VERSION"))}),
@@ -298,13 +373,18 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
             error_body("simulated internal error", "server_error", 500),
         );
     }
-    let plan = plan(cfg, &request);
+    let mut plan = plan(cfg, &request);
+    let (slot, start, cached) = admit(state, &request, &plan).await;
+    plan.cached_tokens = cached;
     log(format_args!(
-        "POST /v1/chat/completions 200 stream={} tokens={} id=chatcmpl-sim-{n} arrived_unix_us={arrived_unix_us}",
+        "POST /v1/chat/completions 200 stream={} tokens={} id=chatcmpl-sim-{n} arrived_unix_us={arrived_unix_us} queued_us={} cached={cached}",
         request.stream,
-        plan.pieces.len()
+        plan.pieces.len(),
+        (start - arrived).as_micros()
     ));
-    let due = |i: usize| arrived + cfg.ttft + cfg.itl().mul_f64(i as f64);
+    // Generation starts once a slot is free; the uncached part of the prompt is evaluated first.
+    let first = start + cfg.ttft + cfg.prefill(plan.prompt_tokens - cached);
+    let due = |i: usize| first + cfg.itl().mul_f64(i as f64);
     let meta = Meta {
         id: format!("chatcmpl-sim-{n}"),
         created: SystemTime::now()
@@ -316,6 +396,11 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         if !plan.pieces.is_empty() {
             sleep_until(due(plan.pieces.len() - 1)).await;
         }
+        state
+            .metrics
+            .generation_tokens
+            .fetch_add(plan.pieces.len() as u64, Ordering::Relaxed);
+        drop(slot);
         return json_response(StatusCode::OK, whole_response(&meta, &plan, !cfg.no_usage));
     }
 
@@ -327,10 +412,12 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     // sleep lands within tens of microseconds, and token timing is what this exists for.
     let (id, tokens) = (meta.id.clone(), plan.pieces.len());
     let pacing = state.pacing.clone();
+    let metrics = state.metrics.clone();
     tokio::task::spawn_blocking(move || {
         pacing.fetch_add(1, Ordering::Relaxed);
         produce(&tx, &meta, &plan, &dues, usage, faults, &pacing);
         pacing.fetch_sub(1, Ordering::Relaxed);
+        drop(slot);
     });
     // When each token went to the HTTP layer, logged once the stream ends: a client's
     // timing error can then be told apart from the sim's own lateness against its schedule.
@@ -338,6 +425,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     let stream =
         futures_util::stream::unfold((rx, handed, 0usize), move |(mut rx, mut handed, i)| {
             let id = id.clone();
+            let metrics = metrics.clone();
             async move {
                 let Some(b) = rx.recv().await else {
                     log_handed(&id, &handed);
@@ -346,6 +434,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
                 // Frame 0 is the role; tokens follow.
                 if (1..=tokens).contains(&i) {
                     handed.push(unix_us());
+                    metrics.generation_tokens.fetch_add(1, Ordering::Relaxed);
                 }
                 Some((Ok::<_, Infallible>(Frame::data(b)), (rx, handed, i + 1)))
             }
@@ -472,7 +561,7 @@ fn usage_of(plan: &Plan) -> Value {
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": plan.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": 0}
+        "prompt_tokens_details": {"cached_tokens": plan.cached_tokens}
     })
 }
 

@@ -1,0 +1,132 @@
+//! Context depth: one question asked behind prior contexts of several sizes, each cold
+//! (nothing the server may reuse) and warm (the context already in its prefix cache), with
+//! the cached tokens the server reported per request as the proof of which was measured.
+//! The seeds' multi-turn growth (TTFT 300 → 1600 ms on llama-server), as a curve.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::client::{self, Clients};
+use super::stats::{stats, Stats};
+use super::suite::{CacheMode, Case, ServerKind, Suite, Tag};
+
+/// One request at a depth.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DepthRecord {
+    pub ok: bool,
+    /// The request primed the cache (warm only) and is not in the statistics.
+    pub priming: bool,
+    pub ttft_ms: Option<f64>,
+    pub decode_tps: Option<f64>,
+    pub prompt_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One depth, cold or warm.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DepthPoint {
+    /// Prior context asked for, in tokens (4 characters each; the server's count is
+    /// `prompt_tokens`).
+    pub depth: usize,
+    pub cache: CacheMode,
+    pub ttft_ms: Option<Stats>,
+    pub decode_tps: Option<Stats>,
+    pub prompt_tokens: Option<Stats>,
+    pub cached_tokens: Option<Stats>,
+    /// What the server's cache reports say was measured.
+    pub verdict: String,
+    pub records: Vec<DepthRecord>,
+}
+
+/// Where and what to ask.
+pub struct Setup<'a> {
+    pub clients: &'a Clients,
+    pub url: &'a str,
+    pub suite: &'a Suite,
+    pub model: &'a str,
+    pub kind: ServerKind,
+    pub nonce: &'a str,
+    /// Measured requests per depth and cache mode.
+    pub runs: usize,
+}
+
+fn body(s: &Setup, case: &Case, run: usize) -> Value {
+    let history = [serde_json::json!({"role": "user", "content": case.turns[0]})];
+    let tag = Tag {
+        nonce: s.nonce,
+        run: 3_000_000 + run,
+        turn: 1,
+    };
+    s.suite.request(s.model, case, &history, tag, s.kind)
+}
+
+fn record(sample: &client::Sample, priming: bool) -> DepthRecord {
+    DepthRecord {
+        ok: sample.ok,
+        priming,
+        ttft_ms: sample.ttft_ms,
+        decode_tps: sample.decode_tps,
+        prompt_tokens: sample.prompt_tokens,
+        cached_tokens: sample.cached_tokens,
+        error: sample.error.clone(),
+    }
+}
+
+/// Whether the cached-token reports agree with the mode asked for.
+fn verdict(cache: CacheMode, depth: usize, records: &[&DepthRecord]) -> String {
+    let cached: Vec<u64> = records.iter().filter_map(|r| r.cached_tokens).collect();
+    if cached.is_empty() {
+        return "the server reported no cached tokens: cold or warm cannot be told apart".into();
+    }
+    let (min, max) = (
+        cached.iter().min().copied().unwrap_or(0),
+        cached.iter().max().copied().unwrap_or(0),
+    );
+    match cache {
+        CacheMode::Cold if max == 0 => "cold: 0 cached tokens in every request".into(),
+        CacheMode::Cold => format!("NOT cold: up to {max} cached tokens"),
+        // A warm context is cached when at least most of it was reused.
+        CacheMode::WarmPrefix if depth == 0 || min > 0 => {
+            format!("warm: {min}-{max} cached tokens per request")
+        }
+        CacheMode::WarmPrefix => format!("NOT warm: some requests had 0 cached tokens (max {max})"),
+    }
+}
+
+/// Every depth, cold then warm; `case` is the question asked (its first turn).
+pub async fn run(s: &Setup<'_>, case: &Case, depths: &[usize]) -> Vec<DepthPoint> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    for &depth in depths {
+        for cache in [CacheMode::Cold, CacheMode::WarmPrefix] {
+            let mut c = case.clone();
+            c.system_tokens = (depth > 0).then_some(depth);
+            c.cache = cache;
+            let priming = usize::from(cache == CacheMode::WarmPrefix);
+            let mut records = Vec::new();
+            for i in 0..priming + s.runs {
+                n += 1;
+                let sample = client::stream(s.clients, s.url, &body(s, &c, n)).await;
+                records.push(record(&sample, i < priming));
+            }
+            let measured: Vec<&DepthRecord> =
+                records.iter().filter(|r| r.ok && !r.priming).collect();
+            let pick = |f: &dyn Fn(&DepthRecord) -> Option<f64>| {
+                stats(&measured.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+            };
+            out.push(DepthPoint {
+                depth,
+                cache,
+                ttft_ms: pick(&|r| r.ttft_ms),
+                decode_tps: pick(&|r| r.decode_tps),
+                prompt_tokens: pick(&|r| r.prompt_tokens.map(|v| v as f64)),
+                cached_tokens: pick(&|r| r.cached_tokens.map(|v| v as f64)),
+                verdict: verdict(cache, depth, &measured),
+                records,
+            });
+        }
+    }
+    out
+}

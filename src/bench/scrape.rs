@@ -1,0 +1,219 @@
+//! The server's side of a run: its Prometheus `/metrics` (vLLM, SGLang, llama-server with
+//! `--metrics`), read before, during and after, each engine's names mapped onto one set;
+//! and the host's memory from `/proc/meminfo` (on a Spark, CPU and GPU share it).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Engine metric names → the figure they report. Several label sets of one name add up.
+const NAMES: &[(&str, Figure)] = &[
+    ("vllm:num_requests_running", Figure::Running),
+    ("llamacpp:requests_processing", Figure::Running),
+    ("sglang:num_running_reqs", Figure::Running),
+    ("vllm:num_requests_waiting", Figure::Waiting),
+    ("llamacpp:requests_deferred", Figure::Waiting),
+    ("sglang:num_queue_reqs", Figure::Waiting),
+    ("vllm:kv_cache_usage_perc", Figure::KvUsage),
+    ("vllm:gpu_cache_usage_perc", Figure::KvUsage),
+    ("llamacpp:kv_cache_usage_ratio", Figure::KvUsage),
+    ("sglang:token_usage", Figure::KvUsage),
+    ("vllm:prefix_cache_hits_total", Figure::PrefixHits),
+    ("vllm:prefix_cache_queries_total", Figure::PrefixQueries),
+    ("vllm:generation_tokens_total", Figure::GenerationTokens),
+    ("llamacpp:tokens_predicted_total", Figure::GenerationTokens),
+    ("sglang:generation_tokens_total", Figure::GenerationTokens),
+    ("vllm:prompt_tokens_total", Figure::PromptTokens),
+    ("llamacpp:prompt_tokens_total", Figure::PromptTokens),
+    ("sglang:prompt_tokens_total", Figure::PromptTokens),
+];
+
+/// What the server reports, whatever the engine calls it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    Running,
+    Waiting,
+    /// KV-cache use, 0..1.
+    KvUsage,
+    PrefixHits,
+    PrefixQueries,
+    GenerationTokens,
+    PromptTokens,
+}
+
+/// One scrape: when (ms from the run's start) and what.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub at_ms: f64,
+    pub figures: BTreeMap<Figure, f64>,
+}
+
+/// The known figures of an exposition text.
+pub fn parse(text: &str) -> BTreeMap<Figure, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name_labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = name_labels.split('{').next().unwrap_or("").trim();
+        let Some((_, fig)) = NAMES.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        if let Ok(v) = value.trim().parse::<f64>() {
+            *out.entry(*fig).or_insert(0.0) += v;
+        }
+    }
+    out
+}
+
+/// Scrapes `url` once; why not, when it cannot (no endpoint, not Prometheus text, none of
+/// the names an engine uses).
+pub async fn scrape(client: &reqwest::Client, url: &str) -> Result<BTreeMap<Figure, f64>, String> {
+    let r = client
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .map_err(|e| format!("GET {url}: {}", crate::error::chain(&e)))?;
+    if !r.status().is_success() {
+        return Err(format!(
+            "GET {url} answered {} (llama-server serves it with --metrics; vLLM and SGLang \
+             with --enable-metrics)",
+            r.status()
+        ));
+    }
+    let text = r.text().await.map_err(|e| format!("GET {url}: {e}"))?;
+    let figures = parse(&text);
+    if figures.is_empty() {
+        return Err(format!(
+            "{url} has none of the metrics vLLM, SGLang or llama-server export"
+        ));
+    }
+    Ok(figures)
+}
+
+/// Scrapes every `every` until `stop` turns true; the snapshots, timed from `epoch`.
+pub async fn watch(
+    client: reqwest::Client,
+    url: String,
+    every: Duration,
+    epoch: Instant,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<Snapshot> {
+    let mut out = Vec::new();
+    loop {
+        if let Ok(figures) = scrape(&client, &url).await {
+            out.push(Snapshot {
+                at_ms: epoch.elapsed().as_secs_f64() * 1e3,
+                figures,
+            });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    out
+}
+
+/// What the server reported while one load level ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct During {
+    pub scrapes: usize,
+    pub waiting_mean: Option<f64>,
+    pub waiting_max: Option<f64>,
+    pub running_max: Option<f64>,
+    pub kv_usage_max: Option<f64>,
+    /// Counters' growth between the first and the last scrape.
+    pub generation_tokens: Option<f64>,
+    pub prefix_hit_pct: Option<f64>,
+}
+
+pub fn during(snaps: &[Snapshot]) -> During {
+    let series = |f: Figure| -> Vec<f64> {
+        snaps
+            .iter()
+            .filter_map(|s| s.figures.get(&f).copied())
+            .collect()
+    };
+    let max = |f: Figure| series(f).into_iter().reduce(f64::max);
+    let growth = |f: Figure| {
+        let v = series(f);
+        Some(v.last()? - v.first()?)
+    };
+    let waiting = series(Figure::Waiting);
+    During {
+        scrapes: snaps.len(),
+        waiting_mean: (!waiting.is_empty())
+            .then(|| waiting.iter().sum::<f64>() / waiting.len() as f64),
+        waiting_max: max(Figure::Waiting),
+        running_max: max(Figure::Running),
+        kv_usage_max: max(Figure::KvUsage),
+        generation_tokens: growth(Figure::GenerationTokens),
+        prefix_hit_pct: growth(Figure::PrefixHits)
+            .zip(growth(Figure::PrefixQueries))
+            .filter(|(_, q)| *q > 0.0)
+            .map(|(h, q)| h / q * 100.0),
+    }
+}
+
+/// The server's metrics endpoint over the whole benchmark: before, after, or why none.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerSide {
+    pub url: String,
+    /// Why the server's metrics are missing from this result, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<BTreeMap<Figure, f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<BTreeMap<Figure, f64>>,
+    /// The host's memory before, after, and the least available seen between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<HostMemory>,
+}
+
+/// `/proc/meminfo`, in bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct HostMemory {
+    pub total: u64,
+    pub available_before: u64,
+    pub available_after: u64,
+}
+
+/// (MemTotal, MemAvailable) in bytes, when /proc/meminfo can be read.
+pub fn meminfo() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    };
+    Some((field("MemTotal:")?, field("MemAvailable:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_engine_s_names_map_onto_one_set_and_label_sets_add_up() {
+        let vllm = "# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{model_name=\"a\"} 3\nvllm:num_requests_waiting{model_name=\"b\"} 2\nvllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\nvllm:other 9\n";
+        let f = parse(vllm);
+        assert_eq!(f[&Figure::Waiting], 5.0);
+        assert_eq!(f[&Figure::KvUsage], 0.25);
+        assert_eq!(f.len(), 2);
+        let llama = "llamacpp:requests_processing 1\nllamacpp:requests_deferred 4\nllamacpp:tokens_predicted_total 3469\n";
+        let f = parse(llama);
+        assert_eq!((f[&Figure::Running], f[&Figure::Waiting]), (1.0, 4.0));
+        assert_eq!(f[&Figure::GenerationTokens], 3469.0);
+        let (total, avail) = meminfo().unwrap();
+        assert!(total > 0 && avail <= total);
+    }
+}

@@ -1,0 +1,66 @@
+//! What the commands that run things share, built once by the CLI: the state dir, both
+//! runtimes, where the image lock is, and the machine's settings.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::runtime::Runtimes;
+
+pub struct Context {
+    pub state: crate::state::StateDir,
+    /// images.lock, which containers run their digests from.
+    pub lock_path: std::path::PathBuf,
+    pub runtimes: Runtimes,
+    pub settings: Settings,
+}
+
+/// Machine-wide settings, from the environment (a config file can come with the state work).
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    /// GB the servers may use together (unified memory on a Spark, minus a reserve).
+    pub memory_budget_gb: f64,
+    /// Where the production backend answers (8003 in the seeds).
+    pub production_port: u16,
+}
+
+/// Left to the OS, desktop and page cache when the budget comes from MemTotal.
+const DEFAULT_RESERVE_GB: f64 = 8.0;
+
+fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
+            Error::Usage(format!(
+                "{name}={v} is not a number; unset it or give e.g. {name}=128"
+            ))
+        }),
+        _ => Ok(None),
+    }
+}
+
+impl Settings {
+    /// `SPARKCTL_MEMORY_GB` (the whole pool; default MemTotal), `SPARKCTL_MEMORY_RESERVE_GB`
+    /// (default 8), `SPARKCTL_PRODUCTION_PORT` (default 8003).
+    pub fn from_env() -> Result<Settings> {
+        // The pool is MemTotal, not nvidia-smi's memory.total: a GB10's GPU has no memory
+        // of its own (nvidia-smi says [N/A]) and allocates from the memory MemTotal counts.
+        let total = match env_number::<f64>("SPARKCTL_MEMORY_GB")? {
+            Some(gb) => gb,
+            None => {
+                crate::host::mem_total_bytes().ok_or_else(|| {
+                    Error::Failed(
+                        "cannot read MemTotal from /proc/meminfo, so the memory plan has no \
+                         pool; set SPARKCTL_MEMORY_GB to the machine's memory (128 on a Spark)"
+                            .into(),
+                    )
+                })? as f64
+                    / 1e9
+            }
+        };
+        let reserve =
+            env_number::<f64>("SPARKCTL_MEMORY_RESERVE_GB")?.unwrap_or(DEFAULT_RESERVE_GB);
+        Ok(Settings {
+            memory_budget_gb: (total - reserve).max(0.0),
+            production_port: env_number("SPARKCTL_PRODUCTION_PORT")?.unwrap_or(8003),
+        })
+    }
+}

@@ -1,0 +1,467 @@
+//! `sparkctl bench` beyond the suite, against the simulator, whose truth is set on its
+//! command line: open-loop rates (constant, Poisson) and the rate achieved, latency from
+//! the scheduled send, sweeps that find the knee `--slots` puts there, goodput against an
+//! SLO, context depth cold vs warm with the cached tokens as proof, repeated runs, the
+//! server's metrics, the outputs (JSONL, CSV, HTML opened in headless Chromium), compare.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use support::{text, Deck, Sim};
+
+/// One short single-turn case: 1 warm-up, 5 runs.
+fn suite(deck: &Deck) -> PathBuf {
+    let path = deck.dir.join("one.yaml");
+    std::fs::write(
+        &path,
+        "name: one\nwarmup: 1\nruns: 5\nsystem: Answer briefly.\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n",
+    )
+    .unwrap();
+    path
+}
+
+/// `bench URL` with the short suite; (exit code, result, all output, result path).
+fn bench(
+    deck: &Deck,
+    url: &str,
+    tag: &str,
+    extra: &[&str],
+) -> (Option<i32>, Value, String, PathBuf) {
+    let suite = suite(deck);
+    let file = deck.dir.join(format!("{tag}.json"));
+    let mut args = vec![
+        "bench",
+        url,
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = deck.run(&args);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let r = std::fs::read(&file)
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap_or(Value::Null);
+    (out.status.code(), r, all, file)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn open_loop_rates_are_kept_and_latency_counts_from_the_schedule() {
+    let deck = Deck::new("load-rate");
+    let sim = Sim::start(&["--ttft", "30ms", "--token-rate", "200", "--tokens", "10"]);
+    for (arrival, rate) in [("constant", "8"), ("poisson", "8")] {
+        let extra = [
+            "--rate",
+            rate,
+            "--arrival",
+            arrival,
+            "--requests",
+            "60",
+            "--seed",
+            "42",
+        ];
+        let (code, r, all, _) = bench(&deck, &sim.url, arrival, &extra);
+        assert_eq!(code, Some(0), "{all}");
+        let level = &r["load"][0];
+        assert_eq!(level["profile"]["arrival"], arrival);
+        assert_eq!(level["completed"], 60, "{all}");
+        let achieved = f(&level["achieved_rps"]);
+        assert!(
+            (achieved - 8.0).abs() / 8.0 <= 0.02,
+            "{arrival}: achieved {achieved} req/s for 8 asked"
+        );
+        assert!(all.contains("ACHIEVED/s"), "{all}");
+        // Poisson gaps vary; constant ones do not.
+        let sched: Vec<f64> = level["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| f(&x["scheduled_ms"]))
+            .collect();
+        let gaps: Vec<f64> = sched.windows(2).map(|w| w[1] - w[0]).collect();
+        let spread = gaps.iter().cloned().fold(0.0, f64::max)
+            - gaps.iter().cloned().fold(f64::MAX, f64::min);
+        if arrival == "constant" {
+            assert!(spread < 1.0, "constant gaps differ by {spread} ms");
+        } else {
+            assert!(spread > 100.0, "poisson gaps differ by only {spread} ms");
+            // The same seed sends at the same times.
+            let (_, again, _, _) = bench(&deck, &sim.url, "poisson-again", &extra);
+            let again: Vec<f64> = again["load"][0]["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| f(&x["scheduled_ms"]))
+                .collect();
+            assert_eq!(sched, again);
+        }
+    }
+}
+
+#[test]
+fn a_server_that_queues_cannot_hide_it_behind_a_slowed_client() {
+    // One slot, 20 ms + 7 × 10 ms a request: 11.1 req/s at most. Asked 20 req/s, requests queue at
+    // the server, and their TTFT (from the scheduled send) grows; the client still sends
+    // on time.
+    let deck = Deck::new("load-queue");
+    let sim = Sim::start(&[
+        "--ttft",
+        "20ms",
+        "--token-rate",
+        "100",
+        "--tokens",
+        "8",
+        "--slots",
+        "1",
+    ]);
+    let (code, r, all, _) = bench(
+        &deck,
+        &sim.url,
+        "q",
+        &["--rate", "20", "--arrival", "constant", "--requests", "40"],
+    );
+    assert_eq!(code, Some(0), "{all}");
+    let level = &r["load"][0];
+    assert!(
+        (f(&level["achieved_rps"]) - 20.0).abs() <= 0.4,
+        "{}",
+        level["achieved_rps"]
+    );
+    let ttft = &level["ttft_ms"];
+    assert!(
+        f(&ttft["p99"]) > 1000.0,
+        "TTFT p99 {} with a growing queue",
+        ttft["p99"]
+    );
+    assert!(f(&level["request_rps"]) < 11.5, "{}", level["request_rps"]);
+    // The sim's own queue, scraped while it ran.
+    assert!(
+        f(&level["server"]["waiting_max"]) >= 5.0,
+        "{}",
+        level["server"]
+    );
+}
+
+#[test]
+fn a_concurrency_sweep_finds_the_knee_the_slots_put_there_and_goodput_follows_the_slo() {
+    let deck = Deck::new("load-sweep");
+    for slots in ["2", "4"] {
+        let sim = Sim::start(&[
+            "--ttft",
+            "40ms",
+            "--token-rate",
+            "100",
+            "--tokens",
+            "12",
+            "--slots",
+            slots,
+        ]);
+        let extra = [
+            "--sweep",
+            "concurrency:1,2,4,8,16",
+            "--requests",
+            "24",
+            "--slo",
+            "ttft=150ms,tpot=20ms",
+            "--gate",
+            "goodput_rps=>= 1",
+        ];
+        let (code, r, all, _) = bench(&deck, &sim.url, &format!("sweep{slots}"), &extra);
+        assert_eq!(code, Some(0), "{all}");
+        let sweep = &r["sweep"];
+        assert_eq!(
+            f(&sweep["knee"]["level"]),
+            slots.parse::<f64>().unwrap(),
+            "{}",
+            sweep["outcome"]
+        );
+        let levels = sweep["levels"].as_array().unwrap();
+        // It stopped one level past the knee.
+        assert_eq!(
+            f(&levels.last().unwrap()["profile"]["streams"]),
+            2.0 * slots.parse::<f64>().unwrap()
+        );
+        let at = |streams: f64| {
+            levels
+                .iter()
+                .find(|l| f(&l["profile"]["streams"]) == streams)
+                .unwrap()
+        };
+        // Within the slots every request meets the SLO; past them they queue and miss it.
+        let knee = at(slots.parse().unwrap());
+        assert_eq!(f(&knee["goodput_pct"]), 100.0, "{knee}");
+        assert!((f(&knee["goodput_rps"]) - f(&knee["request_rps"])).abs() < 1e-6);
+        assert!(f(&levels.last().unwrap()["goodput_pct"]) < 50.0);
+        assert!(all.contains("knee at"), "{all}");
+        assert_eq!(r["gates"][0]["gate"], "goodput_rps");
+        assert_eq!(r["gates"][0]["outcome"], "pass");
+        assert!(f(&r["goodput"]["rps"]) >= f(&knee["goodput_rps"]));
+    }
+}
+
+#[test]
+fn a_depth_sweep_shows_cached_and_uncached_prompts_apart() {
+    let deck = Deck::new("load-depth");
+    let sim = Sim::start(&[
+        "--ttft",
+        "20ms",
+        "--token-rate",
+        "200",
+        "--tokens",
+        "8",
+        "--prefill-rate",
+        "10000",
+        "--prefix-cache",
+    ]);
+    let (code, r, all, _) = bench(&deck, &sim.url, "depth", &["--depth", "0,1000,4000"]);
+    assert_eq!(code, Some(0), "{all}");
+    let points = r["depth"].as_array().unwrap();
+    assert_eq!(points.len(), 6);
+    let point = |depth: u64, cache: &str| {
+        points
+            .iter()
+            .find(|p| p["depth"] == depth && p["cache"] == cache)
+            .unwrap()
+    };
+    for depth in [1000, 4000] {
+        let (cold, warm) = (point(depth, "cold"), point(depth, "warm-prefix"));
+        // The proof of which was measured: cached tokens per request.
+        for rec in cold["records"].as_array().unwrap() {
+            assert_eq!(rec["cached_tokens"], 0, "{rec}");
+        }
+        let prompt = f(&warm["prompt_tokens"]["p50"]);
+        for rec in warm["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["priming"] == false)
+        {
+            assert!(
+                f(&rec["cached_tokens"]) >= 0.9 * prompt,
+                "{rec} of {prompt}"
+            );
+        }
+        // Cold pays the prompt at 10,000 tok/s; warm does not.
+        let cold_ttft = f(&cold["ttft_ms"]["p50"]);
+        let warm_ttft = f(&warm["ttft_ms"]["p50"]);
+        assert!(
+            cold_ttft - warm_ttft > 0.7 * prompt / 10.0,
+            "cold {cold_ttft} warm {warm_ttft} for {prompt} tokens"
+        );
+        assert!(
+            cold["verdict"].as_str().unwrap().starts_with("cold"),
+            "{}",
+            cold["verdict"]
+        );
+        assert!(
+            warm["verdict"].as_str().unwrap().starts_with("warm"),
+            "{}",
+            warm["verdict"]
+        );
+    }
+    assert!(f(&point(4000, "cold")["ttft_ms"]["p50"]) > f(&point(1000, "cold")["ttft_ms"]["p50"]));
+    assert!(
+        all.contains("DEPTH") && all.contains("cold: 0 cached tokens"),
+        "{all}"
+    );
+}
+
+#[test]
+fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
+    let deck = Deck::new("load-repeat");
+    let sim = Sim::start(&["--ttft", "30ms", "--token-rate", "200", "--tokens", "8"]);
+    let (code, r, all, file) = bench(
+        &deck,
+        &sim.url,
+        "rep",
+        &["--repeat", "3", "--concurrency", "2", "--requests", "6"],
+    );
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["repeat"], 3);
+    let ttft = &r["confidence"]["ttft"];
+    assert_eq!(ttft["n"], 3);
+    assert!(
+        f(&ttft["low"]) <= f(&ttft["mean"]) && f(&ttft["mean"]) <= f(&ttft["high"]),
+        "{ttft}"
+    );
+    assert!(all.contains("95% interval"), "{all}");
+    // 3 × (1 + 5) suite requests and 6 load requests, one row each.
+    let jsonl = std::fs::read_to_string(file.with_extension("jsonl")).unwrap();
+    let rows: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 18 + 6);
+    assert_eq!(rows.iter().filter(|x| x["phase"] == "load").count(), 6);
+    let csv = std::fs::read_to_string(file.with_extension("csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 24);
+    assert!(csv.starts_with("phase,what,index,ok"));
+    // The server's metrics before and after, and the host's memory.
+    let side = &r["server_side"];
+    assert!(side["unavailable"].is_null(), "{side}");
+    assert!(f(&side["after"]["generation_tokens"]) > f(&side["before"]["generation_tokens"]));
+    assert!(f(&side["host_memory"]["total"]) > 0.0);
+}
+
+#[test]
+fn bad_load_arguments_are_refused_by_name_and_write_nothing() {
+    let deck = Deck::new("load-bad");
+    let sim = Sim::start(&[]);
+    for (args, needle) in [
+        (
+            vec!["--sweep", "streams:1,2"],
+            "`streams` is not a sweep kind",
+        ),
+        (vec!["--sweep", "concurrency:4,2"], "rising"),
+        (vec!["--slo", "ttft=fast"], "ttft"),
+        (
+            vec!["--arrival", "gamma"],
+            "`gamma` is not an arrival process",
+        ),
+        (vec!["--gate", "ttft_p95_ms=<= 5"], "ttft_p95_ms"),
+        (
+            vec!["--gate", "goodput_rps=lots"],
+            "`lots` is not a gate rule",
+        ),
+        (vec!["--rate", "0"], "--rate"),
+    ] {
+        let (code, r, all, file) = bench(&deck, &sim.url, "bad", &args);
+        assert_eq!(code, Some(2), "{args:?}: {all}");
+        assert!(all.contains(needle), "{args:?}: {all}");
+        assert!(
+            r.is_null() && !file.with_extension("html").exists(),
+            "{args:?} wrote a result"
+        );
+    }
+}
+
+/// Chromium, headless: the page's DOM after scripts ran, and its console as logged.
+fn chromium(page: &Path, screenshot: &Path) -> (String, String) {
+    let url = format!("file://{}", page.display());
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--window-size=1280,2400",
+    ];
+    let dom = Command::new("chromium")
+        .args(common)
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("chromium runs (Debian package `chromium`)");
+    let shot = Command::new("chromium")
+        .args(common)
+        .args(["--enable-logging=stderr", "--v=0"])
+        .arg(format!("--screenshot={}", screenshot.display()))
+        .arg(&url)
+        .output()
+        .expect("chromium runs");
+    (text(&dom.stdout), text(&shot.stderr))
+}
+
+/// Console messages that are errors: uncaught exceptions and console.error.
+fn script_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains("ERROR:CONSOLE"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_results() {
+    let deck = Deck::new("load-html");
+    let sim = Sim::start(&[
+        "--ttft",
+        "30ms",
+        "--token-rate",
+        "200",
+        "--tokens",
+        "10",
+        "--slots",
+        "2",
+        "--prefix-cache",
+        "--prefill-rate",
+        "20000",
+    ]);
+    let extra = [
+        "--sweep",
+        "concurrency:1,2,4",
+        "--requests",
+        "12",
+        "--slo",
+        "ttft=200ms",
+        "--depth",
+        "0,500",
+    ];
+    let (code, _, all, file) = bench(&deck, &sim.url, "a", &extra);
+    assert_eq!(code, Some(0), "{all}");
+    let (_, _, _, b) = bench(&deck, &sim.url, "b", &["--rate", "5", "--requests", "10"]);
+    let (_, _, _, c) = bench(&deck, &sim.url, "c", &[]);
+    let html = deck.dir.join("all.html");
+    let out = deck.ok(&[
+        "bench",
+        "compare",
+        file.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("TTFT") && out.matches('×').count() >= 4,
+        "{out}"
+    );
+    for page in [file.with_extension("html"), html] {
+        let body = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            !body.contains("http://") || !body.contains("src=\"http"),
+            "no fetches"
+        );
+        assert!(body.contains("Provenance") && body.contains("sparkctl"));
+        let shot = page.with_extension("png");
+        let (dom, log) = chromium(&page, &shot);
+        let rendered = dom
+            .split("data-rendered=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or("");
+        assert!(
+            rendered.starts_with("ok:"),
+            "{}: charts did not render ({rendered}); {}",
+            page.display(),
+            &dom[..dom.len().min(300)]
+        );
+        assert!(rendered[3..].parse::<usize>().unwrap() >= 6, "{rendered}");
+        assert!(script_errors(&log).is_empty(), "{:?}", script_errors(&log));
+        let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            size > 30_000,
+            "screenshot of {} is {size} bytes",
+            page.display()
+        );
+    }
+    // The check can fail: a page whose script throws is caught.
+    let broken = deck.dir.join("broken.html");
+    let body = std::fs::read_to_string(file.with_extension("html")).unwrap();
+    std::fs::write(
+        &broken,
+        body.replace("<script>", "<script>notAFunction();</script><script>"),
+    )
+    .unwrap();
+    let (_, log) = chromium(&broken, &deck.dir.join("broken.png"));
+    assert!(
+        !script_errors(&log).is_empty(),
+        "a throwing script went unnoticed:\n{log}"
+    );
+}
