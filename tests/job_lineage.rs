@@ -50,7 +50,12 @@ fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
         "echo 'step 1/2'; cp /in/* /out/ && echo 'step 2/2'",
     );
     with_production(&j);
-    let out = j.ok(&["run", "quantize"]);
+    let ran = j.run(&["run", "quantize"]);
+    let (out, err) = (text(&ran.stdout), text(&ran.stderr));
+    assert_eq!(ran.status.code(), Some(0), "{out}{err}");
+    // Not a terminal here: progress comes as lines, with the time left once there is a rate.
+    assert!(err.contains("progress 1/2 (50%)"), "{err}");
+    assert!(err.contains("progress 2/2 (100%), about 0s left"), "{err}");
     assert!(out.contains("job quantize succeeded"), "{out}");
     assert!(out.contains("ok  ") && out.contains("quant_algo"), "{out}");
     let rec = j.latest("quantize");

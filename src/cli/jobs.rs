@@ -113,11 +113,13 @@ async fn follow_with_bar(
     rec: JobRecord,
     tail: Option<usize>,
 ) -> Result<Followed> {
+    use std::io::IsTerminal;
     let bar = ProgressBar::hidden();
-    let mut shown = false;
+    let terminal = std::io::stderr().is_terminal();
+    let (mut shown, mut eta, mut last_tenth) = (false, job::progress::Eta::default(), None);
     let mut on = |e: FollowEvent| match e {
         FollowEvent::Line(l) => bar.suspend(|| println!("{}", printable(l))),
-        FollowEvent::Progress(done, total) => {
+        FollowEvent::Progress(done, total) if terminal => {
             if !shown {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                 bar.set_style(
@@ -126,10 +128,30 @@ async fn follow_with_bar(
                     )
                     .expect("a valid template"),
                 );
+                bar.set_length(total);
+                bar.set_position(done);
+                // Steps done before sparkctl looked took no time of its clock.
+                bar.reset_eta();
                 shown = true;
             }
             bar.set_length(total);
             bar.set_position(done);
+        }
+        FollowEvent::Progress(done, total) => {
+            // Not a terminal (CI, a log file): one line per tenth, with the time left.
+            let left = eta.update(done, total);
+            let tenth = (done * 10).checked_div(total).unwrap_or(0);
+            if last_tenth != Some(tenth) {
+                last_tenth = Some(tenth);
+                eprintln!(
+                    "progress {done}/{total} ({}%){}",
+                    (done * 100).checked_div(total).unwrap_or(0),
+                    left.map_or(String::new(), |d| format!(
+                        ", about {} left",
+                        crate::units::format_duration(d)
+                    ))
+                );
+            }
         }
     };
     let followed = job::follow(docker, state, rec, tail, &mut on).await;

@@ -131,7 +131,7 @@ pub fn model_job(j: &Jobs, name: &str, script: &str) -> PathBuf {
         name,
         script,
         &format!(
-            "    size: 1m\n    expect:\n      - expect: {{file: hf_quant_config.json, pointer: /quantization/quant_algo, equals: NVFP4}}\n      - expect-safetensors: {{}}\ninputs:\n  - {{path: {}, mount: /in}}\n",
+            "    size: 1m\n    expect:\n      - expect: {{file: hf_quant_config.json, pointer: /quantization/quant_algo, equals: NVFP4}}\n      - expect-safetensors: {{}}\ninputs:\n  - {{path: {}, mount: /in}}\nprogress: 'step (\\d+)/(\\d+)'\n",
             input.display()
         ),
     );
