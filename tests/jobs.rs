@@ -203,6 +203,9 @@ fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
         .unwrap();
     std::thread::sleep(Duration::from_secs(1));
 
+    let dry = j.ok(&["stop", "forever", "--dry-run"]);
+    assert!(dry.contains("would stop job forever"), "{dry}");
+    assert_eq!(j.latest("forever")["state"], "running");
     let stopped = j.ok(&["stop", "forever", "--grace", "5s"]);
     assert!(stopped.contains("job forever stopped"), "{stopped}");
     assert!(stopped.contains("sparkctl stop"), "{stopped}");

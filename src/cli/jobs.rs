@@ -273,8 +273,31 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn stop(ctx: &Context, name: &str, grace: Duration, out: &Output) -> Result<()> {
+pub async fn stop(
+    ctx: &Context,
+    name: &str,
+    grace: Duration,
+    dry_run: bool,
+    out: &Output,
+) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
+    if dry_run {
+        let rec = job::latest(docker, &ctx.state, name).await?;
+        match rec.state {
+            JobState::Running => println!(
+                "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
+                 nothing was changed (--dry-run)",
+                rec.run_id,
+                rec.container_name,
+                crate::units::format_duration(grace)
+            ),
+            s => println!(
+                "job {name} is not running (its last run {} {s})",
+                rec.run_id
+            ),
+        }
+        return Ok(());
+    }
     let _lock = ctx.state.lock(&format!("stop {name}"))?;
     let rec = job::stop(docker, &ctx.state, name, grace).await?;
     if out.json {

@@ -188,6 +188,9 @@ pub enum Command {
         /// Time between SIGTERM and SIGKILL.
         #[arg(long, value_name = "DURATION", default_value = "10s")]
         grace: crate::units::HumanDuration,
+        /// Say what would be stopped; change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
@@ -474,9 +477,13 @@ fn dispatch(cli: Cli) -> Result<()> {
             })
         }
         Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
-        Command::Stop { name, grace } => {
-            in_context(g, async |ctx| jobs::stop(ctx, &name, grace.0, &out).await)
-        }
+        Command::Stop {
+            name,
+            grace,
+            dry_run,
+        } => in_context(g, async |ctx| {
+            jobs::stop(ctx, &name, grace.0, dry_run, &out).await
+        }),
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?
