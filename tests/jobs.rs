@@ -256,6 +256,20 @@ fn the_free_disk_check_refuses_before_anything_starts() {
     );
     assert!(stderr.contains("nothing was started"), "{stderr}");
     assert!(!j.out_dir("huge-out").exists(), "no output dir was created");
+    // An image without a pin in images.lock does not run, unless asked (and recorded).
+    std::fs::write(
+        j.deck.dir.join("recipes/jobs/loose.yaml"),
+        format!(
+            "name: loose\nimage: {}\nargv: [\"true\"]\noutputs:\n  - {{path: {}, mount: /out}}\n",
+            support::busybox_image(),
+            j.out_dir("loose-out").display()
+        ),
+    )
+    .unwrap();
+    let unpinned = j.run(&["run", "loose"]);
+    assert_eq!(unpinned.status.code(), Some(2));
+    assert!(text(&unpinned.stderr).contains("no pin in images.lock"));
+    assert!(!j.out_dir("loose-out").exists());
     let runs: Value = serde_json::from_str(&j.ok(&["--json", "jobs"])).unwrap();
     assert_eq!(runs, Value::Array(vec![]), "no run was recorded");
     let state = j.deck.state().display().to_string();
@@ -276,6 +290,8 @@ fn the_free_disk_check_refuses_before_anything_starts() {
             .is_empty()
     });
     assert!(none, "no container was created");
+    j.ok(&["run", "loose", "--allow-unpinned"]);
+    assert_eq!(j.latest("loose")["unpinned"], true);
 }
 
 #[test]
@@ -385,15 +401,32 @@ fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
 #[test]
 fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_checked_first() {
     let j = Jobs::new("job-settings");
+    let input = j.deck.dir.join("weights");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("w.bin"), "weights").unwrap();
     j.job(
         "settings",
-        "pwd > /out/cwd; ulimit -n > /out/nofile; df -k /dev/shm | tail -n 1 > /out/shm",
-        "workdir: /out\nulimits: {nofile: 4096}\nshm_size: 64m\nipc: shareable\n",
+        "pwd > /out/cwd; ulimit -n > /out/nofile; df -k /dev/shm | tail -n 1 > /out/shm; \
+         if echo x > /in/w.bin; then echo writable; else echo read-only; fi > /out/input",
+        &format!(
+            "workdir: /out\nulimits: {{nofile: 4096}}\nshm_size: 64m\nipc: shareable\n\
+             inputs:\n  - {{path: {}, mount: /in}}\n",
+            input.display()
+        ),
     );
     j.ok(&["run", "settings"]);
     let dir = j.out_dir("settings-out");
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     assert_eq!(read("cwd").trim(), "/out");
+    assert_eq!(
+        read("input").trim(),
+        "read-only",
+        "inputs are mounted read-only"
+    );
+    assert_eq!(
+        std::fs::read_to_string(input.join("w.bin")).unwrap(),
+        "weights"
+    );
     assert_eq!(read("nofile").trim(), "4096");
     assert!(
         read("shm").split_whitespace().nth(1) == Some("65536"),
