@@ -87,6 +87,11 @@ fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
     assert_eq!(lineage["output_fingerprint"], fp.as_str());
     assert_eq!(lineage["image_digest"], rec["image_digest"]);
     assert!(j.ok(&["history"]).contains("made by job quantize"));
+    // The run it names is one `history show` opens: inputs → image → outputs.
+    let job_run: Value =
+        serde_json::from_str(&j.ok(&["history", "show", rec["run_id"].as_str().unwrap()])).unwrap();
+    assert_eq!(job_run["outputs"][0]["fingerprint"], fp.as_str());
+    assert_eq!(job_run["inputs"], rec["inputs"]);
 
     // An input changed after the job ran: the model is older than its inputs.
     j.ok(&["down", "served", "--force"]);

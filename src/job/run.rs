@@ -321,7 +321,21 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     };
     let name = format!("sparkctl-job-{}-{run_id}", r.name);
     let id = create_and_start(docker, &name, container::body(&spec)).await?;
-    let record = JobRecord {
+    let record = started_record(plan, run_id, (id, name), inputs, outputs);
+    record.save(&ctx.state)?;
+    Ok(record)
+}
+
+/// The record of a run whose container (id, name) just started.
+fn started_record(
+    plan: &JobPlan,
+    run_id: String,
+    (container, container_name): (String, String),
+    inputs: Vec<InputPrint>,
+    outputs: Vec<OutputResult>,
+) -> JobRecord {
+    let r = &plan.loaded.recipe;
+    JobRecord {
         run_id,
         job: r.name.clone(),
         recipe_hash: plan.recipe_hash.clone(),
@@ -330,8 +344,8 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
         image: plan.image_ref.clone(),
         image_digest: plan.image_id.clone(),
         unpinned: plan.unpinned,
-        container: id,
-        container_name: name,
+        container,
+        container_name,
         user: plan.user.clone(),
         owner: plan.owner.to_string(),
         started_at: crate::units::now_utc(),
@@ -349,9 +363,7 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
         stopped_for_memory: plan.memory.must_stop.clone(),
         warnings: Vec::new(),
         progress: None,
-    };
-    record.save(&ctx.state)?;
-    Ok(record)
+    }
 }
 
 /// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
