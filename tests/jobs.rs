@@ -2,9 +2,10 @@
 //! in a FROM-scratch image) write into real output dirs; the real sparkctl binary starts,
 //! follows, stops and finalizes them (tests/job_lineage.rs: what `up` makes of a job's outputs).
 //!
-//! The suite runs as root, so "the invoking user" is set the way sudo sets it
-//! (SUDO_UID/SUDO_GID): these tests prove that the outputs end owned by that uid — given
-//! back after a root container wrote them, or written by a container running as it.
+//! The suite runs as root, so most tests set "the invoking user" the way sudo sets it
+//! (SUDO_UID/SUDO_GID); one runs sparkctl as a plain user for real (setpriv to uid 4321 with
+//! the docker socket's group). Both prove the outputs end owned by that uid — given back
+//! after a root container wrote them, or written by a container running as it.
 
 mod jobs_support;
 mod support;
@@ -454,4 +455,82 @@ fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_check
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no `nvidia` runtime"), "{stderr}");
     assert!(!j.out_dir("gpu-out").exists());
+}
+
+/// `sparkctl ARGS` run as uid 4321 for real (setpriv, with the docker socket's group): no
+/// root, no SUDO_UID — the way a user in the docker group runs it.
+fn as_plain_user(j: &Jobs, args: &[&str]) -> std::process::Output {
+    use std::os::unix::fs::MetadataExt;
+    let docker_gid = std::fs::metadata("/var/run/docker.sock").unwrap().gid();
+    std::process::Command::new("setpriv")
+        .arg(format!("--reuid={UID}"))
+        .arg(format!("--regid={UID}"))
+        .arg(format!("--groups={docker_gid}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_sparkctl"))
+        .arg("--recipes")
+        .arg(j.deck.dir.join("recipes"))
+        .args(args)
+        .current_dir(&j.deck.dir)
+        .env("HOME", &j.deck.dir)
+        .env("NO_COLOR", "1")
+        .env("SPARKCTL_STATE_DIR", j.deck.dir.join("state"))
+        .env("SPARKCTL_MEMORY_GB", "128")
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .env_remove("SPARKCTL_RECIPES")
+        .env_remove("SPARKCTL_CHOWN_HELPER")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_plain_user_s_root_job_leaves_outputs_owned_by_that_user() {
+    let j = Jobs::new("job-plain-user");
+    j.job(
+        "as-root",
+        "id -u > /out/written-by && mkdir /out/sub && echo w > /out/sub/weights",
+        "user: root\n",
+    );
+    j.job("as-me", "id -u > /out/written-by", "");
+    // Everything of this deck belongs to the plain user, as it would in their home.
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{UID}:{UID}")])
+        .arg(&j.deck.dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+
+    let out = as_plain_user(&j, &["run", "as-root"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let dir = j.out_dir("as-root-out");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("written-by"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    // Given back through the helper container (a plain user cannot chown root's files).
+    for (path, uid, gid) in owners(&dir) {
+        assert_eq!((uid, gid), (UID, UID), "{path} is not the user's");
+    }
+    assert!(
+        stdout.contains("gave 3 path(s) back to 4321:4321"),
+        "{stdout}"
+    );
+
+    let out = as_plain_user(&j, &["run", "as-me"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = j.out_dir("as-me-out");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("written-by"))
+            .unwrap()
+            .trim(),
+        UID.to_string(),
+        "by default the container runs as the invoking user"
+    );
+    for (path, uid, _) in owners(&dir) {
+        assert_eq!(uid, UID, "{path}");
+    }
 }
