@@ -257,6 +257,18 @@ fn an_oom_like_exit_is_named() {
         "the known line's fix: {stdout}"
     );
     assert!(stdout.contains("marked incomplete"), "{stdout}");
+    // A damaged record is named and left alone; the others still list.
+    let bad = j.deck.dir.join("state/jobs/20000101-000000000-dead.json");
+    std::fs::write(&bad, "{broken").unwrap();
+    let listed = j.run(&["jobs"]);
+    assert_eq!(listed.status.code(), Some(0));
+    assert!(text(&listed.stdout).contains("quantize"));
+    assert!(
+        text(&listed.stderr).contains("dead.json is damaged"),
+        "{}",
+        text(&listed.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&bad).unwrap(), "{broken");
 }
 
 #[test]

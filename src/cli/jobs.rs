@@ -230,7 +230,10 @@ fn print_outcome(rec: &JobRecord) {
 
 pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
-    let runs = job::finalize::refresh(docker, &ctx.state).await?;
+    let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
+    for d in &damaged {
+        eprintln!("warning: {d}");
+    }
     if out.json {
         out.print_json(&runs);
         return Ok(());

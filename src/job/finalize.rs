@@ -233,12 +233,13 @@ async fn settle_outputs(state: &StateDir, rec: &mut JobRecord) -> Result<()> {
     Ok(())
 }
 
-/// Every job run, newest first, with the ones whose container has ended finalized now.
-pub async fn refresh(docker: &bollard::Docker, state: &StateDir) -> Result<Vec<JobRecord>> {
+/// Every job run, newest first, with the ones whose container has ended finalized now;
+/// and the records that could not be read (one damaged record hides no other).
+pub async fn refresh(
+    docker: &bollard::Docker,
+    state: &StateDir,
+) -> Result<(Vec<JobRecord>, Vec<crate::state::Damaged>)> {
     let (runs, damaged) = super::record::all(state)?;
-    for d in damaged {
-        tracing::warn!("{d}");
-    }
     let mut out = Vec::with_capacity(runs.len());
     for rec in runs {
         let mut rec = finalize(docker, state, rec).await?;
@@ -249,5 +250,5 @@ pub async fn refresh(docker: &bollard::Docker, state: &StateDir) -> Result<Vec<J
         }
         out.push(rec);
     }
-    Ok(out)
+    Ok((out, damaged))
 }
