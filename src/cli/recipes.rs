@@ -194,12 +194,7 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
 
 fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> {
     let r = &loaded.recipe;
-    let owner = crate::patch::owner::resolve("invoking-user").map_err(Error::Failed)?;
-    let user = match r.run_as() {
-        crate::job::recipe::RunAs::InvokingUser => owner.to_string(),
-        crate::job::recipe::RunAs::Root => "0:0".into(),
-        crate::job::recipe::RunAs::Id(u, g) => format!("{u}:{g}"),
-    };
+    let (user, owner) = r.users()?;
     let command = crate::job::container::equivalent_command(r, &r.image, &user);
     if out.json {
         out.print_json(&json!({

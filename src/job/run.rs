@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::container;
-use super::recipe::{host_path, LoadedJob, RunAs};
+use super::recipe::{host_path, LoadedJob};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::MemoryPlan;
-use crate::patch::owner::{self, Owner};
+use crate::patch::owner::Owner;
 
 /// How a run may go, and how it talks to people.
 pub struct RunOptions<'a> {
@@ -60,12 +60,7 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
     let (image, pinned, image_id) = resolve_image(ctx, loaded, allow_unpinned).await?;
     refuse_if_running(ctx, &r.name).await?;
     check_inputs(loaded)?;
-    let owner = owner::resolve("invoking-user").map_err(Error::Failed)?;
-    let user = match r.run_as() {
-        RunAs::InvokingUser => owner.to_string(),
-        RunAs::Root => "0:0".to_string(),
-        RunAs::Id(u, g) => format!("{u}:{g}"),
-    };
+    let (user, owner) = r.users()?;
     check_outputs_writable(loaded, &user)?;
     let disk = check_disk(loaded)?;
     let (deployments, _) = ctx.runtimes.list().await?;
