@@ -207,6 +207,26 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
         outcomes,
         ["rolled-back", "rolled-back", "promoted", "rolled-back"]
     );
+    // The promoted run links its report: the candidate beside production's result.
+    let promoted = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["outcome"] == "promoted")
+        .unwrap();
+    let shown: Value = serde_json::from_str(&run(&[
+        "--json",
+        "history",
+        "show",
+        promoted["run_id"].as_str().unwrap(),
+    ]))
+    .unwrap();
+    let report = std::fs::read_to_string(shown["report"].as_str().unwrap()).unwrap();
+    assert!(
+        report.contains("Provenance")
+            && report.contains("data-rendered")
+            && report.contains("tiny")
+    );
 }
 
 /// The load, sweep, goodput, depth and server-metrics phases against the real server:

@@ -147,6 +147,16 @@ pub fn write_outputs(path: &Path, result: &BenchResult) -> Result<PathBuf> {
     Ok(html)
 }
 
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests · {msg}")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
 /// The run's options from the flags (checked) and the recipe's SLO.
 fn options(
     args: &BenchArgs,
@@ -207,12 +217,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     };
     let opts = options(&args, gates, recipes, &target_name)?;
     let name = target.recipe.clone().unwrap_or_else(|| "url".into());
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests · {msg}")
-            .expect("static template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = progress_bar();
     let result = engine::run(
         &suite,
         target,
