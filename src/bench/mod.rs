@@ -48,7 +48,8 @@ pub struct Options {
     /// An open-loop level: requests per second.
     pub rate: Option<f64>,
     pub arrival: Option<Arrival>,
-    pub seed: u64,
+    /// Seed of Poisson arrivals [default: 1].
+    pub seed: Option<u64>,
     /// Requests per load level [default: 40].
     pub requests: Option<usize>,
     pub sweep: Option<Sweep>,
@@ -58,6 +59,29 @@ pub struct Options {
     /// Runs of the whole suite, for confidence intervals (1: none).
     pub repeat: usize,
     pub gates: BTreeMap<String, String>,
+}
+
+impl Options {
+    /// Fills what the command line left unset from a recipe's `bench.load`.
+    pub fn with_recipe_load(mut self, spec: Option<&load::LoadSpec>) -> Options {
+        let Some(l) = spec else { return self };
+        if self.concurrency.is_empty() {
+            self.concurrency = l.concurrency.clone();
+        }
+        if self.depths.is_empty() {
+            self.depths = l.depth.clone();
+        }
+        self.rate = self.rate.or(l.rate);
+        self.arrival = self.arrival.or(l.arrival);
+        self.requests = self.requests.or(l.requests);
+        // Checked when the recipe was loaded.
+        self.sweep = self.sweep.or_else(|| l.sweep.as_deref()?.parse().ok());
+        if self.repeat <= 1 {
+            self.repeat = l.repeat.unwrap_or(1);
+        }
+        self.seed = self.seed.or(l.seed);
+        self
+    }
 }
 
 pub fn http_client() -> Result<Clients> {
@@ -357,7 +381,7 @@ fn load_levels(opts: &Options) -> Vec<Profile> {
         out.push(Profile::Rate {
             rps,
             arrival: opts.arrival.unwrap_or(Arrival::Poisson),
-            seed: opts.seed,
+            seed: opts.seed.unwrap_or(1),
         });
     }
     out
@@ -375,7 +399,11 @@ async fn run_sweep(
     let mut levels: Vec<LoadRun> = Vec::new();
     let mut knee = None;
     let arrival = opts.arrival.unwrap_or(Arrival::Poisson);
-    for (i, p) in sweep.profiles(arrival, opts.seed).into_iter().enumerate() {
+    for (i, p) in sweep
+        .profiles(arrival, opts.seed.unwrap_or(1))
+        .into_iter()
+        .enumerate()
+    {
         progress(1, 1, &format!("sweep: {p}"));
         let r = load::run(&b.level(), p, b.load_bodies(100 + i, requests)).await;
         let why = levels.last().and_then(|prev| load::saturated(prev, &r));
@@ -504,6 +532,31 @@ fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>
     out
 }
 
+/// A server that failed requests under load failed, whatever the single streams showed.
+fn under_load(
+    (verdict, reason): (result::Verdict, String),
+    ph: &Phases,
+) -> (result::Verdict, String) {
+    let levels: Vec<&LoadRun> = ph
+        .load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .collect();
+    let failed: usize = levels.iter().map(|l| l.server_failures()).sum();
+    if failed == 0 || verdict == result::Verdict::Error {
+        return (verdict, reason);
+    }
+    let total: usize = levels.iter().map(|l| l.requests).sum();
+    let first = levels
+        .iter()
+        .find(|l| l.server_failures() > 0)
+        .map_or(String::new(), |l| format!(", first at {}", l.profile));
+    (
+        result::Verdict::Error,
+        format!("the server failed {failed} of {total} load requests{first}"),
+    )
+}
+
 /// The suite's caveats, the roofline's, and the phases' (metrics missing, failed load requests).
 fn notes(
     cases: &[CaseSummary],
@@ -567,7 +620,7 @@ fn assemble(
     let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);
     let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
-    let (verdict, verdict_reason) = result::verdict(&samples, &gate_results);
+    let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
     let notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
     BenchResult {

@@ -42,9 +42,9 @@ pub struct BenchArgs {
     /// Arrivals of open-loop levels: poisson (seeded exponential gaps) or constant.
     #[arg(long, value_name = "KIND", value_parser = parse_arrival)]
     pub arrival: Option<engine::load::Arrival>,
-    /// Seed of the Poisson arrivals (the same seed sends at the same times).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
+    /// Seed of the Poisson arrivals (the same seed sends at the same times) [default: 1].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Requests per load level [default: 40].
     #[arg(long, value_name = "N")]
     pub requests: Option<usize>,
@@ -187,7 +187,8 @@ fn options(
         depths: args.depth.clone(),
         repeat: args.repeat,
         gates,
-    })
+    }
+    .with_recipe_load(crate::deploy::recipe_load(recipes, target).as_ref()))
 }
 
 pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) -> Result<()> {

@@ -336,6 +336,13 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
                 );
             }
         }
+        for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
+            bad(
+                &format!("bench.load.{key}"),
+                message,
+                "see `sparkctl bench --help` for the same settings as flags",
+            );
+        }
     }
     if let Some(model) = &r.model {
         check_patches(path, src, model, &mut out);
