@@ -219,7 +219,11 @@ impl StateDir {
 /// Writes `bytes` to `path` through a temp file in the same directory and a rename, so a
 /// reader (or a crash) sees the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name has the empty path as its parent: that is the current directory.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -425,6 +425,13 @@ pub async fn rollback(
 
 pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     if let Some(run) = run {
+        // A job run's id names its record in jobs/ (the lineage `history` points at).
+        let job = ctx.state.job_record_file(run)?;
+        if job.is_file() {
+            let record: crate::job::JobRecord = crate::state::read_json(&job)?;
+            out.print_json(&record);
+            return Ok(());
+        }
         let record = crate::history::run_record(&ctx.state, run)?;
         out.print_json(&record);
         return Ok(());

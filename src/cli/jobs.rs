@@ -113,11 +113,13 @@ async fn follow_with_bar(
     rec: JobRecord,
     tail: Option<usize>,
 ) -> Result<Followed> {
+    use std::io::IsTerminal;
     let bar = ProgressBar::hidden();
-    let mut shown = false;
+    let terminal = std::io::stderr().is_terminal();
+    let (mut shown, mut eta, mut last_tenth) = (false, job::progress::Eta::default(), None);
     let mut on = |e: FollowEvent| match e {
         FollowEvent::Line(l) => bar.suspend(|| println!("{}", printable(l))),
-        FollowEvent::Progress(done, total) => {
+        FollowEvent::Progress(done, total) if terminal => {
             if !shown {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                 bar.set_style(
@@ -126,10 +128,30 @@ async fn follow_with_bar(
                     )
                     .expect("a valid template"),
                 );
+                bar.set_length(total);
+                bar.set_position(done);
+                // Steps done before sparkctl looked took no time of its clock.
+                bar.reset_eta();
                 shown = true;
             }
             bar.set_length(total);
             bar.set_position(done);
+        }
+        FollowEvent::Progress(done, total) => {
+            // Not a terminal (CI, a log file): one line per tenth, with the time left.
+            let left = eta.update(done, total);
+            let tenth = (done * 10).checked_div(total).unwrap_or(0);
+            if last_tenth != Some(tenth) {
+                last_tenth = Some(tenth);
+                eprintln!(
+                    "progress {done}/{total} ({}%){}",
+                    (done * 100).checked_div(total).unwrap_or(0),
+                    left.map_or(String::new(), |d| format!(
+                        ", about {} left",
+                        crate::units::format_duration(d)
+                    ))
+                );
+            }
         }
     };
     let followed = job::follow(docker, state, rec, tail, &mut on).await;
@@ -208,7 +230,10 @@ fn print_outcome(rec: &JobRecord) {
 
 pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
-    let runs = job::finalize::refresh(docker, &ctx.state).await?;
+    let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
+    for d in &damaged {
+        eprintln!("warning: {d}");
+    }
     if out.json {
         out.print_json(&runs);
         return Ok(());
@@ -218,7 +243,15 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
         return Ok(());
     }
     let mut t = out.table();
-    t.set_header(["JOB", "RUN", "STATE", "STARTED", "HOW IT ENDED", "OUTPUTS"]);
+    t.set_header([
+        "JOB",
+        "RUN",
+        "STATE",
+        "PROGRESS",
+        "STARTED",
+        "HOW IT ENDED",
+        "OUTPUTS",
+    ]);
     for r in &runs {
         let outputs: Vec<String> = r
             .outputs
@@ -233,6 +266,7 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
             r.job.clone(),
             r.run_id.clone(),
             r.state.to_string(),
+            r.progress.map_or("-".into(), |(d, t)| format!("{d}/{t}")),
             r.started_at.clone(),
             r.explanation.clone().unwrap_or_else(|| "-".into()),
             outputs.join(", "),
@@ -242,8 +276,31 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn stop(ctx: &Context, name: &str, grace: Duration, out: &Output) -> Result<()> {
+pub async fn stop(
+    ctx: &Context,
+    name: &str,
+    grace: Duration,
+    dry_run: bool,
+    out: &Output,
+) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
+    if dry_run {
+        let rec = job::latest(docker, &ctx.state, name).await?;
+        match rec.state {
+            JobState::Running => println!(
+                "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
+                 nothing was changed (--dry-run)",
+                rec.run_id,
+                rec.container_name,
+                crate::units::format_duration(grace)
+            ),
+            s => println!(
+                "job {name} is not running (its last run {} {s})",
+                rec.run_id
+            ),
+        }
+        return Ok(());
+    }
     let _lock = ctx.state.lock(&format!("stop {name}"))?;
     let rec = job::stop(docker, &ctx.state, name, grace).await?;
     if out.json {

@@ -191,6 +191,9 @@ pub enum Command {
         /// Time between SIGTERM and SIGKILL.
         #[arg(long, value_name = "DURATION", default_value = "10s")]
         grace: crate::units::HumanDuration,
+        /// Say what would be stopped; change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
     Doctor,
@@ -457,6 +460,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             dry_run,
             force,
         } => with_recipes(g, async |ctx, recipes| {
+            if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
+                return Err(Error::Usage(format!(
+                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
+                )));
+            }
             crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
             deploy::down(ctx, &name, dry_run, force, &out).await
         }),
@@ -479,9 +487,13 @@ fn dispatch(cli: Cli) -> Result<()> {
             })
         }
         Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
-        Command::Stop { name, grace } => {
-            in_context(g, async |ctx| jobs::stop(ctx, &name, grace.0, &out).await)
-        }
+        Command::Stop {
+            name,
+            grace,
+            dry_run,
+        } => in_context(g, async |ctx| {
+            jobs::stop(ctx, &name, grace.0, dry_run, &out).await
+        }),
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?

@@ -76,7 +76,13 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
-    for j in &jobs {
+    add_job_rows(&mut table, &jobs);
+    out.print_table(&table);
+    Ok(())
+}
+
+fn add_job_rows(table: &mut comfy_table::Table, jobs: &[crate::job::recipe::LoadedJob]) {
+    for j in jobs {
         let r = &j.recipe;
         table.add_row([
             r.name.clone(),
@@ -87,8 +93,6 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             printable(r.description.as_deref().unwrap_or_default()).into_owned(),
         ]);
     }
-    out.print_table(&table);
-    Ok(())
 }
 
 /// A multi-node recipe's containers, node by node, in the order they start.
@@ -227,12 +231,7 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
 
 fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> {
     let r = &loaded.recipe;
-    let owner = crate::patch::owner::resolve("invoking-user").map_err(Error::Failed)?;
-    let user = match r.run_as() {
-        crate::job::recipe::RunAs::InvokingUser => owner.to_string(),
-        crate::job::recipe::RunAs::Root => "0:0".into(),
-        crate::job::recipe::RunAs::Id(u, g) => format!("{u}:{g}"),
-    };
+    let (user, owner) = r.users()?;
     let command = crate::job::container::equivalent_command(r, &r.image, &user);
     if out.json {
         out.print_json(&json!({

@@ -197,12 +197,28 @@ pub async fn plan_start(
         Some(g) => g.plan.command_lines(&artifact),
         None => resolved.launch.equivalent_command(),
     };
+    // Running jobs hold their declared memory until they end: servers get what is left.
+    let jobs = match rt.docker() {
+        Ok(docker) => crate::job::running_memory(docker.client(), state).await,
+        Err(_) => Vec::new(),
+    };
+    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
     let memory = MemoryPlan::new(
-        settings.memory_budget_gb,
+        settings.memory_budget_gb - jobs_gb,
         resolved.memory_gb,
         &deployments,
         settings.production_port,
     );
+    if !memory.fits && !jobs.is_empty() {
+        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory while job(s) {} run: {}; wait for them (`sparkctl jobs`) \
+             or `sparkctl stop JOB`",
+            recipe.name,
+            held.join(", "),
+            memory.describe()
+        )));
+    }
     let old_containers = match rt.docker() {
         Ok(docker) if resolved.runtime == Runtime::Docker => {
             crate::prune::before_start(docker, state, &loaded.path, &recipe.name).await
@@ -446,6 +462,21 @@ pub fn recipe_slo(
     target: &str,
 ) -> Option<crate::bench::slo::Slo> {
     recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
+}
+
+/// The recipe's load phases (`bench.load`), when `target` names a recipe that sets them.
+pub fn recipe_load(
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Option<crate::bench::load::LoadSpec> {
+    recipes
+        .get(target)
+        .ok()?
+        .recipe
+        .bench
+        .as_ref()?
+        .load
+        .clone()
 }
 
 /// State files a read command should mention although it does not need them:

@@ -10,9 +10,9 @@ use futures_util::StreamExt;
 
 use super::recipe::host_path;
 use super::recipe::JobRecipe;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::recipe::{Gpus, Ipc};
-use crate::runtime::docker::label;
+use crate::runtime::docker::{engine_error, is_not_found, label};
 use crate::runtime::Exit;
 
 /// Label naming the job a container runs (serving containers carry `io.sparkctl.recipe`).
@@ -154,10 +154,6 @@ pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String>
     v
 }
 
-fn engine(context: &str, e: bollard::errors::Error) -> Error {
-    Error::Failed(format!("{context}: {e}"))
-}
-
 /// How the container stands: None while it runs, its exit once it ended; Err(None) when
 /// the engine no longer has it.
 pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Option<Exit>, ()>> {
@@ -173,10 +169,8 @@ pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Opti
                 oom_killed: s.oom_killed.unwrap_or(false),
             })))
         }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(Err(())),
-        Err(e) => Err(engine("inspecting the job container", e)),
+        Err(e) if is_not_found(&e) => Ok(Err(())),
+        Err(e) => Err(engine_error("inspecting the job container", e)),
     }
 }
 
@@ -186,8 +180,24 @@ pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
     let mut stream = docker.logs(id, Some(opts));
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| engine("reading the job's output", e))?;
+        let chunk = chunk.map_err(|e| engine_error("reading the job's output", e))?;
         out.extend_from_slice(&chunk.into_bytes());
     }
     Ok(out)
+}
+
+/// The last `n` lines of the container's output ("" when it cannot be read).
+pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
+    let n = n.to_string();
+    let opts = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n)
+        .build();
+    let mut stream = docker.logs(id, Some(opts));
+    let mut out = Vec::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        out.extend_from_slice(&chunk.into_bytes());
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -112,7 +112,9 @@ pub async fn finalize(
         let path = state.job_log_file(&rec.run_id)?;
         state::write_atomic(&path, &bytes)?;
         rec.log = Some(path);
-        rec.findings = fatal::scan(&String::from_utf8_lossy(&bytes));
+        let text = String::from_utf8_lossy(&bytes);
+        rec.findings = fatal::scan(&text);
+        rec.progress = super::progress::last_in(rec.recipe.progress.as_deref(), &text);
     }
     give_back(docker, state, &mut rec).await;
     verify(&mut rec);
@@ -231,15 +233,22 @@ async fn settle_outputs(state: &StateDir, rec: &mut JobRecord) -> Result<()> {
     Ok(())
 }
 
-/// Every job run, newest first, with the ones whose container has ended finalized now.
-pub async fn refresh(docker: &bollard::Docker, state: &StateDir) -> Result<Vec<JobRecord>> {
+/// Every job run, newest first, with the ones whose container has ended finalized now;
+/// and the records that could not be read (one damaged record hides no other).
+pub async fn refresh(
+    docker: &bollard::Docker,
+    state: &StateDir,
+) -> Result<(Vec<JobRecord>, Vec<crate::state::Damaged>)> {
     let (runs, damaged) = super::record::all(state)?;
-    for d in damaged {
-        tracing::warn!("{d}");
-    }
     let mut out = Vec::with_capacity(runs.len());
     for rec in runs {
-        out.push(finalize(docker, state, rec).await?);
+        let mut rec = finalize(docker, state, rec).await?;
+        if !rec.state.is_final() && rec.recipe.progress.is_some() {
+            // Where it is now, from the end of its output (not stored: it moves).
+            let tail = super::container::tail(docker, &rec.container, 200).await;
+            rec.progress = super::progress::last_in(rec.recipe.progress.as_deref(), &tail);
+        }
+        out.push(rec);
     }
-    Ok(out)
+    Ok((out, damaged))
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{InputPrint, JobState};
+use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::error::{Error, Result};
 use crate::state::StateDir;
 
@@ -70,44 +70,14 @@ pub async fn check(
             rec.run_id
         )));
     }
-    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let model_c = canon(model);
-    let out = rec
-        .outputs
-        .iter()
-        .find(|o| model_c.starts_with(canon(&o.path)))
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "model.path {} is not an output of job {job} (its outputs: {}); fix \
-                 model.produced_by or model.path",
-                model.display(),
-                rec.outputs
-                    .iter()
-                    .map(|o| o.path.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+    let out = output_holding(&rec, model)?;
     if let Some(reason) = super::finalize::incomplete_reason(&out.path) {
         return Err(Error::Failed(format!(
             "refusing the model {}: it is marked incomplete: {reason}",
             model.display()
         )));
     }
-    for input in &rec.inputs {
-        if let Some(when) = newest_change(&input.path) {
-            if when > rec.started_unix {
-                return Err(Error::Failed(format!(
-                    "refusing the model {}: it is older than its inputs: {} changed at {} \
-                     after job {job} started ({}); `sparkctl run {job}` again",
-                    model.display(),
-                    input.path.display(),
-                    crate::units::utc_stamp(when),
-                    rec.started_at
-                )));
-            }
-        }
-    }
+    inputs_unchanged(&rec, model)?;
     Ok(Lineage {
         job: job.to_string(),
         run_id: rec.run_id.clone(),
@@ -118,6 +88,49 @@ pub async fn check(
         output_fingerprint: out.fingerprint.clone(),
         finished_at: rec.finished_at.clone(),
     })
+}
+
+/// The output of `rec` that holds `model` (the dir itself or a file in it).
+fn output_holding<'r>(rec: &'r JobRecord, model: &Path) -> Result<&'r OutputResult> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let model_c = canon(model);
+    rec.outputs
+        .iter()
+        .find(|o| model_c.starts_with(canon(&o.path)))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "model.path {} is not an output of job {} (its outputs: {}); fix \
+                 model.produced_by or model.path",
+                model.display(),
+                rec.job,
+                rec.outputs
+                    .iter()
+                    .map(|o| o.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+/// No input changed after the run began (modification times, to the second).
+fn inputs_unchanged(rec: &JobRecord, model: &Path) -> Result<()> {
+    for input in &rec.inputs {
+        if let Some(when) = newest_change(&input.path) {
+            if when > rec.started_unix {
+                return Err(Error::Failed(format!(
+                    "refusing the model {}: it is older than its inputs: {} changed at {} \
+                     after job {} started ({}); `sparkctl run {}` again",
+                    model.display(),
+                    input.path.display(),
+                    crate::units::utc_stamp(when),
+                    rec.job,
+                    rec.started_at,
+                    rec.job
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The newest modification time (unix seconds) of `path` or anything under it.

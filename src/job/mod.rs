@@ -169,6 +169,23 @@ pub async fn logs(
     Ok(rec)
 }
 
+/// Running jobs and the memory they declared (GB), for the servers' memory plan.
+pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
+    let Ok((runs, _)) = record::all(state) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for r in runs.into_iter().filter(|r| !r.state.is_final()) {
+        let Some(gb) = r.recipe.memory_gb else {
+            continue;
+        };
+        if matches!(container::ended(docker, &r.container).await, Ok(Ok(None))) {
+            out.push((r.job, gb));
+        }
+    }
+    out
+}
+
 /// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
 pub fn has_runs(state: &StateDir, name: &str) -> bool {
     record::latest(state, name).ok().flatten().is_some()

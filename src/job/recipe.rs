@@ -119,6 +119,18 @@ impl JobRecipe {
         }
     }
 
+    /// `UID:GID` the container runs as, and who owns the outputs afterwards (the invoking
+    /// user: behind sudo, the sudo user).
+    pub fn users(&self) -> Result<(String, crate::patch::owner::Owner)> {
+        let owner = crate::patch::owner::resolve("invoking-user").map_err(Error::Failed)?;
+        let user = match self.run_as() {
+            RunAs::InvokingUser => owner.to_string(),
+            RunAs::Root => "0:0".to_string(),
+            RunAs::Id(u, g) => format!("{u}:{g}"),
+        };
+        Ok((user, owner))
+    }
+
     /// sha256 of the recipe as written (canonical JSON): any change to what runs changes it.
     pub fn hash(&self) -> String {
         use sha2::{Digest, Sha256};

@@ -139,7 +139,9 @@ impl JobRecord {
 
 /// Every job run, newest first, and the records that could not be read.
 pub fn all(state: &StateDir) -> Result<(Vec<JobRecord>, Vec<state::Damaged>)> {
-    let (mut runs, damaged) = state::read_json_dir::<JobRecord>(&state.jobs_dir()?, |_| true)?;
+    // Read without creating `jobs/`: `start` of a server asks too, on state dirs with no jobs.
+    let dir = state.root().join("jobs");
+    let (mut runs, damaged) = state::read_json_dir::<JobRecord>(&dir, |_| true)?;
     runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
     Ok((runs, damaged))
 }

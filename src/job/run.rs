@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::container;
-use super::recipe::{host_path, LoadedJob, RunAs};
+use super::recipe::{host_path, LoadedJob};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::MemoryPlan;
-use crate::patch::owner::{self, Owner};
+use crate::patch::owner::Owner;
 
 /// How a run may go, and how it talks to people.
 pub struct RunOptions<'a> {
@@ -57,6 +57,63 @@ pub struct JobPlan {
 /// Checks everything; changes nothing.
 pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Result<JobPlan> {
     let r = &loaded.recipe;
+    let (image, pinned, image_id) = resolve_image(ctx, loaded, allow_unpinned).await?;
+    refuse_if_running(ctx, &r.name).await?;
+    check_inputs(loaded)?;
+    let (user, owner) = r.users()?;
+    check_outputs_writable(loaded, &user)?;
+    let disk = check_disk(loaded)?;
+    let (deployments, _) = ctx.runtimes.list().await?;
+    // Other running jobs keep what they declared: servers can be stopped, they are not.
+    let jobs = super::running_memory(ctx.runtimes.docker()?.client(), &ctx.state).await;
+    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
+    let memory = MemoryPlan::new(
+        ctx.settings.memory_budget_gb - jobs_gb,
+        r.memory_gb,
+        &deployments,
+        ctx.settings.production_port,
+    );
+    if !memory.fits {
+        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory even with every server stopped: {}{}",
+            r.name,
+            memory.describe(),
+            if held.is_empty() {
+                String::new()
+            } else {
+                format!("; running jobs hold {}", held.join(", "))
+            }
+        )));
+    }
+    let production = crate::production::Production::load(&ctx.state)
+        .ok()
+        .and_then(|p| p.current.map(|e| e.recipe));
+    Ok(JobPlan {
+        job: r.name.clone(),
+        recipe_file: loaded.path.clone(),
+        recipe_hash: r.hash(),
+        image_ref: r.image.clone(),
+        command: container::equivalent_command(r, &image, &user),
+        image,
+        image_id,
+        unpinned: !pinned,
+        user,
+        owner,
+        memory,
+        production,
+        disk,
+        loaded: loaded.clone(),
+    })
+}
+
+/// The image that runs (the pinned digest), whether it was pinned, and its id here.
+async fn resolve_image(
+    ctx: &Context,
+    loaded: &LoadedJob,
+    allow_unpinned: bool,
+) -> Result<(String, bool, String)> {
+    let r = &loaded.recipe;
     let docker = ctx.runtimes.docker()?.client();
     let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
     let (image, pinned) =
@@ -84,49 +141,7 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
             r.name
         )));
     }
-    refuse_if_running(ctx, &r.name).await?;
-    check_inputs(loaded)?;
-    let owner = owner::resolve("invoking-user").map_err(Error::Failed)?;
-    let user = match r.run_as() {
-        RunAs::InvokingUser => owner.to_string(),
-        RunAs::Root => "0:0".to_string(),
-        RunAs::Id(u, g) => format!("{u}:{g}"),
-    };
-    check_outputs_writable(loaded, &user)?;
-    let disk = check_disk(loaded)?;
-    let (deployments, _) = ctx.runtimes.list().await?;
-    let memory = MemoryPlan::new(
-        ctx.settings.memory_budget_gb,
-        r.memory_gb,
-        &deployments,
-        ctx.settings.production_port,
-    );
-    if !memory.fits {
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory even with every server stopped: {}",
-            r.name,
-            memory.describe()
-        )));
-    }
-    let production = crate::production::Production::load(&ctx.state)
-        .ok()
-        .and_then(|p| p.current.map(|e| e.recipe));
-    Ok(JobPlan {
-        job: r.name.clone(),
-        recipe_file: loaded.path.clone(),
-        recipe_hash: r.hash(),
-        image_ref: r.image.clone(),
-        command: container::equivalent_command(r, &image, &user),
-        image,
-        image_id,
-        unpinned: !pinned,
-        user,
-        owner,
-        memory,
-        production,
-        disk,
-        loaded: loaded.clone(),
-    })
+    Ok((image, pinned, image_id))
 }
 
 async fn refuse_if_running(ctx: &Context, job: &str) -> Result<()> {
@@ -262,19 +277,21 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
 /// Makes room, creates the outputs, starts the container and records the run. The caller
 /// holds the state lock.
 pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<JobRecord> {
-    make_room(ctx, plan, opts).await?;
     let r = &plan.loaded.recipe;
+    // Read before anything changes: a missing secret refuses the run, not half of it.
+    let host_env = host_env(r)?;
     let run_id = crate::state::new_run_id();
-    let mut inputs = Vec::new();
-    for i in &r.inputs {
-        let path = host_path(&i.path);
-        (opts.say)(&format!("fingerprinting input {}", path.display()));
-        let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
-        inputs.push(InputPrint {
-            path,
-            fingerprint: fp.digest,
-        });
-    }
+    // Hashing a large input may take a while: Ctrl-C then leaves nothing behind.
+    let inputs = tokio::select! {
+        r = fingerprint_inputs(ctx, r, opts) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            return Err(Error::Interrupted(format!(
+                "interrupted while fingerprinting the inputs of {}; nothing was started",
+                r.name
+            )))
+        }
+    };
+    make_room(ctx, plan, opts).await?;
     let mut outputs = Vec::new();
     for o in &r.outputs {
         let path = host_path(&o.path);
@@ -286,20 +303,6 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
             incomplete: true,
         });
     }
-    let host_env = r
-        .env_from_host
-        .iter()
-        .map(|name| {
-            std::env::var(name)
-                .map(|v| format!("{name}={v}"))
-                .map_err(|_| {
-                    Error::Usage(format!(
-                        "{}: env_from_host names {name}, which is not set here; export it first",
-                        r.name
-                    ))
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
     let docker = ctx.runtimes.docker()?.client();
     let state_id = ctx.state.id();
     let spec = container::Spec {
@@ -313,7 +316,21 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
     };
     let name = format!("sparkctl-job-{}-{run_id}", r.name);
     let id = create_and_start(docker, &name, container::body(&spec)).await?;
-    let record = JobRecord {
+    let record = started_record(plan, run_id, (id, name), inputs, outputs);
+    record.save(&ctx.state)?;
+    Ok(record)
+}
+
+/// The record of a run whose container (id, name) just started.
+fn started_record(
+    plan: &JobPlan,
+    run_id: String,
+    (container, container_name): (String, String),
+    inputs: Vec<InputPrint>,
+    outputs: Vec<OutputResult>,
+) -> JobRecord {
+    let r = &plan.loaded.recipe;
+    JobRecord {
         run_id,
         job: r.name.clone(),
         recipe_hash: plan.recipe_hash.clone(),
@@ -322,8 +339,8 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
         image: plan.image_ref.clone(),
         image_digest: plan.image_id.clone(),
         unpinned: plan.unpinned,
-        container: id,
-        container_name: name,
+        container,
+        container_name,
         user: plan.user.clone(),
         owner: plan.owner.to_string(),
         started_at: crate::units::now_utc(),
@@ -341,9 +358,43 @@ pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
         stopped_for_memory: plan.memory.must_stop.clone(),
         warnings: Vec::new(),
         progress: None,
-    };
-    record.save(&ctx.state)?;
-    Ok(record)
+    }
+}
+
+/// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
+fn host_env(r: &super::recipe::JobRecipe) -> Result<Vec<String>> {
+    r.env_from_host
+        .iter()
+        .map(|name| {
+            std::env::var(name)
+                .map(|v| format!("{name}={v}"))
+                .map_err(|_| {
+                    Error::Usage(format!(
+                        "{}: env_from_host names {name}, which is not set here; export it first; \
+                     nothing was started",
+                        r.name
+                    ))
+                })
+        })
+        .collect()
+}
+
+async fn fingerprint_inputs(
+    ctx: &Context,
+    r: &super::recipe::JobRecipe,
+    opts: &RunOptions<'_>,
+) -> Result<Vec<InputPrint>> {
+    let mut inputs = Vec::new();
+    for i in &r.inputs {
+        let path = host_path(&i.path);
+        (opts.say)(&format!("fingerprinting input {}", path.display()));
+        let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
+        inputs.push(InputPrint {
+            path,
+            fingerprint: fp.digest,
+        });
+    }
+    Ok(inputs)
 }
 
 async fn create_and_start(
@@ -389,7 +440,34 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
             "stopping {victim} to make room for job {}",
             plan.job
         ));
+        if is_prod {
+            leave_front_door(ctx).await?;
+        }
         ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await?;
+        if is_prod {
+            (opts.say)(&format!(
+                "production {victim} stopped: `sparkctl rollback` brings it back after the job"
+            ));
+        }
     }
+    Ok(())
+}
+
+/// Production leaves the front door before it is stopped (as `down --force` does), so the
+/// door's watch does not start it again in the middle of the job; it goes on the rollback
+/// stack, and `sparkctl rollback` brings it back.
+async fn leave_front_door(ctx: &Context) -> Result<()> {
+    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+    let Ok(status) = door.status().await else {
+        // No front door runs: nothing watches production.
+        return Ok(());
+    };
+    let mut next = status.production.clone();
+    if let Some(mut old) = next.current.take() {
+        old.upstream = None;
+        next.previous.push(old);
+    }
+    door.switch(&next, std::time::Duration::from_secs(30))
+        .await?;
     Ok(())
 }
