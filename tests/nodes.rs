@@ -576,3 +576,107 @@ fn ctrl_c_during_a_group_up_stops_it_on_both_engines_and_nothing_is_left_half_st
     assert!(states.iter().all(|s| *s == states[0]), "{states:?}: {err}");
     t.deck.ok(&["down", "tp2"]);
 }
+
+#[test]
+fn the_sim_api_server_serves_only_once_every_ray_node_joined_and_dies_when_one_leaves() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let head_addr = format!("127.0.0.1:{}", free_port());
+    let quiet = |args: &[&str]| {
+        support::sparkctl()
+            .arg("sim")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut head = quiet(&["--ray-head", &head_addr, "--ray-node-ip", "127.0.0.1"]);
+    let mut api = support::Sim::start(&[
+        "--ray-address",
+        &head_addr,
+        "--ray-nodes",
+        "2",
+        "--tensor-parallel-size",
+        "2",
+        "--distributed-executor-backend",
+        "ray",
+    ]);
+    let status = || {
+        let out = support::sparkctl()
+            .args(["sim", "--ray-status", &head_addr])
+            .output()
+            .unwrap();
+        support::text(&out.stdout)
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        http_status(&api.url, "/health"),
+        Some(503),
+        "one node of two: not ready"
+    );
+    let one = status();
+    assert_eq!(one.matches(" 1 node_").count(), 1, "{one}");
+    assert!(one.contains(" 0.0/1.0 GPU"), "{one}");
+
+    let mut worker = quiet(&["--ray-join", &head_addr, "--ray-node-ip", "127.0.0.2"]);
+    api.wait_ready(Duration::from_secs(10));
+    let two = status();
+    assert_eq!(two.matches(" 1 node_").count(), 2, "{two}");
+    assert!(two.contains(" 0.0/2.0 GPU"), "{two}");
+
+    // A node leaving ends the API server, as a dead Ray actor ends vLLM.
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let code = loop {
+        if let Some(s) = api.child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the API server outlived its Ray node"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(1));
+    head.kill().unwrap();
+    let _ = head.wait();
+}
+
+#[test]
+fn each_node_has_its_own_memory_plan() {
+    let t = Two::new("nodes-mem");
+    t.deck.ok(&["start", "tp2"]);
+    // A second group on the same two nodes: the head's 128 GB hold both, node b's 100 do not.
+    let body = std::fs::read_to_string(t.deck.dir.join("recipes/tp2.yaml"))
+        .unwrap()
+        .replace("name: tp2", "name: big")
+        .replace("memory_gb: 12", "memory_gb: 95")
+        .replace(
+            &format!("port: {}", t.port),
+            &format!("port: {}", free_port()),
+        )
+        .replace(
+            &format!("ray_port: {}", t.ray_port),
+            &format!("ray_port: {}", free_port()),
+        );
+    std::fs::write(t.deck.dir.join("recipes/big.yaml"), body).unwrap();
+    t.deck.ok(&["images", "pin", "big"]);
+    let out = t.deck.run(&["start", "big"]);
+    let err = support::text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("big: node b cannot hold its share (95 GB, server.memory_gb) in its 100 GB")
+            && err.contains("beside sparkctl-tp2-")
+            && err.contains("nothing was started"),
+        "{err}"
+    );
+    let a = members(false, &t.state());
+    assert!(
+        a.values()
+            .all(|v| v["Config"]["Labels"]["io.sparkctl.group"] == "tp2"),
+        "nothing of big started"
+    );
+    t.deck.ok(&["down", "tp2"]);
+}

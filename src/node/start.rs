@@ -339,16 +339,15 @@ pub async fn prepare(
         images.push((c.node.name.clone(), there));
     }
     if let Some(need) = recipe.server.memory_gb {
-        for n in &nodes.members {
-            let budget = n.memory_gb.unwrap_or(fallback_budget_gb);
-            if need > budget {
-                return Err(Error::Failed(format!(
-                    "{}: each node holds its share of the model ({need} GB, server.memory_gb) \
-                     but node {} has {budget} GB (nodes.members.memory_gb); lower \
-                     --gpu-memory-utilization and memory_gb, or raise the node's budget",
-                    recipe.name, n.name
-                )));
-            }
+        for c in &conns {
+            memory_fits(
+                recipe,
+                c,
+                need,
+                fallback_budget_gb,
+                c.node.name != conns[0].node.name,
+            )
+            .await?;
         }
     }
     Ok(GroupStart {
@@ -357,6 +356,68 @@ pub async fn prepare(
         images,
         conns,
     })
+}
+
+/// The memory plan of one node: the recipe's share fits its budget, beside what sparkctl
+/// already runs there (on the head, the one-node memory plan counts that).
+async fn memory_fits(
+    recipe: &crate::recipe::Recipe,
+    c: &Connected,
+    need: f64,
+    fallback_budget_gb: f64,
+    count_running: bool,
+) -> Result<()> {
+    let budget = c.node.memory_gb.unwrap_or(fallback_budget_gb);
+    let held = if count_running {
+        held_on(&c.docker, &recipe.name).await
+    } else {
+        Vec::new()
+    };
+    let used: f64 = held.iter().map(|(_, gb)| gb).sum();
+    if need + used <= budget {
+        return Ok(());
+    }
+    let holders: Vec<String> = held.iter().map(|(n, gb)| format!("{n} {gb} GB")).collect();
+    Err(Error::Failed(format!(
+        "{}: node {} cannot hold its share ({need} GB, server.memory_gb) in its {budget} GB \
+         (nodes.members.memory_gb){}; stop what runs there, lower --gpu-memory-utilization and \
+         memory_gb, or raise the node's budget; nothing was started",
+        recipe.name,
+        c.node.name,
+        if holders.is_empty() {
+            String::new()
+        } else {
+            format!(" beside {}", holders.join(", "))
+        }
+    )))
+}
+
+/// Running sparkctl containers on a node that declared their memory: (name, GB). This
+/// recipe's own are left out: orphans of it are stopped before it starts.
+async fn held_on(docker: &Docker, recipe: &str) -> Vec<(String, f64)> {
+    use crate::runtime::docker::label;
+    let filters = std::collections::HashMap::from([(
+        "label",
+        vec![
+            format!("{}=true", label::MANAGED),
+            label::MEMORY_GB.to_string(),
+        ],
+    )]);
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .filters(&filters)
+        .build();
+    let list = docker.list_containers(Some(opts)).await.unwrap_or_default();
+    list.into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.as_ref()?;
+            if labels.get(super::group::label::GROUP).map(String::as_str) == Some(recipe) {
+                return None;
+            }
+            let gb = labels.get(label::MEMORY_GB)?.parse().ok()?;
+            let name = c.names?.first()?.trim_start_matches('/').to_string();
+            Some((name, gb))
+        })
+        .collect()
 }
 
 /// Why a started group failed, after it was stopped: the member that ended first when it
