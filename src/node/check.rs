@@ -94,20 +94,7 @@ fn check_members(nodes: &Nodes, bad: &mut impl FnMut(&str, String, &str)) {
                 "write the name `ip link` shows, e.g. enp1s0f1np1",
             );
         }
-        match Endpoint::parse(&n.engine, n.tls.as_deref()) {
-            Err(e) => bad(
-                &key("engine"),
-                e,
-                "e.g. local, unix:///run/spark-b.sock or tcp://10.0.0.2:2375",
-            ),
-            Ok(Endpoint::Local) => {}
-            Ok(_) if i > 0 => {}
-            Ok(other) => bad(
-                &key("engine"),
-                format!("the head ({other}) must be the engine sparkctl runs beside"),
-                "put the node this machine is first, with engine: local",
-            ),
-        }
+        check_engine(i, n, bad);
         if n.memory_gb.is_some_and(|m| m.is_nan() || m <= 0.0) {
             bad(
                 &key("memory_gb"),
@@ -115,5 +102,24 @@ fn check_members(nodes: &Nodes, bad: &mut impl FnMut(&str, String, &str)) {
                 "write its budget in GB, e.g. 110",
             );
         }
+    }
+}
+
+/// A node's `engine`: parses; the head's is the engine sparkctl runs beside.
+fn check_engine(i: usize, n: &super::Node, bad: &mut impl FnMut(&str, String, &str)) {
+    let key = format!("nodes.members[{i}].engine");
+    match Endpoint::parse(&n.engine, n.tls.as_deref()) {
+        Err(e) => bad(
+            &key,
+            e,
+            "e.g. local, unix:///run/spark-b.sock or tcp://10.0.0.2:2375",
+        ),
+        Ok(Endpoint::Local) => {}
+        Ok(_) if i > 0 => {}
+        Ok(other) => bad(
+            &key,
+            format!("the head ({other}) must be the engine sparkctl runs beside"),
+            "put the node this machine is first, with engine: local",
+        ),
     }
 }

@@ -174,6 +174,20 @@ fn ray_cmd(
     v.into_iter().map(String::from).collect()
 }
 
+/// What asks Ray for its nodes and GPUs inside the head's container.
+fn status_command(engine: Engine, words: &RayWords, ray_address: &str) -> Vec<String> {
+    match engine {
+        Engine::Sim => [
+            words.ray.clone(),
+            vec!["--ray-status".into(), ray_address.to_string()],
+        ]
+        .concat(),
+        _ => ["ray", "status", "--address", ray_address]
+            .map(String::from)
+            .to_vec(),
+    }
+}
+
 fn push_flag(argv: &mut Vec<String>, flag: Flag, value: &str) {
     if let Flag::Named(name) = flag {
         argv.extend([name.to_string(), value.to_string()]);
@@ -237,16 +251,7 @@ impl GroupPlan {
             nodes: nodes.members.len(),
             gpus: nodes.members.len() as u32 * nodes.gpus_per_node,
             members: Vec::new(),
-            status_command: match recipe.engine {
-                Engine::Sim => [
-                    words.ray.clone(),
-                    vec!["--ray-status".into(), ray_address.clone()],
-                ]
-                .concat(),
-                _ => ["ray", "status", "--address", &ray_address]
-                    .map(String::from)
-                    .to_vec(),
-            },
+            status_command: status_command(recipe.engine, &words, &ray_address),
         };
         let with_recipe_env = |node: &Node| {
             let mut env = recipe.server.env.clone();
