@@ -288,9 +288,37 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     assert!(out.contains("tp2 promoted"), "{out}");
     assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
     assert_eq!(serving().as_deref(), Some("tp2"));
+    let worker = members(true, &t.state())["ray-worker"].clone();
+    assert!(running(&worker), "node b's worker serves with it");
+
+    // Node b's worker dies while the group serves production: vLLM's server (the sim's)
+    // dies with it, and the front door's watch brings the whole group back, orphans first.
+    let id = worker["Id"].as_str().unwrap().to_string();
+    block_on(async move {
+        engine()
+            .await
+            .kill_container(&id, None::<bollard::query_parameters::KillContainerOptions>)
+            .await
+            .unwrap()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let b = members(true, &t.state());
+        let back = b["ray-worker"]["Id"] != worker["Id"] && running(&b["ray-worker"]);
+        if back && http_status(&t.deck.door_url(), "/health") == Some(200) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group never came back: {:?}",
+            t.deck.status()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let a = members(false, &t.state());
     assert!(
-        running(&members(true, &t.state())["ray-worker"]),
-        "node b's worker serves with it"
+        running(&a["api"]) && running(&a["ray-head"]),
+        "the whole group is back"
     );
 
     let out = t.deck.ok(&["rollback"]);
