@@ -450,3 +450,68 @@ pub async fn stop_group_leftovers(
     notes.extend(stop_leftovers(&conns, docker.state_id(), &recipe.name).await);
     notes
 }
+
+/// Removes the Ray containers of this recipe's older ended runs on every node, beyond the
+/// newest `keep` ended runs (`SPARKCTL_KEEP_EXITED`, as `prune` keeps servers); each run's
+/// output was kept under `runs/RUN/nodes/` when it stopped. Returns what went.
+pub async fn prune_old_runs(conns: &[Connected], state_id: &str, name: &str, keep: usize) -> usize {
+    let filters = HashMap::from([(
+        "label",
+        vec![
+            format!("{}={state_id}", base::STATE),
+            format!("{}={name}", label::GROUP),
+        ],
+    )]);
+    let mut all = Vec::new();
+    for c in conns {
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        for s in c
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .unwrap_or_default()
+        {
+            let labels = s.labels.clone().unwrap_or_default();
+            let run = labels.get(base::RUN_ID).cloned().unwrap_or_default();
+            let role = labels.get(label::ROLE).cloned().unwrap_or_default();
+            let up = s.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING);
+            all.push((
+                c,
+                s.id.unwrap_or_default(),
+                run,
+                role,
+                up,
+                s.created.unwrap_or(0),
+            ));
+        }
+    }
+    // Runs with anything still running are not old; the rest, newest first.
+    let live: Vec<&String> = all.iter().filter(|m| m.4).map(|m| &m.2).collect();
+    let mut ended: Vec<(&String, i64)> = all
+        .iter()
+        .filter(|m| !live.contains(&&m.2))
+        .map(|m| (&m.2, m.5))
+        .collect();
+    ended.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(a.0)));
+    ended.dedup_by(|a, b| a.0 == b.0);
+    let old: Vec<&String> = ended.iter().skip(keep).map(|(r, _)| *r).collect();
+    let mut removed = 0;
+    let opts = RemoveContainerOptionsBuilder::new().build();
+    for (c, id, run, role, _, _) in &all {
+        // The API server is a deployment: `prune` and its protections own it.
+        if !old.contains(&run) || role == Role::Api.as_str() {
+            continue;
+        }
+        if c.docker
+            .remove_container(id, Some(opts.clone()))
+            .await
+            .is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}

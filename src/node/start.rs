@@ -95,6 +95,8 @@ async fn start_parts(
     for note in group::stop_leftovers(&g.conns, &state.id(), &spec.resolved.name).await {
         tracing::warn!("stopped {note}");
     }
+    let keep = crate::prune::keep_from_env()?;
+    group::prune_old_runs(&g.conns, &state.id(), &spec.resolved.name, keep).await;
     for c in &g.conns[1..] {
         if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
             tracing::info!("copied image {artifact} to node {}", c.node.name);

@@ -1,0 +1,131 @@
+//! Two Sparks on one machine (see `tests/nodes.rs` for the setup): `doctor` on every node,
+//! each node's memory plan, and old runs' Ray containers pruned on every node.
+
+#[path = "support/second_engine.rs"]
+mod second_engine;
+mod support;
+#[path = "support/two_nodes.rs"]
+mod two_nodes;
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::ListContainersOptionsBuilder;
+use second_engine::{engine, NODE_ADDR};
+use serde_json::Value;
+use support::{block_on, free_port};
+use two_nodes::*;
+
+#[test]
+fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
+    let t = Two::new("nodes-doctor");
+    let rows = |out: &std::process::Output| -> Vec<Value> {
+        // The checks first; a failed doctor then prints its error as JSON too.
+        serde_json::Deserializer::from_slice(&out.stdout)
+            .into_iter::<Value>()
+            .next()
+            .unwrap_or_else(|| panic!("no JSON: {}", support::text(&out.stdout)))
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let verdict = |rows: &[Value], name: &str| -> String {
+        rows.iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {rows:?}"))["verdict"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let out = t.deck.run(&["--json", "doctor"]);
+    let ok = rows(&out);
+    for name in [
+        "node a engine",
+        "node b engine",
+        "node a interface",
+        "node b reachable from a",
+    ] {
+        assert_eq!(verdict(&ok, name), "ok", "{name}: {ok:?}");
+    }
+    t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
+    let out = t.deck.run(&["--json", "doctor"]);
+    assert_ne!(out.status.code(), Some(0));
+    let bad = rows(&out);
+    assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
+}
+
+#[test]
+fn each_node_has_its_own_memory_plan() {
+    let t = Two::new("nodes-mem");
+    t.deck.ok(&["start", "tp2"]);
+    // A second group on the same two nodes: the head's 128 GB hold both, node b's 100 do not.
+    let body = std::fs::read_to_string(t.deck.dir.join("recipes/tp2.yaml"))
+        .unwrap()
+        .replace("name: tp2", "name: big")
+        .replace("memory_gb: 12", "memory_gb: 95")
+        .replace(
+            &format!("port: {}", t.port),
+            &format!("port: {}", free_port()),
+        )
+        .replace(
+            &format!("ray_port: {}", t.ray_port),
+            &format!("ray_port: {}", free_port()),
+        );
+    std::fs::write(t.deck.dir.join("recipes/big.yaml"), body).unwrap();
+    t.deck.ok(&["images", "pin", "big"]);
+    let out = t.deck.run(&["start", "big"]);
+    let err = support::text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("big: node b cannot hold its share (95 GB, server.memory_gb) in its 100 GB")
+            && err.contains("beside sparkctl-tp2-")
+            && err.contains("nothing was started"),
+        "{err}"
+    );
+    let a = members(false, &t.state());
+    assert!(
+        a.values()
+            .all(|v| v["Config"]["Labels"]["io.sparkctl.group"] == "tp2"),
+        "nothing of big started"
+    );
+    t.deck.ok(&["down", "tp2"]);
+}
+
+#[test]
+fn old_runs_ray_containers_are_pruned_on_every_node() {
+    let t = Two::new("nodes-prune");
+    let workers_on_b = || {
+        let state = t.state();
+        block_on(async move {
+            let filters = HashMap::from([(
+                "label",
+                vec![
+                    format!("io.sparkctl.state={state}"),
+                    "io.sparkctl.role=ray-worker".into(),
+                ],
+            )]);
+            let opts = ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build();
+            engine()
+                .await
+                .list_containers(Some(opts))
+                .await
+                .unwrap()
+                .len()
+        })
+    };
+    for _ in 0..3 {
+        let out = t
+            .deck
+            .cmd(&["start", "tp2"])
+            .env("SPARKCTL_KEEP_EXITED", "1")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+        t.deck.ok(&["down", "tp2"]);
+    }
+    // Run 1 went when run 3 started; run 2 (the newest ended then) and run 3 stay.
+    assert_eq!(workers_on_b(), 2);
+}
