@@ -20,6 +20,18 @@ use two_nodes::*;
 #[test]
 fn a_group_starts_across_two_engines_and_serves_only_after_the_worker_joined() {
     let t = Two::new("nodes-start");
+    let dry = t.deck.ok(&["start", "tp2", "--dry-run"]);
+    for part in [
+        "a ray-head",
+        "b ray-worker",
+        "a api",
+        "--ray-join",
+        "image on nodes",
+        "nothing was started",
+    ] {
+        assert!(dry.contains(part), "{part} in the plan: {dry}");
+    }
+    assert!(members(false, &t.state()).is_empty() && members(true, &t.state()).is_empty());
     let out = t.deck.ok(&["start", "tp2"]);
     assert!(out.contains("tp2"), "{out}");
     let (a, b) = (members(false, &t.state()), members(true, &t.state()));

@@ -39,7 +39,32 @@ fn render_plan(out: &Output, plan: &StartPlan) {
         "ready within",
         &crate::units::format_duration(plan.health_timeout),
     ]);
-    t.add_row(vec!["command", &resolve_shell_line(&plan.command)]);
+    match &plan.group {
+        // A group: each node's containers in start order, and the image on each node.
+        Some(g) => {
+            for m in &g.plan.members {
+                let argv = [m.entrypoint.clone(), m.cmd.clone()].concat();
+                let key = format!("{} {}", m.node, m.role.as_str());
+                t.add_row(vec![key.as_str(), &resolve_shell_line(&argv)]);
+            }
+            let images: Vec<String> = g
+                .images
+                .iter()
+                .map(|(node, there)| {
+                    let how = if *there {
+                        "present"
+                    } else {
+                        "copied from the head at start"
+                    };
+                    format!("{node}: {how}")
+                })
+                .collect();
+            t.add_row(vec!["image on nodes", &images.join(", ")]);
+        }
+        None => {
+            t.add_row(vec!["command", &resolve_shell_line(&plan.command)]);
+        }
+    }
     out.print_table(&t);
 }
 
