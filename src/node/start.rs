@@ -106,7 +106,11 @@ async fn start_parts(
     let ray_dir = group::ray_session_dir(state, &spec.run_id);
     std::fs::create_dir_all(&ray_dir)
         .map_err(|e| Error::io(format!("cannot create {}", ray_dir.display()), e))?;
-    let ray_dir = ray_dir.display().to_string();
+    // Binds need an absolute path, whatever the state dir was given as.
+    let ray_dir = std::fs::canonicalize(&ray_dir)
+        .map_err(|e| Error::io(format!("cannot read {}", ray_dir.display()), e))?
+        .display()
+        .to_string();
     let state_id = state.id();
     let mut ids = Vec::new();
     let mut api = None;
