@@ -52,6 +52,21 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
     assert_ne!(out.status.code(), Some(0));
     let bad = rows(&out);
     assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
+
+    // Node b's engine answers, but nothing holds its high-speed address on the link.
+    t.recipe("tp2", SIM_ARGS, second_engine::TCP);
+    let path = t.deck.dir.join("recipes/tp2.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace(&format!("address: {NODE_ADDR}"), "address: 10.77.0.9");
+    std::fs::write(&path, text).unwrap();
+    let out = t.deck.run(&["--json", "doctor"]);
+    let silent = rows(&out);
+    assert_eq!(verdict(&silent, "node b engine"), "ok", "{silent:?}");
+    assert_eq!(
+        verdict(&silent, "node b reachable from a"),
+        "fail",
+        "{silent:?}"
+    );
 }
 
 #[test]

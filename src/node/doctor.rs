@@ -1,7 +1,7 @@
 //! `doctor` for multi-node recipes: per node, its engine, the NVIDIA runtime, a GPU, the
 //! high-speed interface, and the head reaching every other node on it.
 
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use super::{Node, Nodes};
@@ -33,7 +33,7 @@ pub async fn run(recipes: &RecipeSet) -> Vec<Check> {
             seen.push(key);
             checks.extend(node_checks(node, i == 0, gpus).await);
         }
-        checks.extend(reach_checks(nodes));
+        checks.extend(reach_checks(nodes).await);
     }
     checks
 }
@@ -149,38 +149,61 @@ fn interface_check(node: &Node) -> Check {
     }
 }
 
-/// From the head, every other node's high-speed address answers (a refused connection is
-/// an answer: the host is there; silence is not).
-fn reach_checks(nodes: &Nodes) -> Vec<Check> {
+/// From the head's own high-speed address, every other node's answers (a refused
+/// connection is an answer: the host is there; silence is not). The connection leaves from
+/// the head's address, so it tests that link and not whatever the default route reaches.
+async fn reach_checks(nodes: &Nodes) -> Vec<Check> {
     let Some(head) = nodes.members.first() else {
         return Vec::new();
     };
-    nodes.members[1..]
-        .iter()
-        .map(|n| {
-            let name = format!("node {} reachable from {}", n.name, head.name);
-            let Ok(addr) = n.address.parse::<IpAddr>() else {
-                return check(
+    let mut out = Vec::new();
+    for n in &nodes.members[1..] {
+        let name = format!("node {} reachable from {}", n.name, head.name);
+        let (Ok(from), Ok(to)) = (head.address.parse::<IpAddr>(), n.address.parse::<IpAddr>())
+        else {
+            out.push(check(
+                name,
+                Verdict::Fail,
+                "the nodes' addresses are not IP addresses",
+            ));
+            continue;
+        };
+        out.push(
+            match reach(from, SocketAddr::new(to, nodes.ray_port)).await {
+                Ok(()) => check(
                     name,
-                    Verdict::Fail,
-                    format!("`{}` is not an address", n.address),
-                );
-            };
-            let target = SocketAddr::new(addr, nodes.ray_port);
-            match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
-                Ok(_) => check(name, Verdict::Ok, format!("{addr} answers")),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    check(name, Verdict::Ok, format!("{addr} answers"))
-                }
-                Err(e) => check(
-                    name,
-                    Verdict::Fail,
-                    format!(
-                        "{addr} does not answer on the high-speed link ({e}); check the cable, \
-                         both interfaces and their addresses"
-                    ),
+                    Verdict::Ok,
+                    format!("{to} answers {from} on the link"),
                 ),
-            }
-        })
-        .collect()
+                Err(e) => check(name, Verdict::Fail, e),
+            },
+        );
+    }
+    out
+}
+
+async fn reach(from: IpAddr, to: SocketAddr) -> std::result::Result<(), String> {
+    let socket = match from {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(|e| format!("no socket: {e}"))?;
+    socket.bind(SocketAddr::new(from, 0)).map_err(|e| {
+        format!(
+            "this machine does not hold the head's address {from} ({e}); the link cannot be tested"
+        )
+    })?;
+    match tokio::time::timeout(Duration::from_secs(2), socket.connect(to)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Ok(Err(e)) => Err(format!(
+            "{} does not answer {from} ({e}); check the cable, both interfaces and their addresses",
+            to.ip()
+        )),
+        Err(_) => Err(format!(
+            "{} does not answer {from} within 2 s; check the cable, both interfaces and their \
+             addresses",
+            to.ip()
+        )),
+    }
 }
