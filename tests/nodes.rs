@@ -296,8 +296,11 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     t.deck.ok(&["rollback", "--to", "prod"]);
     assert_eq!(serving().as_deref(), Some("prod"));
 
-    let out = t.deck.ok(&["up", "tp2", "--yes"]);
+    let up = t.deck.run(&["up", "tp2", "--yes"]);
+    let out = support::text(&up.stdout) + &support::text(&up.stderr);
+    assert_eq!(up.status.code(), Some(0), "{out}");
     assert!(out.contains("tp2 promoted"), "{out}");
+    assert!(out.contains("plan: tp2 (docker, 2 nodes: a, b)"), "{out}");
     assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
     assert_eq!(serving().as_deref(), Some("tp2"));
     let worker = members(true, &t.state())["ray-worker"].clone();

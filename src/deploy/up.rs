@@ -138,9 +138,22 @@ impl Flow<'_, '_> {
             )));
         }
         self.say(&format!(
-            "plan: {} ({}), {}; {}",
+            "plan: {} ({}{}), {}; {}",
             self.name(),
             plan.runtime.as_str(),
+            match &plan.group {
+                Some(g) => format!(
+                    ", {} nodes: {}",
+                    g.plan.nodes,
+                    g.nodes
+                        .members
+                        .iter()
+                        .map(|n| n.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => String::new(),
+            },
             plan.memory.describe(),
             match (&prod, swap, serving) {
                 (Some(p), true, _) => format!(
