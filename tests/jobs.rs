@@ -561,3 +561,63 @@ fn a_plain_user_s_root_job_leaves_outputs_owned_by_that_user() {
         assert_eq!(uid, UID, "{path}");
     }
 }
+
+#[test]
+fn only_containers_labelled_as_this_state_dir_s_job_are_stopped() {
+    let j = Jobs::new("job-labels");
+    j.job(
+        "forever",
+        "trap 'exit 143' TERM; while true; do sleep 0.2; done",
+        "",
+    );
+    j.ok(&["run", "forever", "--detach"]);
+    // A container sparkctl did not make, and a record tampered to point at it.
+    let name = format!("sparkctl-test-intruder-{}", std::process::id());
+    let (image, n) = (support::busybox_image().to_string(), name.clone());
+    let intruder = support::block_on(async move {
+        let docker = support::docker().await;
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image),
+            cmd: Some(vec!["sleep".into(), "60".into()]),
+            ..Default::default()
+        };
+        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+            .name(&n)
+            .build();
+        let id = docker.create_container(Some(opts), body).await.unwrap().id;
+        docker.start_container(&id, None).await.unwrap();
+        id
+    });
+    let rec = j.latest("forever");
+    let file = j.deck.dir.join(format!(
+        "state/jobs/{}.json",
+        rec["run_id"].as_str().unwrap()
+    ));
+    let original = std::fs::read_to_string(&file).unwrap();
+    let own = rec["container"].as_str().unwrap();
+    std::fs::write(&file, original.replace(own, &intruder)).unwrap();
+    let refused = j.run(&["stop", "forever"]);
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("only its own containers"), "{stderr}");
+    let (id, n) = (intruder.clone(), name.clone());
+    let running = support::block_on(async move {
+        let docker = support::docker().await;
+        let state = docker
+            .inspect_container(&id, None)
+            .await
+            .unwrap()
+            .state
+            .unwrap();
+        let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .build();
+        docker.remove_container(&n, Some(opts)).await.unwrap();
+        state.running == Some(true)
+    });
+    assert!(running, "the intruder was not touched");
+    std::fs::write(&file, original).unwrap();
+    assert!(j
+        .ok(&["stop", "forever", "--grace", "2s"])
+        .contains("job forever stopped"));
+}

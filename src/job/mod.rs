@@ -109,6 +109,13 @@ pub async fn stop(
             rec.run_id, rec.state
         )));
     }
+    if !container::is_ours(docker, &rec.container, &state.id(), job).await {
+        return Err(Error::Failed(format!(
+            "container {} of job {job}'s record does not carry this state dir's job labels; \
+             sparkctl stops only its own containers",
+            rec.container_name
+        )));
+    }
     // Recorded first, so the SIGKILL that may follow is not blamed on memory.
     rec.stop_requested = true;
     rec.save(state)?;
