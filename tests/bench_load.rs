@@ -465,3 +465,84 @@ fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_resu
         "a throwing script went unnoticed:\n{log}"
     );
 }
+
+#[test]
+fn a_server_that_fails_under_load_fails_the_run() {
+    // The suite's 6 requests pass; the 8th request (the load's 2nd) gets a 500.
+    let deck = Deck::new("load-fail");
+    let sim = Sim::start(&[
+        "--ttft",
+        "20ms",
+        "--token-rate",
+        "200",
+        "--tokens",
+        "6",
+        "--fail-every",
+        "8",
+    ]);
+    let (code, r, all, _) = bench(
+        &deck,
+        &sim.url,
+        "fail",
+        &["--concurrency", "2", "--requests", "6"],
+    );
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["verdict"], "error");
+    let reason = r["verdict_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("load requests") && reason.contains("concurrency 2"),
+        "{reason}"
+    );
+    assert_eq!(
+        r["load"][0]["records"][1]["failure"], "http",
+        "{}",
+        r["load"][0]
+    );
+}
+
+#[test]
+fn a_recipe_s_load_and_slo_run_in_bench_and_a_bad_one_is_refused_by_key() {
+    let deck = Deck::new("load-recipe");
+    let port = support::free_port();
+    deck.recipe(
+        "simload",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--ttft, 20ms, --token-rate, \"200\", --tokens, \"6\", --slots, \"2\"]\n  memory_gb: 1\nbench:\n  slo: {{ttft: 150ms}}\n  load:\n    rate: 4\n    arrival: constant\n    requests: 8\n    sweep: \"concurrency:1,2,4\"\n  gates:\n    goodput_rps: \">= 1\"\n"
+        ),
+    );
+    deck.ok(&["start", "simload"]);
+    let suite = suite(&deck);
+    let file = deck.dir.join("r.json");
+    let out = deck.run(&[
+        "bench",
+        "simload",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(r["load"][0]["profile"]["rps"], 4.0);
+    assert_eq!(
+        r["sweep"]["knee"]["level"], 2.0,
+        "{}",
+        r["sweep"]["outcome"]
+    );
+    assert_eq!(r["slo"]["ttft"], "150ms");
+    assert_eq!(r["gates"][0]["outcome"], "pass", "{}", r["gates"]);
+    deck.ok(&["down", "simload"]);
+    // A sweep the recipe cannot mean: refused at load, by key.
+    deck.recipe(
+        "badload",
+        &format!("engine: sim\nruntime: process\nserver:\n  port: {port}\nbench:\n  load:\n    sweep: \"streams:1,2\"\n"),
+    );
+    let out = deck.run(&["recipes", "validate", "badload"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bench.load.sweep") && err.contains("`streams` is not a sweep kind"),
+        "{err}"
+    );
+}

@@ -95,6 +95,9 @@ fn the_benchmark_holds_against_a_real_llama_server() {
             "round {round}: failed requests {failed:?}"
         );
         assert_eq!(r["target"]["server"], "llama-server");
+        // Started without --metrics: the result says there are none, and why.
+        let why = r["server_side"]["unavailable"].as_str().unwrap_or_default();
+        assert!(why.contains("--metrics"), "{}", r["server_side"]);
         assert!(r["target"]["server_version"].is_string(), "{}", r["target"]);
 
         // The client's decode speed and the server's own agree, per sample.
@@ -204,4 +207,125 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
         outcomes,
         ["rolled-back", "rolled-back", "promoted", "rolled-back"]
     );
+    // The promoted run links its report: the candidate beside production's result.
+    let promoted = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["outcome"] == "promoted")
+        .unwrap();
+    let shown: Value = serde_json::from_str(&run(&[
+        "--json",
+        "history",
+        "show",
+        promoted["run_id"].as_str().unwrap(),
+    ]))
+    .unwrap();
+    let report = std::fs::read_to_string(shown["report"].as_str().unwrap()).unwrap();
+    assert!(
+        report.contains("Provenance")
+            && report.contains("data-rendered")
+            && report.contains("tiny")
+    );
+}
+
+/// The load, sweep, goodput, depth and server-metrics phases against the real server:
+/// one slot (`-np 1`), `--metrics` on.
+#[test]
+fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
+    let _one = one_at_a_time();
+    let (binary, model) = llama();
+    let (deck, _) = deck("llama-load");
+    let port = free_port();
+    deck.recipe(
+        "tinym",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: tiny\nserver:\n  port: {port}\n  args: [-t, \"1\", -c, \"4096\", -np, \"1\", --metrics]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  slo: {{ttft: 2s}}\n",
+            binary.display(),
+            model.display()
+        ),
+    );
+    let suite = deck.dir.join("one.yaml");
+    std::fs::write(
+        &suite,
+        "name: one\nwarmup: 1\nruns: 5\ncases:\n  - name: q\n    turns: [\"Tell me about the server.\"]\n    max_tokens: 16\n    checks: [non_empty]\n",
+    )
+    .unwrap();
+    deck.ok(&["start", "tinym"]);
+    let bench = |tag: &str, extra: &[&str]| {
+        let file = deck.dir.join(format!("{tag}.json"));
+        let mut args = vec![
+            "bench",
+            "tinym",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--out",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = deck.run(&args);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{tag}: {all}");
+        let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        (r, all)
+    };
+    // Open loop, both arrival processes: the asked rate is kept.
+    for arrival in ["constant", "poisson"] {
+        let (r, all) = bench(
+            arrival,
+            &["--rate", "2", "--arrival", arrival, "--requests", "20"],
+        );
+        let level = &r["load"][0];
+        let achieved = level["achieved_rps"].as_f64().unwrap();
+        assert!(
+            (achieved - 2.0).abs() / 2.0 <= 0.02,
+            "{arrival}: {achieved} req/s for 2: {all}"
+        );
+        assert_eq!(level["failed"], 0, "{all}");
+        // Goodput against the recipe's SLO.
+        assert!(level["goodput_rps"].as_f64().is_some(), "{level}");
+        assert_eq!(r["slo"]["ttft"], "2s");
+        // llama-server's own metrics, under its names.
+        assert!(
+            r["server_side"]["unavailable"].is_null(),
+            "{}",
+            r["server_side"]
+        );
+        assert!(
+            r["server_side"]["after"]["generation_tokens"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+    }
+    // One slot: a second stream buys no throughput, it waits (llama-server's deferred queue).
+    let (r, all) = bench(
+        "sweep",
+        &["--sweep", "concurrency:1,2,4", "--requests", "8"],
+    );
+    let knee = &r["sweep"]["knee"];
+    assert_eq!(knee["level"], 1.0, "{}: {all}", r["sweep"]["outcome"]);
+    // Depth, cold vs warm, proven by the server's cache_n.
+    let (r, all) = bench("depth", &["--depth", "0,512,1536"]);
+    let points = r["depth"].as_array().unwrap();
+    let point = |d: u64, c: &str| {
+        points
+            .iter()
+            .find(|p| p["depth"] == d && p["cache"] == c)
+            .unwrap()
+    };
+    for d in [512, 1536] {
+        let (cold, warm) = (point(d, "cold"), point(d, "warm-prefix"));
+        assert_eq!(cold["cached_tokens"]["max"], 0.0, "{cold}");
+        let prompt = warm["prompt_tokens"]["p50"].as_f64().unwrap();
+        assert!(
+            warm["cached_tokens"]["min"].as_f64().unwrap() >= 0.8 * prompt,
+            "{warm}: {all}"
+        );
+        assert!(
+            cold["ttft_ms"]["p50"].as_f64().unwrap() > warm["ttft_ms"]["p50"].as_f64().unwrap(),
+            "{cold} vs {warm}"
+        );
+    }
+    deck.ok(&["down", "tinym"]);
 }

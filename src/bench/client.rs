@@ -47,6 +47,23 @@ fn ms(d: Duration) -> f64 {
 /// problems become `failure` + `error` with whatever was measured before them.
 pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
     let mut s = Sample::default();
+    let Some((resp, sent)) = send(clients, url, body, &mut s).await else {
+        return s;
+    };
+    let Some(resp) = event_stream(resp, &mut s, sent).await else {
+        return s;
+    };
+    read(resp, &mut s, sent).await;
+    s
+}
+
+/// Sends the request; the response and when it was sent, or None with the sample failed.
+async fn send(
+    clients: &Clients,
+    url: &str,
+    body: &Value,
+    s: &mut Sample,
+) -> Option<(reqwest::Response, Instant)> {
     let endpoint = format!("{url}/v1/chat/completions");
     let mut sent = Instant::now();
     s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
@@ -62,8 +79,8 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
             answer = clients.fresh.post(&endpoint).json(body).send().await;
         }
     }
-    let resp = match answer {
-        Ok(r) => r,
+    match answer {
+        Ok(r) => Some((r, sent)),
         Err(e) => {
             let kind = if e.is_timeout() {
                 Failure::Timeout
@@ -72,9 +89,17 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
             };
             s.fail(kind, format!("request failed: {}", crate::error::chain(&e)));
             s.e2e_ms = ms(sent.elapsed());
-            return s;
+            None
         }
-    };
+    }
+}
+
+/// The response when it is a successful event stream; else None with the sample failed.
+async fn event_stream(
+    resp: reqwest::Response,
+    s: &mut Sample,
+    sent: Instant,
+) -> Option<reqwest::Response> {
     let status = resp.status();
     s.status = Some(status.as_u16());
     let is_sse = resp
@@ -82,24 +107,28 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !status.is_success() || !is_sse {
-        let text = resp.text().await.unwrap_or_default();
-        let what = if status.is_success() {
-            "not an event stream"
-        } else {
-            "an error"
-        };
-        s.fail(
-            Failure::Http,
-            format!(
-                "HTTP {status}, {what}: {}",
-                text.chars().take(300).collect::<String>()
-            ),
-        );
-        s.e2e_ms = ms(sent.elapsed());
-        return s;
+    if status.is_success() && is_sse {
+        return Some(resp);
     }
+    let text = resp.text().await.unwrap_or_default();
+    let what = if status.is_success() {
+        "not an event stream"
+    } else {
+        "an error"
+    };
+    s.fail(
+        Failure::Http,
+        format!(
+            "HTTP {status}, {what}: {}",
+            text.chars().take(300).collect::<String>()
+        ),
+    );
+    s.e2e_ms = ms(sent.elapsed());
+    None
+}
 
+/// Reads the stream to its end (or its break), timing every event from `sent`.
+async fn read(resp: reqwest::Response, s: &mut Sample, sent: Instant) {
     let mut reader = Reader::default();
     let mut parser = sse::Parser::default();
     let mut bytes = resp.bytes_stream();
@@ -139,7 +168,7 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
                 s.fail(Failure::Stream, format!("error event: {err}"));
                 break 'read;
             }
-            reader.event(&mut s, &v, ms(at));
+            reader.event(s, &v, ms(at));
         }
     }
     s.e2e_ms = ms(sent.elapsed());
@@ -153,7 +182,6 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
             },
         );
     }
-    reader.finish(&mut s);
+    reader.finish(s);
     s.ok = s.error.is_none();
-    s
 }

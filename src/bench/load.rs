@@ -14,7 +14,7 @@ use super::scrape::{self, During};
 use super::slo::Slo;
 use super::stats::{stats, Stats};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Arrival {
     /// Evenly spaced: 1/rate apart.
@@ -33,6 +33,60 @@ impl std::str::FromStr for Arrival {
                 "`{s}` is not an arrival process; use constant or poisson"
             )),
         }
+    }
+}
+
+/// A recipe's load phases (`bench.load`), run by `up` and `bench` beside the suite; the
+/// command line's flags win over each field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Closed-loop levels: this many simultaneous streams each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concurrency: Vec<usize>,
+    /// An open-loop level: requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<Arrival>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Requests per level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<usize>,
+    /// `concurrency:1,2,4,8` or `rate:1,2,4,8`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<String>,
+    /// Prior-context depths in tokens, each cold and warm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depth: Vec<usize>,
+    /// Runs of the whole suite, for confidence intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<usize>,
+}
+
+impl LoadSpec {
+    /// What is wrong with it, as (key under `bench.load`, message).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(s) = &self.sweep {
+            if let Err(e) = s.parse::<Sweep>() {
+                out.push(("sweep", e));
+            }
+        }
+        if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            out.push((
+                "rate",
+                "give a positive number of requests per second".into(),
+            ));
+        }
+        if self.repeat == Some(0) || self.requests == Some(0) {
+            out.push(("repeat", "repeat and requests are 1 or more".into()));
+        }
+        if self.concurrency.contains(&0) {
+            out.push(("concurrency", "a level is 1 or more streams".into()));
+        }
+        out
     }
 }
 
@@ -135,6 +189,8 @@ pub struct Record {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<super::sample::Failure>,
     /// From the scheduled send (send lag included).
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
@@ -196,6 +252,7 @@ fn record(index: usize, scheduled: f64, lag: f64, s: &client::Sample) -> Record 
         send_lag_ms: lag,
         ok: s.ok,
         error: s.error.clone(),
+        failure: s.failure,
         ttft_ms: s.ttft_ms.map(|t| t + lag),
         tpot_ms: s.tpot_ms,
         e2el_ms: s.e2e_ms + lag,
@@ -365,6 +422,16 @@ fn summarize(
         goodput_pct: slo.map(|_| 100.0 * met as f64 / records.len().max(1) as f64),
         server,
         records,
+    }
+}
+
+impl LoadRun {
+    /// Requests the server is to blame for (not transport faults).
+    pub fn server_failures(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.failure.is_some_and(super::sample::Failure::blames_server))
+            .count()
     }
 }
 

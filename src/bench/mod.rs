@@ -48,7 +48,8 @@ pub struct Options {
     /// An open-loop level: requests per second.
     pub rate: Option<f64>,
     pub arrival: Option<Arrival>,
-    pub seed: u64,
+    /// Seed of Poisson arrivals [default: 1].
+    pub seed: Option<u64>,
     /// Requests per load level [default: 40].
     pub requests: Option<usize>,
     pub sweep: Option<Sweep>,
@@ -58,6 +59,29 @@ pub struct Options {
     /// Runs of the whole suite, for confidence intervals (1: none).
     pub repeat: usize,
     pub gates: BTreeMap<String, String>,
+}
+
+impl Options {
+    /// Fills what the command line left unset from a recipe's `bench.load`.
+    pub fn with_recipe_load(mut self, spec: Option<&load::LoadSpec>) -> Options {
+        let Some(l) = spec else { return self };
+        if self.concurrency.is_empty() {
+            self.concurrency = l.concurrency.clone();
+        }
+        if self.depths.is_empty() {
+            self.depths = l.depth.clone();
+        }
+        self.rate = self.rate.or(l.rate);
+        self.arrival = self.arrival.or(l.arrival);
+        self.requests = self.requests.or(l.requests);
+        // Checked when the recipe was loaded.
+        self.sweep = self.sweep.or_else(|| l.sweep.as_deref()?.parse().ok());
+        if self.repeat <= 1 {
+            self.repeat = l.repeat.unwrap_or(1);
+        }
+        self.seed = self.seed.or(l.seed);
+        self
+    }
 }
 
 pub fn http_client() -> Result<Clients> {
@@ -180,78 +204,15 @@ pub async fn run(
     production: std::result::Result<&BenchResult, &str>,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> Result<BenchResult> {
-    let clients = http_client()?;
-    let url = target.url.clone();
-    let known = target.engine.map(server_kind);
-    let info = server::probe(&clients.pooled, &url, known).await?;
-    target.model = info.model.clone();
-    target.server = info.kind;
-    target.server_version = info.version.clone();
-    let metrics_url = format!("{url}/metrics");
-    let before = scrape::scrape(&clients.pooled, &metrics_url).await;
-    let memory_before = scrape::meminfo();
-    let b = Bench {
-        clients,
-        url,
-        suite,
-        info,
-        nonce: nonce(),
-        metrics_url: before.is_ok().then_some(metrics_url.clone()),
-        slo: opts.slo,
-    };
+    let (b, before) = connect(suite, &mut target, opts).await?;
     let warmup = opts.warmup.unwrap_or(suite.warmup);
     let runs = opts.runs.unwrap_or(suite.runs);
     let repeat = opts.repeat.max(1);
     let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
     mark_impossible(&target, &mut samples);
-    let levels = load_levels(opts);
-    let requests = opts.requests.unwrap_or(40);
-    let mut load = Vec::new();
-    for (i, p) in levels.into_iter().enumerate() {
-        progress(1, 1, &format!("load: {p}"));
-        load.push(load::run(&b.level(), p, b.load_bodies(i, requests)).await);
-    }
-    let sweep = match &opts.sweep {
-        Some(s) => Some(run_sweep(&b, s, opts, requests, &mut progress).await),
-        None => None,
-    };
-    let depth = match (opts.depths.is_empty(), first_single(suite)) {
-        (false, Some(case)) => {
-            progress(1, 1, "context depth");
-            let setup = depth::Setup {
-                clients: &b.clients,
-                url: &b.url,
-                suite,
-                model: &b.info.model,
-                kind: b.info.kind,
-                nonce: &b.nonce,
-                runs: runs.min(5),
-            };
-            depth::run(&setup, case, &opts.depths).await
-        }
-        _ => Vec::new(),
-    };
-    let after = scrape::scrape(&b.clients.pooled, &metrics_url).await;
-    let server_side = scrape::ServerSide {
-        url: metrics_url,
-        unavailable: before.as_ref().err().cloned(),
-        before: before.ok(),
-        after: after.ok(),
-        host_memory: memory_before
-            .zip(scrape::meminfo())
-            .map(|((total, a), (_, z))| scrape::HostMemory {
-                total,
-                available_before: a,
-                available_after: z,
-            }),
-    };
-    let phases = Phases {
-        load,
-        sweep,
-        depth,
-        server_side,
-        repeat,
-    };
+    let mut phases = run_phases(&b, opts, runs, &mut progress).await;
+    phases.server_side = server_side(&b, before).await;
+    phases.repeat = repeat;
     Ok(assemble(
         suite,
         target,
@@ -261,6 +222,101 @@ pub async fn run(
         phases,
         (warmup, runs),
     ))
+}
+
+/// What the server said before the run: its metrics (or why none) and the host's memory.
+type Before = (
+    std::result::Result<BTreeMap<scrape::Figure, f64>, String>,
+    Option<(u64, u64)>,
+);
+
+/// Asks the server what it is (filling in `target`) and reads its metrics once.
+async fn connect<'a>(
+    suite: &'a Suite,
+    target: &mut Target,
+    opts: &Options,
+) -> Result<(Bench<'a>, Before)> {
+    let clients = http_client()?;
+    let url = target.url.clone();
+    let known = target.engine.map(server_kind);
+    let info = server::probe(&clients.pooled, &url, known).await?;
+    target.model = info.model.clone();
+    target.server = info.kind;
+    target.server_version = info.version.clone();
+    let metrics_url = format!("{url}/metrics");
+    let before = scrape::scrape(&clients.pooled, &metrics_url).await;
+    let b = Bench {
+        clients,
+        url,
+        suite,
+        info,
+        nonce: nonce(),
+        metrics_url: before.is_ok().then_some(metrics_url),
+        slo: opts.slo,
+    };
+    Ok((b, (before, scrape::meminfo())))
+}
+
+/// The server's metrics and the host's memory, before and after.
+async fn server_side(b: &Bench<'_>, (before, memory_before): Before) -> scrape::ServerSide {
+    let url = format!("{}/metrics", b.url);
+    let after = scrape::scrape(&b.clients.pooled, &url).await;
+    let host_memory = memory_before
+        .zip(scrape::meminfo())
+        .map(|((total, a), (_, z))| scrape::HostMemory {
+            total,
+            available_before: a,
+            available_after: z,
+        });
+    scrape::ServerSide {
+        url,
+        unavailable: before.as_ref().err().cloned(),
+        before: before.ok(),
+        after: after.ok(),
+        host_memory,
+    }
+}
+
+/// The load levels, the sweep and the depths asked for.
+async fn run_phases(
+    b: &Bench<'_>,
+    opts: &Options,
+    runs: usize,
+    progress: &mut impl FnMut(usize, usize, &str),
+) -> Phases {
+    let requests = opts.requests.unwrap_or(40);
+    let mut load = Vec::new();
+    for (i, p) in load_levels(opts).into_iter().enumerate() {
+        progress(1, 1, &format!("load: {p}"));
+        load.push(load::run(&b.level(), p, b.load_bodies(i, requests)).await);
+    }
+    let sweep = match &opts.sweep {
+        Some(s) => Some(run_sweep(b, s, opts, requests, progress).await),
+        None => None,
+    };
+    let depth = match (opts.depths.is_empty(), first_single(b.suite)) {
+        (false, Some(case)) => {
+            progress(1, 1, "context depth");
+            let setup = depth::Setup {
+                clients: &b.clients,
+                url: &b.url,
+                suite: b.suite,
+                model: &b.info.model,
+                kind: b.info.kind,
+                nonce: &b.nonce,
+                runs: runs.min(5),
+            };
+            depth::run(&setup, case, &opts.depths).await
+        }
+        _ => Vec::new(),
+    };
+    Phases {
+        load,
+        sweep,
+        depth,
+        server_side: scrape::ServerSide::default(),
+        repeat: 1,
+    }
 }
 
 fn first_single(suite: &Suite) -> Option<&suite::Case> {
@@ -325,7 +381,7 @@ fn load_levels(opts: &Options) -> Vec<Profile> {
         out.push(Profile::Rate {
             rps,
             arrival: opts.arrival.unwrap_or(Arrival::Poisson),
-            seed: opts.seed,
+            seed: opts.seed.unwrap_or(1),
         });
     }
     out
@@ -343,7 +399,11 @@ async fn run_sweep(
     let mut levels: Vec<LoadRun> = Vec::new();
     let mut knee = None;
     let arrival = opts.arrival.unwrap_or(Arrival::Poisson);
-    for (i, p) in sweep.profiles(arrival, opts.seed).into_iter().enumerate() {
+    for (i, p) in sweep
+        .profiles(arrival, opts.seed.unwrap_or(1))
+        .into_iter()
+        .enumerate()
+    {
         progress(1, 1, &format!("sweep: {p}"));
         let r = load::run(&b.level(), p, b.load_bodies(100 + i, requests)).await;
         let why = levels.last().and_then(|prev| load::saturated(prev, &r));
@@ -472,6 +532,57 @@ fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>
     out
 }
 
+/// A server that failed requests under load failed, whatever the single streams showed.
+fn under_load(
+    (verdict, reason): (result::Verdict, String),
+    ph: &Phases,
+) -> (result::Verdict, String) {
+    let levels: Vec<&LoadRun> = ph
+        .load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .collect();
+    let failed: usize = levels.iter().map(|l| l.server_failures()).sum();
+    if failed == 0 || verdict == result::Verdict::Error {
+        return (verdict, reason);
+    }
+    let total: usize = levels.iter().map(|l| l.requests).sum();
+    let first = levels
+        .iter()
+        .find(|l| l.server_failures() > 0)
+        .map_or(String::new(), |l| format!(", first at {}", l.profile));
+    (
+        result::Verdict::Error,
+        format!("the server failed {failed} of {total} load requests{first}"),
+    )
+}
+
+/// The suite's caveats, the roofline's, and the phases' (metrics missing, failed load requests).
+fn notes(
+    cases: &[CaseSummary],
+    samples: &[Sample],
+    target: &Target,
+    roofline: Option<&roofline::Roofline>,
+    ph: &Phases,
+) -> Vec<String> {
+    let mut notes = result::notes(cases, samples, target);
+    notes.extend(roofline.and_then(|r| r.note()));
+    if let Some(why) = &ph.server_side.unavailable {
+        notes.push(format!("no server-side metrics in this result: {why}"));
+    }
+    let levels = ph
+        .load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()));
+    let failed: usize = levels.map(|l| l.failed).sum();
+    if failed > 0 {
+        notes.push(format!(
+            "{failed} load requests failed (see problems): the load figures count completed ones only"
+        ));
+    }
+    notes
+}
+
 fn assemble(
     suite: &Suite,
     target: Target,
@@ -500,24 +611,18 @@ fn assemble(
             )
         })
         .collect();
-    let quality = rates(counted().map(|s| (s, case_of(s))));
-    let latency = latency(counted());
-    let p50 = |m: Metric| latency.get(&m).map(|s| s.p50);
     let now = gates::Measures {
-        rates: quality.clone(),
-        stats: latency.clone(),
+        rates: rates(counted().map(|s| (s, case_of(s)))),
+        stats: latency(counted()),
         confidence: confidence(&samples, ph.repeat),
         goodput: best_goodput(&ph.load, ph.sweep.as_ref()),
     };
+    let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);
     let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
-    let (verdict, verdict_reason) = result::verdict(&samples, &gate_results);
+    let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
-    let mut notes = result::notes(&cases, &samples, &target);
-    notes.extend(roofline.iter().filter_map(|r| r.note()));
-    if let Some(why) = &ph.server_side.unavailable {
-        notes.push(format!("no server-side metrics in this result: {why}"));
-    }
+    let notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
     BenchResult {
         sparkctl_version: env!("CARGO_PKG_VERSION").to_string(),
         host: crate::host::hostname(),
@@ -529,13 +634,13 @@ fn assemble(
         repeat: ph.repeat,
         usage_estimated: samples.iter().any(|s| s.usage_estimated && s.ok),
         cases,
-        quality,
+        quality: now.rates,
         ttft_p50_ms: p50(Metric::Ttft),
         ttfo_p50_ms: p50(Metric::Ttfo),
         decode_tps_p50: p50(Metric::Decode),
         roofline_share: roofline.as_ref().and_then(|r| r.share),
         roofline,
-        latency,
+        latency: now.stats,
         confidence: now.confidence,
         goodput: now.goodput,
         slo: opts.slo,

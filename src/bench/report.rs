@@ -232,121 +232,35 @@ pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
     }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// One chart row: a label and, per result, its TTFT p50 and decode p50.
-struct ChartRow {
-    label: String,
-    ttft: Vec<Option<f64>>,
-    decode: Vec<Option<f64>>,
-}
-
 /// Two bar panels: TTFT p50 per case and turn, decode tok/s p50 per case, for each result.
 pub fn chart_svg(results: &[&BenchResult]) -> String {
-    let colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"];
-    // Rows: every case, and every turn of multi-turn cases.
-    let mut rows: Vec<ChartRow> = Vec::new();
-    if let Some(first) = results.first() {
-        for c in &first.cases {
-            let find = |r: &BenchResult| r.cases.iter().find(|x| x.case == c.case).cloned();
-            if c.ttft_p50_per_turn_ms.len() > 1 {
-                for i in 0..c.ttft_p50_per_turn_ms.len() {
-                    let ttft = results
-                        .iter()
-                        .map(|r| find(r).and_then(|x| x.ttft_p50_per_turn_ms.get(i).copied()))
-                        .collect();
-                    rows.push(ChartRow {
-                        label: format!("{} t{}", c.case, i + 1),
-                        ttft,
-                        decode: vec![None; results.len()],
-                    });
-                }
-            }
-            let ttft = results
+    let names: Vec<String> = results.iter().map(|r| super::html::name_of(r)).collect();
+    let mut ttft: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    let mut decode: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    let find = |r: &BenchResult, case: &str| r.cases.iter().find(|x| x.case == case).cloned();
+    for c in results.first().map_or(&[][..], |r| &r.cases[..]) {
+        // Every turn of a multi-turn case, then the case.
+        for i in (0..c.ttft_p50_per_turn_ms.len()).filter(|_| c.ttft_p50_per_turn_ms.len() > 1) {
+            let v = results
                 .iter()
-                .map(|r| find(r).and_then(|x| x.ttft_ms.map(|s| s.p50)))
+                .map(|r| find(r, &c.case).and_then(|x| x.ttft_p50_per_turn_ms.get(i).copied()))
                 .collect();
-            let decode = results
+            ttft.push((format!("{} t{}", c.case, i + 1), v));
+        }
+        let pick = |f: fn(&super::result::CaseSummary) -> Option<f64>| -> Vec<Option<f64>> {
+            results
                 .iter()
-                .map(|r| find(r).and_then(|x| x.decode_tps.map(|s| s.p50)))
-                .collect();
-            rows.push(ChartRow {
-                label: c.case.clone(),
-                ttft,
-                decode,
-            });
-        }
+                .map(|r| find(r, &c.case).and_then(|x| f(&x)))
+                .collect()
+        };
+        ttft.push((c.case.clone(), pick(|x| p50(&x.ttft_ms))));
+        decode.push((c.case.clone(), pick(|x| p50(&x.decode_tps))));
     }
-    let (label_w, bar_w, row_h, top) =
-        (170.0, 360.0, 10.0 * results.len().max(1) as f64 + 8.0, 60.0);
-    let height = top + rows.len() as f64 * row_h + 40.0;
-    let width = label_w + 2.0 * (bar_w + 40.0) + 20.0;
-    let max_of = |pick: &dyn Fn(&ChartRow) -> &Vec<Option<f64>>| {
-        rows.iter()
-            .flat_map(|r| pick(r).iter().flatten().copied())
-            .fold(0.0_f64, f64::max)
-            .max(1e-9)
-    };
-    let (max_ttft, max_dec) = (max_of(&|r| &r.ttft), max_of(&|r| &r.decode));
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{label_w}\" y=\"20\" font-size=\"14\">TTFT p50 (ms)</text>\n<text x=\"{:.0}\" y=\"20\" font-size=\"14\">decode p50 (tok/s)</text>\n",
-        label_w + bar_w + 40.0
-    );
-    for (i, r) in results.iter().enumerate() {
-        let name = r
-            .target
-            .recipe
-            .clone()
-            .unwrap_or_else(|| r.target.url.clone());
-        svg.push_str(&format!(
-            "<rect x=\"{:.0}\" y=\"32\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.0}\" y=\"41\">{}</text>\n",
-            label_w + i as f64 * 180.0,
-            colors[i % colors.len()],
-            label_w + i as f64 * 180.0 + 14.0,
-            escape(&name)
-        ));
-    }
-    for (
-        row,
-        ChartRow {
-            label,
-            ttft,
-            decode,
-        },
-    ) in rows.iter().enumerate()
-    {
-        let y = top + row as f64 * row_h;
-        svg.push_str(&format!(
-            "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
-            label_w - 6.0,
-            y + row_h / 2.0 + 3.0,
-            escape(label)
-        ));
-        for (panel, (values, max, x0)) in [
-            (ttft, max_ttft, label_w),
-            (decode, max_dec, label_w + bar_w + 40.0),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            for (i, v) in values.iter().enumerate() {
-                let Some(v) = v else { continue };
-                let w = v / max * bar_w;
-                let yb = y + 2.0 + i as f64 * 10.0;
-                svg.push_str(&format!(
-                    "<rect x=\"{x0:.1}\" y=\"{yb:.1}\" width=\"{w:.1}\" height=\"8\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"8\">{}</text>\n",
-                    colors[i % colors.len()],
-                    x0 + w + 3.0,
-                    yb + 7.0,
-                    if panel == 0 { format!("{v:.0}") } else { format!("{v:.1}") }
-                ));
-            }
-        }
-    }
-    svg.push_str("</svg>\n");
-    svg
+    let a = super::html::svg::bars("ttft", "TTFT p50 (ms)", "ms", &names, &ttft);
+    let b = super::html::svg::bars("decode", "decode p50 (tok/s)", "tok/s", &names, &decode);
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1120\" height=\"320\">{}<g transform=\"translate(560 0)\">{}</g></svg>\n",
+        a.unwrap_or_default(),
+        b.unwrap_or_default()
+    )
 }

@@ -356,40 +356,51 @@ pub fn summarize_case(
 pub fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<String> {
     let mut notes = Vec::new();
     for c in cases {
-        let n = c.samples - c.failed;
-        let max_cached = c.cached_tokens.as_ref().map_or(0.0, |s| s.max);
-        if c.cache == CacheMode::Cold && max_cached > 0.0 {
-            notes.push(format!(
-                "{}: declared cold, yet the server reported up to {max_cached:.0} cached prompt \
+        case_notes(c, target, &mut notes);
+    }
+    sample_notes(samples, &mut notes);
+    notes
+}
+
+/// One case's caveats: cache hits where none were meant, bursts, impossible speeds.
+fn case_notes(c: &CaseSummary, target: &Target, notes: &mut Vec<String>) {
+    let n = c.samples - c.failed;
+    let max_cached = c.cached_tokens.as_ref().map_or(0.0, |s| s.max);
+    if c.cache == CacheMode::Cold && max_cached > 0.0 {
+        notes.push(format!(
+            "{}: declared cold, yet the server reported up to {max_cached:.0} cached prompt \
                  tokens: its TTFT is not a cold one",
-                c.case
-            ));
-        } else if c.near_full_cache_hits > 0 {
-            notes.push(format!(
-                "{}: {} of {n} measured TTFTs came from a near-full prompt-cache hit (at most \
+            c.case
+        ));
+    } else if c.near_full_cache_hits > 0 {
+        notes.push(format!(
+            "{}: {} of {n} measured TTFTs came from a near-full prompt-cache hit (at most \
                  {NEAR_FULL_UNCACHED} prompt tokens evaluated): they measure the cache",
-                c.case, c.near_full_cache_hits,
-            ));
-        }
-        if c.bursts > 0 {
-            notes.push(format!(
-                "{}: {} of {n} streams arrived in bursts (90% of the tokens within a few ms: the \
+            c.case, c.near_full_cache_hits,
+        ));
+    }
+    if c.bursts > 0 {
+        notes.push(format!(
+            "{}: {} of {n} streams arrived in bursts (90% of the tokens within a few ms: the \
                  server buffered them); no decode speed, TPOT or ITL is reported from those",
-                c.case, c.bursts
-            ));
-        }
-        if c.impossible > 0 {
-            notes.push(format!(
-                "{}: {} samples measured a decode speed above the {:.0} tok/s the 273 GB/s memory \
+            c.case, c.bursts
+        ));
+    }
+    if c.impossible > 0 {
+        notes.push(format!(
+            "{}: {} samples measured a decode speed above the {:.0} tok/s the 273 GB/s memory \
                  bandwidth allows for {} bytes of weights: impossible, so excluded (the stream \
                  was buffered or the model size is wrong)",
-                c.case,
-                c.impossible,
-                target.roofline_tps().unwrap_or(0.0),
-                target.weights_bytes.unwrap_or(0)
-            ));
-        }
+            c.case,
+            c.impossible,
+            target.roofline_tps().unwrap_or(0.0),
+            target.weights_bytes.unwrap_or(0)
+        ));
     }
+}
+
+/// The samples' caveats: estimated token counts, spread chunk counts, retries.
+fn sample_notes(samples: &[Sample], notes: &mut Vec<String>) {
     let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok && !s.warmup).collect();
     let estimated: Vec<&&Sample> = ok
         .iter()
@@ -435,7 +446,6 @@ pub fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<
             first.retried_after.clone().unwrap_or_default()
         ));
     }
-    notes
 }
 
 /// The verdict, from failed samples and gate outcomes, and why.

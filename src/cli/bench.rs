@@ -42,9 +42,9 @@ pub struct BenchArgs {
     /// Arrivals of open-loop levels: poisson (seeded exponential gaps) or constant.
     #[arg(long, value_name = "KIND", value_parser = parse_arrival)]
     pub arrival: Option<engine::load::Arrival>,
-    /// Seed of the Poisson arrivals (the same seed sends at the same times).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
+    /// Seed of the Poisson arrivals (the same seed sends at the same times) [default: 1].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Requests per load level [default: 40].
     #[arg(long, value_name = "N")]
     pub requests: Option<usize>,
@@ -147,6 +147,50 @@ pub fn write_outputs(path: &Path, result: &BenchResult) -> Result<PathBuf> {
     Ok(html)
 }
 
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests · {msg}")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// The run's options from the flags (checked) and the recipe's SLO.
+fn options(
+    args: &BenchArgs,
+    gates: BTreeMap<String, String>,
+    recipes: &RecipeSet,
+    target: &str,
+) -> Result<engine::Options> {
+    if args.repeat == 0 {
+        return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
+    }
+    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(Error::Usage(
+            "--rate: give a positive number of requests per second".into(),
+        ));
+    }
+    Ok(engine::Options {
+        warmup: args.warmup,
+        runs: args.runs,
+        concurrency: args.concurrency.clone(),
+        rate: args.rate,
+        arrival: args.arrival,
+        seed: args.seed,
+        requests: args.requests,
+        sweep: args.sweep.clone(),
+        slo: args
+            .slo
+            .or_else(|| crate::deploy::recipe_slo(recipes, target)),
+        depths: args.depth.clone(),
+        repeat: args.repeat,
+        gates,
+    }
+    .with_recipe_load(crate::deploy::recipe_load(recipes, target).as_ref()))
+}
+
 pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) -> Result<()> {
     let target_name = args.target.clone().ok_or_else(|| {
         Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
@@ -172,37 +216,9 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     } else {
         Vec::new()
     };
-    if args.repeat == 0 {
-        return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
-    }
-    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        return Err(Error::Usage(
-            "--rate: give a positive number of requests per second".into(),
-        ));
-    }
-    let opts = engine::Options {
-        warmup: args.warmup,
-        runs: args.runs,
-        concurrency: args.concurrency,
-        rate: args.rate,
-        arrival: args.arrival,
-        seed: args.seed,
-        requests: args.requests,
-        sweep: args.sweep,
-        slo: args
-            .slo
-            .or_else(|| crate::deploy::recipe_slo(recipes, &target_name)),
-        depths: args.depth,
-        repeat: args.repeat,
-        gates,
-    };
+    let opts = options(&args, gates, recipes, &target_name)?;
     let name = target.recipe.clone().unwrap_or_else(|| "url".into());
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests · {msg}")
-            .expect("static template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = progress_bar();
     let result = engine::run(
         &suite,
         target,

@@ -428,6 +428,21 @@ pub fn recipe_slo(
     recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
 }
 
+/// The recipe's load phases (`bench.load`), when `target` names a recipe that sets them.
+pub fn recipe_load(
+    recipes: &crate::recipe::RecipeSet,
+    target: &str,
+) -> Option<crate::bench::load::LoadSpec> {
+    recipes
+        .get(target)
+        .ok()?
+        .recipe
+        .bench
+        .as_ref()?
+        .load
+        .clone()
+}
+
 /// State files a read command should mention although it does not need them:
 /// `production.json`, which `up` and `rollback` read, and which `up` tells users to check
 /// with `status`.

@@ -541,6 +541,7 @@ async fn bench_recipe(
         slo: super::recipe_slo(ctx.recipes, name),
         gates,
         ..Default::default()
-    };
+    }
+    .with_recipe_load(super::recipe_load(ctx.recipes, name).as_ref());
     crate::bench::run(&suite, target, &opts, baseline, |_, _, _| {}).await
 }

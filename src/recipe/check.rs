@@ -21,11 +21,6 @@ pub const GATES: &[&str] = &[
     "ttft_p50_ms",
     "ttfo_p50_ms",
     "decode_tps_p50",
-    "ttft_p90_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "itl_p99_ms",
-    "e2el_p90_ms",
     "goodput_rps",
     "goodput_pct",
     "vs_production_ttft",
@@ -327,7 +322,11 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         for (gate, rule) in &bench.gates {
             let key = format!("bench.gates.{gate}");
             if gate.parse::<crate::bench::gates::Gate>().is_err() {
-                let help = suggest(gate, GATES, "gates");
+                let help = format!(
+                    "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
+                     (decode as decode_tps_pNN)",
+                    suggest(gate, GATES, "gates")
+                );
                 bad(&key, format!("unknown gate `{gate}`"), &help);
             } else if !gate_rule_ok(rule) {
                 bad(
@@ -336,6 +335,13 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
                     "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
                 );
             }
+        }
+        for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
+            bad(
+                &format!("bench.load.{key}"),
+                message,
+                "see `sparkctl bench --help` for the same settings as flags",
+            );
         }
     }
     if let Some(model) = &r.model {

@@ -295,6 +295,9 @@ pub struct Bench {
     /// Objectives for goodput: `{ttft: 500ms, tpot: 50ms}` (e2el too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<crate::bench::slo::Slo>,
+    /// Load levels, a sweep, context depths and repeats, run beside the suite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::bench::load::LoadSpec>,
 }
 
 fn default_suite() -> String {

@@ -95,80 +95,94 @@ fn summary(h: &mut String, results: &[&BenchResult], names: &[String]) {
     }
 }
 
+/// One series per result, those with points.
+fn per_result(
+    results: &[&BenchResult],
+    names: &[String],
+    pick: &dyn Fn(&BenchResult) -> Vec<(f64, f64)>,
+) -> Vec<Series> {
+    results
+        .iter()
+        .zip(names)
+        .map(|(r, n)| Series {
+            name: n.clone(),
+            points: pick(r),
+            dashed: false,
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}
+
+/// A figure over a result's measured, complete suite requests.
+fn measured(r: &BenchResult, f: &dyn Fn(&super::sample::Sample) -> Vec<f64>) -> Vec<f64> {
+    r.samples
+        .iter()
+        .filter(|s| s.ok && !s.warmup)
+        .flat_map(f)
+        .collect()
+}
+
+fn line(
+    id: &str,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: Vec<Series>,
+) -> Option<String> {
+    svg::lines(&Chart {
+        id,
+        title,
+        x_label,
+        y_label,
+        series,
+        marks: Vec::new(),
+    })
+}
+
+/// TTFT per turn of the first multi-turn case.
+fn per_turn(r: &BenchResult) -> Vec<(f64, f64)> {
+    r.cases
+        .iter()
+        .find(|c| c.ttft_p50_per_turn_ms.len() > 1)
+        .map(|c| {
+            c.ttft_p50_per_turn_ms
+                .iter()
+                .enumerate()
+                .map(|(i, v)| ((i + 1) as f64, *v))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn charts(results: &[&BenchResult], names: &[String]) -> Vec<String> {
-    let per = |pick: &dyn Fn(&BenchResult) -> Vec<(f64, f64)>| -> Vec<Series> {
-        results
-            .iter()
-            .zip(names)
-            .map(|(r, n)| Series {
-                name: n.clone(),
-                points: pick(r),
-                dashed: false,
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect()
-    };
-    let measured = |r: &BenchResult, f: &dyn Fn(&super::sample::Sample) -> Vec<f64>| -> Vec<f64> {
-        r.samples
-            .iter()
-            .filter(|s| s.ok && !s.warmup)
-            .flat_map(f)
-            .collect()
+    let ttft = |r: &BenchResult| svg::cdf(&measured(r, &|s| s.ttft_ms.into_iter().collect()));
+    let itl = |r: &BenchResult| {
+        svg::cdf(&measured(r, &|s| match super::result::per_token_valid(s) {
+            true => s.itl_ms.clone(),
+            false => Vec::new(),
+        }))
     };
     let mut out = Vec::new();
-    let chart = |id, title, x_label, y_label, series, marks| {
-        svg::lines(&Chart {
-            id,
-            title,
-            x_label,
-            y_label,
-            series,
-            marks,
-        })
-    };
-    out.extend(chart(
+    out.extend(line(
         "ttft-cdf",
         "TTFT distribution (suite, measured runs)",
         "TTFT ms",
         "% of requests at or below",
-        per(&|r| svg::cdf(&measured(r, &|s| s.ttft_ms.into_iter().collect()))),
-        Vec::new(),
+        per_result(results, names, &ttft),
     ));
-    out.extend(chart(
+    out.extend(line(
         "itl-cdf",
         "ITL distribution (decoding streams)",
         "inter-token latency ms",
         "% of tokens at or below",
-        per(&|r| {
-            svg::cdf(&measured(r, &|s| {
-                if super::result::per_token_valid(s) {
-                    s.itl_ms.clone()
-                } else {
-                    Vec::new()
-                }
-            }))
-        }),
-        Vec::new(),
+        per_result(results, names, &itl),
     ));
-    out.extend(chart(
+    out.extend(line(
         "ttft-turn",
         "TTFT p50 per turn (multi-turn cases)",
         "turn",
         "TTFT p50 ms",
-        per(&|r| {
-            r.cases
-                .iter()
-                .find(|c| c.ttft_p50_per_turn_ms.len() > 1)
-                .map(|c| {
-                    c.ttft_p50_per_turn_ms
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| ((i + 1) as f64, *v))
-                        .collect()
-                })
-                .unwrap_or_default()
-        }),
-        Vec::new(),
+        per_result(results, names, &per_turn),
     ));
     out.extend(depth_chart(results, names));
     out.extend(load_charts(results, names));
@@ -274,6 +288,12 @@ fn load_charts(results: &[&BenchResult], names: &[String]) -> Vec<String> {
         series: series(&|l| l.ttft_ms.as_ref().map(|s| s.p50)),
         marks,
     }));
+    out.extend(goodput_bars(results, names));
+    out
+}
+
+/// Goodput per load level, one bar per result.
+fn goodput_bars(results: &[&BenchResult], names: &[String]) -> Option<String> {
     let mut groups: Vec<(String, Vec<Option<f64>>)> = Vec::new();
     for (i, r) in results.iter().enumerate() {
         for l in levels(r) {
@@ -288,14 +308,13 @@ fn load_charts(results: &[&BenchResult], names: &[String]) -> Vec<String> {
             groups[at].1[i] = l.goodput_rps;
         }
     }
-    out.extend(svg::bars(
+    svg::bars(
         "goodput",
         "Goodput: requests/s meeting the SLO",
         "req/s",
         names,
         &groups,
-    ));
-    out
+    )
 }
 
 fn load_table(h: &mut String, r: &BenchResult) {
