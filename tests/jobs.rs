@@ -377,6 +377,11 @@ fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
             free_port()
         ),
     );
+    let status = j.ok(&["status"]);
+    assert!(
+        status.contains("job train running") && status.contains("holds 100 GB"),
+        "{status}"
+    );
     let refused = j.run(&["start", "big"]);
     let stderr = text(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");

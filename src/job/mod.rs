@@ -176,21 +176,27 @@ pub async fn logs(
     Ok(rec)
 }
 
-/// Running jobs and the memory they declared (GB), for the servers' memory plan.
-pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
+/// The runs whose containers run now (their records as they stand).
+pub async fn running(docker: &bollard::Docker, state: &StateDir) -> Vec<JobRecord> {
     let Ok((runs, _)) = record::all(state) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for r in runs.into_iter().filter(|r| !r.state.is_final()) {
-        let Some(gb) = r.recipe.memory_gb else {
-            continue;
-        };
         if matches!(container::ended(docker, &r.container).await, Ok(Ok(None))) {
-            out.push((r.job, gb));
+            out.push(r);
         }
     }
     out
+}
+
+/// Running jobs and the memory they declared (GB), for the servers' memory plan.
+pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
+    running(docker, state)
+        .await
+        .into_iter()
+        .filter_map(|r| Some((r.job, r.recipe.memory_gb?)))
+        .collect()
 }
 
 /// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
