@@ -626,3 +626,43 @@ fn only_containers_labelled_as_this_state_dir_s_job_are_stopped() {
         .ok(&["stop", "forever", "--grace", "2s"])
         .contains("job forever stopped"));
 }
+
+#[test]
+fn prune_removes_old_job_containers_and_keeps_records_logs_and_outputs() {
+    let j = Jobs::new("job-prune");
+    j.job(
+        "quick",
+        "echo \"run at $(date +%s%N)\"; echo ok > /out/done",
+        "",
+    );
+    for _ in 0..3 {
+        j.ok(&["run", "quick"]);
+    }
+    let runs: Value = serde_json::from_str(&j.ok(&["--json", "jobs"])).unwrap();
+    let runs = runs.as_array().unwrap().clone();
+    assert_eq!(runs.len(), 3);
+    let dry = j.ok(&["prune", "--keep", "1"]);
+    assert!(
+        dry.contains("job quick") && dry.contains("would remove 2"),
+        "{dry}"
+    );
+    assert!(runs
+        .iter()
+        .all(|r| container_exists(r["container"].as_str().unwrap())));
+    j.ok(&["prune", "--keep", "1", "--yes"]);
+    // Newest first: the newest container stays, the two older go; every record and log stays.
+    assert!(container_exists(runs[0]["container"].as_str().unwrap()));
+    for r in &runs[1..] {
+        assert!(!container_exists(r["container"].as_str().unwrap()));
+        let log = std::fs::read_to_string(r["log"].as_str().unwrap()).unwrap();
+        assert!(log.contains("run at"), "{log}");
+    }
+    let after: Value = serde_json::from_str(&j.ok(&["--json", "jobs"])).unwrap();
+    assert_eq!(after.as_array().unwrap().len(), 3);
+    assert!(after
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["state"] == "succeeded"));
+    assert!(j.out_dir("quick-out").join("done").exists());
+}

@@ -199,6 +199,35 @@ pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(
         .collect()
 }
 
+/// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
+/// newest `keep` (their output is already copied into the run; records, logs and outputs
+/// stay). Never a running one; only containers still carrying this state dir's job labels.
+pub async fn prune_plan(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    keep: usize,
+) -> Result<Vec<crate::prune::Old>> {
+    let (runs, _) = record::all(state)?;
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut out = Vec::new();
+    for r in runs
+        .into_iter()
+        .filter(|r| r.state.is_final() && r.log.is_some())
+    {
+        let n = seen.entry(r.job.clone()).or_default();
+        *n += 1;
+        if *n > keep && container::is_ours(docker, &r.container, &state.id(), &r.job).await {
+            out.push(crate::prune::Old {
+                recipe: format!("job {}", r.job),
+                id: r.container,
+                run_id: r.run_id,
+                created: r.started_unix,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
 pub fn has_runs(state: &StateDir, name: &str) -> bool {
     record::latest(state, name).ok().flatten().is_some()
