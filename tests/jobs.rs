@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use jobs_support::*;
 use serde_json::Value;
-use support::{free_port, text};
+use support::text;
 
 #[test]
 fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
@@ -320,110 +320,6 @@ fn the_free_disk_check_refuses_before_anything_starts() {
     assert!(none, "no container was created");
     j.ok(&["run", "loose", "--allow-unpinned"]);
     assert_eq!(j.latest("loose")["unpinned"], true);
-}
-
-#[test]
-fn the_memory_plan_stops_servers_and_asks_before_production() {
-    let j = Jobs::new("job-memory");
-    with_production(&j);
-    j.deck.recipe(
-        "big",
-        &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 100ms]\n  memory_gb: 60\n",
-            free_port()
-        ),
-    );
-    j.ok(&["start", "big"]);
-    // 128 GB pool - 8 reserve = 120; prod 7 + big 60 + this 115 > 120: big must stop, then
-    // production too.
-    j.job("train", "echo trained > /out/done", "memory_gb: 115\n");
-    let dry = j.ok(&["run", "train", "--dry-run"]);
-    assert!(
-        dry.contains("stops:   big") && dry.contains("stops:   prod"),
-        "{dry}"
-    );
-    assert!(
-        j.deck.status_of("big").unwrap()["state"] == "running",
-        "dry-run stops nothing"
-    );
-    // No terminal and no --yes: production is not stopped, nor anything else.
-    let refused = j.run(&["run", "train"]);
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("needs production prod stopped"), "{stderr}");
-    assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
-    let out = j.ok(&["run", "train", "--yes"]);
-    assert!(out.contains("job train succeeded"), "{out}");
-    assert_ne!(j.deck.status_of("big").unwrap()["state"], "running");
-    assert_ne!(j.deck.status_of("prod").unwrap()["state"], "running");
-    // Production comes back with rollback once the job is done.
-    j.ok(&["rollback"]);
-    assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
-}
-
-#[test]
-fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
-    let j = Jobs::new("job-holds");
-    j.job(
-        "train",
-        "trap 'exit 143' TERM; echo part > /out/partial; while true; do sleep 0.2; done",
-        "memory_gb: 100\n",
-    );
-    j.ok(&["run", "train", "--detach"]);
-    j.deck.recipe(
-        "big",
-        &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  memory_gb: 60\n",
-            free_port()
-        ),
-    );
-    let refused = j.run(&["start", "big"]);
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("while job(s) train 100 GB run"), "{stderr}");
-    assert!(j.deck.status_of("big").is_none(), "nothing was started");
-    // Nor does a second job fit beside it; and `down` points at `stop`.
-    j.job("export", "echo x > /out/x", "memory_gb: 30\n");
-    let second = j.run(&["run", "export"]);
-    let stderr = text(&second.stderr);
-    assert_eq!(second.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("running jobs hold train 100 GB"),
-        "{stderr}"
-    );
-    assert!(!j.out_dir("export-out").exists());
-    let down = j.run(&["down", "train"]);
-    assert_eq!(down.status.code(), Some(2));
-    assert!(text(&down.stderr).contains("sparkctl stop train"));
-
-    // Removed behind sparkctl's back: the run is lost, its outputs marked, never a result.
-    let rec = j.latest("train");
-    let id = rec["container"].as_str().unwrap().to_string();
-    j.wait_for("the partial output", Duration::from_secs(20), || {
-        j.out_dir("train-out").join("partial").exists()
-    });
-    support::block_on(async move {
-        let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .build();
-        support::docker()
-            .await
-            .remove_container(&id, Some(opts))
-            .await
-            .unwrap()
-    });
-    let rec = j.latest("train");
-    assert_eq!(rec["state"], "lost", "{rec}");
-    assert!(
-        rec["explanation"].as_str().unwrap().contains("gone"),
-        "{rec}"
-    );
-    assert!(j
-        .out_dir("train-out")
-        .join(".sparkctl-incomplete.json")
-        .exists());
-    // And it no longer holds memory.
-    j.ok(&["start", "big"]);
 }
 
 #[test]

@@ -210,6 +210,19 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
             "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)"
         ),
     }
+    // Jobs hold memory too: say which run (`sparkctl jobs` has the rest).
+    if let Ok(docker) = ctx.runtimes.docker() {
+        for j in crate::job::running(docker.client(), &ctx.state).await {
+            println!(
+                "job {} running (run {}{}); `sparkctl jobs`",
+                j.job,
+                j.run_id,
+                j.recipe
+                    .memory_gb
+                    .map_or(String::new(), |gb| format!(", holds {gb} GB"))
+            );
+        }
+    }
     if status.is_empty() {
         println!(
             "sparkctl runs nothing (state dir {})",

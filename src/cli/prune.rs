@@ -24,7 +24,10 @@ pub async fn run(
         None => crate::prune::keep_from_env()?,
     };
     let protected = crate::prune::protected(state, recipes)?;
-    let plan = crate::prune::plan(docker, protected, keep, None).await?;
+    let mut plan = crate::prune::plan(docker, protected, keep, None).await?;
+    // Ended jobs' containers too: each run's output is already copied into its record.
+    plan.remove
+        .extend(crate::job::prune_plan(docker.client(), state, keep).await?);
     let failed = if args.yes {
         crate::prune::apply(docker, &plan.remove).await
     } else {

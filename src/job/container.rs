@@ -201,3 +201,14 @@ pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Whether the container carries this state dir's labels for `job`: nothing else is stopped.
+pub async fn is_ours(docker: &Docker, id: &str, state_id: &str, job: &str) -> bool {
+    let Ok(info) = docker.inspect_container(id, None).await else {
+        return false;
+    };
+    let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+    labels.get(label::MANAGED).map(String::as_str) == Some("true")
+        && labels.get(label::STATE).map(String::as_str) == Some(state_id)
+        && labels.get(JOB_LABEL).map(String::as_str) == Some(job)
+}

@@ -130,6 +130,10 @@ pub async fn finalize(
         Some(_) if rec.stop_requested => JobState::Stopped,
         Some(_) => JobState::Failed,
     };
+    if rec.state == JobState::Succeeded {
+        // A warning that matched on the way to a verified result explains no failure.
+        rec.findings.clear();
+    }
     rec.explanation = Some(explanation(&rec, exit.as_ref()));
     rec.exit = exit;
     settle_outputs(state, &mut rec).await?;

@@ -109,6 +109,13 @@ pub async fn stop(
             rec.run_id, rec.state
         )));
     }
+    if !container::is_ours(docker, &rec.container, &state.id(), job).await {
+        return Err(Error::Failed(format!(
+            "container {} of job {job}'s record does not carry this state dir's job labels; \
+             sparkctl stops only its own containers",
+            rec.container_name
+        )));
+    }
     // Recorded first, so the SIGKILL that may follow is not blamed on memory.
     rec.stop_requested = true;
     rec.save(state)?;
@@ -169,21 +176,56 @@ pub async fn logs(
     Ok(rec)
 }
 
-/// Running jobs and the memory they declared (GB), for the servers' memory plan.
-pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
+/// The runs whose containers run now (their records as they stand).
+pub async fn running(docker: &bollard::Docker, state: &StateDir) -> Vec<JobRecord> {
     let Ok((runs, _)) = record::all(state) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for r in runs.into_iter().filter(|r| !r.state.is_final()) {
-        let Some(gb) = r.recipe.memory_gb else {
-            continue;
-        };
         if matches!(container::ended(docker, &r.container).await, Ok(Ok(None))) {
-            out.push((r.job, gb));
+            out.push(r);
         }
     }
     out
+}
+
+/// Running jobs and the memory they declared (GB), for the servers' memory plan.
+pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
+    running(docker, state)
+        .await
+        .into_iter()
+        .filter_map(|r| Some((r.job, r.recipe.memory_gb?)))
+        .collect()
+}
+
+/// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
+/// newest `keep` (their output is already copied into the run; records, logs and outputs
+/// stay). Never a running one; only containers still carrying this state dir's job labels.
+pub async fn prune_plan(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    keep: usize,
+) -> Result<Vec<crate::prune::Old>> {
+    let (runs, _) = record::all(state)?;
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut out = Vec::new();
+    for r in runs
+        .into_iter()
+        .filter(|r| r.state.is_final() && r.log.is_some())
+    {
+        let n = seen.entry(r.job.clone()).or_default();
+        *n += 1;
+        if *n > keep && container::is_ours(docker, &r.container, &state.id(), &r.job).await {
+            out.push(crate::prune::Old {
+                recipe: format!("job {}", r.job),
+                id: r.container,
+                run_id: r.run_id,
+                created: r.started_unix,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
