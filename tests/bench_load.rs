@@ -546,3 +546,40 @@ fn a_recipe_s_load_and_slo_run_in_bench_and_a_bad_one_is_refused_by_key() {
         "{err}"
     );
 }
+
+#[test]
+fn a_rate_sweep_saturates_past_the_sims_capacity() {
+    // Two slots, 40 ms + 11 × 10 ms = 0.15 s a request: 13.3 req/s at most. Rates below it
+    // are served as asked; 32 req/s is not, and its TTFT (from the schedule) grows.
+    let deck = Deck::new("load-ratesweep");
+    let sim = Sim::start(&[
+        "--ttft",
+        "40ms",
+        "--token-rate",
+        "100",
+        "--tokens",
+        "12",
+        "--slots",
+        "2",
+    ]);
+    let extra = [
+        "--sweep",
+        "rate:2,4,8,32",
+        "--requests",
+        "40",
+        "--arrival",
+        "constant",
+    ];
+    let (code, r, all, _) = bench(&deck, &sim.url, "ratesweep", &extra);
+    assert_eq!(code, Some(0), "{all}");
+    let sweep = &r["sweep"];
+    assert_eq!(sweep["knee"]["level"], 8.0, "{}", sweep["outcome"]);
+    assert_eq!(sweep["knee"]["saturated_at"], 32.0);
+    let levels = sweep["levels"].as_array().unwrap();
+    for l in levels {
+        let asked = f(&l["profile"]["rps"]);
+        assert!((f(&l["achieved_rps"]) - asked).abs() / asked <= 0.02, "{l}");
+    }
+    let last = levels.last().unwrap();
+    assert!(f(&last["request_rps"]) < 14.0, "{}", last["request_rps"]);
+}
