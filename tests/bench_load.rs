@@ -564,7 +564,7 @@ fn a_rate_sweep_saturates_past_the_sims_capacity() {
     ]);
     let extra = [
         "--sweep",
-        "rate:2,4,8,32",
+        "rate:4,8,32",
         "--requests",
         "40",
         "--arrival",
