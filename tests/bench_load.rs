@@ -309,6 +309,8 @@ fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
     assert!(side["unavailable"].is_null(), "{side}");
     assert!(f(&side["after"]["generation_tokens"]) > f(&side["before"]["generation_tokens"]));
     assert!(f(&side["host_memory"]["total"]) > 0.0);
+    assert!(f(&side["host_memory"]["available_min"]) > 0.0, "{side}");
+    assert!(all.contains("host memory available"), "{all}");
 }
 
 #[test]

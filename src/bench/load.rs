@@ -342,16 +342,13 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
     let n = bodies.len();
     let start = Instant::now();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let watcher = l.metrics_url.map(|u| {
-        let every = Duration::from_millis(200);
-        tokio::spawn(scrape::watch(
-            l.clients.pooled.clone(),
-            u.to_string(),
-            every,
-            start,
-            stop_rx,
-        ))
-    });
+    let watcher = tokio::spawn(scrape::watch(
+        l.clients.pooled.clone(),
+        l.metrics_url.map(str::to_string),
+        Duration::from_millis(200),
+        start,
+        stop_rx,
+    ));
     let done = match profile {
         Profile::Concurrency { streams } => closed_loop(l, streams, bodies, start).await,
         Profile::Rate { rps, arrival, seed } => {
@@ -360,10 +357,7 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
         }
     };
     let _ = stop_tx.send(true);
-    let snaps = match watcher {
-        Some(w) => w.await.unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let snaps = watcher.await.unwrap_or_default();
     summarize(
         profile,
         done,

@@ -211,7 +211,7 @@ pub async fn run(
     let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
     mark_impossible(&target, &mut samples);
     let mut phases = run_phases(&b, opts, runs, &mut progress).await;
-    phases.server_side = server_side(&b, before).await;
+    phases.server_side = server_side(&b, before, &phases).await;
     phases.repeat = repeat;
     Ok(assemble(
         suite,
@@ -258,15 +258,26 @@ async fn connect<'a>(
 }
 
 /// The server's metrics and the host's memory, before and after.
-async fn server_side(b: &Bench<'_>, (before, memory_before): Before) -> scrape::ServerSide {
+async fn server_side(
+    b: &Bench<'_>,
+    (before, memory_before): Before,
+    ph: &Phases,
+) -> scrape::ServerSide {
     let url = format!("{}/metrics", b.url);
     let after = scrape::scrape(&b.clients.pooled, &url).await;
+    let available_min = ph
+        .load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .filter_map(|l| l.server.as_ref()?.host_available_min)
+        .min();
     let host_memory = memory_before
         .zip(scrape::meminfo())
         .map(|((total, a), (_, z))| scrape::HostMemory {
             total,
             available_before: a,
             available_after: z,
+            available_min,
         });
     scrape::ServerSide {
         url,
