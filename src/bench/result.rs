@@ -393,13 +393,17 @@ fn case_notes(c: &CaseSummary, target: &Target, notes: &mut Vec<String>) {
     }
     if c.impossible > 0 {
         notes.push(format!(
-            "{}: {} samples measured a decode speed above the {:.0} tok/s the 273 GB/s memory \
-                 bandwidth allows for {} bytes of weights: impossible, so excluded (the stream \
-                 was buffered or the model size is wrong)",
+            "{}: {} samples measured a decode speed above what the 273 GB/s memory bandwidth \
+                 allows at their context (at most {:.0} tok/s with none, for {} bytes of weights \
+                 read per token): impossible, so excluded (the stream was buffered or the model \
+                 size is wrong)",
             c.case,
             c.impossible,
             target.roofline_tps().unwrap_or(0.0),
-            target.weights_bytes.unwrap_or(0)
+            target
+                .active_weights_bytes
+                .or(target.weights_bytes)
+                .unwrap_or(0)
         ));
     }
 }
