@@ -214,7 +214,7 @@ pub struct LoadRun {
     /// Open loop: the send rate achieved, (n − 1) / (last send − first send).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub achieved_rps: Option<f64>,
-    /// From the first send to the last answer's end.
+    /// From the level's start (the first send is due then) to the last answer's end.
     pub duration_s: f64,
     /// Completed requests per second over `duration_s`.
     pub request_rps: f64,
@@ -356,12 +356,14 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
             open_loop(l, &times, bodies, start).await
         }
     };
+    // Before the watcher stops: its last scrape may take a while, and is not the server's time.
+    let duration_s = start.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
     let snaps = watcher.await.unwrap_or_default();
     summarize(
         profile,
         done,
-        start,
+        duration_s,
         l.slo,
         (!snaps.is_empty()).then(|| scrape::during(&snaps)),
     )
@@ -370,11 +372,10 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
 fn summarize(
     profile: Profile,
     done: Vec<(Record, Instant)>,
-    start: Instant,
+    duration_s: f64,
     slo: Option<&Slo>,
     server: Option<During>,
 ) -> LoadRun {
-    let duration_s = start.elapsed().as_secs_f64();
     let mut records: Vec<Record> = Vec::with_capacity(done.len());
     let mut sends: Vec<Instant> = done.iter().map(|(_, s)| *s).collect();
     sends.sort();
