@@ -585,3 +585,32 @@ fn a_rate_sweep_saturates_past_the_sims_capacity() {
     let last = levels.last().unwrap();
     assert!(f(&last["request_rps"]) < 14.0, "{}", last["request_rps"]);
 }
+
+#[test]
+fn a_depth_sweep_without_a_single_turn_question_says_so() {
+    let deck = Deck::new("load-depth-none");
+    let sim = Sim::start(&["--ttft", "10ms", "--token-rate", "500", "--tokens", "4"]);
+    let suite = deck.dir.join("chat.yaml");
+    std::fs::write(
+        &suite,
+        "name: chat\nruns: 5\ncases:\n  - name: chat\n    turns: [\"Hi\", \"And then?\"]\n",
+    )
+    .unwrap();
+    let file = deck.dir.join("r.json");
+    let out = deck.run(&[
+        "bench",
+        &sim.url,
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+        "--depth",
+        "0,100",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("no depth sweep: the suite has no single-turn case"),
+        "{all}"
+    );
+}

@@ -633,7 +633,12 @@ fn assemble(
     let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
     let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
-    let notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
+    let mut notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
+    if !opts.depths.is_empty() && ph.depth.is_empty() {
+        notes.push(
+            "no depth sweep: the suite has no single-turn case to ask behind a context".into(),
+        );
+    }
     BenchResult {
         sparkctl_version: env!("CARGO_PKG_VERSION").to_string(),
         host: crate::host::hostname(),
