@@ -309,6 +309,8 @@ fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
     assert!(side["unavailable"].is_null(), "{side}");
     assert!(f(&side["after"]["generation_tokens"]) > f(&side["before"]["generation_tokens"]));
     assert!(f(&side["host_memory"]["total"]) > 0.0);
+    assert!(f(&side["host_memory"]["available_min"]) > 0.0, "{side}");
+    assert!(all.contains("host memory available"), "{all}");
 }
 
 #[test]
@@ -544,5 +546,71 @@ fn a_recipe_s_load_and_slo_run_in_bench_and_a_bad_one_is_refused_by_key() {
     assert!(
         err.contains("bench.load.sweep") && err.contains("`streams` is not a sweep kind"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_rate_sweep_saturates_past_the_sims_capacity() {
+    // Two slots, 40 ms + 11 × 10 ms = 0.15 s a request: 13.3 req/s at most. Rates below it
+    // are served as asked; 32 req/s is not, and its TTFT (from the schedule) grows.
+    let deck = Deck::new("load-ratesweep");
+    let sim = Sim::start(&[
+        "--ttft",
+        "40ms",
+        "--token-rate",
+        "100",
+        "--tokens",
+        "12",
+        "--slots",
+        "2",
+    ]);
+    let extra = [
+        "--sweep",
+        "rate:4,8,32",
+        "--requests",
+        "40",
+        "--arrival",
+        "constant",
+    ];
+    let (code, r, all, _) = bench(&deck, &sim.url, "ratesweep", &extra);
+    assert_eq!(code, Some(0), "{all}");
+    let sweep = &r["sweep"];
+    assert_eq!(sweep["knee"]["level"], 8.0, "{}", sweep["outcome"]);
+    assert_eq!(sweep["knee"]["saturated_at"], 32.0);
+    let levels = sweep["levels"].as_array().unwrap();
+    for l in levels {
+        let asked = f(&l["profile"]["rps"]);
+        assert!((f(&l["achieved_rps"]) - asked).abs() / asked <= 0.02, "{l}");
+    }
+    let last = levels.last().unwrap();
+    assert!(f(&last["request_rps"]) < 14.0, "{}", last["request_rps"]);
+}
+
+#[test]
+fn a_depth_sweep_without_a_single_turn_question_says_so() {
+    let deck = Deck::new("load-depth-none");
+    let sim = Sim::start(&["--ttft", "10ms", "--token-rate", "500", "--tokens", "4"]);
+    let suite = deck.dir.join("chat.yaml");
+    std::fs::write(
+        &suite,
+        "name: chat\nruns: 5\ncases:\n  - name: chat\n    turns: [\"Hi\", \"And then?\"]\n",
+    )
+    .unwrap();
+    let file = deck.dir.join("r.json");
+    let out = deck.run(&[
+        "bench",
+        &sim.url,
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+        "--depth",
+        "0,100",
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("no depth sweep: the suite has no single-turn case"),
+        "{all}"
     );
 }

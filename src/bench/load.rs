@@ -214,7 +214,7 @@ pub struct LoadRun {
     /// Open loop: the send rate achieved, (n − 1) / (last send − first send).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub achieved_rps: Option<f64>,
-    /// From the first send to the last answer's end.
+    /// From the level's start (the first send is due then) to the last answer's end.
     pub duration_s: f64,
     /// Completed requests per second over `duration_s`.
     pub request_rps: f64,
@@ -342,16 +342,13 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
     let n = bodies.len();
     let start = Instant::now();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let watcher = l.metrics_url.map(|u| {
-        let every = Duration::from_millis(200);
-        tokio::spawn(scrape::watch(
-            l.clients.pooled.clone(),
-            u.to_string(),
-            every,
-            start,
-            stop_rx,
-        ))
-    });
+    let watcher = tokio::spawn(scrape::watch(
+        l.clients.pooled.clone(),
+        l.metrics_url.map(str::to_string),
+        Duration::from_millis(200),
+        start,
+        stop_rx,
+    ));
     let done = match profile {
         Profile::Concurrency { streams } => closed_loop(l, streams, bodies, start).await,
         Profile::Rate { rps, arrival, seed } => {
@@ -359,15 +356,14 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
             open_loop(l, &times, bodies, start).await
         }
     };
+    // Before the watcher stops: its last scrape may take a while, and is not the server's time.
+    let duration_s = start.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
-    let snaps = match watcher {
-        Some(w) => w.await.unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let snaps = watcher.await.unwrap_or_default();
     summarize(
         profile,
         done,
-        start,
+        duration_s,
         l.slo,
         (!snaps.is_empty()).then(|| scrape::during(&snaps)),
     )
@@ -376,11 +372,10 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
 fn summarize(
     profile: Profile,
     done: Vec<(Record, Instant)>,
-    start: Instant,
+    duration_s: f64,
     slo: Option<&Slo>,
     server: Option<During>,
 ) -> LoadRun {
-    let duration_s = start.elapsed().as_secs_f64();
     let mut records: Vec<Record> = Vec::with_capacity(done.len());
     let mut sends: Vec<Instant> = done.iter().map(|(_, s)| *s).collect();
     sends.sort();

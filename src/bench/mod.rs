@@ -211,7 +211,7 @@ pub async fn run(
     let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
     mark_impossible(&target, &mut samples);
     let mut phases = run_phases(&b, opts, runs, &mut progress).await;
-    phases.server_side = server_side(&b, before).await;
+    phases.server_side = server_side(&b, before, &phases).await;
     phases.repeat = repeat;
     Ok(assemble(
         suite,
@@ -258,15 +258,26 @@ async fn connect<'a>(
 }
 
 /// The server's metrics and the host's memory, before and after.
-async fn server_side(b: &Bench<'_>, (before, memory_before): Before) -> scrape::ServerSide {
+async fn server_side(
+    b: &Bench<'_>,
+    (before, memory_before): Before,
+    ph: &Phases,
+) -> scrape::ServerSide {
     let url = format!("{}/metrics", b.url);
     let after = scrape::scrape(&b.clients.pooled, &url).await;
+    let available_min = ph
+        .load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .filter_map(|l| l.server.as_ref()?.host_available_min)
+        .min();
     let host_memory = memory_before
         .zip(scrape::meminfo())
         .map(|((total, a), (_, z))| scrape::HostMemory {
             total,
             available_before: a,
             available_after: z,
+            available_min,
         });
     scrape::ServerSide {
         url,
@@ -622,7 +633,12 @@ fn assemble(
     let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
     let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
-    let notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
+    let mut notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
+    if !opts.depths.is_empty() && ph.depth.is_empty() {
+        notes.push(
+            "no depth sweep: the suite has no single-turn case to ask behind a context".into(),
+        );
+    }
     BenchResult {
         sparkctl_version: env!("CARGO_PKG_VERSION").to_string(),
         host: crate::host::hostname(),

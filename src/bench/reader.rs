@@ -25,6 +25,20 @@ pub fn bears_token(choice: &Value) -> bool {
     calls || texts.iter().flatten().any(|t| !t.is_empty()) || empty_token
 }
 
+/// Token counts from a `usage` block; later blocks win, missing fields keep earlier ones.
+fn read_usage(s: &mut Sample, u: &Value) {
+    s.prompt_tokens = u["prompt_tokens"].as_u64().or(s.prompt_tokens);
+    s.completion_tokens = u["completion_tokens"].as_u64().or(s.completion_tokens);
+    s.reasoning_tokens = u
+        .pointer("/completion_tokens_details/reasoning_tokens")
+        .and_then(Value::as_u64)
+        .or(s.reasoning_tokens);
+    s.cached_tokens = u
+        .pointer("/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .or(s.cached_tokens);
+}
+
 /// What a stream has told so far, beyond what the sample keeps.
 #[derive(Default)]
 pub(super) struct Reader {
@@ -41,16 +55,7 @@ impl Reader {
         }
         let usage = v.get("usage").filter(|u| !u.is_null());
         if let Some(u) = usage {
-            s.prompt_tokens = u["prompt_tokens"].as_u64().or(s.prompt_tokens);
-            s.completion_tokens = u["completion_tokens"].as_u64().or(s.completion_tokens);
-            s.reasoning_tokens = u
-                .pointer("/completion_tokens_details/reasoning_tokens")
-                .and_then(Value::as_u64)
-                .or(s.reasoning_tokens);
-            s.cached_tokens = u
-                .pointer("/prompt_tokens_details/cached_tokens")
-                .and_then(Value::as_u64)
-                .or(s.cached_tokens);
+            read_usage(s, u);
         }
         let timings = v.get("timings").filter(|t| t.is_object());
         if let Some(t) = timings {
@@ -79,16 +84,7 @@ impl Reader {
             output = true;
         }
         for call in calls.into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(0) as usize;
-            while self.tools.len() <= index {
-                self.tools.push(ToolCall::default());
-            }
-            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                self.tools[index].name.push_str(name);
-            }
-            if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                self.tools[index].arguments.push_str(args);
-            }
+            self.tool_call(call);
             // A tool call is the answer's output, as content would be.
             output = true;
         }
@@ -102,6 +98,20 @@ impl Reader {
                 .and_then(|t| t["predicted_n"].as_u64())
                 .or_else(|| usage.and_then(|u| u["completion_tokens"].as_u64()));
             self.running.push(running);
+        }
+    }
+
+    /// Adds a tool-call delta to the call at its index.
+    fn tool_call(&mut self, call: &Value) {
+        let index = call["index"].as_u64().unwrap_or(0) as usize;
+        while self.tools.len() <= index {
+            self.tools.push(ToolCall::default());
+        }
+        if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+            self.tools[index].name.push_str(name);
+        }
+        if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+            self.tools[index].arguments.push_str(args);
         }
     }
 

@@ -277,6 +277,20 @@ fn near_full_hit(s: &Sample) -> bool {
     }
 }
 
+/// TTFT p50 of each turn (multi-turn growth).
+fn per_turn(ok: &[&Sample], turns: usize) -> Vec<f64> {
+    (1..=turns)
+        .filter_map(|t| {
+            median(
+                &ok.iter()
+                    .filter(|s| s.turn == t)
+                    .filter_map(|s| s.ttft_ms)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect()
+}
+
 /// One case's statistics over its measured samples.
 pub fn summarize_case(
     case: &super::suite::Case,
@@ -293,16 +307,7 @@ pub fn summarize_case(
     let pick_decoding = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<f64> {
         decoding.iter().filter_map(|s| f(s)).collect()
     };
-    let per_turn = (1..=case.turns.len())
-        .filter_map(|t| {
-            median(
-                &ok.iter()
-                    .filter(|s| s.turn == t)
-                    .filter_map(|s| s.ttft_ms)
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .collect();
+    let per_turn = per_turn(&ok, case.turns.len());
     let (tokens, chunks) = ok.iter().fold((0.0, 0usize), |(t, c), s| {
         (
             t + s.chunk_token_counts.iter().sum::<f64>(),
@@ -388,13 +393,17 @@ fn case_notes(c: &CaseSummary, target: &Target, notes: &mut Vec<String>) {
     }
     if c.impossible > 0 {
         notes.push(format!(
-            "{}: {} samples measured a decode speed above the {:.0} tok/s the 273 GB/s memory \
-                 bandwidth allows for {} bytes of weights: impossible, so excluded (the stream \
-                 was buffered or the model size is wrong)",
+            "{}: {} samples measured a decode speed above what the 273 GB/s memory bandwidth \
+                 allows at their context (at most {:.0} tok/s with none, for {} bytes of weights \
+                 read per token): impossible, so excluded (the stream was buffered or the model \
+                 size is wrong)",
             c.case,
             c.impossible,
             target.roofline_tps().unwrap_or(0.0),
-            target.weights_bytes.unwrap_or(0)
+            target
+                .active_weights_bytes
+                .or(target.weights_bytes)
+                .unwrap_or(0)
         ));
     }
 }

@@ -109,3 +109,39 @@ impl Roofline {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(decode: f64, prompt: u64) -> Sample {
+        Sample {
+            ok: true,
+            decode_tps: Some(decode),
+            prompt_tokens: Some(prompt),
+            completion_tokens: Some(100),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn active_weights_and_kv_reads_at_depth_make_the_bound_and_above_it_is_impossible() {
+        let t = Target {
+            weights_bytes: Some(60_000_000_000),
+            active_weights_bytes: Some(3_000_000_000),
+            kv_bytes_per_token: Some(100_000),
+            ..Default::default()
+        };
+        // MoE: the active 3 GB, not all 60 GB; plus 100 KB × (950 + 50) tokens of KV.
+        assert_eq!(bytes_per_token(&t, 1000.0), Some(3.1e9));
+        let r = Roofline::of(&t, &[sample(40.0, 950)], &[]).unwrap();
+        assert!((r.bound_tps - 273e9 / 3.1e9).abs() < 1e-6);
+        assert!(!r.impossible && (r.share.unwrap() - 40.0 / r.bound_tps).abs() < 1e-9);
+        // Faster than the bandwidth allows: impossible, and no share is given.
+        let r = Roofline::of(&t, &[sample(120.0, 950)], &[]).unwrap();
+        assert!(r.impossible && r.share.is_none());
+        assert!(r.note().unwrap().contains("IMPOSSIBLE"));
+        // No size known: no roofline.
+        assert!(Roofline::of(&Target::default(), &[sample(1.0, 1)], &[]).is_none());
+    }
+}

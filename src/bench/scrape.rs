@@ -48,6 +48,9 @@ pub enum Figure {
 pub struct Snapshot {
     pub at_ms: f64,
     pub figures: BTreeMap<Figure, f64>,
+    /// The host's MemAvailable then, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_available: Option<u64>,
 }
 
 /// The known figures of an exposition text.
@@ -94,22 +97,26 @@ pub async fn scrape(client: &reqwest::Client, url: &str) -> Result<BTreeMap<Figu
     Ok(figures)
 }
 
-/// Scrapes every `every` until `stop` turns true; the snapshots, timed from `epoch`.
+/// Every `every` until `stop` turns true: the server's metrics (when `url` is given) and
+/// the host's available memory; the snapshots, timed from `epoch`.
 pub async fn watch(
     client: reqwest::Client,
-    url: String,
+    url: Option<String>,
     every: Duration,
     epoch: Instant,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<Snapshot> {
     let mut out = Vec::new();
     loop {
-        if let Ok(figures) = scrape(&client, &url).await {
-            out.push(Snapshot {
-                at_ms: epoch.elapsed().as_secs_f64() * 1e3,
-                figures,
-            });
-        }
+        let figures = match &url {
+            Some(u) => scrape(&client, u).await.unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
+        out.push(Snapshot {
+            at_ms: epoch.elapsed().as_secs_f64() * 1e3,
+            figures,
+            mem_available: meminfo().map(|m| m.1),
+        });
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => break,
@@ -121,7 +128,11 @@ pub async fn watch(
 /// What the server reported while one load level ran.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct During {
+    /// Scrapes that returned the server's metrics.
     pub scrapes: usize,
+    /// The least memory the host had available while the level ran, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_available_min: Option<u64>,
     pub waiting_mean: Option<f64>,
     pub waiting_max: Option<f64>,
     pub running_max: Option<f64>,
@@ -145,7 +156,8 @@ pub fn during(snaps: &[Snapshot]) -> During {
     };
     let waiting = series(Figure::Waiting);
     During {
-        scrapes: snaps.len(),
+        scrapes: snaps.iter().filter(|s| !s.figures.is_empty()).count(),
+        host_available_min: snaps.iter().filter_map(|s| s.mem_available).min(),
         waiting_mean: (!waiting.is_empty())
             .then(|| waiting.iter().sum::<f64>() / waiting.len() as f64),
         waiting_max: max(Figure::Waiting),
@@ -181,6 +193,24 @@ pub struct HostMemory {
     pub total: u64,
     pub available_before: u64,
     pub available_after: u64,
+    /// The least seen while load levels ran (scraped every 200 ms with the metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_min: Option<u64>,
+}
+
+impl std::fmt::Display for HostMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gb = |b: u64| b as f64 / 1e9;
+        write!(
+            f,
+            "host memory available {:.1} GB before, {} during load, {:.1} GB after, of {:.1} GB (/proc/meminfo)",
+            gb(self.available_before),
+            self.available_min
+                .map_or("unwatched".into(), |m| format!("{:.1} GB at least", gb(m))),
+            gb(self.available_after),
+            gb(self.total)
+        )
+    }
 }
 
 /// (MemTotal, MemAvailable) in bytes, when /proc/meminfo can be read.

@@ -381,6 +381,9 @@ fn render_phases(out: &Output, r: &BenchResult) {
                 s.url
             ),
         }
+        if let Some(m) = &s.host_memory {
+            println!("{m}");
+        }
     }
     for (m, i) in &r.confidence {
         println!(

@@ -84,6 +84,15 @@ fn summary(h: &mut String, results: &[&BenchResult], names: &[String]) {
     }
     h.push_str("</table>");
     for r in results {
+        let memory = r.server_side.as_ref().and_then(|s| s.host_memory.as_ref());
+        if let Some(m) = memory {
+            let _ = write!(
+                h,
+                "<p class=\"note\">{}: {}</p>",
+                escape(&name_of(r)),
+                escape(&m.to_string())
+            );
+        }
         for n in &r.notes {
             let _ = write!(
                 h,
