@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -17,7 +16,7 @@ use super::plan::{GroupPlan, Role};
 use super::ray::{parse_status, Cluster};
 use super::{Connected, Nodes};
 use crate::error::{Error, Result};
-use crate::runtime::{Deployment, Event, Exit, LineBuffer, StartSpec, Started};
+use crate::runtime::{Deployment, Event, Exit, StartSpec, Started};
 use crate::state::StateDir;
 
 /// How the line that says a member ended starts, in the API server's output stream.
@@ -267,23 +266,7 @@ fn watch(
     artifact: &str,
 ) -> Started {
     let (tx, rx) = mpsc::channel(256);
-    let (docker, id, lines) = (head.docker.clone(), api.to_string(), tx.clone());
-    tokio::spawn(async move {
-        let opts = LogsOptionsBuilder::new()
-            .follow(true)
-            .stdout(true)
-            .stderr(true)
-            .build();
-        let mut stream = docker.logs(&id, Some(opts));
-        let mut buf = LineBuffer::default();
-        while let Some(Ok(chunk)) = stream.next().await {
-            for line in buf.push(&chunk.into_bytes()) {
-                if lines.send(Event::Line(line)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
+    crate::runtime::docker::forward_log_lines(head.docker.clone(), api.to_string(), tx.clone());
     let mut ends = vec![(head.clone(), "api".to_string(), api.to_string())];
     ends.extend(
         others

@@ -402,23 +402,7 @@ impl Supervisor for DockerRuntime {
 
         let (tx, rx) = mpsc::channel(256);
         let lines = tx.clone();
-        let (docker, log_id) = (self.docker.clone(), id.clone());
-        tokio::spawn(async move {
-            let opts = LogsOptionsBuilder::new()
-                .follow(true)
-                .stdout(true)
-                .stderr(true)
-                .build();
-            let mut stream = docker.logs(&log_id, Some(opts));
-            let mut buf = LineBuffer::default();
-            while let Some(Ok(chunk)) = stream.next().await {
-                for line in buf.push(&chunk.into_bytes()) {
-                    if lines.send(Event::Line(line)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        forward_log_lines(self.docker.clone(), id.clone(), lines);
         let (docker, wait_id) = (self.docker.clone(), id.clone());
         tokio::spawn(async move {
             // A non-zero exit arrives as an error item; either way the state says how it ended.
@@ -510,4 +494,24 @@ impl Supervisor for DockerRuntime {
         }
         Ok(())
     }
+}
+
+/// Follows a container's output and sends each whole line until the receiver is gone.
+pub(crate) fn forward_log_lines(docker: Docker, id: String, lines: mpsc::Sender<Event>) {
+    tokio::spawn(async move {
+        let opts = LogsOptionsBuilder::new()
+            .follow(true)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let mut stream = docker.logs(&id, Some(opts));
+        let mut buf = LineBuffer::default();
+        while let Some(Ok(chunk)) = stream.next().await {
+            for line in buf.push(&chunk.into_bytes()) {
+                if lines.send(Event::Line(line)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
 }

@@ -527,13 +527,18 @@ impl Drop for Deck {
 
 /// Force-removes every container labelled with this state dir.
 pub async fn remove_containers_of(state: &str) {
-    use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
     let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
         return;
     };
     let Ok(docker) = docker.negotiate_version().await else {
         return;
     };
+    remove_labelled(&docker, state).await;
+}
+
+/// Force-removes every container on `docker` labelled with this state dir.
+pub async fn remove_labelled(docker: &bollard::Docker, state: &str) {
+    use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
     let filters =
         std::collections::HashMap::from([("label", vec![format!("io.sparkctl.state={state}")])]);
     let opts = ListContainersOptionsBuilder::new()

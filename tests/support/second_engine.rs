@@ -226,18 +226,5 @@ pub async fn engine() -> bollard::Docker {
 
 /// Force-removes every container labelled with this state dir on the second engine.
 pub async fn remove_containers_of(state: &str) {
-    use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
-    let docker = engine().await;
-    let filters =
-        std::collections::HashMap::from([("label", vec![format!("io.sparkctl.state={state}")])]);
-    let opts = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    for c in docker.list_containers(Some(opts)).await.unwrap_or_default() {
-        let opts = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = docker
-            .remove_container(c.id.as_deref().unwrap_or_default(), Some(opts))
-            .await;
-    }
+    crate::support::remove_labelled(&engine().await, state).await;
 }
