@@ -1,5 +1,5 @@
 //! What the commands that run things share, built once by the CLI: the state dir, both
-//! runtimes, where the image lock is, and the machine's settings.
+//! runtimes, where the image lock is, the machine's settings and this binary.
 
 use serde::Serialize;
 
@@ -12,6 +12,9 @@ pub struct Context {
     pub lock_path: std::path::PathBuf,
     pub runtimes: Runtimes,
     pub settings: Settings,
+    /// This binary: what runs `sparkctl sim` for sim recipes on the host, and the front
+    /// door's process.
+    pub self_exe: String,
 }
 
 /// Machine-wide settings, from the environment (a config file can come with the state work).

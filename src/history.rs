@@ -162,10 +162,7 @@ impl RunRecord {
 /// record must not hide the others).
 pub fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Damaged>)> {
     let dir = state.runs_dir()?;
-    // Records are the only JSON files of runs/ (what a run keeps sits in runs/RUN/); state
-    // dirs written before that kept bench results beside them as RUN-bench.json.
-    let legacy = |p: &std::path::Path| p.to_string_lossy().ends_with("-bench.json");
-    let (mut runs, damaged) = state::read_json_dir::<RunRecord>(&dir, |p| !legacy(p))?;
+    let (mut runs, damaged) = state::read_json_dir::<RunRecord>(&dir, |p| state.is_run_record(p))?;
     runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
     Ok((runs, damaged))
 }

@@ -177,6 +177,14 @@ impl StateDir {
         Ok(self.runs_dir()?.join(format!("{run_id}.json")))
     }
 
+    /// Whether `path` is a run record. Records are the only JSON files of `runs/` (what a run
+    /// keeps sits in `runs/RUN/`); state dirs written before that kept benchmark results
+    /// beside them as `RUN-bench.json`, which are not records.
+    pub fn is_run_record(&self, path: &Path) -> bool {
+        path.parent() == Some(self.root.join("runs").as_path())
+            && !path.to_string_lossy().ends_with("-bench.json")
+    }
+
     /// `runs/RUN/NAME`: what a run keeps beside its record (its benchmark results, the
     /// candidate's output), in a directory of its own, so records are the only files of
     /// `runs/`.

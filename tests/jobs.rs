@@ -155,7 +155,8 @@ fn a_job_killed_midway_keeps_its_logs_and_marks_its_partial_outputs() {
 #[test]
 fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
     let j = Jobs::new("job-detach");
-    let script = "trap 'echo got TERM; exit 143' TERM; i=0; while true; do i=$((i+1)); echo \"tick $i\"; echo $i > /out/last; sleep 0.2; done";
+    // The count is renamed into place: a reader never sees the file truncated mid-write.
+    let script = "trap 'echo got TERM; exit 143' TERM; i=0; while true; do i=$((i+1)); echo \"tick $i\"; echo $i > /out/last.new; mv /out/last.new /out/last; sleep 0.2; done";
     j.job("forever", script, "");
     let mut cli = j
         .cmd(&["run", "forever"])

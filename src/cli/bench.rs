@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::deploy::Context;
 use super::Output;
 use crate::bench::gates::GateOutcome;
 use crate::bench::report;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::{self as engine, suite::Suite};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 

@@ -2,16 +2,14 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::Output;
 use crate::deploy::{self, Role, StartPlan};
 use crate::error::{Error, Result};
 use crate::recipe::{resolve_shell_line, RecipeSet};
-use crate::runtime::Deployment;
+use crate::runtime::LogView;
 use crate::units::format_uptime;
 
-pub use crate::deploy::Context;
+use crate::context::Context;
 
 fn render_plan(out: &Output, plan: &StartPlan) {
     let mem = &plan.memory;
@@ -93,9 +91,8 @@ pub async fn start(
     let opts = deploy::StartOptions {
         lock: &lock,
         allow_unpinned,
-        self_exe: &super::self_exe(),
     };
-    let plan = deploy::plan_start(&ctx.runtimes, &ctx.state, loaded, &ctx.settings, &opts).await?;
+    let plan = deploy::plan_start(ctx, loaded, &opts).await?;
     if dry_run {
         if out.json {
             out.print_json(&plan);
@@ -141,101 +138,61 @@ pub async fn start(
     Ok(())
 }
 
-#[derive(Serialize)]
-struct StatusRow<'a> {
-    #[serde(flatten)]
-    deployment: &'a Deployment,
-    health: String,
-    production: bool,
-    role: Role,
-    uptime_s: Option<u64>,
-    /// A multi-node deployment's containers, node by node.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    nodes: Vec<crate::node::group::Placed>,
-}
-
 pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
-    let (rows, warnings) = ctx.runtimes.latest_per_recipe().await?;
-    // Each request carries its own limit (health_now bounds health and generation apart);
-    // connecting on loopback is instant or refused.
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(1))
-        .build()
-        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))?;
-    let now = crate::units::unix_now().as_secs();
-    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state))
-        .status()
-        .await
-        .ok();
-    let role = |d: &Deployment| Role::of(d, door.as_ref());
-    // All at once: a wedged deployment costs its few seconds once, not once per row.
-    let health = futures_util::future::join_all(
-        rows.iter()
-            .map(|d| crate::runtime::ready::health_now(&client, d)),
-    )
-    .await;
-    let groups = futures_util::future::join_all(
-        rows.iter()
-            .map(|d| crate::node::group::members_of(&ctx.runtimes, d)),
-    )
-    .await;
-    let mut warnings = warnings;
-    let status: Vec<StatusRow> = rows
-        .iter()
-        .zip(health)
-        .zip(groups)
-        .map(|((d, health), (nodes, notes))| StatusRow {
-            nodes: {
-                warnings.extend(notes);
-                nodes
-            },
-            deployment: d,
-            health: health.to_string(),
-            production: role(d) == Role::Production,
-            role: role(d),
-            uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
-        })
-        .collect();
-    for w in &warnings {
+    let status = deploy::status::status(ctx).await?;
+    for w in &status.warnings {
         eprintln!("warning: {w}");
     }
     if out.json {
-        out.print_json(&status);
+        out.print_json(&status.rows);
         return Ok(());
     }
-    match &door {
+    match &status.door {
         Some(s) => println!("{}", super::frontdoor::line(s)),
         None => println!(
             "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)"
         ),
     }
     // Jobs hold memory too: say which run (`sparkctl jobs` has the rest).
-    if let Ok(docker) = ctx.runtimes.docker() {
-        for j in crate::job::running(docker.client(), &ctx.state).await {
-            println!(
-                "job {} running (run {}{}); `sparkctl jobs`",
-                j.job,
-                j.run_id,
-                j.recipe
-                    .memory_gb
-                    .map_or(String::new(), |gb| format!(", holds {gb} GB"))
-            );
-        }
+    for j in &status.jobs {
+        println!(
+            "job {} running (run {}{}); `sparkctl jobs`",
+            j.job,
+            j.run_id,
+            j.recipe
+                .memory_gb
+                .map_or(String::new(), |gb| format!(", holds {gb} GB"))
+        );
     }
-    if status.is_empty() {
+    if status.rows.is_empty() {
         println!(
             "sparkctl runs nothing (state dir {})",
             ctx.state.root().display()
         );
         return Ok(());
     }
+    print_status_table(&status.rows, out);
+    for row in status.rows.iter().filter(|r| !r.nodes.is_empty()) {
+        let parts: Vec<String> = row
+            .nodes
+            .iter()
+            .map(|p| {
+                let state = if p.running { "running" } else { "exited" };
+                format!("{} {} {state}", p.node, p.role.as_str())
+            })
+            .collect();
+        println!("{} across nodes: {}", row.deployment.name, parts.join(", "));
+    }
+    Ok(())
+}
+
+fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     let mut t = out.table();
     t.set_header(vec![
         "NAME", "RUNTIME", "ID", "RUNS", "MODEL", "URL", "UPTIME", "HEALTH", "ROLE",
     ]);
-    for row in &status {
-        let d = row.deployment;
+    for row in rows {
+        let d = &row.deployment;
         let runs = match &d.image_ref {
             Some(image) => format!("{image} ({})", crate::units::short_id(&d.artifact)),
             None => d.artifact.clone(),
@@ -264,24 +221,12 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         ]);
     }
     out.print_table(&t);
-    for row in status.iter().filter(|r| !r.nodes.is_empty()) {
-        let parts: Vec<String> = row
-            .nodes
-            .iter()
-            .map(|p| {
-                let state = if p.running { "running" } else { "exited" };
-                format!("{} {} {state}", p.node, p.role.as_str())
-            })
-            .collect();
-        println!("{} across nodes: {}", row.deployment.name, parts.join(", "));
-    }
-    Ok(())
 }
 
 pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
     let mut stdout = std::io::stdout();
     match ctx.runtimes.find(name).await? {
-        Some(d) => ctx.runtimes.logs(&d, tail, follow, &mut stdout).await,
+        Some(d) => ctx.runtimes.logs(&d, LogView { tail, follow }, &mut stdout).await,
         None => Err(Error::Usage(format!(
             "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
             ctx.state.root().display()
@@ -305,7 +250,7 @@ pub async fn node_logs(
     };
     let docker = ctx.runtimes.docker()?;
     let mut stdout = std::io::stdout();
-    crate::node::group::logs(docker, &d, node, tail, follow, &mut stdout).await
+    crate::runtime::group::logs(docker, &d, node, LogView { tail, follow }, &mut stdout).await
 }
 
 pub async fn down(
@@ -337,41 +282,6 @@ pub async fn down(
     Ok(())
 }
 
-/// The front door (started if need be) and what the flows share.
-struct Door {
-    remote: crate::frontdoor::Remote,
-    config: crate::frontdoor::Config,
-    lock: crate::lock::Lock,
-    self_exe: String,
-}
-
-impl Door {
-    async fn open(ctx: &Context, recipes: &RecipeSet) -> Result<Door> {
-        let config = crate::frontdoor::Config::from_env(ctx.settings.production_port)?;
-        let launch = super::frontdoor::launch(ctx, &recipes.dir);
-        let remote = crate::frontdoor::ensure(&ctx.state, &config, &launch).await?;
-        Ok(Door {
-            remote,
-            config,
-            lock: crate::lock::Lock::load(&ctx.lock_path)?,
-            self_exe: launch.self_exe,
-        })
-    }
-
-    fn ctx<'a>(&'a self, ctx: &'a Context, recipes: &'a RecipeSet) -> deploy::switch::Ctx<'a> {
-        deploy::switch::Ctx {
-            rt: &ctx.runtimes,
-            state: &ctx.state,
-            recipes,
-            settings: &ctx.settings,
-            lock: &self.lock,
-            self_exe: &self.self_exe,
-            door: &self.remote,
-            door_config: &self.config,
-        }
-    }
-}
-
 fn say(line: &str) {
     eprintln!("==> {line}");
 }
@@ -392,7 +302,7 @@ pub async fn up(
     out: &Output,
 ) -> Result<()> {
     use std::io::IsTerminal;
-    let door = Door::open(ctx, recipes).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes).await?;
     let yes = args.yes;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| {
@@ -412,7 +322,7 @@ pub async fn up(
         confirm: &confirm,
         say: &say,
     };
-    let record = deploy::up::up(&door.ctx(ctx, recipes), name, &opts).await?;
+    let record = deploy::up::up(&flow, name, &opts).await?;
     if out.json {
         out.print_json(&record);
         return Ok(());
@@ -444,8 +354,8 @@ pub async fn rollback(
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
-    let door = Door::open(ctx, recipes).await?;
-    let record = deploy::rollback::rollback(&door.ctx(ctx, recipes), to, dry_run, &say).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes).await?;
+    let record = deploy::rollback::rollback(&flow, to, dry_run, &say).await?;
     if out.json {
         out.print_json(&record);
     } else if dry_run {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
-use super::deploy::Context;
 use super::Output;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Config, DoorStatus, Launch};
 
@@ -31,14 +31,6 @@ pub enum FrontdoorCommand {
     Install,
 }
 
-pub fn launch(ctx: &Context, recipes: &std::path::Path) -> Launch {
-    Launch {
-        self_exe: super::self_exe(),
-        recipes: std::path::absolute(recipes).unwrap_or_else(|_| recipes.to_path_buf()),
-        lock: std::path::absolute(&ctx.lock_path).unwrap_or_else(|_| ctx.lock_path.clone()),
-    }
-}
-
 pub async fn run(
     ctx: Context,
     recipes: PathBuf,
@@ -46,7 +38,7 @@ pub async fn run(
     out: &Output,
 ) -> Result<()> {
     let config = Config::from_env(ctx.settings.production_port)?;
-    let launch = launch(&ctx, &recipes);
+    let launch = Launch::new(&ctx.self_exe, &recipes, &ctx.lock_path);
     match command {
         FrontdoorCommand::Start => {
             let remote = frontdoor::ensure(&ctx.state, &config, &launch).await?;
@@ -69,15 +61,11 @@ pub async fn run(
         }
         FrontdoorCommand::Run => frontdoor::supervisor::run(&ctx.state, &config, &launch).await,
         FrontdoorCommand::Serve { listen_fd } => {
-            let watch = crate::deploy::watch::Context {
-                state: ctx.state,
-                runtimes: ctx.runtimes,
-                recipes_dir: launch.recipes,
+            let ctx = Context {
                 lock_path: launch.lock,
-                settings: ctx.settings,
-                self_exe: launch.self_exe,
+                ..ctx
             };
-            crate::deploy::watch::serve_frontdoor(watch, config, listen_fd).await
+            crate::deploy::watch::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
         }
         FrontdoorCommand::Install => install(&config, &launch, &ctx.state),
     }

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::output::printable;
 use super::Output;
-use crate::deploy::Context;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
 

@@ -329,25 +329,26 @@ fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
     Ok(set)
 }
 
-async fn context(cli: &Globals) -> Result<deploy::Context> {
+async fn context(cli: &Globals) -> Result<crate::context::Context> {
     let root = cli
         .state_dir
         .clone()
         .unwrap_or_else(crate::state::default_root);
     let state = crate::state::StateDir::open(&root)?;
     let runtimes = crate::runtime::Runtimes::open(&state).await;
-    Ok(deploy::Context {
+    Ok(crate::context::Context {
         lock_path: lock_path(cli),
-        settings: crate::deploy::Settings::from_env()?,
+        settings: crate::context::Settings::from_env()?,
         state,
         runtimes,
+        self_exe: self_exe(),
     })
 }
 
 async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
     let recipes = load_recipes(cli)?;
-    let checks = crate::doctor::run(&ctx.runtimes, &recipes, &ctx.state, &ctx.settings).await;
+    let checks = crate::doctor::run(&ctx, &recipes).await;
     if out.json {
         out.print_json(&checks);
     } else {
@@ -362,13 +363,16 @@ async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
 
 /// Most commands need the library context, some the recipes too; both are built the same
 /// way for every command (recipes first, so a broken recipes dir is reported before the state).
-fn in_context(g: &Globals, f: impl AsyncFnOnce(&deploy::Context) -> Result<()>) -> Result<()> {
+fn in_context(
+    g: &Globals,
+    f: impl AsyncFnOnce(&crate::context::Context) -> Result<()>,
+) -> Result<()> {
     runtime()?.block_on(async { f(&context(g).await?).await })
 }
 
 fn with_recipes(
     g: &Globals,
-    f: impl AsyncFnOnce(&deploy::Context, &crate::recipe::RecipeSet) -> Result<()>,
+    f: impl AsyncFnOnce(&crate::context::Context, &crate::recipe::RecipeSet) -> Result<()>,
 ) -> Result<()> {
     runtime()?.block_on(async {
         let recipes = load_recipes(g)?;

@@ -180,12 +180,8 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         return show_group(&loaded.recipe, out);
     }
     match &resolved.launch {
-        Launch::Docker {
-            image,
-            entrypoint,
-            cmd,
-            ..
-        } => {
+        Launch::Docker(c) => {
+            let (image, entrypoint, cmd) = (&c.image, &c.entrypoint, &c.cmd);
             println!(
                 "{}",
                 out.bold("# container (created through the Docker Engine API)")

@@ -1,26 +1,26 @@
-//! Deployments: starting a recipe (checks first, then start, then ready), stopping one,
-//! and who holds a port. The gated `up`/`rollback` flow builds on these.
+//! Deployments: starting a recipe (`start`: checks first, then start, then ready),
+//! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
 pub mod plan;
 pub mod rollback;
+mod start;
+pub mod status;
 pub mod switch;
 pub mod up;
 pub mod watch;
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 
-pub use crate::context::{Context, Settings};
+use crate::context::Settings;
 use crate::error::{Error, Result};
-use crate::memory;
 pub use crate::memory::MemoryPlan;
-use crate::recipe::{LoadedRecipe, Resolved, Runtime};
-use crate::runtime::ready::{self, Ready, Waiting};
+use crate::recipe::Runtime;
 pub use crate::runtime::STOP_GRACE;
-use crate::runtime::{Deployment, Runtimes, StartSpec};
+use crate::runtime::{Deployment, Runtimes};
 pub use plan::PortOwner;
+pub use start::{plan_start, start, StartOptions, StartPlan, StartReport};
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -55,38 +55,6 @@ impl Role {
     }
 }
 
-/// Everything decided before a start, shown by `--dry-run`.
-#[derive(Debug, Clone, Serialize)]
-pub struct StartPlan {
-    pub name: String,
-    pub runtime: Runtime,
-    pub recipe_hash: String,
-    /// sha256 over the model's files (cached by size, mtime and inode).
-    pub model_fingerprint: Option<String>,
-    /// The job that made the model (`model.produced_by`), checked before the start.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub produced_by: Option<crate::job::lineage::Lineage>,
-    /// A container image run without a pin (`--allow-unpinned`).
-    pub unpinned: bool,
-    /// The image as the recipe names it; `command` runs it by digest.
-    pub image_ref: Option<String>,
-    /// Image id the container will run, or the binary.
-    pub artifact: String,
-    pub url: String,
-    pub command: Vec<String>,
-    pub memory: MemoryPlan,
-    pub health_timeout: Duration,
-    /// This recipe's exited containers beyond the newest `SPARKCTL_KEEP_EXITED`, removed
-    /// just before the start.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub old_containers: Vec<crate::prune::Old>,
-    /// A multi-node recipe's group: what runs on each node, the image on each.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<crate::node::start::GroupStart>,
-    #[serde(skip)]
-    resolved: Resolved,
-}
-
 /// Who listens on `port` now, if anyone.
 pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Option<PortOwner> {
     if let Some(d) = known.iter().find(|d| d.running() && d.port == port) {
@@ -102,280 +70,6 @@ pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Optio
         }
     }
     Some(PortOwner::Process { listener })
-}
-
-/// Checks everything that can fail cheaply; changes nothing.
-/// How a start may go: the lock it runs images from, and whether an unpinned one may run.
-pub struct StartOptions<'a> {
-    pub lock: &'a crate::lock::Lock,
-    pub allow_unpinned: bool,
-    pub self_exe: &'a str,
-}
-
-pub async fn plan_start(
-    rt: &Runtimes,
-    state: &crate::state::StateDir,
-    loaded: &LoadedRecipe,
-    settings: &Settings,
-    opts: &StartOptions<'_>,
-) -> Result<StartPlan> {
-    let recipe = &loaded.recipe;
-    let mut resolved = recipe.resolve(opts.self_exe);
-    // Containers run the digest images.lock holds, never whatever the tag is today.
-    let mut unpinned = false;
-    let mut image_ref = None;
-    if let crate::recipe::Launch::Docker { image, .. } = &mut resolved.launch {
-        image_ref = Some(image.clone());
-        let docker = rt.docker()?.client();
-        let (run, pinned) = crate::images::run_reference(
-            docker,
-            &recipe.name,
-            image,
-            opts.lock,
-            opts.allow_unpinned,
-        )
-        .await?;
-        *image = run;
-        unpinned = !pinned;
-    }
-    let (deployments, _) = rt.list().await?;
-    if let Some(d) = deployments
-        .iter()
-        .find(|d| d.name == recipe.name && d.running())
-    {
-        return Err(Error::Usage(format!(
-            "{} is already running ({} {}, {}); `sparkctl down {}` first",
-            d.name,
-            d.runtime.as_str(),
-            crate::units::short_id(&d.id),
-            d.url(),
-            d.name
-        )));
-    }
-    let mut model_fingerprint = None;
-    let mut produced_by = None;
-    if let Some(model) = &recipe.model {
-        let path = crate::recipe::expand_home(&model.path);
-        if !Path::new(&path).exists() {
-            return Err(Error::Usage(format!(
-                "{}: model.path {path} does not exist ({}); download the model or fix the path",
-                recipe.name,
-                loaded.path.display()
-            )));
-        }
-        if let Some(job) = &model.produced_by {
-            // A failed or stale job's outputs never serve (before any fingerprinting).
-            let docker = rt.docker()?.client();
-            produced_by =
-                Some(crate::job::lineage::check(docker, state, job, Path::new(&path)).await?);
-        }
-        model_fingerprint = Some(
-            crate::patch::fingerprint_in_background(Path::new(&path), state)
-                .await?
-                .digest,
-        );
-    }
-    let artifact = rt.preflight(&resolved).await?;
-    // Every node's engine answers and can get the image, before anything changes.
-    let group = match &recipe.nodes {
-        Some(_) => {
-            Some(crate::node::start::prepare(recipe, &artifact, settings.memory_budget_gb).await?)
-        }
-        None => None,
-    };
-    if let Some(owner) = port_owner(rt, resolved.port, &deployments).await {
-        let fix = match &owner {
-            PortOwner::Deployment { name } => format!("`sparkctl down {name}`"),
-            _ => "stop it, or give the recipe another server.port".to_string(),
-        };
-        return Err(Error::Failed(format!(
-            "{}: port {} is taken by {owner}; {fix}",
-            recipe.name, resolved.port
-        )));
-    }
-    let command = match &group {
-        Some(g) => g.plan.command_lines(&artifact),
-        None => resolved.launch.equivalent_command(),
-    };
-    // Running jobs hold their declared memory until they end: servers get what is left.
-    let jobs = match rt.docker() {
-        Ok(docker) => crate::job::running_memory(docker.client(), state).await,
-        Err(_) => Vec::new(),
-    };
-    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let memory = MemoryPlan::new(
-        settings.memory_budget_gb - jobs_gb,
-        resolved.memory_gb,
-        &deployments,
-        settings.production_port,
-    );
-    if !memory.fits && !jobs.is_empty() {
-        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory while job(s) {} run: {}; wait for them (`sparkctl jobs`) \
-             or `sparkctl stop JOB`",
-            recipe.name,
-            held.join(", "),
-            memory.describe()
-        )));
-    }
-    let old_containers = match rt.docker() {
-        Ok(docker) if resolved.runtime == Runtime::Docker => {
-            crate::prune::before_start(docker, state, &loaded.path, &recipe.name).await
-        }
-        _ => Vec::new(),
-    };
-    Ok(StartPlan {
-        name: recipe.name.clone(),
-        runtime: resolved.runtime,
-        recipe_hash: recipe.hash(),
-        model_fingerprint,
-        produced_by,
-        unpinned,
-        image_ref,
-        artifact,
-        url: crate::runtime::client_url(&resolved.host, resolved.port),
-        command,
-        memory,
-        health_timeout: resolved.health_timeout.0,
-        old_containers,
-        group,
-        resolved,
-    })
-}
-
-/// A started, ready deployment.
-#[derive(Debug, Clone, Serialize)]
-pub struct StartReport {
-    pub deployment: Deployment,
-    pub ready_after_ms: f64,
-    /// Unix time in microseconds when readiness was noticed.
-    pub ready_noticed_at_us: u128,
-    pub model: String,
-    /// What it holds once ready, measured, against its declared `memory_gb`.
-    pub memory_observed: memory::MemoryObserved,
-    /// What the caller should tell the user (e.g. it holds more than it declared).
-    pub warnings: Vec<String>,
-}
-
-/// Starts a planned recipe and waits until it serves. On failure the server is stopped
-/// (container and logs kept) and the error explains what happened.
-pub async fn start(
-    rt: &Runtimes,
-    plan: &StartPlan,
-    timeout: Option<Duration>,
-    progress: impl FnMut(&Waiting),
-) -> Result<StartReport> {
-    if !plan.memory.fits || !plan.memory.must_stop.is_empty() {
-        let stop: Vec<String> = plan
-            .memory
-            .must_stop
-            .iter()
-            .map(|n| format!("`sparkctl down {n}`"))
-            .collect();
-        let fix = if plan.memory.fits {
-            format!("stop {} first", stop.join(", "))
-        } else {
-            "it does not fit even alone; lower its memory_gb (gpu-memory-utilization) or raise \
-             SPARKCTL_MEMORY_GB if the machine has more"
-                .to_string()
-        };
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory: {}; {fix}",
-            plan.name,
-            plan.memory.describe()
-        )));
-    }
-    let spec = StartSpec {
-        resolved: plan.resolved.clone(),
-        recipe_hash: plan.recipe_hash.clone(),
-        run_id: crate::state::new_run_id(),
-        model_fingerprint: plan.model_fingerprint.clone(),
-        unpinned: plan.unpinned,
-        image_ref: plan.image_ref.clone(),
-    };
-    if let (Ok(docker), false) = (rt.docker(), plan.old_containers.is_empty()) {
-        for (old, why) in crate::prune::apply(docker, &plan.old_containers).await {
-            tracing::warn!(
-                "old container {} of {} kept: {why}",
-                crate::units::short_id(&old.id),
-                old.recipe
-            );
-        }
-    }
-    let before = memory::before_start();
-    let mut started = match &plan.group {
-        Some(g) => {
-            let host_env = crate::runtime::docker::host_env(&spec.resolved)?;
-            let state = rt.process.state();
-            crate::node::start::start(g, &spec, &plan.artifact, state, host_env).await?
-        }
-        None => rt.start(&spec, &plan.artifact).await?,
-    };
-    let engine = spec.resolved.engine;
-    let timeout = timeout.unwrap_or(plan.health_timeout);
-    let outcome = tokio::select! {
-        r = ready::wait_ready(&mut started, engine, timeout, progress) => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    let deployment = started.deployment;
-    match outcome {
-        Some(Ok(Ready {
-            after,
-            noticed_at,
-            model,
-        })) => {
-            // Measured after readiness is noticed, so the readiness figures above are unchanged.
-            let measuring = std::time::Instant::now();
-            let memory_observed = memory::observe(rt, &deployment, before).await;
-            tracing::debug!("memory observed in {:?}", measuring.elapsed());
-            let warnings = memory_observed.warnings(&plan.name);
-            Ok(StartReport {
-                deployment,
-                ready_after_ms: after.as_secs_f64() * 1e3,
-                ready_noticed_at_us: noticed_at.as_micros(),
-                model,
-                memory_observed,
-                warnings,
-            })
-        }
-        Some(Err(fault)) => {
-            // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
-            // A group's API server stops the rest of the group on every node with it.
-            let _ = rt.stop(&deployment, STOP_GRACE).await;
-            let why = match &plan.group {
-                Some(g) => {
-                    let state_id = rt.process.state().id();
-                    crate::node::start::explain_fault(
-                        g,
-                        &fault,
-                        &plan.name,
-                        &state_id,
-                        &spec.run_id,
-                    )
-                    .await
-                }
-                None => fault.explain(&plan.name),
-            };
-            Err(Error::Failed(format!(
-                "{why}\n  help: full output: `sparkctl logs {}`",
-                plan.name
-            )))
-        }
-        None => {
-            let stopped = rt.stop(&deployment, STOP_GRACE).await;
-            Err(Error::Interrupted(match stopped {
-                Ok(()) => format!(
-                    "interrupted: stopped {} before it was ready; its logs are kept (`sparkctl logs {}`)",
-                    plan.name, plan.name
-                ),
-                Err(e) => format!(
-                    "interrupted, and stopping {} failed ({e}); `sparkctl status` shows what runs",
-                    plan.name
-                ),
-            }))
-        }
-    }
 }
 
 /// Refuses to change what a running server reads (its model dir) underneath it.
@@ -537,7 +231,8 @@ pub async fn down(
         // A group whose API server ended may have left Ray's containers on its nodes.
         if let (Ok(docker), false) = (rt.docker(), dry_run) {
             let state = Some(rt.process.state());
-            crate::node::group::stop_rest(docker.client(), &d.id, state, docker.state_id()).await;
+            crate::runtime::group::stop_rest(docker.client(), &d.id, state, docker.state_id())
+                .await;
         }
         return Ok(None);
     }

@@ -13,7 +13,7 @@ pub async fn rollback(
     dry_run: bool,
     say: &dyn Fn(&str),
 ) -> Result<RunRecord> {
-    let _lock = ctx.state.lock("rollback")?;
+    let _lock = ctx.state().lock("rollback")?;
     let production = ctx.door.status().await?.production;
     let (target, from_stack) = match to {
         Some(n) => (n.to_string(), false),
@@ -27,7 +27,7 @@ pub async fn rollback(
         },
     };
     let loaded = ctx.recipes.get(&target)?;
-    switch::refuse_production_port(ctx.settings, &target, loaded.recipe.server.port)?;
+    switch::refuse_production_port(ctx.settings(), &target, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Rollback, &target);
     let current = production.serving().cloned();
     let warm = warm_instance(ctx, &production, &target).await;
@@ -105,7 +105,7 @@ pub async fn rollback(
         Ok(()) => {
             record.outcome = Outcome::RolledBack;
             record.serving = serving_now(ctx).await;
-            record.save(ctx.state)?;
+            record.save(ctx.state())?;
             Ok(record)
         }
         Err(e) => {
@@ -119,7 +119,7 @@ pub async fn rollback(
 /// The target's instance kept warm after it was replaced, if it still runs.
 async fn warm_instance(ctx: &Ctx<'_>, production: &Production, target: &str) -> Option<Upstream> {
     let w = production.warm_of(target)?;
-    crate::frontdoor::alive(ctx.rt, &w.upstream)
+    crate::frontdoor::alive(ctx.rt(), &w.upstream)
         .await
         .then(|| w.upstream.clone())
 }
@@ -135,20 +135,15 @@ async fn start_target(
     touched: &mut Touched,
     say: &dyn Fn(&str),
 ) -> Result<Upstream> {
-    if let Some(d) = ctx.rt.find(target).await?.filter(|d| d.running()) {
+    if let Some(d) = ctx.rt().find(target).await?.filter(|d| d.running()) {
         // Running already (e.g. started by hand with `sparkctl start`): that instance serves.
         return Ok(upstream_of(&d));
     }
     let loaded = ctx.recipes.get(target)?;
-    let opts = super::StartOptions {
-        lock: ctx.lock,
-        allow_unpinned: true,
-        self_exe: ctx.self_exe,
-    };
-    let plan = super::plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &opts).await?;
+    let plan = super::plan_start(ctx.shared, loaded, &ctx.start_options(true)).await?;
     let prod = production.current.as_ref().map(|e| e.recipe.clone());
     for victim in &plan.memory.must_stop {
-        let Some(d) = ctx.rt.find(victim).await?.filter(|d| d.running()) else {
+        let Some(d) = ctx.rt().find(victim).await?.filter(|d| d.running()) else {
             continue;
         };
         if Some(victim) == prod.as_ref() {
@@ -157,13 +152,13 @@ async fn start_target(
             touched.production_stopped = current.clone();
         }
         say(&format!("stopping {victim} to make room"));
-        ctx.rt.stop(&d, super::STOP_GRACE).await?;
+        ctx.rt().stop(&d, super::STOP_GRACE).await?;
     }
     say(&format!("starting {target}"));
     let d = timed(
         record,
         PhaseName::Start,
-        super::start(ctx.rt, &plan, None, |_| {}),
+        super::start(ctx.rt(), &plan, None, |_| {}),
     )
     .await?
     .deployment;

@@ -5,8 +5,9 @@
 use std::time::Instant;
 
 use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::frontdoor::{self, Remote};
+use crate::frontdoor::{self, Launch, Remote};
 use crate::history::{Phase, PhaseName, RunRecord};
 use crate::lock::Lock;
 use crate::production::{Production, Upstream};
@@ -14,16 +15,49 @@ use crate::recipe::RecipeSet;
 use crate::runtime::{Deployment, Runtimes};
 use crate::state::StateDir;
 
-/// What the flows need from the machine.
+/// What the flows need: the commands' shared context, the recipes, the lock as it was when
+/// the flow began (every start in it runs the same digests) and the front door.
 pub struct Ctx<'a> {
-    pub rt: &'a Runtimes,
-    pub state: &'a StateDir,
+    pub shared: &'a Context,
     pub recipes: &'a RecipeSet,
-    pub settings: &'a Settings,
-    pub lock: &'a Lock,
-    pub self_exe: &'a str,
-    pub door: &'a Remote,
-    pub door_config: &'a frontdoor::Config,
+    pub lock: Lock,
+    pub door: Remote,
+    pub door_config: frontdoor::Config,
+}
+
+impl<'a> Ctx<'a> {
+    /// Reaches the front door, starting it when it is not running, and reads the lock.
+    pub async fn open(shared: &'a Context, recipes: &'a RecipeSet) -> Result<Ctx<'a>> {
+        let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
+        let launch = Launch::new(&shared.self_exe, &recipes.dir, &shared.lock_path);
+        let door = frontdoor::ensure(&shared.state, &door_config, &launch).await?;
+        Ok(Ctx {
+            shared,
+            recipes,
+            lock: Lock::load(&shared.lock_path)?,
+            door,
+            door_config,
+        })
+    }
+
+    pub fn rt(&self) -> &'a Runtimes {
+        &self.shared.runtimes
+    }
+
+    pub fn state(&self) -> &'a StateDir {
+        &self.shared.state
+    }
+
+    pub fn settings(&self) -> &'a Settings {
+        &self.shared.settings
+    }
+
+    pub(super) fn start_options(&self, allow_unpinned: bool) -> StartOptions<'_> {
+        StartOptions {
+            lock: &self.lock,
+            allow_unpinned,
+        }
+    }
 }
 
 /// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed SSH session): all three stop a flow
@@ -81,14 +115,9 @@ pub async fn timed<T>(
 /// Starts `name` on its own port and waits until it serves; the front door's upstream for it.
 pub async fn start_instance(ctx: &Ctx<'_>, name: &str, allow_unpinned: bool) -> Result<Deployment> {
     let loaded = ctx.recipes.get(name)?;
-    refuse_production_port(ctx.settings, name, loaded.recipe.server.port)?;
-    let opts = StartOptions {
-        lock: ctx.lock,
-        allow_unpinned,
-        self_exe: ctx.self_exe,
-    };
-    let plan = plan_start(ctx.rt, ctx.state, loaded, ctx.settings, &opts).await?;
-    Ok(start(ctx.rt, &plan, None, |_| {}).await?.deployment)
+    refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
+    let plan = plan_start(ctx.shared, loaded, &ctx.start_options(allow_unpinned)).await?;
+    Ok(start(ctx.rt(), &plan, None, |_| {}).await?.deployment)
 }
 
 /// The front door owns the production port: a backend needs its own.
@@ -104,9 +133,9 @@ pub fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Res
 
 /// Stops the very instance `u` names, if it still runs.
 pub async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
-    if let Some(d) = ctx.rt.find(&u.recipe).await? {
+    if let Some(d) = ctx.rt().find(&u.recipe).await? {
         if d.running() && d.id == u.deployment {
-            ctx.rt.stop(&d, STOP_GRACE).await?;
+            ctx.rt().stop(&d, STOP_GRACE).await?;
         }
     }
     Ok(())
@@ -132,12 +161,12 @@ pub async fn failed(
     record.error = Some(e.to_string());
     record.serving = serving_now(ctx).await;
     record.finished_at = crate::units::now_utc();
-    let saved = record.save(ctx.state);
+    let saved = record.save(ctx.state());
     let summary = format!(
         "{what} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
         record.outcome,
         notes.join("; "),
-        ctx.settings.production_port,
+        ctx.settings().production_port,
         record.serving.clone().unwrap_or_else(|| "nothing".into()),
         match &saved {
             Ok(p) => p.display().to_string(),
@@ -181,7 +210,7 @@ pub async fn restore(
         let deadline = Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let not_routed = |d: &Deployment| routed.as_ref().is_none_or(|u| u.deployment != d.id);
-            match ctx.rt.find(recipe).await.ok().flatten() {
+            match ctx.rt().find(recipe).await.ok().flatten() {
                 Some(d) if d.running() && not_routed(&d) => {
                     t.started = Some(d);
                     break;
@@ -200,7 +229,8 @@ pub async fn restore(
     if !t.started.as_ref().is_some_and(serves) {
         // A multi-node start cut short leaves Ray's containers on other nodes.
         if let Ok(loaded) = ctx.recipes.get(recipe) {
-            for note in crate::node::group::stop_group_leftovers(ctx.rt, &loaded.recipe).await {
+            for note in crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe).await
+            {
                 notes.push(format!("stopped {note}"));
             }
         }
@@ -209,7 +239,7 @@ pub async fn restore(
         if serves(c) {
             notes.push(format!("{} serves production already; kept", c.name));
         } else {
-            let _ = ctx.rt.stop(c, STOP_GRACE).await;
+            let _ = ctx.rt().stop(c, STOP_GRACE).await;
             notes.push(format!(
                 "stopped {} (its logs: `sparkctl logs {}`)",
                 c.name, c.name
@@ -218,10 +248,10 @@ pub async fn restore(
     }
     let production = match &door {
         Some(s) => s.production.clone(),
-        None => Production::load(ctx.state).unwrap_or_default(),
+        None => Production::load(ctx.state()).unwrap_or_default(),
     };
     let serving_alive = match &routed {
-        Some(u) => crate::frontdoor::alive(ctx.rt, u).await,
+        Some(u) => crate::frontdoor::alive(ctx.rt(), u).await,
         None => false,
     };
     if serving_alive {

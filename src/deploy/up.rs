@@ -6,14 +6,14 @@
 use std::sync::{Arc, Mutex};
 
 use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Touched};
-use super::{plan_start, start, StartOptions, StartPlan};
+use super::{plan_start, start, StartPlan};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Warm};
 use crate::recipe::LoadedRecipe;
-use crate::runtime::Deployment;
+use crate::runtime::{Deployment, LogView};
 use crate::state::{self, RunFile};
 
 pub struct UpOptions<'a> {
@@ -30,9 +30,9 @@ pub struct UpOptions<'a> {
 
 /// `sparkctl up NAME`.
 pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
-    let _lock = ctx.state.lock(&format!("up {name}"))?;
+    let _lock = ctx.state().lock(&format!("up {name}"))?;
     let loaded = ctx.recipes.get(name)?;
-    switch::refuse_production_port(ctx.settings, name, loaded.recipe.server.port)?;
+    switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Up, name);
     let touched = Arc::new(Mutex::new(Touched::default()));
     let outcome = {
@@ -53,7 +53,7 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
             record.finished_at = crate::units::now_utc();
             record.serving = serving_now(ctx).await;
             if !opts.dry_run {
-                record.save(ctx.state)?;
+                record.save(ctx.state())?;
             }
             return Ok(record);
         }
@@ -107,11 +107,11 @@ impl Flow<'_, '_> {
 
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
     async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, bool)>> {
-        let opts = start_options(self.ctx, self.opts.allow_unpinned);
+        let opts = self.ctx.start_options(self.opts.allow_unpinned);
         let plan = timed(
             self.record,
             PhaseName::Plan,
-            plan_of(self.ctx, self.loaded, &opts),
+            plan_start(self.ctx.shared, self.loaded, &opts),
         )
         .await?;
         self.record.plan = serde_json::to_value(&plan).ok();
@@ -127,7 +127,7 @@ impl Flow<'_, '_> {
             .as_ref()
             .is_some_and(|p| plan.memory.must_stop.contains(p));
         let serving = match production.serving() {
-            Some(u) => crate::frontdoor::alive(self.ctx.rt, u).await,
+            Some(u) => crate::frontdoor::alive(self.ctx.rt(), u).await,
             None => false,
         };
         if !plan.memory.fits {
@@ -186,8 +186,8 @@ impl Flow<'_, '_> {
         {
             return Ok(());
         }
-        let docker = self.ctx.rt.docker().ok().map(|d| d.client());
-        let state = self.ctx.state;
+        let docker = self.ctx.rt().docker().ok().map(|d| d.client());
+        let state = self.ctx.state();
         let applied = timed(self.record, PhaseName::Patch, async {
             let p = crate::patch::plan::plan(loaded, &crate::patch::repo_dir(loaded))?;
             crate::patch::apply(loaded, p, state, docker).await
@@ -219,7 +219,13 @@ impl Flow<'_, '_> {
                     self.name()
                 )));
             }
-            let Some(d) = self.ctx.rt.find(victim).await?.filter(Deployment::running) else {
+            let Some(d) = self
+                .ctx
+                .rt()
+                .find(victim)
+                .await?
+                .filter(Deployment::running)
+            else {
                 continue;
             };
             if is_prod && swap {
@@ -229,7 +235,7 @@ impl Flow<'_, '_> {
                 self.touched.lock().expect("touched").production_stopped = Some(upstream_of(&d));
             }
             self.say(&format!("stopping {victim} to make room"));
-            self.ctx.rt.stop(&d, super::STOP_GRACE).await?;
+            self.ctx.rt().stop(&d, super::STOP_GRACE).await?;
         }
         Ok(())
     }
@@ -237,13 +243,13 @@ impl Flow<'_, '_> {
     /// The candidate on its own port, until it serves.
     async fn start(&mut self) -> Result<Deployment> {
         // Planned again: the patch changed the model's fingerprint, making room the memory.
-        let opts = start_options(self.ctx, self.opts.allow_unpinned);
-        let plan = plan_of(self.ctx, self.loaded, &opts).await?;
+        let opts = self.ctx.start_options(self.opts.allow_unpinned);
+        let plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
             PhaseName::Start,
-            start(self.ctx.rt, &plan, None, |_| {}),
+            start(self.ctx.rt(), &plan, None, |_| {}),
         )
         .await?;
         for w in &report.warnings {
@@ -277,7 +283,7 @@ impl Flow<'_, '_> {
         let Some(up) = current.upstream.clone() else {
             return Ok(baseline);
         };
-        if !crate::frontdoor::alive(self.ctx.rt, &up).await {
+        if !crate::frontdoor::alive(self.ctx.rt(), &up).await {
             return Ok(baseline);
         }
         self.say(&format!(
@@ -286,7 +292,7 @@ impl Flow<'_, '_> {
         ));
         let path = self
             .ctx
-            .state
+            .state()
             .run_file(&self.record.run_id, RunFile::ProductionBench)?;
         let ctx = self.ctx;
         let (recipe, suite, runs) = (
@@ -328,7 +334,7 @@ impl Flow<'_, '_> {
         self.say(&format!("benchmarking {}", self.name()));
         let path = self
             .ctx
-            .state
+            .state()
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let (suite, runs) = (self.opts.suite.clone(), self.opts.runs);
@@ -348,7 +354,7 @@ impl Flow<'_, '_> {
         // The report puts the candidate beside the production result it was judged against.
         let report = self
             .ctx
-            .state
+            .state()
             .run_file(&self.record.run_id, RunFile::Report)?;
         let shown: Vec<&BenchResult> = baseline.iter().chain([&result]).collect();
         state::write_atomic(&report, crate::bench::html::report(&shown).as_bytes())?;
@@ -365,13 +371,13 @@ impl Flow<'_, '_> {
         // Its output goes with the run before anything can stop it.
         let log_path = self
             .ctx
-            .state
+            .state()
             .run_file(&self.record.run_id, RunFile::CandidateLog)?;
         if let Ok(mut f) = std::fs::File::create(&log_path) {
             if self
                 .ctx
-                .rt
-                .logs(candidate, None, false, &mut f)
+                .rt()
+                .logs(candidate, LogView::default(), &mut f)
                 .await
                 .is_ok()
             {
@@ -389,7 +395,7 @@ impl Flow<'_, '_> {
         }
         // A candidate that died under the benchmark failed: its exit says why, not the
         // requests that could no longer reach it.
-        if let Some(d) = self.ctx.rt.find(&name).await?.filter(|d| !d.running()) {
+        if let Some(d) = self.ctx.rt().find(&name).await?.filter(|d| !d.running()) {
             let how = match &d.state {
                 crate::runtime::RunState::Exited { exit: Some(exit) } => exit.to_string(),
                 _ => "exited".into(),
@@ -433,7 +439,7 @@ impl Flow<'_, '_> {
         if !swap {
             return Ok(());
         }
-        self.ctx.rt.stop(candidate, super::STOP_GRACE).await?;
+        self.ctx.rt().stop(candidate, super::STOP_GRACE).await?;
         let t = std::mem::take(&mut *self.touched.lock().expect("touched"));
         switch::restore(self.ctx, t, self.name(), self.opts.say).await;
         Ok(())
@@ -503,22 +509,6 @@ impl Flow<'_, '_> {
     }
 }
 
-async fn plan_of(
-    ctx: &Ctx<'_>,
-    loaded: &LoadedRecipe,
-    opts: &StartOptions<'_>,
-) -> Result<StartPlan> {
-    plan_start(ctx.rt, ctx.state, loaded, ctx.settings, opts).await
-}
-
-fn start_options<'x>(ctx: &Ctx<'x>, allow_unpinned: bool) -> StartOptions<'x> {
-    StartOptions {
-        lock: ctx.lock,
-        allow_unpinned,
-        self_exe: ctx.self_exe,
-    }
-}
-
 /// Production's last result, when it is one the relative gates can trust; else why not.
 fn production_baseline(production: &Production) -> std::result::Result<BenchResult, String> {
     let Some(current) = &production.current else {
@@ -543,7 +533,7 @@ async fn bench_recipe(
     runs: Option<usize>,
     baseline: std::result::Result<&BenchResult, &str>,
 ) -> Result<BenchResult> {
-    let (target, gates, suite_name) = super::bench_target(ctx.rt, ctx.recipes, name).await?;
+    let (target, gates, suite_name) = super::bench_target(ctx.rt(), ctx.recipes, name).await?;
     let suite = crate::bench::suite::Suite::load(
         suite.as_deref().unwrap_or(&suite_name),
         &ctx.recipes.dir.join("suites"),

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+use super::{plan_start, start, StartOptions, STOP_GRACE};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::metrics::Event;
 use crate::frontdoor::route::Route;
@@ -18,8 +19,6 @@ use crate::frontdoor::{Config, Door};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::production::{Entry, Production, Upstream};
 use crate::runtime::ready::{health_now, Health, Liveness};
-use crate::runtime::Runtimes;
-use crate::state::StateDir;
 
 /// Between two looks at production.
 const EVERY: Duration = Duration::from_secs(2);
@@ -32,40 +31,42 @@ const RESTARTS: u32 = 3;
 
 /// `sparkctl frontdoor serve`: the front door's proxy and control socket, and this watch
 /// beside them; returns when one of them ends (the supervisor restarts the process).
-pub async fn serve_frontdoor(ctx: Context, config: Config, listen_fd: i32) -> Result<()> {
+pub async fn serve_frontdoor(
+    ctx: Context,
+    recipes_dir: PathBuf,
+    config: Config,
+    listen_fd: i32,
+) -> Result<()> {
     let opened =
         crate::frontdoor::serve::open(&ctx.state, &ctx.runtimes, config, listen_fd).await?;
-    let watch = Watch::new(ctx, opened.door);
+    let watch = Watch::new(ctx, recipes_dir, opened.door);
     tokio::select! {
         r = opened.control => r.map_err(|e| Error::Failed(format!("control socket task: {e}")))?,
         r = watch.run(opened.unreachable) => r,
     }
 }
 
-/// What the watch needs to start deployments: what the CLI has.
-pub struct Context {
-    pub state: StateDir,
-    pub runtimes: Runtimes,
-    pub recipes_dir: PathBuf,
-    pub lock_path: PathBuf,
-    pub settings: Settings,
-    pub self_exe: String,
-}
-
 pub struct Watch {
     ctx: Context,
+    /// Read again at each restart: production's recipe may have been fixed meanwhile.
+    recipes_dir: PathBuf,
     door: Arc<Door>,
     client: reqwest::Client,
 }
 
 impl Watch {
-    pub fn new(ctx: Context, door: Arc<Door>) -> Watch {
+    pub fn new(ctx: Context, recipes_dir: PathBuf, door: Arc<Door>) -> Watch {
         let client = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(1))
             .build()
             .unwrap_or_default();
-        Watch { ctx, door, client }
+        Watch {
+            ctx,
+            recipes_dir,
+            door,
+            client,
+        }
     }
 
     pub async fn run(self, mut unreachable: mpsc::UnboundedReceiver<Upstream>) -> Result<()> {
@@ -182,7 +183,7 @@ impl Watch {
                 }
             }
         }
-        let fallback = crate::recipe::load_dir(&self.ctx.recipes_dir)
+        let fallback = crate::recipe::load_dir(&self.recipes_dir)
             .ok()
             .and_then(|set| {
                 set.get(&current.recipe)
@@ -254,7 +255,7 @@ impl Watch {
     /// Starts `name` on its own port (stopping a wedged instance of it first) and waits
     /// until it serves.
     async fn start_recipe(&self, name: &str) -> Result<Upstream> {
-        let set = crate::recipe::load_dir(&self.ctx.recipes_dir)?;
+        let set = crate::recipe::load_dir(&self.recipes_dir)?;
         let loaded = set.get(name)?;
         if let Some(d) = self.ctx.runtimes.find(name).await?.filter(|d| d.running()) {
             self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
@@ -264,16 +265,8 @@ impl Watch {
             lock: &lock,
             // What served before may have been unpinned; leaving production dark is worse.
             allow_unpinned: true,
-            self_exe: &self.ctx.self_exe,
         };
-        let plan = plan_start(
-            &self.ctx.runtimes,
-            &self.ctx.state,
-            loaded,
-            &self.ctx.settings,
-            &opts,
-        )
-        .await?;
+        let plan = plan_start(&self.ctx, loaded, &opts).await?;
         if !plan.memory.fits {
             return Err(Error::Failed(format!(
                 "{name} does not fit in memory: {}",

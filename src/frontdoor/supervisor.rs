@@ -22,6 +22,16 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The front door runs from wherever the service manager starts it: its paths are
+    /// absolute.
+    pub fn new(self_exe: &str, recipes: &std::path::Path, lock: &std::path::Path) -> Launch {
+        Launch {
+            self_exe: self_exe.to_string(),
+            recipes: std::path::absolute(recipes).unwrap_or_else(|_| recipes.to_path_buf()),
+            lock: std::path::absolute(lock).unwrap_or_else(|_| lock.to_path_buf()),
+        }
+    }
+
     fn command(&self, state: &StateDir, sub: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.self_exe);
         cmd.arg("--state-dir")

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, ResourcesUlimits};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -11,8 +11,8 @@ use futures_util::StreamExt;
 use super::recipe::host_path;
 use super::recipe::JobRecipe;
 use crate::error::Result;
-use crate::recipe::{Gpus, Ipc};
-use crate::runtime::docker::{engine_error, is_not_found, label};
+use crate::recipe::run_tail;
+use crate::runtime::docker::{engine_error, is_not_found, label, resource_config};
 use crate::runtime::Exit;
 
 /// Label naming the job a container runs (serving containers carry `io.sparkctl.recipe`).
@@ -45,14 +45,6 @@ pub fn binds(r: &JobRecipe) -> Vec<String> {
     ro.chain(rw).collect()
 }
 
-fn ipc_text(i: Ipc) -> &'static str {
-    match i {
-        Ipc::Host => "host",
-        Ipc::Private => "private",
-        Ipc::Shareable => "shareable",
-    }
-}
-
 pub fn body(spec: &Spec) -> ContainerCreateBody {
     let r = spec.recipe;
     let env: Vec<String> = r
@@ -69,37 +61,11 @@ pub fn body(spec: &Spec) -> ContainerCreateBody {
         (label::IMAGE_REF.to_string(), spec.image_ref.to_string()),
         (label::RECIPE_HASH.to_string(), r.hash()),
     ]);
-    let device_requests = match &r.gpus {
-        None | Some(Gpus::None) => None,
-        Some(g) => Some(vec![DeviceRequest {
-            driver: Some("nvidia".into()),
-            // -1 is the engine's "all", as `--gpus all` sends it.
-            count: Some(match g {
-                Gpus::Count(n) => i64::from(*n),
-                _ => -1,
-            }),
-            capabilities: Some(vec![vec!["gpu".into()]]),
-            ..Default::default()
-        }]),
-    };
     let host_config = HostConfig {
         binds: Some(binds(r)),
-        device_requests,
-        ipc_mode: r.ipc.map(|i| ipc_text(i).to_string()),
-        shm_size: r.shm_size.map(|b| b.0 as i64),
-        ulimits: (!r.ulimits.is_empty()).then(|| {
-            r.ulimits
-                .iter()
-                .map(|(name, v)| ResourcesUlimits {
-                    name: Some(name.clone()),
-                    soft: Some(*v),
-                    hard: Some(*v),
-                })
-                .collect()
-        }),
         // The seeds lost an export's logs to `--rm`: the container stays until pruned.
         auto_remove: Some(false),
-        ..Default::default()
+        ..resource_config(&r.resources())
     };
     ContainerCreateBody {
         image: Some(spec.image.to_string()),
@@ -117,20 +83,7 @@ pub fn body(spec: &Spec) -> ContainerCreateBody {
 /// The command a person could type for the same container, for review. Secrets by name.
 pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String> {
     let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
-    match &r.gpus {
-        Some(Gpus::All) => v.extend(["--gpus".into(), "all".into()]),
-        Some(Gpus::Count(n)) => v.extend(["--gpus".into(), n.to_string()]),
-        Some(Gpus::None) | None => {}
-    }
-    if let Some(i) = r.ipc {
-        v.push(format!("--ipc={}", ipc_text(i)));
-    }
-    if let Some(s) = r.shm_size {
-        v.push(format!("--shm-size={s}"));
-    }
-    for (name, value) in &r.ulimits {
-        v.extend(["--ulimit".into(), format!("{name}={value}")]);
-    }
+    v.extend(r.resources().run_flags());
     v.extend(["--user".into(), user.to_string()]);
     if let Some(w) = &r.workdir {
         v.extend(["-w".into(), w.clone()]);
@@ -138,19 +91,13 @@ pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String>
     for b in binds(r) {
         v.extend(["-v".into(), b]);
     }
-    for (k, val) in &r.env {
-        v.extend(["-e".into(), format!("{k}={val}")]);
-    }
-    for k in &r.env_from_host {
-        v.extend(["-e".into(), k.clone()]);
-    }
-    if let [first, rest @ ..] = r.entrypoint.as_slice() {
-        v.extend(["--entrypoint".into(), first.clone(), image.to_string()]);
-        v.extend(rest.iter().cloned());
-    } else {
-        v.push(image.to_string());
-    }
-    v.extend(r.argv.iter().cloned());
+    v.extend(run_tail(
+        &r.env,
+        &r.env_from_host,
+        &r.entrypoint,
+        image,
+        &r.argv,
+    ));
     v
 }
 

@@ -9,62 +9,55 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Diagnostic, Error, Result};
-use crate::recipe::{Gpus, Ipc, PatchStep};
+use crate::recipe::{with_container_settings, PatchStep, Resources};
 use crate::units::ByteSize;
 
-/// One job recipe file.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct JobRecipe {
-    /// Must equal the file name without `.yaml`; what users type (`sparkctl run NAME`).
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Container image as written (a tag); the digest that runs comes from images.lock.
-    pub image: String,
-    /// Replaces the image's entrypoint (left out: the image's own, e.g. NGC's setup script).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub entrypoint: Vec<String>,
-    /// The command, one argv entry each. sparkctl never builds a shell string; a recipe
-    /// that wants a shell says so: `[bash, -c, "pip install … && python3 x.py"]`.
-    pub argv: Vec<String>,
-    /// Working directory inside the container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workdir: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// Names of host variables passed through (HF_TOKEN); never printed or stored.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env_from_host: Vec<String>,
-    /// Mounted read-only; fingerprinted into the job's lineage.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inputs: Vec<Input>,
-    /// Mounted read-write, created (owned by the invoking user) before the start, verified
-    /// and fingerprinted after it.
-    pub outputs: Vec<Output>,
-    /// Read-write mounts that are neither inputs nor results (a Hugging Face cache).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub caches: Vec<Input>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<Gpus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipc: Option<Ipc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shm_size: Option<ByteSize>,
-    /// Ulimits by name; -1 means unlimited.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ulimits: BTreeMap<String, i64>,
-    /// `invoking-user` (default: outputs are never root-owned), `root` (an image that
-    /// insists; outputs are given back to the invoking user afterwards) or `UID:GID`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Memory the job needs from the unified pool, in GB: servers stop to make room.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_gb: Option<f64>,
-    /// A regex with two groups, done and total, matched against each log line
-    /// (e.g. `step (\d+)/(\d+)`): a progress bar with an ETA.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<String>,
+with_container_settings! {
+    /// One job recipe file.
+    #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct JobRecipe {
+        /// Must equal the file name without `.yaml`; what users type (`sparkctl run NAME`).
+        pub name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub description: Option<String>,
+        /// Container image as written (a tag); the digest that runs comes from images.lock.
+        pub image: String,
+        /// Replaces the image's entrypoint (left out: the image's own, e.g. NGC's setup script).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub entrypoint: Vec<String>,
+        /// The command, one argv entry each. sparkctl never builds a shell string; a recipe
+        /// that wants a shell says so: `[bash, -c, "pip install … && python3 x.py"]`.
+        pub argv: Vec<String>,
+        /// Working directory inside the container.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub workdir: Option<String>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub env: BTreeMap<String, String>,
+        /// Names of host variables passed through (HF_TOKEN); never printed or stored.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub env_from_host: Vec<String>,
+        /// Mounted read-only; fingerprinted into the job's lineage.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub inputs: Vec<Input>,
+        /// Mounted read-write, created (owned by the invoking user) before the start, verified
+        /// and fingerprinted after it.
+        pub outputs: Vec<Output>,
+        /// Read-write mounts that are neither inputs nor results (a Hugging Face cache).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub caches: Vec<Input>,
+    }
+    then {
+        /// `invoking-user` (default: outputs are never root-owned), `root` (an image that
+        /// insists; outputs are given back to the invoking user afterwards) or `UID:GID`.
+        user;
+        /// Memory the job needs from the unified pool, in GB: servers stop to make room.
+        memory_gb;
+        /// A regex with two groups, done and total, matched against each log line
+        /// (e.g. `step (\d+)/(\d+)`): a progress bar with an ETA.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub progress: Option<String>,
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -108,6 +101,10 @@ pub enum RunAs {
 }
 
 impl JobRecipe {
+    pub fn resources(&self) -> Resources {
+        Resources::of(self.gpus.as_ref(), self.ipc, self.shm_size, &self.ulimits)
+    }
+
     pub fn run_as(&self) -> RunAs {
         match self.user.as_deref() {
             None | Some("invoking-user") => RunAs::InvokingUser,

@@ -7,8 +7,8 @@ use bollard::query_parameters::ImportImageOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::Connected;
 use crate::error::{Error, Result};
+use crate::runtime::remote::Connected;
 
 /// What happened to the image on one node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

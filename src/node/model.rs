@@ -9,10 +9,10 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
 use futures_util::StreamExt;
 
-use super::Connected;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::runtime::docker::label as base;
+use crate::runtime::remote::Connected;
 
 /// The hashing command for an engine's image: coreutils' `sha256sum` in real images, the
 /// sim's own in its FROM-scratch one.

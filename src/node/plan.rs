@@ -9,38 +9,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Node, Nodes};
 use crate::engine::{Engine, Flag};
 use crate::error::{Error, Result};
+use crate::recipe::nodes::{Node, Nodes};
 use crate::recipe::Recipe;
-
-/// A container's part in the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// `ray start --head` on the head node.
-    RayHead,
-    /// `ray start --address HEAD:PORT` on every other node.
-    RayWorker,
-    /// The OpenAI-compatible server (`vllm serve`), on the head, once Ray has every node.
-    Api,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::RayHead => "ray-head",
-            Role::RayWorker => "ray-worker",
-            Role::Api => "api",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Role> {
-        [Role::RayHead, Role::RayWorker, Role::Api]
-            .into_iter()
-            .find(|r| r.as_str() == text)
-    }
-}
+use crate::runtime::group::Role;
 
 /// One container of the group.
 #[derive(Debug, Clone, Serialize)]
@@ -65,18 +38,6 @@ pub struct GroupPlan {
     /// What asks Ray how many nodes and GPUs it has, run inside the Ray head's container.
     pub status_command: Vec<String>,
 }
-
-/// Environment names sparkctl sets per node; a recipe's `server.env` may not set them
-/// (one value cannot be right for two nodes whose interfaces differ).
-pub const PER_NODE_ENV: &[&str] = &[
-    "NCCL_SOCKET_IFNAME",
-    "GLOO_SOCKET_IFNAME",
-    "UCX_NET_DEVICES",
-    "NCCL_IB_HCA",
-    "OMPI_MCA_btl_tcp_if_include",
-    "VLLM_HOST_IP",
-    "RAY_NODE_IP_ADDRESS",
-];
 
 /// The per-node environment: every collective library on the high-speed interface, and
 /// Ray and vLLM told the node's own address on it (else they pick the first interface,

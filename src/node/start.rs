@@ -11,13 +11,18 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::group::{self, create_and_start, member_body};
-use super::plan::{GroupPlan, Role};
+use super::create::{create_and_start, member_body, ray_session_dir};
+use super::plan::GroupPlan;
 use super::ray::{parse_status, Cluster};
-use super::{Connected, Nodes};
 use crate::error::{Error, Result};
+use crate::recipe::nodes::Nodes;
+use crate::runtime::group::{self, Role};
+use crate::runtime::remote::{connect_all, Connected};
 use crate::runtime::{Deployment, Event, Exit, StartSpec, Started};
 use crate::state::StateDir;
+
+/// How long Ray may take to report every node when the recipe does not say.
+const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// How the line that says a member ended starts, in the API server's output stream.
 const MEMBER_ENDED: &str = "sparkctl group: ";
@@ -44,7 +49,7 @@ impl GroupStart {
     fn join_timeout(&self) -> Duration {
         self.nodes
             .join_timeout
-            .map_or(group::DEFAULT_JOIN_TIMEOUT, |d| d.0)
+            .map_or(DEFAULT_JOIN_TIMEOUT, |d| d.0)
     }
 }
 
@@ -58,8 +63,14 @@ pub async fn start(
     host_env: Vec<String>,
 ) -> Result<Started> {
     let state_id = state.id();
+    let starting = Starting {
+        g,
+        spec,
+        artifact,
+        state,
+    };
     let outcome = tokio::select! {
-        r = start_parts(g, spec, artifact, state, host_env) => r,
+        r = starting.parts(host_env) => r,
         _ = tokio::signal::ctrl_c() => Err(Error::Interrupted("interrupted".into())),
     };
     match outcome {
@@ -81,93 +92,108 @@ pub async fn start(
     }
 }
 
-async fn start_parts(
-    g: &GroupStart,
-    spec: &StartSpec,
-    artifact: &str,
-    state: &StateDir,
-    host_env: Vec<String>,
-) -> Result<Started> {
-    let head = &g.conns[0];
-    // `plan_start` refused a running server, so anything of this recipe still running is
-    // an orphan of a group whose server ended: it would hold the Ray port.
-    for note in group::stop_leftovers(&g.conns, &state.id(), &spec.resolved.name).await {
-        tracing::warn!("stopped {note}");
-    }
-    let keep = crate::prune::keep_from_env()?;
-    group::prune_old_runs(&g.conns, &state.id(), &spec.resolved.name, keep).await;
-    for c in &g.conns[1..] {
-        if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
-            tracing::info!("copied image {artifact} to node {}", c.node.name);
-        }
-    }
-    same_model(g, spec, artifact, state).await?;
-    let ray_dir = group::ray_session_dir(state, &spec.run_id);
-    std::fs::create_dir_all(&ray_dir)
-        .map_err(|e| Error::io(format!("cannot create {}", ray_dir.display()), e))?;
-    // Binds need an absolute path, whatever the state dir was given as.
-    let ray_dir = std::fs::canonicalize(&ray_dir)
-        .map_err(|e| Error::io(format!("cannot read {}", ray_dir.display()), e))?
-        .display()
-        .to_string();
-    let state_id = state.id();
-    let mut ids = Vec::new();
-    let mut api = None;
-    for m in &g.plan.members {
-        if m.role == Role::Api {
-            wait_joined(g, &ids).await?;
-        }
-        let conn = g.conn(&m.node);
-        let shares_ray = m.node == head.node.name;
-        let body = member_body(
-            spec,
-            artifact,
-            &state_id,
-            host_env.clone(),
-            m,
-            &g.nodes,
-            shares_ray.then_some(ray_dir.as_str()),
-        );
-        let id = create_and_start(conn, spec, m, body).await?;
-        if m.role == Role::Api {
-            api = Some(id);
-        } else {
-            ids.push((conn.clone(), m.role, id));
-        }
-    }
-    let api = api.expect("the plan ends with the API server");
-    Ok(watch(head, &api, &ids, spec, artifact))
+/// One start of a group: its plan, what runs, and the state dir of the run.
+struct Starting<'a> {
+    g: &'a GroupStart,
+    spec: &'a StartSpec,
+    artifact: &'a str,
+    state: &'a StateDir,
 }
 
-/// Every other node's copy of the model is the head's, file by file.
-async fn same_model(
-    g: &GroupStart,
-    spec: &StartSpec,
-    artifact: &str,
-    state: &StateDir,
-) -> Result<()> {
-    let crate::recipe::Launch::Docker { mounts, .. } = &spec.resolved.launch else {
-        return Ok(());
-    };
-    let Some(model) = mounts.first().filter(|_| spec.model_fingerprint.is_some()) else {
-        return Ok(());
-    };
-    let path = std::path::Path::new(&model.host);
-    let head = crate::patch::file_hashes_in_background(path, state).await?;
-    let state_id = state.id();
-    let check = super::model::ModelCheck {
-        engine: spec.resolved.engine,
-        image: artifact,
-        host_path: &model.host,
-        mount: &model.container,
-        single_file: path.is_file(),
-        state_id: &state_id,
-        run_id: &spec.run_id,
-    };
-    for c in &g.conns[1..] {
-        super::model::ensure_same(c, &check, &head).await?;
+impl Starting<'_> {
+    async fn parts(&self, host_env: Vec<String>) -> Result<Started> {
+        let Starting {
+            g,
+            spec,
+            artifact,
+            state,
+        } = *self;
+        let head = &g.conns[0];
+        // `plan_start` refused a running server, so anything of this recipe still running is
+        // an orphan of a group whose server ended: it would hold the Ray port.
+        for note in group::stop_leftovers(&g.conns, &state.id(), &spec.resolved.name).await {
+            tracing::warn!("stopped {note}");
+        }
+        let keep = crate::prune::keep_from_env()?;
+        group::prune_old_runs(&g.conns, &state.id(), &spec.resolved.name, keep).await;
+        for c in &g.conns[1..] {
+            if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
+                tracing::info!("copied image {artifact} to node {}", c.node.name);
+            }
+        }
+        self.same_model().await?;
+        let ray_dir = ray_session_dir(state, &spec.run_id);
+        std::fs::create_dir_all(&ray_dir)
+            .map_err(|e| Error::io(format!("cannot create {}", ray_dir.display()), e))?;
+        // Binds need an absolute path, whatever the state dir was given as.
+        let ray_dir = std::fs::canonicalize(&ray_dir)
+            .map_err(|e| Error::io(format!("cannot read {}", ray_dir.display()), e))?
+            .display()
+            .to_string();
+        let state_id = state.id();
+        let mut ids = Vec::new();
+        let mut api = None;
+        for m in &g.plan.members {
+            if m.role == Role::Api {
+                wait_joined(g, &ids).await?;
+            }
+            let conn = g.conn(&m.node);
+            let shares_ray = m.node == head.node.name;
+            let body = member_body(
+                spec,
+                artifact,
+                &state_id,
+                host_env.clone(),
+                m,
+                &g.nodes,
+                shares_ray.then_some(ray_dir.as_str()),
+            );
+            let id = create_and_start(conn, spec, m, body).await?;
+            if m.role == Role::Api {
+                api = Some(id);
+            } else {
+                ids.push((conn.clone(), m.role, id));
+            }
+        }
+        let api = api.expect("the plan ends with the API server");
+        Ok(watch(head, &api, &ids, spec, artifact))
     }
-    Ok(())
+
+    /// Every other node's copy of the model is the head's, file by file.
+    async fn same_model(&self) -> Result<()> {
+        let Starting {
+            g,
+            spec,
+            artifact,
+            state,
+        } = *self;
+        let crate::recipe::Launch::Docker(c) = &spec.resolved.launch else {
+            return Ok(());
+        };
+        let Some(model) = c
+            .mounts
+            .first()
+            .filter(|_| spec.model_fingerprint.is_some())
+        else {
+            return Ok(());
+        };
+        let path = std::path::Path::new(&model.host);
+        let head = crate::patch::file_hashes_in_background(path, state).await?;
+        let state_id = state.id();
+        let check = super::model::ModelCheck {
+            engine: spec.resolved.engine,
+            image: artifact,
+            host_path: &model.host,
+            mount: &model.container,
+            single_file: path.is_file(),
+            state_id: &state_id,
+            run_id: &spec.run_id,
+        };
+        for c in &g.conns[1..] {
+            super::model::ensure_same(c, &check, &head).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs a command in a container through the Engine API (argv, no shell); its output.
@@ -315,7 +341,7 @@ pub async fn prepare(
 ) -> Result<GroupStart> {
     let plan = GroupPlan::new(recipe)?;
     let nodes = recipe.nodes.clone().expect("GroupPlan::new checked nodes");
-    let conns = super::connect_all(&nodes).await?;
+    let conns = connect_all(&nodes).await?;
     let mut images = Vec::new();
     for c in &conns {
         let there = c
@@ -399,7 +425,7 @@ async fn held_on(docker: &Docker, recipe: &str) -> Vec<(String, f64)> {
     list.into_iter()
         .filter_map(|c| {
             let labels = c.labels.as_ref()?;
-            if labels.get(super::group::label::GROUP).map(String::as_str) == Some(recipe) {
+            if labels.get(group::label::GROUP).map(String::as_str) == Some(recipe) {
                 return None;
             }
             let gb = labels.get(label::MEMORY_GB)?.parse().ok()?;

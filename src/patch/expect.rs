@@ -7,8 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::overlay::Overlay;
-use super::plan::Content;
+use super::overlay::{Content, Overlay};
 use super::safetensors;
 use crate::recipe::PatchStep;
 

@@ -144,19 +144,7 @@ pub async fn apply(
     state: &StateDir,
     docker: Option<&bollard::Docker>,
 ) -> Result<Applied> {
-    let failed = plan.failed_checks();
-    if !failed.is_empty() {
-        let lines: Vec<String> = failed
-            .iter()
-            .map(|c| format!("  step {}: {}: {}", c.step + 1, c.what, c.detail))
-            .collect();
-        return Err(Error::Failed(format!(
-            "{} expectation(s) do not hold for {}; nothing was changed:\n{}",
-            failed.len(),
-            plan.recipe,
-            lines.join("\n")
-        )));
-    }
+    refuse_failed_checks(&plan)?;
     preflight(&plan)?;
     let root = std::fs::canonicalize(&plan.model_dir)
         .map_err(|e| Error::io(format!("cannot resolve {}", plan.model_dir.display()), e))?;
@@ -184,36 +172,7 @@ pub async fn apply(
     for (_, action) in actions {
         match action {
             Action::Owner(change) if !change.paths.is_empty() => {
-                if owner::can_chown_directly() {
-                    owner::chown_direct(&root, &change.paths, change.owner)?;
-                } else {
-                    let image = loaded.recipe.image.as_deref().ok_or_else(|| {
-                        Error::Failed(format!(
-                            "{} path(s) in {} are not owned by {}; without root that needs a helper \
-                             container, and this recipe has no image: run `sudo chown -R {} {}`",
-                            change.paths.len(),
-                            root.display(),
-                            change.owner,
-                            change.owner,
-                            root.display()
-                        ))
-                    })?;
-                    let docker = docker.ok_or_else(|| {
-                        Error::Failed(
-                            "the chown step needs the Docker Engine, which cannot be reached"
-                                .into(),
-                        )
-                    })?;
-                    owner::chown_via_container(
-                        docker,
-                        image,
-                        &state.id(),
-                        &root,
-                        &change.paths,
-                        change.owner,
-                    )
-                    .await?;
-                }
+                chown(loaded, state, docker, &root, change).await?;
                 owners_changed += change.paths.len();
             }
             Action::Owner(_) => {}
@@ -232,18 +191,8 @@ pub async fn apply(
                 }
                 // Recorded before the write: an interrupted run can still be reverted.
                 state::write_json(&manifest_path(&root), &manifest)?;
-                write_file(&root, &path, &change.after).map_err(|e| {
-                    let done = if written.is_empty() {
-                        "no file was changed".to_string()
-                    } else {
-                        format!(
-                            "{} earlier file(s) were patched; `sparkctl patch {} --revert` restores them",
-                            written.len(),
-                            plan.recipe
-                        )
-                    };
-                    Error::Failed(format!("{e}; {} is unchanged and {done}", change.rel))
-                })?;
+                write_file(&root, &path, &change.after)
+                    .map_err(|e| write_failed(e, &change.rel, &written, &plan.recipe))?;
                 written.push(change.rel.clone());
             }
         }
@@ -260,6 +209,74 @@ pub async fn apply(
         owners_changed,
         fingerprint,
     })
+}
+
+/// Expectations that do not hold refuse the whole patch, before anything is written.
+fn refuse_failed_checks(plan: &Plan) -> Result<()> {
+    let failed = plan.failed_checks();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = failed
+        .iter()
+        .map(|c| format!("  step {}: {}: {}", c.step + 1, c.what, c.detail))
+        .collect();
+    Err(Error::Failed(format!(
+        "{} expectation(s) do not hold for {}; nothing was changed:\n{}",
+        failed.len(),
+        plan.recipe,
+        lines.join("\n")
+    )))
+}
+
+/// Gives `change.paths` to their owner: directly as root, otherwise through a helper
+/// container of the recipe's own image (the files were written by root in a container).
+async fn chown(
+    loaded: &LoadedRecipe,
+    state: &StateDir,
+    docker: Option<&bollard::Docker>,
+    root: &Path,
+    change: &plan::OwnerChange,
+) -> Result<()> {
+    if owner::can_chown_directly() {
+        return owner::chown_direct(root, &change.paths, change.owner);
+    }
+    let image = loaded.recipe.image.as_deref().ok_or_else(|| {
+        Error::Failed(format!(
+            "{} path(s) in {} are not owned by {}; without root that needs a helper \
+             container, and this recipe has no image: run `sudo chown -R {} {}`",
+            change.paths.len(),
+            root.display(),
+            change.owner,
+            change.owner,
+            root.display()
+        ))
+    })?;
+    let docker = docker.ok_or_else(|| {
+        Error::Failed("the chown step needs the Docker Engine, which cannot be reached".into())
+    })?;
+    owner::chown_via_container(
+        docker,
+        image,
+        &state.id(),
+        root,
+        &change.paths,
+        change.owner,
+    )
+    .await
+}
+
+/// A write that failed names what is unchanged and how to undo what was already written.
+fn write_failed(e: impl std::fmt::Display, rel: &str, written: &[String], recipe: &str) -> Error {
+    let done = if written.is_empty() {
+        "no file was changed".to_string()
+    } else {
+        format!(
+            "{} earlier file(s) were patched; `sparkctl patch {recipe} --revert` restores them",
+            written.len()
+        )
+    };
+    Error::Failed(format!("{e}; {rel} is unchanged and {done}"))
 }
 
 /// Keeps the original as `FILE.orig`, once: an existing backup is never overwritten.

@@ -4,11 +4,35 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
 use serde_json::Value;
 
 use super::json_edit::json_bytes;
-use super::plan::{Content, FileChange};
 use crate::error::{Error, Result};
+
+/// New content for one file.
+#[derive(Debug, Clone)]
+pub enum Content {
+    Bytes(Vec<u8>),
+    /// A donor file, copied as is (may be large: never read into memory).
+    CopyOf(PathBuf),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileChange {
+    /// Path relative to the model dir.
+    pub rel: String,
+    /// Steps (0-based) that changed it.
+    pub steps: Vec<usize>,
+    pub existed: bool,
+    #[serde(skip)]
+    pub before: Option<Vec<u8>>,
+    #[serde(skip)]
+    pub after: Content,
+    /// For copies: where from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<PathBuf>,
+}
 
 /// Pending contents over the model dir.
 pub(super) struct Overlay<'a> {

@@ -9,35 +9,12 @@ use serde::Serialize;
 use super::expect;
 pub use super::expect::Check;
 use super::overlay::Overlay;
+pub use super::overlay::{Content, FileChange};
 use super::owner::{self, Owner};
 use crate::error::{Error, Result};
 use crate::recipe::{expand_home, JsonOp, LoadedRecipe, PatchStep};
 
 pub use super::json_edit::{apply_op, wrap_vl};
-
-/// New content for one file.
-#[derive(Debug, Clone)]
-pub enum Content {
-    Bytes(Vec<u8>),
-    /// A donor file, copied as is (may be large: never read into memory).
-    CopyOf(PathBuf),
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FileChange {
-    /// Path relative to the model dir.
-    pub rel: String,
-    /// Steps (0-based) that changed it.
-    pub steps: Vec<usize>,
-    pub existed: bool,
-    #[serde(skip)]
-    pub before: Option<Vec<u8>>,
-    #[serde(skip)]
-    pub after: Content,
-    /// For copies: where from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub from: Option<PathBuf>,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct OwnerChange {

@@ -349,7 +349,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         check_produced_by(path, src, model, &mut out);
     }
     check_values(path, src, r, loose, &mut out);
-    crate::node::check::check(path, src, r, &mut out);
+    super::nodes::check(path, src, r, &mut out);
     out
 }
 

@@ -8,6 +8,7 @@ mod check;
 mod image_ref;
 mod load;
 mod locate;
+pub mod nodes;
 mod resolve;
 
 use std::collections::BTreeMap;
@@ -26,7 +27,9 @@ pub use load::{
     load_dir, load_file, parse_recipe, suggest as did_you_mean, BrokenRecipe, LoadedRecipe,
     RecipeSet,
 };
-pub use resolve::{expand_home, shell_quote, Launch, Mount, Resolved};
+pub use resolve::{
+    expand_home, run_tail, shell_quote, ContainerLaunch, Launch, Mount, Resolved, Resources,
+};
 
 pub use crate::bench::suite::DEFAULT_SUITE;
 pub use crate::engine::Runtime;
@@ -68,7 +71,7 @@ pub struct Recipe {
     pub bench: Option<Bench>,
     /// Nodes of a multi-node group (vLLM tensor parallel over Ray); the first is the head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<crate::node::Nodes>,
+    pub nodes: Option<nodes::Nodes>,
     /// The recipe the front door switches to when this one, as production, cannot be
     /// brought back (e.g. `llama-server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,43 +189,78 @@ pub enum JsonOp {
     },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Server {
-    /// Port on the host where the server answers.
-    pub port: u16,
-    /// Host address to bind; loopback unless the recipe opens it up.
-    #[serde(default = "default_host")]
-    pub host: String,
-    /// Extra server arguments, one argv entry each (never a shell string).
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment for the server.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// Names of host variables passed through (secrets such as HF_TOKEN); never printed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env_from_host: Vec<String>,
-    /// GPU request: `all`, a count, or `none`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<Gpus>,
-    /// `host` shares the host IPC namespace (vLLM/SGLang need it for shared memory).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipc: Option<Ipc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shm_size: Option<ByteSize>,
-    /// Ulimits by name; -1 means unlimited.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ulimits: BTreeMap<String, i64>,
-    /// `UID[:GID]` the container runs as.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Memory the deployment needs from the 128 GB unified pool, in GB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_gb: Option<f64>,
-    /// Port the server listens on inside the container; defaults to the engine's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_port: Option<u16>,
+/// Declares a recipe struct with the container settings a server and a job take alike —
+/// `gpus`, `ipc`, `shm_size`, `ulimits`, `user`, `memory_gb` — between the fields written
+/// before and after them (declaration order is the order of the JSON and of the schema).
+/// `user` and `memory_gb` take their docs from the struct: what they allow differs. One
+/// declaration keeps the two from drifting apart; serde's `flatten` would cost every
+/// diagnostic its line number and its list of valid keys.
+macro_rules! with_container_settings {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $($(#[$a:meta])* pub $before:ident: $bt:ty,)*
+        }
+        then {
+            $(#[$user:meta])* user;
+            $(#[$memory:meta])* memory_gb;
+            $($(#[$b:meta])* pub $after:ident: $at:ty,)*
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($(#[$a])* pub $before: $bt,)*
+            /// GPU request: `all`, a count, or `none`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub gpus: Option<$crate::recipe::Gpus>,
+            /// `host` shares the host IPC namespace (vLLM/SGLang need it for shared memory).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub ipc: Option<$crate::recipe::Ipc>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub shm_size: Option<$crate::units::ByteSize>,
+            /// Ulimits by name; -1 means unlimited.
+            #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+            pub ulimits: BTreeMap<String, i64>,
+            $(#[$user])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub user: Option<String>,
+            $(#[$memory])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub memory_gb: Option<f64>,
+            $($(#[$b])* pub $after: $at,)*
+        }
+    };
+}
+pub(crate) use with_container_settings;
+
+with_container_settings! {
+    #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct Server {
+        /// Port on the host where the server answers.
+        pub port: u16,
+        /// Host address to bind; loopback unless the recipe opens it up.
+        #[serde(default = "default_host")]
+        pub host: String,
+        /// Extra server arguments, one argv entry each (never a shell string).
+        #[serde(default)]
+        pub args: Vec<String>,
+        /// Environment for the server.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub env: BTreeMap<String, String>,
+        /// Names of host variables passed through (secrets such as HF_TOKEN); never printed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub env_from_host: Vec<String>,
+    }
+    then {
+        /// `UID[:GID]` the container runs as.
+        user;
+        /// Memory the deployment needs from the 128 GB unified pool, in GB.
+        memory_gb;
+        /// Port the server listens on inside the container; defaults to the engine's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub container_port: Option<u16>,
+    }
 }
 
 fn default_host() -> String {
@@ -269,6 +307,17 @@ pub enum Ipc {
     Host,
     Private,
     Shareable,
+}
+
+impl Ipc {
+    /// As `docker run --ipc` and the Engine API's IpcMode take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ipc::Host => "host",
+            Ipc::Private => "private",
+            Ipc::Shareable => "shareable",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -28,32 +28,82 @@ pub struct Resolved {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "runtime", rename_all = "lowercase")]
 pub enum Launch {
-    Docker {
-        /// As written in the recipe; the digest from images.lock replaces the tag at start.
-        image: String,
-        /// Replaces the image's entrypoint when the engine's image has no server
-        /// entrypoint (empty: keep the image's).
-        entrypoint: Vec<String>,
-        cmd: Vec<String>,
-        mounts: Vec<Mount>,
-        host_ip: String,
-        host_port: u16,
-        container_port: u16,
-        env: BTreeMap<String, String>,
-        /// Names only: values are read from the host when the container starts.
-        env_from_host: Vec<String>,
-        gpus: Option<String>,
-        ipc: Option<String>,
-        shm_size: Option<ByteSize>,
-        ulimits: BTreeMap<String, i64>,
-        user: Option<String>,
-    },
+    Docker(ContainerLaunch),
     Process {
         program: String,
         args: Vec<String>,
         env: BTreeMap<String, String>,
         env_from_host: Vec<String>,
     },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerLaunch {
+    /// As written in the recipe; the digest from images.lock replaces the tag at start.
+    pub image: String,
+    /// Replaces the image's entrypoint when the engine's image has no server entrypoint
+    /// (empty: keep the image's).
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub mounts: Vec<Mount>,
+    pub host_ip: String,
+    pub host_port: u16,
+    pub container_port: u16,
+    pub env: BTreeMap<String, String>,
+    /// Names only: values are read from the host when the container starts.
+    pub env_from_host: Vec<String>,
+    #[serde(flatten)]
+    pub resources: Resources,
+    pub user: Option<String>,
+}
+
+/// What a container asks of the engine beside its command — GPUs, IPC, shared memory,
+/// ulimits — read alike from a recipe's `server:` and from a job recipe.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Resources {
+    /// `all` or a count, as `docker run --gpus` takes it; none asked: `None`.
+    pub gpus: Option<String>,
+    pub ipc: Option<String>,
+    pub shm_size: Option<ByteSize>,
+    pub ulimits: BTreeMap<String, i64>,
+}
+
+impl Resources {
+    pub fn of(
+        gpus: Option<&Gpus>,
+        ipc: Option<Ipc>,
+        shm_size: Option<ByteSize>,
+        ulimits: &BTreeMap<String, i64>,
+    ) -> Resources {
+        Resources {
+            gpus: gpus.and_then(|g| match g {
+                Gpus::All => Some("all".into()),
+                Gpus::Count(n) => Some(n.to_string()),
+                Gpus::None => None,
+            }),
+            ipc: ipc.map(|i| i.as_str().to_string()),
+            shm_size,
+            ulimits: ulimits.clone(),
+        }
+    }
+
+    /// The `docker run` flags that ask for the same, for review.
+    pub fn run_flags(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(g) = &self.gpus {
+            v.extend(["--gpus".into(), g.clone()]);
+        }
+        if let Some(i) = &self.ipc {
+            v.push(format!("--ipc={i}"));
+        }
+        if let Some(s) = self.shm_size {
+            v.push(format!("--shm-size={s}"));
+        }
+        for (name, value) in &self.ulimits {
+            v.extend(["--ulimit".into(), format!("{name}={value}")]);
+        }
+        v
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -123,7 +173,7 @@ impl Recipe {
                 // Inside the container the server listens everywhere; the host binding limits reach.
                 push_flag(&mut cmd, profile.host_flag, "0.0.0.0");
                 push_flag(&mut cmd, profile.port_flag, &container_port.to_string());
-                Launch::Docker {
+                Launch::Docker(ContainerLaunch {
                     image: self.image.clone().unwrap_or_default(),
                     entrypoint,
                     cmd,
@@ -133,23 +183,14 @@ impl Recipe {
                     container_port,
                     env: server.env.clone(),
                     env_from_host: server.env_from_host.clone(),
-                    gpus: server.gpus.as_ref().and_then(|g| match g {
-                        Gpus::All => Some("all".into()),
-                        Gpus::Count(n) => Some(n.to_string()),
-                        Gpus::None => None,
-                    }),
-                    ipc: server.ipc.map(|i| {
-                        match i {
-                            Ipc::Host => "host",
-                            Ipc::Private => "private",
-                            Ipc::Shareable => "shareable",
-                        }
-                        .to_string()
-                    }),
-                    shm_size: server.shm_size,
-                    ulimits: server.ulimits.clone(),
+                    resources: Resources::of(
+                        server.gpus.as_ref(),
+                        server.ipc,
+                        server.shm_size,
+                        &server.ulimits,
+                    ),
                     user: server.user.clone(),
-                }
+                })
             }
             Runtime::Process => {
                 let mut args = Vec::new();
@@ -214,64 +255,59 @@ pub fn shell_quote(word: &str) -> String {
     }
 }
 
+/// The end of a `docker run` line, for servers and jobs alike: the environment (host
+/// variables by name only: their values are secrets), then the image and its command.
+pub fn run_tail(
+    env: &BTreeMap<String, String>,
+    env_from_host: &[String],
+    entrypoint: &[String],
+    image: &str,
+    cmd: &[String],
+) -> Vec<String> {
+    let mut v = Vec::new();
+    for (k, val) in env {
+        v.extend(["-e".into(), format!("{k}={val}")]);
+    }
+    for k in env_from_host {
+        v.extend(["-e".into(), k.clone()]);
+    }
+    // `--entrypoint` takes one word; the rest of it goes before the command.
+    if let [first, rest @ ..] = entrypoint {
+        v.extend(["--entrypoint".into(), first.clone()]);
+        v.push(image.to_string());
+        v.extend(rest.iter().cloned());
+    } else {
+        v.push(image.to_string());
+    }
+    v.extend(cmd.iter().cloned());
+    v
+}
+
 impl Launch {
     /// The equivalent command line a person could type, for review. Secrets appear by name only.
     pub fn equivalent_command(&self) -> Vec<String> {
         match self {
-            Launch::Docker {
-                image,
-                entrypoint,
-                cmd,
-                mounts,
-                host_ip,
-                host_port,
-                container_port,
-                env,
-                env_from_host,
-                gpus,
-                ipc,
-                shm_size,
-                ulimits,
-                user,
-            } => {
+            Launch::Docker(c) => {
                 let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
-                if let Some(g) = gpus {
-                    v.extend(["--gpus".into(), g.clone()]);
-                }
-                if let Some(i) = ipc {
-                    v.push(format!("--ipc={i}"));
-                }
-                if let Some(s) = shm_size {
-                    v.push(format!("--shm-size={s}"));
-                }
-                for (name, value) in ulimits {
-                    v.extend(["--ulimit".into(), format!("{name}={value}")]);
-                }
-                if let Some(u) = user {
+                v.extend(c.resources.run_flags());
+                if let Some(u) = &c.user {
                     v.extend(["--user".into(), u.clone()]);
                 }
-                for m in mounts {
+                for m in &c.mounts {
                     let ro = if m.read_only { ":ro" } else { "" };
                     v.extend(["-v".into(), format!("{}:{}{ro}", m.host, m.container)]);
                 }
                 v.extend([
                     "-p".into(),
-                    format!("{host_ip}:{host_port}:{container_port}"),
+                    format!("{}:{}:{}", c.host_ip, c.host_port, c.container_port),
                 ]);
-                for (k, val) in env {
-                    v.extend(["-e".into(), format!("{k}={val}")]);
-                }
-                for k in env_from_host {
-                    v.extend(["-e".into(), k.clone()]);
-                }
-                if let [first, rest @ ..] = entrypoint.as_slice() {
-                    v.extend(["--entrypoint".into(), first.clone()]);
-                    v.push(image.clone());
-                    v.extend(rest.iter().cloned());
-                } else {
-                    v.push(image.clone());
-                }
-                v.extend(cmd.iter().cloned());
+                v.extend(run_tail(
+                    &c.env,
+                    &c.env_from_host,
+                    &c.entrypoint,
+                    &c.image,
+                    &c.cmd,
+                ));
                 v
             }
             Launch::Process {
@@ -325,5 +361,42 @@ impl Recipe {
         let digest = Sha256::digest(&canonical);
         let hex = crate::units::hex(&digest);
         format!("sha256:{hex}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `start --dry-run --json` and run records show the launch: its JSON is a contract.
+    #[test]
+    fn a_container_launch_serializes_flat_in_its_field_order() {
+        let launch = Launch::Docker(ContainerLaunch {
+            image: "img:1".into(),
+            entrypoint: vec![],
+            cmd: vec!["serve".into()],
+            mounts: vec![],
+            host_ip: "127.0.0.1".into(),
+            host_port: 8000,
+            container_port: 8000,
+            env: BTreeMap::new(),
+            env_from_host: vec!["HF_TOKEN".into()],
+            resources: Resources::of(
+                Some(&Gpus::All),
+                Some(Ipc::Host),
+                None,
+                &BTreeMap::from([("memlock".to_string(), -1)]),
+            ),
+            user: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&launch).unwrap(),
+            r#"{"runtime":"docker","image":"img:1","entrypoint":[],"cmd":["serve"],"mounts":[],"host_ip":"127.0.0.1","host_port":8000,"container_port":8000,"env":{},"env_from_host":["HF_TOKEN"],"gpus":"all","ipc":"host","shm_size":null,"ulimits":{"memlock":-1},"user":null}"#
+        );
+        assert_eq!(
+            launch.equivalent_command().join(" "),
+            "docker run -d --gpus all --ipc=host --ulimit memlock=-1 -p 127.0.0.1:8000:8000 \
+             -e HF_TOKEN img:1 serve"
+        );
     }
 }

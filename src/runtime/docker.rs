@@ -10,17 +10,19 @@ use bollard::models::{
     ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptions, LogsOptionsBuilder,
     RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::{Deployment, Event, Exit, LineBuffer, RunState, StartSpec, Started, Supervisor};
+use super::{
+    Deployment, Event, Exit, LineBuffer, LogSink, LogView, RunState, StartSpec, Started, Supervisor,
+};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::recipe::{Launch, Resolved, Runtime};
+use crate::recipe::{ContainerLaunch, Launch, Resolved, Resources, Runtime};
 use crate::state::StateDir;
 
 /// Label keys on every container sparkctl creates.
@@ -169,10 +171,10 @@ async fn exit_of(docker: &Docker, id: &str) -> Result<Exit> {
 
 /// `NAME=value` for each `env_from_host` name, read from sparkctl's environment now.
 pub(crate) fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
-    let Launch::Docker { env_from_host, .. } = &resolved.launch else {
+    let Launch::Docker(c) = &resolved.launch else {
         return Err(not_docker(resolved));
     };
-    env_from_host
+    c.env_from_host
         .iter()
         .map(|name| {
             std::env::var(name)
@@ -195,32 +197,57 @@ pub fn container_spec(
     state_id: &str,
     host_env: Vec<String>,
 ) -> ContainerCreateBody {
-    let resolved = &spec.resolved;
-    let Launch::Docker {
-        image,
-        entrypoint,
-        cmd,
-        mounts,
-        host_ip,
-        host_port,
-        container_port,
-        env,
-        gpus,
-        ipc,
-        shm_size,
-        ulimits,
-        user,
-        ..
-    } = &resolved.launch
-    else {
+    let Launch::Docker(c) = &spec.resolved.launch else {
         unreachable!("container_spec is only called for docker recipes")
     };
-    let env: Vec<String> = env
+    let env: Vec<String> = c
+        .env
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .chain(host_env)
         .collect();
-    let port_key = format!("{container_port}/tcp");
+    let port_key = format!("{}/tcp", c.container_port);
+    let host_config = HostConfig {
+        binds: Some(
+            c.mounts
+                .iter()
+                .map(|m| {
+                    let mode = if m.read_only { ":ro" } else { "" };
+                    format!("{}:{}{mode}", m.host, m.container)
+                })
+                .collect(),
+        ),
+        port_bindings: Some(HashMap::from([(
+            port_key.clone(),
+            Some(vec![PortBinding {
+                host_ip: Some(c.host_ip.clone()),
+                host_port: Some(c.host_port.to_string()),
+            }]),
+        )])),
+        // A crashed server stays down and keeps its logs; sparkctl decides what runs.
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        auto_remove: Some(false),
+        ..resource_config(&c.resources)
+    };
+    ContainerCreateBody {
+        image: Some(image_id.to_string()),
+        entrypoint: (!c.entrypoint.is_empty()).then(|| c.entrypoint.clone()),
+        cmd: Some(c.cmd.clone()),
+        env: Some(env),
+        user: c.user.clone(),
+        labels: Some(server_labels(spec, c, state_id)),
+        exposed_ports: Some(vec![port_key]),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// What `list` reads a deployment back from, so it needs no record beside the engine's.
+fn server_labels(spec: &StartSpec, c: &ContainerLaunch, state_id: &str) -> HashMap<String, String> {
+    let resolved = &spec.resolved;
     let mut labels = HashMap::from([
         (label::MANAGED, "true".to_string()),
         (label::STATE, state_id.to_string()),
@@ -230,10 +257,10 @@ pub fn container_spec(
         (label::ENGINE, resolved.engine.to_string()),
         (
             label::IMAGE_REF,
-            spec.image_ref.clone().unwrap_or_else(|| image.clone()),
+            spec.image_ref.clone().unwrap_or_else(|| c.image.clone()),
         ),
-        (label::HOST, host_ip.clone()),
-        (label::PORT, host_port.to_string()),
+        (label::HOST, c.host_ip.clone()),
+        (label::PORT, c.host_port.to_string()),
         (label::HEALTH, resolved.health_path.clone()),
     ]);
     if let Some(gb) = resolved.memory_gb {
@@ -245,7 +272,16 @@ pub fn container_spec(
     if let Some(fp) = &spec.model_fingerprint {
         labels.insert(label::MODEL_FINGERPRINT, fp.clone());
     }
-    let device_requests = gpus.as_ref().map(|g| {
+    labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// A container's GPUs, IPC, shared memory and ulimits as the Engine API takes them; the
+/// rest of the host config is the caller's.
+pub(crate) fn resource_config(r: &Resources) -> HostConfig {
+    let device_requests = r.gpus.as_ref().map(|g| {
         vec![DeviceRequest {
             driver: Some("nvidia".into()),
             // -1 is the engine's "all", as `--gpus all` sends it.
@@ -254,28 +290,12 @@ pub fn container_spec(
             ..Default::default()
         }]
     });
-    let host_config = HostConfig {
-        binds: Some(
-            mounts
-                .iter()
-                .map(|m| {
-                    let mode = if m.read_only { ":ro" } else { "" };
-                    format!("{}:{}{mode}", m.host, m.container)
-                })
-                .collect(),
-        ),
-        port_bindings: Some(HashMap::from([(
-            port_key.clone(),
-            Some(vec![PortBinding {
-                host_ip: Some(host_ip.clone()),
-                host_port: Some(host_port.to_string()),
-            }]),
-        )])),
+    HostConfig {
         device_requests,
-        ipc_mode: ipc.clone(),
-        shm_size: shm_size.map(|b| b.0 as i64),
-        ulimits: (!ulimits.is_empty()).then(|| {
-            ulimits
+        ipc_mode: r.ipc.clone(),
+        shm_size: r.shm_size.map(|b| b.0 as i64),
+        ulimits: (!r.ulimits.is_empty()).then(|| {
+            r.ulimits
                 .iter()
                 .map(|(name, v)| ResourcesUlimits {
                     name: Some(name.clone()),
@@ -284,28 +304,6 @@ pub fn container_spec(
                 })
                 .collect()
         }),
-        // A crashed server stays down and keeps its logs; sparkctl decides what runs.
-        restart_policy: Some(RestartPolicy {
-            name: Some(RestartPolicyNameEnum::NO),
-            maximum_retry_count: None,
-        }),
-        auto_remove: Some(false),
-        ..Default::default()
-    };
-    ContainerCreateBody {
-        image: Some(image_id.to_string()),
-        entrypoint: (!entrypoint.is_empty()).then(|| entrypoint.clone()),
-        cmd: Some(cmd.clone()),
-        env: Some(env),
-        user: user.clone(),
-        labels: Some(
-            labels
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        ),
-        exposed_ports: Some(vec![port_key]),
-        host_config: Some(host_config),
         ..Default::default()
     }
 }
@@ -348,10 +346,11 @@ fn deployment_of(c: &bollard::models::ContainerSummary) -> Option<Deployment> {
 
 impl Supervisor for DockerRuntime {
     async fn preflight(&self, resolved: &Resolved) -> Result<String> {
-        let Launch::Docker { image, gpus, .. } = &resolved.launch else {
+        let Launch::Docker(c) = &resolved.launch else {
             return Err(not_docker(resolved));
         };
-        if let Some(g) = gpus {
+        let image = &c.image;
+        if let Some(g) = &c.resources.gpus {
             if !self.has_nvidia_runtime().await? {
                 return Err(Error::Failed(format!(
                     "{} asks for GPUs (server.gpus: {g}) but this Docker Engine has no `nvidia` \
@@ -378,9 +377,9 @@ impl Supervisor for DockerRuntime {
         let resolved = &spec.resolved;
         let body = container_spec(spec, artifact, &self.state_id, host_env(resolved)?);
         let name = format!("sparkctl-{}-{}", resolved.name, spec.run_id);
-        if let Launch::Docker { env_from_host, .. } = &resolved.launch {
+        if let Launch::Docker(c) = &resolved.launch {
             tracing::debug!(
-                spec = ?crate::secrets::redacted(&body, env_from_host),
+                spec = ?crate::secrets::redacted(&body, &c.env_from_host),
                 "creating container {name}"
             );
         }
@@ -415,12 +414,12 @@ impl Supervisor for DockerRuntime {
             let _ = tx.send(Event::Exited(exit)).await;
         });
 
-        let Launch::Docker { image, .. } = &resolved.launch else {
+        let Launch::Docker(c) = &resolved.launch else {
             unreachable!("checked by host_env")
         };
         Ok(Started {
             deployment: Deployment {
-                image_ref: Some(spec.image_ref.clone().unwrap_or_else(|| image.clone())),
+                image_ref: Some(spec.image_ref.clone().unwrap_or_else(|| c.image.clone())),
                 ..Deployment::started(spec, Runtime::Docker, id, artifact)
             },
             events: rx,
@@ -471,40 +470,50 @@ impl Supervisor for DockerRuntime {
         }
     }
 
-    async fn logs(
-        &self,
-        deployment: &Deployment,
-        tail: Option<usize>,
-        follow: bool,
-        out: &mut (dyn std::io::Write + Send),
-    ) -> Result<()> {
-        let tail = tail.map(|n| n.to_string()).unwrap_or_else(|| "all".into());
-        let opts = LogsOptionsBuilder::new()
-            .follow(follow)
-            .stdout(true)
-            .stderr(true)
-            .tail(&tail)
-            .build();
-        let mut stream = self.docker.logs(&deployment.id, Some(opts));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| engine_error("reading container logs", e))?;
-            out.write_all(&chunk.into_bytes())
-                .and_then(|_| out.flush())
-                .map_err(|e| Error::io("cannot write the logs", e))?;
-        }
-        Ok(())
+    async fn logs(&self, deployment: &Deployment, view: LogView, out: &mut LogSink) -> Result<()> {
+        copy_logs(&self.docker, &deployment.id, view, out, |e| {
+            engine_error("reading container logs", e)
+        })
+        .await
     }
+}
+
+/// The Engine API's request for `view` of a container's output (stdout and stderr both).
+pub(crate) fn log_options(view: LogView) -> LogsOptions {
+    LogsOptionsBuilder::new()
+        .follow(view.follow)
+        .stdout(true)
+        .stderr(true)
+        .tail(&view.tail.map_or("all".to_string(), |n| n.to_string()))
+        .build()
+}
+
+/// Copies a container's output to `out` as the engine streams it, flushing each chunk
+/// (`logs -f` shows lines as they come); `engine` words the engine's errors.
+pub(crate) async fn copy_logs(
+    docker: &Docker,
+    id: &str,
+    view: LogView,
+    out: &mut LogSink,
+    engine: impl Fn(bollard::errors::Error) -> Error,
+) -> Result<()> {
+    let mut stream = docker.logs(id, Some(log_options(view)));
+    while let Some(chunk) = stream.next().await {
+        out.write_all(&chunk.map_err(&engine)?.into_bytes())
+            .and_then(|_| out.flush())
+            .map_err(|e| Error::io("cannot write the logs", e))?;
+    }
+    Ok(())
 }
 
 /// Follows a container's output and sends each whole line until the receiver is gone.
 pub(crate) fn forward_log_lines(docker: Docker, id: String, lines: mpsc::Sender<Event>) {
     tokio::spawn(async move {
-        let opts = LogsOptionsBuilder::new()
-            .follow(true)
-            .stdout(true)
-            .stderr(true)
-            .build();
-        let mut stream = docker.logs(&id, Some(opts));
+        let view = LogView {
+            tail: None,
+            follow: true,
+        };
+        let mut stream = docker.logs(&id, Some(log_options(view)));
         let mut buf = LineBuffer::default();
         while let Some(Ok(chunk)) = stream.next().await {
             for line in buf.push(&chunk.into_bytes()) {

@@ -3,8 +3,10 @@
 //! host binary. Both answer to one trait, so the flows above never ask which one runs.
 
 pub mod docker;
+pub mod group;
 pub mod process;
 pub mod ready;
+pub mod remote;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -190,6 +192,17 @@ pub struct Started {
     pub completion_timeout: Duration,
 }
 
+/// What `logs` shows: the last `tail` lines (all of them when `None`), then, while
+/// `follow`, new ones until the server stops.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogView {
+    pub tail: Option<usize>,
+    pub follow: bool,
+}
+
+/// Where `logs` writes: the terminal, or the file a run keeps.
+pub type LogSink = dyn std::io::Write + Send;
+
 /// The interface both runtimes implement.
 #[allow(async_fn_in_trait)]
 pub trait Supervisor {
@@ -202,14 +215,8 @@ pub trait Supervisor {
     async fn list(&self) -> Result<Vec<Deployment>>;
     /// Stops it (SIGTERM, then SIGKILL after `grace`); its logs stay.
     async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()>;
-    /// Writes its output to `out`: the last `tail` lines, then new ones while `follow`.
-    async fn logs(
-        &self,
-        deployment: &Deployment,
-        tail: Option<usize>,
-        follow: bool,
-        out: &mut (dyn std::io::Write + Send),
-    ) -> Result<()>;
+    /// Writes its output to `out` as `view` asks.
+    async fn logs(&self, deployment: &Deployment, view: LogView, out: &mut LogSink) -> Result<()>;
 }
 
 /// Both runtimes, for commands that do not care which one a deployment uses. The Docker
@@ -309,9 +316,7 @@ impl Runtimes {
                 // A group's API server takes the rest of its group, on every node, with it.
                 let (client, id) = (docker.client(), deployment.id.as_str());
                 let state = Some(self.process.state());
-                for note in
-                    crate::node::group::stop_rest(client, id, state, docker.state_id()).await
-                {
+                for note in group::stop_rest(client, id, state, docker.state_id()).await {
                     tracing::warn!("{note}");
                 }
                 Ok(())
@@ -323,13 +328,12 @@ impl Runtimes {
     pub async fn logs(
         &self,
         deployment: &Deployment,
-        tail: Option<usize>,
-        follow: bool,
-        out: &mut (dyn std::io::Write + Send),
+        view: LogView,
+        out: &mut LogSink,
     ) -> Result<()> {
         match deployment.runtime {
-            Runtime::Docker => self.docker()?.logs(deployment, tail, follow, out).await,
-            Runtime::Process => self.process.logs(deployment, tail, follow, out).await,
+            Runtime::Docker => self.docker()?.logs(deployment, view, out).await,
+            Runtime::Process => self.process.logs(deployment, view, out).await,
         }
     }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::{Deployment, Event, Exit, LineBuffer, RunState, StartSpec, Started, Supervisor};
+use super::{
+    Deployment, Event, Exit, LineBuffer, LogSink, LogView, RunState, StartSpec, Started, Supervisor,
+};
 use crate::error::{Error, Result};
 use crate::host::{self, ProcessId};
 use crate::recipe::{Launch, Resolved, Runtime};
@@ -226,13 +228,7 @@ impl Supervisor for ProcessRuntime {
         state::write_json(&path, &record)
     }
 
-    async fn logs(
-        &self,
-        deployment: &Deployment,
-        tail: Option<usize>,
-        follow: bool,
-        out: &mut (dyn std::io::Write + Send),
-    ) -> Result<()> {
+    async fn logs(&self, deployment: &Deployment, view: LogView, out: &mut LogSink) -> Result<()> {
         let path = deployment
             .log_file
             .clone()
@@ -241,8 +237,8 @@ impl Supervisor for ProcessRuntime {
         let text = std::fs::read(&path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let text = String::from_utf8_lossy(&text);
-        write_out(out, super::last_lines(&text, tail))?;
-        if follow && deployment.running() {
+        write_out(out, super::last_lines(&text, view.tail))?;
+        if view.follow && deployment.running() {
             let process = self.process_of(deployment)?;
             let (tx, mut rx) = mpsc::channel(256);
             let from = text.len() as u64;

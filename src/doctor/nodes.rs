@@ -4,8 +4,8 @@
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use super::{Node, Nodes};
-use crate::doctor::{Check, Verdict};
+use super::{Check, Verdict};
+use crate::recipe::nodes::{Node, Nodes};
 use crate::recipe::RecipeSet;
 
 fn check(name: String, verdict: Verdict, detail: impl Into<String>) -> Check {
@@ -41,7 +41,7 @@ pub async fn run(recipes: &RecipeSet) -> Vec<Check> {
 async fn node_checks(node: &Node, head: bool, wants_gpus: bool) -> Vec<Check> {
     let name = |what: &str| format!("node {} {what}", node.name);
     let mut out = Vec::new();
-    let docker = match super::connect(node).await {
+    let docker = match crate::runtime::remote::connect(node).await {
         Ok(d) => d,
         Err(e) => return vec![check(name("engine"), Verdict::Fail, e.to_string())],
     };

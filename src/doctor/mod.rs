@@ -1,9 +1,12 @@
 //! `doctor`: is this machine ready to serve? Each check says what it found and, when
 //! something is wrong, what to do.
 
+mod nodes;
+
 use serde::Serialize;
 
-use crate::deploy::{self, PortOwner, Settings};
+use crate::context::{Context, Settings};
+use crate::deploy::{self, PortOwner};
 use crate::nvidia::Gpu;
 use crate::recipe::{RecipeSet, Runtime};
 use crate::runtime::Runtimes;
@@ -55,87 +58,10 @@ fn check(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -
     }
 }
 
-pub async fn run(
-    rt: &Runtimes,
-    recipes: &RecipeSet,
-    state: &StateDir,
-    settings: &Settings,
-) -> Vec<Check> {
-    let mut checks = Vec::new();
-    let docker_recipes: Vec<&str> = recipes
-        .recipes
-        .iter()
-        .filter(|r| r.recipe.runtime() == Runtime::Docker)
-        .map(|r| r.recipe.name.as_str())
-        .collect();
-    let gpu_recipes: Vec<&str> = recipes
-        .recipes
-        .iter()
-        .filter(|r| r.recipe.runtime() == Runtime::Docker && r.recipe.server.gpus.is_some())
-        .map(|r| r.recipe.name.as_str())
-        .collect();
-
-    match rt.docker() {
-        Ok(docker) => {
-            let client = docker.client();
-            let version = client.version().await;
-            checks.push(match version {
-                Ok(v) => check(
-                    "docker engine",
-                    Verdict::Ok,
-                    format!(
-                        "Docker Engine {} (API {}), {}",
-                        v.version.unwrap_or_default(),
-                        v.api_version.unwrap_or_default(),
-                        v.arch.unwrap_or_default()
-                    ),
-                ),
-                Err(e) => check("docker engine", Verdict::Fail, e.to_string()),
-            });
-            checks.push(match docker.has_nvidia_runtime().await {
-                Ok(true) => check("nvidia runtime", Verdict::Ok, "`nvidia` runtime registered"),
-                Ok(false) => check(
-                    "nvidia runtime",
-                    Verdict::Warn,
-                    format!(
-                        "no `nvidia` runtime in the engine: GPU recipes ({}) cannot start; install \
-                         the NVIDIA Container Toolkit",
-                        if gpu_recipes.is_empty() {
-                            "none here".to_string()
-                        } else {
-                            gpu_recipes.join(", ")
-                        }
-                    ),
-                ),
-                Err(e) => check("nvidia runtime", Verdict::Warn, e.to_string()),
-            });
-        }
-        Err(e) => {
-            let verdict = if docker_recipes.is_empty() {
-                Verdict::Warn
-            } else {
-                Verdict::Fail
-            };
-            checks.push(check("docker engine", verdict, e.to_string()));
-        }
-    }
-
-    let meminfo = crate::host::meminfo();
-    let gpus = crate::nvidia::gpus().await;
-    checks.push(match &gpus {
-        Ok(gpus) if !gpus.is_empty() => check(
-            "gpu",
-            Verdict::Ok,
-            gpu_detail(gpus, meminfo.map(|m| m.total)),
-        ),
-        Ok(_) => check("gpu", Verdict::Warn, "nvidia-smi lists no GPU"),
-        Err(e) => check("gpu", Verdict::Warn, e.to_string()),
-    });
-    let unified = gpus
-        .as_ref()
-        .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
-    checks.push(memory_check(meminfo, unified, settings));
-
+/// Every check, in the order `doctor` prints them.
+pub async fn run(ctx: &Context, recipes: &RecipeSet) -> Vec<Check> {
+    let mut checks = engine_checks(&ctx.runtimes, recipes).await;
+    checks.extend(gpu_and_memory(&ctx.settings).await);
     // A recipe file that does not load is the user's to fix, not the machine's: a warning,
     // and its port is not checked (it cannot be known).
     for b in &recipes.broken {
@@ -145,6 +71,96 @@ pub async fn run(
             b.to_string(),
         ));
     }
+    checks.extend(port_checks(&ctx.runtimes, recipes).await);
+    checks.push(match ctx.state.check_writable() {
+        Ok(()) => check(
+            "state dir",
+            Verdict::Ok,
+            format!("{} is writable", ctx.state.root().display()),
+        ),
+        Err(e) => check("state dir", Verdict::Fail, e.to_string()),
+    });
+    checks.push(frontdoor_check(&ctx.state, &ctx.settings));
+    // Multi-node recipes: every node they name.
+    checks.extend(nodes::run(recipes).await);
+    checks
+}
+
+/// The Docker Engine and its `nvidia` runtime; without an engine, a failure only when a
+/// recipe needs containers.
+async fn engine_checks(rt: &Runtimes, recipes: &RecipeSet) -> Vec<Check> {
+    let docker_recipes = recipes
+        .recipes
+        .iter()
+        .filter(|r| r.recipe.runtime() == Runtime::Docker);
+    let gpu_recipes: Vec<&str> = docker_recipes
+        .clone()
+        .filter(|r| r.recipe.server.gpus.is_some())
+        .map(|r| r.recipe.name.as_str())
+        .collect();
+    let docker = match rt.docker() {
+        Ok(docker) => docker,
+        Err(e) => {
+            let verdict = match docker_recipes.count() {
+                0 => Verdict::Warn,
+                _ => Verdict::Fail,
+            };
+            return vec![check("docker engine", verdict, e.to_string())];
+        }
+    };
+    let engine = match docker.client().version().await {
+        Ok(v) => check(
+            "docker engine",
+            Verdict::Ok,
+            format!(
+                "Docker Engine {} (API {}), {}",
+                v.version.unwrap_or_default(),
+                v.api_version.unwrap_or_default(),
+                v.arch.unwrap_or_default()
+            ),
+        ),
+        Err(e) => check("docker engine", Verdict::Fail, e.to_string()),
+    };
+    let nvidia = match docker.has_nvidia_runtime().await {
+        Ok(true) => check("nvidia runtime", Verdict::Ok, "`nvidia` runtime registered"),
+        Ok(false) => check(
+            "nvidia runtime",
+            Verdict::Warn,
+            format!(
+                "no `nvidia` runtime in the engine: GPU recipes ({}) cannot start; install \
+                 the NVIDIA Container Toolkit",
+                if gpu_recipes.is_empty() {
+                    "none here".to_string()
+                } else {
+                    gpu_recipes.join(", ")
+                }
+            ),
+        ),
+        Err(e) => check("nvidia runtime", Verdict::Warn, e.to_string()),
+    };
+    vec![engine, nvidia]
+}
+
+async fn gpu_and_memory(settings: &Settings) -> [Check; 2] {
+    let meminfo = crate::host::meminfo();
+    let gpus = crate::nvidia::gpus().await;
+    let gpu = match &gpus {
+        Ok(gpus) if !gpus.is_empty() => check(
+            "gpu",
+            Verdict::Ok,
+            gpu_detail(gpus, meminfo.map(|m| m.total)),
+        ),
+        Ok(_) => check("gpu", Verdict::Warn, "nvidia-smi lists no GPU"),
+        Err(e) => check("gpu", Verdict::Warn, e.to_string()),
+    };
+    let unified = gpus
+        .as_ref()
+        .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
+    [gpu, memory_check(meminfo, unified, settings)]
+}
+
+/// Each port the recipes use, once, with the recipes that use it and who holds it now.
+async fn port_checks(rt: &Runtimes, recipes: &RecipeSet) -> Vec<Check> {
     let known = rt.list().await.map(|(d, _)| d).unwrap_or_default();
     let mut ports: Vec<(u16, Vec<&str>)> = Vec::new();
     for r in &recipes.recipes {
@@ -155,6 +171,7 @@ pub async fn run(
         }
     }
     ports.sort();
+    let mut checks = Vec::new();
     for (port, names) in ports {
         let label = format!("port {port}");
         let used_by = names.join(", ");
@@ -170,18 +187,6 @@ pub async fn run(
             ),
         });
     }
-
-    checks.push(match state.check_writable() {
-        Ok(()) => check(
-            "state dir",
-            Verdict::Ok,
-            format!("{} is writable", state.root().display()),
-        ),
-        Err(e) => check("state dir", Verdict::Fail, e.to_string()),
-    });
-    checks.push(frontdoor_check(state, settings));
-    // Multi-node recipes: every node they name.
-    checks.extend(crate::node::doctor::run(recipes).await);
     checks
 }
 

@@ -1,25 +1,25 @@
-//! A group's containers across nodes: created in order (Ray head, workers, API server),
-//! found again by their labels from any later command, and stopped as one — on every node
-//! — whichever part fails. The API server carries the usual deployment labels, so `status`,
-//! `up`, the front door and `rollback` see one deployment; the Ray containers carry the
-//! group's labels only.
+//! A group's containers across nodes (`node` creates them): found again by their labels
+//! from any later command, and stopped as one — on every node — whichever part fails.
+//! The API server carries the usual deployment labels, so `status`, `up`, the front door
+//! and `rollback` see one deployment; the Ray containers carry the group's labels only.
+//! Stopping lives here, beside the runtime, so no command can stop a group's API server
+//! and leave its Ray head and workers holding memory on the other node.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
+use serde::Serialize;
 
-use super::plan::{Member, Role};
-use super::{Connected, Nodes};
+use super::docker::{copy_logs, label as base, log_options};
+use super::remote::{connect, reach, Connected};
+use super::{Deployment, DockerRuntime, LogSink, LogView, Runtime, Runtimes};
 use crate::error::{Error, Result};
-use crate::runtime::docker::label as base;
-use crate::runtime::StartSpec;
+use crate::recipe::nodes::Nodes;
+use crate::recipe::Recipe;
 use crate::state::StateDir;
 
 /// Label keys of group containers (beside `io.sparkctl.managed`, `.state`, `.run-id`).
@@ -33,8 +33,36 @@ pub mod label {
     pub const NODES: &str = "io.sparkctl.nodes";
 }
 
+/// A container's part in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// `ray start --head` on the head node.
+    RayHead,
+    /// `ray start --address HEAD:PORT` on every other node.
+    RayWorker,
+    /// The OpenAI-compatible server (`vllm serve`), on the head, once Ray has every node.
+    Api,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::RayHead => "ray-head",
+            Role::RayWorker => "ray-worker",
+            Role::Api => "api",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        [Role::RayHead, Role::RayWorker, Role::Api]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
+}
+
 /// One container of a running or ended group.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Placed {
     pub node: String,
     pub role: Role,
@@ -42,96 +70,6 @@ pub struct Placed {
     pub running: bool,
     #[serde(skip)]
     pub docker: Option<Docker>,
-}
-
-/// Where the Ray head and the API server share Ray's session dir (its sockets): vLLM's
-/// driver must find the head node's raylet, and they are two containers.
-pub fn ray_session_dir(state: &StateDir, run_id: &str) -> std::path::PathBuf {
-    state.root().join("ray").join(run_id)
-}
-
-/// The container body of one member: the recipe's container (image, mounts, GPUs, IPC,
-/// shm, ulimits, user) with the member's command and environment, on the host's network
-/// — NCCL and Ray need the node's real interfaces, not a bridge.
-pub fn member_body(
-    spec: &StartSpec,
-    artifact: &str,
-    state_id: &str,
-    host_env: Vec<String>,
-    member: &Member,
-    nodes: &Nodes,
-    ray_dir: Option<&str>,
-) -> ContainerCreateBody {
-    let mut body =
-        crate::runtime::docker::container_spec(spec, artifact, state_id, host_env.clone());
-    body.entrypoint = (!member.entrypoint.is_empty()).then(|| member.entrypoint.clone());
-    body.cmd = Some(member.cmd.clone());
-    body.env = Some(
-        member
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .chain(host_env)
-            .collect(),
-    );
-    body.exposed_ports = None;
-    let labels = body.labels.get_or_insert_with(HashMap::new);
-    labels.insert(label::GROUP.into(), spec.resolved.name.clone());
-    labels.insert(label::NODE.into(), member.node.clone());
-    labels.insert(label::ROLE.into(), member.role.as_str().into());
-    if member.role == Role::Api {
-        labels.insert(
-            label::NODES.into(),
-            serde_json::to_string(nodes).expect("nodes serialize"),
-        );
-    } else {
-        // Not a deployment of its own: `status` and the front door see the API server only.
-        for key in [base::RECIPE, base::PORT, base::HOST, base::HEALTH] {
-            labels.remove(key);
-        }
-    }
-    let host: &mut HostConfig = body.host_config.get_or_insert_with(Default::default);
-    host.network_mode = Some("host".into());
-    host.port_bindings = None;
-    if let Some(dir) = ray_dir {
-        host.binds
-            .get_or_insert_with(Vec::new)
-            .push(format!("{dir}:/tmp/ray"));
-    }
-    body
-}
-
-/// Creates and starts one member; its container name says run, node and role.
-pub async fn create_and_start(
-    conn: &Connected,
-    spec: &StartSpec,
-    member: &Member,
-    body: ContainerCreateBody,
-) -> Result<String> {
-    let name = format!(
-        "sparkctl-{}-{}-{}-{}",
-        spec.resolved.name,
-        spec.run_id,
-        member.node,
-        member.role.as_str()
-    );
-    let at = |e: bollard::errors::Error, doing: &str| {
-        Error::Failed(format!("node {}: {doing} {name}: {e}", conn.node.name))
-    };
-    let created = conn
-        .docker
-        .create_container(
-            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-            body,
-        )
-        .await
-        .map_err(|e| at(e, "creating"))?;
-    if let Err(e) = conn.docker.start_container(&created.id, None).await {
-        let opts = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = conn.docker.remove_container(&created.id, Some(opts)).await;
-        return Err(at(e, "starting"));
-    }
-    Ok(created.id)
 }
 
 fn run_filter(state_id: &str, run_id: &str) -> HashMap<&'static str, Vec<String>> {
@@ -187,12 +125,11 @@ pub async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
     let Some(docker) = &p.docker else {
         return Vec::new();
     };
-    let opts = LogsOptionsBuilder::new()
-        .stdout(true)
-        .stderr(true)
-        .tail(&n.map_or("all".to_string(), |n| n.to_string()))
-        .build();
-    let mut stream = docker.logs(&p.id, Some(opts));
+    let view = LogView {
+        tail: n,
+        follow: false,
+    };
+    let mut stream = docker.logs(&p.id, Some(log_options(view)));
     let mut text = Vec::new();
     while let Some(Ok(chunk)) = stream.next().await {
         text.extend_from_slice(&chunk.into_bytes());
@@ -261,22 +198,6 @@ pub async fn nodes_of(docker: &Docker, container: &str) -> Option<Nodes> {
     serde_json::from_str(labels.get(label::NODES)?).ok()
 }
 
-/// Connects to the nodes that answer; the others are named in the notes.
-pub async fn reach(nodes: &Nodes) -> (Vec<Connected>, Vec<String>) {
-    let mut conns = Vec::new();
-    let mut notes = Vec::new();
-    for n in &nodes.members {
-        match super::connect(n).await {
-            Ok(docker) => conns.push(Connected {
-                node: n.clone(),
-                docker,
-            }),
-            Err(e) => notes.push(e.to_string()),
-        }
-    }
-    (conns, notes)
-}
-
 /// When `container` is a group's API server: stops the rest of its group on every node
 /// (Ray head and workers), keeping their logs. What `down`, `rollback` and a failed `up`
 /// call through the runtime's stop. Nodes that cannot be reached are named.
@@ -302,18 +223,14 @@ pub async fn stop_rest(
     notes
 }
 
-/// How long Ray may take to report every node when the recipe does not say.
-pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(180);
-
 /// `logs NAME --node NODE`: the output of the group's containers on that node (the Ray
 /// head and the API server on the head node), each under a header.
 pub async fn logs(
-    docker: &crate::runtime::DockerRuntime,
-    d: &crate::runtime::Deployment,
+    docker: &DockerRuntime,
+    d: &Deployment,
     node: &str,
-    tail: Option<usize>,
-    follow: bool,
-    out: &mut (dyn std::io::Write + Send),
+    view: LogView,
+    out: &mut LogSink,
 ) -> Result<()> {
     let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
         return Err(Error::Usage(format!(
@@ -331,31 +248,21 @@ pub async fn logs(
     };
     let conn = Connected {
         node: member.clone(),
-        docker: super::connect(member).await?,
+        docker: connect(member).await?,
     };
     let parts = placed(std::slice::from_ref(&conn), docker.state_id(), &d.run_id).await;
-    let many = parts.len() > 1 && !follow;
+    let many = parts.len() > 1 && !view.follow;
     for p in parts
         .iter()
-        .filter(|p| !follow || p.role != Role::RayHead || parts.len() == 1)
+        .filter(|p| !view.follow || p.role != Role::RayHead || parts.len() == 1)
     {
         if many {
             let _ = writeln!(out, "==> {} {} <==", p.node, p.role.as_str());
         }
-        let opts = LogsOptionsBuilder::new()
-            .follow(follow)
-            .stdout(true)
-            .stderr(true)
-            .tail(&tail.map_or("all".to_string(), |n| n.to_string()))
-            .build();
-        let mut stream = conn.docker.logs(&p.id, Some(opts));
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| Error::Failed(format!("node {node}: reading logs: {e}")))?;
-            out.write_all(&chunk.into_bytes())
-                .and_then(|_| out.flush())
-                .map_err(|e| Error::io("cannot write the logs", e))?;
-        }
+        copy_logs(&conn.docker, &p.id, view, out, |e| {
+            Error::Failed(format!("node {node}: reading logs: {e}"))
+        })
+        .await?;
     }
     Ok(())
 }
@@ -420,14 +327,11 @@ pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> 
 
 /// A group deployment's containers on every node that answers (empty for one-engine
 /// deployments), for `status`; unreachable nodes are named in the notes.
-pub async fn members_of(
-    rt: &crate::runtime::Runtimes,
-    d: &crate::runtime::Deployment,
-) -> (Vec<Placed>, Vec<String>) {
+pub async fn members_of(rt: &Runtimes, d: &Deployment) -> (Vec<Placed>, Vec<String>) {
     let Ok(docker) = rt.docker() else {
         return (Vec::new(), Vec::new());
     };
-    if d.runtime != crate::recipe::Runtime::Docker {
+    if d.runtime != Runtime::Docker {
         return (Vec::new(), Vec::new());
     }
     let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
@@ -439,10 +343,7 @@ pub async fn members_of(
 
 /// After an interrupted or failed flow: whatever of recipe's group still runs on its nodes
 /// (a start cut short before its server was known) is stopped, and named.
-pub async fn stop_group_leftovers(
-    rt: &crate::runtime::Runtimes,
-    recipe: &crate::recipe::Recipe,
-) -> Vec<String> {
+pub async fn stop_group_leftovers(rt: &Runtimes, recipe: &Recipe) -> Vec<String> {
     let (Some(nodes), Ok(docker)) = (&recipe.nodes, rt.docker()) else {
         return Vec::new();
     };

@@ -1,0 +1,372 @@
+//! Starting one recipe: first the plan — every check that can fail cheaply, nothing
+//! changed — then the start and the wait until it serves.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{port_owner, PortOwner, STOP_GRACE};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::memory::{self, MemoryPlan};
+use crate::recipe::{LoadedRecipe, Recipe, Resolved, Runtime};
+use crate::runtime::ready::{self, Fault, Ready, Waiting};
+use crate::runtime::{Deployment, Runtimes, StartSpec, Started};
+
+/// Everything decided before a start, shown by `--dry-run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartPlan {
+    pub name: String,
+    pub runtime: Runtime,
+    pub recipe_hash: String,
+    /// sha256 over the model's files (cached by size, mtime and inode).
+    pub model_fingerprint: Option<String>,
+    /// The job that made the model (`model.produced_by`), checked before the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub produced_by: Option<crate::job::lineage::Lineage>,
+    /// A container image run without a pin (`--allow-unpinned`).
+    pub unpinned: bool,
+    /// The image as the recipe names it; `command` runs it by digest.
+    pub image_ref: Option<String>,
+    /// Image id the container will run, or the binary.
+    pub artifact: String,
+    pub url: String,
+    pub command: Vec<String>,
+    pub memory: MemoryPlan,
+    pub health_timeout: Duration,
+    /// This recipe's exited containers beyond the newest `SPARKCTL_KEEP_EXITED`, removed
+    /// just before the start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub old_containers: Vec<crate::prune::Old>,
+    /// A multi-node recipe's group: what runs on each node, the image on each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<crate::node::start::GroupStart>,
+    #[serde(skip)]
+    resolved: Resolved,
+}
+
+/// How a start may go: the lock it runs images from, and whether an unpinned one may run.
+pub struct StartOptions<'a> {
+    pub lock: &'a crate::lock::Lock,
+    pub allow_unpinned: bool,
+}
+
+/// Checks everything that can fail cheaply; changes nothing.
+pub async fn plan_start(
+    ctx: &Context,
+    loaded: &LoadedRecipe,
+    opts: &StartOptions<'_>,
+) -> Result<StartPlan> {
+    let recipe = &loaded.recipe;
+    let mut resolved = recipe.resolve(&ctx.self_exe);
+    let (image_ref, unpinned) = pin_image(ctx, recipe, &mut resolved, opts).await?;
+    let (deployments, _) = ctx.runtimes.list().await?;
+    refuse_running(&deployments, &recipe.name)?;
+    let (model_fingerprint, produced_by) = check_model(ctx, loaded).await?;
+    let artifact = ctx.runtimes.preflight(&resolved).await?;
+    // Every node's engine answers and can get the image, before anything changes.
+    let group = match &recipe.nodes {
+        Some(_) => Some(
+            crate::node::start::prepare(recipe, &artifact, ctx.settings.memory_budget_gb).await?,
+        ),
+        None => None,
+    };
+    refuse_taken_port(&ctx.runtimes, recipe, resolved.port, &deployments).await?;
+    let command = match &group {
+        Some(g) => g.plan.command_lines(&artifact),
+        None => resolved.launch.equivalent_command(),
+    };
+    let memory = memory_plan(ctx, recipe, resolved.memory_gb, &deployments).await?;
+    let old_containers = match ctx.runtimes.docker() {
+        Ok(docker) if resolved.runtime == Runtime::Docker => {
+            crate::prune::before_start(docker, &ctx.state, &loaded.path, &recipe.name).await
+        }
+        _ => Vec::new(),
+    };
+    Ok(StartPlan {
+        name: recipe.name.clone(),
+        runtime: resolved.runtime,
+        recipe_hash: recipe.hash(),
+        model_fingerprint,
+        produced_by,
+        unpinned,
+        image_ref,
+        artifact,
+        url: crate::runtime::client_url(&resolved.host, resolved.port),
+        command,
+        memory,
+        health_timeout: resolved.health_timeout.0,
+        old_containers,
+        group,
+        resolved,
+    })
+}
+
+/// Containers run the digest images.lock holds, never whatever the tag is today: the
+/// launch's image becomes that digest. Returns the image as named and whether it ran
+/// unpinned.
+async fn pin_image(
+    ctx: &Context,
+    recipe: &Recipe,
+    resolved: &mut Resolved,
+    opts: &StartOptions<'_>,
+) -> Result<(Option<String>, bool)> {
+    let crate::recipe::Launch::Docker(c) = &mut resolved.launch else {
+        return Ok((None, false));
+    };
+    let named = c.image.clone();
+    let docker = ctx.runtimes.docker()?.client();
+    let (run, pinned) = crate::images::run_reference(
+        docker,
+        &recipe.name,
+        &c.image,
+        opts.lock,
+        opts.allow_unpinned,
+    )
+    .await?;
+    c.image = run;
+    Ok((Some(named), !pinned))
+}
+
+fn refuse_running(deployments: &[Deployment], name: &str) -> Result<()> {
+    match deployments.iter().find(|d| d.name == name && d.running()) {
+        Some(d) => Err(Error::Usage(format!(
+            "{} is already running ({} {}, {}); `sparkctl down {}` first",
+            d.name,
+            d.runtime.as_str(),
+            crate::units::short_id(&d.id),
+            d.url(),
+            d.name
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The model dir exists, the job that made it (if any) succeeded and is not stale, and its
+/// fingerprint.
+async fn check_model(
+    ctx: &Context,
+    loaded: &LoadedRecipe,
+) -> Result<(Option<String>, Option<crate::job::lineage::Lineage>)> {
+    let recipe = &loaded.recipe;
+    let Some(model) = &recipe.model else {
+        return Ok((None, None));
+    };
+    let path = crate::recipe::expand_home(&model.path);
+    if !Path::new(&path).exists() {
+        return Err(Error::Usage(format!(
+            "{}: model.path {path} does not exist ({}); download the model or fix the path",
+            recipe.name,
+            loaded.path.display()
+        )));
+    }
+    let mut produced_by = None;
+    if let Some(job) = &model.produced_by {
+        // A failed or stale job's outputs never serve (before any fingerprinting).
+        let docker = ctx.runtimes.docker()?.client();
+        produced_by =
+            Some(crate::job::lineage::check(docker, &ctx.state, job, Path::new(&path)).await?);
+    }
+    let fingerprint = crate::patch::fingerprint_in_background(Path::new(&path), &ctx.state)
+        .await?
+        .digest;
+    Ok((Some(fingerprint), produced_by))
+}
+
+async fn refuse_taken_port(
+    rt: &Runtimes,
+    recipe: &Recipe,
+    port: u16,
+    deployments: &[Deployment],
+) -> Result<()> {
+    let Some(owner) = port_owner(rt, port, deployments).await else {
+        return Ok(());
+    };
+    let fix = match &owner {
+        PortOwner::Deployment { name } => format!("`sparkctl down {name}`"),
+        _ => "stop it, or give the recipe another server.port".to_string(),
+    };
+    Err(Error::Failed(format!(
+        "{}: port {port} is taken by {owner}; {fix}",
+        recipe.name
+    )))
+}
+
+/// Running jobs hold their declared memory until they end: servers get what is left, and a
+/// server that does not fit beside them is refused naming them.
+async fn memory_plan(
+    ctx: &Context,
+    recipe: &Recipe,
+    memory_gb: Option<f64>,
+    deployments: &[Deployment],
+) -> Result<MemoryPlan> {
+    let jobs = match ctx.runtimes.docker() {
+        Ok(docker) => crate::job::running_memory(docker.client(), &ctx.state).await,
+        Err(_) => Vec::new(),
+    };
+    let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
+    let memory = MemoryPlan::new(
+        ctx.settings.memory_budget_gb - jobs_gb,
+        memory_gb,
+        deployments,
+        ctx.settings.production_port,
+    );
+    if !memory.fits && !jobs.is_empty() {
+        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+        return Err(Error::Failed(format!(
+            "{} does not fit in memory while job(s) {} run: {}; wait for them (`sparkctl jobs`) \
+             or `sparkctl stop JOB`",
+            recipe.name,
+            held.join(", "),
+            memory.describe()
+        )));
+    }
+    Ok(memory)
+}
+
+/// A started, ready deployment.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartReport {
+    pub deployment: Deployment,
+    pub ready_after_ms: f64,
+    /// Unix time in microseconds when readiness was noticed.
+    pub ready_noticed_at_us: u128,
+    pub model: String,
+    /// What it holds once ready, measured, against its declared `memory_gb`.
+    pub memory_observed: memory::MemoryObserved,
+    /// What the caller should tell the user (e.g. it holds more than it declared).
+    pub warnings: Vec<String>,
+}
+
+/// Starts a planned recipe and waits until it serves. On failure the server is stopped
+/// (container and logs kept) and the error explains what happened.
+pub async fn start(
+    rt: &Runtimes,
+    plan: &StartPlan,
+    timeout: Option<Duration>,
+    progress: impl FnMut(&Waiting),
+) -> Result<StartReport> {
+    refuse_unfit(plan)?;
+    let spec = StartSpec {
+        resolved: plan.resolved.clone(),
+        recipe_hash: plan.recipe_hash.clone(),
+        run_id: crate::state::new_run_id(),
+        model_fingerprint: plan.model_fingerprint.clone(),
+        unpinned: plan.unpinned,
+        image_ref: plan.image_ref.clone(),
+    };
+    if let (Ok(docker), false) = (rt.docker(), plan.old_containers.is_empty()) {
+        for (old, why) in crate::prune::apply(docker, &plan.old_containers).await {
+            tracing::warn!(
+                "old container {} of {} kept: {why}",
+                crate::units::short_id(&old.id),
+                old.recipe
+            );
+        }
+    }
+    let before = memory::before_start();
+    let mut started = launch(rt, plan, &spec).await?;
+    let engine = spec.resolved.engine;
+    let timeout = timeout.unwrap_or(plan.health_timeout);
+    let outcome = tokio::select! {
+        r = ready::wait_ready(&mut started, engine, timeout, progress) => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let deployment = started.deployment;
+    match outcome {
+        Some(Ok(ready)) => Ok(report(rt, plan, deployment, ready, before).await),
+        Some(Err(fault)) => {
+            // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
+            // A group's API server stops the rest of the group on every node with it.
+            let _ = rt.stop(&deployment, STOP_GRACE).await;
+            let why = explain(rt, plan, &spec, &fault).await;
+            Err(Error::Failed(format!(
+                "{why}\n  help: full output: `sparkctl logs {}`",
+                plan.name
+            )))
+        }
+        None => {
+            let stopped = rt.stop(&deployment, STOP_GRACE).await;
+            Err(Error::Interrupted(match stopped {
+                Ok(()) => format!(
+                    "interrupted: stopped {} before it was ready; its logs are kept (`sparkctl logs {}`)",
+                    plan.name, plan.name
+                ),
+                Err(e) => format!(
+                    "interrupted, and stopping {} failed ({e}); `sparkctl status` shows what runs",
+                    plan.name
+                ),
+            }))
+        }
+    }
+}
+
+/// The memory plan said what must stop first; a start never stops anything itself.
+fn refuse_unfit(plan: &StartPlan) -> Result<()> {
+    if plan.memory.fits && plan.memory.must_stop.is_empty() {
+        return Ok(());
+    }
+    let stop: Vec<String> = plan
+        .memory
+        .must_stop
+        .iter()
+        .map(|n| format!("`sparkctl down {n}`"))
+        .collect();
+    let fix = if plan.memory.fits {
+        format!("stop {} first", stop.join(", "))
+    } else {
+        "it does not fit even alone; lower its memory_gb (gpu-memory-utilization) or raise \
+         SPARKCTL_MEMORY_GB if the machine has more"
+            .to_string()
+    };
+    Err(Error::Failed(format!(
+        "{} does not fit in memory: {}; {fix}",
+        plan.name,
+        plan.memory.describe()
+    )))
+}
+
+async fn launch(rt: &Runtimes, plan: &StartPlan, spec: &StartSpec) -> Result<Started> {
+    match &plan.group {
+        Some(g) => {
+            let host_env = crate::runtime::docker::host_env(&spec.resolved)?;
+            let state = rt.process.state();
+            crate::node::start::start(g, spec, &plan.artifact, state, host_env).await
+        }
+        None => rt.start(spec, &plan.artifact).await,
+    }
+}
+
+async fn report(
+    rt: &Runtimes,
+    plan: &StartPlan,
+    deployment: Deployment,
+    ready: Ready,
+    before: memory::Before,
+) -> StartReport {
+    // Measured after readiness is noticed, so the readiness figures are unchanged by it.
+    let measuring = std::time::Instant::now();
+    let memory_observed = memory::observe(rt, &deployment, before).await;
+    tracing::debug!("memory observed in {:?}", measuring.elapsed());
+    let warnings = memory_observed.warnings(&plan.name);
+    StartReport {
+        deployment,
+        ready_after_ms: ready.after.as_secs_f64() * 1e3,
+        ready_noticed_at_us: ready.noticed_at.as_micros(),
+        model: ready.model,
+        memory_observed,
+        warnings,
+    }
+}
+
+/// Why the start failed; a group's explanation shows every node's last output.
+async fn explain(rt: &Runtimes, plan: &StartPlan, spec: &StartSpec, fault: &Fault) -> String {
+    match &plan.group {
+        Some(g) => {
+            let state_id = rt.process.state().id();
+            crate::node::start::explain_fault(g, fault, &plan.name, &state_id, &spec.run_id).await
+        }
+        None => fault.explain(&plan.name),
+    }
+}

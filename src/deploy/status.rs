@@ -1,0 +1,90 @@
+//! What runs now, as `status` shows it: each recipe's latest deployment with its health,
+//! its role behind the front door, its uptime and, for a group, its containers node by node.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::Role;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::frontdoor::DoorStatus;
+use crate::job::JobRecord;
+use crate::runtime::group::Placed;
+use crate::runtime::Deployment;
+
+/// One recipe's latest deployment (`status --json` prints these).
+#[derive(Debug, Serialize)]
+pub struct StatusRow {
+    #[serde(flatten)]
+    pub deployment: Deployment,
+    pub health: String,
+    pub production: bool,
+    pub role: Role,
+    pub uptime_s: Option<u64>,
+    /// A multi-node deployment's containers, node by node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<Placed>,
+}
+
+pub struct Status {
+    pub rows: Vec<StatusRow>,
+    /// What the front door says, when it runs.
+    pub door: Option<DoorStatus>,
+    /// Jobs hold memory too.
+    pub jobs: Vec<JobRecord>,
+    /// Records that could not be read, nodes that could not be reached.
+    pub warnings: Vec<String>,
+}
+
+pub async fn status(ctx: &Context) -> Result<Status> {
+    let (deployments, mut warnings) = ctx.runtimes.latest_per_recipe().await?;
+    // Each request carries its own limit (health_now bounds health and generation apart);
+    // connecting on loopback is instant or refused.
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))?;
+    let now = crate::units::unix_now().as_secs();
+    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state))
+        .status()
+        .await
+        .ok();
+    // All at once: a wedged deployment costs its few seconds once, not once per row.
+    let health = futures_util::future::join_all(
+        deployments
+            .iter()
+            .map(|d| crate::runtime::ready::health_now(&client, d)),
+    )
+    .await;
+    let groups = futures_util::future::join_all(
+        deployments
+            .iter()
+            .map(|d| crate::runtime::group::members_of(&ctx.runtimes, d)),
+    )
+    .await;
+    let mut rows = Vec::new();
+    for ((d, health), (nodes, notes)) in deployments.into_iter().zip(health).zip(groups) {
+        warnings.extend(notes);
+        let role = Role::of(&d, door.as_ref());
+        rows.push(StatusRow {
+            health: health.to_string(),
+            production: role == Role::Production,
+            role,
+            uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
+            nodes,
+            deployment: d,
+        });
+    }
+    let jobs = match ctx.runtimes.docker() {
+        Ok(docker) => crate::job::running(docker.client(), &ctx.state).await,
+        Err(_) => Vec::new(),
+    };
+    Ok(Status {
+        rows,
+        door,
+        jobs,
+        warnings,
+    })
+}
