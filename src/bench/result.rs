@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::gates::{GateOutcome, GateResult, GoodputFigure, Measures, Metric};
 use super::sample::{ChunkTokens, Failure, Sample, TokenSource};
 use super::stats::Interval;
-use super::suite::{CacheMode, ServerKind};
+use super::suite::CacheMode;
 
 pub use super::roofline::SPARK_BANDWIDTH_BYTES_PER_S;
+pub use super::target::Target;
 
 /// A prompt of which at most this many tokens were evaluated was a near-full cache hit:
 /// the request's own new text was cached too (servers re-evaluate the last token or so to
@@ -19,50 +20,6 @@ pub use super::roofline::SPARK_BANDWIDTH_BYTES_PER_S;
 pub const NEAR_FULL_UNCACHED: u64 = 4;
 
 pub use super::stats::{median, stats, Stats};
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Target {
-    pub url: String,
-    pub recipe: Option<String>,
-    /// The instance benchmarked (container id or pid), when benchmarked by recipe.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployment: Option<String>,
-    pub recipe_hash: Option<String>,
-    pub image: Option<String>,
-    /// The image id / digest the server ran on.
-    pub image_digest: Option<String>,
-    pub model_fingerprint: Option<String>,
-    /// The model id the server answered with.
-    pub model: String,
-    /// The recipe's engine, when benchmarked by recipe.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<crate::engine::Engine>,
-    /// What the server is (from the recipe's engine, or what it answered to probes).
-    #[serde(default)]
-    pub server: ServerKind,
-    /// llama-server `/props` build_info, vLLM `/version`, SGLang `/get_server_info`.
-    pub server_version: Option<String>,
-    pub weights_bytes: Option<u64>,
-    /// Weights read per token, where fewer than all (MoE: the active experts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_weights_bytes: Option<u64>,
-    /// KV-cache bytes per token of context.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_bytes_per_token: Option<u64>,
-}
-
-impl Target {
-    /// The highest single-stream decode speed the memory bandwidth allows with no context
-    /// (each token reads the active weights once), where the model size is known.
-    pub fn roofline_tps(&self) -> Option<f64> {
-        self.roofline_tps_at(0.0)
-    }
-
-    /// The same at `depth` tokens of context (KV-cache reads added, where declared).
-    pub fn roofline_tps_at(&self, depth: f64) -> Option<f64> {
-        super::roofline::bytes_per_token(self, depth).map(|b| SPARK_BANDWIDTH_BYTES_PER_S / b)
-    }
-}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CaseSummary {
@@ -399,7 +356,7 @@ fn case_notes(c: &CaseSummary, target: &Target, notes: &mut Vec<String>) {
                  size is wrong)",
             c.case,
             c.impossible,
-            target.roofline_tps().unwrap_or(0.0),
+            super::roofline::tps_at(target, 0.0).unwrap_or(0.0),
             target
                 .active_weights_bytes
                 .or(target.weights_bytes)

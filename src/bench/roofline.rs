@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::depth::DepthPoint;
-use super::result::Target;
+use super::target::Target;
 use super::sample::Sample;
 use super::stats::median;
 
@@ -25,6 +25,13 @@ pub fn bytes_per_token(target: &Target, depth: f64) -> Option<f64> {
         .or(target.weights_bytes)
         .filter(|&b| b > 0)?;
     Some(weights as f64 + target.kv_bytes_per_token.unwrap_or(0) as f64 * depth)
+}
+
+/// The highest single-stream decode speed the memory bandwidth allows at `depth` tokens of
+/// context (each token reads the active weights once, plus the KV cache where declared),
+/// where the model size is known.
+pub fn tps_at(target: &Target, depth: f64) -> Option<f64> {
+    bytes_per_token(target, depth).map(|b| SPARK_BANDWIDTH_BYTES_PER_S / b)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

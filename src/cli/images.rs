@@ -18,14 +18,14 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
             .map(|i| (r.recipe.name.clone(), i))
     };
     // Job recipes (recipes/jobs/) pin their images in the same lock, under their names.
-    let jobs_dir = crate::job::recipe::jobs_dir(&recipes.dir);
+    let jobs_dir = crate::job::load::jobs_dir(&recipes.dir);
     match (name, all) {
         (Some(n), _) if !recipes.knows(n) && jobs_dir.join(format!("{n}.yaml")).is_file() => {
-            let job = crate::job::recipe::find_job(&jobs_dir, n)?;
+            let job = crate::job::load::find_job(&jobs_dir, n)?;
             Ok(vec![(job.recipe.name, job.recipe.image)])
         }
         (None, true) => {
-            let (jobs, _) = crate::job::recipe::load_jobs(&jobs_dir)?;
+            let (jobs, _) = crate::job::load::load_jobs(&jobs_dir)?;
             Ok(recipes
                 .recipes
                 .iter()

@@ -31,7 +31,7 @@ pub async fn run(
     out: &Output,
 ) -> Result<()> {
     use std::io::IsTerminal;
-    let loaded = job::recipe::find_job(&job::recipe::jobs_dir(recipes), name)?;
+    let loaded = job::load::find_job(&job::load::jobs_dir(recipes), name)?;
     let lock = ctx.state.lock(&format!("run {name}"))?;
     let plan = job::run::plan(ctx, &loaded, args.allow_unpinned).await?;
     if args.dry_run {

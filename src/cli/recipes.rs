@@ -127,7 +127,7 @@ fn show_group(recipe: &crate::recipe::Recipe, out: &Output) -> Result<()> {
 
 /// The job recipes beside `dir` that load; the others are named on stderr.
 fn job_recipes(dir: &Path) -> Result<Vec<crate::job::recipe::LoadedJob>> {
-    let (jobs, broken) = crate::job::recipe::load_jobs(&crate::job::recipe::jobs_dir(dir))?;
+    let (jobs, broken) = crate::job::load::load_jobs(&crate::job::load::jobs_dir(dir))?;
     for d in broken {
         eprintln!("warning: {}", printable(&d.to_string()));
     }
@@ -136,9 +136,9 @@ fn job_recipes(dir: &Path) -> Result<Vec<crate::job::recipe::LoadedJob>> {
 
 fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
     let set = super::recipes_in(dir)?;
-    let jobs = crate::job::recipe::jobs_dir(dir);
+    let jobs = crate::job::load::jobs_dir(dir);
     if !set.knows(name) && jobs.join(format!("{name}.yaml")).is_file() {
-        return show_job(&crate::job::recipe::find_job(&jobs, name)?, out);
+        return show_job(&crate::job::load::find_job(&jobs, name)?, out);
     }
     let loaded = set.get(name)?;
     let full = loaded.recipe.with_defaults();
@@ -263,7 +263,7 @@ fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> 
 }
 
 fn validate(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
-    let jobs_dir = crate::job::recipe::jobs_dir(dir);
+    let jobs_dir = crate::job::load::jobs_dir(dir);
     let is_job_file = |t: &str| {
         let p = Path::new(t);
         p.is_file()
@@ -306,7 +306,7 @@ fn validate_jobs(
         if !all {
             return Ok(Vec::new());
         }
-        let (jobs, broken) = crate::job::recipe::load_jobs(dir)?;
+        let (jobs, broken) = crate::job::load::load_jobs(dir)?;
         if !broken.is_empty() {
             return Err(Error::Invalid(broken));
         }
@@ -316,9 +316,9 @@ fn validate_jobs(
     let mut errors = Vec::new();
     for t in targets {
         let r = if Path::new(t).is_file() {
-            crate::job::recipe::load_job(Path::new(t))
+            crate::job::load::load_job(Path::new(t))
         } else {
-            crate::job::recipe::find_job(dir, t)
+            crate::job::load::find_job(dir, t)
         };
         match r {
             Ok(j) => found.push(j),

@@ -2,7 +2,7 @@
 //! inputs read-only, outputs owned by the invoking user, logs kept, outputs verified and
 //! fingerprinted, and a lineage a serving recipe can name (`model.produced_by`).
 //!
-//! `recipe` is the file format, `run` the checks and the start, `finalize` what happens
+//! `recipe` is the file format, `load` finds and checks recipe files, `run` the checks and the start, `finalize` what happens
 //! once the container ends, `lineage` what `up` asks of a model's producer.
 
 mod check;
@@ -10,6 +10,7 @@ pub mod container;
 pub mod fatal;
 pub mod finalize;
 pub mod lineage;
+pub mod load;
 pub mod progress;
 pub mod recipe;
 pub mod record;

@@ -1,11 +1,11 @@
 //! Checks serde cannot make: cross-field rules and what the values mean. Each problem
-//! becomes a `Diagnostic` at the key's line (`load::diag_at`).
+//! becomes a `Diagnostic` at the key's line (`diag::diag_at`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Component, Path};
 
-use super::load::{diag_at, suggest};
+use super::diag::{diag_at, suggest};
 use super::{Model, PatchStep, Recipe, Runtime};
 use crate::engine::{Engine, Flag};
 use crate::error::Diagnostic;
