@@ -31,9 +31,9 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
+use assemble::{assemble, Phases};
 use client::Clients;
 use load::{Arrival, LoadRun, Profile, Sweep, SweepResult};
-use assemble::{assemble, Phases};
 use result::{BenchResult, Target};
 use sample::Sample;
 use slo::Slo;
@@ -432,4 +432,3 @@ async fn run_sweep(
     }
     SweepResult::new(sweep, levels, knee)
 }
-

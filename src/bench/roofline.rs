@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::depth::DepthPoint;
-use super::target::Target;
 use super::sample::Sample;
 use super::stats::median;
+use super::target::Target;
 
 /// DGX Spark's memory bandwidth.
 pub const SPARK_BANDWIDTH_BYTES_PER_S: f64 = 273e9;

@@ -22,9 +22,9 @@ use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
 pub(crate) use check::{env_name_ok, inside, ULIMITS};
-pub(crate) use image_ref::problem as image_problem;
-pub(crate) use diag::{diag_at, from_yaml_error};
 pub use diag::suggest as did_you_mean;
+pub(crate) use diag::{diag_at, from_yaml_error};
+pub(crate) use image_ref::problem as image_problem;
 pub use load::{load_dir, load_file, parse_recipe, BrokenRecipe, LoadedRecipe, RecipeSet};
 pub use resolve::{
     expand_home, run_tail, shell_quote, ContainerLaunch, Launch, Mount, Resolved, Resources,

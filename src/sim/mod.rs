@@ -7,6 +7,7 @@ mod metrics;
 mod ray;
 mod script;
 mod server;
+mod stream;
 
 use std::time::Duration;
 

@@ -21,7 +21,8 @@ use tokio::time::{sleep_until, Instant};
 
 use super::cache::PrefixCache;
 use super::metrics::Metrics;
-use super::script::{plan, Piece, Plan, Request};
+use super::script::{plan, Plan, Request};
+use super::stream::{error_body, produce, whole_response, Meta};
 use super::{LoadFault, SimConfig};
 use crate::error::{Error, Result};
 
@@ -134,25 +135,8 @@ fn log(line: std::fmt::Arguments) {
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub async fn serve(cfg: SimConfig) -> Result<()> {
-    // One binary plays every part of a multi-node group.
-    if !cfg.sha256_files.is_empty() {
-        // As sha256sum: a file it cannot read is said on stderr and left out.
-        for file in &cfg.sha256_files {
-            match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
-                Ok(sha) => println!("{sha}  {file}"),
-                Err(e) => eprintln!("sha256sum: {e}"),
-            }
-        }
-        return Ok(());
-    }
-    if let Some(addr) = &cfg.ray_status {
-        return super::ray::status(addr).await;
-    }
-    if let Some(addr) = &cfg.ray_head {
-        return super::ray::head(&cfg, addr).await;
-    }
-    if let Some(addr) = &cfg.ray_join {
-        return super::ray::worker(&cfg, addr).await;
+    if let Some(done) = other_part(&cfg).await {
+        return done;
     }
     let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
         .await
@@ -210,7 +194,42 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     // `close_tx` lives as long as the server: a dropped sender would wake `changed()`.
     spawn_loader(&state, close_tx.clone());
+    accept_until_stopped(listener, state, close_rx).await?;
+    log(format_args!("sparkctl-sim: shutting down"));
+    Ok(())
+}
 
+/// One binary plays every part of a multi-node group: `sha256sum`, and Ray's head, worker
+/// and status. `None` when this run is the server.
+async fn other_part(cfg: &SimConfig) -> Option<Result<()>> {
+    if !cfg.sha256_files.is_empty() {
+        // As sha256sum: a file it cannot read is said on stderr and left out.
+        for file in &cfg.sha256_files {
+            match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
+                Ok(sha) => println!("{sha}  {file}"),
+                Err(e) => eprintln!("sha256sum: {e}"),
+            }
+        }
+        return Some(Ok(()));
+    }
+    Some(if let Some(addr) = &cfg.ray_status {
+        super::ray::status(addr).await
+    } else if let Some(addr) = &cfg.ray_head {
+        super::ray::head(cfg, addr).await
+    } else if let Some(addr) = &cfg.ray_join {
+        super::ray::worker(cfg, addr).await
+    } else {
+        return None;
+    })
+}
+
+/// Serves each connection on its own task until SIGTERM or Ctrl-C; the close-port fault
+/// stops accepting but keeps the process alive.
+async fn accept_until_stopped(
+    listener: TcpListener,
+    state: Arc<State>,
+    close_rx: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
     let mut closing = close_rx.clone();
@@ -250,7 +269,6 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
             }
         });
     }
-    log(format_args!("sparkctl-sim: shutting down"));
     Ok(())
 }
 
@@ -318,10 +336,6 @@ fn json_response(status: StatusCode, body: Value) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-fn error_body(message: &str, kind: &str, code: u16) -> Value {
-    json!({"error": {"message": message, "type": kind, "code": code}})
-}
-
 async fn handle(
     req: hyper::Request<Incoming>,
     state: Arc<State>,
@@ -373,25 +387,7 @@ async fn handle(
 async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
     let cfg = &state.cfg;
     let n = state.requests.fetch_add(1, Ordering::Relaxed) + 1;
-    let body = match req.into_body().collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                error_body(&e.to_string(), "invalid_request_error", 400),
-            )
-        }
-    };
-    // Like a real engine, generation (and so the TTFT clock) starts once the body is in.
-    let arrived = Instant::now();
-    // The same instant on the wall clock: benchmarks line the schedule up with the client's.
-    let arrived_unix_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros());
-    let parsed = serde_json::from_slice::<Value>(&body)
-        .map_err(|e| format!("body is not JSON: {e}"))
-        .and_then(|v| Request::from_json(&v));
-    let request = match parsed {
+    let (request, arrived, arrived_unix_us) = match read_request(req).await {
         Ok(r) => r,
         Err(msg) => {
             return json_response(
@@ -440,10 +436,43 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         return json_response(StatusCode::OK, whole_response(&meta, &plan, !cfg.no_usage));
     }
 
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
     let usage = request.include_usage && !cfg.no_usage;
-    let faults = (cfg.stall_after, cfg.error_after);
     let dues: Vec<std::time::Instant> = (0..plan.pieces.len()).map(|i| due(i).into_std()).collect();
+    streamed(state, meta, plan, slot, dues, usage)
+}
+
+/// The request's body, parsed, and when it was all in (monotonic and wall clock, µs); or
+/// why it is a bad request.
+async fn read_request(
+    req: hyper::Request<Incoming>,
+) -> std::result::Result<(Request, Instant, u128), String> {
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    // Like a real engine, generation (and so the TTFT clock) starts once the body is in.
+    let arrived = Instant::now();
+    // The same instant on the wall clock: benchmarks line the schedule up with the client's.
+    let arrived_unix_us = unix_us();
+    let value =
+        serde_json::from_slice::<Value>(&body).map_err(|e| format!("body is not JSON: {e}"))?;
+    Ok((Request::from_json(&value)?, arrived, arrived_unix_us))
+}
+
+/// A streamed answer: `produce` writes each chunk at its due instant; the response body
+/// hands them on and counts the tokens as they go.
+fn streamed(
+    state: &State,
+    meta: Meta,
+    plan: Plan,
+    slot: Slot,
+    dues: Vec<std::time::Instant>,
+    usage: bool,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let faults = (state.cfg.stall_after, state.cfg.error_after);
     // Paced on its own thread: tokio's timer wheel ticks in whole milliseconds, a thread
     // sleep lands within tens of microseconds, and token timing is what this exists for.
     let (id, tokens) = (meta.id.clone(), plan.pieces.len());
@@ -481,157 +510,4 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         .header("cache-control", "no-cache")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("static response parts are valid")
-}
-
-/// Spinning for the last stretch costs a core while it lasts: only this many streams do.
-const SPIN_STREAMS: u64 = 4;
-const SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// Sleeps until `due`. A thread's sleep ends 0.1-0.2 ms late in a VM (measured here with no
-/// timer slack), which a benchmark client's accuracy test would count as its own error; so
-/// with few streams the last 0.2 ms are spun instead.
-fn wait_until(due: std::time::Instant, pacing: &AtomicU64) {
-    let now = std::time::Instant::now();
-    if due <= now {
-        return;
-    }
-    let spin = pacing.load(Ordering::Relaxed) <= SPIN_STREAMS;
-    let sleep = if spin {
-        (due - now).saturating_sub(SPIN_FOR)
-    } else {
-        due - now
-    };
-    if !sleep.is_zero() {
-        std::thread::sleep(sleep);
-    }
-    while spin && std::time::Instant::now() < due {
-        std::hint::spin_loop();
-    }
-}
-
-/// Writes one streamed answer, each token at its due time; returns when done or the client left.
-fn produce(
-    tx: &mpsc::Sender<Bytes>,
-    meta: &Meta,
-    plan: &Plan,
-    dues: &[std::time::Instant],
-    usage: bool,
-    (stall_after, error_after): (Option<usize>, Option<usize>),
-    pacing: &AtomicU64,
-) {
-    // Sleeps end up to 50 µs late by default (the thread's timer slack): none on this thread.
-    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and changes only this thread.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
-    let send = |v: Value| {
-        tx.blocking_send(Bytes::from(format!("data: {v}\n\n")))
-            .is_ok()
-    };
-    // Real servers send the role first, before any token: a client that takes this
-    // chunk as the first token measures nothing (the seeds' curl mistake, in streaming form).
-    if !send(meta.chunk(json!({"role": "assistant", "content": ""}), None)) {
-        return;
-    }
-    for (i, piece) in plan.pieces.iter().enumerate() {
-        if stall_after == Some(i) {
-            while !tx.is_closed() {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            return;
-        }
-        if error_after == Some(i) {
-            send(error_body(
-                "simulated error mid-stream",
-                "server_error",
-                500,
-            ));
-            return;
-        }
-        // Ready before it is due: only the write is left for the due instant.
-        let chunk = Bytes::from(format!("data: {}\n\n", meta.chunk(delta(piece), None)));
-        wait_until(dues[i], pacing);
-        if tx.blocking_send(chunk).is_err() {
-            return;
-        }
-    }
-    send(meta.chunk(json!({}), Some(plan.finish_reason)));
-    if usage {
-        let mut last = meta.chunk(json!({}), None);
-        last["choices"] = json!([]);
-        last["usage"] = usage_of(plan);
-        send(last);
-    }
-    let _ = tx.blocking_send(Bytes::from_static(b"data: [DONE]\n\n"));
-}
-
-struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-}
-
-impl Meta {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
-        })
-    }
-}
-
-fn delta(piece: &Piece) -> Value {
-    match piece {
-        Piece::Reasoning(s) => json!({"reasoning_content": s}),
-        Piece::Content(s) => json!({"content": s}),
-        Piece::ToolStart { id, name } => json!({"tool_calls": [{
-            "index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}
-        }]}),
-        Piece::ToolArgs(s) => json!({"tool_calls": [{"index": 0, "function": {"arguments": s}}]}),
-    }
-}
-
-fn usage_of(plan: &Plan) -> Value {
-    let completion = plan.pieces.len();
-    json!({
-        "prompt_tokens": plan.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": plan.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": plan.cached_tokens}
-    })
-}
-
-fn whole_response(meta: &Meta, plan: &Plan, usage: bool) -> Value {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut tool: Option<(String, String, String)> = None;
-    for piece in &plan.pieces {
-        match piece {
-            Piece::Content(s) => content.push_str(s),
-            Piece::Reasoning(s) => reasoning.push_str(s),
-            Piece::ToolStart { id, name } => tool = Some((id.clone(), name.clone(), String::new())),
-            Piece::ToolArgs(s) => {
-                if let Some(t) = tool.as_mut() {
-                    t.2.push_str(s);
-                }
-            }
-        }
-    }
-    let mut message = json!({"role": "assistant", "content": content});
-    if !reasoning.is_empty() {
-        message["reasoning_content"] = json!(reasoning);
-    }
-    if let Some((id, name, args)) = tool {
-        message["content"] = Value::Null;
-        message["tool_calls"] =
-            json!([{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]);
-    }
-    let mut body = json!({
-        "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason}]
-    });
-    if usage {
-        body["usage"] = usage_of(plan);
-    }
-    body
 }
