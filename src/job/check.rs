@@ -1,33 +1,13 @@
 //! Checks serde cannot make on a job recipe: names, argv, mounts, expectations, the
 //! progress pattern. Each problem is a diagnostic at its key's line.
 
-use std::path::Path;
-
 use super::recipe::{JobRecipe, LoadedJob};
 use crate::error::Diagnostic;
-use crate::recipe::{diag_at, env_name_ok, inside, PatchStep, ULIMITS};
+use crate::recipe::{env_name_ok, inside, PatchStep, Report, ULIMITS};
 use crate::yaml::Loose;
 
-struct Out<'a> {
-    path: &'a Path,
-    src: &'a str,
-    diags: Vec<Diagnostic>,
-}
-
-impl Out<'_> {
-    fn bad(&mut self, key: &str, message: String, help: &str) {
-        let help = (!help.is_empty()).then(|| help.to_string());
-        self.diags
-            .push(diag_at(self.path, self.src, key, message, help));
-    }
-}
-
 pub(super) fn check(job: &LoadedJob, loose: &[Loose]) -> Vec<Diagnostic> {
-    let mut out = Out {
-        path: &job.path,
-        src: &job.source,
-        diags: Vec::new(),
-    };
+    let mut out = Report::new(&job.path, &job.source);
     let r = &job.recipe;
     check_name(&mut out, r);
     check_command(&mut out, r, loose);
@@ -42,43 +22,14 @@ pub(super) fn check(job: &LoadedJob, loose: &[Loose]) -> Vec<Diagnostic> {
     out.diags
 }
 
-fn check_name(out: &mut Out, r: &JobRecipe) {
-    let stem = out
-        .path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or_default();
-    if r.name != stem {
-        out.bad(
-            "name",
-            format!(
-                "job name `{}` does not match its file name `{stem}`",
-                r.name
-            ),
-            &format!("rename the file to {}.yaml or set `name: {stem}`", r.name),
-        );
-    }
-    let ok = r
-        .name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && r.name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._".contains(c));
-    if !ok {
-        out.bad(
-            "name",
-            format!("`{}` is not a job name", r.name),
-            "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit",
-        );
-    }
+fn check_name(out: &mut Report, r: &JobRecipe) {
+    crate::recipe::check_name(out, &r.name, "job");
     if let Some(p) = crate::recipe::image_problem(&r.image) {
         out.bad("image", p.message, &p.help);
     }
 }
 
-fn check_command(out: &mut Out, r: &JobRecipe, loose: &[Loose]) {
+fn check_command(out: &mut Report, r: &JobRecipe, loose: &[Loose]) {
     if r.argv.is_empty() {
         out.bad(
             "argv",
@@ -129,7 +80,7 @@ fn check_command(out: &mut Out, r: &JobRecipe, loose: &[Loose]) {
     }
 }
 
-fn check_mounts(out: &mut Out, r: &JobRecipe) {
+fn check_mounts(out: &mut Report, r: &JobRecipe) {
     if r.outputs.is_empty() {
         out.bad(
             "outputs",
@@ -182,7 +133,7 @@ fn check_mounts(out: &mut Out, r: &JobRecipe) {
     }
 }
 
-fn check_limits(out: &mut Out, r: &JobRecipe) {
+fn check_limits(out: &mut Report, r: &JobRecipe) {
     for (name, &v) in &r.ulimits {
         if !ULIMITS.contains(&name.as_str()) {
             let help = crate::recipe::did_you_mean(name, ULIMITS, "known ulimits");
@@ -223,7 +174,7 @@ fn check_limits(out: &mut Out, r: &JobRecipe) {
     }
 }
 
-fn check_expect(out: &mut Out, base: &str, steps: &[PatchStep]) {
+fn check_expect(out: &mut Report, base: &str, steps: &[PatchStep]) {
     for (i, step) in steps.iter().enumerate() {
         let key = format!("{base}[{i}].{}", step.kind());
         let mut paths: Vec<&String> = Vec::new();
@@ -262,7 +213,7 @@ fn check_expect(out: &mut Out, base: &str, steps: &[PatchStep]) {
     }
 }
 
-fn check_progress(out: &mut Out, pattern: &str) {
+fn check_progress(out: &mut Report, pattern: &str) {
     match regex::Regex::new(pattern) {
         Err(e) => out.bad(
             "progress",

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Component, Path};
 
-use super::diag::{diag_at, suggest};
-use super::{Model, PatchStep, Recipe, Runtime};
-use crate::engine::{Engine, Flag};
+use super::diag::{diag_at, suggest, Report};
+use super::{Bench, Model, PatchStep, Recipe, Runtime, Server};
+use crate::engine::{Engine, Flag, Profile};
 use crate::error::Diagnostic;
 use crate::yaml::Loose;
 
@@ -65,53 +65,63 @@ pub(crate) const ULIMITS: &[&str] = &[
     "stack",
 ];
 
-/// Checks serde cannot make: cross-field rules and the values' meaning.
+/// Checks serde cannot make: cross-field rules and the values' meaning, in the order the
+/// file reads.
 pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
-    let mut bad = |key: &str, message: String, help: &str| {
-        out.push(diag_at(
-            path,
-            src,
-            key,
-            message,
-            (!help.is_empty()).then(|| help.to_string()),
-        ));
-    };
+    let mut out = Report::new(path, src);
+    check_name(&mut out, &r.name, "recipe");
+    let profile = r.engine.profile();
+    check_runtime(&mut out, r, &profile);
+    check_server(&mut out, r, &profile);
+    check_env_and_limits(&mut out, &r.server);
+    check_health(&mut out, r, &profile);
+    if let Some(bench) = &r.bench {
+        check_bench(&mut out, bench);
+    }
+    if let Some(model) = &r.model {
+        check_patches(&mut out, model);
+        check_produced_by(&mut out, model);
+    }
+    check_values(&mut out, r, loose);
+    super::nodes::check(path, src, r, &mut out.diags);
+    out.diags
+}
 
-    let stem = path
+/// A recipe's or a job's name: its file's stem, in lowercase letters, digits, '-', '_', '.'.
+pub(crate) fn check_name(out: &mut Report, name: &str, what: &str) {
+    let stem = out
+        .path
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or_default();
-    if r.name != stem {
-        bad(
+    if name != stem {
+        out.bad(
             "name",
-            format!(
-                "recipe name `{}` does not match its file name `{stem}`",
-                r.name
-            ),
-            &format!("rename the file to {}.yaml or set `name: {stem}`", r.name),
+            format!("{what} name `{name}` does not match its file name `{stem}`"),
+            &format!("rename the file to {name}.yaml or set `name: {stem}`"),
         );
     }
-    let name_ok = r
-        .name
+    let ok = name
         .chars()
         .next()
         .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && r.name.chars().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == '_'
-        });
-    if !name_ok {
-        bad(
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._".contains(c));
+    if !ok {
+        out.bad(
             "name",
-            format!("`{}` is not a recipe name", r.name),
+            format!("`{name}` is not a {what} name"),
             "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit",
         );
     }
+}
 
-    let profile = r.engine.profile();
+/// The runtime fits the engine, and each runtime's own keys are where they belong.
+fn check_runtime(out: &mut Report, r: &Recipe, profile: &Profile) {
     let runtime = r.runtime.unwrap_or(profile.runtimes[0]);
     if !profile.runtimes.contains(&runtime) {
-        bad(
+        out.bad(
             "runtime",
             format!("engine {} cannot run under runtime {}", r.engine, runtime.as_str()),
             &format!(
@@ -124,14 +134,14 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     match runtime {
         Runtime::Docker => {
             if r.image.as_deref().is_none_or(str::is_empty) {
-                bad(
+                out.bad(
                     "image",
                     "runtime docker needs an image".into(),
                     "add `image: REPO:TAG`; `sparkctl images pin` then locks its digest",
                 );
             }
             if r.binary.is_some() {
-                bad(
+                out.bad(
                     "binary",
                     "`binary` is for runtime process; this recipe runs in docker".into(),
                     "remove it, or set `runtime: process`",
@@ -140,14 +150,14 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         }
         Runtime::Process => {
             if r.image.is_some() {
-                bad(
+                out.bad(
                     "image",
                     "`image` is for runtime docker; this recipe runs a host process".into(),
                     "remove it, or set `runtime: docker`",
                 );
             }
             if r.binary.is_none() && r.engine != Engine::Sim {
-                bad(
+                out.bad(
                     "binary",
                     "runtime process needs `binary`, the server executable on the host".into(),
                     "e.g. `binary: ~/llama.cpp/build/bin/llama-server`",
@@ -168,7 +178,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
             ];
             for (key, set) in docker_only {
                 if set {
-                    bad(
+                    out.bad(
                         key,
                         "only applies to runtime docker".into(),
                         "remove it; a host process gets the host's GPU, IPC and limits",
@@ -180,20 +190,23 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
 
     let needs_model = !matches!(r.engine, Engine::Openai | Engine::Sim);
     if needs_model && r.model.is_none() {
-        bad(
+        out.bad(
             "engine",
             format!("engine {} needs `model.path`", r.engine),
             "add `model: {path: ~/models/NAME}`",
         );
     }
+}
 
+/// Ports, the bind address, and argv words sparkctl owns or cannot pass.
+fn check_server(out: &mut Report, r: &Recipe, profile: &Profile) {
     let s = &r.server;
     for (key, port) in [
         ("server.port", Some(s.port)),
         ("server.container_port", s.container_port),
     ] {
         if port == Some(0) {
-            bad(
+            out.bad(
                 key,
                 "port 0 is not a port".into(),
                 "ports are whole numbers from 1 to 65535",
@@ -201,7 +214,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         }
     }
     if s.host.parse::<IpAddr>().is_err() {
-        bad(
+        out.bad(
             "server.host",
             format!("`{}` is not an IP address to bind", s.host),
             "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
@@ -217,7 +230,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
         ];
         for (f, from) in owned {
             if matches!(f, Flag::Named(n) if n == flag) {
-                bad(
+                out.bad(
                     &format!("server.args[{i}]"),
                     format!("`{flag}` is set by sparkctl from `{from}`"),
                     &format!("remove it from args and set `{from}` instead"),
@@ -225,16 +238,20 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
             }
         }
         if arg.contains('\n') {
-            bad(
+            out.bad(
                 &format!("server.args[{i}]"),
                 "an argument may not span lines".into(),
                 "split it into one entry per argv word",
             );
         }
     }
+}
+
+/// Environment names, ulimits, the memory budget and the container user.
+fn check_env_and_limits(out: &mut Report, s: &Server) {
     for name in s.env.keys() {
         if !env_name_ok(name) {
-            bad(
+            out.bad(
                 &format!("server.env.{name}"),
                 format!("`{name}` is not an environment variable name"),
                 "use letters, digits and '_', not starting with a digit",
@@ -243,14 +260,14 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     }
     for (i, name) in s.env_from_host.iter().enumerate() {
         if !env_name_ok(name) {
-            bad(
+            out.bad(
                 &format!("server.env_from_host[{i}]"),
                 format!("`{name}` is not an environment variable name"),
                 "list variable names only; values are read from the host at start",
             );
         }
         if s.env.contains_key(name) {
-            bad(
+            out.bad(
                 &format!("server.env_from_host[{i}]"),
                 format!("`{name}` is also set in server.env"),
                 "keep it in one place",
@@ -260,7 +277,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     for name in s.ulimits.keys() {
         if !ULIMITS.contains(&name.as_str()) {
             let help = suggest(name, ULIMITS, "known ulimits");
-            bad(
+            out.bad(
                 &format!("server.ulimits.{name}"),
                 format!("unknown ulimit `{name}`"),
                 &help,
@@ -269,7 +286,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     }
     if let Some(gb) = s.memory_gb {
         if !(gb > 0.0 && gb <= 128.0) {
-            bad(
+            out.bad(
                 "server.memory_gb",
                 format!("{gb} GB is not a memory budget on a 128 GB machine"),
                 "give the GB the deployment needs, e.g. 12",
@@ -279,16 +296,20 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     if let Some(user) = &s.user {
         let ok = user.split(':').count() <= 2 && user.split(':').all(|p| !p.is_empty());
         if !ok {
-            bad(
+            out.bad(
                 "server.user",
                 format!("`{user}` is not a user"),
                 "write UID, UID:GID or a user name",
             );
         }
     }
+}
+
+/// The health path and the check completion's time inside health.timeout.
+fn check_health(out: &mut Report, r: &Recipe, profile: &Profile) {
     if let Some(p) = &r.health.path {
         if !p.starts_with('/') {
-            bad(
+            out.bad(
                 "health.path",
                 format!("`{p}` is not an HTTP path"),
                 "start it with '/', e.g. /health",
@@ -301,13 +322,13 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
             |t| t.0,
         );
         if within.0.is_zero() {
-            bad(
+            out.bad(
                 "health.completion_timeout",
                 "0s leaves the check completion no time to answer".into(),
                 "give it the seconds a one-token answer may take once loaded, e.g. 20s",
             );
         } else if within.0 >= timeout {
-            bad(
+            out.bad(
                 "health.completion_timeout",
                 format!(
                     "{within} is not shorter than health.timeout ({})",
@@ -318,43 +339,39 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
             );
         }
     }
-    if let Some(bench) = &r.bench {
-        for (gate, rule) in &bench.gates {
-            let key = format!("bench.gates.{gate}");
-            if gate.parse::<crate::bench::gates::Gate>().is_err() {
-                let help = format!(
-                    "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
-                     (decode as decode_tps_pNN)",
-                    suggest(gate, GATES, "gates")
-                );
-                bad(&key, format!("unknown gate `{gate}`"), &help);
-            } else if !gate_rule_ok(rule) {
-                bad(
-                    &key,
-                    format!("`{rule}` is not a gate rule"),
-                    "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
-                );
-            }
-        }
-        for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
-            bad(
-                &format!("bench.load.{key}"),
-                message,
-                "see `sparkctl bench --help` for the same settings as flags",
+}
+
+/// Gate names and rules, and the load settings.
+fn check_bench(out: &mut Report, bench: &Bench) {
+    for (gate, rule) in &bench.gates {
+        let key = format!("bench.gates.{gate}");
+        if gate.parse::<crate::bench::gates::Gate>().is_err() {
+            let help = format!(
+                "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
+                 (decode as decode_tps_pNN)",
+                suggest(gate, GATES, "gates")
+            );
+            out.bad(&key, format!("unknown gate `{gate}`"), &help);
+        } else if !gate_rule_ok(rule) {
+            out.bad(
+                &key,
+                format!("`{rule}` is not a gate rule"),
+                "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
             );
         }
     }
-    if let Some(model) = &r.model {
-        check_patches(path, src, model, &mut out);
-        check_produced_by(path, src, model, &mut out);
+    for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
+        out.bad(
+            &format!("bench.load.{key}"),
+            message,
+            "see `sparkctl bench --help` for the same settings as flags",
+        );
     }
-    check_values(path, src, r, loose, &mut out);
-    super::nodes::check(path, src, r, &mut out);
-    out
 }
 
 /// Values serde accepts but that do not mean what they look like.
-fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut Vec<Diagnostic>) {
+fn check_values(out: &mut Report, r: &Recipe, loose: &[Loose]) {
+    let (path, src) = (out.path, out.src);
     // serde reads YAML's null and booleans as the strings "null" and "true" where a
     // string is expected: as argv words they are almost surely a slip.
     for l in loose {
@@ -372,7 +389,7 @@ fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut V
             } else {
                 &l.text
             };
-            out.push(Diagnostic {
+            out.diags.push(Diagnostic {
                 location: crate::error::Location {
                     file: path.to_path_buf(),
                     line: Some(l.line),
@@ -398,37 +415,33 @@ fn check_values(path: &Path, src: &str, r: &Recipe, loose: &[Loose], out: &mut V
                     d.location.column = Some(text[..start + p.offset].chars().count() + 1);
                 }
             }
-            out.push(d);
+            out.diags.push(d);
         }
     }
     if r.health.timeout.is_some_and(|t| t.0.is_zero()) {
-        out.push(diag_at(
-            path,
-            src,
+        out.bad(
             "health.timeout",
             "0s leaves the server no time to load".into(),
-            Some("give it the time loading takes, e.g. 90s or 10m".into()),
-        ));
+            "give it the time loading takes, e.g. 90s or 10m",
+        );
     }
     for (name, &limit) in &r.server.ulimits {
         if limit < -1 {
-            out.push(diag_at(
-                path,
-                src,
+            out.bad(
                 &format!("server.ulimits.{name}"),
                 format!("{limit} is not a limit"),
-                Some("write a number from 0 up, or -1 for unlimited".into()),
-            ));
+                "write a number from 0 up, or -1 for unlimited",
+            );
         }
     }
 }
 
 /// `model.produced_by` names a job recipe in `recipes/jobs/`.
-fn check_produced_by(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
+fn check_produced_by(out: &mut Report, model: &Model) {
     let Some(job) = &model.produced_by else {
         return;
     };
-    let dir = path.parent().unwrap_or(Path::new(".")).join("jobs");
+    let dir = out.path.parent().unwrap_or(Path::new(".")).join("jobs");
     if !dir.join(format!("{job}.yaml")).is_file() {
         let known: Vec<String> = std::fs::read_dir(&dir)
             .map(|rd| {
@@ -442,126 +455,123 @@ fn check_produced_by(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagno
             })
             .unwrap_or_default();
         let known: Vec<&str> = known.iter().map(String::as_str).collect();
-        out.push(diag_at(
-            path,
-            src,
+        out.bad(
             "model.produced_by",
             format!("no job recipe `{job}` in {}", dir.display()),
-            Some(suggest(job, &known, "known jobs")),
-        ));
+            &suggest(job, &known, "known jobs"),
+        );
     }
 }
 
-fn check_patches(path: &Path, src: &str, model: &Model, out: &mut Vec<Diagnostic>) {
+fn check_patches(out: &mut Report, model: &Model) {
     // patches/ lives beside recipes/ in the repository.
-    let repo = path
+    let repo = out
+        .path
         .parent()
         .and_then(Path::parent)
         .unwrap_or(Path::new("."));
     for (i, step) in model.patches.iter().enumerate() {
         let base = format!("model.patches[{i}].{}", step.kind());
-        let mut rel: BTreeMap<String, &str> = BTreeMap::new();
-        match step {
-            PatchStep::JsonEdit { file, ops } => {
-                rel.insert(format!("{base}.file"), file);
-                for (j, op) in ops.iter().enumerate() {
-                    let pointer = match op {
-                        super::JsonOp::Set { pointer, .. }
-                        | super::JsonOp::Rename { pointer, .. }
-                        | super::JsonOp::Delete { pointer } => pointer,
-                    };
-                    if !pointer.starts_with('/') {
-                        out.push(diag_at(
-                            path,
-                            src,
-                            &format!("{base}.ops[{j}]"),
-                            format!("`{pointer}` is not a JSON pointer"),
-                            Some("JSON pointers start with '/', e.g. /model_type".into()),
-                        ));
-                    }
-                }
-            }
-            PatchStep::CopyFrom { donor, files } => {
-                if donor.is_empty() {
-                    out.push(diag_at(
-                        path,
-                        src,
-                        &format!("{base}.donor"),
-                        "the donor model dir is empty".into(),
-                        None,
-                    ));
-                }
-                for (j, f) in files.iter().enumerate() {
-                    rel.insert(format!("{base}.files[{j}]"), f);
-                }
-            }
-            PatchStep::WriteFile { path: p, from, .. } => {
-                rel.insert(format!("{base}.path"), p);
-                let shipped = repo.join(from);
-                if !from.starts_with("patches/") || !inside(from) {
-                    out.push(diag_at(
-                        path,
-                        src,
-                        &format!("{base}.from"),
-                        format!("`{from}` is not under patches/"),
-                        Some("ship the file in the repository's patches/ directory".into()),
-                    ));
-                } else if !shipped.is_file() {
-                    out.push(diag_at(
-                        path,
-                        src,
-                        &format!("{base}.from"),
-                        format!("{} does not exist", shipped.display()),
-                        Some("add the file to patches/ or fix the path".into()),
-                    ));
-                }
-            }
-            PatchStep::Chown { to } => {
-                let ok = to == "invoking-user"
-                    || to
-                        .split_once(':')
-                        .is_some_and(|(u, g)| u.parse::<u32>().is_ok() && g.parse::<u32>().is_ok());
-                if !ok {
-                    out.push(diag_at(
-                        path,
-                        src,
-                        &format!("{base}.to"),
-                        format!("`{to}` is not an owner"),
-                        Some("write `invoking-user` or UID:GID".into()),
-                    ));
-                }
-            }
-            PatchStep::Expect { file, pointer, .. } => {
-                rel.insert(format!("{base}.file"), file);
-                if !pointer.starts_with('/') {
-                    out.push(diag_at(
-                        path,
-                        src,
-                        &format!("{base}.pointer"),
-                        format!("`{pointer}` is not a JSON pointer"),
-                        Some("JSON pointers start with '/'".into()),
-                    ));
-                }
-            }
-            PatchStep::ExpectFiles { files } => {
-                for (j, f) in files.iter().enumerate() {
-                    rel.insert(format!("{base}.files[{j}]"), f);
-                }
-            }
-            PatchStep::WrapVlConfig { .. } | PatchStep::ExpectSafetensors {} => {}
-        }
+        let rel = check_step(out, &base, step, repo);
         for (key, p) in rel {
             if !inside(p) {
-                out.push(diag_at(
-                    path,
-                    src,
+                out.bad(
                     &key,
                     format!("`{p}` leaves the model directory"),
-                    Some("use a path relative to model.path, without '..'".into()),
-                ));
+                    "use a path relative to model.path, without '..'",
+                );
             }
         }
     }
+}
+
+/// One patch step's own values; returns the paths it names, by key, that must stay inside
+/// the model directory.
+fn check_step<'s>(
+    out: &mut Report,
+    base: &str,
+    step: &'s PatchStep,
+    repo: &Path,
+) -> BTreeMap<String, &'s str> {
+    let mut rel: BTreeMap<String, &str> = BTreeMap::new();
+    match step {
+        PatchStep::JsonEdit { file, ops } => {
+            rel.insert(format!("{base}.file"), file);
+            for (j, op) in ops.iter().enumerate() {
+                let pointer = match op {
+                    super::JsonOp::Set { pointer, .. }
+                    | super::JsonOp::Rename { pointer, .. }
+                    | super::JsonOp::Delete { pointer } => pointer,
+                };
+                if !pointer.starts_with('/') {
+                    out.bad(
+                        &format!("{base}.ops[{j}]"),
+                        format!("`{pointer}` is not a JSON pointer"),
+                        "JSON pointers start with '/', e.g. /model_type",
+                    );
+                }
+            }
+        }
+        PatchStep::CopyFrom { donor, files } => {
+            if donor.is_empty() {
+                out.bad(
+                    &format!("{base}.donor"),
+                    "the donor model dir is empty".into(),
+                    "",
+                );
+            }
+            for (j, f) in files.iter().enumerate() {
+                rel.insert(format!("{base}.files[{j}]"), f);
+            }
+        }
+        PatchStep::WriteFile { path: p, from, .. } => {
+            rel.insert(format!("{base}.path"), p);
+            let shipped = repo.join(from);
+            if !from.starts_with("patches/") || !inside(from) {
+                out.bad(
+                    &format!("{base}.from"),
+                    format!("`{from}` is not under patches/"),
+                    "ship the file in the repository's patches/ directory",
+                );
+            } else if !shipped.is_file() {
+                out.bad(
+                    &format!("{base}.from"),
+                    format!("{} does not exist", shipped.display()),
+                    "add the file to patches/ or fix the path",
+                );
+            }
+        }
+        PatchStep::Chown { to } => {
+            let ok = to == "invoking-user"
+                || to
+                    .split_once(':')
+                    .is_some_and(|(u, g)| u.parse::<u32>().is_ok() && g.parse::<u32>().is_ok());
+            if !ok {
+                out.bad(
+                    &format!("{base}.to"),
+                    format!("`{to}` is not an owner"),
+                    "write `invoking-user` or UID:GID",
+                );
+            }
+        }
+        PatchStep::Expect { file, pointer, .. } => {
+            rel.insert(format!("{base}.file"), file);
+            if !pointer.starts_with('/') {
+                out.bad(
+                    &format!("{base}.pointer"),
+                    format!("`{pointer}` is not a JSON pointer"),
+                    "JSON pointers start with '/'",
+                );
+            }
+        }
+        PatchStep::ExpectFiles { files } => {
+            for (j, f) in files.iter().enumerate() {
+                rel.insert(format!("{base}.files[{j}]"), f);
+            }
+        }
+        PatchStep::WrapVlConfig { .. } | PatchStep::ExpectSafetensors {} => {}
+    }
+    rel
 }
 
 #[cfg(test)]

@@ -6,6 +6,30 @@ use std::path::Path;
 use super::locate::{key_of, locate};
 use crate::error::Diagnostic;
 
+/// The problems found in one file, each at its key's line.
+pub(crate) struct Report<'a> {
+    pub path: &'a Path,
+    pub src: &'a str,
+    pub diags: Vec<Diagnostic>,
+}
+
+impl<'a> Report<'a> {
+    pub fn new(path: &'a Path, src: &'a str) -> Report<'a> {
+        Report {
+            path,
+            src,
+            diags: Vec::new(),
+        }
+    }
+
+    /// A problem at `key`; an empty `help` is none.
+    pub fn bad(&mut self, key: &str, message: String, help: &str) {
+        let help = (!help.is_empty()).then(|| help.to_string());
+        self.diags
+            .push(diag_at(self.path, self.src, key, message, help));
+    }
+}
+
 pub(crate) fn diag_at(
     path: &Path,
     src: &str,

@@ -21,9 +21,9 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub use check::GATES;
-pub(crate) use check::{env_name_ok, inside, ULIMITS};
+pub(crate) use check::{check_name, env_name_ok, inside, ULIMITS};
 pub use diag::suggest as did_you_mean;
-pub(crate) use diag::{diag_at, from_yaml_error};
+pub(crate) use diag::{diag_at, from_yaml_error, Report};
 pub(crate) use image_ref::problem as image_problem;
 pub use load::{load_dir, load_file, parse_recipe, BrokenRecipe, LoadedRecipe, RecipeSet};
 pub use resolve::{
