@@ -72,6 +72,36 @@ impl Pin {
         }
     }
 
+    /// The two image references `images diff NAME [OLD NEW]` compares: the digests given
+    /// (in this pin's repository), or the pin's previous digest and the current one.
+    pub fn diff_references(
+        &self,
+        name: &str,
+        old: Option<String>,
+        new: Option<String>,
+    ) -> Result<(String, String)> {
+        let repo = repository(&self.reference);
+        let as_ref = |d: &str| {
+            if self.source == Source::Local || !d.starts_with("sha256:") {
+                d.to_string()
+            } else {
+                format!("{repo}@{d}")
+            }
+        };
+        match (old, new) {
+            (Some(o), Some(n)) => Ok((as_ref(&o), as_ref(&n))),
+            (None, None) => {
+                let prev = self.history.first().ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{name} has been pinned once; give OLD and NEW digests"
+                    ))
+                })?;
+                Ok((as_ref(&prev.digest), self.run_reference()))
+            }
+            _ => Err(Error::Usage("give both OLD and NEW, or neither".into())),
+        }
+    }
+
     /// Moves to a new digest, keeping the old one in the history (unless it is the same).
     pub fn replace_with(&mut self, new: Pin) {
         if new.digest == self.digest {

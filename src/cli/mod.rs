@@ -395,109 +395,18 @@ fn dispatch(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Up {
-            name,
-            dry_run,
-            no_promote,
-            yes,
-            allow_unpinned,
-        } => {
-            let args = deploy::UpArgs {
-                dry_run,
-                no_promote,
-                yes,
-                allow_unpinned,
-            };
-            with_recipes(g, async |ctx, recipes| {
-                deploy::up(ctx, recipes, &name, args, &out).await
-            })
-        }
-        Command::Rollback { to, dry_run } => with_recipes(g, async |ctx, recipes| {
-            deploy::rollback(ctx, recipes, to.as_deref(), dry_run, &out).await
-        }),
-        Command::History { show } => {
-            let run = show.map(|HistoryCommand::Show { run }| run);
-            in_context(g, async |ctx| deploy::history(ctx, run.as_deref(), &out))
-        }
-        Command::Start {
-            name,
-            dry_run,
-            timeout,
-            allow_unpinned,
-        } => {
-            let timeout: Option<Duration> = timeout.map(|t| t.0);
-            with_recipes(g, async |ctx, recipes| {
-                let start = deploy::StartArgs {
-                    dry_run,
-                    allow_unpinned,
-                    timeout,
-                };
-                deploy::start(ctx, recipes, &name, start, &out).await
-            })
-        }
-        Command::Status | Command::Ps => in_context(g, async |ctx| {
-            for w in crate::deploy::state_warnings(&ctx.state) {
-                eprintln!("warning: {w}");
-            }
-            deploy::status(ctx, &out).await
-        }),
-        Command::Logs {
-            name,
-            follow,
-            tail,
-            node,
-        } => in_context(g, async |ctx| {
-            if let Some(node) = node {
-                deploy::node_logs(ctx, &name, &node, follow, tail).await
-            } else if name == "frontdoor" {
-                frontdoor::logs(ctx, follow, tail).await
-            } else if crate::job::has_runs(&ctx.state, &name)
-                && ctx.runtimes.find(&name).await?.is_none()
-            {
-                jobs::logs(ctx, &name, follow, tail).await
-            } else {
-                deploy::logs(ctx, &name, follow, tail).await
-            }
-        }),
-        Command::Down {
-            name,
-            dry_run,
-            force,
-        } => with_recipes(g, async |ctx, recipes| {
-            if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
-                return Err(Error::Usage(format!(
-                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
-                )));
-            }
-            crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
-            deploy::down(ctx, &name, dry_run, force, &out).await
-        }),
+        cmd @ (Command::Up { .. }
+        | Command::Rollback { .. }
+        | Command::History { .. }
+        | Command::Start { .. }
+        | Command::Status
+        | Command::Ps
+        | Command::Logs { .. }
+        | Command::Down { .. }) => serving(g, cmd, &out),
         Command::Doctor => runtime()?.block_on(doctor(g, &out)),
-        Command::Run {
-            name,
-            dry_run,
-            detach,
-            yes,
-            allow_unpinned,
-        } => {
-            let args = jobs::RunArgs {
-                dry_run,
-                detach,
-                yes,
-                allow_unpinned,
-            };
-            in_context(g, async |ctx| {
-                jobs::run(ctx, &g.recipes, &name, args, &out).await
-            })
+        cmd @ (Command::Run { .. } | Command::Jobs | Command::Stop { .. }) => {
+            job_command(g, cmd, &out)
         }
-        Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, &out).await),
-        Command::Stop {
-            name,
-            grace,
-            dry_run,
-        } => in_context(g, async |ctx| {
-            jobs::stop(ctx, &name, grace.0, dry_run, &out).await
-        }),
         Command::Frontdoor { command } => {
             let rt = if matches!(command, frontdoor::FrontdoorCommand::Serve { .. }) {
                 server_runtime()?
@@ -533,6 +442,122 @@ fn dispatch(cli: Cli) -> Result<()> {
             let docker = crate::runtime::docker::connect().await?;
             images::run(&recipes, &lock_path(g), &docker, command, &out).await
         }),
+    }
+}
+
+/// The commands that run, watch and stop servers.
+fn serving(g: &Globals, command: Command, out: &Output) -> Result<()> {
+    match command {
+        Command::Up {
+            name,
+            dry_run,
+            no_promote,
+            yes,
+            allow_unpinned,
+        } => {
+            let args = deploy::UpArgs {
+                dry_run,
+                no_promote,
+                yes,
+                allow_unpinned,
+            };
+            with_recipes(g, async |ctx, recipes| {
+                deploy::up(ctx, recipes, &name, args, out).await
+            })
+        }
+        Command::Rollback { to, dry_run } => with_recipes(g, async |ctx, recipes| {
+            deploy::rollback(ctx, recipes, to.as_deref(), dry_run, out).await
+        }),
+        Command::History { show } => {
+            let run = show.map(|HistoryCommand::Show { run }| run);
+            in_context(g, async |ctx| deploy::history(ctx, run.as_deref(), out))
+        }
+        Command::Start {
+            name,
+            dry_run,
+            timeout,
+            allow_unpinned,
+        } => {
+            let timeout: Option<Duration> = timeout.map(|t| t.0);
+            with_recipes(g, async |ctx, recipes| {
+                let start = deploy::StartArgs {
+                    dry_run,
+                    allow_unpinned,
+                    timeout,
+                };
+                deploy::start(ctx, recipes, &name, start, out).await
+            })
+        }
+        Command::Status | Command::Ps => in_context(g, async |ctx| {
+            for w in crate::deploy::state_warnings(&ctx.state) {
+                eprintln!("warning: {w}");
+            }
+            deploy::status(ctx, out).await
+        }),
+        Command::Logs {
+            name,
+            follow,
+            tail,
+            node,
+        } => in_context(g, async |ctx| {
+            if let Some(node) = node {
+                deploy::node_logs(ctx, &name, &node, follow, tail).await
+            } else if name == "frontdoor" {
+                frontdoor::logs(ctx, follow, tail).await
+            } else if crate::job::has_runs(&ctx.state, &name)
+                && ctx.runtimes.find(&name).await?.is_none()
+            {
+                jobs::logs(ctx, &name, follow, tail).await
+            } else {
+                deploy::logs(ctx, &name, follow, tail).await
+            }
+        }),
+        Command::Down {
+            name,
+            dry_run,
+            force,
+        } => with_recipes(g, async |ctx, recipes| {
+            if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
+                return Err(Error::Usage(format!(
+                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
+                )));
+            }
+            crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
+            deploy::down(ctx, &name, dry_run, force, out).await
+        }),
+        _ => unreachable!("dispatch routes only serving commands here"),
+    }
+}
+
+/// `run`, `jobs` and `stop`: container jobs.
+fn job_command(g: &Globals, command: Command, out: &Output) -> Result<()> {
+    match command {
+        Command::Run {
+            name,
+            dry_run,
+            detach,
+            yes,
+            allow_unpinned,
+        } => {
+            let args = jobs::RunArgs {
+                dry_run,
+                detach,
+                yes,
+                allow_unpinned,
+            };
+            in_context(g, async |ctx| {
+                jobs::run(ctx, &g.recipes, &name, args, out).await
+            })
+        }
+        Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, out).await),
+        Command::Stop {
+            name,
+            grace,
+            dry_run,
+        } => in_context(g, async |ctx| {
+            jobs::stop(ctx, &name, grace.0, dry_run, out).await
+        }),
+        _ => unreachable!("dispatch routes only job commands here"),
     }
 }
 
