@@ -204,7 +204,7 @@ pub fn load_table(levels: &[&super::load::LoadRun], table: &mut comfy_table::Tab
 
 /// Context depths, cold and warm, with the cached tokens that prove which was measured.
 pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
-    table.set_header(vec![
+    const COLUMNS: [&str; 7] = [
         "DEPTH",
         "CACHE",
         "PROMPT TOK p50",
@@ -212,15 +212,16 @@ pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
         "TTFT p50",
         "DECODE p50",
         "SERVER SAYS",
-    ]);
-    for p in &r.depth {
-        table.add_row(vec![
+    ];
+    table.set_header(COLUMNS);
+    table.add_rows(r.depth.iter().map(|p| {
+        let cache = match p.cache {
+            super::suite::CacheMode::Cold => "cold",
+            super::suite::CacheMode::WarmPrefix => "warm",
+        };
+        vec![
             p.depth.to_string(),
-            if p.cache == super::suite::CacheMode::Cold {
-                "cold".into()
-            } else {
-                "warm".to_string()
-            },
+            cache.to_string(),
             fmt(p50(&p.prompt_tokens), 0),
             p.cached_tokens
                 .as_ref()
@@ -228,8 +229,8 @@ pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
             fmt(p50(&p.ttft_ms), 1),
             fmt(p50(&p.decode_tps), 1),
             p.verdict.clone(),
-        ]);
-    }
+        ]
+    }));
 }
 
 /// Two bar panels: TTFT p50 per case and turn, decode tok/s p50 per case, for each result.

@@ -385,15 +385,8 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
         return Ok(());
     }
     let (runs, damaged) = crate::history::history(&ctx.state)?;
-    for d in &damaged {
-        eprintln!("warning: {d}");
-    }
-    if out.json {
-        out.print_json(&runs);
-        return Ok(());
-    }
-    if runs.is_empty() {
-        println!("no runs yet (state dir {})", ctx.state.root().display());
+    let none = || format!("no runs yet (state dir {})", ctx.state.root().display());
+    if out.list_said_all(&runs, &damaged, none) {
         return Ok(());
     }
     let mut t = out.table();

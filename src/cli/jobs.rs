@@ -154,7 +154,7 @@ async fn follow_with_bar(
             }
         }
     };
-    let followed = job::follow(docker, state, rec, tail, &mut on).await;
+    let followed = job::Runs { docker, state }.follow(rec, tail, &mut on).await;
     bar.finish_and_clear();
     followed
 }
@@ -231,15 +231,8 @@ fn print_outcome(rec: &JobRecord) {
 pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
-    for d in &damaged {
-        eprintln!("warning: {d}");
-    }
-    if out.json {
-        out.print_json(&runs);
-        return Ok(());
-    }
-    if runs.is_empty() {
-        println!("no job runs yet (state dir {})", ctx.state.root().display());
+    let none = || format!("no job runs yet (state dir {})", ctx.state.root().display());
+    if out.list_said_all(&runs, &damaged, none) {
         return Ok(());
     }
     let mut t = out.table();
@@ -285,7 +278,12 @@ pub async fn stop(
 ) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     if dry_run {
-        let rec = job::latest(docker, &ctx.state, name).await?;
+        let rec = job::Runs {
+            docker,
+            state: &ctx.state,
+        }
+        .latest(name)
+        .await?;
         match rec.state {
             JobState::Running => println!(
                 "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
@@ -302,7 +300,12 @@ pub async fn stop(
         return Ok(());
     }
     let _lock = ctx.state.lock(&format!("stop {name}"))?;
-    let rec = job::stop(docker, &ctx.state, name, grace).await?;
+    let rec = job::Runs {
+        docker,
+        state: &ctx.state,
+    }
+    .stop(name, grace)
+    .await?;
     if out.json {
         out.print_json(&rec);
     } else {
@@ -314,6 +317,12 @@ pub async fn stop(
 pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     let mut stdout = std::io::stdout();
-    job::logs(docker, &ctx.state, name, follow, tail, &mut stdout).await?;
+    let view = crate::runtime::LogView { tail, follow };
+    job::Runs {
+        docker,
+        state: &ctx.state,
+    }
+    .logs(name, view, &mut stdout)
+    .await?;
     Ok(())
 }

@@ -30,6 +30,26 @@ impl Output {
     }
 
     /// Bold when colour is on.
+    /// The start of every list of records: a warning per damaged record, then the records
+    /// as JSON, or `none` when there are none. True when that said it all and no table is
+    /// left to print.
+    pub fn list_said_all<T: Serialize>(
+        &self,
+        rows: &[T],
+        damaged: &[impl std::fmt::Display],
+        none: impl FnOnce() -> String,
+    ) -> bool {
+        for d in damaged {
+            eprintln!("warning: {d}");
+        }
+        if self.json {
+            self.print_json(&rows);
+        } else if rows.is_empty() {
+            println!("{}", none());
+        }
+        self.json || rows.is_empty()
+    }
+
     pub fn bold(&self, text: &str) -> String {
         if self.color {
             format!("\x1b[1m{text}\x1b[0m")

@@ -202,7 +202,14 @@ async fn memory_plan(
     deployments: &[Deployment],
 ) -> Result<MemoryPlan> {
     let jobs = match ctx.runtimes.docker() {
-        Ok(docker) => crate::job::running_memory(docker.client(), &ctx.state).await,
+        Ok(docker) => {
+            crate::job::Runs {
+                docker: docker.client(),
+                state: &ctx.state,
+            }
+            .running_memory()
+            .await
+        }
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();

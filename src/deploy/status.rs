@@ -78,7 +78,14 @@ pub async fn status(ctx: &Context) -> Result<Status> {
         });
     }
     let jobs = match ctx.runtimes.docker() {
-        Ok(docker) => crate::job::running(docker.client(), &ctx.state).await,
+        Ok(docker) => {
+            crate::job::Runs {
+                docker: docker.client(),
+                state: &ctx.state,
+            }
+            .running()
+            .await
+        }
         Err(_) => Vec::new(),
     };
     Ok(Status {

@@ -22,7 +22,7 @@ use bollard::query_parameters::{LogsOptionsBuilder, StopContainerOptionsBuilder}
 use futures_util::StreamExt;
 
 use crate::error::{Error, Result};
-use crate::runtime::LineBuffer;
+use crate::runtime::{LineBuffer, LogSink, LogView};
 use crate::state::StateDir;
 pub use record::{JobRecord, JobState};
 
@@ -42,167 +42,174 @@ pub enum FollowEvent<'a> {
     Progress(u64, u64),
 }
 
-/// Streams the job's output until its container ends (then finalizes it) or Ctrl-C
-/// (then leaves it running). `tail`: lines of the past to show first (None: all).
-pub async fn follow(
-    docker: &bollard::Docker,
-    state: &StateDir,
-    rec: JobRecord,
-    tail: Option<usize>,
-    on: &mut (dyn FnMut(FollowEvent) + Send),
-) -> Result<Followed> {
-    let pattern = progress::Progress::new(rec.recipe.progress.as_deref());
-    let tail = tail.map_or("all".to_string(), |n| n.to_string());
-    let opts = LogsOptionsBuilder::new()
-        .follow(true)
-        .stdout(true)
-        .stderr(true)
-        .tail(&tail)
-        .build();
-    let mut stream = docker.logs(&rec.container, Some(opts));
-    let mut buf = LineBuffer::default();
-    let streamed = async {
-        while let Some(chunk) = stream.next().await {
-            let Ok(chunk) = chunk else { break };
-            for line in buf.push(&chunk.into_bytes()) {
-                on(FollowEvent::Line(&line));
-                if let Some((done, total)) = pattern.as_ref().and_then(|p| p.read(&line)) {
-                    on(FollowEvent::Progress(done, total));
-                }
-            }
-        }
-    };
-    tokio::select! {
-        () = streamed => {}
-        _ = tokio::signal::ctrl_c() => return Ok(Followed::Detached(rec)),
-    }
-    // The stream also ends when the engine restarts: only an ended container finalizes.
-    let rec = finalize::finalize(docker, state, rec).await?;
-    Ok(if rec.state.is_final() {
-        Followed::Ended(rec)
-    } else {
-        Followed::Detached(rec)
-    })
+/// The job runs of one state dir on one engine: what `stop`, `logs`, `jobs` and the
+/// memory plan work on.
+pub struct Runs<'a> {
+    pub docker: &'a bollard::Docker,
+    pub state: &'a StateDir,
 }
 
-/// The newest run of `job`, finalized if its container has ended.
-pub async fn latest(docker: &bollard::Docker, state: &StateDir, job: &str) -> Result<JobRecord> {
-    let rec = record::latest(state, job)?.ok_or_else(|| {
-        Error::Usage(format!(
-            "job {job} has not run here; `sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
-        ))
-    })?;
-    finalize::finalize(docker, state, rec).await
-}
-
-/// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
-/// partial outputs (marked incomplete) stay.
-pub async fn stop(
-    docker: &bollard::Docker,
-    state: &StateDir,
-    job: &str,
-    grace: Duration,
-) -> Result<JobRecord> {
-    let mut rec = latest(docker, state, job).await?;
-    if rec.state.is_final() {
-        return Err(Error::Usage(format!(
-            "job {job} is not running (its last run {} {}); nothing to stop",
-            rec.run_id, rec.state
-        )));
-    }
-    if !container::is_ours(docker, &rec.container, &state.id(), job).await {
-        return Err(Error::Failed(format!(
-            "container {} of job {job}'s record does not carry this state dir's job labels; \
-             sparkctl stops only its own containers",
-            rec.container_name
-        )));
-    }
-    // Recorded first, so the SIGKILL that may follow is not blamed on memory.
-    rec.stop_requested = true;
-    rec.save(state)?;
-    let opts = StopContainerOptionsBuilder::new()
-        .t(grace.as_secs().max(1) as i32)
-        .build();
-    match docker.stop_container(&rec.container, Some(opts)).await {
-        Ok(())
-        | Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 304, ..
-        }) => {}
-        Err(e) => return Err(Error::Failed(format!("stopping job {job}: {e}"))),
-    }
-    let _ = docker.wait_container(&rec.container, None).next().await;
-    finalize::finalize(docker, state, rec).await
-}
-
-/// `sparkctl logs JOB`: the container's output while the engine has it, else the copy in
-/// the run record.
-pub async fn logs(
-    docker: &bollard::Docker,
-    state: &StateDir,
-    job: &str,
-    follow_it: bool,
-    tail: Option<usize>,
-    out: &mut (dyn std::io::Write + Send),
-) -> Result<JobRecord> {
-    let rec = latest(docker, state, job).await?;
-    let write = |out: &mut (dyn std::io::Write + Send), bytes: &[u8]| {
-        out.write_all(bytes)
-            .and_then(|_| out.flush())
-            .map_err(|e| Error::io("cannot write the logs", e))
-    };
-    if !rec.state.is_final() && follow_it {
-        let mut failed = None;
-        let mut on = |e: FollowEvent| {
-            if let (FollowEvent::Line(l), None) = (e, &failed) {
-                if let Err(e) = write(out, format!("{l}\n").as_bytes()) {
-                    failed = Some(e);
+impl Runs<'_> {
+    /// Streams the job's output until its container ends (then finalizes it) or Ctrl-C
+    /// (then leaves it running). `tail`: lines of the past to show first (None: all).
+    pub async fn follow(
+        &self,
+        rec: JobRecord,
+        tail: Option<usize>,
+        on: &mut (dyn FnMut(FollowEvent) + Send),
+    ) -> Result<Followed> {
+        let pattern = progress::Progress::new(rec.recipe.progress.as_deref());
+        let tail = tail.map_or("all".to_string(), |n| n.to_string());
+        let opts = LogsOptionsBuilder::new()
+            .follow(true)
+            .stdout(true)
+            .stderr(true)
+            .tail(&tail)
+            .build();
+        let mut stream = self.docker.logs(&rec.container, Some(opts));
+        let mut buf = LineBuffer::default();
+        let streamed = async {
+            while let Some(chunk) = stream.next().await {
+                let Ok(chunk) = chunk else { break };
+                for line in buf.push(&chunk.into_bytes()) {
+                    on(FollowEvent::Line(&line));
+                    if let Some((done, total)) = pattern.as_ref().and_then(|p| p.read(&line)) {
+                        on(FollowEvent::Progress(done, total));
+                    }
                 }
             }
         };
-        let followed = follow(docker, state, rec, tail, &mut on).await?;
-        if let Some(e) = failed {
-            return Err(e);
+        tokio::select! {
+            () = streamed => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Followed::Detached(rec)),
         }
-        return Ok(match followed {
-            Followed::Ended(r) | Followed::Detached(r) => r,
-        });
+        // The stream also ends when the engine restarts: only an ended container finalizes.
+        let rec = finalize::finalize(self.docker, self.state, rec).await?;
+        Ok(if rec.state.is_final() {
+            Followed::Ended(rec)
+        } else {
+            Followed::Detached(rec)
+        })
     }
-    let bytes = match &rec.log {
-        Some(path) => std::fs::read(path)
-            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?,
-        None => container::output(docker, &rec.container).await?,
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    write(out, crate::runtime::last_lines(&text, tail).as_bytes())?;
-    Ok(rec)
-}
 
-/// The runs whose containers run now (their records as they stand).
-pub async fn running(docker: &bollard::Docker, state: &StateDir) -> Vec<JobRecord> {
-    let Ok((runs, _)) = record::all(state) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for r in runs.into_iter().filter(|r| !r.state.is_final()) {
-        if matches!(container::ended(docker, &r.container).await, Ok(Ok(None))) {
-            out.push(r);
+    /// The newest run of `job`, finalized if its container has ended.
+    pub async fn latest(&self, job: &str) -> Result<JobRecord> {
+        let rec = record::latest(self.state, job)?.ok_or_else(|| {
+            Error::Usage(format!(
+                "job {job} has not run here; `sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
+            ))
+        })?;
+        finalize::finalize(self.docker, self.state, rec).await
+    }
+
+    /// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
+    /// partial outputs (marked incomplete) stay.
+    pub async fn stop(&self, job: &str, grace: Duration) -> Result<JobRecord> {
+        let mut rec = self.latest(job).await?;
+        if rec.state.is_final() {
+            return Err(Error::Usage(format!(
+                "job {job} is not running (its last run {} {}); nothing to stop",
+                rec.run_id, rec.state
+            )));
         }
+        if !container::is_ours(self.docker, &rec.container, &self.state.id(), job).await {
+            return Err(Error::Failed(format!(
+                "container {} of job {job}'s record does not carry this state dir's job labels; \
+                 sparkctl stops only its own containers",
+                rec.container_name
+            )));
+        }
+        // Recorded first, so the SIGKILL that may follow is not blamed on memory.
+        rec.stop_requested = true;
+        rec.save(self.state)?;
+        let opts = StopContainerOptionsBuilder::new()
+            .t(grace.as_secs().max(1) as i32)
+            .build();
+        match self.docker.stop_container(&rec.container, Some(opts)).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => return Err(Error::Failed(format!("stopping job {job}: {e}"))),
+        }
+        let _ = self
+            .docker
+            .wait_container(&rec.container, None)
+            .next()
+            .await;
+        finalize::finalize(self.docker, self.state, rec).await
     }
-    out
+
+    /// `sparkctl logs JOB`: the container's output while the engine has it, else the copy in
+    /// the run record.
+    pub async fn logs(&self, job: &str, view: LogView, out: &mut LogSink) -> Result<JobRecord> {
+        let LogView {
+            tail,
+            follow: follow_it,
+        } = view;
+        let rec = self.latest(job).await?;
+        let write = |out: &mut LogSink, bytes: &[u8]| {
+            out.write_all(bytes)
+                .and_then(|_| out.flush())
+                .map_err(|e| Error::io("cannot write the logs", e))
+        };
+        if !rec.state.is_final() && follow_it {
+            let mut failed = None;
+            let mut on = |e: FollowEvent| {
+                if let (FollowEvent::Line(l), None) = (e, &failed) {
+                    if let Err(e) = write(out, format!("{l}\n").as_bytes()) {
+                        failed = Some(e);
+                    }
+                }
+            };
+            let followed = self.follow(rec, tail, &mut on).await?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            return Ok(match followed {
+                Followed::Ended(r) | Followed::Detached(r) => r,
+            });
+        }
+        let bytes = match &rec.log {
+            Some(path) => std::fs::read(path)
+                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?,
+            None => container::output(self.docker, &rec.container).await?,
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        write(out, crate::runtime::last_lines(&text, tail).as_bytes())?;
+        Ok(rec)
+    }
+
+    /// The runs whose containers run now (their records as they stand).
+    pub async fn running(&self) -> Vec<JobRecord> {
+        let Ok((runs, _)) = record::all(self.state) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for r in runs.into_iter().filter(|r| !r.state.is_final()) {
+            if matches!(
+                container::ended(self.docker, &r.container).await,
+                Ok(Ok(None))
+            ) {
+                out.push(r);
+            }
+        }
+        out
+    }
+
+    /// Running jobs and the memory they declared (GB), for the servers' memory plan.
+    pub async fn running_memory(&self) -> Vec<(String, f64)> {
+        self.running()
+            .await
+            .into_iter()
+            .filter_map(|r| Some((r.job, r.recipe.memory_gb?)))
+            .collect()
+    }
 }
 
-/// Running jobs and the memory they declared (GB), for the servers' memory plan.
-pub async fn running_memory(docker: &bollard::Docker, state: &StateDir) -> Vec<(String, f64)> {
-    running(docker, state)
-        .await
-        .into_iter()
-        .filter_map(|r| Some((r.job, r.recipe.memory_gb?)))
-        .collect()
-}
-
+/// stay). Never a running one; only containers still carrying this state dir's job labels.
 /// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
 /// newest `keep` (their output is already copied into the run; records, logs and outputs
-/// stay). Never a running one; only containers still carrying this state dir's job labels.
 pub async fn prune_plan(
     docker: &bollard::Docker,
     state: &StateDir,
