@@ -29,7 +29,6 @@ impl Output {
         println!("{text}");
     }
 
-    /// Bold when colour is on.
     /// The start of every list of records: a warning per damaged record, then the records
     /// as JSON, or `none` when there are none. True when that said it all and no table is
     /// left to print.
@@ -50,6 +49,7 @@ impl Output {
         self.json || rows.is_empty()
     }
 
+    /// Bold when colour is on.
     pub fn bold(&self, text: &str) -> String {
         if self.color {
             format!("\x1b[1m{text}\x1b[0m")

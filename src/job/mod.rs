@@ -207,9 +207,9 @@ impl Runs<'_> {
     }
 }
 
-/// stay). Never a running one; only containers still carrying this state dir's job labels.
 /// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
 /// newest `keep` (their output is already copied into the run; records, logs and outputs
+/// stay). Never a running one; only containers still carrying this state dir's job labels.
 pub async fn prune_plan(
     docker: &bollard::Docker,
     state: &StateDir,

@@ -48,6 +48,8 @@ with_container_settings! {
         pub caches: Vec<Input>,
     }
     then {
+        gpus;
+        ipc;
         /// `invoking-user` (default: outputs are never root-owned), `root` (an image that
         /// insists; outputs are given back to the invoking user afterwards) or `UID:GID`.
         user;

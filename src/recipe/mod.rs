@@ -191,7 +191,8 @@ pub enum JsonOp {
 /// Declares a recipe struct with the container settings a server and a job take alike —
 /// `gpus`, `ipc`, `shm_size`, `ulimits`, `user`, `memory_gb` — between the fields written
 /// before and after them (declaration order is the order of the JSON and of the schema).
-/// `user` and `memory_gb` take their docs from the struct: what they allow differs. One
+/// `gpus`, `ipc`, `user` and `memory_gb` take their docs from the struct (what the last two
+/// allow differs; a job's schema has never described the first two). One
 /// declaration keeps the two from drifting apart; serde's `flatten` would cost every
 /// diagnostic its line number and its list of valid keys.
 macro_rules! with_container_settings {
@@ -201,6 +202,8 @@ macro_rules! with_container_settings {
             $($(#[$a:meta])* pub $before:ident: $bt:ty,)*
         }
         then {
+            $(#[$gpus:meta])* gpus;
+            $(#[$ipc:meta])* ipc;
             $(#[$user:meta])* user;
             $(#[$memory:meta])* memory_gb;
             $($(#[$b:meta])* pub $after:ident: $at:ty,)*
@@ -209,10 +212,10 @@ macro_rules! with_container_settings {
         $(#[$attr])*
         pub struct $name {
             $($(#[$a])* pub $before: $bt,)*
-            /// GPU request: `all`, a count, or `none`.
+            $(#[$gpus])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub gpus: Option<$crate::recipe::Gpus>,
-            /// `host` shares the host IPC namespace (vLLM/SGLang need it for shared memory).
+            $(#[$ipc])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub ipc: Option<$crate::recipe::Ipc>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,6 +255,10 @@ with_container_settings! {
         pub env_from_host: Vec<String>,
     }
     then {
+        /// GPU request: `all`, a count, or `none`.
+        gpus;
+        /// `host` shares the host IPC namespace (vLLM/SGLang need it for shared memory).
+        ipc;
         /// `UID[:GID]` the container runs as.
         user;
         /// Memory the deployment needs from the 128 GB unified pool, in GB.
