@@ -63,22 +63,7 @@ pub async fn rollback(
                 .await?
             }
         };
-        let mut next = production.clone();
-        next.warm.retain(|w| w.upstream.deployment != up.deployment);
-        let mut entry = Entry {
-            recipe: target.clone(),
-            since: crate::units::now_utc(),
-            run_id: Some(record.run_id.clone()),
-            bench: None,
-            upstream: Some(up),
-        };
-        if from_stack {
-            // The rolled-back production is dropped from the stack: it is what was wrong.
-            entry.bench = next.previous.pop().and_then(|e| e.bench);
-            next.current = Some(entry);
-        } else {
-            next.promote(entry);
-        }
+        let next = next_production(&production, &target, up, &record.run_id, from_stack);
         timed(
             &mut record,
             PhaseName::Switch,
@@ -114,6 +99,34 @@ pub async fn rollback(
             Err(switch::failed(ctx, &mut record, e, &notes, &what).await)
         }
     }
+}
+
+/// Production once `target` (instance `up`) serves: promoted over the current one, or,
+/// rolling back along the stack, in place of it.
+fn next_production(
+    production: &Production,
+    target: &str,
+    up: Upstream,
+    run_id: &str,
+    from_stack: bool,
+) -> Production {
+    let mut next = production.clone();
+    next.warm.retain(|w| w.upstream.deployment != up.deployment);
+    let mut entry = Entry {
+        recipe: target.to_string(),
+        since: crate::units::now_utc(),
+        run_id: Some(run_id.to_string()),
+        bench: None,
+        upstream: Some(up),
+    };
+    if from_stack {
+        // The rolled-back production is dropped from the stack: it is what was wrong.
+        entry.bench = next.previous.pop().and_then(|e| e.bench);
+        next.current = Some(entry);
+    } else {
+        next.promote(entry);
+    }
+    next
 }
 
 /// The target's instance kept warm after it was replaced, if it still runs.
