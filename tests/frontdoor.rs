@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{free_port, http_status, sim_image, text, Deck, Traffic};
+use support::{free_port, http_status, kill_frontdoor, sim_image, text, Deck, Traffic};
 
 const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
 const EVERY: Duration = Duration::from_millis(20);
@@ -430,6 +430,9 @@ impl FullStateDisk {
 
 impl Drop for FullStateDisk {
     fn drop(&mut self) {
+        // The front door's record is on this tmpfs: once it is unmounted, the deck's own
+        // clean-up cannot find the process to stop.
+        kill_frontdoor(&self.state);
         let _ = std::process::Command::new("umount")
             .arg(self.state.join("runs"))
             .status();

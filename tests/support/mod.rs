@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -487,21 +487,27 @@ impl Deck {
     }
 }
 
+/// Kills the front door of the state dir `state`: its supervisor's process group, which
+/// holds its server (the test is over; nothing else would stop it).
+pub fn kill_frontdoor(state: &Path) {
+    let Ok(v) = std::fs::read(state.join("frontdoor/supervisor.json")) else {
+        return;
+    };
+    if let Some(pid) = serde_json::from_slice::<Value>(&v)
+        .ok()
+        .and_then(|v| v["pid"].as_i64())
+    {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 impl Drop for Deck {
     fn drop(&mut self) {
-        // The front door first (its supervisor's process group holds its server), so its
-        // watch does not bring back what is stopped next.
-        if let Ok(v) = std::fs::read(self.dir.join("state/frontdoor/supervisor.json")) {
-            if let Some(pid) = serde_json::from_slice::<Value>(&v)
-                .ok()
-                .and_then(|v| v["pid"].as_i64())
-            {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
+        // The front door first, so its watch does not bring back what is stopped next.
+        kill_frontdoor(&self.dir.join("state"));
         // Processes: every record's process group gets SIGKILL (the test is over).
         if let Ok(entries) = std::fs::read_dir(self.dir.join("state/deployments")) {
             for e in entries.flatten() {
