@@ -48,8 +48,8 @@ with_container_settings! {
         pub caches: Vec<Input>,
     }
     then {
-        gpus;
-        ipc;
+        // Left undescribed, as the job schema has always had them.
+        gpus; ipc;
         /// `invoking-user` (default: outputs are never root-owned), `root` (an image that
         /// insists; outputs are given back to the invoking user afterwards) or `UID:GID`.
         user;
