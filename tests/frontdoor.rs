@@ -55,6 +55,30 @@ fn history(deck: &Deck) -> Vec<Value> {
 }
 
 #[test]
+fn a_dry_run_starts_no_front_door_and_plans_while_another_server_holds_the_port() {
+    let deck = deck(
+        "fd-dry",
+        "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"",
+    );
+    // What serves production before sparkctl's front door does (the seeds' llama-server).
+    let holder = std::net::TcpListener::bind(("127.0.0.1", deck.door_port)).unwrap();
+    let out = deck.ok(&["rollback", "--to", "prod", "--dry-run"]);
+    assert!(out.contains("nothing was changed (--dry-run)"), "{out}");
+    let out = deck.ok(&["up", "prod", "--dry-run"]);
+    assert!(out.contains("nothing was changed (--dry-run)"), "{out}");
+    let supervisor = deck.dir.join("state/frontdoor/supervisor.json");
+    assert!(!supervisor.exists(), "a dry run started the front door");
+    assert!(history(&deck).is_empty(), "a dry run left a run record");
+    // The real rollback starts the front door once the port is free.
+    drop(holder);
+    deck.ok(&["rollback", "--to", "prod"]);
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    let out = deck.ok(&["rollback", "--to", "prod", "--dry-run"]);
+    assert!(out.contains("nothing was changed (--dry-run)"), "{out}");
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+}
+
+#[test]
 fn promotion_and_rollback_drop_no_request_and_the_benchmarked_instance_serves() {
     let deck = deck(
         "fd-bluegreen",

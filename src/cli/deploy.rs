@@ -302,7 +302,7 @@ pub async fn up(
     out: &Output,
 ) -> Result<()> {
     use std::io::IsTerminal;
-    let flow = deploy::switch::Ctx::open(ctx, recipes).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes, args.dry_run).await?;
     let yes = args.yes;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| {
@@ -354,7 +354,7 @@ pub async fn rollback(
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
-    let flow = deploy::switch::Ctx::open(ctx, recipes).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes, dry_run).await?;
     let record = deploy::rollback::rollback(&flow, to, dry_run, &say).await?;
     if out.json {
         out.print_json(&record);

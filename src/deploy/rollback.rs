@@ -14,7 +14,7 @@ pub async fn rollback(
     say: &dyn Fn(&str),
 ) -> Result<RunRecord> {
     let _lock = ctx.state().lock("rollback")?;
-    let production = ctx.door.status().await?.production;
+    let production = ctx.production().await?;
     let (target, from_stack) = match to {
         Some(n) => (n.to_string(), false),
         None => match production.previous.last() {

@@ -23,21 +23,46 @@ pub struct Ctx<'a> {
     pub lock: Lock,
     pub door: Remote,
     pub door_config: frontdoor::Config,
+    /// A dry run: the front door is asked, never started.
+    dry_run: bool,
 }
 
 impl<'a> Ctx<'a> {
-    /// Reaches the front door, starting it when it is not running, and reads the lock.
-    pub async fn open(shared: &'a Context, recipes: &'a RecipeSet) -> Result<Ctx<'a>> {
+    /// Reaches the front door, starting it when it is not running (a dry run only asks it,
+    /// so it starts nothing and plans even while another server holds the production
+    /// port), and reads the lock.
+    pub async fn open(
+        shared: &'a Context,
+        recipes: &'a RecipeSet,
+        dry_run: bool,
+    ) -> Result<Ctx<'a>> {
         let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
-        let launch = Launch::new(&shared.self_exe, &recipes.dir, &shared.lock_path);
-        let door = frontdoor::ensure(&shared.state, &door_config, &launch).await?;
+        let door = if dry_run {
+            Remote::new(frontdoor::control_socket(&shared.state))
+        } else {
+            let launch = Launch::new(&shared.self_exe, &recipes.dir, &shared.lock_path);
+            frontdoor::ensure(&shared.state, &door_config, &launch).await?
+        };
         Ok(Ctx {
             shared,
             recipes,
             lock: Lock::load(&shared.lock_path)?,
             door,
             door_config,
+            dry_run,
         })
+    }
+
+    /// Production as the front door holds it; for a dry run with no front door running,
+    /// as the front door would start with it (production.json).
+    pub async fn production(&self) -> Result<Production> {
+        match self.door.status().await {
+            Ok(s) => Ok(s.production),
+            Err(_) if self.dry_run && frontdoor::supervisor::running(self.state()).is_none() => {
+                Production::load(self.state())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub fn rt(&self) -> &'a Runtimes {

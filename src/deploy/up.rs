@@ -85,7 +85,7 @@ impl Flow<'_, '_> {
     }
 
     async fn run(&mut self) -> Result<()> {
-        let production = self.ctx.door.status().await?.production;
+        let production = self.ctx.production().await?;
         let Some((plan, swap)) = self.plan(&production).await? else {
             return Ok(());
         };
