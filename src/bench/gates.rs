@@ -118,11 +118,6 @@ impl Gate {
     }
 }
 
-/// Gates that compare with production's result (by name; unknown names are not).
-pub fn is_relative(gate: &str) -> bool {
-    gate.parse::<Gate>().is_ok_and(Gate::is_relative)
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Eq,
@@ -186,9 +181,83 @@ impl Rule {
     }
 }
 
-/// Does `value` satisfy `rule`? None when the rule does not parse.
-pub fn satisfies(value: f64, rule: &str) -> Option<bool> {
-    rule.parse::<Rule>().ok().map(|r| r.holds(value))
+/// One gate as a recipe or `--gate` writes it (`thinking_leak: "== 0%"`), parsed once where
+/// it comes in: recipe validation, `bench --gate` and the judging all read this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateRule {
+    /// The name as written; results and reports show it.
+    pub name: String,
+    pub gate: Gate,
+    /// The rule as written.
+    pub text: String,
+    pub rule: Rule,
+}
+
+/// Why a gate does not parse; its message says what is allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateError {
+    /// `--gate` without `=`.
+    Form(String),
+    /// An unknown gate name: (name, message).
+    Gate(String, String),
+    /// A rule that is not `OP NUMBER[%|ms]`: (name, message).
+    Rule(String, String),
+}
+
+impl std::fmt::Display for GateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateError::Form(text) => {
+                write!(f, "{text}: write NAME=RULE, e.g. thinking_leak='== 0%'")
+            }
+            GateError::Gate(name, e) | GateError::Rule(name, e) => write!(f, "{name}: {e}"),
+        }
+    }
+}
+
+impl GateRule {
+    pub fn new(name: &str, rule: &str) -> Result<GateRule, GateError> {
+        let gate = name
+            .parse::<Gate>()
+            .map_err(|e| GateError::Gate(name.to_string(), e))?;
+        let parsed = rule
+            .parse::<Rule>()
+            .map_err(|e| GateError::Rule(name.to_string(), e))?;
+        Ok(GateRule {
+            name: name.to_string(),
+            gate,
+            text: rule.to_string(),
+            rule: parsed,
+        })
+    }
+
+    /// Compares with production's result.
+    pub fn is_relative(&self) -> bool {
+        self.gate.is_relative()
+    }
+}
+
+/// `NAME=RULE`, as `bench --gate` takes it.
+impl FromStr for GateRule {
+    type Err = GateError;
+    fn from_str(s: &str) -> Result<GateRule, GateError> {
+        let (name, rule) = s
+            .split_once('=')
+            .ok_or_else(|| GateError::Form(s.to_string()))?;
+        GateRule::new(name, rule)
+    }
+}
+
+/// A run's gates by name: the order they are judged and shown in; a later one of the same
+/// name replaces an earlier one.
+pub type Gates = BTreeMap<String, GateRule>;
+
+/// Parses gates as a recipe writes them (name → rule).
+pub fn parse_all(written: &BTreeMap<String, String>) -> Result<Gates, GateError> {
+    written
+        .iter()
+        .map(|(name, rule)| Ok((name.clone(), GateRule::new(name, rule)?)))
+        .collect()
 }
 
 /// One gate's outcome: three, as Argo Rollouts' analyses have. Inconclusive when the
@@ -333,34 +402,19 @@ fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Jud
 /// none that can be trusted. A gate whose 95% interval holds its threshold cannot say
 /// which side the truth is on: inconclusive.
 pub fn evaluate(
-    gates: &BTreeMap<String, String>,
+    gates: &Gates,
     now: &Measures,
     production: Result<&Measures, &str>,
 ) -> Vec<GateResult> {
     gates
-        .iter()
-        .map(|(name, rule_text)| {
-            let parsed = name
-                .parse::<Gate>()
-                .and_then(|g| Ok((g, rule_text.parse::<Rule>()?)));
-            let (gate, rule) = match parsed {
-                Ok(x) => x,
-                Err(e) => {
-                    return GateResult {
-                        gate: name.clone(),
-                        rule: rule_text.clone(),
-                        value: None,
-                        interval: None,
-                        outcome: GateOutcome::Inconclusive,
-                        detail: e,
-                    }
-                }
-            };
-            let j = judge(gate, now, production);
+        .values()
+        .map(|g| {
+            let j = judge(g.gate, now, production);
+            let threshold = g.rule.threshold;
             let straddles = j
                 .interval
-                .is_some_and(|(lo, hi)| lo < rule.threshold && rule.threshold < hi);
-            let outcome = match j.value.map(|v| rule.holds(v)) {
+                .is_some_and(|(lo, hi)| lo < threshold && threshold < hi);
+            let outcome = match j.value.map(|v| g.rule.holds(v)) {
                 _ if straddles => GateOutcome::Inconclusive,
                 Some(true) => GateOutcome::Pass,
                 Some(false) => GateOutcome::Fail,
@@ -368,15 +422,15 @@ pub fn evaluate(
             };
             let detail = match j.interval {
                 Some((lo, hi)) if straddles => format!(
-                    "{}; its 95% interval [{lo:.1}, {hi:.1}] holds the threshold {}",
-                    j.detail, rule.threshold
+                    "{}; its 95% interval [{lo:.1}, {hi:.1}] holds the threshold {threshold}",
+                    j.detail
                 ),
                 Some((lo, hi)) => format!("{}; 95% interval [{lo:.1}, {hi:.1}]", j.detail),
                 None => j.detail,
             };
             GateResult {
-                gate: name.clone(),
-                rule: rule_text.clone(),
+                gate: g.name.clone(),
+                rule: g.text.clone(),
                 value: j.value,
                 interval: j.interval,
                 outcome,
@@ -419,6 +473,39 @@ mod tests {
         assert!("about 5".parse::<Rule>().unwrap_err().contains("`about 5`"));
     }
 
+    fn satisfies(value: f64, rule: &str) -> Option<bool> {
+        rule.parse::<Rule>().ok().map(|r| r.holds(value))
+    }
+
+    #[test]
+    fn gates_parse_once_with_their_names_and_say_which_part_is_wrong() {
+        let g: GateRule = "ttft_p90_ms=<= 800ms".parse().unwrap();
+        assert_eq!(g.gate, Gate::Percentile(Metric::Ttft, Pct::P90));
+        assert_eq!(
+            (g.name.as_str(), g.text.as_str()),
+            ("ttft_p90_ms", "<= 800ms")
+        );
+        assert!(!g.is_relative());
+        assert!("vs_production_ttft=>= -10%"
+            .parse::<GateRule>()
+            .unwrap()
+            .is_relative());
+        let e = "thinking_leak".parse::<GateRule>().unwrap_err();
+        assert_eq!(e, GateError::Form("thinking_leak".into()));
+        assert!(e.to_string().contains("write NAME=RULE"), "{e}");
+        assert!(matches!(
+            "ttft_p95_ms=<= 1".parse::<GateRule>(),
+            Err(GateError::Gate(..))
+        ));
+        let e = "no_markdown=lots".parse::<GateRule>().unwrap_err();
+        assert!(matches!(e, GateError::Rule(..)));
+        assert!(
+            e.to_string()
+                .starts_with("no_markdown: `lots` is not a gate rule"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn rules_compare_as_written() {
         assert_eq!(satisfies(0.0, "== 0%"), Some(true));
@@ -452,11 +539,12 @@ mod tests {
     #[test]
     fn a_relative_gate_without_a_baseline_is_inconclusive_never_a_pass() {
         let now = measures(30.0, &[]);
-        let gates = BTreeMap::from([
+        let gates = parse_all(&BTreeMap::from([
             ("vs_production_decode".to_string(), ">= -10%".to_string()),
             ("no_markdown".to_string(), ">= 80%".to_string()),
             ("tool_calls".to_string(), ">= 60%".to_string()),
-        ]);
+        ]))
+        .unwrap();
         let r = evaluate(&gates, &now, Err("its run had 3 failed requests"));
         let outcome = |r: &[GateResult], g: &str| r.iter().find(|x| x.gate == g).unwrap().outcome;
         assert_eq!(
@@ -473,7 +561,11 @@ mod tests {
 
     #[test]
     fn a_gate_whose_interval_holds_the_threshold_is_inconclusive() {
-        let gates = BTreeMap::from([("vs_production_decode".to_string(), ">= -10%".to_string())]);
+        let gates = parse_all(&BTreeMap::from([(
+            "vs_production_decode".to_string(),
+            ">= -10%".to_string(),
+        )]))
+        .unwrap();
         // Means 36 vs 40 (−10%) with a wide spread: the interval straddles −10%.
         let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
         let base = measures(40.0, &[39.0, 41.0, 40.0, 38.0, 42.0]);
@@ -485,7 +577,11 @@ mod tests {
         let g = &evaluate(&gates, &now, Ok(&base))[0];
         assert_eq!(g.outcome, GateOutcome::Fail, "{g:?}");
         // An absolute gate too.
-        let gates = BTreeMap::from([("decode_tps_p50".to_string(), ">= 35".to_string())]);
+        let gates = parse_all(&BTreeMap::from([(
+            "decode_tps_p50".to_string(),
+            ">= 35".to_string(),
+        )]))
+        .unwrap();
         let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
         assert_eq!(
             evaluate(&gates, &now, Err("-"))[0].outcome,

@@ -59,7 +59,7 @@ pub struct Options {
     pub depths: Vec<usize>,
     /// Runs of the whole suite, for confidence intervals (1: none).
     pub repeat: usize,
-    pub gates: BTreeMap<String, String>,
+    pub gates: gates::Gates,
 }
 
 impl Options {

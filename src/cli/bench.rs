@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::Output;
-use crate::bench::gates::GateOutcome;
+use crate::bench::gates::{GateOutcome, GateRule, Gates};
 use crate::bench::report;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::{self as engine, suite::Suite};
@@ -110,23 +110,10 @@ fn read_result(path: &Path) -> Result<BenchResult> {
 }
 
 /// The gates of the recipe with the `--gate` ones over them; a bad one names itself.
-fn merge_gates(
-    mut gates: BTreeMap<String, String>,
-    extra: &[String],
-) -> Result<BTreeMap<String, String>> {
+fn merge_gates(mut gates: Gates, extra: &[String]) -> Result<Gates> {
     for g in extra {
-        let (name, rule) = g.split_once('=').ok_or_else(|| {
-            Error::Usage(format!(
-                "--gate {g}: write NAME=RULE, e.g. thinking_leak='== 0%'"
-            ))
-        })?;
-        if let Err(e) = name.parse::<crate::bench::gates::Gate>() {
-            return Err(Error::Usage(format!("--gate {name}: {e}")));
-        }
-        if let Err(e) = rule.parse::<crate::bench::gates::Rule>() {
-            return Err(Error::Usage(format!("--gate {name}: {e}")));
-        }
-        gates.insert(name.to_string(), rule.to_string());
+        let g: GateRule = g.parse().map_err(|e| Error::Usage(format!("--gate {e}")))?;
+        gates.insert(g.name.clone(), g);
     }
     Ok(gates)
 }
@@ -160,7 +147,7 @@ fn progress_bar() -> indicatif::ProgressBar {
 /// The run's options from the flags (checked) and the recipe's SLO.
 fn options(
     args: &BenchArgs,
-    gates: BTreeMap<String, String>,
+    gates: Gates,
     recipes: &RecipeSet,
     target: &str,
 ) -> Result<engine::Options> {
@@ -207,11 +194,11 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     // are left out (and said so) rather than left undecided.
     let skipped: Vec<String> = if baseline.is_none() {
         let relative: Vec<String> = gates
-            .keys()
-            .filter(|g| crate::bench::gates::is_relative(g))
-            .cloned()
+            .values()
+            .filter(|g| g.is_relative())
+            .map(|g| g.name.clone())
             .collect();
-        gates.retain(|g, _| !crate::bench::gates::is_relative(g));
+        gates.retain(|_, g| !g.is_relative());
         relative
     } else {
         Vec::new()

@@ -92,7 +92,7 @@ pub async fn bench_target(
     target: &str,
 ) -> Result<(
     crate::bench::result::Target,
-    std::collections::BTreeMap<String, String>,
+    crate::bench::gates::Gates,
     String,
 )> {
     use crate::bench::result::Target;
@@ -119,7 +119,12 @@ pub async fn bench_target(
             ))
         })?;
     let (gates, suite) = match &recipe.bench {
-        Some(b) => (b.gates.clone(), b.suite.clone()),
+        // Checked when the recipe was loaded.
+        Some(b) => (
+            crate::bench::gates::parse_all(&b.gates)
+                .map_err(|e| Error::Usage(format!("{}: bench.gates.{e}", loaded.path.display())))?,
+            b.suite.clone(),
+        ),
         None => (
             Default::default(),
             crate::bench::suite::DEFAULT_SUITE.to_string(),

@@ -7,6 +7,7 @@ use std::path::{Component, Path};
 
 use super::diag::{diag_at, suggest, Report};
 use super::{Bench, Model, PatchStep, Recipe, Runtime, Server};
+use crate::bench::gates::{GateError, GateRule};
 use crate::engine::{Engine, Flag, Profile};
 use crate::error::Diagnostic;
 use crate::yaml::Loose;
@@ -26,10 +27,6 @@ pub const GATES: &[&str] = &[
     "vs_production_ttft",
     "vs_production_decode",
 ];
-
-fn gate_rule_ok(rule: &str) -> bool {
-    rule.parse::<crate::bench::gates::Rule>().is_ok()
-}
 
 pub(crate) fn env_name_ok(name: &str) -> bool {
     let mut chars = name.chars();
@@ -345,14 +342,15 @@ fn check_health(out: &mut Report, r: &Recipe, profile: &Profile) {
 fn check_bench(out: &mut Report, bench: &Bench) {
     for (gate, rule) in &bench.gates {
         let key = format!("bench.gates.{gate}");
-        if gate.parse::<crate::bench::gates::Gate>().is_err() {
+        let parsed = GateRule::new(gate, rule);
+        if let Err(GateError::Gate(..)) = parsed {
             let help = format!(
                 "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
                  (decode as decode_tps_pNN)",
                 suggest(gate, GATES, "gates")
             );
             out.bad(&key, format!("unknown gate `{gate}`"), &help);
-        } else if !gate_rule_ok(rule) {
+        } else if let Err(GateError::Rule(..)) = parsed {
             out.bad(
                 &key,
                 format!("`{rule}` is not a gate rule"),
@@ -581,10 +579,13 @@ mod tests {
     #[test]
     fn gate_rules() {
         for ok in ["== 0%", ">= 60%", "<= 1500ms", "> 25", "<=1.5"] {
-            assert!(gate_rule_ok(ok), "{ok}");
+            assert!(GateRule::new("no_markdown", ok).is_ok(), "{ok}");
         }
         for bad in ["0%", "== lots", "=> 3", ""] {
-            assert!(!gate_rule_ok(bad), "{bad}");
+            assert!(
+                matches!(GateRule::new("no_markdown", bad), Err(GateError::Rule(..))),
+                "{bad}"
+            );
         }
     }
 
