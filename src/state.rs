@@ -195,6 +195,14 @@ impl StateDir {
         Ok(dir.join(name.file_name()))
     }
 
+    /// `runs/RUN/nodes/NODE-ROLE.log`: a node group member's output, kept when its run ends.
+    pub fn node_log_file(&self, run_id: &str, node: &str, role: &str) -> Result<PathBuf> {
+        let dir = self.runs_dir()?.join(run_id).join("nodes");
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir.join(format!("{node}-{role}.log")))
+    }
+
     /// `jobs/`: one record per job run (`jobs/RUN.json`), what it keeps in `jobs/RUN/`.
     pub fn jobs_dir(&self) -> Result<PathBuf> {
         let dir = self.root.join("jobs");

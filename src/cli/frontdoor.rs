@@ -111,13 +111,7 @@ pub fn line(s: &DoorStatus) -> String {
 
 /// `logs frontdoor`: the supervisor's and server's output, newest run.
 pub async fn logs(ctx: &Context, follow: bool, tail: Option<usize>) -> Result<()> {
-    let dir = ctx.state.root().join("logs").join("frontdoor");
-    let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::io(format!("no front door log in {}", dir.display()), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    logs.sort();
-    let Some(path) = logs.pop() else {
+    let Some(path) = ctx.state.latest_log("frontdoor") else {
         return Err(Error::Usage("the front door has not run yet".into()));
     };
     let text = std::fs::read_to_string(&path)

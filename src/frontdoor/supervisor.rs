@@ -84,10 +84,7 @@ pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Resul
         }
         return Ok(remote);
     }
-    let log_dir = state.root().join("logs").join("frontdoor");
-    std::fs::create_dir_all(&log_dir)
-        .map_err(|e| Error::io(format!("cannot create {}", log_dir.display()), e))?;
-    let log_file = log_dir.join(format!("{}.log", state::new_run_id()));
+    let log_file = state.log_file("frontdoor", &state::new_run_id())?;
     let log = std::fs::File::create(&log_file)
         .map_err(|e| Error::io(format!("cannot create {}", log_file.display()), e))?;
     let mut cmd = launch.command(state, &["run"]);

@@ -168,15 +168,11 @@ pub async fn stop_run(
 }
 
 async fn keep_log(state: &StateDir, run_id: &str, p: &Placed) {
-    let dir = state.root().join("runs").join(run_id).join("nodes");
-    if std::fs::create_dir_all(&dir).is_err() {
+    let Ok(file) = state.node_log_file(run_id, &p.node, p.role.as_str()) else {
         return;
-    }
+    };
     let all = tail(p, None).await.join("\n");
-    let _ = std::fs::write(
-        dir.join(format!("{}-{}.log", p.node, p.role.as_str())),
-        all + "\n",
-    );
+    let _ = crate::state::write_atomic(&file, (all + "\n").as_bytes());
 }
 
 /// Every member's last lines, for an error that explains a group's failure.
