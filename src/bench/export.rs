@@ -1,9 +1,13 @@
 //! Per-request rows of a result, for other tools: JSON Lines (one request a line) and CSV
 //! (the same columns). Every request of every phase: the suite, load levels, the sweep, depth.
+//! `write_all` keeps a result with its report and both exports beside it.
+
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::result::BenchResult;
+use crate::error::Result;
 
 /// One request, whichever phase sent it. Times in ms; load latencies from the scheduled send.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -149,6 +153,16 @@ pub fn csv(r: &BenchResult) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Writes the result and, beside it, its HTML report, JSONL and CSV; the report's path.
+pub fn write_all(path: &Path, result: &BenchResult) -> Result<PathBuf> {
+    crate::state::write_json(path, result)?;
+    let html = path.with_extension("html");
+    crate::state::write_atomic(&html, super::html::report(&[result]).as_bytes())?;
+    crate::state::write_atomic(&path.with_extension("jsonl"), jsonl(result).as_bytes())?;
+    crate::state::write_atomic(&path.with_extension("csv"), csv(result).as_bytes())?;
+    Ok(html)
 }
 
 #[cfg(test)]

@@ -252,6 +252,17 @@ impl FromStr for GateRule {
 /// name replaces an earlier one.
 pub type Gates = BTreeMap<String, GateRule>;
 
+/// Takes out the gates that compare with production; their names.
+pub fn take_relative(gates: &mut Gates) -> Vec<String> {
+    let names: Vec<String> = gates
+        .values()
+        .filter(|g| g.is_relative())
+        .map(|g| g.name.clone())
+        .collect();
+    gates.retain(|_, g| !g.is_relative());
+    names
+}
+
 /// Parses gates as a recipe writes them (name → rule).
 pub fn parse_all(written: &BTreeMap<String, String>) -> Result<Gates, GateError> {
     written

@@ -118,22 +118,6 @@ fn merge_gates(mut gates: Gates, extra: &[String]) -> Result<Gates> {
     Ok(gates)
 }
 
-/// Writes the result and, beside it, its HTML report, JSONL and CSV; the report's path.
-pub fn write_outputs(path: &Path, result: &BenchResult) -> Result<PathBuf> {
-    crate::state::write_json(path, result)?;
-    let html = path.with_extension("html");
-    crate::state::write_atomic(&html, engine::html::report(&[result]).as_bytes())?;
-    crate::state::write_atomic(
-        &path.with_extension("jsonl"),
-        engine::export::jsonl(result).as_bytes(),
-    )?;
-    crate::state::write_atomic(
-        &path.with_extension("csv"),
-        engine::export::csv(result).as_bytes(),
-    )?;
-    Ok(html)
-}
-
 fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -192,14 +176,8 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     let baseline = args.baseline.as_deref().map(read_result).transpose()?;
     // Alone, without a baseline, the relative gates have nothing to compare with: they
     // are left out (and said so) rather than left undecided.
-    let skipped: Vec<String> = if baseline.is_none() {
-        let relative: Vec<String> = gates
-            .values()
-            .filter(|g| g.is_relative())
-            .map(|g| g.name.clone())
-            .collect();
-        gates.retain(|_, g| !g.is_relative());
-        relative
+    let skipped = if baseline.is_none() {
+        crate::bench::gates::take_relative(&mut gates)
     } else {
         Vec::new()
     };
@@ -224,7 +202,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
         Some(p) => p,
         None => ctx.state.bench_result_file(&name)?,
     };
-    let html = write_outputs(&path, &result)?;
+    let html = engine::export::write_all(&path, &result)?;
     if out.json {
         out.print_json(&result);
     } else {
