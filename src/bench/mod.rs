@@ -12,6 +12,7 @@ pub mod export;
 pub mod gates;
 pub mod html;
 pub mod load;
+pub mod metric;
 pub mod quality;
 mod reader;
 pub mod report;

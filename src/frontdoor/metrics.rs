@@ -174,81 +174,11 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Prometheus' text format: per upstream, then the events, then the upstream in service.
     pub fn render(&self, route: &Route) -> String {
         let i = self.inner.lock().expect("metrics");
         let mut out = String::new();
-        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        head(
-            &mut out,
-            "sparkctl_frontdoor_requests_total",
-            "counter",
-            "Requests forwarded, by upstream and status.",
-        );
-        for (up, u) in &i.upstreams {
-            for (code, n) in &u.requests {
-                let _ = writeln!(
-                    out,
-                    "sparkctl_frontdoor_requests_total{{upstream=\"{up}\",code=\"{code}\"}} {n}"
-                );
-            }
-        }
-        head(
-            &mut out,
-            "sparkctl_frontdoor_errors_total",
-            "counter",
-            "Requests that failed: connect (no answer) or stream (cut after it began).",
-        );
-        for (up, u) in &i.upstreams {
-            for (kind, n) in &u.errors {
-                let _ = writeln!(
-                    out,
-                    "sparkctl_frontdoor_errors_total{{upstream=\"{up}\",kind=\"{kind}\"}} {n}"
-                );
-            }
-        }
-        head(
-            &mut out,
-            "sparkctl_frontdoor_in_flight",
-            "gauge",
-            "Requests being answered now.",
-        );
-        for (up, u) in &i.upstreams {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_in_flight{{upstream=\"{up}\"}} {}",
-                u.in_flight
-            );
-        }
-        head(
-            &mut out,
-            "sparkctl_frontdoor_ttft_seconds",
-            "histogram",
-            "Time to the first token of streamed answers, from the request's arrival.",
-        );
-        for (up, u) in &i.upstreams {
-            u.ttft.render(
-                &mut out,
-                "sparkctl_frontdoor_ttft_seconds",
-                &format!("upstream=\"{up}\""),
-                TTFT_BUCKETS,
-            );
-        }
-        head(
-            &mut out,
-            "sparkctl_frontdoor_itl_seconds",
-            "histogram",
-            "Per-token inter-token latency of streamed answers.",
-        );
-        for (up, u) in &i.upstreams {
-            u.itl.render(
-                &mut out,
-                "sparkctl_frontdoor_itl_seconds",
-                &format!("upstream=\"{up}\""),
-                ITL_BUCKETS,
-            );
-        }
+        render_upstreams(&mut out, &i);
         for e in [
             Event::Held,
             Event::Rejected,
@@ -278,6 +208,83 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Requests, errors, in-flight requests and the TTFT and ITL histograms, by upstream.
+fn render_upstreams(out: &mut String, inner: &Inner) {
+    head(
+        out,
+        "sparkctl_frontdoor_requests_total",
+        "counter",
+        "Requests forwarded, by upstream and status.",
+    );
+    for (up, u) in &inner.upstreams {
+        for (code, n) in &u.requests {
+            let _ = writeln!(
+                out,
+                "sparkctl_frontdoor_requests_total{{upstream=\"{up}\",code=\"{code}\"}} {n}"
+            );
+        }
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_errors_total",
+        "counter",
+        "Requests that failed: connect (no answer) or stream (cut after it began).",
+    );
+    for (up, u) in &inner.upstreams {
+        for (kind, n) in &u.errors {
+            let _ = writeln!(
+                out,
+                "sparkctl_frontdoor_errors_total{{upstream=\"{up}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_in_flight",
+        "gauge",
+        "Requests being answered now.",
+    );
+    for (up, u) in &inner.upstreams {
+        let _ = writeln!(
+            out,
+            "sparkctl_frontdoor_in_flight{{upstream=\"{up}\"}} {}",
+            u.in_flight
+        );
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_ttft_seconds",
+        "histogram",
+        "Time to the first token of streamed answers, from the request's arrival.",
+    );
+    for (up, u) in &inner.upstreams {
+        u.ttft.render(
+            out,
+            "sparkctl_frontdoor_ttft_seconds",
+            &format!("upstream=\"{up}\""),
+            TTFT_BUCKETS,
+        );
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_itl_seconds",
+        "histogram",
+        "Per-token inter-token latency of streamed answers.",
+    );
+    for (up, u) in &inner.upstreams {
+        u.itl.render(
+            out,
+            "sparkctl_frontdoor_itl_seconds",
+            &format!("upstream=\"{up}\""),
+            ITL_BUCKETS,
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::{Gpus, Ipc, Recipe, Runtime};
-use crate::engine::{Engine, Flag};
+use crate::engine::{Engine, Flag, Profile};
 use crate::units::{ByteSize, HumanDuration};
 
 /// Everything a runtime needs to start a recipe, decided before anything runs.
@@ -146,78 +146,8 @@ impl Recipe {
         let served = self.model.as_ref().and_then(|m| m.served_name.clone());
 
         let launch = match runtime {
-            Runtime::Docker => {
-                let container_port = server.container_port.unwrap_or(profile.container_port);
-                let mut mounts = Vec::new();
-                let mut cmd: Vec<String> = Vec::new();
-                let entrypoint: Vec<String> = profile
-                    .docker_command
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                // Recipe args first: some launchers need theirs in front (`-m module`).
-                cmd.extend(server.args.iter().cloned());
-                if let Some(model) = &self.model {
-                    let mount = model.mount.clone().unwrap_or_else(|| "/model".into());
-                    // Patch steps run before start; the server itself only reads the model.
-                    mounts.push(Mount {
-                        host: expand_home(&model.path),
-                        container: mount.clone(),
-                        read_only: true,
-                    });
-                    push_flag(&mut cmd, profile.model_flag, &mount);
-                }
-                if let Some(name) = &served {
-                    push_flag(&mut cmd, profile.served_name_flag, name);
-                }
-                // Inside the container the server listens everywhere; the host binding limits reach.
-                push_flag(&mut cmd, profile.host_flag, "0.0.0.0");
-                push_flag(&mut cmd, profile.port_flag, &container_port.to_string());
-                Launch::Docker(ContainerLaunch {
-                    image: self.image.clone().unwrap_or_default(),
-                    entrypoint,
-                    cmd,
-                    mounts,
-                    host_ip: server.host.clone(),
-                    host_port: server.port,
-                    container_port,
-                    env: server.env.clone(),
-                    env_from_host: server.env_from_host.clone(),
-                    resources: Resources::of(
-                        server.gpus.as_ref(),
-                        server.ipc,
-                        server.shm_size,
-                        &server.ulimits,
-                    ),
-                    user: server.user.clone(),
-                })
-            }
-            Runtime::Process => {
-                let mut args = Vec::new();
-                let program = match &self.binary {
-                    Some(b) => expand_home(b),
-                    // Only sim recipes may leave `binary` out (checked at load).
-                    None => {
-                        args.push("sim".to_string());
-                        self_exe.to_string()
-                    }
-                };
-                args.extend(server.args.iter().cloned());
-                if let Some(model) = &self.model {
-                    push_flag(&mut args, profile.model_flag, &expand_home(&model.path));
-                }
-                if let Some(name) = &served {
-                    push_flag(&mut args, profile.served_name_flag, name);
-                }
-                push_flag(&mut args, profile.host_flag, &server.host);
-                push_flag(&mut args, profile.port_flag, &server.port.to_string());
-                Launch::Process {
-                    program,
-                    args,
-                    env: server.env.clone(),
-                    env_from_host: server.env_from_host.clone(),
-                }
-            }
+            Runtime::Docker => self.container_launch(&profile, served.as_deref()),
+            Runtime::Process => self.process_launch(&profile, served.as_deref(), self_exe),
         };
         Resolved {
             name: self.name.clone(),
@@ -238,6 +168,86 @@ impl Recipe {
             ),
             memory_gb: server.memory_gb,
             launch,
+        }
+    }
+
+    /// The container a docker recipe runs: the engine's entrypoint, the recipe's args, then
+    /// the flags sparkctl owns (model, served name, listen address and port).
+    fn container_launch(&self, profile: &Profile, served: Option<&str>) -> Launch {
+        let server = &self.server;
+        let container_port = server.container_port.unwrap_or(profile.container_port);
+        let mut mounts = Vec::new();
+        let mut cmd: Vec<String> = Vec::new();
+        let entrypoint: Vec<String> = profile
+            .docker_command
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // Recipe args first: some launchers need theirs in front (`-m module`).
+        cmd.extend(server.args.iter().cloned());
+        if let Some(model) = &self.model {
+            let mount = model.mount.clone().unwrap_or_else(|| "/model".into());
+            // Patch steps run before start; the server itself only reads the model.
+            mounts.push(Mount {
+                host: expand_home(&model.path),
+                container: mount.clone(),
+                read_only: true,
+            });
+            push_flag(&mut cmd, profile.model_flag, &mount);
+        }
+        if let Some(name) = &served {
+            push_flag(&mut cmd, profile.served_name_flag, name);
+        }
+        // Inside the container the server listens everywhere; the host binding limits reach.
+        push_flag(&mut cmd, profile.host_flag, "0.0.0.0");
+        push_flag(&mut cmd, profile.port_flag, &container_port.to_string());
+        Launch::Docker(ContainerLaunch {
+            image: self.image.clone().unwrap_or_default(),
+            entrypoint,
+            cmd,
+            mounts,
+            host_ip: server.host.clone(),
+            host_port: server.port,
+            container_port,
+            env: server.env.clone(),
+            env_from_host: server.env_from_host.clone(),
+            resources: Resources::of(
+                server.gpus.as_ref(),
+                server.ipc,
+                server.shm_size,
+                &server.ulimits,
+            ),
+            user: server.user.clone(),
+        })
+    }
+
+    /// The host process a process recipe runs (`sparkctl sim` for a sim recipe without
+    /// `binary`), with the same owned flags.
+    fn process_launch(&self, profile: &Profile, served: Option<&str>, self_exe: &str) -> Launch {
+        let server = &self.server;
+        let mut args = Vec::new();
+        let program = match &self.binary {
+            Some(b) => expand_home(b),
+            // Only sim recipes may leave `binary` out (checked at load).
+            None => {
+                args.push("sim".to_string());
+                self_exe.to_string()
+            }
+        };
+        args.extend(server.args.iter().cloned());
+        if let Some(model) = &self.model {
+            push_flag(&mut args, profile.model_flag, &expand_home(&model.path));
+        }
+        if let Some(name) = &served {
+            push_flag(&mut args, profile.served_name_flag, name);
+        }
+        push_flag(&mut args, profile.host_flag, &server.host);
+        push_flag(&mut args, profile.port_flag, &server.port.to_string());
+        Launch::Process {
+            program,
+            args,
+            env: server.env.clone(),
+            env_from_host: server.env_from_host.clone(),
         }
     }
 }

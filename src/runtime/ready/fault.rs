@@ -45,14 +45,7 @@ pub enum Fault {
 impl Fault {
     /// One explanation for people: what happened, the evidence, what to do.
     pub fn explain(&self, name: &str) -> String {
-        let tail = |lines: &[String]| {
-            if lines.is_empty() {
-                String::new()
-            } else {
-                let shown: Vec<String> = lines.iter().map(|l| format!("  | {l}")).collect();
-                format!("\n  last output:\n{}", shown.join("\n"))
-            }
-        };
+        let tail = last_output;
         match self {
             Fault::Exited {
                 exit,
@@ -107,45 +100,59 @@ impl Fault {
                 url,
                 last_lines,
             } => {
-                let why = match health {
-                    Health::Waiting | Health::Refused => format!(
-                        "nothing answered on {url}: check the server's port flags \
-                         (container_port for a container)"
-                    ),
-                    Health::Silent { within } => format!(
-                        "{url} accepts connections but its health endpoint gives no answer \
-                         within {} (an engine whose health check runs a generation, like \
-                         SGLang's /health, hangs there when generation is wedged)",
-                        format_duration(*within)
-                    ),
-                    Health::Loading { code, message } => format!(
-                        "its health endpoint still answers {code}{}; if the model needs longer, \
-                         raise health.timeout",
-                        message
-                            .as_ref()
-                            .map(|m| format!(" \"{m}\""))
-                            .unwrap_or_default()
-                    ),
-                    Health::GenerationPending { check, .. } => format!(
-                        "health is ok but the one-token {check} sent last has not answered yet: \
-                         generation is wedged or still warming up; raise health.timeout or \
-                         health.completion_timeout if it only needs longer"
-                    ),
-                    Health::GenerationFailing { check, why } => {
-                        format!("health is ready but a one-token {check} fails: {why}")
-                    }
-                    Health::GenerationSilent { check, within } => format!(
-                        "health is ok but a one-token {check} gives no answer within {}: \
-                         generation is wedged",
-                        format_duration(*within)
-                    ),
-                    Health::Ready => "ready too late".to_string(),
-                };
+                let why = timeout_reason(health, url);
                 format!(
                     "{name} was not ready within {:.0} s: {why}",
                     after.as_secs_f64()
                 ) + &tail(last_lines)
             }
         }
+    }
+}
+
+/// The server's last lines, quoted, for an explanation's end.
+fn last_output(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = lines.iter().map(|l| format!("  | {l}")).collect();
+    format!("\n  last output:\n{}", shown.join("\n"))
+}
+
+/// Why a server that is still running was not ready in time, from what its health said last.
+fn timeout_reason(health: &Health, url: &str) -> String {
+    match health {
+        Health::Waiting | Health::Refused => format!(
+            "nothing answered on {url}: check the server's port flags \
+             (container_port for a container)"
+        ),
+        Health::Silent { within } => format!(
+            "{url} accepts connections but its health endpoint gives no answer \
+             within {} (an engine whose health check runs a generation, like \
+             SGLang's /health, hangs there when generation is wedged)",
+            format_duration(*within)
+        ),
+        Health::Loading { code, message } => format!(
+            "its health endpoint still answers {code}{}; if the model needs longer, \
+             raise health.timeout",
+            message
+                .as_ref()
+                .map(|m| format!(" \"{m}\""))
+                .unwrap_or_default()
+        ),
+        Health::GenerationPending { check, .. } => format!(
+            "health is ok but the one-token {check} sent last has not answered yet: \
+             generation is wedged or still warming up; raise health.timeout or \
+             health.completion_timeout if it only needs longer"
+        ),
+        Health::GenerationFailing { check, why } => {
+            format!("health is ready but a one-token {check} fails: {why}")
+        }
+        Health::GenerationSilent { check, within } => format!(
+            "health is ok but a one-token {check} gives no answer within {}: \
+             generation is wedged",
+            format_duration(*within)
+        ),
+        Health::Ready => "ready too late".to_string(),
     }
 }
