@@ -26,6 +26,22 @@ pub enum Gate {
     VsProduction(Metric),
 }
 
+/// The gate names a typo is matched against (the percentile forms are said in words).
+pub const GATE_NAMES: &[&str] = &[
+    "non_empty",
+    "expected_answer",
+    "no_markdown",
+    "thinking_leak",
+    "tool_calls",
+    "ttft_p50_ms",
+    "ttfo_p50_ms",
+    "decode_tps_p50",
+    "goodput_rps",
+    "goodput_pct",
+    "vs_production_ttft",
+    "vs_production_decode",
+];
+
 const GATE_FORMS: &str = "a check (non_empty, expected_answer, no_markdown, thinking_leak, \
      tool_calls), METRIC_pNN_ms for ttft/ttfo/tpot/itl/e2el or decode_tps_pNN (NN: 50, 90, 99), \
      goodput_rps, goodput_pct, or vs_production_METRIC";

@@ -7,26 +7,10 @@ use std::path::{Component, Path};
 
 use super::diag::{diag_at, suggest, Report};
 use super::{Bench, Model, PatchStep, Recipe, Runtime, Server};
-use crate::bench::gates::{GateError, GateRule};
+use crate::bench::gates::{GateError, GateRule, GATE_NAMES};
 use crate::engine::{Engine, Flag, Profile};
 use crate::error::Diagnostic;
 use crate::yaml::Loose;
-
-/// Gates the benchmark knows; a rule is `OP NUMBER[%|ms]`.
-pub const GATES: &[&str] = &[
-    "non_empty",
-    "expected_answer",
-    "no_markdown",
-    "thinking_leak",
-    "tool_calls",
-    "ttft_p50_ms",
-    "ttfo_p50_ms",
-    "decode_tps_p50",
-    "goodput_rps",
-    "goodput_pct",
-    "vs_production_ttft",
-    "vs_production_decode",
-];
 
 pub(crate) fn env_name_ok(name: &str) -> bool {
     let mut chars = name.chars();
@@ -347,7 +331,7 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             let help = format!(
                 "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
                  (decode as decode_tps_pNN)",
-                suggest(gate, GATES, "gates")
+                suggest(gate, GATE_NAMES, "gates")
             );
             out.bad(&key, format!("unknown gate `{gate}`"), &help);
         } else if let Err(GateError::Rule(..)) = parsed {

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
-pub use check::GATES;
 pub(crate) use check::{check_name, env_name_ok, inside, ULIMITS};
 pub use diag::suggest as did_you_mean;
 pub(crate) use diag::{diag_at, from_yaml_error, Report};
