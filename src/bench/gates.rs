@@ -486,6 +486,13 @@ mod tests {
     }
 
     #[test]
+    fn every_suggested_gate_name_is_a_gate() {
+        for name in GATE_NAMES {
+            assert!(name.parse::<Gate>().is_ok(), "{name}");
+        }
+    }
+
+    #[test]
     fn rules_compare_as_written() {
         assert_eq!(satisfies(0.0, "== 0%"), Some(true));
         assert_eq!(satisfies(20.0, "== 0%"), Some(false));

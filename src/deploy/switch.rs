@@ -38,7 +38,9 @@ impl<'a> Ctx<'a> {
     ) -> Result<Ctx<'a>> {
         let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
         let door = if dry_run {
-            Remote::new(frontdoor::control_socket(&shared.state))
+            frontdoor::answering(&shared.state, &door_config)
+                .await?
+                .unwrap_or_else(|| Remote::new(frontdoor::control_socket(&shared.state)))
         } else {
             let launch = Launch::new(&shared.self_exe, &recipes.dir, &shared.lock_path);
             frontdoor::ensure(&shared.state, &door_config, &launch).await?

@@ -263,4 +263,4 @@ impl Door {
 }
 
 pub use control::Remote;
-pub use supervisor::{ensure, Launch};
+pub use supervisor::{answering, ensure, Launch};

@@ -71,19 +71,29 @@ pub fn running(state: &StateDir) -> Option<Record> {
     id.alive().then_some(r)
 }
 
+/// The front door's control socket when the front door answers on it (and serves the
+/// production port); None when nothing answers.
+pub async fn answering(state: &StateDir, config: &Config) -> Result<Option<Remote>> {
+    let remote = Remote::new(control_socket(state));
+    let Ok(s) = remote.status().await else {
+        return Ok(None);
+    };
+    if s.port != config.port {
+        return Err(Error::Usage(format!(
+            "the front door of this state dir serves port {}, not the production port {}; \
+             `sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
+            s.port, config.port, s.port
+        )));
+    }
+    Ok(Some(remote))
+}
+
 /// The front door's control socket, starting the front door first when nothing answers.
 pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Result<Remote> {
-    let remote = Remote::new(control_socket(state));
-    if let Ok(s) = remote.status().await {
-        if s.port != config.port {
-            return Err(Error::Usage(format!(
-                "the front door of this state dir serves port {}, not the production port {}; \
-                 `sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
-                s.port, config.port, s.port
-            )));
-        }
+    if let Some(remote) = answering(state, config).await? {
         return Ok(remote);
     }
+    let remote = Remote::new(control_socket(state));
     let log_file = state.log_file("frontdoor", &state::new_run_id())?;
     let log = std::fs::File::create(&log_file)
         .map_err(|e| Error::io(format!("cannot create {}", log_file.display()), e))?;

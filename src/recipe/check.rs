@@ -326,20 +326,21 @@ fn check_health(out: &mut Report, r: &Recipe, profile: &Profile) {
 fn check_bench(out: &mut Report, bench: &Bench) {
     for (gate, rule) in &bench.gates {
         let key = format!("bench.gates.{gate}");
-        let parsed = GateRule::new(gate, rule);
-        if let Err(GateError::Gate(..)) = parsed {
-            let help = format!(
-                "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
-                 (decode as decode_tps_pNN)",
-                suggest(gate, GATE_NAMES, "gates")
-            );
-            out.bad(&key, format!("unknown gate `{gate}`"), &help);
-        } else if let Err(GateError::Rule(..)) = parsed {
-            out.bad(
+        match GateRule::new(gate, rule) {
+            Err(GateError::Gate(..)) => {
+                let help = format!(
+                    "{}; any of ttft, ttfo, tpot, itl, e2el as METRIC_p50_ms, _p90_ms, _p99_ms \
+                     (decode as decode_tps_pNN)",
+                    suggest(gate, GATE_NAMES, "gates")
+                );
+                out.bad(&key, format!("unknown gate `{gate}`"), &help);
+            }
+            Err(GateError::Rule(..) | GateError::Form(_)) => out.bad(
                 &key,
                 format!("`{rule}` is not a gate rule"),
                 "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
-            );
+            ),
+            Ok(_) => {}
         }
     }
     for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
