@@ -154,7 +154,11 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         ),
     }
     // Jobs hold memory too: say which run (`sparkctl jobs` has the rest).
-    for j in &status.jobs {
+    let jobs = match crate::job::Runs::of(ctx) {
+        Ok(runs) => runs.running().await,
+        Err(_) => Vec::new(),
+    };
+    for j in &jobs {
         println!(
             "job {} running (run {}{}); `sparkctl jobs`",
             j.job,

@@ -276,14 +276,9 @@ pub async fn stop(
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
-    let docker = ctx.runtimes.docker()?.client();
+    let runs = job::Runs::of(ctx)?;
     if dry_run {
-        let rec = job::Runs {
-            docker,
-            state: &ctx.state,
-        }
-        .latest(name)
-        .await?;
+        let rec = runs.latest(name).await?;
         match rec.state {
             JobState::Running => println!(
                 "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
@@ -300,12 +295,7 @@ pub async fn stop(
         return Ok(());
     }
     let _lock = ctx.state.lock(&format!("stop {name}"))?;
-    let rec = job::Runs {
-        docker,
-        state: &ctx.state,
-    }
-    .stop(name, grace)
-    .await?;
+    let rec = runs.stop(name, grace).await?;
     if out.json {
         out.print_json(&rec);
     } else {
@@ -315,14 +305,9 @@ pub async fn stop(
 }
 
 pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
-    let docker = ctx.runtimes.docker()?.client();
+    let runs = job::Runs::of(ctx)?;
     let mut stdout = std::io::stdout();
     let view = crate::runtime::LogView { tail, follow };
-    job::Runs {
-        docker,
-        state: &ctx.state,
-    }
-    .logs(name, view, &mut stdout)
-    .await?;
+    runs.logs(name, view, &mut stdout).await?;
     Ok(())
 }

@@ -201,15 +201,8 @@ async fn memory_plan(
     memory_gb: Option<f64>,
     deployments: &[Deployment],
 ) -> Result<MemoryPlan> {
-    let jobs = match ctx.runtimes.docker() {
-        Ok(docker) => {
-            crate::job::Runs {
-                docker: docker.client(),
-                state: &ctx.state,
-            }
-            .running_memory()
-            .await
-        }
+    let jobs = match crate::job::Runs::of(ctx) {
+        Ok(runs) => runs.running_memory().await,
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();

@@ -9,7 +9,6 @@ use super::Role;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::DoorStatus;
-use crate::job::JobRecord;
 use crate::runtime::group::Placed;
 use crate::runtime::Deployment;
 
@@ -31,8 +30,6 @@ pub struct Status {
     pub rows: Vec<StatusRow>,
     /// What the front door says, when it runs.
     pub door: Option<DoorStatus>,
-    /// Jobs hold memory too.
-    pub jobs: Vec<JobRecord>,
     /// Records that could not be read, nodes that could not be reached.
     pub warnings: Vec<String>,
 }
@@ -77,21 +74,9 @@ pub async fn status(ctx: &Context) -> Result<Status> {
             deployment: d,
         });
     }
-    let jobs = match ctx.runtimes.docker() {
-        Ok(docker) => {
-            crate::job::Runs {
-                docker: docker.client(),
-                state: &ctx.state,
-            }
-            .running()
-            .await
-        }
-        Err(_) => Vec::new(),
-    };
     Ok(Status {
         rows,
         door,
-        jobs,
         warnings,
     })
 }

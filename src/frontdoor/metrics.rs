@@ -215,36 +215,38 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// A counter per upstream and `label` value (`code="200"`), under one HELP and TYPE.
+fn counts_by<K: std::fmt::Display>(
+    out: &mut String,
+    inner: &Inner,
+    (name, label): (&str, &str),
+    help: &str,
+    counts: impl Fn(&PerUpstream) -> &BTreeMap<K, u64>,
+) {
+    head(out, name, "counter", help);
+    for (up, u) in &inner.upstreams {
+        for (value, n) in counts(u) {
+            let _ = writeln!(out, "{name}{{upstream=\"{up}\",{label}=\"{value}\"}} {n}");
+        }
+    }
+}
+
 /// Requests, errors, in-flight requests and the TTFT and ITL histograms, by upstream.
 fn render_upstreams(out: &mut String, inner: &Inner) {
-    head(
+    counts_by(
         out,
-        "sparkctl_frontdoor_requests_total",
-        "counter",
+        inner,
+        ("sparkctl_frontdoor_requests_total", "code"),
         "Requests forwarded, by upstream and status.",
+        |u| &u.requests,
     );
-    for (up, u) in &inner.upstreams {
-        for (code, n) in &u.requests {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_requests_total{{upstream=\"{up}\",code=\"{code}\"}} {n}"
-            );
-        }
-    }
-    head(
+    counts_by(
         out,
-        "sparkctl_frontdoor_errors_total",
-        "counter",
+        inner,
+        ("sparkctl_frontdoor_errors_total", "kind"),
         "Requests that failed: connect (no answer) or stream (cut after it began).",
+        |u| &u.errors,
     );
-    for (up, u) in &inner.upstreams {
-        for (kind, n) in &u.errors {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_errors_total{{upstream=\"{up}\",kind=\"{kind}\"}} {n}"
-            );
-        }
-    }
     head(
         out,
         "sparkctl_frontdoor_in_flight",

@@ -4,16 +4,14 @@
 use std::collections::HashMap;
 
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
-use futures_util::StreamExt;
 
 use super::recipe::host_path;
 use super::recipe::JobRecipe;
 use crate::error::Result;
 use crate::recipe::run_tail;
-use crate::runtime::docker::{engine_error, is_not_found, label, resource_config};
-use crate::runtime::Exit;
+use crate::runtime::docker::{copy_logs, engine_error, is_not_found, label, resource_config};
+use crate::runtime::{Exit, LogView};
 
 /// Label naming the job a container runs (serving containers carry `io.sparkctl.recipe`).
 pub const JOB_LABEL: &str = "io.sparkctl.job";
@@ -123,29 +121,26 @@ pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Opti
 
 /// The container's whole output so far.
 pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
-    let opts = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
-    let mut stream = docker.logs(id, Some(opts));
     let mut out = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| engine_error("reading the job's output", e))?;
-        out.extend_from_slice(&chunk.into_bytes());
-    }
+    copy_logs(docker, id, LogView::default(), &mut out, |e| {
+        engine_error("reading the job's output", e)
+    })
+    .await?;
     Ok(out)
 }
 
 /// The last `n` lines of the container's output ("" when it cannot be read).
 pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
-    let n = n.to_string();
-    let opts = LogsOptionsBuilder::new()
-        .stdout(true)
-        .stderr(true)
-        .tail(&n)
-        .build();
-    let mut stream = docker.logs(id, Some(opts));
+    let view = LogView {
+        tail: Some(n),
+        follow: false,
+    };
     let mut out = Vec::new();
-    while let Some(Ok(chunk)) = stream.next().await {
-        out.extend_from_slice(&chunk.into_bytes());
-    }
+    // What was read before an error still says something.
+    let _ = copy_logs(docker, id, view, &mut out, |e| {
+        engine_error("reading the job's output", e)
+    })
+    .await;
     String::from_utf8_lossy(&out).into_owned()
 }
 

@@ -18,7 +18,7 @@ pub mod run;
 
 use std::time::Duration;
 
-use bollard::query_parameters::{LogsOptionsBuilder, StopContainerOptionsBuilder};
+use bollard::query_parameters::StopContainerOptionsBuilder;
 use futures_util::StreamExt;
 
 use crate::error::{Error, Result};
@@ -49,7 +49,15 @@ pub struct Runs<'a> {
     pub state: &'a StateDir,
 }
 
-impl Runs<'_> {
+impl<'a> Runs<'a> {
+    /// The runs of the context's state dir on its Docker Engine (an error without one).
+    pub fn of(ctx: &'a crate::context::Context) -> Result<Runs<'a>> {
+        Ok(Runs {
+            docker: ctx.runtimes.docker()?.client(),
+            state: &ctx.state,
+        })
+    }
+
     /// Streams the job's output until its container ends (then finalizes it) or Ctrl-C
     /// (then leaves it running). `tail`: lines of the past to show first (None: all).
     pub async fn follow(
@@ -59,13 +67,8 @@ impl Runs<'_> {
         on: &mut (dyn FnMut(FollowEvent) + Send),
     ) -> Result<Followed> {
         let pattern = progress::Progress::new(rec.recipe.progress.as_deref());
-        let tail = tail.map_or("all".to_string(), |n| n.to_string());
-        let opts = LogsOptionsBuilder::new()
-            .follow(true)
-            .stdout(true)
-            .stderr(true)
-            .tail(&tail)
-            .build();
+        let view = LogView { tail, follow: true };
+        let opts = crate::runtime::docker::log_options(view);
         let mut stream = self.docker.logs(&rec.container, Some(opts));
         let mut buf = LineBuffer::default();
         let streamed = async {

@@ -65,12 +65,7 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
     let disk = check_disk(loaded)?;
     let (deployments, _) = ctx.runtimes.list().await?;
     // Other running jobs keep what they declared: servers can be stopped, they are not.
-    let jobs = super::Runs {
-        docker: ctx.runtimes.docker()?.client(),
-        state: &ctx.state,
-    }
-    .running_memory()
-    .await;
+    let jobs = super::Runs::of(ctx)?.running_memory().await;
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
     let memory = MemoryPlan::new(
         ctx.settings.memory_budget_gb - jobs_gb,

@@ -11,10 +11,9 @@ use bollard::query_parameters::{
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
-use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::docker::{copy_logs, label as base, log_options};
+use super::docker::{copy_logs, label as base};
 use super::remote::{connect, reach, Connected};
 use super::{Deployment, DockerRuntime, LogSink, LogView, Runtime, Runtimes};
 use crate::error::{Error, Result};
@@ -129,11 +128,12 @@ pub async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
         tail: n,
         follow: false,
     };
-    let mut stream = docker.logs(&p.id, Some(log_options(view)));
     let mut text = Vec::new();
-    while let Some(Ok(chunk)) = stream.next().await {
-        text.extend_from_slice(&chunk.into_bytes());
-    }
+    // What was read before an error is what there is.
+    let _ = copy_logs(docker, &p.id, view, &mut text, |e| {
+        Error::Failed(e.to_string())
+    })
+    .await;
     String::from_utf8_lossy(&text)
         .lines()
         .map(str::to_string)
@@ -158,21 +158,25 @@ pub async fn stop_run(
     }
     let mut out = Vec::new();
     for p in members {
-        if let Some(state) = state {
-            keep_log(state, run_id, &p).await;
-        }
-        let lines = tail(&p, Some(8)).await;
+        let lines = match state {
+            // One read of the whole output: kept, and its end summarised.
+            Some(state) => {
+                let all = tail(&p, None).await;
+                keep_log(state, run_id, &p, &all);
+                all[all.len().saturating_sub(8)..].to_vec()
+            }
+            None => tail(&p, Some(8)).await,
+        };
         out.push((p, lines));
     }
     out
 }
 
-async fn keep_log(state: &StateDir, run_id: &str, p: &Placed) {
+fn keep_log(state: &StateDir, run_id: &str, p: &Placed, lines: &[String]) {
     let Ok(file) = state.node_log_file(run_id, &p.node, p.role.as_str()) else {
         return;
     };
-    let all = tail(p, None).await.join("\n");
-    let _ = crate::state::write_atomic(&file, (all + "\n").as_bytes());
+    let _ = crate::state::write_atomic(&file, (lines.join("\n") + "\n").as_bytes());
 }
 
 /// Every member's last lines, for an error that explains a group's failure.
@@ -189,9 +193,15 @@ pub fn summary(stopped: &[(Placed, Vec<String>)]) -> String {
 
 /// The nodes a group's API server container names (its `io.sparkctl.nodes` label).
 pub async fn nodes_of(docker: &Docker, container: &str) -> Option<Nodes> {
+    group_of(docker, container).await.map(|(nodes, _)| nodes)
+}
+
+/// A group API server's nodes and run id, from one inspect of its labels.
+async fn group_of(docker: &Docker, container: &str) -> Option<(Nodes, String)> {
     let info = docker.inspect_container(container, None).await.ok()?;
     let labels = info.config?.labels?;
-    serde_json::from_str(labels.get(label::NODES)?).ok()
+    let nodes = serde_json::from_str(labels.get(label::NODES)?).ok()?;
+    Some((nodes, labels.get(base::RUN_ID).cloned().unwrap_or_default()))
 }
 
 /// When `container` is a group's API server: stops the rest of its group on every node
@@ -203,17 +213,9 @@ pub async fn stop_rest(
     state: Option<&StateDir>,
     state_id: &str,
 ) -> Vec<String> {
-    let Some(nodes) = nodes_of(docker, container).await else {
+    let Some((nodes, run_id)) = group_of(docker, container).await else {
         return Vec::new();
     };
-    let Ok(info) = docker.inspect_container(container, None).await else {
-        return Vec::new();
-    };
-    let run_id = info
-        .config
-        .and_then(|c| c.labels)
-        .and_then(|l| l.get(base::RUN_ID).cloned())
-        .unwrap_or_default();
     let (conns, notes) = reach(&nodes).await;
     stop_run(&conns, state, state_id, &run_id).await;
     notes
