@@ -8,7 +8,7 @@ use super::gates::{self, Metric};
 use super::load::{LoadRun, SweepResult};
 use super::quality::rates;
 use super::result::{self, BenchResult, CaseSummary, Target};
-use super::sample::Sample;
+use super::sample::{Failure, Sample};
 use super::suite::Suite;
 use super::{depth, roofline, scrape, stats, Options};
 
@@ -97,7 +97,7 @@ fn best_goodput(load: &[LoadRun], sweep: Option<&SweepResult>) -> Option<gates::
         .max_by(|a, b| a.rps.total_cmp(&b.rps))
 }
 
-fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>) -> Vec<String> {
+fn problems_of(samples: &[Sample], ph: &Phases) -> Vec<String> {
     let mut out: Vec<String> = samples
         .iter()
         .filter_map(|s| {
@@ -110,41 +110,119 @@ fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>
             ))
         })
         .collect();
-    for r in load
-        .iter()
-        .chain(sweep.into_iter().flat_map(|s| s.levels.iter()))
-    {
+    for r in levels(ph) {
         out.extend(
             r.records
                 .iter()
                 .filter_map(|x| Some(format!("{}: {}", r.profile, x.error.as_ref()?))),
         );
     }
+    for p in &ph.depth {
+        out.extend(
+            p.failed()
+                .filter_map(|x| Some(format!("{}: {}", p.label(), x.error.as_ref()?))),
+        );
+    }
     out
 }
 
-/// A server that failed requests under load failed, whatever the single streams showed.
+/// Every load level: the fixed ones, then the sweep's.
+fn levels(ph: &Phases) -> impl Iterator<Item = &LoadRun> {
+    ph.load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+}
+
+/// Failed requests of one phase: how many, how many the server is to blame for, of how
+/// many, and the first failure's place and message.
+#[derive(Default)]
+struct Failed {
+    total: usize,
+    failed: usize,
+    blamed: usize,
+    first: Option<(String, String)>,
+}
+
+impl Failed {
+    fn add(&mut self, label: String, total: usize, failed: &[(bool, Option<&String>)]) {
+        self.total += total;
+        self.failed += failed.len();
+        self.blamed += failed.iter().filter(|(blames, _)| *blames).count();
+        if self.first.is_none() {
+            if let Some((_, e)) = failed.iter().find(|(blames, _)| *blames).or(failed.first()) {
+                let said: String = e.map_or("no error text".into(), |e| e.chars().take(200).collect());
+                self.first = Some((label, said));
+            }
+        }
+    }
+
+    fn describe(&self, what: &str, count: usize) -> String {
+        let (at, said) = self.first.clone().unwrap_or_default();
+        format!("{count} of {} {what} requests, first at {at}: {said}", self.total)
+    }
+}
+
+/// The load levels' and the depth sweep's failures.
+fn phase_failures(ph: &Phases) -> [(&'static str, Failed); 2] {
+    let mut load = Failed::default();
+    for l in levels(ph) {
+        let failed: Vec<(bool, Option<&String>)> = l
+            .records
+            .iter()
+            .filter(|r| !r.ok)
+            .map(|r| (r.failure.is_some_and(Failure::blames_server), r.error.as_ref()))
+            .collect();
+        load.add(l.profile.to_string(), l.requests, &failed);
+    }
+    let mut depth = Failed::default();
+    for p in &ph.depth {
+        let failed: Vec<(bool, Option<&String>)> = p
+            .failed()
+            .map(|r| (r.failure.is_some_and(Failure::blames_server), r.error.as_ref()))
+            .collect();
+        depth.add(p.label(), p.records.len(), &failed);
+    }
+    [("load", load), ("depth", depth)]
+}
+
+/// Failures are never a pass: requests the server failed at any load level or depth make
+/// the verdict an error, whatever the single streams showed; requests that got no answer
+/// even on a fresh connection (the client's or the network's doing) make a pass
+/// inconclusive. The reason names the first failure and what the server said.
 fn under_load(
     (verdict, reason): (result::Verdict, String),
     ph: &Phases,
 ) -> (result::Verdict, String) {
-    let levels: Vec<&LoadRun> = ph
-        .load
+    let phases = phase_failures(ph);
+    let blamed: Vec<String> = phases
         .iter()
-        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .filter(|(_, f)| f.blamed > 0)
+        .map(|(what, f)| f.describe(what, f.blamed))
         .collect();
-    let failed: usize = levels.iter().map(|l| l.server_failures()).sum();
-    if failed == 0 || verdict == result::Verdict::Error {
+    if verdict == result::Verdict::Error {
         return (verdict, reason);
     }
-    let total: usize = levels.iter().map(|l| l.requests).sum();
-    let first = levels
+    if !blamed.is_empty() {
+        return (
+            result::Verdict::Error,
+            format!("the server failed {}", blamed.join("; and ")),
+        );
+    }
+    let unanswered: Vec<String> = phases
         .iter()
-        .find(|l| l.server_failures() > 0)
-        .map_or(String::new(), |l| format!(", first at {}", l.profile));
+        .filter(|(_, f)| f.failed > 0)
+        .map(|(what, f)| f.describe(what, f.failed))
+        .collect();
+    if unanswered.is_empty() || verdict != result::Verdict::Pass {
+        return (verdict, reason);
+    }
     (
-        result::Verdict::Error,
-        format!("the server failed {failed} of {total} load requests{first}"),
+        result::Verdict::Inconclusive,
+        format!(
+            "no answer, even on a fresh connection, to {} (the client's or the network's \
+             fault, not the server's; not a pass either)",
+            unanswered.join("; and ")
+        ),
     )
 }
 
@@ -158,14 +236,13 @@ fn notes(
 ) -> Vec<String> {
     let mut notes = result::notes(cases, samples, target);
     notes.extend(roofline.and_then(|r| r.note()));
+    if let (Some(why), Some(_)) = (&target.no_bandwidth, target.weights_bytes) {
+        notes.push(format!("no roofline: {why}"));
+    }
     if let Some(why) = &ph.server_side.unavailable {
         notes.push(format!("no server-side metrics in this result: {why}"));
     }
-    let levels = ph
-        .load
-        .iter()
-        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()));
-    let failed: usize = levels.map(|l| l.failed).sum();
+    let failed: usize = levels(ph).map(|l| l.failed).sum();
     if failed > 0 {
         notes.push(format!(
             "{failed} load requests failed (see problems): the load figures count completed ones only"
@@ -240,7 +317,7 @@ pub(super) fn assemble(
         confidence: now.confidence,
         goodput: now.goodput,
         slo: opts.slo,
-        problems: problems_of(&samples, &ph.load, ph.sweep.as_ref()),
+        problems: problems_of(&samples, &ph),
         load: ph.load,
         sweep: ph.sweep,
         depth: ph.depth,

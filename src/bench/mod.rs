@@ -6,6 +6,7 @@
 //! confidence intervals (`stats`), the server's metrics (`scrape`) and the roofline.
 
 mod assemble;
+pub mod bound;
 pub mod client;
 pub mod depth;
 pub mod export;
@@ -25,6 +26,7 @@ pub mod slo;
 pub mod sse;
 pub mod stats;
 pub mod suite;
+pub mod sweep;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -158,6 +160,7 @@ impl Bench<'_> {
             url: &self.url,
             metrics_url: self.metrics_url.as_deref(),
             slo: self.slo.as_ref(),
+            open_first: true,
         }
     }
 
@@ -382,12 +385,12 @@ fn mark_impossible(target: &Target, samples: &mut [Sample]) {
     }
 }
 
-/// The fixed load levels asked for: closed-loop concurrency levels, then the rate.
+/// The fixed load levels asked for, every one (1 stream too: the suite's requests are not
+/// a load level): closed-loop concurrency levels, then the rate.
 fn load_levels(opts: &Options) -> Vec<Profile> {
     let mut out: Vec<Profile> = opts
         .concurrency
         .iter()
-        .filter(|&&n| n > 1)
         .map(|&streams| Profile::Concurrency { streams })
         .collect();
     if let Some(rps) = opts.rate {

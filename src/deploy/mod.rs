@@ -95,12 +95,15 @@ pub async fn bench_target(
     crate::bench::gates::Gates,
     String,
 )> {
-    use crate::bench::result::Target;
+    use crate::bench::{bound, result::Target};
+    // A bad host figure is an error before anything is measured.
+    bound::host_setting().map_err(Error::Usage)?;
     if target.starts_with("http://") || target.starts_with("https://") {
-        let t = Target {
+        let mut t = Target {
             url: target.trim_end_matches('/').to_string(),
             ..Default::default()
         };
+        t.set_bound(bound::for_url(&t.url).await);
         return Ok((
             t,
             Default::default(),
@@ -130,7 +133,7 @@ pub async fn bench_target(
             crate::bench::suite::DEFAULT_SUITE.to_string(),
         ),
     };
-    let t = Target {
+    let mut t = Target {
         url: d.url(),
         recipe: Some(recipe.name.clone()),
         deployment: Some(d.id.clone()),
@@ -152,6 +155,7 @@ pub async fn bench_target(
         engine: Some(recipe.engine),
         ..Default::default()
     };
+    t.set_bound(bound::for_recipe(recipe).await);
     Ok((t, gates, suite))
 }
 

@@ -350,6 +350,13 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             "see `sparkctl bench --help` for the same settings as flags",
         );
     }
+    if bench.bandwidth_gbps.is_some_and(|g| !(g.is_finite() && g > 0.0)) {
+        out.bad(
+            "bench.bandwidth_gbps",
+            "the memory bandwidth must be a positive number of GB/s".into(),
+            "give the device's peak, e.g. 3350 for an H100 SXM, or leave it out",
+        );
+    }
 }
 
 /// Values serde accepts but that do not mean what they look like.
