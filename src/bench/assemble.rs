@@ -150,7 +150,7 @@ impl Failed {
         self.blamed += failed.iter().filter(|(blames, _)| *blames).count();
         if self.first.is_none() {
             if let Some((_, e)) = failed.iter().find(|(blames, _)| *blames).or(failed.first()) {
-                let said: String = e.map_or("no error text".into(), |e| e.chars().take(200).collect());
+                let said: String = e.map_or("no error text".into(), |e| e.chars().take(300).collect());
                 self.first = Some((label, said));
             }
         }
@@ -327,5 +327,141 @@ pub(super) fn assemble(
         verdict_reason,
         notes,
         samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::depth::{DepthPoint, DepthRecord};
+    use crate::bench::load::{LoadRun, Profile, Record};
+    use crate::bench::result::Verdict;
+    use crate::bench::suite::CacheMode;
+
+    fn phases(load: Vec<LoadRun>, depth: Vec<DepthPoint>) -> Phases {
+        Phases {
+            load,
+            sweep: None,
+            depth,
+            server_side: scrape::ServerSide::default(),
+            repeat: 1,
+        }
+    }
+
+    fn failed(kind: Failure, error: &str) -> (Option<Failure>, Option<String>) {
+        (Some(kind), Some(error.to_string()))
+    }
+
+    fn level(streams: usize, records: &[(Option<Failure>, Option<String>)]) -> LoadRun {
+        let records: Vec<Record> = records
+            .iter()
+            .map(|(failure, error)| Record {
+                ok: failure.is_none(),
+                failure: *failure,
+                error: error.clone(),
+                ..Default::default()
+            })
+            .collect();
+        LoadRun {
+            profile: Profile::Concurrency { streams },
+            requests: records.len(),
+            completed: records.iter().filter(|r| r.ok).count(),
+            failed: records.iter().filter(|r| !r.ok).count(),
+            achieved_rps: None,
+            duration_s: 1.0,
+            request_rps: 1.0,
+            output_tps: 1.0,
+            ttft_ms: None,
+            tpot_ms: None,
+            itl_ms: None,
+            e2el_ms: None,
+            send_lag_ms: None,
+            goodput_rps: None,
+            goodput_pct: None,
+            server: None,
+            connections_opened: None,
+            records,
+        }
+    }
+
+    fn point(depth: usize, records: &[(Option<Failure>, Option<String>)]) -> DepthPoint {
+        DepthPoint {
+            depth,
+            cache: CacheMode::Cold,
+            ttft_ms: None,
+            decode_tps: None,
+            prompt_tokens: None,
+            cached_tokens: None,
+            verdict: String::new(),
+            records: records
+                .iter()
+                .map(|(failure, error)| DepthRecord {
+                    ok: failure.is_none(),
+                    failure: *failure,
+                    error: error.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    const PASS: (Verdict, &str) = (Verdict::Pass, "every gate passed");
+    fn pass() -> (Verdict, String) {
+        (PASS.0, PASS.1.to_string())
+    }
+
+    #[test]
+    fn a_depth_the_server_refuses_is_an_error_with_its_words() {
+        let too_long = "HTTP 400 Bad Request, an error: {\"error\":{\"code\":400,\"message\":\"request (1290 tokens) exceeds the available context size (1024 tokens)\"}}";
+        let ph = phases(
+            vec![level(4, &[(None, None), (None, None)])],
+            vec![
+                point(0, &[(None, None)]),
+                point(320, &[failed(Failure::Http, too_long), failed(Failure::Http, too_long)]),
+            ],
+        );
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Error);
+        assert!(
+            reason.starts_with("the server failed 2 of 3 depth requests, first at depth 320 (cold): HTTP 400"),
+            "{reason}"
+        );
+        assert!(reason.contains("exceeds the available context size"), "{reason}");
+        let problems = problems_of(&[], &ph);
+        assert_eq!(problems.len(), 2);
+        assert!(problems[0].starts_with("depth 320 (cold): HTTP 400"), "{problems:?}");
+    }
+
+    #[test]
+    fn failed_load_requests_are_an_error_and_unanswered_ones_never_a_pass() {
+        let ph = phases(
+            vec![
+                level(1, &[(None, None)]),
+                level(16, &[(None, None), failed(Failure::Stream, "stream broke")]),
+            ],
+            vec![],
+        );
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Error);
+        assert_eq!(
+            reason,
+            "the server failed 1 of 3 load requests, first at concurrency 16: stream broke"
+        );
+        // A gate failure stays an error too when the server also failed.
+        let (verdict, _) = under_load((Verdict::Fail, "gates failed".into()), &ph);
+        assert_eq!(verdict, Verdict::Error);
+
+        // No answer even on a fresh connection: the client's or the network's, so not the
+        // server's error, and not a pass either.
+        let refused = failed(Failure::Transport, "request failed: connection refused");
+        let ph = phases(vec![level(4, &[(None, None), refused.clone()])], vec![point(0, &[refused])]);
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Inconclusive);
+        assert!(reason.contains("1 of 2 load requests, first at concurrency 4"), "{reason}");
+        assert!(reason.contains("1 of 1 depth requests, first at depth 0 (cold)"), "{reason}");
+        assert!(reason.contains("not the server's"), "{reason}");
+        // Nothing failed: the verdict stands.
+        let ph = phases(vec![level(1, &[(None, None)])], vec![point(0, &[(None, None)])]);
+        assert_eq!(under_load(pass(), &ph), pass());
     }
 }

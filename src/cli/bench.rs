@@ -253,12 +253,22 @@ fn verdict_exit(name: &str, result: &BenchResult, path: &Path) -> Result<()> {
             result.verdict_reason,
             path.display()
         ))),
-        Verdict::Error => Err(Error::Reported(format!(
-            "{name}: {}: {} (partial samples kept in {})",
-            result.verdict_reason,
-            result.problems.first().cloned().unwrap_or_default(),
-            path.display()
-        ))),
+        Verdict::Error => {
+            // The reason may already quote the first failure; say it once.
+            let first = result.problems.first().map_or("", String::as_str);
+            let said = first.split_once(": ").map_or(first, |(_, m)| m);
+            let head: String = said.chars().take(60).collect();
+            let more = if result.verdict_reason.contains(&head) {
+                String::new()
+            } else {
+                format!(": {first}")
+            };
+            Err(Error::Reported(format!(
+                "{name}: {}{more} (partial samples kept in {})",
+                result.verdict_reason,
+                path.display()
+            )))
+        }
     }
 }
 
