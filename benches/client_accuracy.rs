@@ -107,7 +107,12 @@ fn errors(samples: &[Sample], sim: &Sim, ttft_ms: f64, itl_ms: f64) -> Errors {
 /// requests each) through a fresh client: the first wave's connections opened before the
 /// clock (`open_first`, what `bench` does) or inside it (what it did before, and what
 /// AIPerf and guidellm do). All requests, and the first wave alone.
-async fn first_wave(url: &str, streams: usize, open_first: bool, ttft_ms: f64) -> (Vec<f64>, Vec<f64>) {
+async fn first_wave(
+    url: &str,
+    streams: usize,
+    open_first: bool,
+    ttft_ms: f64,
+) -> (Vec<f64>, Vec<f64>) {
     use sparkctl::bench::load::{self, Level, Profile};
     let clients = sparkctl::bench::http_client().unwrap();
     let body = json!({
@@ -183,7 +188,10 @@ fn main() {
     // the clock (before) and before it (after, what `bench` does).
     println!("a closed-loop load level's TTFT error (measured − the injected {ttft} ms), 3 requests per stream:");
     for streams in [64, 128] {
-        for (what, open_first) in [("connections opened inside the clock", false), ("connections opened before the clock", true)] {
+        for (what, open_first) in [
+            ("connections opened inside the clock", false),
+            ("connections opened before the clock", true),
+        ] {
             let (mut all, mut first) = rt.block_on(first_wave(&sim.url, streams, open_first, ttft));
             println!(
                 "  {streams:>3} streams, {what}: TTFT error p50 {:+.1} ms, p99 {:+.1} ms (first wave alone: p99 {:+.1} ms)",

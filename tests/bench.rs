@@ -586,7 +586,10 @@ fn a_decode_speed_the_memory_bandwidth_cannot_deliver_is_not_reported() {
     // The bound is the recipe's, and the cause is only what the evidence allows: the sim
     // sends no timings, so a buffered stream and a wrong size cannot be told apart.
     let notes = r["notes"].to_string();
-    assert!(notes.contains("273 GB/s (bench.bandwidth_gbps of recipe fast)"), "{notes}");
+    assert!(
+        notes.contains("273 GB/s (bench.bandwidth_gbps of recipe fast)"),
+        "{notes}"
+    );
     assert!(notes.contains("sends no timings to tell"), "{notes}");
     deck.ok(&["down", "fast"]);
 }

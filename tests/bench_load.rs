@@ -495,11 +495,16 @@ fn a_server_that_fails_under_load_fails_the_run() {
         reason.contains("load requests") && reason.contains("concurrency 2"),
         "{reason}"
     );
-    assert_eq!(
-        r["load"][0]["records"][1]["failure"], "http",
-        "{}",
-        r["load"][0]
-    );
+    // The sim's 8th request: one of the level's first two, sent together (which one
+    // reaches it first is the scheduler's choice).
+    let failed: Vec<&Value> = r["load"][0]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["failure"] == "http")
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", r["load"][0]);
+    assert!(failed[0]["index"].as_u64().unwrap() < 2, "{}", r["load"][0]);
 }
 
 #[test]

@@ -49,9 +49,15 @@ fn a_gpu_server_bigger_than_its_gpu_is_refused_before_anything_starts_whatever_t
     for host_gb in ["1000", "128"] {
         let (code, _, err) = dry_run(&deck, "h100", host_gb, "big");
         assert_eq!(code, Some(1), "{err}");
-        assert!(err.contains("big does not fit in memory even alone"), "{err}");
+        assert!(
+            err.contains("big does not fit in memory even alone"),
+            "{err}"
+        );
         assert!(err.contains("needs 100 GB of a 85.5 GB budget"), "{err}");
-        assert!(err.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"), "{err}");
+        assert!(
+            err.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"),
+            "{err}"
+        );
         assert!(err.contains("host RAM does not count"), "{err}");
     }
     // Not a dry run: refused the same way, and nothing ran.
@@ -92,7 +98,10 @@ fn a_gpu_server_bigger_than_its_gpu_is_refused_before_anything_starts_whatever_t
     assert_eq!(plan["memory"]["budget_gb"], 120.0);
     let (code, _, err) = dry_run(&deck, "gb10", "100", "big");
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("unified memory NVIDIA GB10 shares with the CPU"), "{err}");
+    assert!(
+        err.contains("unified memory NVIDIA GB10 shares with the CPU"),
+        "{err}"
+    );
 
     // With no layer offloaded it is a CPU server: host RAM is its pool.
     llama_recipe(&deck, "cpu", "-ngl, \"0\"", "", 100);
@@ -200,7 +209,10 @@ fn status_shows_what_a_deployment_holds_beside_its_declaration() {
     let row = deck.status_of("holder").unwrap();
     let memory = &row["memory"];
     assert_eq!(memory["declared_gb"], 0.5, "{row}");
-    assert!(memory["resident"]["bytes"].as_u64().unwrap() >= 64 << 20, "{memory}");
+    assert!(
+        memory["resident"]["bytes"].as_u64().unwrap() >= 64 << 20,
+        "{memory}"
+    );
     // No nvidia-smi here: the GPU figure says why, never a zero.
     assert!(memory["gpu"]["bytes"].is_null(), "{memory}");
     let table = deck.ok(&["status"]);

@@ -346,10 +346,23 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
     let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(r["verdict"], "error", "{all}");
     let reason = r["verdict_reason"].as_str().unwrap();
-    assert!(reason.contains("depth requests, first at depth 12000"), "{reason}");
-    assert!(reason.contains("exceeds the available context size"), "{reason}");
+    assert!(
+        reason.contains("depth requests, first at depth 12000"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("exceeds the available context size"),
+        "{reason}"
+    );
     let problems = r["problems"].as_array().unwrap();
-    assert_eq!(problems.len(), 11, "5 cold and 6 warm, priming included: {problems:?}");
-    assert!(problems[0].as_str().unwrap().starts_with("depth 12000 (cold): HTTP 400"));
+    assert_eq!(
+        problems.len(),
+        11,
+        "5 cold and 6 warm, priming included: {problems:?}"
+    );
+    assert!(problems[0]
+        .as_str()
+        .unwrap()
+        .starts_with("depth 12000 (cold): HTTP 400"));
     deck.ok(&["down", "tinym"]);
 }

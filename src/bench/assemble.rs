@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::gates::{self, Metric};
-use super::load::{LoadRun, SweepResult};
+use super::load::LoadRun;
 use super::quality::rates;
 use super::result::{self, BenchResult, CaseSummary, Target};
 use super::sample::{Failure, Sample};
 use super::suite::Suite;
+use super::sweep::SweepResult;
 use super::{depth, roofline, scrape, stats, Options};
 
 /// What the phases beyond the suite measured.
@@ -150,7 +151,8 @@ impl Failed {
         self.blamed += failed.iter().filter(|(blames, _)| *blames).count();
         if self.first.is_none() {
             if let Some((_, e)) = failed.iter().find(|(blames, _)| *blames).or(failed.first()) {
-                let said: String = e.map_or("no error text".into(), |e| e.chars().take(300).collect());
+                let said: String =
+                    e.map_or("no error text".into(), |e| e.chars().take(300).collect());
                 self.first = Some((label, said));
             }
         }
@@ -158,7 +160,10 @@ impl Failed {
 
     fn describe(&self, what: &str, count: usize) -> String {
         let (at, said) = self.first.clone().unwrap_or_default();
-        format!("{count} of {} {what} requests, first at {at}: {said}", self.total)
+        format!(
+            "{count} of {} {what} requests, first at {at}: {said}",
+            self.total
+        )
     }
 }
 
@@ -170,7 +175,12 @@ fn phase_failures(ph: &Phases) -> [(&'static str, Failed); 2] {
             .records
             .iter()
             .filter(|r| !r.ok)
-            .map(|r| (r.failure.is_some_and(Failure::blames_server), r.error.as_ref()))
+            .map(|r| {
+                (
+                    r.failure.is_some_and(Failure::blames_server),
+                    r.error.as_ref(),
+                )
+            })
             .collect();
         load.add(l.profile.to_string(), l.requests, &failed);
     }
@@ -178,7 +188,12 @@ fn phase_failures(ph: &Phases) -> [(&'static str, Failed); 2] {
     for p in &ph.depth {
         let failed: Vec<(bool, Option<&String>)> = p
             .failed()
-            .map(|r| (r.failure.is_some_and(Failure::blames_server), r.error.as_ref()))
+            .map(|r| {
+                (
+                    r.failure.is_some_and(Failure::blames_server),
+                    r.error.as_ref(),
+                )
+            })
             .collect();
         depth.add(p.label(), p.records.len(), &failed);
     }
@@ -417,19 +432,33 @@ mod tests {
             vec![level(4, &[(None, None), (None, None)])],
             vec![
                 point(0, &[(None, None)]),
-                point(320, &[failed(Failure::Http, too_long), failed(Failure::Http, too_long)]),
+                point(
+                    320,
+                    &[
+                        failed(Failure::Http, too_long),
+                        failed(Failure::Http, too_long),
+                    ],
+                ),
             ],
         );
         let (verdict, reason) = under_load(pass(), &ph);
         assert_eq!(verdict, Verdict::Error);
         assert!(
-            reason.starts_with("the server failed 2 of 3 depth requests, first at depth 320 (cold): HTTP 400"),
+            reason.starts_with(
+                "the server failed 2 of 3 depth requests, first at depth 320 (cold): HTTP 400"
+            ),
             "{reason}"
         );
-        assert!(reason.contains("exceeds the available context size"), "{reason}");
+        assert!(
+            reason.contains("exceeds the available context size"),
+            "{reason}"
+        );
         let problems = problems_of(&[], &ph);
         assert_eq!(problems.len(), 2);
-        assert!(problems[0].starts_with("depth 320 (cold): HTTP 400"), "{problems:?}");
+        assert!(
+            problems[0].starts_with("depth 320 (cold): HTTP 400"),
+            "{problems:?}"
+        );
     }
 
     #[test]
@@ -454,14 +483,26 @@ mod tests {
         // No answer even on a fresh connection: the client's or the network's, so not the
         // server's error, and not a pass either.
         let refused = failed(Failure::Transport, "request failed: connection refused");
-        let ph = phases(vec![level(4, &[(None, None), refused.clone()])], vec![point(0, &[refused])]);
+        let ph = phases(
+            vec![level(4, &[(None, None), refused.clone()])],
+            vec![point(0, &[refused])],
+        );
         let (verdict, reason) = under_load(pass(), &ph);
         assert_eq!(verdict, Verdict::Inconclusive);
-        assert!(reason.contains("1 of 2 load requests, first at concurrency 4"), "{reason}");
-        assert!(reason.contains("1 of 1 depth requests, first at depth 0 (cold)"), "{reason}");
+        assert!(
+            reason.contains("1 of 2 load requests, first at concurrency 4"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("1 of 1 depth requests, first at depth 0 (cold)"),
+            "{reason}"
+        );
         assert!(reason.contains("not the server's"), "{reason}");
         // Nothing failed: the verdict stands.
-        let ph = phases(vec![level(1, &[(None, None)])], vec![point(0, &[(None, None)])]);
+        let ph = phases(
+            vec![level(1, &[(None, None)])],
+            vec![point(0, &[(None, None)])],
+        );
         assert_eq!(under_load(pass(), &ph), pass());
     }
 }

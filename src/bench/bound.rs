@@ -183,38 +183,33 @@ pub async fn for_url(url: &str) -> Result<Bandwidth, String> {
     of_devices(&Devices::probe().await, &GpuUse::All)
 }
 
-/// The bound for a recipe's running deployment: its own figure, the host's, then its GPUs'.
-pub async fn for_recipe(recipe: &crate::recipe::Recipe) -> Result<Bandwidth, String> {
-    if let Some(g) = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps) {
+/// The bound for a recipe's running deployment: its own figure (`bench.bandwidth_gbps`),
+/// the host's, then that of the GPUs it is given (`Recipe::gpu_use`).
+pub async fn for_recipe(
+    name: &str,
+    declared_gbps: Option<f64>,
+    gpus: &GpuUse,
+) -> Result<Bandwidth, String> {
+    if let Some(g) = declared_gbps {
         return Ok(declared(
             g,
             Source::Recipe,
-            format!("bench.bandwidth_gbps of recipe {}", recipe.name),
+            format!("bench.bandwidth_gbps of recipe {name}"),
         ));
     }
     if let Some(b) = host_setting()? {
         return Ok(b);
     }
-    of_devices(&Devices::probe().await, &GpuUse::of(recipe))
+    of_devices(&Devices::probe().await, gpus)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvidia::{Gpu, SmiError};
+    use crate::nvidia::SmiError;
 
     fn devices(gpus: &[(&str, Option<u64>)]) -> Devices {
-        Devices {
-            gpus: gpus
-                .iter()
-                .map(|(n, mib)| Gpu {
-                    name: n.to_string(),
-                    memory_total_bytes: mib.map(|m| m << 20),
-                    compute_capability: "9.0".into(),
-                })
-                .collect(),
-            unknown: None,
-        }
+        Devices::listed(gpus)
     }
 
     #[test]
@@ -231,7 +226,9 @@ mod tests {
         let b = of_devices(&h100, &GpuUse::All).unwrap();
         assert_eq!(b.to_string(), "3350 GB/s (NVIDIA H100 80GB HBM3)");
         // On a machine with discrete GPUs, a server on the CPU has no known bound.
-        assert!(of_devices(&h100, &cpu).unwrap_err().contains("runs on the CPU"));
+        assert!(of_devices(&h100, &cpu)
+            .unwrap_err()
+            .contains("runs on the CPU"));
 
         let two = devices(&[
             ("NVIDIA H100 80GB HBM3", Some(81559)),
@@ -242,7 +239,10 @@ mod tests {
             3350.0 + 2000.0
         );
         let second = of_devices(&two, &GpuUse::Indices(vec![1])).unwrap();
-        assert_eq!((second.gb_per_s, second.from.as_str()), (2000.0, "NVIDIA H100 PCIe"));
+        assert_eq!(
+            (second.gb_per_s, second.from.as_str()),
+            (2000.0, "NVIDIA H100 PCIe")
+        );
         assert!(of_devices(&two, &GpuUse::Indices(vec![5])).is_err());
     }
 
@@ -254,7 +254,10 @@ mod tests {
         };
         let why = of_devices(&none, &GpuUse::All).unwrap_err();
         assert!(why.contains("no NVIDIA GPU here"), "{why}");
-        assert!(why.contains("bench.bandwidth_gbps") && why.contains(HOST_ENV), "{why}");
+        assert!(
+            why.contains("bench.bandwidth_gbps") && why.contains(HOST_ENV),
+            "{why}"
+        );
         let odd = devices(&[("NVIDIA L4", Some(23034))]);
         assert!(of_devices(&odd, &GpuUse::All)
             .unwrap_err()
@@ -271,7 +274,11 @@ mod tests {
         ] {
             assert!(is_local(local), "{local}");
         }
-        for remote in ["http://10.0.0.5:8003", "https://api.example.com", "http://spark2:8000"] {
+        for remote in [
+            "http://10.0.0.5:8003",
+            "https://api.example.com",
+            "http://spark2:8000",
+        ] {
             assert!(!is_local(remote), "{remote}");
         }
     }

@@ -47,9 +47,13 @@ impl Clients {
 /// many the server answered.
 pub async fn open_connections(clients: &Clients, url: &str, n: usize) -> usize {
     let endpoint = format!("{url}/v1/models");
-    let sent = futures_util::future::join_all(
-        (0..n).map(|_| clients.pooled.get(&endpoint).timeout(Duration::from_secs(10)).send()),
-    )
+    let sent = futures_util::future::join_all((0..n).map(|_| {
+        clients
+            .pooled
+            .get(&endpoint)
+            .timeout(Duration::from_secs(10))
+            .send()
+    }))
     .await;
     let bodies = sent
         .into_iter()

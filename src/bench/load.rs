@@ -13,7 +13,6 @@ use super::client::{self, Clients};
 use super::scrape::{self, During};
 use super::slo::Slo;
 use super::stats::{stats, Stats};
-pub use super::sweep::{saturated, Knee, Sweep, SweepKind, SweepResult};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -444,6 +443,71 @@ impl LoadRun {
             .iter()
             .filter(|r| r.failure.is_some_and(super::sample::Failure::blames_server))
             .count()
+    }
+}
+
+/// What a sweep steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepKind {
+    Concurrency,
+    Rate,
+}
+
+/// `concurrency:1,2,4,8` or `rate:1,2,4,8`: levels tried in order until one saturates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub kind: SweepKind,
+    pub levels: Vec<f64>,
+}
+
+impl std::str::FromStr for Sweep {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Sweep, String> {
+        let help = "write concurrency:1,2,4,8 or rate:1,2,4,8 (levels rising)";
+        let (kind, list) = text
+            .split_once(':')
+            .ok_or_else(|| format!("`{text}`: {help}"))?;
+        let kind = match kind.trim() {
+            "concurrency" => SweepKind::Concurrency,
+            "rate" => SweepKind::Rate,
+            other => return Err(format!("`{other}` is not a sweep kind; {help}")),
+        };
+        let levels = list
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v > 0.0)
+            })
+            .collect::<Option<Vec<f64>>>()
+            .ok_or_else(|| format!("`{list}` is not a list of positive numbers; {help}"))?;
+        let whole = kind == SweepKind::Rate || levels.iter().all(|v| v.fract() == 0.0);
+        if levels.len() < 2 || !levels.windows(2).all(|w| w[1] > w[0]) || !whole {
+            return Err(format!(
+                "`{list}`: at least two rising levels (whole streams for concurrency); {help}"
+            ));
+        }
+        Ok(Sweep { kind, levels })
+    }
+}
+
+impl Sweep {
+    pub fn profiles(&self, arrival: Arrival, seed: u64) -> Vec<Profile> {
+        self.levels
+            .iter()
+            .map(|&v| match self.kind {
+                SweepKind::Concurrency => Profile::Concurrency {
+                    streams: v as usize,
+                },
+                SweepKind::Rate => Profile::Rate {
+                    rps: v,
+                    arrival,
+                    seed,
+                },
+            })
+            .collect()
     }
 }
 

@@ -36,11 +36,12 @@ use serde_json::{json, Value};
 use crate::error::{Error, Result};
 use assemble::{assemble, Phases};
 use client::Clients;
-use load::{Arrival, LoadRun, Profile, Sweep, SweepResult};
+use load::{Arrival, LoadRun, Profile, Sweep};
 use result::{BenchResult, Target};
 use sample::Sample;
 use slo::Slo;
 use suite::{ServerKind, Suite, Tag};
+use sweep::SweepResult;
 
 /// How a benchmark runs.
 #[derive(Default)]
@@ -422,11 +423,11 @@ async fn run_sweep(
     {
         progress(1, 1, &format!("sweep: {p}"));
         let r = load::run(&b.level(), p, b.load_bodies(100 + i, requests)).await;
-        let why = levels.last().and_then(|prev| load::saturated(prev, &r));
+        let why = levels.last().and_then(|prev| sweep::saturated(prev, &r));
         let prev_level = levels.last().map(|x| x.profile.level());
         levels.push(r);
         if let (Some(why), Some(level)) = (why, prev_level) {
-            knee = Some(load::Knee {
+            knee = Some(sweep::Knee {
                 level,
                 saturated_at: p.level(),
                 why,

@@ -117,7 +117,7 @@ pub struct BenchResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub load: Vec<super::load::LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<super::load::SweepResult>,
+    pub sweep: Option<super::sweep::SweepResult>,
     /// The same question behind prior contexts of several depths, cold and warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depth: Vec<super::depth::DepthPoint>,

@@ -220,8 +220,10 @@ mod tests {
         assert!(r.impossible && r.share.is_none());
         assert!(r.note().unwrap().contains("IMPOSSIBLE"));
         // No size known: no roofline.
-        let mut sizeless = Target::default();
-        sizeless.bandwidth = t.bandwidth.clone();
+        let sizeless = Target {
+            bandwidth: t.bandwidth.clone(),
+            ..Default::default()
+        };
         assert!(Roofline::of(&sizeless, &[sample(1.0, 1)], &[]).is_none());
     }
 
@@ -254,7 +256,10 @@ mod tests {
             .unwrap()
             .note()
             .unwrap();
-        assert!(note.contains("273 GB/s (SPARKCTL_BANDWIDTH_GBPS=273)"), "{note}");
+        assert!(
+            note.contains("273 GB/s (SPARKCTL_BANDWIDTH_GBPS=273)"),
+            "{note}"
+        );
         assert!(note.contains("timings agree (724 tok/s)"), "{note}");
         assert!(note.contains("not buffered"), "{note}");
         assert!(note.contains("model size"), "{note}");

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::load::{Arrival, LoadRun, Profile};
+use super::load::{LoadRun, Sweep, SweepKind};
 
 /// Where a sweep found the server saturated.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,71 +49,6 @@ pub fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
             _ => String::new(),
         }
     ))
-}
-
-/// What a sweep steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SweepKind {
-    Concurrency,
-    Rate,
-}
-
-/// `concurrency:1,2,4,8` or `rate:1,2,4,8`: levels tried in order until one saturates.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sweep {
-    pub kind: SweepKind,
-    pub levels: Vec<f64>,
-}
-
-impl std::str::FromStr for Sweep {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Sweep, String> {
-        let help = "write concurrency:1,2,4,8 or rate:1,2,4,8 (levels rising)";
-        let (kind, list) = text
-            .split_once(':')
-            .ok_or_else(|| format!("`{text}`: {help}"))?;
-        let kind = match kind.trim() {
-            "concurrency" => SweepKind::Concurrency,
-            "rate" => SweepKind::Rate,
-            other => return Err(format!("`{other}` is not a sweep kind; {help}")),
-        };
-        let levels = list
-            .split(',')
-            .map(|x| {
-                x.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v > 0.0)
-            })
-            .collect::<Option<Vec<f64>>>()
-            .ok_or_else(|| format!("`{list}` is not a list of positive numbers; {help}"))?;
-        let whole = kind == SweepKind::Rate || levels.iter().all(|v| v.fract() == 0.0);
-        if levels.len() < 2 || !levels.windows(2).all(|w| w[1] > w[0]) || !whole {
-            return Err(format!(
-                "`{list}`: at least two rising levels (whole streams for concurrency); {help}"
-            ));
-        }
-        Ok(Sweep { kind, levels })
-    }
-}
-
-impl Sweep {
-    pub fn profiles(&self, arrival: Arrival, seed: u64) -> Vec<Profile> {
-        self.levels
-            .iter()
-            .map(|&v| match self.kind {
-                SweepKind::Concurrency => Profile::Concurrency {
-                    streams: v as usize,
-                },
-                SweepKind::Rate => Profile::Rate {
-                    rps: v,
-                    arrival,
-                    seed,
-                },
-            })
-            .collect()
-    }
 }
 
 /// A sweep's levels, and where it found the knee.

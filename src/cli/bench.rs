@@ -184,7 +184,11 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
             ));
         }
         use crate::bench::bound;
-        target.set_bound(Ok(bound::declared(g, bound::Source::Flag, "--bandwidth-gbps")));
+        target.set_bound(Ok(bound::declared(
+            g,
+            bound::Source::Flag,
+            "--bandwidth-gbps",
+        )));
     }
     let mut gates = merge_gates(gates, &args.gates)?;
     let suite = Suite::load(

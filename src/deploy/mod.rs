@@ -155,7 +155,8 @@ pub async fn bench_target(
         engine: Some(recipe.engine),
         ..Default::default()
     };
-    t.set_bound(bound::for_recipe(recipe).await);
+    let declared = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps);
+    t.set_bound(bound::for_recipe(&recipe.name, declared, &recipe.gpu_use()).await);
     Ok((t, gates, suite))
 }
 

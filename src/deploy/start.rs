@@ -214,7 +214,12 @@ async fn memory_plan(
         ctx.settings.production_port,
     )
     .await
-    .map_err(|why| Error::Failed(format!("{}: {why}; fix server.gpus or CUDA_VISIBLE_DEVICES", recipe.name)))?;
+    .map_err(|why| {
+        Error::Failed(format!(
+            "{}: {why}; fix server.gpus or CUDA_VISIBLE_DEVICES",
+            recipe.name
+        ))
+    })?;
     if memory.fits {
         return Ok(memory);
     }

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::pools::{self, Pool};
-use crate::nvidia::device::{Devices, GpuUse, Kind};
+use crate::nvidia::device::{Devices, Kind};
 use crate::recipe::Recipe;
 use crate::runtime::{Deployment, Runtimes};
 
@@ -111,7 +111,7 @@ pub async fn for_server(
     production_port: u16,
 ) -> Result<MemoryPlan, String> {
     let devices = Devices::probe().await;
-    let budget = pools::budget(&devices, host_gb, &GpuUse::of(recipe))?;
+    let budget = pools::budget(&devices, host_gb, &recipe.gpu_use())?;
     let counted = match devices.kind() {
         Kind::Discrete => on_gpus(rt, running)
             .await

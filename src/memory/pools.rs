@@ -112,20 +112,10 @@ pub fn counts_in(pool: &Pool, on_gpu: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvidia::{Gpu, SmiError};
+    use crate::nvidia::SmiError;
 
     fn devices(gpus: &[(&str, Option<u64>)]) -> Devices {
-        Devices {
-            gpus: gpus
-                .iter()
-                .map(|(n, mib)| Gpu {
-                    name: n.to_string(),
-                    memory_total_bytes: mib.map(|m| m << 20),
-                    compute_capability: "9.0".into(),
-                })
-                .collect(),
-            unknown: None,
-        }
+        Devices::listed(gpus)
     }
 
     #[test]
@@ -150,8 +140,19 @@ mod tests {
         let b = budget(&h100, 1000.0, &GpuUse::All).unwrap();
         assert_eq!(b.pool, Pool::Gpus { indices: vec![0] });
         assert!((b.gb - 85.520_809_984).abs() < 1e-9, "{}", b.gb);
-        assert!(b.what.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"), "{}", b.what);
-        let cpu = budget(&h100, 1000.0, &GpuUse::None { why: "-ngl 0".into() }).unwrap();
+        assert!(
+            b.what.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"),
+            "{}",
+            b.what
+        );
+        let cpu = budget(
+            &h100,
+            1000.0,
+            &GpuUse::None {
+                why: "-ngl 0".into(),
+            },
+        )
+        .unwrap();
         assert_eq!((cpu.pool, cpu.gb), (Pool::HostRam, 1000.0));
 
         let two = devices(&[

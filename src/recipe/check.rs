@@ -352,7 +352,10 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             "see `sparkctl bench --help` for the same settings as flags",
         );
     }
-    if bench.bandwidth_gbps.is_some_and(|g| !(g.is_finite() && g > 0.0)) {
+    if bench
+        .bandwidth_gbps
+        .is_some_and(|g| !(g.is_finite() && g > 0.0))
+    {
         out.bad(
             "bench.bandwidth_gbps",
             "the memory bandwidth must be a positive number of GB/s".into(),

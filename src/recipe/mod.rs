@@ -6,6 +6,7 @@
 
 mod check;
 mod diag;
+mod gpus;
 mod image_ref;
 mod load;
 mod locate;
