@@ -1,7 +1,8 @@
 //! Old containers: sparkctl never auto-removes a container (its logs outlive it), so every
 //! failed candidate stays. Their logs are copied into the run records, so only the newest
 //! few per recipe are worth keeping: `SPARKCTL_KEEP_EXITED` (default 5) at each start, and
-//! `sparkctl prune` on demand.
+//! `sparkctl prune` on demand. Old image digests of the recipes go with `prune` too, all
+//! but those `images::retain` keeps (pinned, newest, production's, kept for good).
 //!
 //! Only containers labelled as this state dir's are considered, never a running one, and
 //! never one of production's recipe or of a recipe some recipe names as its `fallback`
@@ -149,6 +150,26 @@ pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
         }
     }
     failed
+}
+
+/// The digests of the recipes' images that no retention rule keeps. A lock that cannot be
+/// read is an error: what is pinned would be a guess.
+pub async fn image_plan(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    lock: &crate::lock::Lock,
+    recipes: &RecipeSet,
+    newest: usize,
+) -> Result<crate::images::retain::ImagePlan> {
+    let mut histories = Vec::new();
+    for l in &recipes.recipes {
+        let r = &l.recipe;
+        let (Some(image), crate::recipe::Runtime::Docker) = (&r.image, r.runtime()) else {
+            continue;
+        };
+        histories.push(crate::images::history::of(docker, state, lock, &r.name, image).await?);
+    }
+    Ok(crate::images::retain::plan(&histories, newest))
 }
 
 /// For a start of `recipe` (file `path`): its exited containers beyond the newest
