@@ -210,3 +210,30 @@ pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
     }
     state::read_json(&path)
 }
+
+/// Every run that used a container image, as an image history reads it (damaged records
+/// are left out, said at -v: `history` names them).
+pub fn image_uses(state: &StateDir) -> Result<Vec<crate::images::history::RunUse>> {
+    let (runs, damaged) = history(state)?;
+    for d in damaged {
+        tracing::info!("{d}");
+    }
+    Ok(runs
+        .into_iter()
+        .filter_map(|r| {
+            Some(crate::images::history::RunUse {
+                command: r.command.to_string(),
+                outcome: r.outcome.to_string(),
+                served: matches!(
+                    r.outcome,
+                    Outcome::Promoted | Outcome::RolledBack | Outcome::Recovered
+                ),
+                at: r.started_at,
+                image: r.image?,
+                image_id: r.image_digest?,
+                recipe: r.recipe,
+                run_id: r.run_id,
+            })
+        })
+        .collect())
+}

@@ -152,24 +152,43 @@ pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
     failed
 }
 
-/// The digests of the recipes' images that no retention rule keeps. A lock that cannot be
-/// read is an error: what is pinned would be a guess.
+/// The digests of the recipes' images that no retention rule keeps and no container uses
+/// (but those in `going`, which this prune removes first); `runs`: every run that used an
+/// image. A lock that cannot be read is an
+/// error: what is pinned would be a guess.
 pub async fn image_plan(
     docker: &bollard::Docker,
     state: &StateDir,
     lock: &crate::lock::Lock,
     recipes: &RecipeSet,
-    newest: usize,
+    runs: &[crate::images::history::RunUse],
+    (newest, going): (usize, &[Old]),
 ) -> Result<crate::images::retain::ImagePlan> {
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .all(true)
+        .build();
+    let containers = docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| crate::runtime::docker::engine_error("listing containers", e))?;
+    let in_use: std::collections::BTreeMap<String, String> = containers
+        .into_iter()
+        .filter(|c| !going.iter().any(|o| Some(&o.id) == c.id.as_ref()))
+        .filter_map(|c| {
+            let name = c.names.and_then(|n| n.into_iter().next()).or(c.id)?;
+            Some((c.image_id?, name.trim_start_matches('/').to_string()))
+        })
+        .collect();
     let mut histories = Vec::new();
     for l in &recipes.recipes {
         let r = &l.recipe;
         let (Some(image), crate::recipe::Runtime::Docker) = (&r.image, r.runtime()) else {
             continue;
         };
-        histories.push(crate::images::history::of(docker, state, lock, &r.name, image).await?);
+        let h = crate::images::history::of(docker, state, lock, (&r.name, image), runs).await?;
+        histories.push(h);
     }
-    Ok(crate::images::retain::plan(&histories, newest))
+    Ok(crate::images::retain::plan(&histories, newest, &in_use))
 }
 
 /// For a start of `recipe` (file `path`): its exited containers beyond the newest

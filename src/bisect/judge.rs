@@ -149,7 +149,9 @@ pub fn pool(parts: &[&Interval]) -> Option<Interval> {
     let mean = parts.iter().map(|p| p.n as f64 * p.mean).sum::<f64>() / n as f64;
     let ss: f64 = parts
         .iter()
-        .map(|p| (p.n.saturating_sub(1)) as f64 * p.sd.powi(2) + p.n as f64 * (p.mean - mean).powi(2))
+        .map(|p| {
+            (p.n.saturating_sub(1)) as f64 * p.sd.powi(2) + p.n as f64 * (p.mean - mean).powi(2)
+        })
         .sum();
     Some(interval_of(n, mean, (ss / (n - 1) as f64).sqrt()))
 }
@@ -180,7 +182,11 @@ pub fn against_ends(m: Metric, c: &Interval, good: &Interval, bad: &Interval) ->
     let mid = (good.mean + bad.mean) / 2.0;
     let d = c.mean - mid;
     let var = |i: &Interval, w: f64| w * i.sd.powi(2) / i.n.max(1) as f64;
-    let parts = [(var(c, 1.0), c.n), (var(good, 0.25), good.n), (var(bad, 0.25), bad.n)];
+    let parts = [
+        (var(c, 1.0), c.n),
+        (var(good, 0.25), good.n),
+        (var(bad, 0.25), bad.n),
+    ];
     let v: f64 = parts.iter().map(|p| p.0).sum();
     let denom: f64 = parts
         .iter()
@@ -282,7 +288,9 @@ mod tests {
         assert_eq!(parse_metric("ttft_p50_ms"), Ok(Metric::Ttft));
         assert_eq!(parse_metric("ttft"), Ok(Metric::Ttft));
         assert_eq!(parse_metric("decode_tps_p50"), Ok(Metric::Decode));
-        assert!(parse_metric("ttft_p90").unwrap_err().contains("give a gate"));
+        assert!(parse_metric("ttft_p90")
+            .unwrap_err()
+            .contains("give a gate"));
         assert!(parse_metric("speed").unwrap_err().contains("ttft, ttfo"));
         assert!(Criterion::check_gate("vs_production_ttft=>= -10%")
             .unwrap_err()
@@ -321,11 +329,20 @@ mod tests {
         assert!(j.detail.contains("measured again"), "{}", j.detail);
         // More runs narrow it: the same noise, decided.
         let more = interval(&[380.0, 420.0, 395.0, 410.0, 388.0, 402.0]).unwrap();
-        assert_eq!(against_ends(Metric::Ttft, &more, &good, &bad).verdict, Verdict::Bad);
+        assert_eq!(
+            against_ends(Metric::Ttft, &more, &good, &bad).verdict,
+            Verdict::Bad
+        );
         // A speed: bad is lower.
-        let (g, b) = (interval(&[40.0, 41.0]).unwrap(), interval(&[20.0, 21.0]).unwrap());
+        let (g, b) = (
+            interval(&[40.0, 41.0]).unwrap(),
+            interval(&[20.0, 21.0]).unwrap(),
+        );
         let c = interval(&[39.5, 40.5]).unwrap();
-        assert_eq!(against_ends(Metric::Decode, &c, &g, &b).verdict, Verdict::Good);
+        assert_eq!(
+            against_ends(Metric::Decode, &c, &g, &b).verdict,
+            Verdict::Good
+        );
     }
 
     #[test]

@@ -80,7 +80,8 @@ pub async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Rep
     let reference = image_of(loaded)?;
     let docker = ctx.rt().docker()?.client();
     let state = ctx.state();
-    let history = image_history::of(docker, state, &ctx.lock, name, &reference).await?;
+    let runs = crate::history::image_uses(state)?;
+    let history = image_history::of(docker, state, &ctx.lock, (name, &reference), &runs).await?;
     if opts.dry_run {
         let bisect = begin(ctx, loaded, &history, opts).await?;
         return Ok(Report {
@@ -187,7 +188,11 @@ async fn begin(
             "--good {good} ({}) is {} --bad {bad} ({}) in {name}'s image history; a bisect looks \
              for the first bad digest after a good one",
             short(gi),
-            if gi == bi { "the same digest as" } else { "newer than" },
+            if gi == bi {
+                "the same digest as"
+            } else {
+                "newer than"
+            },
             short(bi)
         )));
     }
@@ -201,12 +206,15 @@ async fn begin(
             .recipe
             .bench
             .as_ref()
-            .map_or(crate::bench::suite::DEFAULT_SUITE.into(), |b| b.suite.clone())
+            .map_or(crate::bench::suite::DEFAULT_SUITE.into(), |b| {
+                b.suite.clone()
+            })
     });
     let model_fingerprint = match &loaded.recipe.model {
         Some(m) => {
             let path = crate::recipe::expand_home(&m.path);
-            let fp = crate::patch::fingerprint_in_background(std::path::Path::new(&path), ctx.state());
+            let fp =
+                crate::patch::fingerprint_in_background(std::path::Path::new(&path), ctx.state());
             Some(fp.await?.digest)
         }
         None => None,
@@ -244,19 +252,50 @@ async fn begin(
     })
 }
 
-/// A candidate a killed bisect left running is stopped before anything starts.
+/// A candidate a killed bisect left running is stopped before anything starts, and a
+/// production it had stopped for its step (its requests held) is brought back.
 async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
     let candidate = candidate_name(name);
-    if let Some(d) = ctx.rt().find(&candidate).await? {
-        if d.running() {
-            say(&format!(
-                "stopping {candidate} ({}), left running by an earlier bisect",
-                crate::units::short_id(&d.id)
-            ));
-            ctx.rt().stop(&d, crate::deploy::STOP_GRACE).await?;
-        }
+    let left = ctx
+        .rt()
+        .find(&candidate)
+        .await?
+        .filter(crate::runtime::Deployment::running);
+    if let Some(d) = &left {
+        say(&format!(
+            "stopping {candidate} ({}), left running by an earlier bisect",
+            crate::units::short_id(&d.id)
+        ));
+    }
+    let t = Touched {
+        started: left,
+        ..Default::default()
+    };
+    for note in put_back(ctx, t, name, say).await {
+        say(&note);
     }
     Ok(())
+}
+
+/// What a step changed, undone: its candidate stopped, production serving again. Without
+/// a front door answering there is no production to bring back: only the candidate stops.
+async fn put_back(ctx: &Ctx<'_>, mut t: Touched, name: &str, say: &dyn Fn(&str)) -> Vec<String> {
+    let candidate = candidate_name(name);
+    if ctx.door.status().await.is_ok() {
+        return switch::restore(ctx, t, &candidate, say).await;
+    }
+    if t.started.is_none() {
+        t.started = ctx.rt().find(&candidate).await.ok().flatten();
+    }
+    match t.started.filter(crate::runtime::Deployment::running) {
+        Some(d) => match ctx.rt().stop(&d, crate::deploy::STOP_GRACE).await {
+            Ok(()) => vec![format!(
+                "stopped {candidate} (its logs: `sparkctl logs {candidate}`)"
+            )],
+            Err(e) => vec![format!("stopping {candidate} failed: {e}")],
+        },
+        None => Vec::new(),
+    }
 }
 
 /// The ends, then the steps, until the answer or a stop.
@@ -265,7 +304,11 @@ async fn drive(env: &Env<'_, '_>, b: &mut Bisect) -> Result<()> {
     let last = b.digests.len() - 1;
     for (index, role) in [(0, Role::GoodEnd), (last, Role::BadEnd)] {
         let digest = b.digests[index].digest.clone();
-        if !b.measurements.get(&digest).is_some_and(Measurement::decided) {
+        if !b
+            .measurements
+            .get(&digest)
+            .is_some_and(Measurement::decided)
+        {
             step::measure(env, b, index, role, &judge).await?;
         }
         check_end(b, &digest, role)?;
@@ -330,7 +373,9 @@ fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
         m.step,
         short(i),
         m.rounds.len(),
-        m.judgement.as_ref().map_or("no figure", |j| j.detail.as_str()),
+        m.judgement
+            .as_ref()
+            .map_or("no figure", |j| j.detail.as_str()),
         short(good),
         short(bad),
         b.recipe
@@ -431,7 +476,10 @@ fn judge_one(b: &Bisect, m: &Measurement, last: &BenchResult) -> Judgement {
 async fn finish(ctx: &Ctx<'_>, mut b: Bisect, history: History) -> Result<Report> {
     let state = ctx.state();
     let answer = b.answer.clone().expect("set when done");
-    for (digest, what) in [(&answer.last_good, "last good"), (&answer.first_bad, "first bad")] {
+    for (digest, what) in [
+        (&answer.last_good, "last good"),
+        (&answer.first_bad, "first bad"),
+    ] {
         let note = format!("bisect {}: {what}", b.id);
         let mut event = image_history::Event::now(EventKind::Kept, digest, Some(note));
         if let Some(e) = history.entries.iter().find(|e| &e.digest == digest) {
@@ -466,7 +514,7 @@ async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
     let ctx = env.ctx;
     let state = ctx.state();
     let t = std::mem::take(&mut *env.touched.lock().expect("touched"));
-    let notes = switch::restore(ctx, t, &candidate_name(&b.recipe), env.say).await;
+    let notes = put_back(ctx, t, &b.recipe, env.say).await;
     // The file holds every finished round; the copy here may miss the step in progress.
     let mut b: Bisect = b
         .path(state)

@@ -94,8 +94,7 @@ impl Measurement {
 
     /// Good or bad: nothing more to measure.
     pub fn decided(&self) -> bool {
-        self.skipped.is_some()
-            || matches!(self.verdict(), Some(Verdict::Good | Verdict::Bad))
+        self.skipped.is_some() || matches!(self.verdict(), Some(Verdict::Good | Verdict::Bad))
     }
 
     /// Each metric pooled over every round.

@@ -105,7 +105,9 @@ fn date_bound(text: &str) -> Option<String> {
     let date = b.len() >= 10
         && b[4] == b'-'
         && b[7] == b'-'
-        && [0, 1, 2, 3, 5, 6, 8, 9].iter().all(|&i| b[i].is_ascii_digit());
+        && [0, 1, 2, 3, 5, 6, 8, 9]
+            .iter()
+            .all(|&i| b[i].is_ascii_digit());
     match (date, b.len()) {
         (true, 10) => Some(format!("{text}T23:59:59Z")),
         (true, 20) if b[10] == b'T' && b[19] == b'Z' => Some(text.to_string()),
@@ -116,7 +118,6 @@ fn date_bound(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Command, Outcome};
     use crate::images::history::{Entry, Order, RunUse};
     use crate::lock::Source;
     use Known::*;
@@ -185,9 +186,8 @@ mod tests {
             runs: run
                 .map(|r| RunUse {
                     run_id: r.into(),
-                    command: Command::Up,
-                    outcome: Outcome::Rejected,
                     at: seen.into(),
+                    ..Default::default()
                 })
                 .into_iter()
                 .collect(),
@@ -205,7 +205,11 @@ mod tests {
             order: Order::FirstSeen,
             entries: vec![
                 entry("sha256:aaaa11", "2026-05-01T10:00:00Z", None),
-                entry("sha256:bbbb22", "2026-05-02T10:00:00Z", Some("20260502-110000000-ab12")),
+                entry(
+                    "sha256:bbbb22",
+                    "2026-05-02T10:00:00Z",
+                    Some("20260502-110000000-ab12"),
+                ),
                 entry("sha256:cccc33", "2026-05-03T10:00:00Z", None),
             ],
             damaged: vec![],

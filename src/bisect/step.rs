@@ -66,7 +66,10 @@ pub async fn measure(
     let digest = b.digests[index].digest.clone();
     let state = env.ctx.state();
     let step = match role {
-        Role::Step => b.measurements.get(&digest).map_or(b.steps() + 1, |m| m.step),
+        Role::Step => b
+            .measurements
+            .get(&digest)
+            .map_or(b.steps() + 1, |m| m.step),
         _ => 0,
     };
     let mut m = b.measurements.remove(&digest).unwrap_or(Measurement {
@@ -91,7 +94,9 @@ pub async fn measure(
     let built = b.digests[index]
         .created
         .as_deref()
-        .map_or(String::new(), |c| format!(", built {}", &c[..c.len().min(19)]));
+        .map_or(String::new(), |c| {
+            format!(", built {}", &c[..c.len().min(19)])
+        });
     (env.say)(&format!(
         "{}: {}{built}",
         label(&m),
@@ -172,7 +177,12 @@ async fn run(
         Some(_) => plan_start(env.ctx.shared, &derived, &opts).await?,
         None => plan,
     };
-    let started = timed(record, PhaseName::Start, start(env.ctx.rt(), &plan, None, |_| {})).await;
+    let started = timed(
+        record,
+        PhaseName::Start,
+        start(env.ctx.rt(), &plan, None, |_| {}),
+    )
+    .await;
     let d = match started {
         Ok(report) => report.deployment,
         Err(e @ Error::Interrupted(_)) => return Err(e),
@@ -285,8 +295,14 @@ async fn ensure_image(env: &Env<'_, '_>, digest: &str) -> Result<()> {
         return Ok(());
     }
     (env.say)(&format!("pulling {reference}"));
-    crate::images::history::pull_digest(docker, env.ctx.state(), env.history, digest, |_, _, _, _| {})
-        .await
+    crate::images::history::pull_digest(
+        docker,
+        env.ctx.state(),
+        env.history,
+        digest,
+        |_, _, _, _| {},
+    )
+    .await
 }
 
 /// The recipe as the candidate runs it: its own name and a free port, no fallback.

@@ -148,7 +148,9 @@ fn order_words(b: &Bisect) -> &'static str {
 }
 
 fn created(c: Option<&str>) -> String {
-    c.map_or("-".into(), |c| c.chars().take(19).collect::<String>().replace('T', " "))
+    c.map_or("-".into(), |c| {
+        c.chars().take(19).collect::<String>().replace('T', " ")
+    })
 }
 
 fn print_answer(r: &Report, out: &Output) {
@@ -193,7 +195,11 @@ fn print_answer(r: &Report, out: &Output) {
     );
     match &r.diff {
         Some(Ok(d)) => {
-            println!("what changed ({} -> {}):", short_digest(&answer.last_good), short_digest(&answer.first_bad));
+            println!(
+                "what changed ({} -> {}):",
+                short_digest(&answer.last_good),
+                short_digest(&answer.first_bad)
+            );
             super::images::print_diff(d, out);
         }
         Some(Err(e)) => println!("what changed is not known: {e}"),

@@ -71,7 +71,8 @@ impl At<'_> {
             .pop()
             .expect("one target for one name");
         let lock = Lock::load(self.lock_path)?.intact()?;
-        image_history::of(self.docker, self.state, &lock, &recipe, &reference).await
+        let runs = crate::history::image_uses(self.state)?;
+        image_history::of(self.docker, self.state, &lock, (&recipe, &reference), &runs).await
     }
 }
 
@@ -182,9 +183,10 @@ async fn diff(
     out: &Output,
 ) -> Result<()> {
     let lock = Lock::load(at.lock_path)?.intact()?;
-    let pin = lock.images.get(name).ok_or_else(|| {
-        Error::Usage(format!("{name} has no pin in {}", at.lock_path.display()))
-    })?;
+    let pin = lock
+        .images
+        .get(name)
+        .ok_or_else(|| Error::Usage(format!("{name} has no pin in {}", at.lock_path.display())))?;
     // A short digest (as `images history` shows them) names one in the history.
     let full = |d: &str| d.len() == 71 && d.starts_with("sha256:");
     let (old, new) = if old.iter().chain(new.iter()).all(|d| full(d)) {
@@ -222,17 +224,20 @@ async fn pull_older(at: &At<'_>, target: &str) -> Result<()> {
     let reference = h.run_reference(&digest);
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(100));
-    let pulled = image_history::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
-        bar.set_message(format!(
-            "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
-            cur as f64 / 1e6,
-            total as f64 / 1e6
-        ));
-    })
-    .await;
+    let pulled =
+        image_history::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
+            bar.set_message(format!(
+                "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
+                cur as f64 / 1e6,
+                total as f64 / 1e6
+            ));
+        })
+        .await;
     bar.finish_and_clear();
     pulled?;
-    println!("{name}: pulled {reference}; it is in the image history (`sparkctl images history {name}`)");
+    println!(
+        "{name}: pulled {reference}; it is in the image history (`sparkctl images history {name}`)"
+    );
     Ok(())
 }
 
@@ -453,24 +458,43 @@ fn print_history(h: &History, newest: usize, out: &Output) {
     );
     let mut t = out.table();
     t.set_header(vec![
-        "DIGEST", "CREATED", "FIRST SEEN", "HOW", "RUNS", "HERE", "STAYS",
+        "DIGEST",
+        "CREATED",
+        "FIRST SEEN",
+        "HOW",
+        "RUNS",
+        "HERE",
+        "STAYS",
     ]);
     for e in &h.entries {
         let how: Vec<String> = e
             .seen
             .iter()
-            .map(|s| serde_json::to_value(s).unwrap().as_str().unwrap_or_default().to_string())
+            .map(|s| {
+                serde_json::to_value(s)
+                    .unwrap()
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
             .collect();
         let runs = match e.runs.last() {
             Some(last) => format!("{} (last {} {})", e.runs.len(), last.run_id, last.outcome),
             None => "-".into(),
         };
-        let why = stays.get(&e.digest).map_or("no (prune removes it)".into(), |w| {
-            w.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-        });
+        let why = stays
+            .get(&e.digest)
+            .map_or("no (prune removes it)".into(), |w| {
+                w.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
         t.add_row(vec![
             short_digest(&e.digest),
-            e.created.as_deref().map_or("-".into(), |c| c.chars().take(19).collect()),
+            e.created
+                .as_deref()
+                .map_or("-".into(), |c| c.chars().take(19).collect()),
             e.first_seen.clone(),
             how.join(", "),
             runs,

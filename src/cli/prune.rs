@@ -35,7 +35,10 @@ pub async fn run(
         None => crate::images::retain::keep_from_env()?,
     };
     let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
-    let images = crate::prune::image_plan(docker.client(), state, &lock, recipes, newest).await?;
+    let going = (newest, plan.remove.as_slice());
+    let runs = crate::history::image_uses(state)?;
+    let images =
+        crate::prune::image_plan(docker.client(), state, &lock, recipes, &runs, going).await?;
     let mut failed = if args.yes {
         crate::prune::apply(docker, &plan.remove).await
     } else {
@@ -149,7 +152,12 @@ fn print_images(
         .filter(|k| k.present)
         .map(|k| {
             let why: Vec<String> = k.why.iter().map(ToString::to_string).collect();
-            format!("{} {} ({})", k.recipe, short_digest(&k.digest), why.join(", "))
+            format!(
+                "{} {} ({})",
+                k.recipe,
+                short_digest(&k.digest),
+                why.join(", ")
+            )
         })
         .collect();
     if !here.is_empty() {

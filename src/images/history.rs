@@ -10,7 +10,6 @@ use bollard::Docker;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::history::{Command, Outcome, RunRecord};
 use crate::lock::{repository, Lock, Pin, Source};
 use crate::state::{self, StateDir};
 
@@ -90,13 +89,26 @@ pub enum Seen {
     Ran,
 }
 
-/// A run that used a digest.
-#[derive(Debug, Clone, Serialize)]
+/// A run that used an image, as the run records tell it (`crate::history::image_uses`).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunUse {
     pub run_id: String,
-    pub command: Command,
-    pub outcome: Outcome,
+    /// `up`, `rollback`, `bisect`, …
+    pub command: String,
+    /// `promoted`, `rejected`, `good`, …
+    pub outcome: String,
     pub at: String,
+    /// It served production: promoted, rolled back to, or brought back by the front
+    /// door's watch (production's fallback included).
+    pub served: bool,
+    #[serde(skip)]
+    pub recipe: String,
+    /// The image as the recipe named it then.
+    #[serde(skip)]
+    pub image: String,
+    /// The image id that ran.
+    #[serde(skip)]
+    pub image_id: String,
 }
 
 /// One digest of a recipe's image.
@@ -157,12 +169,7 @@ impl Entry {
     /// The run in which it served production (promoted, rolled back to, or brought back
     /// by the front door's watch), if any.
     pub fn served(&self) -> Option<&RunUse> {
-        self.runs.iter().find(|r| {
-            matches!(
-                r.outcome,
-                Outcome::Promoted | Outcome::RolledBack | Outcome::Recovered
-            )
-        })
+        self.runs.iter().find(|r| r.served)
     }
 }
 
@@ -221,7 +228,13 @@ impl History {
         let found: Vec<&Entry> = self
             .entries
             .iter()
-            .filter(|e| hex && e.digest.strip_prefix("sha256:").unwrap_or(&e.digest).starts_with(want))
+            .filter(|e| {
+                hex && e
+                    .digest
+                    .strip_prefix("sha256:")
+                    .unwrap_or(&e.digest)
+                    .starts_with(want)
+            })
             .collect();
         match found.as_slice() {
             [one] => Ok(one),
@@ -243,7 +256,7 @@ impl History {
 pub struct Sources<'a> {
     pub pin: Option<&'a Pin>,
     pub events: &'a [Event],
-    pub runs: &'a [RunRecord],
+    pub runs: &'a [RunUse],
     /// Image id → registry digest, for the image ids run records hold.
     pub ids: &'a BTreeMap<String, String>,
 }
@@ -299,25 +312,18 @@ pub fn assemble(recipe: &str, reference: &str, src: &Sources<'_>) -> History {
     }
     let repo = repository(reference);
     for r in src.runs.iter().filter(|r| r.recipe == recipe) {
-        let (Some(id), Some(image)) = (&r.image_digest, &r.image) else {
-            continue;
-        };
-        if repository(image) != repo {
+        if repository(&r.image) != repo {
             continue;
         }
+        let id = &r.image_id;
         let mapped = src.ids.get(id).cloned();
         let digest = mapped.clone().unwrap_or_else(|| id.clone());
-        let e = touch(&mut by, &digest, &r.started_at, Seen::Ran);
+        let e = touch(&mut by, &digest, &r.at, Seen::Ran);
         if mapped.is_none() && source == Source::Registry && !e.seen.contains(&Seen::Pinned) {
             e.registry = false;
             e.image_id = Some(id.clone());
         }
-        e.runs.push(RunUse {
-            run_id: r.run_id.clone(),
-            command: r.command,
-            outcome: r.outcome,
-            at: r.started_at.clone(),
-        });
+        e.runs.push(r.clone());
     }
     let mut entries: Vec<Entry> = by.into_values().collect();
     for e in &mut entries {
@@ -367,18 +373,17 @@ fn sort(entries: &mut [Entry]) -> Order {
     }
 }
 
-/// `recipe`'s image history, with what this machine has of each digest.
+/// `recipe`'s image history, with what this machine has of each digest. `runs`: every
+/// run that used an image (`crate::history::image_uses`).
 pub async fn of(
     docker: &Docker,
     state: &StateDir,
     lock: &Lock,
-    recipe: &str,
-    reference: &str,
+    (recipe, reference): (&str, &str),
+    runs: &[RunUse],
 ) -> Result<History> {
     let pin = lock.pin(recipe)?;
-    let (events, mut damaged) = events(state, recipe)?;
-    let (runs, run_damage) = crate::history::history(state)?;
-    damaged.extend(run_damage);
+    let (events, damaged) = events(state, recipe)?;
     let repo = repository(reference);
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
     let known = pin
@@ -389,7 +394,11 @@ pub async fn of(
                 .map(|h| (h.image_id.clone(), h.digest.clone()))
                 .chain([(p.image_id.clone(), p.digest.clone())])
         })
-        .chain(events.iter().map(|e| (e.image_id.clone(), e.digest.clone())));
+        .chain(
+            events
+                .iter()
+                .map(|e| (e.image_id.clone(), e.digest.clone())),
+        );
     for (id, digest) in known {
         if let Some(id) = id {
             ids.insert(id, digest);
@@ -397,9 +406,10 @@ pub async fn of(
     }
     // Runs record the image id they ran: this machine's image tells its registry digest.
     for r in runs.iter().filter(|r| r.recipe == recipe) {
-        let Some(id) = r.image_digest.as_ref().filter(|id| !ids.contains_key(*id)) else {
+        let id = &r.image_id;
+        if ids.contains_key(id) {
             continue;
-        };
+        }
         if let Some(digest) = super::local(docker, id)
             .await?
             .and_then(|i| i.digest_in(repo))
@@ -407,12 +417,16 @@ pub async fn of(
             ids.insert(id.clone(), digest);
         }
     }
-    let mut h = assemble(recipe, reference, &Sources {
-        pin,
-        events: &events,
-        runs: &runs,
-        ids: &ids,
-    });
+    let mut h = assemble(
+        recipe,
+        reference,
+        &Sources {
+            pin,
+            events: &events,
+            runs,
+            ids: &ids,
+        },
+    );
     // Never pinned: an image built here (no digest from any registry) is known by its id.
     if pin.is_none() {
         if let Some(img) = super::local(docker, reference).await? {
@@ -514,16 +528,16 @@ mod tests {
         kept.at = "2026-01-05T00:00:00Z".into();
         let mut pulled = Event::now(EventKind::Pulled, "sha256:dd", None);
         pulled.at = "2026-01-04T00:00:00Z".into();
-        let run = RunRecord {
+        let run = RunUse {
             run_id: "20260104-1".into(),
             recipe: "sim".into(),
-            started_at: "2026-01-04T01:00:00Z".into(),
-            outcome: Outcome::Promoted,
-            image: Some("r:5000/sim:nightly".into()),
-            image_digest: Some("id-sha256:bb".into()),
+            at: "2026-01-04T01:00:00Z".into(),
+            served: true,
+            image: "r:5000/sim:nightly".into(),
+            image_id: "id-sha256:bb".into(),
             ..Default::default()
         };
-        let other = RunRecord {
+        let other = RunUse {
             recipe: "other".into(),
             ..run.clone()
         };
@@ -536,7 +550,10 @@ mod tests {
         };
         let h = assemble("sim", "r:5000/sim:nightly", &src);
         let digests: Vec<&str> = h.entries.iter().map(|e| e.digest.as_str()).collect();
-        assert_eq!(digests, ["sha256:aa", "sha256:bb", "sha256:cc", "sha256:dd"]);
+        assert_eq!(
+            digests,
+            ["sha256:aa", "sha256:bb", "sha256:cc", "sha256:dd"]
+        );
         assert_eq!(h.order, Order::FirstSeen);
         let bb = &h.entries[1];
         assert_eq!(bb.seen, [Seen::Pinned, Seen::Ran]);

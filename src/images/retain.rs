@@ -41,6 +41,8 @@ pub enum Why {
     ServedProduction(String),
     /// Kept for good, for this reason.
     Kept(String),
+    /// A container (running or stopped) still uses it; `prune` of old containers frees it.
+    InUse(String),
 }
 
 impl std::fmt::Display for Why {
@@ -50,6 +52,7 @@ impl std::fmt::Display for Why {
             Why::Newest => write!(f, "newest"),
             Why::ServedProduction(run) => write!(f, "served production (run {run})"),
             Why::Kept(why) => write!(f, "kept: {why}"),
+            Why::InUse(c) => write!(f, "container {c} uses it"),
         }
     }
 }
@@ -107,16 +110,29 @@ pub struct ImagePlan {
     pub kept: Vec<KeptImage>,
 }
 
-/// Over every recipe's history: the digests on this machine that no rule keeps. A digest
-/// two recipes share stays when either keeps it.
-pub fn plan(histories: &[History], newest: usize) -> ImagePlan {
+/// Over every recipe's history: the digests on this machine that no rule keeps, nor a
+/// container uses (`in_use`: image id → container). A digest two recipes share stays when
+/// either keeps it.
+pub fn plan(histories: &[History], newest: usize, in_use: &BTreeMap<String, String>) -> ImagePlan {
     let mut plan = ImagePlan {
         keep_newest: newest,
         ..Default::default()
     };
     let mut keep_any: BTreeMap<&str, ()> = BTreeMap::new();
-    let per: Vec<BTreeMap<String, Vec<Why>>> =
-        histories.iter().map(|h| retained(h, newest)).collect();
+    let per: Vec<BTreeMap<String, Vec<Why>>> = histories
+        .iter()
+        .map(|h| {
+            let mut kept = retained(h, newest);
+            for e in &h.entries {
+                if let Some(c) = e.image_id.as_ref().and_then(|id| in_use.get(id)) {
+                    kept.entry(e.digest.clone())
+                        .or_default()
+                        .push(Why::InUse(c.clone()));
+                }
+            }
+            kept
+        })
+        .collect();
     for (h, kept) in histories.iter().zip(&per) {
         for e in &h.entries {
             if let Some(why) = kept.get(&e.digest) {
@@ -157,10 +173,7 @@ pub struct Removed {
 
 /// Removes each image's `repo@digest`, never forced: the engine refuses an image a
 /// container (running or stopped) still uses. Returns what was removed and what was not.
-pub async fn apply(
-    docker: &Docker,
-    old: &[OldImage],
-) -> (Vec<Removed>, Vec<(OldImage, String)>) {
+pub async fn apply(docker: &Docker, old: &[OldImage]) -> (Vec<Removed>, Vec<(OldImage, String)>) {
     let (mut done, mut failed) = (Vec::new(), Vec::new());
     for o in old {
         let opts = RemoveImageOptionsBuilder::new().force(false).build();
@@ -178,7 +191,6 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Command, Outcome};
     use crate::images::history::{Entry, Order, RunUse};
 
     fn entry(d: &str, present: bool) -> Entry {
@@ -216,24 +228,29 @@ mod tests {
 
     #[test]
     fn pinned_newest_production_and_kept_digests_stay_the_rest_go() {
-        let mut e: Vec<Entry> = (1..=8).map(|i| entry(&format!("sha256:{i}"), true)).collect();
+        let mut e: Vec<Entry> = (1..=8)
+            .map(|i| entry(&format!("sha256:{i}"), true))
+            .collect();
         e[7].pinned = true;
         e[0].runs.push(RunUse {
             run_id: "r1".into(),
-            command: Command::Up,
-            outcome: Outcome::Promoted,
-            at: String::new(),
+            served: true,
+            ..Default::default()
         });
         e[1].runs.push(RunUse {
             run_id: "r2".into(),
-            command: Command::Up,
-            outcome: Outcome::Rejected,
-            at: String::new(),
+            ..Default::default()
         });
         e[3].kept = Some("bisect b: last good".into());
         e[4].kept = Some("bisect b: first bad".into());
         e[2].present = false;
-        let p = plan(&[history("sim", e)], 3);
+        e[5].present = true;
+        e[1].image_id = Some("id-2".into());
+        let in_use = BTreeMap::from([("id-2".to_string(), "old-step".to_string())]);
+        let p = plan(&[history("sim", e.clone())], 3, &in_use);
+        assert!(p.remove.is_empty(), "2 is used by a container");
+        assert_eq!(p.kept[1].why, [Why::InUse("old-step".into())]);
+        let p = plan(&[history("sim", e)], 3, &BTreeMap::new());
         let gone: Vec<&str> = p.remove.iter().map(|o| o.digest.as_str()).collect();
         // 1 served production, 3 is not here, 4 and 5 are kept, 6-8 are the newest.
         assert_eq!(gone, ["sha256:2"]);
@@ -249,11 +266,11 @@ mod tests {
         let a = history("a", vec![entry("sha256:1", true), entry("sha256:2", true)]);
         let mut b = history("b", vec![entry("sha256:1", true)]);
         b.entries[0].pinned = true;
-        let p = plan(&[a.clone(), b], 0);
+        let p = plan(&[a.clone(), b], 0, &BTreeMap::new());
         assert_eq!(p.remove.len(), 1);
         assert_eq!(p.remove[0].digest, "sha256:2");
         let mut local = a;
         local.source = Source::Local;
-        assert!(plan(&[local], 0).remove.is_empty());
+        assert!(plan(&[local], 0, &BTreeMap::new()).remove.is_empty());
     }
 }
