@@ -25,14 +25,7 @@ pub const DEFAULT_KEEP: usize = 5;
 
 /// `SPARKCTL_KEEP_EXITED`: how many exited containers of each recipe stay.
 pub fn keep_from_env() -> Result<usize> {
-    match std::env::var("SPARKCTL_KEEP_EXITED") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
-            Error::Usage(format!(
-                "SPARKCTL_KEEP_EXITED={v} is not a count; give a whole number such as 5 (0 keeps none)"
-            ))
-        }),
-        _ => Ok(DEFAULT_KEEP),
-    }
+    crate::context::env_count("SPARKCTL_KEEP_EXITED", DEFAULT_KEEP)
 }
 
 /// One container that would go.

@@ -11,7 +11,7 @@ use bollard::Docker;
 use serde::Serialize;
 
 use super::history::History;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lock::Source;
 
 /// Digests kept per recipe beyond the others retained, unless `SPARKCTL_KEEP_IMAGES` says.
@@ -19,14 +19,7 @@ pub const DEFAULT_KEEP_IMAGES: usize = 3;
 
 /// `SPARKCTL_KEEP_IMAGES`: how many of each recipe's newest digests stay.
 pub fn keep_from_env() -> Result<usize> {
-    match std::env::var("SPARKCTL_KEEP_IMAGES") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
-            Error::Usage(format!(
-                "SPARKCTL_KEEP_IMAGES={v} is not a count; give a whole number such as 3"
-            ))
-        }),
-        _ => Ok(DEFAULT_KEEP_IMAGES),
-    }
+    crate::context::env_count("SPARKCTL_KEEP_IMAGES", DEFAULT_KEEP_IMAGES)
 }
 
 /// Why a digest stays.
