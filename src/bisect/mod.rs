@@ -90,7 +90,7 @@ pub async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Rep
             diff: None,
         });
     }
-    let _lock = state.lock(&format!("bisect {name}"))?;
+    let _lock = lock_waiting(state, &format!("bisect {name}"), opts.say).await?;
     let mut b = match (opts.resume, record::unfinished(state, name)?) {
         (true, Some(b)) => resumed(b, opts),
         (true, None) => {
@@ -137,6 +137,36 @@ pub async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Rep
     match outcome {
         Ok(()) => finish(ctx, b, history).await,
         Err(e) => Err(stopped(&env, b, e).await),
+    }
+}
+
+/// The state lock, waited for a while: after a bisect was killed while production was
+/// stopped for its step, the front door's watch takes the lock again and again trying to
+/// bring production back (which the leftover candidate's memory may prevent); the next
+/// bisect gets in between, stops the leftover and brings production back itself.
+async fn lock_waiting(
+    state: &crate::state::StateDir,
+    what: &str,
+    say: &dyn Fn(&str),
+) -> Result<crate::state::StateLock> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut said = false;
+    loop {
+        match state.lock(what) {
+            Ok(lock) => return Ok(lock),
+            // Only a lock another process holds is waited for (that is its message).
+            Err(e)
+                if e.to_string().starts_with("another sparkctl")
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !said {
+                    say(&format!("waiting (up to 60 s): {e}"));
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
