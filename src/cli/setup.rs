@@ -92,12 +92,14 @@ pub(super) fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeS
     Ok(set)
 }
 
-pub(super) async fn context(cli: &Globals) -> Result<crate::context::Context> {
-    let root = cli
-        .state_dir
+pub(super) fn state_root(cli: &Globals) -> PathBuf {
+    cli.state_dir
         .clone()
-        .unwrap_or_else(crate::state::default_root);
-    let state = crate::state::StateDir::open(&root)?;
+        .unwrap_or_else(crate::state::default_root)
+}
+
+pub(super) async fn context(cli: &Globals) -> Result<crate::context::Context> {
+    let state = crate::state::StateDir::open(&state_root(cli))?;
     let runtimes = crate::runtime::Runtimes::open(&state).await;
     Ok(crate::context::Context {
         lock_path: lock_path(cli),
