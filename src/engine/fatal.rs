@@ -51,11 +51,11 @@ pub(super) const GPU_FATAL: &[Fatal] = &[
 pub(super) const VLLM_FATAL: &[Fatal] = &[
     fatal(
         "EngineCore encountered a fatal error",
-        "vLLM's engine process died; the first error above it (shown below) is why",
+        "vLLM's engine process died; its first error (quoted as `error:`) says why",
     ),
     fatal(
         "Engine core initialization failed",
-        "the engine's worker died while starting; the first error above it (shown below) is why",
+        "the engine's worker died while starting; its first error (quoted as `error:`) says why",
     ),
     // Seed 001: Qwen3.5's partial_rotary_factor 0.25 on the NVFP4 path of vLLM 0.16.
     fatal(
@@ -70,11 +70,11 @@ pub(super) const VLLM_FATAL: &[Fatal] = &[
 pub(super) const SGLANG_FATAL: &[Fatal] = &[
     fatal(
         "Scheduler hit an exception",
-        "an SGLang scheduler process died; the first error (shown below) is why",
+        "an SGLang scheduler process died; its first error (quoted as `error:`) says why",
     ),
     fatal(
         "Received sigquit from a child process",
-        "an SGLang child process died; the first error above it (shown below) is why",
+        "an SGLang child process died; its first error (quoted as `error:`) says why",
     ),
     fatal(
         "Not enough memory. Please try to increase --mem-fraction-static",

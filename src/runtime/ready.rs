@@ -350,6 +350,11 @@ pub async fn wait_ready(
             }
             _ = closed_check => {
                 let (last_lines, first_error) = lines.take();
+                // A port closed after a fatal line is that line's consequence (vLLM's API
+                // server shuts down once its engine died).
+                if let Some((line, hint, after, _)) = fatal_seen.take() {
+                    return Err(Fault::FatalLine { line, hint, after, first_error });
+                }
                 return Err(Fault::PortClosed { after: began.elapsed(), url, last_lines, first_error });
             }
             _ = tokio::time::sleep_until(deadline) => {

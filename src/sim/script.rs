@@ -15,6 +15,9 @@ pub struct Request {
     pub include_usage: bool,
     /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
     pub continuous_usage: bool,
+    /// `chat_template_kwargs.enable_thinking`: false closes the think block in the prompt
+    /// (Qwen3's templates), so a model served by vLLM does not reason.
+    pub thinking: Option<bool>,
     pub max_tokens: Option<usize>,
     /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
     pub no_cache: bool,
@@ -49,6 +52,9 @@ impl Request {
                 .pointer("/stream_options/continuous_usage_stats")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            thinking: body
+                .pointer("/chat_template_kwargs/enable_thinking")
+                .and_then(Value::as_bool),
             max_tokens,
             no_cache: body.get("cache_prompt").and_then(Value::as_bool) == Some(false),
         })
@@ -196,7 +202,11 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
     let mut pieces = Vec::new();
 
     let vllm = cfg.mimic == Mimic::Vllm;
-    let reasoning = take_tokens(REASONING, REASONING, cfg.reasoning_tokens);
+    let thinks = !(vllm && req.thinking == Some(false));
+    let reasoning = match thinks {
+        true => take_tokens(REASONING, REASONING, cfg.reasoning_tokens),
+        false => Vec::new(),
+    };
     match cfg.reasoning_as {
         // vLLM's reasoning parser: the model's <think> and </think> are tokens of their
         // own that no chunk carries.
