@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use support::{free_port, http_status, text, Deck};
+use support::{free_port, http_status, measured, text, Deck};
 
 /// The server binary and model `.ci/test` built and cached. No skipping: without them
 /// the test fails and says how to get them.
@@ -60,15 +60,6 @@ fn deck(tag: &str) -> (Deck, u16) {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn measured(r: &Value) -> Vec<&Value> {
-    r["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["warmup"] == false)
-        .collect()
 }
 
 #[test]
@@ -357,5 +348,8 @@ fn a_broken_model_file_is_named_by_llama_server_s_own_error() {
     assert!(err.contains("help: check model.path"), "{err}");
     // Its first error is that line: quoted once, as the fatal one.
     assert!(!err.contains("\n  error: "), "{err}");
-    assert!(err.contains(" E llama_model_load: error loading model"), "{err}");
+    assert!(
+        err.contains(" E llama_model_load: error loading model"),
+        "{err}"
+    );
 }

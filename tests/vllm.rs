@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{free_port, http_status, Deck, Sim, Traffic};
+use support::{free_port, http_status, measured, Deck, Sim, Traffic};
 
 /// What `.ci/test` installed and wrote. No skipping: without them the test fails and says
 /// how to get them.
@@ -45,8 +45,10 @@ fn vllm() -> Vllm {
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+/// A test's turn with vLLM (one at a time), what `.ci/test` installed, and its own deck.
+fn turn(tag: &str) -> (std::sync::MutexGuard<'static, ()>, Vllm, Deck) {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    (one, vllm(), Deck::new(tag))
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -89,15 +91,6 @@ fn write_suite(deck: &Deck) {
         ),
     )
     .unwrap();
-}
-
-fn measured(r: &Value) -> Vec<&Value> {
-    r["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["warmup"] == false)
-        .collect()
 }
 
 fn bench(deck: &Deck, target: &str, suite: &str, tag: &str) -> (Value, String) {
@@ -171,9 +164,7 @@ fn start_watching_the_port(deck: &Deck, name: &str, port: u16) -> f64 {
 
 #[test]
 fn a_real_vllm_starts_benches_and_is_what_the_sim_imitates() {
-    let _one = one_at_a_time();
-    let v = vllm();
-    let deck = Deck::new("vllm-real");
+    let (_one, v, deck) = turn("vllm-real");
     write_suite(&deck);
     let port = free_port();
     deck.recipe(
@@ -182,13 +173,16 @@ fn a_real_vllm_starts_benches_and_is_what_the_sim_imitates() {
             &v.venv,
             &v.model,
             port,
-            "bench:\n  suite: vllm-check\n  gates:\n    thinking_leak: \"== 0%\"\n    tool_calls: \"== 100%\"\n    decode_tps_p50: \">= 1\"\n",
+            "bench:\n  suite: vllm-check\n  gates:\n    thinking_leak: \"== 0%\"\n    tool_calls: \"== 100%\"\n",
         ),
     );
     start_watching_the_port(&deck, "tiny", port);
     let running = deck.status_of("tiny").unwrap();
     assert_eq!(running["state"], "running", "{running}");
 
+    // No speed gate: this model's tokens come faster than vLLM's API server sends them,
+    // so its streams arrive in bursts, which give no decode speed (a gate on one would be
+    // inconclusive, rightly).
     let (r, out) = bench(&deck, "tiny", "vllm-check", "real");
     assert_eq!(r["verdict"], "pass", "{out}");
     assert_eq!(r["target"]["server"], "vllm", "{}", r["target"]);
@@ -272,34 +266,23 @@ fn holds_what_the_parsers_say(r: &Value) {
 fn the_sim_streams_as_vllm_does(deck: &Deck, real: &str) {
     // The wired model reasons in 12 tokens and answers in 18 (17 without thinking, where
     // the template writes its "\n\n"); its <think>, </think> and end token are not streamed.
-    let thinking = Sim::start(&[
-        "--mimic",
-        "vllm",
-        "--model-name",
-        "tiny",
-        "--reasoning-tokens",
-        "12",
-        "--tokens",
-        "18",
-        "--ttft",
-        "10ms",
-        "--token-rate",
-        "500",
-    ]);
-    let plain = Sim::start(&[
-        "--mimic",
-        "vllm",
-        "--model-name",
-        "tiny",
-        "--reasoning-tokens",
-        "12",
-        "--tokens",
-        "17",
-        "--ttft",
-        "10ms",
-        "--token-rate",
-        "500",
-    ]);
+    let sim = |tokens: &str| {
+        Sim::start(&[
+            "--mimic",
+            "vllm",
+            "--model-name",
+            "tiny",
+            "--reasoning-tokens",
+            "12",
+            "--tokens",
+            tokens,
+            "--ttft",
+            "10ms",
+            "--token-rate",
+            "500",
+        ])
+    };
+    let (thinking, plain) = (sim("18"), sim("17"));
     let request = |thinking: bool, max_tokens: u32| {
         json!({
             "model": "tiny", "stream": true, "max_tokens": max_tokens,
@@ -348,52 +331,51 @@ fn the_sim_streams_as_vllm_does(deck: &Deck, real: &str) {
     }
 }
 
-/// Each event's kind, in order, consecutive repeats as one: `role`, `reasoning`,
-/// `content`, `tool`, `finish=…`, `usage-only`, `[DONE]`; `+usage` where a chunk carries
-/// usage too; the fields of vLLM's finish chunk.
+/// Each event's kinds, in order, consecutive repeats as one: `role(…)`, `reasoning`,
+/// `content`, `tool`, `finish=…`, `usage-only`, `[DONE]`, each with `+usage` where the chunk
+/// carries usage too. A loaded vLLM merges tokens into fewer chunks (one chunk may then
+/// hold the last reasoning and the first content): kinds, not chunks, are compared.
 fn kinds(events: &[support::Event]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in events {
-        let kind = match e.json() {
-            None => e.data.clone(),
-            Some(v) => {
-                let choice = &v["choices"][0];
-                let delta = &choice["delta"];
-                let mut k = if v["choices"].as_array().is_some_and(|c| c.is_empty()) {
-                    "usage-only".to_string()
-                } else if delta.get("role").is_some() {
-                    format!("role(content={})", delta["content"])
-                } else if delta.get("reasoning").is_some() {
-                    "reasoning".into()
-                } else if delta.get("reasoning_content").is_some() {
-                    "reasoning_content".into()
-                } else if delta.get("content").is_some() {
-                    "content".into()
-                } else if delta.get("tool_calls").is_some() {
-                    "tool".into()
-                } else {
-                    "empty".into()
-                };
-                if let Some(f) = choice["finish_reason"].as_str() {
-                    k += &format!(" finish={f} stop_reason={}", choice["stop_reason"]);
-                }
-                if v.get("usage").is_some_and(|u| !u.is_null()) {
-                    let u = &v["usage"];
-                    let details = u["completion_tokens_details"]["reasoning_tokens"].is_u64();
-                    k += &format!(" +usage(reasoning_tokens={details})");
-                }
-                k
-            }
+        let Some(v) = e.json() else {
+            out.push(e.data.clone());
+            continue;
         };
-        if out.last() != Some(&kind) {
-            out.push(kind);
+        let choice = &v["choices"][0];
+        let delta = &choice["delta"];
+        let mut here: Vec<String> = Vec::new();
+        if v["choices"].as_array().is_some_and(|c| c.is_empty()) {
+            here.push("usage-only".into());
+        } else if delta.get("role").is_some() {
+            here.push(format!("role(content={})", delta["content"]));
+        } else {
+            for key in ["reasoning", "reasoning_content", "content", "tool_calls"] {
+                if delta.get(key).is_some_and(|d| !d.is_null()) {
+                    here.push(key.into());
+                }
+            }
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            here.push(format!("finish={f} stop_reason={}", choice["stop_reason"]));
+        }
+        let usage = v.get("usage").filter(|u| !u.is_null()).map(|u| {
+            let reasoning = u["completion_tokens_details"]["reasoning_tokens"].is_u64();
+            format!(" +usage(reasoning_tokens={reasoning})")
+        });
+        for kind in here {
+            let kind = kind + usage.as_deref().unwrap_or_default();
+            if out.last() != Some(&kind) {
+                out.push(kind);
+            }
         }
     }
     out
 }
 
 /// What sparkctl's reader made of each measured sample: everything but the words, the
-/// prompt's size and the timings.
+/// prompt's size, the timings and how the tokens were grouped into chunks (a loaded vLLM
+/// merges some, the end-of-sequence token among them).
 fn classes(r: &Value) -> Vec<Value> {
     measured(r)
         .iter()
@@ -401,8 +383,7 @@ fn classes(r: &Value) -> Vec<Value> {
             json!({
                 "case": s["case"], "ok": s["ok"], "finish": s["finish_reason"],
                 "reasoning": s["reasoning"] != "", "content": s["content"] != "",
-                "reasoning_deltas": s["reasoning_deltas"], "content_deltas": s["content_deltas"],
-                "chunk_token_counts": s["chunk_token_counts"], "chunk_tokens": s["chunk_tokens"],
+                "chunk_tokens": s["chunk_tokens"],
                 "completion_tokens": s["completion_tokens"], "reasoning_tokens": s["reasoning_tokens"],
                 "token_source": s["token_source"], "usage_estimated": s["usage_estimated"],
                 "first_token_is_reasoning": s["ttfr_ms"].is_number() && s["ttfr_ms"] == s["ttft_ms"],
@@ -414,8 +395,7 @@ fn classes(r: &Value) -> Vec<Value> {
 
 #[test]
 fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
-    let _one = one_at_a_time();
-    let v = vllm();
+    let (_one, v, deck) = turn("vllm-up");
     let llama = |var: &str| {
         PathBuf::from(
             std::env::var_os(var)
@@ -426,7 +406,6 @@ fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
         llama("SPARKCTL_TEST_LLAMA_SERVER"),
         llama("SPARKCTL_TEST_GGUF"),
     );
-    let deck = Deck::new("vllm-up");
     std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
     std::fs::write(
         deck.dir.join("recipes/suites/one.yaml"),
@@ -448,7 +427,7 @@ fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
             &v.venv,
             &v.model,
             free_port(),
-            "bench:\n  suite: one\n  gates:\n    non_empty: \"== 100%\"\n    decode_tps_p50: \">= 1\"\n",
+            "bench:\n  suite: one\n  gates:\n    non_empty: \"== 100%\"\n",
         ),
     );
     deck.sparkctl(&["rollback", "--to", "llama"]).succeeds();
@@ -514,9 +493,7 @@ fn distinct(v: &[String]) -> Vec<&String> {
 
 #[test]
 fn a_vllm_whose_engine_dies_at_its_first_request_is_named_by_its_error() {
-    let _one = one_at_a_time();
-    let v = vllm();
-    let deck = Deck::new("vllm-dies");
+    let (_one, v, deck) = turn("vllm-dies");
     deck.recipe("dies", &recipe(&v.venv, &v.dying_model, free_port(), ""));
     let ran = deck.sparkctl(&["start", "dies"]).exits(1);
     let err = ran.stderr();

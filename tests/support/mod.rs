@@ -152,6 +152,16 @@ pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) ->
     (status, events)
 }
 
+/// A benchmark result's samples, warm-up runs left out.
+pub fn measured(r: &Value) -> Vec<&Value> {
+    r["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["warmup"] == false)
+        .collect()
+}
+
 /// The strings of a JSON array (argv lists, names, required keys).
 pub fn strings(v: &Value) -> Vec<&str> {
     v.as_array()
