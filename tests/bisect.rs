@@ -516,3 +516,75 @@ async fn a_noisy_step_is_measured_again_and_an_interrupted_bisect_resumes() {
         .any(|r| r["command"] == "bisect" && r["outcome"] == "interrupted"));
     n.remove_images().await;
 }
+
+#[test]
+fn a_process_recipe_is_bisected_over_a_directory_of_builds() {
+    use std::os::unix::fs::PermissionsExt;
+    let deck = Deck::new("bisect-builds");
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+    // Six "builds" of a server, oldest first: from the fourth on, slower to the first token.
+    let builds = deck.dir.join("builds");
+    let now = std::time::SystemTime::now();
+    let path = |i: usize| builds.join(format!("build-{i}/server"));
+    for i in 1..=6 {
+        std::fs::create_dir_all(path(i).parent().unwrap()).unwrap();
+        let ttft = if i >= 4 { "400ms" } else { "50ms" };
+        let script = format!(
+            "#!/bin/sh\n# build {i}\nexec {} sim --ttft {ttft} \"$@\"\n",
+            env!("CARGO_BIN_EXE_sparkctl")
+        );
+        std::fs::write(path(i), script).unwrap();
+        let f = std::fs::File::options().write(true).open(path(i)).unwrap();
+        f.set_permissions(std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        f.set_modified(now - Duration::from_secs(600 - 60 * i as u64))
+            .unwrap();
+    }
+    deck.recipe(
+        "bin",
+        &format!(
+            "engine: sim\nruntime: process\nbinary: {}\nserver:\n  port: {}\n  args: [--load-time, 0s, --token-rate, \"400\", --tokens, \"8\"]\n  memory_gb: 4\nbench:\n  suite: tiny\n",
+            path(6).display(),
+            free_port()
+        ),
+    );
+    let (first, last) = (path(1), path(6));
+    let ran = deck
+        .sparkctl(&[
+            "bisect",
+            "bin",
+            "--builds",
+            builds.to_str().unwrap(),
+            "--good",
+            first.to_str().unwrap(),
+            "--bad",
+            last.to_str().unwrap(),
+            "--metric",
+            "ttft_p50",
+            "--repeat",
+            "2",
+        ])
+        .succeeds()
+        .says(&format!("first bad: {}", path(4).display()))
+        .says(&format!("last good: {}", path(3).display()));
+    println!("{}\n{}", ran.stdout(), ran.stderr());
+    let runs = deck.sparkctl(&["--json", "history"]).succeeds().json();
+    let steps: Vec<&Value> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["command"] == "bisect")
+        .collect();
+    // The two ends and two steps; each names its build by sha256, none an image.
+    assert_eq!(steps.len(), 4, "{runs}");
+    assert!(steps.iter().all(|r| r["image"].is_null()
+        && r["bisect"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")));
+    assert!(deck
+        .status()
+        .iter()
+        .all(|d| d["name"] != "bin-bisect" || d["state"] != "running"));
+}
