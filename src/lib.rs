@@ -4,6 +4,7 @@
 //! modules decide and act, one noun each.
 
 pub mod bench;
+pub mod bisect;
 pub mod cli;
 pub mod context;
 pub mod deploy;
@@ -21,6 +22,7 @@ pub mod node;
 pub mod nvidia;
 pub mod openai;
 pub mod patch;
+pub mod places;
 pub mod production;
 pub mod prune;
 pub mod recipe;

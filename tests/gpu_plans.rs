@@ -69,6 +69,17 @@ fn a_gpu_server_bigger_than_its_gpu_is_refused_before_anything_starts_whatever_t
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("does not fit in memory even alone"));
     assert!(deck.status().is_empty(), "{:?}", deck.status());
+    // `doctor big` says the same before anyone tries.
+    let out = deck
+        .on_gpu("h100", &["doctor", "big"])
+        .env("SPARKCTL_MEMORY_GB", "1000")
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("big memory"), "{said}");
+    assert!(said.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"), "{said}");
+    assert!(said.contains("does not fit even alone"), "{said}");
 
     // Two of them hold it: the plan counts both GPUs it is given.
     let (code, plan, err) = dry_run(&deck, "two-h100", "128", "big");

@@ -133,7 +133,18 @@ pub async fn bench_target(
             crate::bench::suite::DEFAULT_SUITE.to_string(),
         ),
     };
-    let mut t = Target {
+    Ok((target_of(recipe, &d).await, gates, suite))
+}
+
+/// What a benchmark of `recipe`'s running deployment `d` records about it, with the
+/// roofline's bound: the device that serves it.
+pub async fn target_of(
+    recipe: &crate::recipe::Recipe,
+    d: &Deployment,
+) -> crate::bench::result::Target {
+    use crate::bench::bound;
+    let model = recipe.model.as_ref();
+    let mut t = crate::bench::result::Target {
         url: d.url(),
         recipe: Some(recipe.name.clone()),
         deployment: Some(d.id.clone()),
@@ -141,23 +152,15 @@ pub async fn bench_target(
         image: d.image_ref.clone(),
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
-        weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
-        active_weights_bytes: recipe
-            .model
-            .as_ref()
-            .and_then(|m| m.active_weights)
-            .map(|w| w.0),
-        kv_bytes_per_token: recipe
-            .model
-            .as_ref()
-            .and_then(|m| m.kv_bytes_per_token)
-            .map(|w| w.0),
+        weights_bytes: model.and_then(|m| m.weights).map(|w| w.0),
+        active_weights_bytes: model.and_then(|m| m.active_weights).map(|w| w.0),
+        kv_bytes_per_token: model.and_then(|m| m.kv_bytes_per_token).map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
     };
     let declared = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps);
     t.set_bound(bound::for_recipe(&recipe.name, declared, &recipe.gpu_use()).await);
-    Ok((t, gates, suite))
+    t
 }
 
 /// The recipe's goodput objectives, when `target` names a recipe that sets them.

@@ -42,6 +42,9 @@ pub struct StartPlan {
     /// A multi-node recipe's group: what runs on each node, the image on each.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<crate::node::start::GroupStart>,
+    /// What to know before it starts (a vLLM venv on SM 12.1); repeated if the start fails.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(skip)]
     resolved: Resolved,
 }
@@ -78,6 +81,10 @@ pub async fn plan_start(
         None => resolved.launch.equivalent_command(),
     };
     let memory = memory_plan(ctx, recipe, &deployments).await?;
+    let warnings = match crate::nvidia::gpus().await {
+        Ok(gpus) => recipe.engine.host_warning(resolved.runtime, &gpus),
+        Err(_) => None,
+    };
     let old_containers = match ctx.runtimes.docker() {
         Ok(docker) if resolved.runtime == Runtime::Docker => {
             crate::prune::before_start(docker, &ctx.state, &loaded.path, &recipe.name).await
@@ -99,6 +106,7 @@ pub async fn plan_start(
         health_timeout: resolved.health_timeout.0,
         old_containers,
         group,
+        warnings: warnings.into_iter().collect(),
         resolved,
     })
 }
@@ -300,8 +308,13 @@ pub async fn start(
             // A group's API server stops the rest of the group on every node with it.
             let _ = rt.stop(&deployment, STOP_GRACE).await;
             let why = explain(rt, plan, &spec, &fault).await;
+            let notes: String = plan
+                .warnings
+                .iter()
+                .map(|w| format!("\n  note: {w}"))
+                .collect();
             Err(Error::Failed(format!(
-                "{why}\n  help: full output: `sparkctl logs {}`",
+                "{why}{notes}\n  help: full output: `sparkctl logs {}`",
                 plan.name
             )))
         }
@@ -368,7 +381,8 @@ async fn report(
     let measuring = std::time::Instant::now();
     let memory_observed = memory::observe(rt, &deployment, before).await;
     tracing::debug!("memory observed in {:?}", measuring.elapsed());
-    let warnings = memory_observed.warnings(&plan.name);
+    let mut warnings = plan.warnings.clone();
+    warnings.extend(memory_observed.warnings(&plan.name));
     StartReport {
         deployment,
         ready_after_ms: ready.after.as_secs_f64() * 1e3,

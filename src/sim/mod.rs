@@ -22,13 +22,35 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text)
 }
 
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("`{text}` is not a fraction from 0 to 1")),
+    }
+}
+
 fn size(text: &str) -> Result<ByteSize, String> {
     parse_size(text).map(ByteSize)
 }
 
+/// Whose wire the simulator follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mimic {
+    /// sparkctl's own: /health 503 while loading, `reasoning_content` deltas (as
+    /// llama-server sends them), one chunk per token, usage with cached tokens.
+    Generic,
+    /// vLLM 0.32's, as the suite's real vLLM shows it (tests/vllm.rs holds the two side by
+    /// side): no port until loaded, /health 200 with no body, `owned_by: vllm`,
+    /// `delta.reasoning`, the model's `<think>`, `</think>` and end-of-sequence tokens
+    /// counted in usage but in no chunk, usage in every chunk when `continuous_usage_stats`
+    /// is asked, `finish_reason: length` on the last token's own chunk.
+    Vllm,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReasoningAs {
-    /// `reasoning_content` deltas, as vLLM with `--reasoning-parser` sends them.
+    /// A delta field of its own, as an engine with a reasoning parser sends it:
+    /// `reasoning_content` (llama-server; `--mimic generic`), `reasoning` (vLLM 0.32).
     Field,
     /// `<think>…</think>` inside `content`: the leak the seeds' v1 benchmark fell for.
     Leak,
@@ -65,6 +87,9 @@ pub struct SimConfig {
     /// Port to listen on; 0 picks a free one (printed at start).
     #[arg(long, env = "SIM_PORT", default_value_t = 8000)]
     pub port: u16,
+    /// Whose wire to follow: `generic`, or `vllm` (vLLM 0.32's).
+    #[arg(long, env = "SIM_MIMIC", value_enum, default_value = "generic")]
+    pub mimic: Mimic,
     /// Model id served in /v1/models.
     #[arg(long, env = "SIM_MODEL_NAME", default_value = "sim-model")]
     pub model_name: String,
@@ -74,6 +99,10 @@ pub struct SimConfig {
     /// Time from request to the first generated token (reasoning or content).
     #[arg(long, env = "SIM_TTFT", default_value = "50ms", value_parser = duration)]
     pub ttft: Duration,
+    /// Noise on each request's TTFT: drawn evenly from ttft × (1 ± this fraction), 0 to 1
+    /// (0: none). The draws follow the request number, so a run of a fresh server repeats.
+    #[arg(long, env = "SIM_TTFT_JITTER", default_value_t = 0.0, value_parser = fraction)]
+    pub ttft_jitter: f64,
     /// Decode speed in tokens per second; tokens are spaced 1/rate apart.
     #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 50.0)]
     pub token_rate: f64,
@@ -177,6 +206,20 @@ impl SimConfig {
     /// Interval between tokens.
     pub fn itl(&self) -> Duration {
         Duration::from_secs_f64(1.0 / self.token_rate.max(1e-3))
+    }
+
+    /// Request `n`'s time to first token, with its jitter (a splitmix64 draw of `n`).
+    pub fn ttft_for(&self, n: u64) -> Duration {
+        if self.ttft_jitter <= 0.0 {
+            return self.ttft;
+        }
+        let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+        self.ttft
+            .mul_f64((1.0 + self.ttft_jitter * (2.0 * unit - 1.0)).max(0.0))
     }
 
     /// Time to evaluate `tokens` uncached prompt tokens.
