@@ -210,12 +210,24 @@ pub async fn failed(
 /// What a flow changed, for the way back.
 #[derive(Default)]
 pub struct Touched {
+    /// The flow's run id: what it starts carries it (label, pid record), and the way back
+    /// stops nothing else.
+    pub run_id: String,
     /// Started by this flow (never production before it).
     pub started: Option<Deployment>,
     /// Production stopped to make room (swap): what served, to be started again.
     pub production_stopped: Option<Upstream>,
     /// The front door was told to hold.
     pub held: bool,
+}
+
+impl Touched {
+    pub fn of_run(run_id: &str) -> Touched {
+        Touched {
+            run_id: run_id.to_string(),
+            ..Touched::default()
+        }
+    }
 }
 
 /// Puts things back after a failure or an interrupt: whatever the front door routes to
@@ -230,14 +242,16 @@ pub async fn restore(
     let mut notes = Vec::new();
     let door = ctx.door.status().await.ok();
     let routed = door.as_ref().and_then(|s| s.upstream.clone());
-    // Interrupted before the start was recorded: a running instance of this recipe that
-    // the front door does not route to is this flow's. A container only created may have
-    // its start request still on the way to the engine: watched a moment for that.
-    if t.started.is_none() {
+    // Interrupted before the start was recorded: an instance of this recipe carrying this
+    // run's id is this flow's (any other was started by someone else, and stays). A
+    // container only created may have its start request still on the way to the engine:
+    // watched a moment for that.
+    if t.started.is_none() && !t.run_id.is_empty() {
         let deadline = Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let not_routed = |d: &Deployment| routed.as_ref().is_none_or(|u| u.deployment != d.id);
-            match ctx.rt().find(recipe).await.ok().flatten() {
+            let ours = ctx.rt().find(recipe).await.ok().flatten();
+            match ours.filter(|d| d.run_id == t.run_id) {
                 Some(d) if d.running() && not_routed(&d) => {
                     t.started = Some(d);
                     break;
@@ -256,8 +270,9 @@ pub async fn restore(
     if !t.started.as_ref().is_some_and(serves) {
         // A multi-node start cut short leaves Ray's containers on other nodes.
         if let Ok(loaded) = ctx.recipes.get(recipe) {
-            for note in crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe).await
-            {
+            let leftovers =
+                crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe, &t.run_id);
+            for note in leftovers.await {
                 notes.push(format!("stopped {note}"));
             }
         }

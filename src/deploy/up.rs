@@ -34,7 +34,7 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Up, name);
-    let touched = Arc::new(Mutex::new(Touched::default()));
+    let touched = Arc::new(Mutex::new(Touched::of_run(&record.run_id)));
     let outcome = {
         let mut flow = Flow {
             ctx,
@@ -244,7 +244,9 @@ impl Flow<'_, '_> {
     async fn start(&mut self) -> Result<Deployment> {
         // Planned again: the patch changed the model's fingerprint, making room the memory.
         let opts = self.ctx.start_options(self.opts.allow_unpinned);
-        let plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
+        let mut plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
+        // The instance carries this run's id: the way back stops it and nothing else.
+        plan.run_id = self.record.run_id.clone();
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
@@ -478,7 +480,7 @@ impl Flow<'_, '_> {
         })
         .await?;
         // Production now: nothing after this point undoes it.
-        *self.touched.lock().expect("touched") = Touched::default();
+        *self.touched.lock().expect("touched") = Touched::of_run(&self.record.run_id);
         self.say(&format!(
             "the front door sends production to {} ({}){}",
             self.name(),

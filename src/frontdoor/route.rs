@@ -74,6 +74,15 @@ impl Drop for Lease {
     }
 }
 
+/// One request's place among those waiting, freed when its wait ends or is dropped.
+struct WaitSlot<'a>(&'a Table);
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.0.inner.lock().expect("route counts").waiting -= 1;
+    }
+}
+
 impl Table {
     pub fn new(route: Route, max_waiting: usize) -> Table {
         Table {
@@ -115,6 +124,8 @@ impl Table {
             }
             c.waiting += 1;
         }
+        // Given back however the wait ends: a client that goes away drops this future.
+        let _slot = WaitSlot(self);
         let waited = tokio::time::timeout(bound, async {
             loop {
                 let route = rx.borrow_and_update().clone();
@@ -130,7 +141,6 @@ impl Table {
             }
         })
         .await;
-        self.inner.lock().expect("route counts").waiting -= 1;
         match waited {
             Ok(Ok(u)) => Ok(self.claim(u)),
             Ok(Err(why)) => Err(why),
@@ -233,6 +243,27 @@ mod tests {
         ));
         t.set(Route::Serving(up("b")));
         assert!(a.await.unwrap() && b.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_goes_away_gives_its_place_back() {
+        let t = Table::new(Route::Holding, 2);
+        for _ in 0..10 {
+            let gone = tokio::time::timeout(
+                Duration::from_millis(5),
+                t.lease(Duration::from_secs(60), None),
+            )
+            .await;
+            assert!(gone.is_err(), "still holding");
+        }
+        assert_eq!(t.counts().0, 0);
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.lease(Duration::from_secs(5), None).await.is_ok() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.set(Route::Serving(up("a")));
+        assert!(waiter.await.unwrap());
     }
 
     #[tokio::test]

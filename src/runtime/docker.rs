@@ -118,6 +118,23 @@ impl DockerRuntime {
         HashMap::from([("label", labels)])
     }
 
+    /// This state dir's container `id`, if the engine still has it: one container asked
+    /// for, not the whole list (the watch asks every few seconds).
+    pub async fn by_id(&self, id: &str) -> Result<Option<Deployment>> {
+        let mut filters = self.filters(None);
+        filters.insert("id", vec![id.to_string()]);
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| engine_error("listing containers", e))?;
+        Ok(list.iter().filter_map(deployment_of).find(|d| d.id == id))
+    }
+
     /// A running container publishing `port` on the host, as (name, sparkctl recipe if ours).
     pub async fn publisher_of(&self, port: u16) -> Result<Option<(String, Option<String>)>> {
         let opts = ListContainersOptionsBuilder::new().build();

@@ -493,9 +493,11 @@ pub fn kill_frontdoor(state: &Path) {
     let Ok(v) = std::fs::read(state.join("frontdoor/supervisor.json")) else {
         return;
     };
+    // Its process group: the supervisor's own, or the server's that a new supervisor
+    // joined when it adopted that server.
     if let Some(pid) = serde_json::from_slice::<Value>(&v)
         .ok()
-        .and_then(|v| v["pid"].as_i64())
+        .and_then(|v| v["pgid"].as_i64().or(v["pid"].as_i64()))
     {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{pid}")])
