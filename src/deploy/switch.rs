@@ -122,6 +122,36 @@ pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
     })
 }
 
+/// Room a run's files take at most (its record, benchmark results, report, candidate log).
+const RUN_FILES_ROOM: usize = 4 << 20;
+
+/// Before a flow changes anything: its record is written now (as interrupted, until it says
+/// otherwise: a run killed outright still shows in `history`) and the room its files will
+/// take is there. A full disk then fails the flow at once, with nothing started.
+pub fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
+    let cannot = |e: Error| {
+        Error::Failed(format!(
+            "the state dir {} cannot take this run's records ({e}); nothing was changed: free \
+             some space there and run it again",
+            state.root().display()
+        ))
+    };
+    let mut first = record.clone();
+    first.outcome = crate::history::Outcome::Interrupted;
+    first.error = Some(format!(
+        "in progress (pid {}); a run that stays so ended without recording its outcome",
+        std::process::id()
+    ));
+    first.save(state).map_err(cannot)?;
+    let probe = state
+        .runs_dir()
+        .map_err(cannot)?
+        .join(format!(".room-{}", record.run_id));
+    let room = crate::state::write_atomic(&probe, &vec![0u8; RUN_FILES_ROOM]).map_err(cannot);
+    let _ = std::fs::remove_file(&probe);
+    room
+}
+
 /// Runs one named phase and records it.
 pub async fn timed<T>(
     record: &mut RunRecord,
@@ -314,7 +344,13 @@ pub async fn restore(
                     Err(e) => notes.push(format!("switching back to {} failed: {e}", prod.recipe)),
                 }
             }
-            Err(e) => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
+            // The front door's watch may have brought it back meanwhile (its port taken).
+            Err(e) => match ctx.door.status().await.ok().and_then(|s| s.upstream) {
+                Some(u) if crate::frontdoor::alive(ctx.rt(), &u).await => {
+                    notes.push(format!("the front door's watch brought {} back", u.recipe))
+                }
+                _ => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
+            },
         }
     } else if t.held {
         // Held with nothing to go back to: let the front door answer 503 rather than wait.

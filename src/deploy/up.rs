@@ -34,6 +34,9 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Up, name);
+    if !opts.dry_run {
+        switch::reserve_records(ctx.state(), &record)?;
+    }
     let touched = Arc::new(Mutex::new(Touched::of_run(&record.run_id)));
     let outcome = {
         let mut flow = Flow {
@@ -456,6 +459,8 @@ impl Flow<'_, '_> {
         bench: std::path::PathBuf,
         swap: bool,
     ) -> Result<()> {
+        // Production as it is now: the watch may have restarted it meanwhile.
+        let production = self.ctx.production().await.unwrap_or(production);
         let mut next = production.clone();
         let old = production.serving().cloned();
         next.promote(Entry {

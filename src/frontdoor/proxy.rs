@@ -167,7 +167,12 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 Refused::NoRoom => StatusCode::SERVICE_UNAVAILABLE,
                 Refused::Broken(_) => StatusCode::BAD_REQUEST,
             };
-            return error(status, &why.message());
+            let mut r = error(status, &why.message());
+            if why == Refused::NoRoom {
+                r.headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            return r;
         }
     };
     // The upstream's own /metrics stays reachable under /upstream/metrics.
