@@ -324,7 +324,11 @@ fn a_killed_production_container_is_restarted() {
     std::thread::sleep(Duration::from_millis(200));
     let report = client.stop();
     assert!(report.transport_errors.is_empty(), "{report:?}");
-    assert_eq!(report.failed(), 0, "{report:?}");
+    // Held, never refused. A request the killed container's port took as it died (its
+    // proxy accepts, then closes) is answered 502 — it may have been taken, so it is not
+    // sent twice — and the requests after it wait for the watch.
+    assert!(report.http_errors.iter().all(|c| *c == 502), "{report:?}");
+    assert!(report.failed() + report.cut <= 2, "{report:?}");
     assert_eq!(history(&deck)[0]["command"], "restart");
 }
 

@@ -592,3 +592,419 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     );
     assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
 }
+
+/// The state dir on a 4 MB tmpfs of its own (copied over), filled on demand: the front
+/// door must be restarted onto it. Unmounted on drop, after stopping what runs from it.
+struct SmallStateDisk {
+    state: std::path::PathBuf,
+}
+
+impl SmallStateDisk {
+    fn mount(deck: &Deck) -> SmallStateDisk {
+        let state = deck.dir.join("state");
+        let copy = deck.dir.join("state-copy");
+        let sh = |args: &[&str]| {
+            let out = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {} (CI runs as root and must mount a tmpfs)",
+                text(&out.stderr)
+            );
+        };
+        sh(&["cp", "-a", state.to_str().unwrap(), copy.to_str().unwrap()]);
+        sh(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m",
+            "tmpfs",
+            state.to_str().unwrap(),
+        ]);
+        sh(&[
+            "cp",
+            "-a",
+            &format!("{}/.", copy.display()),
+            state.to_str().unwrap(),
+        ]);
+        SmallStateDisk { state }
+    }
+
+    fn fill(&self) {
+        let _ = std::process::Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                &format!("of={}/filler", self.state.display()),
+                "bs=16k",
+            ])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.state.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallStateDisk {
+    fn drop(&mut self) {
+        support::kill_frontdoor(&self.state);
+        if let Ok(entries) = std::fs::read_dir(self.state.join("deployments")) {
+            for e in entries.flatten() {
+                let pid = std::fs::read(e.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .and_then(|v| v.pointer("/process/pid").and_then(Value::as_i64));
+                if let Some(pid) = pid {
+                    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                }
+            }
+        }
+        let _ = std::process::Command::new("umount")
+            .args(["-l", self.state.to_str().unwrap()])
+            .status();
+    }
+}
+
+#[test]
+fn a_production_killed_on_a_full_state_disk_is_restarted_and_recorded_later() {
+    let deck = deck("ff-enospc");
+    process(
+        &deck,
+        "prod",
+        "--load-time, 300ms, --ttft, 5ms, --token-rate, \"400\", --tokens, \"2\"",
+        "",
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    deck.ok(&["frontdoor", "stop"]);
+    let disk = SmallStateDisk::mount(&deck);
+    deck.ok(&["frontdoor", "start"]);
+    disk.fill();
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(200));
+    let first = pid_of(&deck, "prod");
+    unsafe { libc::kill(-first, libc::SIGKILL) };
+    // Back without a byte written: what it could not record waits in memory.
+    wait_for(
+        Duration::from_secs(15),
+        "production was not restarted",
+        || {
+            let s = door(&deck);
+            s["upstream"]["recipe"] == "prod" && s["pending_writes"].as_u64() > Some(0)
+        },
+    );
+    assert_eq!(
+        pid_of(&deck, "prod"),
+        first,
+        "the record on disk is the old one still"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop();
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    // Room again: the records are written.
+    disk.free();
+    wait_for(
+        Duration::from_secs(10),
+        "the records were not written",
+        || door(&deck)["pending_writes"] == 0,
+    );
+    let restarted = pid_of(&deck, "prod");
+    assert_ne!(restarted, first);
+    assert!(alive(restarted));
+    let h = history(&deck);
+    assert!(
+        h.iter()
+            .any(|r| r["command"] == "restart" && r["outcome"] == "recovered"),
+        "{h:?}"
+    );
+    let production: Value =
+        serde_json::from_slice(&std::fs::read(deck.dir.join("state/production.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        production["current"]["upstream"]["deployment"],
+        restarted.to_string()
+    );
+}
+
+#[test]
+fn an_up_on_a_full_state_disk_starts_nothing() {
+    let deck = deck("ff-upfull");
+    process(&deck, "prod", "--load-time, 300ms", "");
+    deck.recipe(
+        "cand",
+        &format!(
+            "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n  args: [--load-time, 300ms]\n  memory_gb: 7\nbench:\n  suite: tiny\n",
+            support::sim_image(),
+            free_port()
+        ),
+    );
+    deck.ok(&["images", "pin", "cand"]);
+    deck.ok(&["rollback", "--to", "prod"]);
+    deck.ok(&["frontdoor", "stop"]);
+    let disk = SmallStateDisk::mount(&deck);
+    deck.ok(&["frontdoor", "start"]);
+    disk.fill();
+    let began = Instant::now();
+    let up = deck.sparkctl(&["up", "cand", "--yes"]).exits(1);
+    assert!(
+        up.stderr().contains("cannot take this run's records")
+            && up.stderr().contains("nothing was changed"),
+        "{}",
+        up.stderr()
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    let state = deck.state().display().to_string();
+    let containers = support::block_on(async move {
+        use bollard::query_parameters::ListContainersOptionsBuilder;
+        let filters = std::collections::HashMap::from([(
+            "label",
+            vec![format!("io.sparkctl.state={state}")],
+        )]);
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        support::docker()
+            .await
+            .list_containers(Some(opts))
+            .await
+            .unwrap()
+            .len()
+    });
+    assert_eq!(containers, 0, "a candidate was created");
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+}
+
+/// The Docker Engine's socket as the front door sees it (DOCKER_HOST): a forwarder to the
+/// machine's engine that can go away at once, as a dead dockerd does. The machine's one
+/// engine is shared by every test on it and is never stopped.
+struct EngineSocket {
+    path: std::path::PathBuf,
+    gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
+}
+
+impl EngineSocket {
+    fn start(path: std::path::PathBuf) -> EngineSocket {
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let real = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+            .unwrap_or_else(|| "/var/run/docker.sock".into());
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (g, c) = (gone.clone(), conns.clone());
+        std::thread::spawn(move || {
+            while !g.load(std::sync::atomic::Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let Ok(engine) = UnixStream::connect(&real) else {
+                    continue;
+                };
+                let mut pair = c.lock().unwrap();
+                pair.push(client.try_clone().unwrap());
+                pair.push(engine.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), engine.try_clone().unwrap()),
+                    (engine, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+        EngineSocket { path, gone, conns }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+
+    /// The engine stops answering: no new connection, every open one cut.
+    fn die(&self) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::fs::remove_file(&self.path);
+        for c in self.conns.lock().unwrap().iter() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for EngineSocket {
+    fn drop(&mut self) {
+        self.die();
+    }
+}
+
+#[test]
+fn with_the_docker_engine_gone_production_fails_over_to_a_ready_process_fallback() {
+    let deck = deck("ff-dockerd");
+    let engine = EngineSocket::start(deck.dir.join("docker.sock"));
+    process(
+        &deck,
+        "prod",
+        "--load-time, 300ms, --ttft, 5ms, --token-rate, \"400\", --tokens, \"2\"",
+        "",
+    );
+    deck.recipe(
+        "box",
+        &format!(
+            "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n  args: [--load-time, 300ms, --ttft, 5ms, --token-rate, \"400\", --tokens, \"2\"]\n  memory_gb: 7\nhealth:\n  timeout: 30s\nfallback: prod\n",
+            support::sim_image(),
+            free_port()
+        ),
+    );
+    let on_engine = |args: &[&str]| {
+        support::Ran::of(deck.cmd(args).env("DOCKER_HOST", engine.host())).succeeds()
+    };
+    on_engine(&["images", "pin", "box"]);
+    // The fallback runs and answers already; production is the container.
+    on_engine(&["start", "prod"]);
+    on_engine(&["rollback", "--to", "box"]);
+    let box_id = door(&deck)["upstream"]["deployment"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let client = Traffic::start(&deck.door_url(), EVERY);
+    std::thread::sleep(Duration::from_millis(300));
+    // dockerd dies: its socket stops answering and the container's port goes with it.
+    engine.die();
+    support::block_on(async move {
+        let _ = support::docker().await.kill_container(&box_id, None).await;
+    });
+    let failover = wait_record(&deck, "failover", 0, Duration::from_secs(60));
+    assert_eq!(failover["outcome"], "recovered", "{failover}");
+    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    std::thread::sleep(Duration::from_millis(300));
+    let report = client.stop();
+    // Held, never refused: no 503. Only what the container had taken as it died fails:
+    // the stream in flight (cut), and a request its dying port took (502, not sent twice;
+    // the requests after it wait for the watch's look).
+    assert!(report.http_errors.iter().all(|c| *c == 502), "{report:?}");
+    assert!(report.failed() + report.cut <= 2, "{report:?}");
+    assert!(report.transport_errors.is_empty(), "{report:?}");
+    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+}
+
+/// An OpenAI-compatible server that closes the connection, without a word, on any chat
+/// request carrying `CLOSE-ME` after reading it whole (and appends a line to a file per
+/// such request); it answers everything else. A broken engine, scripted.
+#[test]
+#[ignore = "not a test: the server `a_request_an_upstream_took_is_never_sent_twice` runs"]
+fn closing_engine() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let args: Vec<String> = std::env::args().collect();
+    let Some(at) = args.iter().position(|a| a == "--") else {
+        return;
+    };
+    let port: u16 = args[at + 1].parse().unwrap();
+    let count = std::path::PathBuf::from(&args[at + 2]);
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    for conn in listener.incoming().flatten() {
+        let count = count.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut conn = conn;
+            loop {
+                let mut head = String::new();
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    head.push_str(&line);
+                    line.clear();
+                }
+                if head.is_empty() {
+                    return;
+                }
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                reader.read_exact(&mut body).unwrap();
+                if String::from_utf8_lossy(&body).contains("CLOSE-ME") {
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&count)
+                        .unwrap();
+                    writeln!(f, "taken").unwrap();
+                    return;
+                }
+                let answer = if head.starts_with("GET /v1/models") {
+                    r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#
+                } else {
+                    r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}]}"#
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        });
+    }
+}
+
+#[test]
+fn a_request_an_upstream_took_is_never_sent_twice() {
+    let deck = deck("ff-replay");
+    let count = deck.dir.join("taken.txt");
+    let port = free_port();
+    deck.recipe(
+        "closer",
+        &format!(
+            "engine: openai\nruntime: process\nbinary: {}\nserver:\n  port: {port}\n  args: [closing_engine, --exact, --ignored, --nocapture, \"--\", \"{port}\", {}]\n  memory_gb: 1\nhealth:\n  timeout: 30s\n",
+            std::env::current_exe().unwrap().display(),
+            count.display()
+        ),
+    );
+    deck.ok(&["rollback", "--to", "closer"]);
+    let url = deck.door_url();
+    let (status, text) = support::block_on(async move {
+        let r = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "CLOSE-ME"}]}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    });
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("not sent again"), "{text}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+    let metrics = support::text(
+        &std::process::Command::new("curl")
+            .args(["-s", &format!("{}/metrics", deck.door_url())])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        metrics.contains("sparkctl_frontdoor_errors_total{upstream=\"closer\",kind=\"sent\"} 1"),
+        "{metrics}"
+    );
+    // The upstream is still production, and answers the next request.
+    assert_eq!(door(&deck)["upstream"]["recipe"], "closer");
+}

@@ -115,6 +115,12 @@ impl Watch {
                         }
                     }
                 },
+                // It dropped a request it had taken: well, it serves again; not, at once
+                // brought back (the requests wait meanwhile).
+                Route::Suspect(u) => match self.look(&u).await {
+                    Look::Fine => self.door.table.clear_suspicion(&u),
+                    Look::Gone(why) | Look::Failing(why) => self.recover(why).await,
+                },
                 // Holding with no command holding (none asked, or it died): production is
                 // down, e.g. after a reboot.
                 Route::Holding => {

@@ -295,7 +295,7 @@ impl Door {
     /// The old upstream's requests finish, for up to `drain`.
     async fn drain_after(&self, (old, route): (Route, Route), drain: Duration) -> SwitchReport {
         let replaced = match old {
-            Route::Serving(u) => Some(u),
+            Route::Serving(u) | Route::Suspect(u) => Some(u),
             Route::Holding | Route::Offline => None,
         };
         let left_in_flight = match (&replaced, &route) {
@@ -330,7 +330,7 @@ impl Door {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.held_by.lock().expect("held_by") = owner;
         match self.table.set(Route::Holding) {
-            Route::Serving(old) => {
+            Route::Serving(old) | Route::Suspect(old) => {
                 self.metrics.event(Event::Switch);
                 self.table.drain(&old.deployment, drain).await
             }
@@ -344,11 +344,12 @@ impl Door {
             pid: std::process::id(),
             host: self.config.host.clone(),
             port: self.config.port,
+            // A suspect upstream is production still (requests wait a moment for the watch).
             upstream: match self.table.route() {
-                Route::Serving(u) => Some(u),
+                Route::Serving(u) | Route::Suspect(u) => Some(u),
                 Route::Holding | Route::Offline => None,
             },
-            holding: self.table.route() == Route::Holding,
+            holding: matches!(self.table.route(), Route::Holding | Route::Suspect(_)),
             waiting,
             in_flight: in_flight.into_iter().collect(),
             production: self.production(),

@@ -216,9 +216,10 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 drop(body);
                 return respond(proxy, resp, lease, arrived);
             }
-            Err(e) if e.is_connect() => {
-                // It never left: the upstream is down. The request waits for the next
-                // one (a restart, a fallback), within its hold.
+            Err(e) if never_taken(&e) => {
+                // It never left, or the upstream dropped it unread: the upstream is down.
+                // The request waits for the next one (a restart, a fallback), within its
+                // hold.
                 tracing::warn!("{} did not answer: {e}", lease.upstream.url);
                 proxy.metrics.error(&lease.upstream.recipe, "connect");
                 let _ = proxy.unreachable.send(lease.upstream.clone());
@@ -228,17 +229,43 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 // Sent, and no answer came: the upstream may have taken it, so it is not
                 // sent again; the client decides.
                 proxy.metrics.error(&lease.upstream.recipe, "sent");
+                // Likely dying: the next requests wait for the watch's look.
+                proxy.table.suspect(&lease.upstream);
                 let _ = proxy.unreachable.send(lease.upstream.clone());
                 return error(
                     StatusCode::BAD_GATEWAY,
                     &format!(
-                        "{} took the request and failed before answering ({e}); it was not sent again",
-                        lease.upstream.recipe
+                        "{} took the request and failed before answering ({}); it was not sent again",
+                        lease.upstream.recipe,
+                        crate::error::chain(&e)
                     ),
                 );
             }
         }
     }
+}
+
+/// Whether a failed forward certainly left the request untaken: the connection was
+/// refused, or reset by the upstream's side (a socket closed with the request unread in it
+/// resets: docker-proxy in front of a container that died does so). A clean close after
+/// the request was written may follow its processing.
+fn never_taken(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {

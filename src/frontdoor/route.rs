@@ -15,6 +15,9 @@ pub use crate::production::Upstream;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Serving(Upstream),
+    /// Production dropped a request it had taken without answering (a dying server): new
+    /// requests wait until the watch has looked at it — serving again, or brought back.
+    Suspect(Upstream),
     /// Production is being switched or brought back: requests wait.
     Holding,
     /// There is no production (none yet, or it was taken down): nothing to wait for.
@@ -99,6 +102,28 @@ impl Table {
     /// Sends new requests to `route` from now on; returns what it replaced.
     pub fn set(&self, route: Route) -> Route {
         self.route.send_replace(route)
+    }
+
+    /// `u` failed a request it had taken: new requests wait for the watch's look.
+    pub fn suspect(&self, u: &Upstream) {
+        self.route.send_if_modified(|r| match r {
+            Route::Serving(now) if now.deployment == u.deployment => {
+                *r = Route::Suspect(now.clone());
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// The watch found `u` well: it serves again (unless the route changed meanwhile).
+    pub fn clear_suspicion(&self, u: &Upstream) {
+        self.route.send_if_modified(|r| match r {
+            Route::Suspect(now) if now.deployment == u.deployment => {
+                *r = Route::Serving(now.clone());
+                true
+            }
+            _ => false,
+        });
     }
 
     /// An upstream for one request: now, or once one is set, within `bound`. `avoid` is a

@@ -82,7 +82,9 @@ pub async fn open(
         config.host,
         config.port,
         match &route {
-            Route::Serving(u) => format!("{} ({}, {})", u.recipe, u.deployment, u.url),
+            Route::Serving(u) | Route::Suspect(u) => {
+                format!("{} ({}, {})", u.recipe, u.deployment, u.url)
+            }
             Route::Holding => "nothing yet (holding while production comes back)".into(),
             Route::Offline => "nothing: there is no production yet".into(),
         },
