@@ -123,15 +123,15 @@ pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
 }
 
 /// Room a run's files take at most (its record, benchmark results, report, candidate log).
-const RUN_FILES_ROOM: usize = 4 << 20;
+const RUN_FILES_ROOM: u64 = 16 << 20;
 
 /// Before a flow changes anything: its record is written now (as interrupted, until it says
 /// otherwise: a run killed outright still shows in `history`) and the room its files will
-/// take is there. A full disk then fails the flow at once, with nothing started.
+/// take is free. A full disk then fails the flow at once, with nothing started.
 pub fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
-    let cannot = |e: Error| {
+    let cannot = |why: String| {
         Error::Failed(format!(
-            "the state dir {} cannot take this run's records ({e}); nothing was changed: free \
+            "the state dir {} cannot take this run's records ({why}); nothing was changed: free \
              some space there and run it again",
             state.root().display()
         ))
@@ -142,14 +142,27 @@ pub fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
         "in progress (pid {}); a run that stays so ended without recording its outcome",
         std::process::id()
     ));
-    first.save(state).map_err(cannot)?;
-    let probe = state
-        .runs_dir()
-        .map_err(cannot)?
-        .join(format!(".room-{}", record.run_id));
-    let room = crate::state::write_atomic(&probe, &vec![0u8; RUN_FILES_ROOM]).map_err(cannot);
-    let _ = std::fs::remove_file(&probe);
-    room
+    let path = first.save(state).map_err(|e| cannot(e.to_string()))?;
+    match path.parent().and_then(free_bytes) {
+        Some(free) if free < RUN_FILES_ROOM => Err(cannot(format!(
+            "{} MB free, {} MB needed",
+            free >> 20,
+            RUN_FILES_ROOM >> 20
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct it is given.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(path.as_ptr(), &mut st) == 0)
+            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
 }
 
 /// Runs one named phase and records it.

@@ -15,10 +15,20 @@ pub fn path() -> Result<PathBuf> {
     Ok(base.join("systemd/user/sparkctl-frontdoor.service"))
 }
 
-/// One word of a unit file's command line or assignment, quoted as systemd reads it: in
-/// double quotes (spaces), with `\\` and `"` escaped, `%` (specifiers) doubled, and `$`
-/// doubled where variables would be expanded (`ExecStart=`).
+/// One word of a unit file's command line or assignment as systemd reads it: `%`
+/// (specifiers) doubled, `$` doubled where variables would be expanded (`ExecStart=`), and
+/// in double quotes, with `\\` and `"` escaped, when it holds a space, a quote, a
+/// backslash or a `;` (which would end the command).
 fn quoted(word: &str, in_command: bool) -> String {
+    let plain = !word.is_empty()
+        && !word
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | ';'));
+    if plain {
+        return word
+            .replace('%', "%%")
+            .replace('$', if in_command { "$$" } else { "$" });
+    }
     let mut out = String::with_capacity(word.len() + 2);
     out.push('"');
     for c in word.chars() {
@@ -124,7 +134,8 @@ mod tests {
         let unit = text(&state, &config, &launch);
         let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
         assert!(
-            exec.starts_with("ExecStart=\"/opt/spark ctl/sparkctl\" \"--state-dir\" "),
+            exec.starts_with("ExecStart=\"/opt/spark ctl/sparkctl\" --state-dir ")
+                && exec.ends_with(" frontdoor run"),
             "{exec}"
         );
         let root = state.root().display().to_string();
@@ -136,7 +147,7 @@ mod tests {
         assert!(unit.contains("LimitNOFILE=65536"), "{unit}");
         assert!(unit.contains("KillMode=process"), "{unit}");
         assert!(
-            unit.contains("Environment=\"SPARKCTL_PRODUCTION_PORT=8003\""),
+            unit.contains("Environment=SPARKCTL_PRODUCTION_PORT=8003"),
             "{unit}"
         );
         let _ = std::fs::remove_dir_all(&dir);
