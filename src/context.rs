@@ -40,6 +40,18 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     }
 }
 
+/// A count from the environment (`SPARKCTL_KEEP_EXITED`, `SPARKCTL_KEEP_IMAGES`), or `default`.
+pub fn env_count(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+            Error::Usage(format!(
+                "{name}={v} is not a count; give a whole number such as {default} (0 keeps none)"
+            ))
+        }),
+        _ => Ok(default),
+    }
+}
+
 impl Settings {
     /// `SPARKCTL_MEMORY_GB` (the whole pool; default MemTotal), `SPARKCTL_MEMORY_RESERVE_GB`
     /// (default 8), `SPARKCTL_PRODUCTION_PORT` (default 8003).

@@ -42,6 +42,8 @@ pub enum Command {
     Restart,
     /// The front door's watch switched to the recipe's fallback.
     Failover,
+    /// One measurement of a `bisect`: a digest started on its own port and benchmarked.
+    Bisect,
 }
 
 impl std::fmt::Display for Command {
@@ -51,6 +53,7 @@ impl std::fmt::Display for Command {
             Command::Rollback => "rollback",
             Command::Restart => "restart",
             Command::Failover => "failover",
+            Command::Bisect => "bisect",
         })
     }
 }
@@ -75,6 +78,13 @@ pub enum Outcome {
     Planned,
     /// The watch brought production (or its fallback) back.
     Recovered,
+    /// A bisect measurement judged like the good end.
+    Good,
+    /// A bisect measurement judged like the bad end.
+    Bad,
+    /// A bisect measurement that could not be made (the digest could not be pulled or
+    /// did not start): skipped, never judged.
+    Skipped,
 }
 
 impl std::fmt::Display for Outcome {
@@ -89,6 +99,9 @@ impl std::fmt::Display for Outcome {
             Outcome::RolledBack => "rolled-back",
             Outcome::Planned => "planned",
             Outcome::Recovered => "recovered",
+            Outcome::Good => "good",
+            Outcome::Bad => "bad",
+            Outcome::Skipped => "skipped",
         })
     }
 }
@@ -138,6 +151,27 @@ pub struct RunRecord {
     /// Things the user should know that did not stop the run (memory above its declaration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The bisect this run measured a digest for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<BisectStep>,
+}
+
+/// What a bisect measurement was: which bisect, which digest, and the figure it was judged on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BisectStep {
+    pub bisect_id: String,
+    /// The registry digest (or local image id) measured.
+    pub digest: String,
+    /// `good end`, `bad end`, or `step N`.
+    pub role: String,
+    /// Benchmark rounds it took (each of `repeat` runs of the suite).
+    pub rounds: usize,
+    /// What it was judged on (`ttft p50`, a gate) and the pooled 95% interval.
+    pub judged_on: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<(f64, f64)>,
+    /// Why the verdict is what it is.
+    pub detail: String,
 }
 
 impl RunRecord {
@@ -175,4 +209,31 @@ pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
         )));
     }
     state::read_json(&path)
+}
+
+/// Every run that used a container image, as an image history reads it (damaged records
+/// are left out, said at -v: `history` names them).
+pub fn image_uses(state: &StateDir) -> Result<Vec<crate::images::history::RunUse>> {
+    let (runs, damaged) = history(state)?;
+    for d in damaged {
+        tracing::info!("{d}");
+    }
+    Ok(runs
+        .into_iter()
+        .filter_map(|r| {
+            Some(crate::images::history::RunUse {
+                command: r.command.to_string(),
+                outcome: r.outcome.to_string(),
+                served: matches!(
+                    r.outcome,
+                    Outcome::Promoted | Outcome::RolledBack | Outcome::Recovered
+                ),
+                at: r.started_at,
+                image: r.image?,
+                image_id: r.image_digest?,
+                recipe: r.recipe,
+                run_id: r.run_id,
+            })
+        })
+        .collect())
 }

@@ -4,6 +4,7 @@
 //! modules decide and act, one noun each.
 
 pub mod bench;
+pub mod bisect;
 pub mod cli;
 pub mod context;
 pub mod deploy;

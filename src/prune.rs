@@ -1,7 +1,8 @@
 //! Old containers: sparkctl never auto-removes a container (its logs outlive it), so every
 //! failed candidate stays. Their logs are copied into the run records, so only the newest
 //! few per recipe are worth keeping: `SPARKCTL_KEEP_EXITED` (default 5) at each start, and
-//! `sparkctl prune` on demand.
+//! `sparkctl prune` on demand. Old image digests of the recipes go with `prune` too, all
+//! but those `images::retain` keeps (pinned, newest, production's, kept for good).
 //!
 //! Only containers labelled as this state dir's are considered, never a running one, and
 //! never one of production's recipe or of a recipe some recipe names as its `fallback`
@@ -24,14 +25,7 @@ pub const DEFAULT_KEEP: usize = 5;
 
 /// `SPARKCTL_KEEP_EXITED`: how many exited containers of each recipe stay.
 pub fn keep_from_env() -> Result<usize> {
-    match std::env::var("SPARKCTL_KEEP_EXITED") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
-            Error::Usage(format!(
-                "SPARKCTL_KEEP_EXITED={v} is not a count; give a whole number such as 5 (0 keeps none)"
-            ))
-        }),
-        _ => Ok(DEFAULT_KEEP),
-    }
+    crate::context::env_count("SPARKCTL_KEEP_EXITED", DEFAULT_KEEP)
 }
 
 /// One container that would go.
@@ -149,6 +143,45 @@ pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
         }
     }
     failed
+}
+
+/// The digests of the recipes' images that no retention rule keeps and no container uses
+/// (but those in `going`, which this prune removes first); `runs`: every run that used an
+/// image. A lock that cannot be read is an
+/// error: what is pinned would be a guess.
+pub async fn image_plan(
+    docker: &bollard::Docker,
+    state: &StateDir,
+    lock: &crate::lock::Lock,
+    recipes: &RecipeSet,
+    runs: &[crate::images::history::RunUse],
+    (newest, going): (usize, &[Old]),
+) -> Result<crate::images::retain::ImagePlan> {
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .all(true)
+        .build();
+    let containers = docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| crate::runtime::docker::engine_error("listing containers", e))?;
+    let in_use: std::collections::BTreeMap<String, String> = containers
+        .into_iter()
+        .filter(|c| !going.iter().any(|o| Some(&o.id) == c.id.as_ref()))
+        .filter_map(|c| {
+            let name = c.names.and_then(|n| n.into_iter().next()).or(c.id)?;
+            Some((c.image_id?, name.trim_start_matches('/').to_string()))
+        })
+        .collect();
+    let mut histories = Vec::new();
+    for l in &recipes.recipes {
+        let r = &l.recipe;
+        let (Some(image), crate::recipe::Runtime::Docker) = (&r.image, r.runtime()) else {
+            continue;
+        };
+        let h = crate::images::history::of(docker, state, lock, (&r.name, image), runs).await?;
+        histories.push(h);
+    }
+    Ok(crate::images::retain::plan(&histories, newest, &in_use))
 }
 
 /// For a start of `recipe` (file `path`): its exited containers beyond the newest

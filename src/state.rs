@@ -223,6 +223,23 @@ impl StateDir {
         Ok(dir.join("job.log"))
     }
 
+    /// `images/RECIPE/`: what happened to a recipe's image digests on this machine
+    /// (pulled, kept), one file per event.
+    pub fn image_events_dir(&self, recipe: &str) -> Result<PathBuf> {
+        let dir = self.root.join("images").join(recipe);
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir)
+    }
+
+    /// `bisect/`: one file per bisect (`bisect/ID.json`), its benchmark rounds in `bisect/ID/`.
+    pub fn bisect_dir(&self) -> Result<PathBuf> {
+        let dir = self.root.join("bisect");
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir)
+    }
+
     /// `bench/RUN-NAME.json`: where `sparkctl bench` keeps a result by default.
     pub fn bench_result_file(&self, name: &str) -> Result<PathBuf> {
         let dir = self.root.join("bench");

@@ -1,14 +1,91 @@
-//! `sparkctl images pin|audit|pull|diff`: rendering over `images` and `lock`.
+//! `sparkctl images pin|audit|pull|diff|history|keep`: rendering over `images` and `lock`.
 
 use std::path::Path;
 use std::time::Duration;
 
-use super::{ImagesCommand, Output};
+use clap::Subcommand;
+
+use super::Output;
 use crate::error::{Error, Result};
+use crate::images::history::{self as image_history, EventKind, History};
 use crate::images::{self, Finding};
 use crate::lock::Lock;
 use crate::recipe::RecipeSet;
+use crate::state::StateDir;
 use crate::units::short_digest;
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Resolve tags to digests and write images.lock.
+    Pin {
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+        /// Pin the registry digest this machine recorded when it pulled, without asking the registry.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Report drift, missing pins and local images that differ from the lock.
+    Audit,
+    /// Pull images by their locked digest, or NAME@DIGEST: an older digest of its image.
+    Pull {
+        #[arg(value_name = "NAME[@DIGEST]")]
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+    },
+    /// What changed between two digests of an image (created, labels, env, layers).
+    Diff {
+        name: String,
+        old: Option<String>,
+        new: Option<String>,
+    },
+    /// Every digest a recipe's image was pinned to, pulled or ran, with the runs that used
+    /// each, and which stay on this machine.
+    History { name: String },
+    /// Keep NAME@DIGEST on this machine for good (`prune` never removes it).
+    Keep {
+        #[arg(value_name = "NAME@DIGEST")]
+        target: String,
+        /// Why (shown by `images history`).
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// Take a keep back: the digest is retained only as the other rules say.
+        #[arg(long)]
+        release: bool,
+    },
+}
+
+/// What every `images` subcommand works on.
+pub struct At<'a> {
+    pub recipes: &'a RecipeSet,
+    pub lock_path: &'a Path,
+    pub docker: &'a bollard::Docker,
+    pub state: &'a StateDir,
+}
+
+impl At<'_> {
+    /// `NAME`'s image history (a recipe that runs a container image).
+    async fn history(&self, name: &str) -> Result<History> {
+        let (recipe, reference) = targets(self.recipes, Some(name), false)?
+            .pop()
+            .expect("one target for one name");
+        let lock = Lock::load(self.lock_path)?.intact()?;
+        let runs = crate::history::image_uses(self.state)?;
+        image_history::of(self.docker, self.state, &lock, (&recipe, &reference), &runs).await
+    }
+}
+
+/// `NAME@DIGEST` → (NAME, DIGEST).
+fn name_at_digest(text: &str) -> Result<(&str, &str)> {
+    text.split_once('@')
+        .filter(|(n, d)| !n.is_empty() && !d.is_empty())
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{text}: write NAME@DIGEST, e.g. qat-v2b@sha256:3f2a9c01b7e4 (a unique prefix of                  a digest in `sparkctl images history NAME` will do)"
+            ))
+        })
+}
 
 /// (recipe, image) of the recipes that run containers, all or the one named.
 fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(String, String)>> {
@@ -48,17 +125,12 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
     }
 }
 
-pub async fn run(
-    recipes: &RecipeSet,
-    lock_path: &Path,
-    docker: &bollard::Docker,
-    command: ImagesCommand,
-    out: &Output,
-) -> Result<()> {
+pub async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
+    let (recipes, lock_path, docker) = (at.recipes, at.lock_path, at.docker);
     match command {
         ImagesCommand::Pin { name, all, offline } => {
             let targets = targets(recipes, name.as_deref(), all)?;
-            let changes = images::pin(docker, lock_path, &targets, offline).await?;
+            let changes = images::pin(docker, lock_path, &targets, offline, at.state).await?;
             print_pins(&changes, lock_path, out);
             Ok(())
         }
@@ -78,6 +150,10 @@ pub async fn run(
                 ))
             }
         }
+        ImagesCommand::Pull {
+            name: Some(target),
+            all: false,
+        } if target.contains('@') => pull_older(at, &target).await,
         ImagesCommand::Pull { name, all } => {
             let lock = Lock::load(lock_path)?.intact()?;
             for (recipe, _) in targets(recipes, name.as_deref(), all)? {
@@ -85,22 +161,118 @@ pub async fn run(
             }
             Ok(())
         }
-        ImagesCommand::Diff { name, old, new } => {
-            let lock = Lock::load(lock_path)?.intact()?;
-            let pin = lock.images.get(&name).ok_or_else(|| {
-                Error::Usage(format!("{name} has no pin in {}", lock_path.display()))
-            })?;
-            let (old, new) = pin.diff_references(&name, old, new)?;
-            let d = images::diff(docker, &old, &new).await?;
-            if out.json {
-                out.print_json(&d);
-            } else {
-                println!("{name}: {old}\n  -> {new}");
-                print_diff(&d, out);
-            }
+        ImagesCommand::Diff { name, old, new } => diff(at, &name, old, new, out).await,
+        ImagesCommand::History { name } => {
+            let h = at.history(&name).await?;
+            print_history(&h, images::retain::keep_from_env()?, out);
             Ok(())
         }
+        ImagesCommand::Keep {
+            target,
+            note,
+            release,
+        } => keep(at, &target, note, release).await,
     }
+}
+
+async fn diff(
+    at: &At<'_>,
+    name: &str,
+    old: Option<String>,
+    new: Option<String>,
+    out: &Output,
+) -> Result<()> {
+    let lock = Lock::load(at.lock_path)?.intact()?;
+    let pin = lock
+        .images
+        .get(name)
+        .ok_or_else(|| Error::Usage(format!("{name} has no pin in {}", at.lock_path.display())))?;
+    // A short digest (as `images history` shows them) names one in the history.
+    let full = |d: &str| d.len() == 71 && d.starts_with("sha256:");
+    let (old, new) = if old.iter().chain(new.iter()).all(|d| full(d)) {
+        (old, new)
+    } else {
+        let h = at.history(name).await?;
+        let find = |d: Option<String>| -> Result<Option<String>> {
+            d.map(|d| h.lookup(&d).map(|e| e.digest.clone()))
+                .transpose()
+        };
+        (find(old)?, find(new)?)
+    };
+    let (old, new) = pin.diff_references(name, old, new)?;
+    let d = images::diff(at.docker, &old, &new).await?;
+    if out.json {
+        out.print_json(&d);
+    } else {
+        println!("{name}: {old}\n  -> {new}");
+        print_diff(&d, out);
+    }
+    Ok(())
+}
+
+/// `images pull NAME@DIGEST`: an older digest of the recipe's image, back from its registry.
+async fn pull_older(at: &At<'_>, target: &str) -> Result<()> {
+    let (name, digest) = name_at_digest(target)?;
+    let h = at.history(name).await?;
+    let digest = match h.lookup(digest) {
+        Ok(e) => e.digest.clone(),
+        // A digest this machine never saw (from a release note, another machine) joins the
+        // history once pulled.
+        Err(_) if digest.len() == 71 && digest.starts_with("sha256:") => digest.to_string(),
+        Err(e) => return Err(e),
+    };
+    let reference = h.run_reference(&digest);
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let pulled =
+        image_history::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
+            bar.set_message(format!(
+                "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
+                cur as f64 / 1e6,
+                total as f64 / 1e6
+            ));
+        })
+        .await;
+    bar.finish_and_clear();
+    pulled?;
+    println!(
+        "{name}: pulled {reference}; it is in the image history (`sparkctl images history {name}`)"
+    );
+    Ok(())
+}
+
+/// `images keep NAME@DIGEST [--release]`.
+async fn keep(at: &At<'_>, target: &str, note: Option<String>, release: bool) -> Result<()> {
+    let (name, digest) = name_at_digest(target)?;
+    let h = at.history(name).await?;
+    let e = h.lookup(digest)?;
+    let kind = if release {
+        EventKind::Released
+    } else {
+        EventKind::Kept
+    };
+    let note = note.or_else(|| Some(format!("kept by hand on {}", crate::units::now_utc())));
+    let mut event = image_history::Event::now(kind, &e.digest, note.filter(|_| !release));
+    event.image_id = e.image_id.clone();
+    event.created = e.created.clone();
+    image_history::record(at.state, name, &event)?;
+    let here = if e.present {
+        "on this machine"
+    } else {
+        "not on this machine now; `sparkctl images pull` it while its registry holds it"
+    };
+    if release {
+        println!(
+            "{name}: {} is no longer kept for good; `prune` retains it only as the other rules say",
+            short_digest(&e.digest)
+        );
+    } else {
+        println!(
+            "{name}: {} is kept for good ({here}); `prune` never removes it",
+            short_digest(&e.digest)
+        );
+    }
+    Ok(())
 }
 
 fn print_pins(changes: &[images::PinChange], lock_path: &Path, out: &Output) {
@@ -216,7 +388,7 @@ async fn pull(docker: &bollard::Docker, lock: &Lock, recipe: &str) -> Result<()>
     Ok(())
 }
 
-fn print_diff(d: &images::ImageDiff, out: &Output) {
+pub(super) fn print_diff(d: &images::ImageDiff, out: &Output) {
     let mut t = out.table();
     t.set_header(vec!["", "OLD", "NEW"]);
     let rows = [
@@ -237,6 +409,17 @@ fn print_diff(d: &images::ImageDiff, out: &Output) {
     for (what, old, new) in rows {
         t.add_row(vec![what.to_string(), old, new]);
     }
+    let layers = [("-", &d.layers_only_old), ("+", &d.layers_only_new)];
+    for (sign, list) in layers {
+        for l in list {
+            let (old, new) = if sign == "-" {
+                (short_digest(l), "-".into())
+            } else {
+                ("-".into(), short_digest(l))
+            };
+            t.add_row(vec![format!("layer {sign}"), old, new]);
+        }
+    }
     let changed = [("label", &d.labels), ("env", &d.env)];
     for (what, pairs) in changed {
         for (k, (o, n)) in pairs {
@@ -248,4 +431,79 @@ fn print_diff(d: &images::ImageDiff, out: &Output) {
         }
     }
     out.print_table(&t);
+}
+
+/// `images history NAME`: one row per digest, oldest first, and what keeps it here.
+fn print_history(h: &History, newest: usize, out: &Output) {
+    let stays = images::retain::retained(h, newest);
+    if out.json {
+        out.print_json(&serde_json::json!({
+            "history": h,
+            "keep_newest": newest,
+            "retained": stays,
+        }));
+        return;
+    }
+    let order = match h.order {
+        image_history::Order::Created => "oldest build first",
+        image_history::Order::FirstSeen => {
+            "in the order this machine first saw them (some build times are unknown)"
+        }
+    };
+    println!(
+        "{}: {} — {} digest(s), {order}",
+        h.recipe,
+        h.reference,
+        h.entries.len()
+    );
+    let mut t = out.table();
+    t.set_header(vec![
+        "DIGEST",
+        "CREATED",
+        "FIRST SEEN",
+        "HOW",
+        "RUNS",
+        "HERE",
+        "STAYS",
+    ]);
+    for e in &h.entries {
+        let how: Vec<String> = e
+            .seen
+            .iter()
+            .map(|s| {
+                serde_json::to_value(s)
+                    .unwrap()
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        let runs = match e.runs.last() {
+            Some(last) => format!("{} (last {} {})", e.runs.len(), last.run_id, last.outcome),
+            None => "-".into(),
+        };
+        let why = stays
+            .get(&e.digest)
+            .map_or("no (prune removes it)".into(), |w| {
+                w.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+        t.add_row(vec![
+            short_digest(&e.digest),
+            e.created
+                .as_deref()
+                .map_or("-".into(), |c| c.chars().take(19).collect()),
+            e.first_seen.clone(),
+            how.join(", "),
+            runs,
+            if e.present { "yes".into() } else { "no".into() },
+            why,
+        ]);
+    }
+    out.print_table(&t);
+    for d in &h.damaged {
+        eprintln!("warning: {d}");
+    }
 }

@@ -2,6 +2,7 @@
 //! `recipes`; decisions live in the library modules.
 
 mod bench;
+mod bisect;
 mod deploy;
 mod frontdoor;
 mod images;
@@ -132,6 +133,9 @@ pub enum Command {
     /// The built-in benchmark against a running recipe or a URL.
     #[command(args_conflicts_with_subcommands = true)]
     Bench(bench::BenchArgs),
+    /// Which digest of a recipe's image brought a regression: each digest between a good and a
+    /// bad one started beside production, benchmarked until it is judged, binary-searched.
+    Bisect(bisect::BisectArgs),
     /// Apply a recipe's model-directory patch steps.
     Patch {
         name: String,
@@ -142,10 +146,10 @@ pub enum Command {
         #[arg(long)]
         revert: bool,
     },
-    /// Pin, audit, pull and compare images by sha256 digest.
+    /// Pin, audit, pull, keep and compare images by sha256 digest; each recipe's history.
     Images {
         #[command(subcommand)]
-        command: ImagesCommand,
+        command: images::ImagesCommand,
     },
     /// List, show, validate recipes; print their JSON Schema.
     Recipes {
@@ -158,11 +162,15 @@ pub enum Command {
         #[command(subcommand)]
         command: frontdoor::FrontdoorCommand,
     },
-    /// Remove old exited containers (all but the newest few per recipe); lists them unless --yes.
+    /// Remove old exited containers and old image digests (all but the newest few per recipe,
+    /// and the retained digests); lists them unless --yes.
     Prune {
         /// Exited containers to keep per recipe [default: SPARKCTL_KEEP_EXITED, else 5].
         #[arg(long, value_name = "N")]
         keep: Option<usize>,
+        /// Newest image digests to keep per recipe [default: SPARKCTL_KEEP_IMAGES, else 3].
+        #[arg(long, value_name = "N")]
+        keep_images: Option<usize>,
         /// Remove them (without it, only list what would go).
         #[arg(long)]
         yes: bool,
@@ -209,33 +217,6 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum HistoryCommand {
     Show { run: String },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ImagesCommand {
-    /// Resolve tags to digests and write images.lock.
-    Pin {
-        name: Option<String>,
-        #[arg(long, conflicts_with = "name")]
-        all: bool,
-        /// Pin the registry digest this machine recorded when it pulled, without asking the registry.
-        #[arg(long)]
-        offline: bool,
-    },
-    /// Report drift, missing pins and local images that differ from the lock.
-    Audit,
-    /// Pull images by their locked digest.
-    Pull {
-        name: Option<String>,
-        #[arg(long, conflicts_with = "name")]
-        all: bool,
-    },
-    /// What changed between two digests of an image.
-    Diff {
-        name: String,
-        old: Option<String>,
-        new: Option<String>,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -329,12 +310,14 @@ fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
     Ok(set)
 }
 
-async fn context(cli: &Globals) -> Result<crate::context::Context> {
-    let root = cli
-        .state_dir
+fn state_root(cli: &Globals) -> PathBuf {
+    cli.state_dir
         .clone()
-        .unwrap_or_else(crate::state::default_root);
-    let state = crate::state::StateDir::open(&root)?;
+        .unwrap_or_else(crate::state::default_root)
+}
+
+async fn context(cli: &Globals) -> Result<crate::context::Context> {
+    let state = crate::state::StateDir::open(&state_root(cli))?;
     let runtimes = crate::runtime::Runtimes::open(&state).await;
     Ok(crate::context::Context {
         lock_path: lock_path(cli),
@@ -417,9 +400,17 @@ fn dispatch(cli: Cli) -> Result<()> {
                 frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
             })
         }
-        Command::Prune { keep, yes } => with_recipes(g, async |ctx, recipes| {
-            let args = prune::Args { keep, yes };
-            prune::run(&ctx.state, &ctx.runtimes, recipes, args, &out).await
+        Command::Prune {
+            keep,
+            keep_images,
+            yes,
+        } => with_recipes(g, async |ctx, recipes| {
+            let args = prune::Args {
+                keep,
+                keep_images,
+                yes,
+            };
+            prune::run(ctx, recipes, args, &out).await
         }),
         Command::Bench(args) => match args.compare {
             Some(bench::BenchCommand::Compare { results, svg, html }) => {
@@ -429,6 +420,9 @@ fn dispatch(cli: Cli) -> Result<()> {
                 bench::run(ctx, recipes, args, &out).await
             }),
         },
+        Command::Bisect(args) => with_recipes(g, async |ctx, recipes| {
+            bisect::run(ctx, recipes, args, &out).await
+        }),
         Command::Patch {
             name,
             dry_run,
@@ -440,7 +434,14 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Images { command } => runtime()?.block_on(async {
             let recipes = load_recipes(g)?;
             let docker = crate::runtime::docker::connect().await?;
-            images::run(&recipes, &lock_path(g), &docker, command, &out).await
+            let state = crate::state::StateDir::open(&state_root(g))?;
+            let at = images::At {
+                recipes: &recipes,
+                lock_path: &lock_path(g),
+                docker: &docker,
+                state: &state,
+            };
+            images::run(&at, command, &out).await
         }),
     }
 }

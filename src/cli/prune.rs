@@ -6,16 +6,18 @@ use crate::recipe::RecipeSet;
 
 pub struct Args {
     pub keep: Option<usize>,
+    /// Newest digests of each recipe's image kept.
+    pub keep_images: Option<usize>,
     pub yes: bool,
 }
 
 pub async fn run(
-    state: &crate::state::StateDir,
-    runtimes: &crate::runtime::Runtimes,
+    ctx: &crate::context::Context,
     recipes: &RecipeSet,
     args: Args,
     out: &Output,
 ) -> Result<()> {
+    let (state, runtimes) = (&ctx.state, &ctx.runtimes);
     // One writer at a time: a start in progress may be about to use these.
     let _lock = state.lock("prune")?;
     let docker = runtimes.docker()?;
@@ -28,10 +30,25 @@ pub async fn run(
     // Ended jobs' containers too: each run's output is already copied into its record.
     plan.remove
         .extend(crate::job::prune_plan(docker.client(), state, keep).await?);
-    let failed = if args.yes {
+    let newest = match args.keep_images {
+        Some(k) => k,
+        None => crate::images::retain::keep_from_env()?,
+    };
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
+    let going = (newest, plan.remove.as_slice());
+    let runs = crate::history::image_uses(state)?;
+    let images =
+        crate::prune::image_plan(docker.client(), state, &lock, recipes, &runs, going).await?;
+    let mut failed = if args.yes {
         crate::prune::apply(docker, &plan.remove).await
     } else {
         Vec::new()
+    };
+    // Images after containers: an old container no longer holds its image.
+    let (removed, image_failed) = if args.yes {
+        crate::images::retain::apply(docker.client(), &images.remove).await
+    } else {
+        (Vec::new(), Vec::new())
     };
     if out.json {
         out.print_json(&serde_json::json!({
@@ -40,6 +57,13 @@ pub async fn run(
             "protected": plan.protected,
             "remove": plan.remove,
             "failed": failed.iter().map(|(o, why)| serde_json::json!({"id": o.id, "error": why})).collect::<Vec<_>>(),
+            "images": {
+                "keep_newest": images.keep_newest,
+                "remove": images.remove,
+                "kept": images.kept,
+                "removed": removed,
+                "failed": image_failed.iter().map(|(o, why)| serde_json::json!({"reference": o.reference, "error": why})).collect::<Vec<_>>(),
+            },
         }));
     } else {
         let mut t = out.table();
@@ -78,6 +102,18 @@ pub async fn run(
             );
         }
     }
+    if !out.json {
+        print_images(&images, &removed, args.yes);
+    }
+    failed.extend(image_failed.into_iter().map(|(o, why)| {
+        let old = crate::prune::Old {
+            recipe: o.recipe,
+            id: o.reference,
+            run_id: String::new(),
+            created: 0,
+        };
+        (old, why)
+    }));
     if failed.is_empty() {
         Ok(())
     } else {
@@ -90,5 +126,48 @@ pub async fn run(
                 .collect::<Vec<_>>()
                 .join("\n"),
         ))
+    }
+}
+
+/// The images part: what goes (or went), and what stays and why.
+fn print_images(
+    images: &crate::images::retain::ImagePlan,
+    removed: &[crate::images::retain::Removed],
+    yes: bool,
+) {
+    use crate::units::short_digest;
+    for o in &images.remove {
+        let done = removed.iter().find(|r| r.reference == o.reference);
+        let what = match (yes, done) {
+            (false, _) => "would remove",
+            (true, Some(r)) if r.deleted => "removed",
+            (true, Some(_)) => "untagged (another name still holds the image)",
+            (true, None) => "could not remove",
+        };
+        println!("image {what}: {} ({})", o.reference, o.recipe);
+    }
+    let here: Vec<String> = images
+        .kept
+        .iter()
+        .filter(|k| k.present)
+        .map(|k| {
+            let why: Vec<String> = k.why.iter().map(ToString::to_string).collect();
+            format!(
+                "{} {} ({})",
+                k.recipe,
+                short_digest(&k.digest),
+                why.join(", ")
+            )
+        })
+        .collect();
+    if !here.is_empty() {
+        println!(
+            "images kept (newest {} per recipe, pinned, production's, kept for good): {}",
+            images.keep_newest,
+            here.join("; ")
+        );
+    }
+    if !yes && !images.remove.is_empty() {
+        println!("no image was removed: `sparkctl prune --yes` removes them");
     }
 }

@@ -130,7 +130,13 @@ pub async fn bench_target(
             crate::bench::suite::DEFAULT_SUITE.to_string(),
         ),
     };
-    let t = Target {
+    Ok((target_of(recipe, &d), gates, suite))
+}
+
+/// What a benchmark of `recipe`'s running deployment `d` records about it.
+pub fn target_of(recipe: &crate::recipe::Recipe, d: &Deployment) -> crate::bench::result::Target {
+    let model = recipe.model.as_ref();
+    crate::bench::result::Target {
         url: d.url(),
         recipe: Some(recipe.name.clone()),
         deployment: Some(d.id.clone()),
@@ -138,21 +144,12 @@ pub async fn bench_target(
         image: d.image_ref.clone(),
         image_digest: (d.runtime == Runtime::Docker).then(|| d.artifact.clone()),
         model_fingerprint: d.model_fingerprint.clone(),
-        weights_bytes: recipe.model.as_ref().and_then(|m| m.weights).map(|w| w.0),
-        active_weights_bytes: recipe
-            .model
-            .as_ref()
-            .and_then(|m| m.active_weights)
-            .map(|w| w.0),
-        kv_bytes_per_token: recipe
-            .model
-            .as_ref()
-            .and_then(|m| m.kv_bytes_per_token)
-            .map(|w| w.0),
+        weights_bytes: model.and_then(|m| m.weights).map(|w| w.0),
+        active_weights_bytes: model.and_then(|m| m.active_weights).map(|w| w.0),
+        kv_bytes_per_token: model.and_then(|m| m.kv_bytes_per_token).map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
-    };
-    Ok((t, gates, suite))
+    }
 }
 
 /// The recipe's goodput objectives, when `target` names a recipe that sets them.

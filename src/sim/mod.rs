@@ -22,6 +22,13 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text)
 }
 
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("`{text}` is not a fraction from 0 to 1")),
+    }
+}
+
 fn size(text: &str) -> Result<ByteSize, String> {
     parse_size(text).map(ByteSize)
 }
@@ -74,6 +81,10 @@ pub struct SimConfig {
     /// Time from request to the first generated token (reasoning or content).
     #[arg(long, env = "SIM_TTFT", default_value = "50ms", value_parser = duration)]
     pub ttft: Duration,
+    /// Noise on each request's TTFT: drawn evenly from ttft × (1 ± this fraction), 0 to 1
+    /// (0: none). The draws follow the request number, so a run of a fresh server repeats.
+    #[arg(long, env = "SIM_TTFT_JITTER", default_value_t = 0.0, value_parser = fraction)]
+    pub ttft_jitter: f64,
     /// Decode speed in tokens per second; tokens are spaced 1/rate apart.
     #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 50.0)]
     pub token_rate: f64,
@@ -177,6 +188,20 @@ impl SimConfig {
     /// Interval between tokens.
     pub fn itl(&self) -> Duration {
         Duration::from_secs_f64(1.0 / self.token_rate.max(1e-3))
+    }
+
+    /// Request `n`'s time to first token, with its jitter (a splitmix64 draw of `n`).
+    pub fn ttft_for(&self, n: u64) -> Duration {
+        if self.ttft_jitter <= 0.0 {
+            return self.ttft;
+        }
+        let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+        self.ttft
+            .mul_f64((1.0 + self.ttft_jitter * (2.0 * unit - 1.0)).max(0.0))
     }
 
     /// Time to evaluate `tokens` uncached prompt tokens.

@@ -415,7 +415,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         (start - arrived).as_micros()
     ));
     // Generation starts once a slot is free; the uncached part of the prompt is evaluated first.
-    let first = start + cfg.ttft + cfg.prefill(plan.prompt_tokens - cached);
+    let first = start + cfg.ttft_for(n) + cfg.prefill(plan.prompt_tokens - cached);
     let due = |i: usize| first + cfg.itl().mul_f64(i as f64);
     let meta = Meta {
         id: format!("chatcmpl-sim-{n}"),

@@ -1,6 +1,8 @@
 //! Shared by the integration tests: the real sparkctl binary, real processes, real HTTP.
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

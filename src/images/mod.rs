@@ -1,6 +1,10 @@
 //! Images by digest: resolving a tag to what it points to now (registry, through the
 //! Engine API's distribution inspect), what this machine has, drift between the two and
-//! the lock, pulling by digest, and what changed between two digests.
+//! the lock, pulling by digest, and what changed between two digests. `history` is every
+//! digest a recipe's image had; `retain` which of them stay on this machine.
+
+pub mod history;
+pub mod retain;
 
 use std::collections::BTreeMap;
 
@@ -23,6 +27,8 @@ pub struct LocalImage {
     pub labels: BTreeMap<String, String>,
     pub env: Vec<String>,
     pub layers: usize,
+    /// The layers' content digests, bottom first.
+    pub layer_ids: Vec<String>,
     pub size: i64,
 }
 
@@ -55,6 +61,7 @@ pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage
     match docker.inspect_image(reference).await {
         Ok(i) => {
             let config = i.config.unwrap_or_default();
+            let layer_ids = i.root_fs.and_then(|r| r.layers).unwrap_or_default();
             Ok(Some(LocalImage {
                 id: i.id.unwrap_or_default(),
                 repo_digests: i.repo_digests.unwrap_or_default(),
@@ -66,7 +73,8 @@ pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage
                 ),
                 labels: config.labels.unwrap_or_default().into_iter().collect(),
                 env: config.env.unwrap_or_default(),
-                layers: i.root_fs.and_then(|r| r.layers).map_or(0, |l| l.len()),
+                layers: layer_ids.len(),
+                layer_ids,
                 size: i.size.unwrap_or(0),
             }))
         }
@@ -201,6 +209,7 @@ pub async fn pin(
     lock_path: &std::path::Path,
     targets: &[(String, String)],
     offline: bool,
+    state: &crate::state::StateDir,
 ) -> Result<Vec<PinChange>> {
     let mut lock = Lock::load(lock_path)?.intact()?;
     let at = crate::units::now_utc();
@@ -209,8 +218,13 @@ pub async fn pin(
         resolved.push((recipe, resolve(docker, reference, offline, &at).await?));
     }
     let mut changes = Vec::new();
+    let mut events = Vec::new();
     for (recipe, new) in resolved {
         let (digest, source) = (new.digest.clone(), new.source);
+        let mut event = history::Event::now(history::EventKind::Pinned, &digest, None);
+        event.image_id = new.image_id.clone();
+        event.created = new.created.clone();
+        events.push((recipe, event));
         let old = lock.set(recipe, new);
         changes.push(PinChange {
             recipe: recipe.clone(),
@@ -220,6 +234,13 @@ pub async fn pin(
         });
     }
     lock.save(lock_path)?;
+    // The lock may be rewritten by hand or by version control: the state dir remembers
+    // what was pinned on this machine. A pin stands without this record.
+    for (recipe, event) in events {
+        if let Err(e) = history::record(state, recipe, &event) {
+            tracing::warn!("the pin of {recipe} is not in its image history: {e}");
+        }
+    }
     Ok(changes)
 }
 
@@ -397,6 +418,9 @@ pub struct ImageDiff {
     /// label → (old, new); None where absent.
     pub labels: BTreeMap<String, (Option<String>, Option<String>)>,
     pub env: BTreeMap<String, (Option<String>, Option<String>)>,
+    /// Layers only the old image has, and only the new one.
+    pub layers_only_old: Vec<String>,
+    pub layers_only_new: Vec<String>,
 }
 
 fn changed(
@@ -431,7 +455,16 @@ pub async fn diff(docker: &Docker, old_ref: &str, new_ref: &str) -> Result<Image
         get(old_ref.to_string()).await?,
         get(new_ref.to_string()).await?,
     );
+    let only = |a: &LocalImage, b: &LocalImage| -> Vec<String> {
+        a.layer_ids
+            .iter()
+            .filter(|l| !b.layer_ids.contains(l))
+            .cloned()
+            .collect()
+    };
     Ok(ImageDiff {
+        layers_only_old: only(&old, &new),
+        layers_only_new: only(&new, &old),
         labels: changed(&old.labels, &new.labels),
         env: changed(&env_map(&old.env), &env_map(&new.env)),
         old,

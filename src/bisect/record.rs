@@ -1,0 +1,227 @@
+//! A bisect as it is kept: `STATE/bisect/ID.json`, rewritten whole after every benchmark
+//! round, so an interrupted or killed bisect resumes from what it recorded (`--resume`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::judge::{Criterion, Judgement, Verdict};
+use super::search::Known;
+use crate::bench::gates::Metric;
+use crate::bench::stats::Interval;
+use crate::error::{Error, Result};
+use crate::images::history::Order;
+use crate::state::{self, StateDir};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Running,
+    /// Ctrl-C (or a signal): resumable.
+    Interrupted,
+    /// A step could not be judged within its rounds, or a step needs what the bisect may not
+    /// do (production's memory): resumable once the cause is dealt with.
+    Stopped,
+    /// Started over with `--fresh`.
+    Abandoned,
+    Done,
+}
+
+/// How every digest is measured: the same for all of them, fixed when the bisect began.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub suite: String,
+    /// Measured runs per case per repeat [default: the suite's].
+    pub runs: Option<usize>,
+    pub warmup: Option<usize>,
+    /// Runs of the whole suite per round: the interval's runs.
+    pub repeat: usize,
+    /// Rounds a digest gets before it is left inconclusive.
+    pub rounds: usize,
+    /// Production may be held and stopped for a step that needs its memory.
+    pub allow_swap: bool,
+}
+
+/// Which part a measurement plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    GoodEnd,
+    BadEnd,
+    Step,
+}
+
+/// One digest in the range, in history order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    pub first_seen: String,
+}
+
+/// One benchmark of a digest (`repeat` runs of the suite).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    pub run_id: String,
+    pub bench: PathBuf,
+    /// Each metric's per-run p50 over this round's runs.
+    pub confidence: BTreeMap<Metric, Interval>,
+    pub seconds: f64,
+}
+
+/// Everything measured of one digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub role: Role,
+    /// The step's number (1, 2, …); 0 for the ends.
+    pub step: usize,
+    pub rounds: Vec<Round>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judgement: Option<Judgement>,
+    /// Why it could not be measured (pull or start failed): passed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Wall time spent on it: image, start, rounds, stop.
+    pub seconds: f64,
+}
+
+impl Measurement {
+    pub fn verdict(&self) -> Option<Verdict> {
+        self.judgement.as_ref().map(|j| j.verdict)
+    }
+
+    /// Good or bad: nothing more to measure.
+    pub fn decided(&self) -> bool {
+        self.skipped.is_some() || matches!(self.verdict(), Some(Verdict::Good | Verdict::Bad))
+    }
+
+    /// Each metric pooled over every round.
+    pub fn pooled(&self) -> BTreeMap<Metric, Interval> {
+        let rounds: Vec<&BTreeMap<Metric, Interval>> =
+            self.rounds.iter().map(|r| &r.confidence).collect();
+        super::judge::pool_all(&rounds)
+    }
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub last_good: String,
+    pub first_bad: String,
+    /// Digests between the two that could not be measured: the change is in one of them
+    /// or in the first bad.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bisect {
+    pub id: String,
+    pub recipe: String,
+    /// The image as the recipe names it.
+    pub reference: String,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_stopped: Option<String>,
+    pub criterion: Criterion,
+    /// The metric `Differs` chose once the ends were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<Metric>,
+    pub plan: Plan,
+    /// The model every digest serves: a bisect over a changed model compares nothing.
+    pub model_fingerprint: Option<String>,
+    pub order: Order,
+    /// The good end first, the bad end last, the digests between in history order.
+    pub digests: Vec<Candidate>,
+    /// By digest.
+    pub measurements: BTreeMap<String, Measurement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+}
+
+impl Bisect {
+    pub fn path(&self, state: &StateDir) -> Result<PathBuf> {
+        Ok(state.bisect_dir()?.join(format!("{}.json", self.id)))
+    }
+
+    /// Where its rounds' benchmark results go.
+    pub fn rounds_dir(&self, state: &StateDir) -> Result<PathBuf> {
+        let dir = state.bisect_dir()?.join(&self.id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+        Ok(dir)
+    }
+
+    pub fn save(&self, state: &StateDir) -> Result<()> {
+        state::write_json(&self.path(state)?, self)
+    }
+
+    pub fn good_end(&self) -> &str {
+        &self.digests[0].digest
+    }
+
+    pub fn bad_end(&self) -> &str {
+        &self.digests[self.digests.len() - 1].digest
+    }
+
+    /// What is known of each digest, in order (the search's input).
+    pub fn known(&self) -> Vec<Known> {
+        self.digests
+            .iter()
+            .map(|c| match self.measurements.get(&c.digest) {
+                Some(m) if m.skipped.is_some() => Known::Skipped,
+                Some(m) => match m.verdict() {
+                    Some(Verdict::Good) => Known::Good,
+                    Some(Verdict::Bad) => Known::Bad,
+                    _ => Known::Unknown,
+                },
+                None => Known::Unknown,
+            })
+            .collect()
+    }
+
+    /// Steps measured (the ends not counted).
+    pub fn steps(&self) -> usize {
+        self.measurements
+            .values()
+            .filter(|m| m.role == Role::Step)
+            .count()
+    }
+
+    /// The metric the steps are judged on, when a metric (not a gate).
+    pub fn metric(&self) -> Option<Metric> {
+        match &self.criterion {
+            Criterion::Metric(m) => Some(*m),
+            Criterion::Differs => self.chosen,
+            Criterion::Gate(_) => None,
+        }
+    }
+}
+
+/// The newest bisect of `recipe` that has not finished (nor been abandoned).
+pub fn unfinished(state: &StateDir, recipe: &str) -> Result<Option<Bisect>> {
+    let dir = state.bisect_dir()?;
+    let files = state::json_files(&dir, |_| true)?;
+    let (all, damaged) = state::read_json_files::<Bisect>(files);
+    for d in damaged {
+        tracing::warn!("{d}");
+    }
+    Ok(all
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.recipe == recipe && !matches!(b.status, Status::Done | Status::Abandoned))
+        .max_by(|a, b| a.id.cmp(&b.id)))
+}
+
+/// A round's benchmark result file: `bisect/ID/NN-DIGEST-rR.json`.
+pub fn round_file(dir: &Path, index: usize, digest: &str, round: usize) -> PathBuf {
+    dir.join(format!(
+        "{index:02}-{}-r{round}.json",
+        crate::units::short_id(digest)
+    ))
+}

@@ -1,0 +1,273 @@
+//! `sparkctl bisect NAME --good REF --bad REF`: flags and rendering over `bisect`.
+
+use super::Output;
+use crate::bisect::{self, Bisect, Criterion, Report, Role, Verdict};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::recipe::RecipeSet;
+use crate::units::short_digest;
+
+#[derive(Debug, clap::Args)]
+pub struct BisectArgs {
+    /// The recipe whose image regressed.
+    pub name: String,
+    /// A digest that was good: a digest (a unique prefix will do), a run id, or a date
+    /// (what this machine had by then).
+    #[arg(long, value_name = "REF", required_unless_present = "resume")]
+    pub good: Option<String>,
+    /// A later digest that is bad (same forms as --good).
+    #[arg(long, value_name = "REF", required_unless_present = "resume")]
+    pub bad: Option<String>,
+    /// Judge each digest on this metric's p50, nearer the good end's or the bad end's
+    /// (ttft_p50, ttfo_p50, tpot_p50, itl_p50, e2el_p50, decode_tps_p50) [default: the
+    /// metric that differs most between the ends, beyond the noise].
+    #[arg(long, value_name = "METRIC", conflicts_with = "gate")]
+    pub metric: Option<String>,
+    /// Judge each digest on a gate: pass is good, fail is bad ('decode_tps_p50=>= 30').
+    #[arg(long, value_name = "NAME=RULE")]
+    pub gate: Option<String>,
+    /// The benchmark suite [default: the recipe's bench.suite].
+    #[arg(long)]
+    pub suite: Option<String>,
+    /// Measured runs per case in each run of the suite [default: the suite's].
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Warm-up runs per case, excluded [default: the suite's].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<usize>,
+    /// Runs of the whole suite per round: each round's 95% interval is over them.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub repeat: usize,
+    /// Rounds a digest gets before it is left inconclusive (the bisect stops there, and
+    /// --resume measures it again).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub rounds: usize,
+    /// When a step needs production's memory, hold production's requests at the front door
+    /// and stop it while the step runs (it serves again between steps).
+    #[arg(long)]
+    pub allow_swap: bool,
+    /// Go on with this recipe's unfinished bisect from its recorded measurements.
+    #[arg(long, conflicts_with_all = ["good", "bad", "fresh", "metric", "gate"])]
+    pub resume: bool,
+    /// Abandon this recipe's unfinished bisect and start over.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Show the digests in the range and how many steps it takes; start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn say(line: &str) {
+    eprintln!("==> {line}");
+}
+
+pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output) -> Result<()> {
+    use std::io::IsTerminal;
+    let criterion = match (&args.metric, &args.gate) {
+        (Some(m), _) => Criterion::Metric(bisect::parse_metric(m).map_err(Error::Usage)?),
+        (_, Some(g)) => Criterion::check_gate(g).map_err(Error::Usage)?,
+        _ => Criterion::Differs,
+    };
+    // Only asked of a running front door, never started: production is whatever serves.
+    let flow = crate::deploy::switch::Ctx::open(ctx, recipes, true).await?;
+    let confirm = |question: &str| {
+        std::io::stdin().is_terminal()
+            && dialoguer::Confirm::new()
+                .with_prompt(question)
+                .default(false)
+                .interact()
+                .unwrap_or(false)
+    };
+    let opts = bisect::Options {
+        good: args.good,
+        bad: args.bad,
+        criterion,
+        suite: args.suite,
+        runs: args.runs,
+        warmup: args.warmup,
+        repeat: args.repeat,
+        rounds: args.rounds,
+        allow_swap: args.allow_swap,
+        resume: args.resume,
+        fresh: args.fresh,
+        dry_run: args.dry_run,
+        confirm: &confirm,
+        say: &say,
+    };
+    let report = bisect::bisect(&flow, &args.name, &opts).await?;
+    if out.json {
+        out.print_json(&serde_json::json!({
+            "bisect": report.bisect,
+            "diff": report.diff.as_ref().map(|d| d.as_ref().map_err(String::as_str)),
+        }));
+    } else if args.dry_run {
+        print_plan(&report.bisect, out);
+    } else {
+        print_answer(&report, out);
+    }
+    Ok(())
+}
+
+fn print_plan(b: &Bisect, out: &Output) {
+    let n = b.digests.len();
+    println!(
+        "bisect {}: {n} digests of {} from {} (good) to {} (bad), {}",
+        b.recipe,
+        b.reference,
+        short_digest(b.good_end()),
+        short_digest(b.bad_end()),
+        order_words(b)
+    );
+    let mut t = out.table();
+    t.set_header(vec!["#", "DIGEST", "CREATED", "FIRST SEEN"]);
+    for (i, c) in b.digests.iter().enumerate() {
+        t.add_row(vec![
+            (i + 1).to_string(),
+            short_digest(&c.digest),
+            created(c.created.as_deref()),
+            c.first_seen.clone(),
+        ]);
+    }
+    out.print_table(&t);
+    println!(
+        "judged on {}; both ends measured first, then at most {} step(s); each measurement: \
+         up to {} round(s) of {} run(s) of the suite {}\nnothing was started (--dry-run)",
+        b.criterion.describe(b.chosen),
+        bisect::steps_for(n.saturating_sub(2)),
+        b.plan.rounds,
+        b.plan.repeat,
+        b.plan.suite
+    );
+}
+
+fn order_words(b: &Bisect) -> &'static str {
+    match b.order {
+        crate::images::history::Order::Created => "oldest build first",
+        crate::images::history::Order::FirstSeen => "in the order this machine first saw them",
+    }
+}
+
+fn created(c: Option<&str>) -> String {
+    c.map_or("-".into(), |c| {
+        c.chars().take(19).collect::<String>().replace('T', " ")
+    })
+}
+
+fn print_answer(r: &Report, out: &Output) {
+    let b = &r.bisect;
+    let answer = b.answer.as_ref().expect("a finished bisect has its answer");
+    println!(
+        "\nbisect {} ({} digests, {}), judged on {}:",
+        b.recipe,
+        b.digests.len(),
+        order_words(b),
+        b.criterion.describe(b.chosen)
+    );
+    evidence(b, out);
+    let when = |d: &str| {
+        b.digests
+            .iter()
+            .find(|c| c.digest == d)
+            .and_then(|c| c.created.as_deref())
+            .map_or(String::new(), |c| format!(" (built {})", created(Some(c))))
+    };
+    println!(
+        "first bad: {}{}\nlast good: {}{}",
+        r.history.run_reference(&answer.first_bad),
+        when(&answer.first_bad),
+        r.history.run_reference(&answer.last_good),
+        when(&answer.last_good)
+    );
+    if !answer.unmeasured.is_empty() {
+        let list: Vec<String> = answer.unmeasured.iter().map(|d| short_digest(d)).collect();
+        println!(
+            "between them, not measurable (the change may be in one of them): {}",
+            list.join(", ")
+        );
+    }
+    let secs: Vec<f64> = b.measurements.values().map(|m| m.seconds).collect();
+    let total: f64 = secs.iter().sum();
+    println!(
+        "{} step(s) after the 2 ends; {} measurement(s) in {total:.0} s, {:.1} s each on average",
+        b.steps(),
+        secs.len(),
+        total / secs.len().max(1) as f64
+    );
+    match &r.diff {
+        Some(Ok(d)) => {
+            println!(
+                "what changed ({} -> {}):",
+                short_digest(&answer.last_good),
+                short_digest(&answer.first_bad)
+            );
+            super::images::print_diff(d, out);
+        }
+        Some(Err(e)) => println!("what changed is not known: {e}"),
+        None => {}
+    }
+    println!(
+        "both are kept for good (`sparkctl images history {}`); each measurement is a run \
+         record (`sparkctl history`)",
+        b.recipe
+    );
+}
+
+/// One row per digest in the range: measured ones with their figure and verdict.
+fn evidence(b: &Bisect, out: &Output) {
+    let figure = match b.metric() {
+        Some(m) => format!("{} p50 (95% interval)", m.name().to_uppercase()),
+        None => "GATE VALUE (95% interval)".into(),
+    };
+    let mut t = out.table();
+    t.set_header(vec![
+        "#", "DIGEST", "CREATED", "ROLE", "ROUNDS", &figure, "VERDICT", "TIME",
+    ]);
+    for (i, c) in b.digests.iter().enumerate() {
+        let Some(m) = b.measurements.get(&c.digest) else {
+            t.add_row(vec![
+                (i + 1).to_string(),
+                short_digest(&c.digest),
+                created(c.created.as_deref()),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "not measured".into(),
+                "-".into(),
+            ]);
+            continue;
+        };
+        let role = match m.role {
+            Role::GoodEnd => "good end".to_string(),
+            Role::BadEnd => "bad end".to_string(),
+            Role::Step => format!("step {}", m.step),
+        };
+        let value = match (b.metric(), &m.judgement) {
+            (Some(x), _) => m.pooled().get(&x).map_or("-".into(), |i| {
+                format!("{:.1} [{:.1}, {:.1}] n={}", i.mean, i.low, i.high, i.n)
+            }),
+            (None, Some(j)) => match (j.value, j.interval) {
+                (Some(v), Some((lo, hi))) => format!("{v:.1} [{lo:.1}, {hi:.1}]"),
+                (Some(v), None) => format!("{v:.1}"),
+                _ => "-".into(),
+            },
+            _ => "-".into(),
+        };
+        let verdict = match (&m.skipped, m.verdict()) {
+            (Some(_), _) => "skipped",
+            (_, Some(Verdict::Good)) => "good",
+            (_, Some(Verdict::Bad)) => "bad",
+            _ => "inconclusive",
+        };
+        t.add_row(vec![
+            (i + 1).to_string(),
+            short_digest(&c.digest),
+            created(c.created.as_deref()),
+            role,
+            m.rounds.len().to_string(),
+            value,
+            verdict.to_string(),
+            format!("{:.1} s", m.seconds),
+        ]);
+    }
+    out.print_table(&t);
+}
