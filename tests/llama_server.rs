@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use support::{free_port, http_status, text, Deck};
+use support::{free_port, http_status, measured, text, Deck};
 
 /// The server binary and model `.ci/test` built and cached. No skipping: without them
 /// the test fails and says how to get them.
@@ -60,15 +60,6 @@ fn deck(tag: &str) -> (Deck, u16) {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn measured(r: &Value) -> Vec<&Value> {
-    r["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["warmup"] == false)
-        .collect()
 }
 
 #[test]
@@ -328,4 +319,37 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
         );
     }
     deck.ok(&["down", "tinym"]);
+}
+
+/// A GGUF cut short: llama-server says why in its own words (`error loading model`), a
+/// known fatal line, and the start fails at once naming it.
+#[test]
+fn a_broken_model_file_is_named_by_llama_server_s_own_error() {
+    let (binary, model) = llama();
+    let deck = Deck::new("llama-broken");
+    let broken = deck.dir.join("broken.gguf");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&broken, &bytes[..100_000]).unwrap();
+    deck.recipe(
+        "broken",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\nserver:\n  port: {}\n  args: [-t, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 1m\n",
+            binary.display(),
+            broken.display(),
+            free_port()
+        ),
+    );
+    let ran = deck.sparkctl(&["start", "broken"]).exits(1);
+    let err = ran.stderr();
+    assert!(
+        err.contains("fatal: ") && err.contains("error loading model"),
+        "{err}"
+    );
+    assert!(err.contains("help: check model.path"), "{err}");
+    // Its first error is that line: quoted once, as the fatal one.
+    assert!(!err.contains("\n  error: "), "{err}");
+    assert!(
+        err.contains(" E llama_model_load: error loading model"),
+        "{err}"
+    );
 }

@@ -256,6 +256,11 @@ fn schema_is_json_schema_for_the_recipe_format() {
         v["additionalProperties"], false,
         "unknown keys are errors for editors too"
     );
+    // A venv as the launcher: what it runs, for each engine that has a server module.
+    let python = v["properties"]["python"]["description"].as_str().unwrap();
+    for module in ["vllm.entrypoints.openai.api_server", "sglang.launch_server"] {
+        assert!(python.contains(module), "{python}");
+    }
     let text = out.stdout.iter().map(|&b| b as char).collect::<String>();
     for step in [
         "wrap-vl-config",

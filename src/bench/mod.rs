@@ -281,11 +281,16 @@ async fn server_side(
             available_after: z,
             available_min,
         });
+    let ttft_mean_ms = match (&before, &after) {
+        (Ok(b), Ok(a)) => scrape::ttft_mean_ms(b, a),
+        _ => None,
+    };
     scrape::ServerSide {
         url,
         unavailable: before.as_ref().err().cloned(),
         before: before.ok(),
         after: after.ok(),
+        ttft_mean_ms,
         host_memory,
     }
 }

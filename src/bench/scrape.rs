@@ -27,6 +27,20 @@ const NAMES: &[(&str, Figure)] = &[
     ("vllm:prompt_tokens_total", Figure::PromptTokens),
     ("llamacpp:prompt_tokens_total", Figure::PromptTokens),
     ("sglang:prompt_tokens_total", Figure::PromptTokens),
+    // The server's own time to first token, as a histogram: its sum and count.
+    (
+        "vllm:time_to_first_token_seconds_sum",
+        Figure::TtftSecondsSum,
+    ),
+    (
+        "sglang:time_to_first_token_seconds_sum",
+        Figure::TtftSecondsSum,
+    ),
+    ("vllm:time_to_first_token_seconds_count", Figure::TtftCount),
+    (
+        "sglang:time_to_first_token_seconds_count",
+        Figure::TtftCount,
+    ),
 ];
 
 /// What the server reports, whatever the engine calls it.
@@ -41,6 +55,10 @@ pub enum Figure {
     PrefixQueries,
     GenerationTokens,
     PromptTokens,
+    /// Seconds from arrival to first token, summed over requests (vLLM, SGLang).
+    TtftSecondsSum,
+    /// Requests in that sum.
+    TtftCount,
 }
 
 /// One scrape: when (ms from the run's start) and what.
@@ -182,9 +200,21 @@ pub struct ServerSide {
     pub before: Option<BTreeMap<Figure, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<BTreeMap<Figure, f64>>,
+    /// The server's own mean time to first token over the benchmark (its histogram's sum
+    /// and count, after less before), beside the client's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_mean_ms: Option<f64>,
     /// The host's memory before, after, and the least available seen between.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<HostMemory>,
+}
+
+/// The server's mean time to first token between two scrapes, ms; None when it reports
+/// none or served no request between them.
+pub fn ttft_mean_ms(before: &BTreeMap<Figure, f64>, after: &BTreeMap<Figure, f64>) -> Option<f64> {
+    let grew = |f: Figure| Some(after.get(&f)? - before.get(&f).copied().unwrap_or(0.0));
+    let (sum, count) = (grew(Figure::TtftSecondsSum)?, grew(Figure::TtftCount)?);
+    (count > 0.0).then(|| sum / count * 1e3)
 }
 
 /// `/proc/meminfo`, in bytes.
@@ -245,5 +275,27 @@ mod tests {
         assert_eq!(f[&Figure::GenerationTokens], 3469.0);
         let (total, avail) = meminfo().unwrap();
         assert!(total > 0 && avail <= total);
+    }
+
+    /// vLLM 0.32's own lines (the suite's real vLLM): its histogram's sum and count give
+    /// the server's mean TTFT between two scrapes; its buckets are not figures.
+    #[test]
+    fn the_server_ttft_is_its_histogram_growth() {
+        let at = |sum: f64, count: f64| {
+            parse(&format!(
+                "vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"0.01\",model_name=\"tiny\"}} 5.0\n\
+                 vllm:time_to_first_token_seconds_count{{engine=\"0\",model_name=\"tiny\"}} {count:?}\n\
+                 vllm:time_to_first_token_seconds_sum{{engine=\"0\",model_name=\"tiny\"}} {sum:?}\n"
+            ))
+        };
+        let (before, after) = (at(0.06933856010437012, 6.0), at(0.26933856010437012, 16.0));
+        assert_eq!(before.len(), 2);
+        let mean = ttft_mean_ms(&before, &after).unwrap();
+        assert!((mean - 20.0).abs() < 1e-9, "{mean}");
+        assert_eq!(ttft_mean_ms(&after, &after), None);
+        assert_eq!(
+            ttft_mean_ms(&BTreeMap::new(), &parse("vllm:num_requests_running 1\n")),
+            None
+        );
     }
 }

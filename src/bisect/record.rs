@@ -56,6 +56,9 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub digest: String,
+    /// A build's file (`--builds`); images have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<String>,
     pub first_seen: String,
@@ -135,6 +138,9 @@ pub struct Bisect {
     pub plan: Plan,
     /// The model every digest serves: a bisect over a changed model compares nothing.
     pub model_fingerprint: Option<String>,
+    /// The directory of builds walked (`--builds`), for a process recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builds: Option<PathBuf>,
     pub order: Order,
     /// The good end first, the bad end last, the digests between in history order.
     pub digests: Vec<Candidate>,
@@ -159,6 +165,15 @@ impl Bisect {
 
     pub fn save(&self, state: &StateDir) -> Result<()> {
         state::write_json(&self.path(state)?, self)
+    }
+
+    /// How people know a candidate: a build's path, or the image's `repo@digest`.
+    pub fn label(&self, h: &crate::images::history::History, digest: &str) -> String {
+        let path = self.digests.iter().find(|c| c.digest == digest);
+        match path.and_then(|c| c.path.as_ref()) {
+            Some(p) => format!("{} ({})", p.display(), crate::units::short_digest(digest)),
+            None => h.run_reference(digest),
+        }
     }
 
     pub fn good_end(&self) -> &str {

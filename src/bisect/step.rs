@@ -81,7 +81,7 @@ pub async fn measure(
         seconds: 0.0,
     });
     let mut record = RunRecord::new(Command::Bisect, &b.recipe);
-    record.image = Some(b.reference.clone());
+    record.image = b.builds.is_none().then(|| b.reference.clone());
     record.model_fingerprint = b.model_fingerprint.clone();
     record.bisect = Some(BisectStep {
         bisect_id: b.id.clone(),
@@ -145,13 +145,28 @@ async fn run(
     judge: JudgeFn<'_>,
 ) -> Result<()> {
     let digest = b.digests[index].digest.clone();
-    if let Err(e) = ensure_image(env, &digest).await {
-        m.skipped = Some(format!("not measured: {e}"));
-        (env.say)(&format!("skipped: {e}"));
-        return Ok(());
-    }
-    let derived = derived(env.loaded)?;
-    let lock = lock_for(&derived, env.history, &digest);
+    let build = b.digests[index].path.clone();
+    let mut derived = derived(env.loaded)?;
+    // A build runs as the recipe's binary; an image digest through a lock that pins it.
+    let lock = match &build {
+        Some(path) if path.is_file() => {
+            derived.recipe.binary = Some(path.display().to_string());
+            Lock::default()
+        }
+        Some(path) => {
+            m.skipped = Some(format!("not measured: {} is gone", path.display()));
+            (env.say)(&format!("skipped: {} is gone", path.display()));
+            return Ok(());
+        }
+        None => {
+            if let Err(e) = ensure_image(env, &digest).await {
+                m.skipped = Some(format!("not measured: {e}"));
+                (env.say)(&format!("skipped: {e}"));
+                return Ok(());
+            }
+            lock_for(&derived, env.history, &digest)
+        }
+    };
     let opts = StartOptions {
         lock: &lock,
         allow_unpinned: false,
@@ -195,7 +210,9 @@ async fn run(
     };
     env.touched.lock().expect("touched").started = Some(d.clone());
     record.deployment = Some(d.id.clone());
-    record.image_digest = Some(d.artifact.clone());
+    if d.runtime == crate::recipe::Runtime::Docker {
+        record.image_digest = Some(d.artifact.clone());
+    }
     let measured = rounds(env, b, index, m, record, &d, judge).await;
     keep_logs(env, record, &d).await;
     env.ctx.rt().stop(&d, STOP_GRACE).await?;

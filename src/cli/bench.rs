@@ -346,6 +346,9 @@ fn render_phases(out: &Output, r: &BenchResult) {
                 s.url
             ),
         }
+        if let Some(ms) = s.ttft_mean_ms {
+            println!("server TTFT: mean {ms:.1} ms (the server's own histogram)");
+        }
         if let Some(m) = &s.host_memory {
             println!("{m}");
         }

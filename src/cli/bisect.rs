@@ -46,6 +46,11 @@ pub struct BisectArgs {
     /// and stop it while the step runs (it serves again between steps).
     #[arg(long)]
     pub allow_swap: bool,
+    /// Walk the builds of a process recipe's binary instead of image digests: every
+    /// executable with the binary's file name in DIR or a directory right below it, known by
+    /// its sha256, oldest first by modification time (REFs may name a build by its path).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub builds: Option<std::path::PathBuf>,
     /// Go on with this recipe's unfinished bisect from its recorded measurements.
     #[arg(long, conflicts_with_all = ["good", "bad", "fresh", "metric", "gate"])]
     pub resume: bool,
@@ -88,6 +93,7 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Out
         repeat: args.repeat,
         rounds: args.rounds,
         allow_swap: args.allow_swap,
+        builds: args.builds,
         resume: args.resume,
         fresh: args.fresh,
         dry_run: args.dry_run,
@@ -173,9 +179,9 @@ fn print_answer(r: &Report, out: &Output) {
     };
     println!(
         "first bad: {}{}\nlast good: {}{}",
-        r.history.run_reference(&answer.first_bad),
+        b.label(&r.history, &answer.first_bad),
         when(&answer.first_bad),
-        r.history.run_reference(&answer.last_good),
+        b.label(&r.history, &answer.last_good),
         when(&answer.last_good)
     );
     if !answer.unmeasured.is_empty() {
@@ -205,11 +211,15 @@ fn print_answer(r: &Report, out: &Output) {
         Some(Err(e)) => println!("what changed is not known: {e}"),
         None => {}
     }
-    println!(
-        "both are kept for good (`sparkctl images history {}`); each measurement is a run \
-         record (`sparkctl history`)",
-        b.recipe
-    );
+    if b.builds.is_none() {
+        println!(
+            "both are kept for good (`sparkctl images history {}`); each measurement is a run \
+             record (`sparkctl history`)",
+            b.recipe
+        );
+    } else {
+        println!("each measurement is a run record (`sparkctl history`)");
+    }
 }
 
 /// One row per digest in the range: measured ones with their figure and verdict.

@@ -64,6 +64,9 @@ fn render_plan(out: &Output, plan: &StartPlan) {
         }
     }
     out.print_table(&t);
+    for w in &plan.warnings {
+        println!("warning: {w}");
+    }
 }
 
 /// `sparkctl start`'s flags.

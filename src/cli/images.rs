@@ -251,7 +251,7 @@ async fn keep(at: &At<'_>, target: &str, note: Option<String>, release: bool) ->
     } else {
         EventKind::Kept
     };
-    let note = note.or_else(|| Some(format!("kept by hand on {}", crate::units::now_utc())));
+    let note = note.or_else(|| Some(format!("by hand, {}", crate::units::now_utc())));
     let mut event = image_history::Event::now(kind, &e.digest, note.filter(|_| !release));
     event.image_id = e.image_id.clone();
     event.created = e.created.clone();

@@ -45,6 +45,9 @@ pub struct StartPlan {
     /// The run id the instance carries (its container label, its pid record): a flow sets
     /// its own, so that its way back stops only what this very run started.
     pub run_id: String,
+    /// What to know before it starts (a vLLM venv on SM 12.1); repeated if the start fails.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(skip)]
     resolved: Resolved,
 }
@@ -81,6 +84,10 @@ pub async fn plan_start(
         None => resolved.launch.equivalent_command(),
     };
     let memory = memory_plan(ctx, recipe, resolved.memory_gb, &deployments).await?;
+    let warnings = match crate::nvidia::gpus().await {
+        Ok(gpus) => recipe.engine.host_warning(resolved.runtime, &gpus),
+        Err(_) => None,
+    };
     let old_containers = match ctx.runtimes.docker() {
         Ok(docker) if resolved.runtime == Runtime::Docker => {
             crate::prune::before_start(docker, &ctx.state, &loaded.path, &recipe.name).await
@@ -103,6 +110,7 @@ pub async fn plan_start(
         old_containers,
         group,
         run_id: crate::state::new_run_id(),
+        warnings: warnings.into_iter().collect(),
         resolved,
     })
 }
@@ -290,8 +298,13 @@ pub async fn start(
             // A group's API server stops the rest of the group on every node with it.
             let _ = rt.stop(&deployment, STOP_GRACE).await;
             let why = explain(rt, plan, &spec, &fault).await;
+            let notes: String = plan
+                .warnings
+                .iter()
+                .map(|w| format!("\n  note: {w}"))
+                .collect();
             Err(Error::Failed(format!(
-                "{why}\n  help: full output: `sparkctl logs {}`",
+                "{why}{notes}\n  help: full output: `sparkctl logs {}`",
                 plan.name
             )))
         }
@@ -358,7 +371,8 @@ async fn report(
     let measuring = std::time::Instant::now();
     let memory_observed = memory::observe(rt, &deployment, before).await;
     tracing::debug!("memory observed in {:?}", measuring.elapsed());
-    let warnings = memory_observed.warnings(&plan.name);
+    let mut warnings = plan.warnings.clone();
+    warnings.extend(memory_observed.warnings(&plan.name));
     StartReport {
         deployment,
         ready_after_ms: ready.after.as_secs_f64() * 1e3,

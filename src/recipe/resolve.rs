@@ -221,15 +221,20 @@ impl Recipe {
         })
     }
 
-    /// The host process a process recipe runs (`sparkctl sim` for a sim recipe without
-    /// `binary`), with the same owned flags.
+    /// The host process a process recipe runs: `binary`, the engine's server module under
+    /// `python`, or `sparkctl sim` for a sim recipe with neither; then the same owned flags.
     fn process_launch(&self, profile: &Profile, served: Option<&str>, self_exe: &str) -> Launch {
         let server = &self.server;
         let mut args = Vec::new();
-        let program = match &self.binary {
-            Some(b) => expand_home(b),
-            // Only sim recipes may leave `binary` out (checked at load).
-            None => {
+        let program = match (&self.binary, &self.python, profile.python_module) {
+            (Some(b), _, _) => expand_home(b),
+            (None, Some(python), Some(module)) => {
+                args.extend(["-m".to_string(), module.to_string()]);
+                python_interpreter(&expand_home(python))
+            }
+            // Only sim recipes may leave both out, and only engines with a server module
+            // take `python` (checked at load).
+            _ => {
                 args.push("sim".to_string());
                 self_exe.to_string()
             }
@@ -249,6 +254,22 @@ impl Recipe {
             env: server.env.clone(),
             env_from_host: server.env_from_host.clone(),
         }
+    }
+}
+
+/// `python:` names a venv (its `bin/python` runs) or an interpreter itself (`python`,
+/// `python3.12`, …); a path that is neither yet is taken for a venv, which `start` then
+/// finds missing.
+fn python_interpreter(path: &str) -> String {
+    let p = std::path::Path::new(path);
+    let interpreter = !p.is_dir()
+        && p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("python"));
+    if interpreter {
+        path.to_string()
+    } else {
+        p.join("bin").join("python").display().to_string()
     }
 }
 
@@ -377,6 +398,23 @@ impl Recipe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_names_a_venv_or_an_interpreter() {
+        let dir = std::env::temp_dir().join(format!("sparkctl-venv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let venv = dir.display().to_string();
+        assert_eq!(python_interpreter(&venv), format!("{venv}/bin/python"));
+        assert_eq!(
+            python_interpreter("/opt/envs/sglang/bin/python3.12"),
+            "/opt/envs/sglang/bin/python3.12"
+        );
+        assert_eq!(
+            python_interpreter("/no/such/env"),
+            "/no/such/env/bin/python"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// `start --dry-run --json` and run records show the launch: its JSON is a contract.
     #[test]

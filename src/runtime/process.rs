@@ -160,7 +160,7 @@ impl Supervisor for ProcessRuntime {
         let path = PathBuf::from(program);
         if !host::is_executable(&path) {
             return Err(Error::Usage(format!(
-                "{}: binary {} {}; build it or fix `binary:` in the recipe",
+                "{}: binary {} {}; build it or fix `binary:` (or `python:`) in the recipe",
                 resolved.name,
                 path.display(),
                 if path.exists() {

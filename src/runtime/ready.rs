@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::{Event, Started};
-use crate::engine::Engine;
+use crate::engine::{Engine, FirstError};
 use crate::units::format_duration;
 
 mod ask;
@@ -274,7 +274,7 @@ pub async fn wait_ready(
     let _stop_prober = AbortOnDrop(prober);
 
     let mut health = Health::Waiting;
-    let mut lines: VecDeque<String> = VecDeque::new();
+    let mut lines = Lines::default();
     let mut events_open = true;
     let mut answered = false;
     let mut refused_since: Option<tokio::time::Instant> = None;
@@ -302,14 +302,20 @@ pub async fn wait_ready(
                         let until = tokio::time::Instant::now() + FATAL_GRACE;
                         fatal_seen = Some((line.clone(), f.hint, began.elapsed(), until));
                     }
-                    keep(&mut lines, line);
+                    lines.keep(line);
                 }
                 Some(Event::Exited(exit)) => {
                     let after = began.elapsed();
                     // Its last words may still be on the way (logs and exit travel apart).
                     drain_lines(&mut started.events, &mut lines).await;
-                    let fatal = lines.iter().find_map(|l| engine.fatal(l).map(|f| (l.clone(), f.hint)));
-                    return Err(Fault::Exited { exit, after, fatal, last_lines: lines.into() });
+                    // The fatal line seen earlier (vLLM's comes some 50 lines before its
+                    // end), else one among its last words.
+                    let fatal = match fatal_seen {
+                        Some((line, hint, ..)) => Some((line, hint)),
+                        None => lines.last.iter().find_map(|l| engine.fatal(l).map(|f| (l.clone(), f.hint))),
+                    };
+                    let (last_lines, first_error) = lines.take();
+                    return Err(Fault::Exited { exit, after, fatal, last_lines, first_error });
                 }
                 None => events_open = false,
             },
@@ -322,7 +328,8 @@ pub async fn wait_ready(
                     });
                 }
                 Some(Report::Wedged(within)) => {
-                    return Err(Fault::Wedged { after: began.elapsed(), within, url, last_lines: lines.into() });
+                    let (last_lines, first_error) = lines.take();
+                    return Err(Fault::Wedged { after: began.elapsed(), within, url, last_lines, first_error });
                 }
                 Some(Report::Now(h)) => {
                     // Refused before any answer is a server still starting (vLLM binds its
@@ -338,31 +345,57 @@ pub async fn wait_ready(
             },
             _ = fatal_grace => {
                 let (line, hint, after, _) = fatal_seen.take().expect("armed only when set");
-                return Err(Fault::FatalLine { line, hint, after });
+                let first_error = lines.take().1;
+                return Err(Fault::FatalLine { line, hint, after, first_error });
             }
             _ = closed_check => {
-                return Err(Fault::PortClosed { after: began.elapsed(), url, last_lines: lines.into() });
+                let (last_lines, first_error) = lines.take();
+                // A port closed after a fatal line is that line's consequence (vLLM's API
+                // server shuts down once its engine died).
+                if let Some((line, hint, after, _)) = fatal_seen.take() {
+                    return Err(Fault::FatalLine { line, hint, after, first_error });
+                }
+                return Err(Fault::PortClosed { after: began.elapsed(), url, last_lines, first_error });
             }
             _ = tokio::time::sleep_until(deadline) => {
-                return Err(Fault::Timeout { after: timeout, health, url, last_lines: lines.into() });
+                let (last_lines, first_error) = lines.take();
+                return Err(Fault::Timeout { after: timeout, health, url, last_lines, first_error });
             }
         }
         progress(&Waiting {
             elapsed: began.elapsed(),
             health: &health,
-            last_line: lines.back().map(String::as_str),
+            last_line: lines.last.back().map(String::as_str),
         });
     }
 }
 
-fn keep(lines: &mut VecDeque<String>, line: String) {
-    if lines.len() == KEEP_LINES {
-        lines.pop_front();
-    }
-    lines.push_back(line);
+/// What is kept of the server's output to explain a failure: its last lines, and its first
+/// error line with its number (a traceback's cause comes long before the shutdown's noise).
+#[derive(Default)]
+struct Lines {
+    last: VecDeque<String>,
+    first_error: FirstError,
 }
 
-async fn drain_lines(events: &mut mpsc::Receiver<Event>, lines: &mut VecDeque<String>) {
+impl Lines {
+    fn keep(&mut self, line: String) {
+        self.first_error.see(&line);
+        if self.last.len() == KEEP_LINES {
+            self.last.pop_front();
+        }
+        self.last.push_back(line);
+    }
+
+    fn take(&mut self) -> (Vec<String>, Option<crate::engine::ErrorLine>) {
+        (
+            std::mem::take(&mut self.last).into(),
+            self.first_error.get(),
+        )
+    }
+}
+
+async fn drain_lines(events: &mut mpsc::Receiver<Event>, lines: &mut Lines) {
     let until = tokio::time::Instant::now() + Duration::from_secs(1);
     while let Ok(Some(event)) = tokio::time::timeout_at(
         until.min(tokio::time::Instant::now() + Duration::from_millis(100)),
@@ -371,7 +404,7 @@ async fn drain_lines(events: &mut mpsc::Receiver<Event>, lines: &mut VecDeque<St
     .await
     {
         if let Event::Line(line) = event {
-            keep(lines, line);
+            lines.keep(line);
         }
     }
 }

@@ -33,9 +33,24 @@ fn size(text: &str) -> Result<ByteSize, String> {
     parse_size(text).map(ByteSize)
 }
 
+/// Whose wire the simulator follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mimic {
+    /// sparkctl's own: /health 503 while loading, `reasoning_content` deltas (as
+    /// llama-server sends them), one chunk per token, usage with cached tokens.
+    Generic,
+    /// vLLM 0.32's, as the suite's real vLLM shows it (tests/vllm.rs holds the two side by
+    /// side): no port until loaded, /health 200 with no body, `owned_by: vllm`,
+    /// `delta.reasoning`, the model's `<think>`, `</think>` and end-of-sequence tokens
+    /// counted in usage but in no chunk, usage in every chunk when `continuous_usage_stats`
+    /// is asked, `finish_reason: length` on the last token's own chunk.
+    Vllm,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReasoningAs {
-    /// `reasoning_content` deltas, as vLLM with `--reasoning-parser` sends them.
+    /// A delta field of its own, as an engine with a reasoning parser sends it:
+    /// `reasoning_content` (llama-server; `--mimic generic`), `reasoning` (vLLM 0.32).
     Field,
     /// `<think>…</think>` inside `content`: the leak the seeds' v1 benchmark fell for.
     Leak,
@@ -72,6 +87,9 @@ pub struct SimConfig {
     /// Port to listen on; 0 picks a free one (printed at start).
     #[arg(long, env = "SIM_PORT", default_value_t = 8000)]
     pub port: u16,
+    /// Whose wire to follow: `generic`, or `vllm` (vLLM 0.32's).
+    #[arg(long, env = "SIM_MIMIC", value_enum, default_value = "generic")]
+    pub mimic: Mimic,
     /// Model id served in /v1/models.
     #[arg(long, env = "SIM_MODEL_NAME", default_value = "sim-model")]
     pub model_name: String,

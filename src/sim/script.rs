@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{ReasoningAs, SimConfig, ToolCallsAs};
+use super::{Mimic, ReasoningAs, SimConfig, ToolCallsAs};
 
 /// The parts of an OpenAI chat request the simulator looks at.
 #[derive(Debug, Clone, Default)]
@@ -13,6 +13,11 @@ pub struct Request {
     pub tool_choice_none: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
+    pub continuous_usage: bool,
+    /// `chat_template_kwargs.enable_thinking`: false closes the think block in the prompt
+    /// (Qwen3's templates), so a model served by vLLM does not reason.
+    pub thinking: Option<bool>,
     pub max_tokens: Option<usize>,
     /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
     pub no_cache: bool,
@@ -43,6 +48,13 @@ impl Request {
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            continuous_usage: body
+                .pointer("/stream_options/continuous_usage_stats")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            thinking: body
+                .pointer("/chat_template_kwargs/enable_thinking")
+                .and_then(Value::as_bool),
             max_tokens,
             no_cache: body.get("cache_prompt").and_then(Value::as_bool) == Some(false),
         })
@@ -105,6 +117,9 @@ pub enum Piece {
     },
     /// A fragment of the tool call's JSON arguments.
     ToolArgs(String),
+    /// A token the engine generates and counts but streams in no chunk (vLLM's parser eats
+    /// `<think>` and `</think>`; the end-of-sequence token ends the stream).
+    Silent,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -186,8 +201,20 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
     let question = req.last_user_text();
     let mut pieces = Vec::new();
 
-    let reasoning = take_tokens(REASONING, REASONING, cfg.reasoning_tokens);
+    let vllm = cfg.mimic == Mimic::Vllm;
+    let thinks = !(vllm && req.thinking == Some(false));
+    let reasoning = match thinks {
+        true => take_tokens(REASONING, REASONING, cfg.reasoning_tokens),
+        false => Vec::new(),
+    };
     match cfg.reasoning_as {
+        // vLLM's reasoning parser: the model's <think> and </think> are tokens of their
+        // own that no chunk carries.
+        ReasoningAs::Field if vllm && !reasoning.is_empty() => {
+            pieces.push(Piece::Silent);
+            pieces.extend(reasoning.into_iter().map(Piece::Reasoning));
+            pieces.push(Piece::Silent);
+        }
         ReasoningAs::Field => pieces.extend(reasoning.into_iter().map(Piece::Reasoning)),
         ReasoningAs::Leak if !reasoning.is_empty() => {
             pieces.push(Piece::Content("<think>\n".into()));
@@ -237,6 +264,11 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
                 .into_iter()
                 .map(Piece::Content),
         );
+    }
+    // vLLM counts the end-of-sequence token; an answer whose budget ends before it stops
+    // on length.
+    if vllm {
+        pieces.push(Piece::Silent);
     }
     if pieces.len() > budget {
         pieces.truncate(budget);

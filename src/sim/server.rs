@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
@@ -22,8 +22,8 @@ use tokio::time::{sleep_until, Instant};
 use super::cache::PrefixCache;
 use super::metrics::Metrics;
 use super::script::{plan, Plan, Request};
-use super::stream::{error_body, produce, whole_response, Meta};
-use super::{LoadFault, SimConfig};
+use super::stream::{error_body, produce, whole_response, Frame, Meta, Wire};
+use super::{LoadFault, Mimic, SimConfig};
 use crate::error::{Error, Result};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -138,18 +138,11 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
     if let Some(done) = other_part(&cfg).await {
         return done;
     }
-    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
-        .await
-        .map_err(|e| {
-            Error::io(
-                format!("sim: cannot listen on {}:{}", cfg.host, cfg.port),
-                e,
-            )
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::io("sim: no local address", e))?;
-    log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    // vLLM opens its port only once the engine is up: connections are refused until then.
+    let listener = match cfg.mimic {
+        Mimic::Generic => Some(listen(&cfg).await?),
+        Mimic::Vllm => None,
+    };
     // Before the load clock starts, so ready_at_unix_us stays exact however long it takes.
     let held = match cfg.hold_memory {
         Some(size) => hold(size.0)?,
@@ -194,9 +187,37 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     // `close_tx` lives as long as the server: a dropped sender would wake `changed()`.
     spawn_loader(&state, close_tx.clone());
+    let listener = match listener {
+        Some(l) => l,
+        None => {
+            if !state.cfg.never_ready && state.cfg.load_fault.is_none() {
+                tokio::time::sleep_until(started + state.cfg.load_time).await;
+            } else {
+                // Never loads: the fault (or a stop) ends the process.
+                std::future::pending::<()>().await;
+            }
+            listen(&state.cfg).await?
+        }
+    };
     accept_until_stopped(listener, state, close_rx).await?;
     log(format_args!("sparkctl-sim: shutting down"));
     Ok(())
+}
+
+async fn listen(cfg: &SimConfig) -> Result<TcpListener> {
+    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|e| {
+            Error::io(
+                format!("sim: cannot listen on {}:{}", cfg.host, cfg.port),
+                e,
+            )
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("sim: no local address", e))?;
+    log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    Ok(listener)
 }
 
 /// One binary plays every part of a multi-node group: `sha256sum`, and Ray's head, worker
@@ -343,6 +364,11 @@ async fn handle(
     let ready = state.ready();
     let cfg = &state.cfg;
     let response = match (req.method(), req.uri().path()) {
+        // vLLM's /health is a 200 with no body.
+        (&Method::GET, "/health") if ready && cfg.mimic == Mimic::Vllm => Response::builder()
+            .status(StatusCode::OK)
+            .body(Full::new(Bytes::new()).boxed())
+            .expect("static response parts are valid"),
         (&Method::GET, "/health") if ready => {
             json_response(StatusCode::OK, json!({"status": "ok"}))
         }
@@ -372,7 +398,10 @@ async fn handle(
             log(format_args!("GET /v1/models 200"));
             json_response(
                 StatusCode::OK,
-                json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": "sparkctl-sim"}]}),
+                json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": match cfg.mimic {
+                    Mimic::Vllm => "vllm",
+                    Mimic::Generic => "sparkctl-sim",
+                }}]}),
             )
         }
         (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
@@ -417,15 +446,23 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     // Generation starts once a slot is free; the uncached part of the prompt is evaluated first.
     let first = start + cfg.ttft_for(n) + cfg.prefill(plan.prompt_tokens - cached);
     let due = |i: usize| first + cfg.itl().mul_f64(i as f64);
+    let vllm = cfg.mimic == Mimic::Vllm;
     let meta = Meta {
         id: format!("chatcmpl-sim-{n}"),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         model: cfg.model_name.clone(),
+        wire: Wire {
+            vllm,
+            usage: request.include_usage && !cfg.no_usage,
+            // Only vLLM honours it.
+            continuous: vllm && request.continuous_usage && !cfg.no_usage,
+        },
     };
     if !request.stream {
         if !plan.pieces.is_empty() {
+            state.metrics.observe_ttft(first - arrived);
             sleep_until(due(plan.pieces.len() - 1)).await;
         }
         state
@@ -436,9 +473,8 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         return json_response(StatusCode::OK, whole_response(&meta, &plan, !cfg.no_usage));
     }
 
-    let usage = request.include_usage && !cfg.no_usage;
     let dues: Vec<std::time::Instant> = (0..plan.pieces.len()).map(|i| due(i).into_std()).collect();
-    streamed(state, meta, plan, slot, dues, usage)
+    streamed(state, meta, plan, slot, dues, arrived)
 }
 
 /// The request's body, parsed, and when it was all in (monotonic and wall clock, µs); or
@@ -469,9 +505,9 @@ fn streamed(
     plan: Plan,
     slot: Slot,
     dues: Vec<std::time::Instant>,
-    usage: bool,
+    arrived: Instant,
 ) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (tx, rx) = mpsc::channel::<Frame>(64);
     let faults = (state.cfg.stall_after, state.cfg.error_after);
     // Paced on its own thread: tokio's timer wheel ticks in whole milliseconds, a thread
     // sleep lands within tens of microseconds, and token timing is what this exists for.
@@ -480,30 +516,36 @@ fn streamed(
     let metrics = state.metrics.clone();
     tokio::task::spawn_blocking(move || {
         pacing.fetch_add(1, Ordering::Relaxed);
-        produce(&tx, &meta, &plan, &dues, usage, faults, &pacing);
+        produce(&tx, &meta, &plan, &dues, faults, &pacing);
         pacing.fetch_sub(1, Ordering::Relaxed);
         drop(slot);
     });
     // When each token went to the HTTP layer, logged once the stream ends: a client's
     // timing error can then be told apart from the sim's own lateness against its schedule.
     let handed = Vec::with_capacity(tokens);
-    let stream =
-        futures_util::stream::unfold((rx, handed, 0usize), move |(mut rx, mut handed, i)| {
-            let id = id.clone();
-            let metrics = metrics.clone();
-            async move {
-                let Some(b) = rx.recv().await else {
-                    log_handed(&id, &handed);
-                    return None;
-                };
-                // Frame 0 is the role; tokens follow.
-                if (1..=tokens).contains(&i) {
-                    handed.push(unix_us());
-                    metrics.generation_tokens.fetch_add(1, Ordering::Relaxed);
+    let stream = futures_util::stream::unfold((rx, handed), move |(mut rx, mut handed)| {
+        let id = id.clone();
+        let metrics = metrics.clone();
+        async move {
+            let Some((b, carried)) = rx.recv().await else {
+                log_handed(&id, &handed);
+                return None;
+            };
+            if carried > 0 {
+                if handed.is_empty() {
+                    metrics.observe_ttft(arrived.elapsed());
                 }
-                Some((Ok::<_, Infallible>(Frame::data(b)), (rx, handed, i + 1)))
+                handed.push(unix_us());
+                metrics
+                    .generation_tokens
+                    .fetch_add(carried as u64, Ordering::Relaxed);
             }
-        });
+            Some((
+                Ok::<_, Infallible>(hyper::body::Frame::data(b)),
+                (rx, handed),
+            ))
+        }
+    });
     Response::builder()
         .status(StatusCode::OK)
         .header(CONTENT_TYPE, "text/event-stream")

@@ -52,16 +52,16 @@ impl Sim {
             .spawn()
             .expect("sim starts");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout piped")).lines();
-        let first = lines
-            .next()
-            .expect("sim prints its address")
-            .expect("utf-8");
-        let url = first
-            .split("listening on ")
-            .nth(1)
-            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-            .trim()
-            .to_string();
+        // Its address, once it listens (at once; after loading with `--mimic vllm`).
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("sim prints its address")
+                .expect("utf-8");
+            if let Some(url) = line.split("listening on ").nth(1) {
+                break url.trim().to_string();
+            }
+        };
         // Keep draining stdout so the sim never blocks on a full pipe.
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = log.clone();
@@ -153,6 +153,16 @@ pub async fn stream_chat(client: &::reqwest::Client, url: &str, body: &Value) ->
         }
     }
     (status, events)
+}
+
+/// A benchmark result's samples, warm-up runs left out.
+pub fn measured(r: &Value) -> Vec<&Value> {
+    r["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["warmup"] == false)
+        .collect()
 }
 
 /// The strings of a JSON array (argv lists, names, required keys).
@@ -699,14 +709,20 @@ pub struct Traffic {
 
 impl Traffic {
     pub fn start(url: &str, every: Duration) -> Traffic {
+        Traffic::asking_for(url, every, "any")
+    }
+
+    /// As `start`, naming `model` (a server that checks the name, as vLLM does, answers 404
+    /// to any other).
+    pub fn asking_for(url: &str, every: Duration, model: &str) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, url) = (stop.clone(), url.to_string());
+        let (flag, url, model) = (stop.clone(), url.to_string(), model.to_string());
         let thread = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(url, every, flag))
+                .block_on(traffic(url, every, model, flag))
         });
         Traffic {
             stop,
@@ -723,6 +739,7 @@ impl Traffic {
 async fn traffic(
     url: String,
     every: Duration,
+    model: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> TrafficReport {
     let client = ::reqwest::Client::builder()
@@ -731,7 +748,7 @@ async fn traffic(
         .build()
         .unwrap();
     let body = serde_json::json!({
-        "model": "any", "max_tokens": 1, "stream": true,
+        "model": model, "max_tokens": 1, "stream": true,
         "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
     });
     let mut report = TrafficReport {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Health, CLOSED_AFTER};
+use crate::engine::ErrorLine;
 use crate::runtime::Exit;
 use crate::units::format_duration;
 
@@ -15,17 +16,20 @@ pub enum Fault {
         after: Duration,
         fatal: Option<(String, &'static str)>,
         last_lines: Vec<String>,
+        first_error: Option<ErrorLine>,
     },
     FatalLine {
         line: String,
         hint: &'static str,
         after: Duration,
+        first_error: Option<ErrorLine>,
     },
     /// It answered, then stopped answering while still alive.
     PortClosed {
         after: Duration,
         url: String,
         last_lines: Vec<String>,
+        first_error: Option<ErrorLine>,
     },
     /// Health said ok, but a one-token completion got no answer within `within`.
     Wedged {
@@ -33,17 +37,20 @@ pub enum Fault {
         within: Duration,
         url: String,
         last_lines: Vec<String>,
+        first_error: Option<ErrorLine>,
     },
     Timeout {
         after: Duration,
         health: Health,
         url: String,
         last_lines: Vec<String>,
+        first_error: Option<ErrorLine>,
     },
 }
 
 impl Fault {
-    /// One explanation for people: what happened, the evidence, what to do.
+    /// One explanation for people: what happened, the evidence (the server's first error
+    /// line, a known fatal line and what to do about it, its last lines), what to do.
     pub fn explain(&self, name: &str) -> String {
         let tail = last_output;
         match self {
@@ -52,37 +59,48 @@ impl Fault {
                 after,
                 fatal,
                 last_lines,
+                first_error,
             } => {
                 let mut s = format!(
                     "{name} {exit} while starting ({:.1} s in)",
                     after.as_secs_f64()
                 );
+                s += &error_line(first_error.as_ref(), fatal.as_ref().map(|f| f.0.as_str()));
                 if let Some((line, hint)) = fatal {
                     s.push_str(&format!("\n  fatal: {line}\n  help: {hint}"));
                 }
                 s + &tail(last_lines)
             }
-            Fault::FatalLine { line, hint, after } => format!(
-                "{name} cannot start ({:.1} s in); its log says:\n  fatal: {line}\n  help: {hint}",
-                after.as_secs_f64()
+            Fault::FatalLine {
+                line,
+                hint,
+                after,
+                first_error,
+            } => format!(
+                "{name} cannot start ({:.1} s in); its log says:{}\n  fatal: {line}\n  help: {hint}",
+                after.as_secs_f64(),
+                error_line(first_error.as_ref(), Some(line)),
             ),
             Fault::PortClosed {
                 after,
                 url,
                 last_lines,
+                first_error,
             } => {
                 format!(
                     "{name} answered on {url}, then refused connections for {:.1} s while still \
                  running ({:.1} s in): it closed its port; the output says why",
                     CLOSED_AFTER.as_secs_f64(),
                     after.as_secs_f64()
-                ) + &tail(last_lines)
+                ) + &error_line(first_error.as_ref(), None)
+                    + &tail(last_lines)
             }
             Fault::Wedged {
                 after,
                 within,
                 url,
                 last_lines,
+                first_error,
             } => {
                 format!(
                 "{name} is not ready ({:.1} s in): its health endpoint on {url} says ok, but a \
@@ -92,21 +110,36 @@ impl Fault {
                  health.completion_timeout",
                 after.as_secs_f64(),
                 format_duration(*within)
-            ) + &tail(last_lines)
+            ) + &error_line(first_error.as_ref(), None)
+                    + &tail(last_lines)
             }
             Fault::Timeout {
                 after,
                 health,
                 url,
                 last_lines,
+                first_error,
             } => {
                 let why = timeout_reason(health, url);
                 format!(
                     "{name} was not ready within {:.0} s: {why}",
                     after.as_secs_f64()
-                ) + &tail(last_lines)
+                ) + &error_line(first_error.as_ref(), None)
+                    + &tail(last_lines)
             }
         }
+    }
+}
+
+/// The server's first error line, with its number in its output (`sparkctl logs` shows it
+/// whole); nothing when it is the fatal line already quoted.
+fn error_line(first: Option<&ErrorLine>, fatal: Option<&str>) -> String {
+    match first {
+        Some(e) if fatal.is_none_or(|f| !f.contains(&e.text)) => format!(
+            "\n  error: {} (output line {}, its first error)",
+            e.text, e.number
+        ),
+        _ => String::new(),
     }
 }
 

@@ -1,0 +1,137 @@
+//! Leaving things as they were: the state lock (waited for), a candidate an earlier bisect
+//! left running, and the way back after an error or Ctrl-C (candidate stopped, production
+//! serving, the bisect kept as recorded for `--resume`).
+
+use super::record::{Bisect, Status};
+use super::step::{candidate_name, Env};
+use crate::deploy::switch::{self, Ctx, Touched};
+use crate::error::{Error, Result};
+use crate::history::{Outcome, RunRecord};
+
+/// The state lock, waited for a while: after a bisect was killed while production was
+/// stopped for its step, the front door's watch takes the lock again and again trying to
+/// bring production back (which the leftover candidate's memory may prevent); the next
+/// bisect gets in between, stops the leftover and brings production back itself.
+pub async fn lock_waiting(
+    state: &crate::state::StateDir,
+    what: &str,
+    say: &dyn Fn(&str),
+) -> Result<crate::state::StateLock> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut said = false;
+    loop {
+        match state.lock(what) {
+            Ok(lock) => return Ok(lock),
+            // Only a lock another process holds is waited for (that is its message).
+            Err(e)
+                if e.to_string().starts_with("another sparkctl")
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !said {
+                    say(&format!("waiting (up to 60 s): {e}"));
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A candidate a killed bisect left running is stopped before anything starts, and a
+/// production it had stopped for its step (its requests held) is brought back.
+pub async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
+    let candidate = candidate_name(name);
+    let left = ctx
+        .rt()
+        .find(&candidate)
+        .await?
+        .filter(crate::runtime::Deployment::running);
+    if let Some(d) = &left {
+        say(&format!(
+            "stopping {candidate} ({}), left running by an earlier bisect",
+            crate::units::short_id(&d.id)
+        ));
+    }
+    let t = Touched {
+        started: left,
+        ..Default::default()
+    };
+    for note in put_back(ctx, t, name, say).await {
+        say(&note);
+    }
+    Ok(())
+}
+
+/// What a step changed, undone: its candidate stopped, production serving again. Without
+/// a front door answering there is no production to bring back: only the candidate stops.
+async fn put_back(ctx: &Ctx<'_>, mut t: Touched, name: &str, say: &dyn Fn(&str)) -> Vec<String> {
+    let candidate = candidate_name(name);
+    if ctx.door.status().await.is_ok() {
+        return switch::restore(ctx, t, &candidate, say).await;
+    }
+    if t.started.is_none() {
+        t.started = ctx.rt().find(&candidate).await.ok().flatten();
+    }
+    match t.started.filter(crate::runtime::Deployment::running) {
+        Some(d) => match ctx.rt().stop(&d, crate::deploy::STOP_GRACE).await {
+            Ok(()) => vec![format!(
+                "stopped {candidate} (its logs: `sparkctl logs {candidate}`)"
+            )],
+            Err(e) => vec![format!("stopping {candidate} failed: {e}")],
+        },
+        None => Vec::new(),
+    }
+}
+
+/// After an error or an interrupt: what the step changed is put back, the bisect is kept
+/// as recorded (resumable) and the error says where it stands.
+pub async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
+    let ctx = env.ctx;
+    let state = ctx.state();
+    let t = std::mem::take(&mut *env.touched.lock().expect("touched"));
+    let notes = put_back(ctx, t, &b.recipe, env.say).await;
+    // The file holds every finished round; the copy here may miss the step in progress.
+    let mut b: Bisect = b
+        .path(state)
+        .and_then(|p| crate::state::read_json(&p))
+        .unwrap_or(b);
+    let interrupted = matches!(e, Error::Interrupted(_));
+    b.status = if interrupted {
+        Status::Interrupted
+    } else {
+        Status::Stopped
+    };
+    b.why_stopped = Some(e.to_string());
+    let saved = b.save(state);
+    let current: Option<RunRecord> = env.current.lock().expect("current").take();
+    if let Some(mut r) = current {
+        r.outcome = if interrupted {
+            Outcome::Interrupted
+        } else {
+            Outcome::Failed
+        };
+        r.error = Some(e.to_string());
+        r.finished_at = crate::units::now_utc();
+        let _ = r.save(state);
+    }
+    let put_back = if notes.is_empty() {
+        String::new()
+    } else {
+        format!("\n  {}", notes.join("; "))
+    };
+    let kept = match saved {
+        Ok(()) => format!(
+            "{} measurement(s) recorded; `sparkctl bisect {} --resume` goes on from them",
+            b.measurements.len(),
+            b.recipe
+        ),
+        Err(w) => format!("the bisect's record was not written ({w})"),
+    };
+    let text = format!("bisect of {} stopped: {e}{put_back}\n  {kept}", b.recipe);
+    if interrupted {
+        Error::Interrupted(text)
+    } else {
+        Error::Failed(text)
+    }
+}
