@@ -22,6 +22,7 @@ pub mod node;
 pub mod nvidia;
 pub mod openai;
 pub mod patch;
+pub mod places;
 pub mod production;
 pub mod prune;
 pub mod recipe;

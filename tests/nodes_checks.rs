@@ -37,7 +37,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
             .unwrap()
             .to_string()
     };
-    let out = t.deck.run(&["--json", "doctor"]);
+    let out = t.deck.run(&["--json", "doctor", "tp2"]);
     let ok = rows(&out);
     for name in [
         "node a engine",
@@ -48,7 +48,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
         assert_eq!(verdict(&ok, name), "ok", "{name}: {ok:?}");
     }
     t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
-    let out = t.deck.run(&["--json", "doctor"]);
+    let out = t.deck.run(&["--json", "doctor", "tp2"]);
     assert_ne!(out.status.code(), Some(0));
     let bad = rows(&out);
     assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
@@ -59,7 +59,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
     let text = std::fs::read_to_string(&path).unwrap();
     let text = text.replace(&format!("address: {NODE_ADDR}"), "address: 10.77.0.9");
     std::fs::write(&path, text).unwrap();
-    let out = t.deck.run(&["--json", "doctor"]);
+    let out = t.deck.run(&["--json", "doctor", "tp2"]);
     let silent = rows(&out);
     assert_eq!(verdict(&silent, "node b engine"), "ok", "{silent:?}");
     assert_eq!(

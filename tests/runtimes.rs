@@ -570,11 +570,19 @@ fn without_a_docker_engine_processes_still_list_and_containers_get_a_clear_error
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains(" p "), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("warning: containers not shown"));
+    // In use is a process: without an engine the machine still serves it.
     let out = nodocker(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("warn  docker engine"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = nodocker(&["doctor", "c"]);
     assert_eq!(
         out.status.code(),
         Some(1),
-        "a docker recipe cannot run: doctor fails"
+        "the docker recipe asked for cannot run: doctor fails"
     );
     assert!(
         text(&out.stdout).contains("FAIL  docker engine"),
@@ -591,8 +599,13 @@ fn doctor_reports_engine_ports_and_state_dir() {
     let taken = holder.local_addr().unwrap().port();
     deck.recipe("a", &process_recipe(taken, "--load-time, 0s"));
     deck.recipe("b", &docker_recipe(free_port(), "--load-time, 0s"));
-    let out = deck.run(&["--json", "doctor"]);
-    let checks: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ran = deck.sparkctl(&["--json", "doctor", "a", "b"]).exits(1);
+    // The checks, then the failure as a JSON document of its own.
+    let checks: Value = serde_json::Deserializer::from_str(&ran.stdout())
+        .into_iter()
+        .next()
+        .expect("the checks as JSON")
+        .unwrap();
     let find = |name: &str| {
         checks
             .as_array()
@@ -607,14 +620,29 @@ fn doctor_reports_engine_ports_and_state_dir() {
         .as_str()
         .unwrap()
         .contains("Docker Engine"));
-    let port = find(&format!("port {taken}"));
-    assert_eq!(port["verdict"], "warn");
+    let port = find("a port");
+    assert_eq!(port["verdict"], "fail");
     assert!(port["detail"]
         .as_str()
         .unwrap()
-        .contains(&format!("pid {}", std::process::id())));
+        .contains(&format!("{taken} is taken by pid {}", std::process::id())));
+    assert_eq!(find("a binary")["verdict"], "ok");
+    assert_eq!(find("b port")["verdict"], "ok");
+    let image = find("b image");
+    assert_eq!(image["verdict"], "fail", "unpinned: `start b` would refuse");
+    assert!(image["detail"]
+        .as_str()
+        .unwrap()
+        .contains("sparkctl images pin b"));
     assert_eq!(find("state dir")["verdict"], "ok");
     assert!(find("nvidia runtime")["verdict"] != "fail");
+
+    // Asked about nothing, with nothing in use: the machine only, and a line for the rest.
+    deck.sparkctl(&["doctor"])
+        .succeeds()
+        .says("not checked")
+        .says("a, b (not in use); `sparkctl doctor RECIPE` checks one")
+        .never_says("a port");
 }
 
 #[test]

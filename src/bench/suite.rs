@@ -1,15 +1,25 @@
-//! Benchmark suites: the workload as YAML (prompts, tools, turns, expectations). The
-//! default one, `voice-assistant`, is built in; others live in `recipes/suites/` or a path.
+//! Benchmark suites: the workload as YAML (prompts, tools, turns, expectations). The shipped
+//! ones (`voice-assistant`, the default, `quick`, `cache`) are built in; others live in
+//! `recipes/suites/` or a path.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Diagnostic, Error, Result};
 
-const BUILT_IN: &str = include_str!("../../recipes/suites/voice-assistant.yaml");
+/// The suites shipped in `recipes/suites/`, built in so that `bench URL --suite NAME` works
+/// wherever sparkctl runs; a file of the same name in the suites dir wins.
+const BUILT_IN: [(&str, &str); 3] = [
+    (
+        "voice-assistant",
+        include_str!("../../recipes/suites/voice-assistant.yaml"),
+    ),
+    ("quick", include_str!("../../recipes/suites/quick.yaml")),
+    ("cache", include_str!("../../recipes/suites/cache.yaml")),
+];
 
 /// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
 pub const DEFAULT_SUITE: &str = "voice-assistant";
@@ -166,15 +176,17 @@ impl Suite {
             (as_path.to_path_buf(), read(as_path)?)
         } else if in_dir.is_file() {
             (in_dir.clone(), read(&in_dir)?)
-        } else if spec == DEFAULT_SUITE {
+        } else if let Some((_, text)) = BUILT_IN.iter().find(|(name, _)| *name == spec) {
             (
-                Path::new("<built-in voice-assistant>").to_path_buf(),
-                BUILT_IN.to_string(),
+                PathBuf::from(format!("<built-in {spec}>")),
+                text.to_string(),
             )
         } else {
+            let names: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
             return Err(Error::Usage(format!(
-                "no suite `{spec}`: not a file, not {}; the built-in one is voice-assistant",
-                in_dir.display()
+                "no suite `{spec}`: not a file, not {}; built in: {}",
+                in_dir.display(),
+                names.join(", ")
             )));
         };
         let suite: Suite = crate::yaml::from_slice(

@@ -11,6 +11,7 @@ mod output;
 mod patch;
 mod prune;
 mod recipes;
+mod setup;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +21,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::error::{Error, Result};
 use crate::sim::SimConfig;
 pub use output::Output;
+use setup::{
+    context, in_context, init_tracing, load_recipes, lock_path, recipes_in, runtime, self_exe,
+    server_runtime, state_root, with_recipes,
+};
 
 /// Deploy, verify and roll back LLM inference servers on a DGX Spark.
 #[derive(Debug, Parser)]
@@ -39,15 +44,10 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Globals {
-    /// Directory of recipes.
-    #[arg(
-        long,
-        global = true,
-        env = "SPARKCTL_RECIPES",
-        default_value = "recipes",
-        value_name = "DIR"
-    )]
-    pub recipes: PathBuf,
+    /// Directory of recipes [default: ./recipes when it exists, else
+    /// $XDG_CONFIG_HOME/sparkctl/recipes].
+    #[arg(long, global = true, env = "SPARKCTL_RECIPES", value_name = "DIR")]
+    pub recipes: Option<PathBuf>,
     /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
     #[arg(long, global = true, env = "SPARKCTL_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -203,8 +203,13 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Check the machine: Docker Engine, NVIDIA runtime, GPU, ports, state dir.
-    Doctor,
+    /// Check the machine (Docker Engine, NVIDIA runtime, GPU, memory, state dir, front door)
+    /// and the recipes in use: production, its fallbacks, what runs. Name recipes to check
+    /// those deeply instead (image, GPUs, model dir, donors, port, memory, nodes).
+    Doctor {
+        /// Recipes to check, in use or not.
+        names: Vec<String>,
+    },
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
     Sim(SimConfig),
     /// Print shell completions.
@@ -235,103 +240,14 @@ pub enum RecipesCommand {
     },
 }
 
-/// Logs on stderr: sparkctl's own at the level asked for (`-v`, `-vv`, `SPARKCTL_LOG`),
-/// every dependency's at most at info, whatever was asked. At debug, bollard logs each
-/// request body, and a container's body holds the values of its `env_from_host` secrets
-/// (`"Env":["HF_TOKEN=…"]`); the cap is a second filter, so no `SPARKCTL_LOG` directive
-/// (`bollard=trace`, `trace`, a span filter) can lift it. Records of the `log` crate
-/// (bollard's) arrive with the target `log`, so they are capped too.
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::filter::{filter_fn, FilterExt};
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let asked = tracing_subscriber::EnvFilter::try_from_env("SPARKCTL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let dependencies_at_most_info = filter_fn(|meta| {
-        meta.target().starts_with("sparkctl") || *meta.level() <= tracing::Level::INFO
-    });
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(output::color_for(&std::io::stderr()))
-        .with_filter(asked.and(dependencies_at_most_info));
-    let _ = tracing_subscriber::registry().with(layer).try_init();
-}
-
-/// One thread: a CLI's work is waiting, and the benchmark's clock is then read on the thread
-/// that polls the socket, with no hop to another worker between a byte's arrival and its
-/// timestamp (measured: TTFT error p50 0.38 → 0.29 ms against the simulated engine). CPU
-/// work (hashing, copies) goes to the blocking pool.
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))
-}
-
-/// A worker per core for the front door's server: it carries every stream of production at
-/// once, and a burst of chunks from many streams should not queue behind one thread.
-fn server_runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))
-}
-
-/// sparkctl's own path: sim recipes run it as their server.
-fn self_exe() -> String {
-    std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "sparkctl".into())
-}
-
-fn lock_path(cli: &Globals) -> PathBuf {
-    cli.lock
-        .clone()
-        .unwrap_or_else(|| crate::lock::default_path(&cli.recipes))
-}
-
-/// The recipes dir; files that do not load are named on stderr and skipped, so a command
-/// fails only on the recipes it needs (`RecipeSet::get` reports a broken one in full).
-fn load_recipes(cli: &Globals) -> Result<crate::recipe::RecipeSet> {
-    recipes_in(&cli.recipes)
-}
-
-fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
-    let set = crate::recipe::load_dir(dir)?;
-    for broken in &set.broken {
-        eprintln!("warning: {}", output::printable(&broken.to_string()));
-    }
-    Ok(set)
-}
-
-fn state_root(cli: &Globals) -> PathBuf {
-    cli.state_dir
-        .clone()
-        .unwrap_or_else(crate::state::default_root)
-}
-
-async fn context(cli: &Globals) -> Result<crate::context::Context> {
-    let state = crate::state::StateDir::open(&state_root(cli))?;
-    let runtimes = crate::runtime::Runtimes::open(&state).await;
-    Ok(crate::context::Context {
-        lock_path: lock_path(cli),
-        settings: crate::context::Settings::from_env()?,
-        state,
-        runtimes,
-        self_exe: self_exe(),
-    })
-}
-
-async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
+async fn doctor(cli: &Globals, names: &[String], out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
     let recipes = load_recipes(cli)?;
-    let checks = crate::doctor::run(&ctx, &recipes).await;
+    let scope = match names {
+        [] => crate::doctor::Scope::InUse,
+        names => crate::doctor::Scope::Named(names),
+    };
+    let checks = crate::doctor::run(&ctx, &recipes, scope).await?;
     if out.json {
         out.print_json(&checks);
     } else {
@@ -344,30 +260,11 @@ async fn doctor(cli: &Globals, out: &Output) -> Result<()> {
     crate::doctor::outcome(&checks)
 }
 
-/// Most commands need the library context, some the recipes too; both are built the same
-/// way for every command (recipes first, so a broken recipes dir is reported before the state).
-fn in_context(
-    g: &Globals,
-    f: impl AsyncFnOnce(&crate::context::Context) -> Result<()>,
-) -> Result<()> {
-    runtime()?.block_on(async { f(&context(g).await?).await })
-}
-
-fn with_recipes(
-    g: &Globals,
-    f: impl AsyncFnOnce(&crate::context::Context, &crate::recipe::RecipeSet) -> Result<()>,
-) -> Result<()> {
-    runtime()?.block_on(async {
-        let recipes = load_recipes(g)?;
-        f(&context(g).await?, &recipes).await
-    })
-}
-
 fn dispatch(cli: Cli) -> Result<()> {
     let out = Output::new(cli.globals.json);
     let g = &cli.globals;
     match cli.command {
-        Command::Recipes { command } => recipes::run(&g.recipes, command, &out),
+        Command::Recipes { command } => recipes::run(&g.recipes_dir(), command, &out),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -386,7 +283,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         | Command::Ps
         | Command::Logs { .. }
         | Command::Down { .. }) => serving(g, cmd, &out),
-        Command::Doctor => runtime()?.block_on(doctor(g, &out)),
+        Command::Doctor { names } => runtime()?.block_on(doctor(g, &names, &out)),
         cmd @ (Command::Run { .. } | Command::Jobs | Command::Stop { .. }) => {
             job_command(g, cmd, &out)
         }
@@ -397,7 +294,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 runtime()?
             };
             rt.block_on(async {
-                frontdoor::run(context(g).await?, g.recipes.clone(), command, &out).await
+                frontdoor::run(context(g).await?, g.recipes_dir().path, command, &out).await
             })
         }
         Command::Prune {
@@ -547,7 +444,7 @@ fn job_command(g: &Globals, command: Command, out: &Output) -> Result<()> {
                 allow_unpinned,
             };
             in_context(g, async |ctx| {
-                jobs::run(ctx, &g.recipes, &name, args, out).await
+                jobs::run(ctx, &g.recipes_dir().path, &name, args, out).await
             })
         }
         Command::Jobs => in_context(g, async |ctx| jobs::list(ctx, out).await),

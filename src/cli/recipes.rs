@@ -7,10 +7,22 @@ use serde_json::json;
 use super::output::printable;
 use super::{Output, RecipesCommand};
 use crate::error::{Error, Result};
+use crate::places::RecipesDir;
 use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
 
-pub fn run(dir: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
+pub fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
+    let dir = found.path.as_path();
     match command {
+        RecipesCommand::List if found.absent() => {
+            eprintln!(
+                "no recipes: none in ./recipes, none at {}; pass --recipes DIR",
+                printable(&dir.display().to_string())
+            );
+            if out.json {
+                out.print_json(&json!([]));
+            }
+            Ok(())
+        }
         RecipesCommand::List => list(dir, out),
         RecipesCommand::Show { name } => show(dir, &name, out),
         RecipesCommand::Validate { targets } => validate(dir, &targets, out),

@@ -2,13 +2,17 @@
 //! something is wrong, what to do.
 
 mod nodes;
+mod recipe;
+
+use std::collections::VecDeque;
 
 use serde::Serialize;
 
 use crate::context::{Context, Settings};
-use crate::deploy::{self, PortOwner};
+use crate::error::Result;
 use crate::nvidia::Gpu;
-use crate::recipe::{RecipeSet, Runtime};
+use crate::production::Production;
+use crate::recipe::{LoadedRecipe, RecipeSet, Runtime};
 use crate::runtime::Runtimes;
 use crate::state::StateDir;
 
@@ -18,8 +22,10 @@ pub enum Verdict {
     Ok,
     /// Works, with a limit worth knowing (no GPU, a port taken).
     Warn,
-    /// Blocks sparkctl from working.
+    /// Blocks sparkctl from working, or something in use or named.
     Fail,
+    /// Not looked at (recipes neither in use nor named).
+    Skip,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -36,12 +42,13 @@ impl Verdict {
             Verdict::Ok => "ok",
             Verdict::Warn => "warn",
             Verdict::Fail => "FAIL",
+            Verdict::Skip => "-",
         }
     }
 }
 
 /// Ok unless a check failed: then how many did.
-pub fn outcome(checks: &[Check]) -> crate::error::Result<()> {
+pub fn outcome(checks: &[Check]) -> Result<()> {
     match checks.iter().filter(|c| c.verdict == Verdict::Fail).count() {
         0 => Ok(()),
         n => Err(crate::error::Error::Failed(format!(
@@ -58,21 +65,48 @@ fn check(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -
     }
 }
 
-/// Every check, in the order `doctor` prints them.
-pub async fn run(ctx: &Context, recipes: &RecipeSet) -> Vec<Check> {
-    let mut checks = engine_checks(&ctx.runtimes, recipes).await;
-    checks.extend(gpu_and_memory(&ctx.settings).await);
-    // A recipe file that does not load is the user's to fix, not the machine's: a warning,
-    // and its port is not checked (it cannot be known).
+/// What `doctor` checks beyond the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Production, its fallbacks, what runs and what `production.json` names.
+    InUse,
+    /// These recipes, deeply, whether in use or not.
+    Named(&'a [String]),
+}
+
+/// Every check, in the order `doctor` prints them: the machine, then each recipe in scope.
+/// Other recipes are not checked (one line says which, and how to check one).
+pub async fn run(ctx: &Context, recipes: &RecipeSet, scope: Scope<'_>) -> Result<Vec<Check>> {
+    let deployments = ctx
+        .runtimes
+        .list()
+        .await
+        .map(|(d, _)| d)
+        .unwrap_or_default();
+    let (subjects, mut checks) = match scope {
+        Scope::Named(names) => {
+            let mut subjects = Vec::new();
+            for name in names {
+                subjects.push((recipes.get(name)?, None));
+            }
+            (subjects, Vec::new())
+        }
+        Scope::InUse => in_use(&ctx.state, recipes, &deployments),
+    };
+    let needs_docker = subjects
+        .iter()
+        .any(|(r, _)| r.recipe.runtime() == Runtime::Docker);
+    let mut machine = engine_checks(&ctx.runtimes, recipes, needs_docker).await;
+    machine.extend(gpu_and_memory(&ctx.settings).await);
+    // A recipe file that does not load is the user's to fix, not the machine's: a warning.
     for b in &recipes.broken {
-        checks.push(check(
+        machine.push(check(
             format!("recipe {}", b.path.display()),
             Verdict::Warn,
             b.to_string(),
         ));
     }
-    checks.extend(port_checks(&ctx.runtimes, recipes).await);
-    checks.push(match ctx.state.check_writable() {
+    machine.push(match ctx.state.check_writable() {
         Ok(()) => check(
             "state dir",
             Verdict::Ok,
@@ -80,33 +114,132 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet) -> Vec<Check> {
         ),
         Err(e) => check("state dir", Verdict::Fail, e.to_string()),
     });
-    checks.push(frontdoor_check(&ctx.state, &ctx.settings));
-    // Multi-node recipes: every node they name.
-    checks.extend(nodes::run(recipes).await);
-    checks
-}
-
-/// The Docker Engine and its `nvidia` runtime; without an engine, a failure only when a
-/// recipe needs containers.
-async fn engine_checks(rt: &Runtimes, recipes: &RecipeSet) -> Vec<Check> {
-    let docker_recipes = recipes
+    machine.push(frontdoor_check(&ctx.state, &ctx.settings));
+    machine.append(&mut checks);
+    let lock = crate::lock::Lock::load(&ctx.lock_path);
+    for (loaded, why) in &subjects {
+        if let Some(why) = why {
+            machine.push(check(
+                format!("{} in use", loaded.recipe.name),
+                Verdict::Ok,
+                why.clone(),
+            ));
+        }
+        let subject = recipe::Subject {
+            loaded,
+            running: deployments
+                .iter()
+                .find(|d| d.name == loaded.recipe.name && d.running()),
+        };
+        machine.extend(recipe::checks(ctx, &lock, &subject, &deployments).await);
+    }
+    let others: Vec<&str> = recipes
         .recipes
         .iter()
-        .filter(|r| r.recipe.runtime() == Runtime::Docker);
-    let gpu_recipes: Vec<&str> = docker_recipes
-        .clone()
-        .filter(|r| r.recipe.server.gpus.is_some())
+        .filter(|r| !subjects.iter().any(|(s, _)| s.recipe.name == r.recipe.name))
         .map(|r| r.recipe.name.as_str())
         .collect();
+    if scope == Scope::InUse && !others.is_empty() {
+        machine.push(check(
+            "not checked",
+            Verdict::Skip,
+            format!(
+                "{} (not in use); `sparkctl doctor RECIPE` checks one",
+                others.join(", ")
+            ),
+        ));
+    }
+    Ok(machine)
+}
+
+/// The recipes something in use depends on: production now, before and kept warm (what
+/// `rollback` and the watch would start), what runs, and the fallback of each. A name
+/// `production.json` gives that no recipe has is a check of its own.
+fn in_use<'r>(
+    state: &StateDir,
+    recipes: &'r RecipeSet,
+    deployments: &[crate::runtime::Deployment],
+) -> (Vec<(&'r LoadedRecipe, Option<String>)>, Vec<Check>) {
+    let mut problems = Vec::new();
+    let production = match Production::load(state) {
+        Ok(p) => p,
+        Err(e) => {
+            problems.push(check("production", Verdict::Fail, e.to_string()));
+            Production::default()
+        }
+    };
+    let mut wanted: VecDeque<(String, String)> = VecDeque::new();
+    let said = |what: &str| what.to_string();
+    wanted.extend(
+        production
+            .current
+            .iter()
+            .map(|e| (e.recipe.clone(), said("production"))),
+    );
+    wanted.extend(production.previous.iter().map(|e| {
+        (
+            e.recipe.clone(),
+            said("an earlier production (`rollback` starts it)"),
+        )
+    }));
+    wanted.extend(
+        production
+            .warm
+            .iter()
+            .map(|w| (w.upstream.recipe.clone(), said("kept warm for `rollback`"))),
+    );
+    wanted.extend(
+        deployments
+            .iter()
+            .filter(|d| d.running())
+            .map(|d| (d.name.clone(), said("running"))),
+    );
+    let mut subjects: Vec<(&LoadedRecipe, Option<String>)> = Vec::new();
+    while let Some((name, why)) = wanted.pop_front() {
+        if subjects.iter().any(|(s, _)| s.recipe.name == name) {
+            continue;
+        }
+        match recipes.recipes.iter().find(|r| r.recipe.name == name) {
+            Some(r) => {
+                if let Some(fallback) = &r.recipe.fallback {
+                    wanted.push_back((fallback.clone(), format!("the fallback of {name}")));
+                }
+                subjects.push((r, Some(why)));
+            }
+            None if !problems.iter().any(|c| c.name == format!("recipe {name}")) => {
+                problems.push(check(
+                    format!("recipe {name}"),
+                    Verdict::Fail,
+                    format!(
+                        "{why}, but {} has no recipe `{name}`; restore recipes/{name}.yaml \
+                         or point --recipes at the directory that has it",
+                        recipes.dir.display()
+                    ),
+                ));
+            }
+            None => {}
+        }
+    }
+    (subjects, problems)
+}
+
+/// The Docker Engine and its `nvidia` runtime. Without an engine: a failure only when a
+/// recipe in scope runs in containers. The runtime's absence is the machine's fact, a
+/// warning; it fails the recipes in scope that ask for GPUs.
+async fn engine_checks(rt: &Runtimes, recipes: &RecipeSet, needs_docker: bool) -> Vec<Check> {
+    let gpu_recipes: Vec<&str> = recipes
+        .recipes
+        .iter()
+        .filter(|r| r.recipe.runtime() == Runtime::Docker && r.recipe.server.gpus.is_some())
+        .map(|r| r.recipe.name.as_str())
+        .collect();
+    let unreachable = match needs_docker {
+        true => Verdict::Fail,
+        false => Verdict::Warn,
+    };
     let docker = match rt.docker() {
         Ok(docker) => docker,
-        Err(e) => {
-            let verdict = match docker_recipes.count() {
-                0 => Verdict::Warn,
-                _ => Verdict::Fail,
-            };
-            return vec![check("docker engine", verdict, e.to_string())];
-        }
+        Err(e) => return vec![check("docker engine", unreachable, e.to_string())],
     };
     let engine = match docker.client().version().await {
         Ok(v) => check(
@@ -119,7 +252,7 @@ async fn engine_checks(rt: &Runtimes, recipes: &RecipeSet) -> Vec<Check> {
                 v.arch.unwrap_or_default()
             ),
         ),
-        Err(e) => check("docker engine", Verdict::Fail, e.to_string()),
+        Err(e) => check("docker engine", unreachable, e.to_string()),
     };
     let nvidia = match docker.has_nvidia_runtime().await {
         Ok(true) => check("nvidia runtime", Verdict::Ok, "`nvidia` runtime registered"),
@@ -157,37 +290,6 @@ async fn gpu_and_memory(settings: &Settings) -> [Check; 2] {
         .as_ref()
         .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
     [gpu, memory_check(meminfo, unified, settings)]
-}
-
-/// Each port the recipes use, once, with the recipes that use it and who holds it now.
-async fn port_checks(rt: &Runtimes, recipes: &RecipeSet) -> Vec<Check> {
-    let known = rt.list().await.map(|(d, _)| d).unwrap_or_default();
-    let mut ports: Vec<(u16, Vec<&str>)> = Vec::new();
-    for r in &recipes.recipes {
-        let port = r.recipe.server.port;
-        match ports.iter_mut().find(|(p, _)| *p == port) {
-            Some((_, names)) => names.push(&r.recipe.name),
-            None => ports.push((port, vec![&r.recipe.name])),
-        }
-    }
-    ports.sort();
-    let mut checks = Vec::new();
-    for (port, names) in ports {
-        let label = format!("port {port}");
-        let used_by = names.join(", ");
-        checks.push(match deploy::port_owner(rt, port, &known).await {
-            None => check(label, Verdict::Ok, format!("free (for {used_by})")),
-            Some(owner @ PortOwner::Deployment { .. }) => {
-                check(label, Verdict::Ok, format!("{owner} (for {used_by})"))
-            }
-            Some(owner) => check(
-                label,
-                Verdict::Warn,
-                format!("taken by {owner}; {used_by} cannot start until it is free"),
-            ),
-        });
-    }
-    checks
 }
 
 /// Whether the front door runs, and whether it comes back after a reboot.

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::{Check, Verdict};
 use crate::recipe::nodes::{Node, Nodes};
-use crate::recipe::RecipeSet;
 
 fn check(name: String, verdict: Verdict, detail: impl Into<String>) -> Check {
     Check {
@@ -16,25 +15,13 @@ fn check(name: String, verdict: Verdict, detail: impl Into<String>) -> Check {
     }
 }
 
-/// Checks for every node named by any recipe (each node once).
-pub async fn run(recipes: &RecipeSet) -> Vec<Check> {
-    let mut seen: Vec<(String, String)> = Vec::new();
+/// Checks for every node of one recipe's group, and the links from its head.
+pub(super) async fn group(nodes: &Nodes, wants_gpus: bool) -> Vec<Check> {
     let mut checks = Vec::new();
-    for loaded in &recipes.recipes {
-        let Some(nodes) = &loaded.recipe.nodes else {
-            continue;
-        };
-        let gpus = loaded.recipe.server.gpus.is_some();
-        for (i, node) in nodes.members.iter().enumerate() {
-            let key = (node.name.clone(), node.engine.clone());
-            if seen.contains(&key) {
-                continue;
-            }
-            seen.push(key);
-            checks.extend(node_checks(node, i == 0, gpus).await);
-        }
-        checks.extend(reach_checks(nodes).await);
+    for (i, node) in nodes.members.iter().enumerate() {
+        checks.extend(node_checks(node, i == 0, wants_gpus).await);
     }
+    checks.extend(reach_checks(nodes).await);
     checks
 }
 
@@ -77,14 +64,14 @@ async fn node_checks(node: &Node, head: bool, wants_gpus: bool) -> Vec<Check> {
             "no `nvidia` runtime (the recipe asks for no GPU)",
         ),
     });
-    out.push(gpu_check(&name("gpu"), head).await);
+    out.push(gpu_check(&name("gpu"), head, wants_gpus).await);
     if head {
         out.push(interface_check(node));
     }
     out
 }
 
-async fn gpu_check(name: &str, head: bool) -> Check {
+async fn gpu_check(name: &str, head: bool, wants_gpus: bool) -> Check {
     if !head {
         // No shell on another node: its GPU shows when Ray reports the group's GPUs.
         return check(
@@ -93,10 +80,14 @@ async fn gpu_check(name: &str, head: bool) -> Check {
             "counted at start: the group waits until Ray reports every node's GPU",
         );
     }
+    let missing = match wants_gpus {
+        true => Verdict::Fail,
+        false => Verdict::Warn,
+    };
     match crate::nvidia::gpus().await {
         Ok(g) if !g.is_empty() => check(name.into(), Verdict::Ok, format!("{} GPU(s)", g.len())),
-        Ok(_) => check(name.into(), Verdict::Warn, "nvidia-smi lists no GPU"),
-        Err(e) => check(name.into(), Verdict::Warn, e.to_string()),
+        Ok(_) => check(name.into(), missing, "nvidia-smi lists no GPU"),
+        Err(e) => check(name.into(), missing, e.to_string()),
     }
 }
 

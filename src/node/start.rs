@@ -270,7 +270,7 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
             return Err(Error::Failed(format!(
                 "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never joined; \
                  check that the nodes reach each other on their high-speed addresses \
-                 (`sparkctl doctor`) and that port {} is open on the head",
+                 (`sparkctl doctor RECIPE`) and that port {} is open on the head",
                 seen.nodes,
                 want.nodes,
                 seen.gpus,

@@ -110,7 +110,25 @@ impl RecipeSet {
     }
 
     /// "no recipe named `x`": with the did-you-mean over every known name.
+    /// No recipes: where sparkctl looked holds no recipes directory.
+    pub fn empty(dir: PathBuf) -> RecipeSet {
+        RecipeSet {
+            dir,
+            recipes: Vec::new(),
+            broken: Vec::new(),
+        }
+    }
+
     pub fn unknown(&self, name: &str) -> Error {
+        if !self.dir.is_dir() {
+            return Error::Usage(format!(
+                "no recipe named `{name}`: there is no recipes directory here (./recipes) nor \
+                 at {}; run sparkctl inside a checkout, pass --recipes DIR (or set \
+                 SPARKCTL_RECIPES), or put recipes at {}",
+                self.dir.display(),
+                self.dir.display()
+            ));
+        }
         let hint = suggest(name, &self.names(), "known recipes");
         Error::Usage(format!(
             "no recipe named `{name}` in {}; {hint}",

@@ -19,7 +19,7 @@ pub async fn connect(node: &Node) -> Result<Docker> {
     let unreachable = |e: bollard::errors::Error| {
         Error::Failed(format!(
             "node {}: cannot reach its Docker Engine at {endpoint} ({e}); is dockerd running \
-             there, and is the address right? `sparkctl doctor` checks every node",
+             there, and is the address right? `sparkctl doctor RECIPE` checks each of its nodes",
             node.name
         ))
     };
@@ -43,7 +43,7 @@ pub async fn connect(node: &Node) -> Result<Docker> {
     .map_err(|_| {
         Error::Failed(format!(
             "node {}: its Docker Engine at {endpoint} did not answer within 5 s; is the node up \
-             and the address right? `sparkctl doctor` checks every node",
+             and the address right? `sparkctl doctor RECIPE` checks each of its nodes",
             node.name
         ))
     })?

@@ -206,6 +206,7 @@ fn start() {
 pub fn second_engine() {
     static STARTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     STARTED.get_or_init(|| {
+        hold_machine_wide();
         assert!(
             Path::new("/sbin/ip").exists()
                 || Path::new("/usr/sbin/ip").exists()
@@ -216,6 +217,24 @@ pub fn second_engine() {
         start();
         eprintln!("second engine up in {:?}", began.elapsed());
     });
+}
+
+/// One test binary at a time on this machine owns the second engine (its netns, addresses
+/// and socket are fixed, and starting it clears an earlier one's leftovers): a second suite
+/// run at once (another checkout) waits here instead of tearing the first's engine down.
+/// The lock is held until this process exits.
+fn hold_machine_wide() {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/sparkctl-test-node1.lock")
+        .expect("the second engine's lock file");
+    // SAFETY: flock on a descriptor this process owns; it blocks until the holder exits.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "cannot lock /tmp/sparkctl-test-node1.lock");
+    std::mem::forget(file);
 }
 
 /// A client of the second engine (over its unix socket).
