@@ -78,7 +78,10 @@ fn a_gpu_server_bigger_than_its_gpu_is_refused_before_anything_starts_whatever_t
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_ne!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("big memory"), "{said}");
-    assert!(said.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"), "{said}");
+    assert!(
+        said.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"),
+        "{said}"
+    );
     assert!(said.contains("does not fit even alone"), "{said}");
 
     // Two of them hold it: the plan counts both GPUs it is given.
