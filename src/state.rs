@@ -293,6 +293,88 @@ pub async fn write_json_off_thread<T: Serialize + Send + 'static>(
         .map_err(|e| Error::Failed(format!("writing state was interrupted: {e}")))?
 }
 
+/// Whether a failed write failed for want of space (the disk, or the user's quota).
+pub fn is_disk_full(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)))
+}
+
+/// State writes that found the disk full, kept in memory (the newest per file) and
+/// written when there is room again: a long-lived process (the front door) keeps serving
+/// on a full disk instead of failing every change it must record.
+#[derive(Clone, Default)]
+pub struct Deferred {
+    pending: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<u8>>>>,
+}
+
+impl Deferred {
+    fn files(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<PathBuf, Vec<u8>>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `write_json`; on a full disk the file is kept for later and Ok(false) says so.
+    pub fn write_json(&self, path: &Path, value: &impl Serialize) -> Result<bool> {
+        let mut text = serde_json::to_vec_pretty(value).expect("state types serialize");
+        text.push(b'\n');
+        match write_atomic(path, &text) {
+            Ok(()) => {
+                // What was pending for it is older than what was just written.
+                self.files().remove(path);
+                Ok(true)
+            }
+            Err(e) if is_disk_full(&e) => {
+                tracing::warn!("{e}; kept in memory until there is room");
+                self.files().insert(path.to_path_buf(), text);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A file as it will be once written: the pending copy when there is one.
+    pub fn read_json<T: DeserializeOwned>(&self, path: &Path) -> Result<T> {
+        if let Some(text) = self.files().get(path) {
+            if let Ok(v) = serde_json::from_slice(text) {
+                return Ok(v);
+            }
+        }
+        read_json(path)
+    }
+
+    /// How many files wait for room.
+    pub fn pending(&self) -> usize {
+        self.files().len()
+    }
+
+    /// Files pending under `dir`.
+    pub fn pending_in(&self, dir: &Path) -> Vec<PathBuf> {
+        self.files()
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect()
+    }
+
+    /// Writes what is pending; returns how many files are still waiting for room.
+    pub fn flush(&self) -> usize {
+        let files: Vec<(PathBuf, Vec<u8>)> = self
+            .files()
+            .iter()
+            .map(|(p, t)| (p.clone(), t.clone()))
+            .collect();
+        for (path, text) in files {
+            if write_atomic(&path, &text).is_ok() {
+                let mut pending = self.files();
+                // Unless a newer copy came meanwhile.
+                if pending.get(&path) == Some(&text) {
+                    pending.remove(&path);
+                }
+            }
+        }
+        self.files().len()
+    }
+}
+
 /// Reads a JSON state file; a damaged one is reported with its path, never silently reset.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text =

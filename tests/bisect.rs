@@ -138,16 +138,27 @@ impl Nightlies {
             .iter()
             .any(|d| d["name"] == name && d["state"] == "running")
     }
+}
 
-    async fn remove_images(&self) {
-        let docker = docker().await;
-        let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
-            .force(true)
-            .build();
-        for d in &self.digests {
-            let r = format!("{}@{d}", self.repo);
-            let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
-        }
+/// Whatever happened, the digests go again (force: step containers may still name them).
+impl Drop for Nightlies {
+    fn drop(&mut self) {
+        let refs: Vec<String> = self
+            .digests
+            .iter()
+            .map(|d| format!("{}@{d}", self.repo))
+            .collect();
+        support::block_on(async move {
+            let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
+                return;
+            };
+            let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+                .force(true)
+                .build();
+            for r in refs {
+                let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
+            }
+        });
     }
 }
 
@@ -381,7 +392,6 @@ async fn bisect_names_the_fifth_of_eight_digests_while_production_serves() {
         .says("env SIM_TTFT")
         .says("nightly-5")
         .says("created");
-    n.remove_images().await;
 }
 
 /// Waits until `check` holds (or panics after `within`).
@@ -514,7 +524,6 @@ async fn a_noisy_step_is_measured_again_and_an_interrupted_bisect_resumes() {
         .unwrap()
         .iter()
         .any(|r| r["command"] == "bisect" && r["outcome"] == "interrupted"));
-    n.remove_images().await;
 }
 
 #[test]

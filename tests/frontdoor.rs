@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{free_port, http_status, kill_frontdoor, sim_image, text, Deck, Traffic};
+use support::{free_port, http_status, sim_image, text, Deck, Traffic};
 
 const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
 const EVERY: Duration = Duration::from_millis(20);
@@ -124,13 +124,7 @@ fn promotion_and_rollback_drop_no_request_and_the_benchmarked_instance_serves() 
     // Production went back to prod, which was kept warm: the same instance, at once.
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
     assert_eq!(history(&deck)[0]["outcome"], "rolled-back");
-    let metrics = support::text(
-        &std::process::Command::new("curl")
-            .args(["-s", &format!("{}/metrics", deck.door_url())])
-            .output()
-            .unwrap()
-            .stdout,
-    );
+    let metrics = deck.metrics();
     assert!(
         metrics.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"cand\""),
         "{metrics}"
@@ -324,7 +318,11 @@ fn a_killed_production_container_is_restarted() {
     std::thread::sleep(Duration::from_millis(200));
     let report = client.stop();
     assert!(report.transport_errors.is_empty(), "{report:?}");
-    assert_eq!(report.failed(), 0, "{report:?}");
+    // Held, never refused. A request the killed container's port took as it died (its
+    // proxy accepts, then closes) is answered 502 — it may have been taken, so it is not
+    // sent twice — and the requests after it wait for the watch.
+    assert!(report.http_errors.iter().all(|c| *c == 502), "{report:?}");
+    assert!(report.failed() + report.cut <= 2, "{report:?}");
     assert_eq!(history(&deck)[0]["command"], "restart");
 }
 
@@ -390,83 +388,6 @@ fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
     }
 }
 
-/// A tmpfs over the state dir, full, with the runs dir kept writable on the real disk: the
-/// front door's own write of production.json is what fails.
-struct FullStateDisk {
-    state: std::path::PathBuf,
-    runs: std::path::PathBuf,
-}
-
-impl FullStateDisk {
-    fn mount(deck: &Deck) -> FullStateDisk {
-        let state = deck.dir.join("state");
-        let copy = deck.dir.join("state-copy");
-        let runs = deck.dir.join("runs-disk");
-        std::fs::create_dir_all(&runs).unwrap();
-        let sh = |args: &[&str]| {
-            let out = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{args:?}: {} (CI runs as root and must mount a tmpfs)",
-                text(&out.stderr)
-            );
-        };
-        sh(&["cp", "-a", state.to_str().unwrap(), copy.to_str().unwrap()]);
-        sh(&[
-            "mount",
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=4m",
-            "tmpfs",
-            state.to_str().unwrap(),
-        ]);
-        sh(&[
-            "cp",
-            "-a",
-            &format!("{}/.", copy.display()),
-            state.to_str().unwrap(),
-        ]);
-        std::fs::create_dir_all(state.join("runs")).unwrap();
-        sh(&[
-            "mount",
-            "--bind",
-            runs.to_str().unwrap(),
-            state.join("runs").to_str().unwrap(),
-        ]);
-        FullStateDisk { state, runs }
-    }
-
-    fn fill(&self) {
-        let _ = std::process::Command::new("dd")
-            .args([
-                "if=/dev/zero",
-                &format!("of={}/filler", self.state.display()),
-                "bs=64k",
-            ])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
-
-impl Drop for FullStateDisk {
-    fn drop(&mut self) {
-        // The front door's record is on this tmpfs: once it is unmounted, the deck's own
-        // clean-up cannot find the process to stop.
-        kill_frontdoor(&self.state);
-        let _ = std::process::Command::new("umount")
-            .arg(self.state.join("runs"))
-            .status();
-        let _ = std::process::Command::new("umount")
-            .args(["-l", self.state.to_str().unwrap()])
-            .status();
-        let _ = std::fs::remove_dir_all(&self.runs);
-    }
-}
-
 #[test]
 fn a_full_state_disk_at_the_switch_changes_nothing_that_serves() {
     let deck = deck(
@@ -482,7 +403,9 @@ fn a_full_state_disk_at_the_switch_changes_nothing_that_serves() {
     deck.ok(&["rollback", "--to", "prod"]);
     // The front door's files must be on the tmpfs from its start: stop it, mount, restart.
     deck.ok(&["frontdoor", "stop"]);
-    let disk = FullStateDisk::mount(&deck);
+    // A full state disk with the runs dir kept writable on the machine's disk: the front
+    // door's own write of production.json is what fails.
+    let disk = support::disk::StateDisk::mount(&deck, true);
     deck.ok(&["frontdoor", "start"]);
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
     disk.fill();
@@ -551,13 +474,7 @@ fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
     assert_ne!(server_of(sup), first);
     // The listening socket never closed: connections waited in the backlog. Only a stream
     // in flight at the kill can have been cut.
-    assert!(
-        report
-            .transport_errors
-            .iter()
-            .all(|e| !e.to_lowercase().contains("refused")),
-        "{report:?}"
-    );
+    assert_eq!(report.refused(), 0, "{report:?}");
     assert!(report.failed() + report.cut <= 1, "{report:?}");
     assert!(report.ok > 20, "{report:?}");
 }
@@ -767,7 +684,10 @@ fn a_relative_gate_without_a_usable_baseline_never_promotes() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("inconclusive"), "{err}");
-    let last = &history(&deck)[0];
+    // The up's record (the front door's watch restarted production meanwhile: its record
+    // may be newer).
+    let runs = history(&deck);
+    let last = runs.iter().find(|r| r["command"] == "up").unwrap();
     assert_eq!(last["outcome"], "inconclusive", "{last}");
     let rel = last["gates"]
         .as_array()
@@ -827,7 +747,7 @@ fn a_full_state_disk_during_rollback_leaves_production_serving() {
     );
     deck.ok(&["rollback", "--to", "prod"]);
     deck.ok(&["frontdoor", "stop"]);
-    let disk = FullStateDisk::mount(&deck);
+    let disk = support::disk::StateDisk::mount(&deck, true);
     deck.ok(&["frontdoor", "start"]);
     disk.fill();
     let out = deck.run(&["rollback", "--to", "other"]);

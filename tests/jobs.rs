@@ -302,22 +302,7 @@ fn the_free_disk_check_refuses_before_anything_starts() {
     let runs: Value = serde_json::from_str(&j.ok(&["--json", "jobs"])).unwrap();
     assert_eq!(runs, Value::Array(vec![]), "no run was recorded");
     let state = j.deck.state().display().to_string();
-    let none = support::block_on(async move {
-        let filters = std::collections::HashMap::from([(
-            "label",
-            vec![format!("io.sparkctl.state={state}")],
-        )]);
-        let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        support::docker()
-            .await
-            .list_containers(Some(opts))
-            .await
-            .unwrap()
-            .is_empty()
-    });
+    let none = support::block_on(async move { support::containers_of(&state).await.is_empty() });
     assert!(none, "no container was created");
     j.ok(&["run", "loose", "--allow-unpinned"]);
     assert_eq!(j.latest("loose")["unpinned"], true);

@@ -312,7 +312,7 @@ async fn ensure_image(env: &Env<'_, '_>, digest: &str) -> Result<()> {
         return Ok(());
     }
     (env.say)(&format!("pulling {reference}"));
-    crate::images::history::pull_digest(
+    crate::images::pull_digest(
         docker,
         env.ctx.state(),
         env.history,

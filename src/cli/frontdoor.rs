@@ -15,12 +15,26 @@ use crate::frontdoor::{self, Config, DoorStatus, Launch};
 pub enum FrontdoorCommand {
     /// Start the front door in the background (`up` and `rollback` do when it is not running).
     Start,
-    /// Stop it; the production deployment keeps running on its own port.
+    /// Stop it: the port closes, the answers in flight finish (within
+    /// SPARKCTL_FRONTDOOR_DRAIN); the production deployment keeps running on its own port.
     Stop,
+    /// Restart it onto this binary (after an upgrade) without refusing a connection or
+    /// cutting a stream: the new server takes the port's socket, the old one drains.
+    Restart,
     /// Where it routes, what is in flight, what waits.
     Status,
     /// Run it in the foreground: what `start` and the systemd unit run.
-    Run,
+    Run {
+        /// A listening socket inherited from the process that held the port (internal).
+        #[arg(long, hide = true)]
+        listen_fd: Option<i32>,
+        /// A server already serving on that socket (internal).
+        #[arg(long, hide = true, requires = "listen_fd")]
+        server: Option<u32>,
+        /// Start a new server, then let `--server` drain (internal: a restart).
+        #[arg(long, hide = true, requires = "server")]
+        upgrade: bool,
+    },
     /// The server process `run` supervises (internal).
     #[command(hide = true)]
     Serve {
@@ -46,7 +60,7 @@ pub async fn run(
             Ok(())
         }
         FrontdoorCommand::Stop => {
-            match frontdoor::supervisor::stop(&ctx.state).await? {
+            match frontdoor::supervisor::stop(&ctx.state, config.drain).await? {
                 Some(pid) => println!(
                     "front door stopped (pid {pid}); production keeps running on its own port"
                 ),
@@ -54,12 +68,36 @@ pub async fn run(
             }
             Ok(())
         }
+        FrontdoorCommand::Restart => {
+            let (old, now) = frontdoor::supervisor::restart(&ctx.state, &config, &launch).await?;
+            match old {
+                Some(old) => println!(
+                    "front door restarted onto {}: server pid {} serves; pid {old} finishes the \
+                     answers it had in flight",
+                    launch.self_exe, now.pid
+                ),
+                None => println!("no front door was running; started one"),
+            }
+            print_status(&now, out);
+            Ok(())
+        }
         FrontdoorCommand::Status => {
             let remote = frontdoor::Remote::new(frontdoor::control_socket(&ctx.state));
             print_status(&remote.status().await?, out);
             Ok(())
         }
-        FrontdoorCommand::Run => frontdoor::supervisor::run(&ctx.state, &config, &launch).await,
+        FrontdoorCommand::Run {
+            listen_fd,
+            server,
+            upgrade,
+        } => {
+            let takeover = frontdoor::Takeover {
+                listen_fd,
+                server,
+                upgrade,
+            };
+            frontdoor::supervisor::run(&ctx.state, &config, &launch, takeover).await
+        }
         FrontdoorCommand::Serve { listen_fd } => {
             let ctx = Context {
                 lock_path: launch.lock,

@@ -224,15 +224,14 @@ async fn pull_older(at: &At<'_>, target: &str) -> Result<()> {
     let reference = h.run_reference(&digest);
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(100));
-    let pulled =
-        image_history::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
-            bar.set_message(format!(
-                "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
-                cur as f64 / 1e6,
-                total as f64 / 1e6
-            ));
-        })
-        .await;
+    let pulled = images::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
+        bar.set_message(format!(
+            "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
+            cur as f64 / 1e6,
+            total as f64 / 1e6
+        ));
+    })
+    .await;
     bar.finish_and_clear();
     pulled?;
     println!(

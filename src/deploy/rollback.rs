@@ -46,7 +46,7 @@ pub async fn rollback(
         record.outcome = Outcome::Planned;
         return Ok(record);
     }
-    let mut touched = Touched::default();
+    let mut touched = Touched::of_run(&record.run_id);
     let flow = async {
         let up = match warm {
             Some(u) => u,
@@ -70,7 +70,7 @@ pub async fn rollback(
             ctx.door.switch(&next, ctx.door_config.drain),
         )
         .await?;
-        touched = Touched::default();
+        touched = Touched::of_run(&record.run_id);
         if let Some(old) = &current {
             if next
                 .serving()
@@ -153,7 +153,8 @@ async fn start_target(
         return Ok(upstream_of(&d));
     }
     let loaded = ctx.recipes.get(target)?;
-    let plan = super::plan_start(ctx.shared, loaded, &ctx.start_options(true)).await?;
+    let mut plan = super::plan_start(ctx.shared, loaded, &ctx.start_options(true)).await?;
+    plan.run_id = record.run_id.clone();
     let prod = production.current.as_ref().map(|e| e.recipe.clone());
     for victim in &plan.memory.must_stop {
         let Some(d) = ctx.rt().find(victim).await?.filter(|d| d.running()) else {

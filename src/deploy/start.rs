@@ -42,6 +42,9 @@ pub struct StartPlan {
     /// A multi-node recipe's group: what runs on each node, the image on each.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<crate::node::start::GroupStart>,
+    /// The run id the instance carries (its container label, its pid record): a flow sets
+    /// its own, so that its way back stops only what this very run started.
+    pub run_id: String,
     /// What to know before it starts (a vLLM venv on SM 12.1); repeated if the start fails.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -106,6 +109,7 @@ pub async fn plan_start(
         health_timeout: resolved.health_timeout.0,
         old_containers,
         group,
+        run_id: crate::state::new_run_id(),
         warnings: warnings.into_iter().collect(),
         resolved,
     })
@@ -137,14 +141,19 @@ async fn pin_image(
     Ok((Some(named), !pinned))
 }
 
+/// One instance per recipe. An instance already running (started by hand, say) is left
+/// alone: a flow benchmarks and promotes only an instance it started itself.
 fn refuse_running(deployments: &[Deployment], name: &str) -> Result<()> {
     match deployments.iter().find(|d| d.name == name && d.running()) {
         Some(d) => Err(Error::Usage(format!(
-            "{} is already running ({} {}, {}); `sparkctl down {}` first",
+            "{} is already running ({} {}, {}, run {}); it is left as it is. `sparkctl down {}` \
+             first, or `sparkctl rollback --to {}` to route production to that very instance",
             d.name,
             d.runtime.as_str(),
             crate::units::short_id(&d.id),
             d.url(),
+            d.run_id,
+            d.name,
             d.name
         ))),
         None => Ok(()),
@@ -259,7 +268,7 @@ pub async fn start(
     let spec = StartSpec {
         resolved: plan.resolved.clone(),
         recipe_hash: plan.recipe_hash.clone(),
-        run_id: crate::state::new_run_id(),
+        run_id: plan.run_id.clone(),
         model_fingerprint: plan.model_fingerprint.clone(),
         unpinned: plan.unpinned,
         image_ref: plan.image_ref.clone(),

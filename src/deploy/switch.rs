@@ -122,6 +122,49 @@ pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
     })
 }
 
+/// Room a run's files take at most (its record, benchmark results, report, candidate log).
+const RUN_FILES_ROOM: u64 = 16 << 20;
+
+/// Before a flow changes anything: its record is written now (as interrupted, until it says
+/// otherwise: a run killed outright still shows in `history`) and the room its files will
+/// take is free. A full disk then fails the flow at once, with nothing started.
+pub fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
+    let cannot = |why: String| {
+        Error::Failed(format!(
+            "the state dir {} cannot take this run's records ({why}); nothing was changed: free \
+             some space there and run it again",
+            state.root().display()
+        ))
+    };
+    let mut first = record.clone();
+    first.outcome = crate::history::Outcome::Interrupted;
+    first.error = Some(format!(
+        "in progress (pid {}); a run that stays so ended without recording its outcome",
+        std::process::id()
+    ));
+    let path = first.save(state).map_err(|e| cannot(e.to_string()))?;
+    match path.parent().and_then(free_bytes) {
+        Some(free) if free < RUN_FILES_ROOM => Err(cannot(format!(
+            "{} MB free, {} MB needed",
+            free >> 20,
+            RUN_FILES_ROOM >> 20
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct it is given.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(path.as_ptr(), &mut st) == 0)
+            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
 /// Runs one named phase and records it.
 pub async fn timed<T>(
     record: &mut RunRecord,
@@ -210,12 +253,24 @@ pub async fn failed(
 /// What a flow changed, for the way back.
 #[derive(Default)]
 pub struct Touched {
+    /// The flow's run id: what it starts carries it (label, pid record), and the way back
+    /// stops nothing else.
+    pub run_id: String,
     /// Started by this flow (never production before it).
     pub started: Option<Deployment>,
     /// Production stopped to make room (swap): what served, to be started again.
     pub production_stopped: Option<Upstream>,
     /// The front door was told to hold.
     pub held: bool,
+}
+
+impl Touched {
+    pub fn of_run(run_id: &str) -> Touched {
+        Touched {
+            run_id: run_id.to_string(),
+            ..Touched::default()
+        }
+    }
 }
 
 /// Puts things back after a failure or an interrupt: whatever the front door routes to
@@ -230,14 +285,16 @@ pub async fn restore(
     let mut notes = Vec::new();
     let door = ctx.door.status().await.ok();
     let routed = door.as_ref().and_then(|s| s.upstream.clone());
-    // Interrupted before the start was recorded: a running instance of this recipe that
-    // the front door does not route to is this flow's. A container only created may have
-    // its start request still on the way to the engine: watched a moment for that.
-    if t.started.is_none() {
+    // Interrupted before the start was recorded: an instance of this recipe carrying this
+    // run's id is this flow's (any other was started by someone else, and stays). A
+    // container only created may have its start request still on the way to the engine:
+    // watched a moment for that.
+    if t.started.is_none() && !t.run_id.is_empty() {
         let deadline = Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let not_routed = |d: &Deployment| routed.as_ref().is_none_or(|u| u.deployment != d.id);
-            match ctx.rt().find(recipe).await.ok().flatten() {
+            let ours = ctx.rt().find(recipe).await.ok().flatten();
+            match ours.filter(|d| d.run_id == t.run_id) {
                 Some(d) if d.running() && not_routed(&d) => {
                     t.started = Some(d);
                     break;
@@ -256,8 +313,9 @@ pub async fn restore(
     if !t.started.as_ref().is_some_and(serves) {
         // A multi-node start cut short leaves Ray's containers on other nodes.
         if let Ok(loaded) = ctx.recipes.get(recipe) {
-            for note in crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe).await
-            {
+            let leftovers =
+                crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe, &t.run_id);
+            for note in leftovers.await {
                 notes.push(format!("stopped {note}"));
             }
         }
@@ -299,7 +357,13 @@ pub async fn restore(
                     Err(e) => notes.push(format!("switching back to {} failed: {e}", prod.recipe)),
                 }
             }
-            Err(e) => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
+            // The front door's watch may have brought it back meanwhile (its port taken).
+            Err(e) => match ctx.door.status().await.ok().and_then(|s| s.upstream) {
+                Some(u) if crate::frontdoor::alive(ctx.rt(), &u).await => {
+                    notes.push(format!("the front door's watch brought {} back", u.recipe))
+                }
+                _ => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
+            },
         }
     } else if t.held {
         // Held with nothing to go back to: let the front door answer 503 rather than wait.

@@ -34,7 +34,10 @@ pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRe
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Up, name);
-    let touched = Arc::new(Mutex::new(Touched::default()));
+    if !opts.dry_run {
+        switch::reserve_records(ctx.state(), &record)?;
+    }
+    let touched = Arc::new(Mutex::new(Touched::of_run(&record.run_id)));
     let outcome = {
         let mut flow = Flow {
             ctx,
@@ -244,7 +247,9 @@ impl Flow<'_, '_> {
     async fn start(&mut self) -> Result<Deployment> {
         // Planned again: the patch changed the model's fingerprint, making room the memory.
         let opts = self.ctx.start_options(self.opts.allow_unpinned);
-        let plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
+        let mut plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
+        // The instance carries this run's id: the way back stops it and nothing else.
+        plan.run_id = self.record.run_id.clone();
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
@@ -454,6 +459,8 @@ impl Flow<'_, '_> {
         bench: std::path::PathBuf,
         swap: bool,
     ) -> Result<()> {
+        // Production as it is now: the watch may have restarted it meanwhile.
+        let production = self.ctx.production().await.unwrap_or(production);
         let mut next = production.clone();
         let old = production.serving().cloned();
         next.promote(Entry {
@@ -478,7 +485,7 @@ impl Flow<'_, '_> {
         })
         .await?;
         // Production now: nothing after this point undoes it.
-        *self.touched.lock().expect("touched") = Touched::default();
+        *self.touched.lock().expect("touched") = Touched::of_run(&self.record.run_id);
         self.say(&format!(
             "the front door sends production to {} ({}){}",
             self.name(),

@@ -3,6 +3,12 @@
 //! back-off, and after repeated failures the recipe's `fallback` serves instead. Every
 //! recovery is a run record (`history`). Replaced productions kept warm are stopped when
 //! their grace ends.
+//!
+//! It needs neither the state lock, nor the disk, nor the Docker Engine: a command that
+//! holds the lock (an `up` benchmarking) does not stop it — a hold a running command asked
+//! for is that command's, and a switch or hold made while the watch recovers wins over
+//! the recovery; records that find the disk full are kept in memory and written later; a
+//! process production or fallback is looked at and started without asking the engine.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,10 +21,11 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::metrics::Event;
 use crate::frontdoor::route::Route;
-use crate::frontdoor::{Config, Door};
+use crate::frontdoor::{Config, Door, Launch};
 use crate::history::{Command, Outcome, RunRecord};
-use crate::production::{Entry, Production, Upstream};
+use crate::production::{Entry, Upstream};
 use crate::runtime::ready::{health_now, Health, Liveness};
+use crate::runtime::Deployment;
 
 /// Between two looks at production.
 const EVERY: Duration = Duration::from_secs(2);
@@ -30,20 +37,25 @@ const STALLED: Duration = Duration::from_secs(60);
 const RESTARTS: u32 = 3;
 
 /// `sparkctl frontdoor serve`: the front door's proxy and control socket, and this watch
-/// beside them; returns when one of them ends (the supervisor restarts the process).
+/// beside them; returns when the server is told to stop (after its drain) or the watch
+/// ends (the supervisor restarts the process).
 pub async fn serve_frontdoor(
-    ctx: Context,
+    mut ctx: Context,
     recipes_dir: PathBuf,
     config: Config,
     listen_fd: i32,
 ) -> Result<()> {
     let opened =
         crate::frontdoor::serve::open(&ctx.state, &ctx.runtimes, config, listen_fd).await?;
-    let watch = Watch::new(ctx, recipes_dir, opened.door);
-    tokio::select! {
-        r = opened.control => r.map_err(|e| Error::Failed(format!("control socket task: {e}")))?,
-        r = watch.run(opened.unreachable) => r,
-    }
+    ctx.runtimes
+        .process
+        .defer_writes(opened.door.deferred.clone());
+    let launch = Launch::new(&ctx.self_exe, &recipes_dir, &ctx.lock_path);
+    let state = ctx.state.clone();
+    let watch = Watch::new(ctx, recipes_dir, opened.door.clone());
+    opened
+        .run(&state, &launch, move |unreachable| watch.run(unreachable))
+        .await
 }
 
 pub struct Watch {
@@ -52,6 +64,14 @@ pub struct Watch {
     recipes_dir: PathBuf,
     door: Arc<Door>,
     client: reqwest::Client,
+}
+
+enum Look {
+    Fine,
+    /// Its instance no longer runs: recover now.
+    Gone(String),
+    /// Running but not answering: recover after a few in a row.
+    Failing(String),
 }
 
 impl Watch {
@@ -76,6 +96,11 @@ impl Watch {
                 _ = unreachable.recv() => {}
                 _ = tokio::time::sleep(EVERY) => {}
             }
+            // What a full disk kept back is written once there is room.
+            if self.door.deferred.pending() > 0 {
+                let deferred = self.door.deferred.clone();
+                let _ = tokio::task::spawn_blocking(move || deferred.flush()).await;
+            }
             self.expire_warm().await;
             match self.door.table.route() {
                 Route::Serving(u) => match self.look(&u).await {
@@ -90,10 +115,16 @@ impl Watch {
                         }
                     }
                 },
-                // Holding with nobody switching (no CLI command holds the state lock):
-                // production is down, e.g. after a reboot.
+                // It dropped a request it had taken: well, it serves again; not, at once
+                // brought back (the requests wait meanwhile).
+                Route::Suspect(u) => match self.look(&u).await {
+                    Look::Fine => self.door.table.clear_suspicion(&u),
+                    Look::Gone(why) | Look::Failing(why) => self.recover(why).await,
+                },
+                // Holding with no command holding (none asked, or it died): production is
+                // down, e.g. after a reboot.
                 Route::Holding => {
-                    if self.door.production().current.is_some() {
+                    if self.door.production().current.is_some() && !self.door.held_by_a_command() {
                         self.recover("nothing serves production".into()).await;
                     }
                 }
@@ -103,10 +134,21 @@ impl Watch {
     }
 
     async fn look(&self, u: &Upstream) -> Look {
-        let d = match self.ctx.runtimes.find(&u.recipe).await {
-            Ok(Some(d)) if d.id == u.deployment => d,
-            Ok(_) => return Look::Gone(format!("{} ({}) no longer runs", u.recipe, u.deployment)),
-            Err(e) => return Look::Failing(format!("cannot ask the runtime: {e}")),
+        let d = match self.ctx.runtimes.instance(&u.recipe, &u.deployment).await {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                return Look::Gone(format!("{} ({}) no longer runs", u.recipe, u.deployment))
+            }
+            // The engine does not answer (dockerd restarting): what counts is whether
+            // production does.
+            Err(e) => {
+                return match self.answers(u).await {
+                    true => Look::Fine,
+                    false => Look::Failing(format!(
+                        "it does not answer, and the runtime cannot be asked: {e}"
+                    )),
+                }
+            }
         };
         if !d.running() {
             return Look::Gone(format!("{} exited", u.recipe));
@@ -137,42 +179,50 @@ impl Watch {
         }
     }
 
+    /// Whether `u` answers its health probe, asked directly.
+    async fn answers(&self, u: &Upstream) -> bool {
+        let probe = self
+            .client
+            .get(format!("{}/health", u.url))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        probe.is_ok_and(|r| r.status().is_success())
+    }
+
     /// Holds requests and brings production back: the same recipe, with back-off, then its
-    /// fallback. A CLI command in progress owns production meanwhile: then nothing is done.
+    /// fallback. A command that holds production (a swap in progress) is left to it, and a
+    /// command's switch or hold made meanwhile ends the recovery.
     async fn recover(&self, why: String) {
-        let Ok(_lock) = self
-            .ctx
-            .state
-            .lock("frontdoor watch: recovering production")
-        else {
-            return;
-        };
         let production = self.door.production();
         let Some(current) = production.current.clone() else {
             return;
         };
-        self.door.hold(std::time::Duration::ZERO).await;
+        if self.door.held_by_a_command() {
+            return;
+        }
+        self.door.hold(Duration::ZERO, None).await;
+        let generation = self.door.generation();
         tracing::warn!("production {} needs recovering: {why}", current.recipe);
         let began = Instant::now();
+        let wedged = current.upstream.clone();
         let mut backoff = Duration::from_secs(1);
         let mut last_error = String::new();
         for attempt in 1..=RESTARTS {
-            match self.start_recipe(&current.recipe).await {
+            if self.door.generation() != generation {
+                return;
+            }
+            match self.start_recipe(&current.recipe, wedged.as_ref()).await {
                 Ok(up) => {
-                    let mut next = production.clone();
-                    if let Some(e) = next.current.as_mut() {
-                        e.upstream = Some(up);
-                    }
-                    self.finish(
-                        next,
-                        Command::Restart,
-                        &current.recipe,
-                        &why,
-                        began,
-                        attempt,
-                    )
-                    .await;
-                    self.door.metrics.event(Event::Restart);
+                    let recipe = current.recipe.clone();
+                    let switched = self.door.recover_to(generation, |next| {
+                        if let Some(e) = next.current.as_mut().filter(|e| e.recipe == recipe) {
+                            e.upstream = Some(up.clone());
+                        }
+                    });
+                    let what = (Command::Restart, current.recipe.as_str(), &up);
+                    self.finish(switched.await.is_ok(), what, &why, began, attempt)
+                        .await;
                     return;
                 }
                 Err(e) => {
@@ -183,63 +233,86 @@ impl Watch {
                 }
             }
         }
+        if self.door.generation() != generation {
+            return;
+        }
+        let why = format!(
+            "{why}; {RESTARTS} restarts of {} failed: {last_error}",
+            current.recipe
+        );
+        self.fail_over(&current.recipe, why, generation, began)
+            .await;
+    }
+
+    /// The recipe's fallback serves instead (a running one that answers, or one started).
+    async fn fail_over(&self, recipe: &str, why: String, generation: u64, began: Instant) {
         let fallback = crate::recipe::load_dir(&self.recipes_dir)
             .ok()
-            .and_then(|set| {
-                set.get(&current.recipe)
-                    .ok()
-                    .and_then(|l| l.recipe.fallback.clone())
-            });
+            .and_then(|set| set.get(recipe).ok().and_then(|l| l.recipe.fallback.clone()));
+        let mut why = why;
         if let Some(fb) = fallback {
-            match self.start_recipe(&fb).await {
+            match self.start_recipe(&fb, None).await {
                 Ok(up) => {
-                    let mut next = production.clone();
-                    next.promote(Entry {
+                    let entry = Entry {
                         recipe: fb.clone(),
                         since: crate::units::now_utc(),
                         run_id: None,
                         bench: None,
-                        upstream: Some(up),
-                    });
-                    let why = format!(
-                        "{why}; {RESTARTS} restarts of {} failed: {last_error}",
-                        current.recipe
-                    );
-                    self.finish(next, Command::Failover, &fb, &why, began, 1)
+                        upstream: Some(up.clone()),
+                    };
+                    let switched = self
+                        .door
+                        .recover_to(generation, |next| next.promote(entry))
                         .await;
-                    self.door.metrics.event(Event::Failover);
+                    if switched.is_ok() {
+                        self.door.metrics.event(Event::Failover);
+                    }
+                    self.finish(
+                        switched.is_ok(),
+                        (Command::Failover, &fb, &up),
+                        &why,
+                        began,
+                        1,
+                    )
+                    .await;
                     return;
                 }
-                Err(e) => last_error = format!("{last_error}; fallback {fb}: {e}"),
+                Err(e) => why = format!("{why}; fallback {fb}: {e}"),
             }
         }
-        let mut record = RunRecord::new(Command::Restart, &current.recipe);
+        let mut record = RunRecord::new(Command::Restart, recipe);
         record.outcome = Outcome::Failed;
-        record.error = Some(format!(
-            "{why}; could not bring production back: {last_error}"
-        ));
+        record.error = Some(format!("{why}; could not bring production back"));
         record.finished_at = crate::units::now_utc();
-        let _ = record.save(&self.ctx.state);
+        self.save(&record);
     }
 
+    /// Records a recovery; when a command's change overtook it, what it started is stopped
+    /// again (it started it; nothing routes to it).
     async fn finish(
         &self,
-        next: Production,
-        command: Command,
-        recipe: &str,
+        switched: bool,
+        (command, recipe, up): (Command, &str, &Upstream),
         why: &str,
         began: Instant,
         attempts: u32,
     ) {
-        let mut record = RunRecord::new(command, recipe);
-        match self.door.switch(next, Duration::ZERO).await {
-            Ok(_) => record.outcome = Outcome::Recovered,
-            Err(e) => {
-                record.outcome = Outcome::Failed;
-                record.error = Some(format!("switching to the restarted instance: {e}"));
+        if !switched {
+            tracing::warn!("recovery of {recipe} overtaken by a command's switch; leaving it");
+            let routed = self.door.status().upstream;
+            if routed.is_none_or(|r| r.deployment != up.deployment) {
+                if let Ok(Some(d)) = self.ctx.runtimes.instance(recipe, &up.deployment).await {
+                    let _ = self.ctx.runtimes.stop(&d, STOP_GRACE).await;
+                }
             }
+            return;
         }
-        record.error.get_or_insert(format!(
+        if command == Command::Restart {
+            self.door.metrics.event(Event::Restart);
+        }
+        let mut record = RunRecord::new(command, recipe);
+        record.outcome = Outcome::Recovered;
+        record.error = Some(format!(
             "{why} (back after {:.1} s, attempt {attempts})",
             began.elapsed().as_secs_f64()
         ));
@@ -249,16 +322,34 @@ impl Watch {
             .upstream
             .map(|u| format!("{} ({})", u.recipe, u.deployment));
         record.finished_at = crate::units::now_utc();
-        let _ = record.save(&self.ctx.state);
+        self.save(&record);
     }
 
-    /// Starts `name` on its own port (stopping a wedged instance of it first) and waits
-    /// until it serves.
-    async fn start_recipe(&self, name: &str) -> Result<Upstream> {
+    /// A run record, kept in memory while the disk is full.
+    fn save(&self, record: &RunRecord) {
+        if let Ok(path) = self.ctx.state.run_record_file(&record.run_id) {
+            if let Err(e) = self.door.deferred.write_json(&path, record) {
+                tracing::warn!("run record of the watch: {e}");
+            }
+        }
+    }
+
+    /// `name` serving on its own port: a running instance that answers is taken as it is;
+    /// otherwise `wedged` (the instance production named, if it still runs) is stopped and
+    /// a new one started, waited for until it serves.
+    async fn start_recipe(&self, name: &str, wedged: Option<&Upstream>) -> Result<Upstream> {
         let set = crate::recipe::load_dir(&self.recipes_dir)?;
         let loaded = set.get(name)?;
-        if let Some(d) = self.ctx.runtimes.find(name).await?.filter(|d| d.running()) {
-            self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
+        let running = self.ctx.runtimes.find(name).await?.filter(|d| d.running());
+        if let Some(d) = running {
+            let is_wedged = wedged.is_some_and(|w| w.deployment == d.id);
+            if !is_wedged && health_now(&self.client, &d).await == Liveness::Running(Health::Ready)
+            {
+                return Ok(super::switch::upstream_of(&d));
+            }
+            if is_wedged {
+                self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
+            }
         }
         let lock = crate::lock::Lock::load(&self.ctx.lock_path)?;
         let opts = StartOptions {
@@ -273,24 +364,30 @@ impl Watch {
                 plan.memory.describe()
             )));
         }
-        for victim in &plan.memory.must_stop {
-            if let Some(d) = self
-                .ctx
-                .runtimes
-                .find(victim)
-                .await?
-                .filter(|d| d.running())
-            {
+        self.make_room(name, &plan.memory.must_stop).await?;
+        let report = start(&self.ctx.runtimes, &plan, None, |_| {}).await?;
+        Ok(super::switch::upstream_of(&report.deployment))
+    }
+
+    /// Stops what the memory plan names — unless a command is running (it holds the state
+    /// lock): what it runs (a candidate under test) is not the watch's to stop.
+    async fn make_room(&self, name: &str, victims: &[String]) -> Result<()> {
+        if victims.is_empty() {
+            return Ok(());
+        }
+        let Ok(_lock) = self.ctx.state.lock("frontdoor watch: making room") else {
+            return Err(Error::Failed(format!(
+                "{name} needs {} stopped first, which a running command uses",
+                victims.join(", ")
+            )));
+        };
+        for victim in victims {
+            let d = self.ctx.runtimes.find(victim).await?;
+            if let Some(d) = d.filter(Deployment::running) {
                 self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
             }
         }
-        let report = start(&self.ctx.runtimes, &plan, None, |_| {}).await?;
-        let d = report.deployment;
-        Ok(Upstream {
-            recipe: d.name.clone(),
-            deployment: d.id.clone(),
-            url: d.url(),
-        })
+        Ok(())
     }
 
     /// Stops replaced productions whose grace is over.
@@ -300,6 +397,7 @@ impl Watch {
         if !production.warm.iter().any(|w| w.until <= now) {
             return;
         }
+        // A rollback may be switching back to one right now.
         let Ok(_lock) = self
             .ctx
             .state
@@ -310,20 +408,13 @@ impl Watch {
         let mut next = production.clone();
         next.warm.retain(|w| w.until > now);
         for w in production.warm.iter().filter(|w| w.until <= now) {
-            if let Ok(Some(d)) = self.ctx.runtimes.find(&w.upstream.recipe).await {
-                if d.running() && d.id == w.upstream.deployment {
+            let (recipe, id) = (&w.upstream.recipe, &w.upstream.deployment);
+            if let Ok(Some(d)) = self.ctx.runtimes.instance(recipe, id).await {
+                if d.running() {
                     let _ = self.ctx.runtimes.stop(&d, STOP_GRACE).await;
                 }
             }
         }
         let _ = self.door.update(next).await;
     }
-}
-
-enum Look {
-    Fine,
-    /// Its instance no longer runs: recover now.
-    Gone(String),
-    /// Running but not answering: recover after a few in a row.
-    Failing(String),
 }

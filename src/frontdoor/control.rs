@@ -3,7 +3,6 @@
 //! (`{"production": …, "drain_ms": …}`), `POST /hold`, `POST /update` (production.json
 //! without a change of route).
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +14,12 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
 
+use super::accept::{self, Conns, Limits};
 use super::{Door, DoorStatus, SwitchReport};
 use crate::error::{Error, Result};
+use crate::host::ProcessId;
 use crate::production::Production;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -34,7 +36,10 @@ fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
 
 async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let body = match req.into_body().collect().await {
+    let body = match http_body_util::Limited::new(req.into_body(), 1 << 20)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
         Err(e) => {
             return reply(
@@ -49,11 +54,11 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
             serde_json::to_value(door.status()).unwrap_or(Value::Null),
         ),
         (Method::POST, "/hold") => {
-            let drain_ms = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v["drain_ms"].as_u64())
-                .unwrap_or(0);
-            let left = door.hold(Duration::from_millis(drain_ms)).await;
+            let v = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+            let drain_ms = v["drain_ms"].as_u64().unwrap_or(0);
+            // The command holding: while it lives, the watch leaves production to it.
+            let owner = serde_json::from_value::<ProcessId>(v["owner"].clone()).ok();
+            let left = door.hold(Duration::from_millis(drain_ms), owner).await;
             reply(
                 StatusCode::OK,
                 serde_json::json!({"holding": true, "left_in_flight": left}),
@@ -104,9 +109,8 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
     }
 }
 
-/// Serves the control socket until the process ends.
-pub async fn serve(path: &Path, door: Arc<Door>) -> Result<()> {
-    // A socket left by a crashed predecessor: the supervisor runs one server at a time.
+fn bind(path: &Path) -> Result<UnixListener> {
+    // A socket left by a crashed predecessor: one server answers here at a time.
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)
         .map_err(|e| Error::io(format!("cannot listen on {}", path.display()), e))?;
@@ -114,21 +118,81 @@ pub async fn serve(path: &Path, door: Arc<Door>) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
     }
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let door = door.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let door = door.clone();
-                async move { Ok::<_, Infallible>(handle(&door, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    Ok(listener)
+}
+
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Answers the control socket until `stop` turns true. The socket file is looked at every
+/// 2 s: gone, or left by a server that died (a restart onto a binary that failed), it is
+/// bound again; while another server answers there (a restart), it is that one's.
+pub fn listen(
+    path: &Path,
+    door: Arc<Door>,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let listener = bind(path)?;
+    let path = path.to_path_buf();
+    tokio::spawn(async move {
+        let mut listener = Some(listener);
+        let conns = Conns::new(limits.connections);
+        loop {
+            let Some(l) = listener.take() else { return };
+            let ours = inode(&path);
+            let (lost_tx, lost) = watch::channel(false);
+            let serving = tokio::spawn(accept::serve(
+                l,
+                "the control socket",
+                limits,
+                conns.clone(),
+                lost,
+                {
+                    let door = door.clone();
+                    move |req| {
+                        let door = door.clone();
+                        async move { handle(&door, req).await }
+                    }
+                },
+            ));
+            let mut stop = stop.clone();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.changed() => {}
+                }
+                if *stop.borrow() {
+                    let _ = lost_tx.send(true);
+                    return;
+                }
+                let lost = match inode(&path) {
+                    None => true,
+                    now if now == ours => false,
+                    Some(_) => UnixStream::connect(&path).await.is_err(),
+                };
+                if lost {
+                    break;
+                }
+            }
+            let _ = lost_tx.send(true);
+            let _ = serving.await;
+            match bind(&path) {
+                Ok(l) => {
+                    super::say!("the control socket {} was bound again", path.display());
+                    listener = Some(l);
+                }
+                Err(e) => {
+                    super::say!("{e}; trying again");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    listener = bind(&path).ok();
+                }
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The CLI's side of the control socket.
@@ -206,7 +270,8 @@ impl Remote {
     /// New requests wait until the next switch; returns once those in flight finished (or
     /// `drain` passed).
     pub async fn hold(&self, drain: Duration) -> Result<()> {
-        let body = serde_json::json!({"drain_ms": drain.as_millis() as u64});
+        let owner = ProcessId::of(std::process::id());
+        let body = serde_json::json!({"drain_ms": drain.as_millis() as u64, "owner": owner});
         self.call(
             Method::POST,
             "/hold",

@@ -18,7 +18,10 @@ macro_rules! say {
 }
 pub(crate) use say;
 
+pub mod accept;
+pub mod body;
 pub mod control;
+pub mod handover;
 pub mod metrics;
 pub mod proxy;
 pub mod route;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::host::ProcessId;
 use crate::production::{Production, Upstream};
 use crate::state::StateDir;
 use metrics::{Event, Metrics};
@@ -57,6 +61,9 @@ pub struct Config {
     pub warm_grace: Duration,
     /// Whether an API key is required (the key itself is never kept here, nor printed).
     pub api_key_required: bool,
+    /// Client connections at once (`SPARKCTL_FRONTDOOR_CONNECTIONS`; default: what the
+    /// open-file limit allows); beyond it they wait in the kernel's backlog.
+    pub max_connections: Option<usize>,
 }
 
 fn env_duration(name: &str, default: Duration) -> Result<Duration> {
@@ -101,14 +108,19 @@ pub fn api_key() -> Result<Option<String>> {
 
 impl Config {
     pub fn from_env(port: u16) -> Result<Config> {
-        let queue = match std::env::var("SPARKCTL_FRONTDOOR_QUEUE") {
-            Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
-                Error::Usage(format!(
-                    "SPARKCTL_FRONTDOOR_QUEUE={v} is not a number of requests"
-                ))
-            })?,
-            _ => 256,
+        let count = |name: &str, what: &str| -> Result<Option<usize>> {
+            match std::env::var(name) {
+                Ok(v) if !v.trim().is_empty() => match v.trim().parse() {
+                    Ok(n) if n > 0 => Ok(Some(n)),
+                    _ => Err(Error::Usage(format!(
+                        "{name}={v} is not a number of {what}; unset it or give e.g. {name}=256"
+                    ))),
+                },
+                _ => Ok(None),
+            }
         };
+        let queue = count("SPARKCTL_FRONTDOOR_QUEUE", "requests")?.unwrap_or(256);
+        let max_connections = count("SPARKCTL_FRONTDOOR_CONNECTIONS", "connections")?;
         Ok(Config {
             host: std::env::var("SPARKCTL_FRONTDOOR_HOST")
                 .ok()
@@ -120,13 +132,14 @@ impl Config {
             drain: env_duration("SPARKCTL_FRONTDOOR_DRAIN", Duration::from_secs(120))?,
             warm_grace: env_duration("SPARKCTL_WARM_GRACE", Duration::from_secs(600))?,
             api_key_required: api_key()?.is_some(),
+            max_connections,
         })
     }
 }
 
 /// Whether `u`'s very instance still runs.
 pub async fn alive(rt: &crate::runtime::Runtimes, u: &Upstream) -> bool {
-    matches!(rt.find(&u.recipe).await, Ok(Some(d)) if d.running() && d.id == u.deployment)
+    matches!(rt.instance(&u.recipe, &u.deployment).await, Ok(Some(d)) if d.running())
 }
 
 /// Where the front door keeps its files.
@@ -155,6 +168,10 @@ pub struct DoorStatus {
     /// In flight per deployment.
     pub in_flight: std::collections::BTreeMap<String, usize>,
     pub production: Production,
+    /// State files the front door could not write for want of space, kept in memory until
+    /// there is room.
+    #[serde(default)]
+    pub pending_writes: usize,
 }
 
 /// What a switch did.
@@ -173,7 +190,21 @@ pub struct Door {
     pub table: Table,
     pub metrics: Arc<Metrics>,
     production: Mutex<Production>,
+    /// The command that asked for the hold in force (`up`, `rollback`): production is its
+    /// business while it lives.
+    held_by: Mutex<Option<ProcessId>>,
+    /// State writes that found the disk full.
+    pub deferred: crate::state::Deferred,
+    /// One change of production at a time: its write, then its route.
+    changing: tokio::sync::Mutex<()>,
+    /// Counts the switches and holds: the watch's recovery gives way to a command's change
+    /// made meanwhile.
+    generation: std::sync::atomic::AtomicU64,
 }
+
+/// A recovery that a command's switch or hold overtook: production is the command's now.
+#[derive(Debug)]
+pub struct Superseded;
 
 impl Door {
     pub fn new(state: StateDir, config: Config, production: Production, route: Route) -> Door {
@@ -181,9 +212,21 @@ impl Door {
             table: Table::new(route, config.queue),
             metrics: Arc::new(Metrics::default()),
             production: Mutex::new(production),
+            held_by: Mutex::new(None),
+            deferred: crate::state::Deferred::default(),
+            changing: tokio::sync::Mutex::new(()),
+            generation: std::sync::atomic::AtomicU64::new(0),
             state,
             config,
         }
+    }
+
+    /// Whether a command that asked for the hold in force still runs.
+    pub fn held_by_a_command(&self) -> bool {
+        self.held_by
+            .lock()
+            .expect("held_by")
+            .is_some_and(|p| p.alive())
     }
 
     pub fn production(&self) -> Production {
@@ -194,7 +237,49 @@ impl Door {
     /// requests go to its upstream (or wait, if it has none), then the old upstream's
     /// requests finish, for up to `drain`.
     pub async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
+        let changing = self.changing.lock().await;
         crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
+        let old = self.route_to(new);
+        drop(changing);
+        Ok(self.drain_after(old, drain).await)
+    }
+
+    /// Switches and holds so far (see `recover_to`).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The watch's switch (a restart, a failover): `change` applied to production as it is
+    /// now, unless a command switched or held since `generation` (then nothing changes).
+    /// Production must serve again even on a full disk: production.json is then kept in
+    /// memory until there is room.
+    pub async fn recover_to(
+        &self,
+        generation: u64,
+        change: impl FnOnce(&mut Production),
+    ) -> std::result::Result<SwitchReport, Superseded> {
+        let changing = self.changing.lock().await;
+        if self.generation() != generation {
+            return Err(Superseded);
+        }
+        let mut new = self.production();
+        change(&mut new);
+        let deferred = self.deferred.clone();
+        let (path, value) = (self.state.production_file(), new.clone());
+        let written = tokio::task::spawn_blocking(move || deferred.write_json(&path, &value)).await;
+        if let Ok(Err(e)) = written {
+            tracing::warn!("production.json: {e}");
+        }
+        let old = self.route_to(new);
+        drop(changing);
+        Ok(self.drain_after(old, Duration::ZERO).await)
+    }
+
+    /// Routes to `new`; returns what was routed to before and where requests go now.
+    fn route_to(&self, new: Production) -> (Route, Route) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        *self.held_by.lock().expect("held_by") = None;
         let route = match new.serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,
@@ -204,8 +289,13 @@ impl Door {
         if old != route {
             self.metrics.event(Event::Switch);
         }
+        (old, route)
+    }
+
+    /// The old upstream's requests finish, for up to `drain`.
+    async fn drain_after(&self, (old, route): (Route, Route), drain: Duration) -> SwitchReport {
         let replaced = match old {
-            Route::Serving(u) => Some(u),
+            Route::Serving(u) | Route::Suspect(u) => Some(u),
             Route::Holding | Route::Offline => None,
         };
         let left_in_flight = match (&replaced, &route) {
@@ -218,14 +308,15 @@ impl Door {
                 "switch: {left_in_flight} requests still in flight on the old upstream after the drain"
             );
         }
-        Ok(SwitchReport {
+        SwitchReport {
             replaced,
             left_in_flight,
-        })
+        }
     }
 
     /// Writes `new` without changing where requests go (a warm production stopped).
     pub async fn update(&self, new: Production) -> Result<()> {
+        let _changing = self.changing.lock().await;
         crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
         *self.production.lock().expect("production") = new;
         Ok(())
@@ -234,9 +325,12 @@ impl Door {
     /// New requests wait (a swap, a restart) until the next switch; the requests in flight
     /// finish first, for up to `drain`, so what is stopped next cuts no stream. Returns how
     /// many were still in flight when the drain gave up.
-    pub async fn hold(&self, drain: Duration) -> usize {
+    pub async fn hold(&self, drain: Duration, owner: Option<ProcessId>) -> usize {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        *self.held_by.lock().expect("held_by") = owner;
         match self.table.set(Route::Holding) {
-            Route::Serving(old) => {
+            Route::Serving(old) | Route::Suspect(old) => {
                 self.metrics.event(Event::Switch);
                 self.table.drain(&old.deployment, drain).await
             }
@@ -250,17 +344,19 @@ impl Door {
             pid: std::process::id(),
             host: self.config.host.clone(),
             port: self.config.port,
+            // A suspect upstream is production still (requests wait a moment for the watch).
             upstream: match self.table.route() {
-                Route::Serving(u) => Some(u),
+                Route::Serving(u) | Route::Suspect(u) => Some(u),
                 Route::Holding | Route::Offline => None,
             },
-            holding: self.table.route() == Route::Holding,
+            holding: matches!(self.table.route(), Route::Holding | Route::Suspect(_)),
             waiting,
             in_flight: in_flight.into_iter().collect(),
             production: self.production(),
+            pending_writes: self.deferred.pending(),
         }
     }
 }
 
 pub use control::Remote;
-pub use supervisor::{answering, ensure, Launch};
+pub use supervisor::{answering, ensure, Launch, Takeover};

@@ -1,31 +1,31 @@
-//! The reverse proxy on the production port. Request bodies (small JSON) are read whole so a
-//! request that no upstream answered can be sent again; response bodies pass through frame
-//! by frame as they arrive, never buffered, and are watched on the way for live metrics.
+//! The reverse proxy on the production port. Request bodies are read whole (bounded by
+//! `body`) so a request that no upstream took can be sent again; response bodies pass
+//! through frame by frame as they arrive, never buffered, and are watched on the way for
+//! live metrics. A request is sent again only when it never left: the upstream refused
+//! the connection; once sent, a failure is the client's answer (502), never a replay.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use super::accept::{self, Conns, Limits};
+use super::body::{Budget, Refused};
 use super::metrics::{Event, Metrics};
 use super::route::{Lease, Refusal, Table, Upstream};
 
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
-
-/// Requests larger than this are refused (a chat request is kilobytes; images may be MBs).
-const MAX_REQUEST: usize = 64 << 20;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: &[&str] = &[
@@ -43,17 +43,18 @@ const HOP_BY_HOP: &[&str] = &[
 pub struct Proxy {
     pub table: Table,
     pub metrics: Arc<Metrics>,
-    /// Kept-alive connections to upstreams, as a client would.
-    pooled: Client<HttpConnector, Full<Bytes>>,
-    /// No pool: a retry is certain to open a new connection (llama-server closes the ones
-    /// it advertised as kept alive).
-    fresh: Client<HttpConnector, Full<Bytes>>,
+    /// A new connection per request: a kept-alive one the upstream closed meanwhile
+    /// (llama-server does) would leave it unknown whether the request was taken, and a
+    /// request is never sent twice. A connect costs microseconds; an answer, seconds.
+    client: Client<HttpConnector, Full<Bytes>>,
     /// How long a request may wait for an upstream.
     pub hold: Duration,
     /// `Authorization: Bearer KEY` required when set; never logged.
     api_key: Option<String>,
     /// The watch hears of an upstream that did not answer.
     unreachable: mpsc::UnboundedSender<Upstream>,
+    /// Memory for request bodies.
+    bodies: Budget,
 }
 
 impl Proxy {
@@ -64,51 +65,44 @@ impl Proxy {
         api_key: Option<String>,
         unreachable: mpsc::UnboundedSender<Upstream>,
     ) -> Proxy {
-        let client = |pool: bool| {
-            let mut connector = HttpConnector::new();
-            connector.set_nodelay(true);
-            connector.set_connect_timeout(Some(Duration::from_secs(5)));
-            let mut b = Client::builder(TokioExecutor::new());
-            if !pool {
-                b.pool_max_idle_per_host(0);
-            }
-            b.build(connector)
-        };
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(connector);
         Proxy {
             table,
             metrics,
-            pooled: client(true),
-            fresh: client(false),
+            client,
             hold,
             api_key,
             unreachable,
+            bodies: Budget::default(),
         }
     }
 }
 
-/// Accepts connections on the production port until the process ends.
-pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept on the production port: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(handle(&proxy, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+/// Serves the production port until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    limits: Limits,
+    conns: Conns,
+    stop: watch::Receiver<bool>,
+) {
+    accept::serve(
+        listener,
+        "the production port",
+        limits,
+        conns,
+        stop,
+        move |req| {
+            let proxy = proxy.clone();
+            async move { handle(&proxy, req).await }
+        },
+    )
+    .await
 }
 
 fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
@@ -164,13 +158,21 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         return r;
     }
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("request body unreadable or over {MAX_REQUEST} bytes: {e}"),
-            )
+    let body = match proxy.bodies.read(&parts.headers, body).await {
+        Ok(b) => b,
+        Err(why) => {
+            let status = match why {
+                Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                Refused::TimedOut => StatusCode::REQUEST_TIMEOUT,
+                Refused::NoRoom => StatusCode::SERVICE_UNAVAILABLE,
+                Refused::Broken(_) => StatusCode::BAD_REQUEST,
+            };
+            let mut r = error(status, &why.message());
+            if why == Refused::NoRoom {
+                r.headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            return r;
         }
     };
     // The upstream's own /metrics stays reachable under /upstream/metrics.
@@ -209,18 +211,61 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             held = true;
             proxy.metrics.event(Event::Held);
         }
-        match forward(proxy, &lease.upstream, &parts, &forward_path, &body).await {
-            Ok(resp) => return respond(proxy, resp, lease, arrived),
-            Err(e) => {
-                // Not one byte came back, twice: the upstream is down. The request waits
-                // for the next one (a restart, a fallback), within its hold.
+        match forward(proxy, &lease.upstream, &parts, &forward_path, &body.bytes).await {
+            Ok(resp) => {
+                drop(body);
+                return respond(proxy, resp, lease, arrived);
+            }
+            Err(e) if never_taken(&e) => {
+                // It never left, or the upstream dropped it unread: the upstream is down.
+                // The request waits for the next one (a restart, a fallback), within its
+                // hold.
                 tracing::warn!("{} did not answer: {e}", lease.upstream.url);
                 proxy.metrics.error(&lease.upstream.recipe, "connect");
                 let _ = proxy.unreachable.send(lease.upstream.clone());
                 avoid = Some(lease.upstream.deployment.clone());
             }
+            Err(e) => {
+                // Sent, and no answer came: the upstream may have taken it, so it is not
+                // sent again; the client decides.
+                proxy.metrics.error(&lease.upstream.recipe, "sent");
+                // Likely dying: the next requests wait for the watch's look.
+                proxy.table.suspect(&lease.upstream);
+                let _ = proxy.unreachable.send(lease.upstream.clone());
+                return error(
+                    StatusCode::BAD_GATEWAY,
+                    &format!(
+                        "{} took the request and failed before answering ({}); it was not sent again",
+                        lease.upstream.recipe,
+                        crate::error::chain(&e)
+                    ),
+                );
+            }
         }
     }
+}
+
+/// Whether a failed forward certainly left the request untaken: the connection was
+/// refused, or reset by the upstream's side (a socket closed with the request unread in it
+/// resets: docker-proxy in front of a container that died does so). A clean close after
+/// the request was written may follow its processing.
+fn never_taken(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
@@ -240,20 +285,13 @@ async fn forward(
     path: &str,
     body: &Bytes,
 ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-    let build = || {
-        let mut req = Request::builder()
-            .method(parts.method.clone())
-            .uri(format!("{}{path}", upstream.url))
-            .body(Full::new(body.clone()))
-            .expect("method and URI come from a valid request");
-        copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
-        req
-    };
-    match proxy.pooled.request(build()).await {
-        Ok(r) => Ok(r),
-        // Before any response byte: once more on a new connection.
-        Err(_) => proxy.fresh.request(build()).await,
-    }
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("{}{path}", upstream.url))
+        .body(Full::new(body.clone()))
+        .expect("method and URI come from a valid request");
+    copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
+    proxy.client.request(req).await
 }
 
 fn respond(

@@ -15,6 +15,9 @@ pub use crate::production::Upstream;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Serving(Upstream),
+    /// Production dropped a request it had taken without answering (a dying server): new
+    /// requests wait until the watch has looked at it — serving again, or brought back.
+    Suspect(Upstream),
     /// Production is being switched or brought back: requests wait.
     Holding,
     /// There is no production (none yet, or it was taken down): nothing to wait for.
@@ -74,6 +77,15 @@ impl Drop for Lease {
     }
 }
 
+/// One request's place among those waiting, freed when its wait ends or is dropped.
+struct WaitSlot<'a>(&'a Table);
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.0.inner.lock().expect("route counts").waiting -= 1;
+    }
+}
+
 impl Table {
     pub fn new(route: Route, max_waiting: usize) -> Table {
         Table {
@@ -90,6 +102,28 @@ impl Table {
     /// Sends new requests to `route` from now on; returns what it replaced.
     pub fn set(&self, route: Route) -> Route {
         self.route.send_replace(route)
+    }
+
+    /// `u` failed a request it had taken: new requests wait for the watch's look.
+    pub fn suspect(&self, u: &Upstream) {
+        self.route.send_if_modified(|r| match r {
+            Route::Serving(now) if now.deployment == u.deployment => {
+                *r = Route::Suspect(now.clone());
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// The watch found `u` well: it serves again (unless the route changed meanwhile).
+    pub fn clear_suspicion(&self, u: &Upstream) {
+        self.route.send_if_modified(|r| match r {
+            Route::Suspect(now) if now.deployment == u.deployment => {
+                *r = Route::Serving(now.clone());
+                true
+            }
+            _ => false,
+        });
     }
 
     /// An upstream for one request: now, or once one is set, within `bound`. `avoid` is a
@@ -115,6 +149,8 @@ impl Table {
             }
             c.waiting += 1;
         }
+        // Given back however the wait ends: a client that goes away drops this future.
+        let _slot = WaitSlot(self);
         let waited = tokio::time::timeout(bound, async {
             loop {
                 let route = rx.borrow_and_update().clone();
@@ -130,7 +166,6 @@ impl Table {
             }
         })
         .await;
-        self.inner.lock().expect("route counts").waiting -= 1;
         match waited {
             Ok(Ok(u)) => Ok(self.claim(u)),
             Ok(Err(why)) => Err(why),
@@ -233,6 +268,27 @@ mod tests {
         ));
         t.set(Route::Serving(up("b")));
         assert!(a.await.unwrap() && b.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_goes_away_gives_its_place_back() {
+        let t = Table::new(Route::Holding, 2);
+        for _ in 0..10 {
+            let gone = tokio::time::timeout(
+                Duration::from_millis(5),
+                t.lease(Duration::from_secs(60), None),
+            )
+            .await;
+            assert!(gone.is_err(), "still holding");
+        }
+        assert_eq!(t.counts().0, 0);
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.lease(Duration::from_secs(5), None).await.is_ok() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.set(Route::Serving(up("a")));
+        assert!(waiter.await.unwrap());
     }
 
     #[tokio::test]

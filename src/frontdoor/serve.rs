@@ -1,38 +1,61 @@
 //! `sparkctl frontdoor serve`: the proxy on the socket the supervisor handed down and the
-//! control socket. The watch over production (`deploy::watch`) runs beside them in the same
-//! process, restarted whole if it dies.
+//! control socket, both through one accept loop (`accept`), with the watch over production
+//! (`deploy::watch`) beside them. SIGTERM ends it gracefully: no new connection, the
+//! answers in flight finish within the drain time. A supervisor that dies is replaced by
+//! one that adopts this server, so it stays stoppable and restartable.
 
+use std::future::Future;
 use std::os::unix::io::FromRawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 
+use super::accept::{Conns, Limits};
 use super::proxy::{self, Proxy};
 use super::route::Route;
-use super::{control, control_socket, Config, Door};
+use super::{control, control_socket, handover, Config, Door, Launch};
 use crate::error::{Error, Result};
+use crate::host::ProcessId;
 use crate::production::{Production, Upstream};
 use crate::runtime::Runtimes;
 use crate::state::StateDir;
 
+/// How long a request's head may take (and an idle kept-alive connection may wait).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Control-socket connections at once (the CLI opens one per call).
+const CONTROL_CONNECTIONS: usize = 64;
+
 /// The serving front door: its shared state, what its proxy reports of upstreams that did
-/// not answer (for the watch), and its control socket's task.
+/// not answer (for the watch), and how to end it.
 pub struct Opened {
     pub door: Arc<Door>,
     pub unreachable: UnboundedReceiver<Upstream>,
-    pub control: JoinHandle<Result<()>>,
+    stop: watch::Sender<bool>,
+    proxy_conns: Conns,
+    listen_fd: i32,
 }
 
 /// Starts proxying on `listen_fd` (the production port's socket) and answering the control
-/// socket; they run until the process ends.
+/// socket; they run until `Opened::run` ends them.
 pub async fn open(
     state: &StateDir,
     runtimes: &Runtimes,
     config: Config,
     listen_fd: i32,
 ) -> Result<Opened> {
-    // SAFETY: the supervisor passed this descriptor, a bound listening TCP socket, to us.
+    let fd_limit = handover::raise_fd_limit();
+    super::body::tune_allocator();
+    if !handover::is_listening_socket(listen_fd) {
+        return Err(Error::Usage(format!(
+            "--listen-fd {listen_fd} is not a listening socket"
+        )));
+    }
+    // What this process starts (a production process, a supervisor) never gets it by
+    // accident: only a supervisor taking over, on purpose.
+    handover::set_cloexec(listen_fd, true);
+    // SAFETY: the supervisor passed this descriptor, a listening TCP socket, to us.
     let std_listener = unsafe { std::net::TcpListener::from_raw_fd(listen_fd) };
     std_listener
         .set_nonblocking(true)
@@ -47,15 +70,25 @@ pub async fn open(
         Some(_) => Route::Holding,
         None => Route::Offline,
     };
+    let limits = Limits {
+        connections: config
+            .max_connections
+            .unwrap_or_else(|| handover::connection_cap(fd_limit)),
+        header_timeout: HEADER_TIMEOUT,
+    };
     super::say!(
-        "front door serving {}:{} → {}",
+        "front door server pid {} serving {}:{} → {} (at most {} connections at once)",
+        std::process::id(),
         config.host,
         config.port,
         match &route {
-            Route::Serving(u) => format!("{} ({}, {})", u.recipe, u.deployment, u.url),
+            Route::Serving(u) | Route::Suspect(u) => {
+                format!("{} ({}, {})", u.recipe, u.deployment, u.url)
+            }
             Route::Holding => "nothing yet (holding while production comes back)".into(),
             Route::Offline => "nothing: there is no production yet".into(),
-        }
+        },
+        limits.connections
     );
     let api_key = super::api_key()?;
     let door = Arc::new(Door::new(state.clone(), config, production, route));
@@ -67,15 +100,140 @@ pub async fn open(
         api_key,
         unreachable_tx,
     ));
+    let (stop, stopped) = watch::channel(false);
     let socket = control_socket(state);
-    let control = tokio::spawn({
-        let door = door.clone();
-        async move { control::serve(&socket, door).await }
-    });
-    tokio::spawn(proxy::serve(listener, proxy));
+    let control_limits = Limits {
+        connections: CONTROL_CONNECTIONS,
+        header_timeout: HEADER_TIMEOUT,
+    };
+    control::listen(&socket, door.clone(), control_limits, stopped.clone())?;
+    let proxy_conns = Conns::new(limits.connections);
+    tokio::spawn(proxy::serve(
+        listener,
+        proxy,
+        limits,
+        proxy_conns.clone(),
+        stopped,
+    ));
     Ok(Opened {
         door,
         unreachable: unreachable_rx,
-        control,
+        stop,
+        proxy_conns,
+        listen_fd,
     })
+}
+
+impl Opened {
+    /// Runs `watch` beside the proxy until SIGTERM/SIGINT (then drains and returns Ok) or
+    /// until the watch ends (its error ends the process; the supervisor starts another).
+    pub async fn run<W, F>(self, state: &StateDir, launch: &Launch, watch: W) -> Result<()>
+    where
+        W: FnOnce(UnboundedReceiver<Upstream>) -> F,
+        F: Future<Output = Result<()>> + Send + 'static,
+    {
+        let Opened {
+            door,
+            unreachable,
+            stop,
+            proxy_conns,
+            listen_fd,
+        } = self;
+        let watching = tokio::spawn(watch(unreachable));
+        let supervised = tokio::spawn(stay_supervised(
+            state.clone(),
+            launch.clone(),
+            listen_fd,
+            stop.subscribe(),
+        ));
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| Error::io("cannot watch signals", e))?;
+        let ended = tokio::select! {
+            r = watching => Some(r),
+            _ = terminate.recv() => None,
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        if let Some(r) = ended {
+            supervised.abort();
+            return r.map_err(|e| Error::Failed(format!("the watch task: {e}")))?;
+        }
+        // No new connection from here; what is being answered finishes.
+        let _ = stop.send(true);
+        let (open, busy) = proxy_conns.counts();
+        super::say!(
+            "front door server pid {} draining: {busy} answers in flight, {open} connections",
+            std::process::id()
+        );
+        let deadline = tokio::time::Instant::now() + door.config.drain;
+        let left = proxy_conns.drained(deadline).await;
+        super::say!(
+            "front door server pid {} done{}",
+            std::process::id(),
+            if left > 0 {
+                format!(": {left} connections still open after the drain time")
+            } else {
+                String::new()
+            }
+        );
+        Ok(())
+    }
+}
+
+/// Checks that this server's supervisor lives; when it died (SIGKILL), starts a new one
+/// that adopts this server and the socket, so `frontdoor stop` finds it and a crash of
+/// this server is restarted again. Ends when the server stops.
+async fn stay_supervised(
+    state: StateDir,
+    launch: Launch,
+    listen_fd: i32,
+    stopping: watch::Receiver<bool>,
+) {
+    // SAFETY: getppid cannot fail.
+    let Some(mut supervisor) = ProcessId::of(unsafe { libc::getppid() } as u32) else {
+        return;
+    };
+    let mut adopters: Vec<tokio::process::Child> = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        adopters.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+        if *stopping.borrow() {
+            return;
+        }
+        if supervisor.alive() {
+            continue;
+        }
+        let me = std::process::id().to_string();
+        let mut cmd = launch.command(
+            &state,
+            &[
+                "run",
+                "--listen-fd",
+                &listen_fd.to_string(),
+                "--server",
+                &me,
+            ],
+        );
+        cmd.stdin(std::process::Stdio::null());
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: `inherit` only calls fcntl, which is async-signal-safe.
+            unsafe { cmd.pre_exec(handover::inherit(listen_fd)) };
+        }
+        match tokio::process::Command::from(cmd).spawn() {
+            Ok(child) => {
+                let pid = child.id().unwrap_or_default();
+                super::say!(
+                    "the front door's supervisor pid {} is gone; pid {pid} took over",
+                    supervisor.pid
+                );
+                match ProcessId::of(pid) {
+                    Some(p) => supervisor = p,
+                    None => continue,
+                }
+                adopters.push(child);
+            }
+            Err(e) => super::say!("the supervisor is gone and a new one did not start: {e}"),
+        }
+    }
 }

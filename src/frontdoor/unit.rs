@@ -15,8 +15,40 @@ pub fn path() -> Result<PathBuf> {
     Ok(base.join("systemd/user/sparkctl-frontdoor.service"))
 }
 
+/// One word of a unit file's command line or assignment as systemd reads it: `%`
+/// (specifiers) doubled, `$` doubled where variables would be expanded (`ExecStart=`), and
+/// in double quotes, with `\\` and `"` escaped, when it holds a space, a quote, a
+/// backslash or a `;` (which would end the command).
+fn quoted(word: &str, in_command: bool) -> String {
+    let plain = !word.is_empty()
+        && !word
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | ';'));
+    if plain {
+        return word
+            .replace('%', "%%")
+            .replace('$', if in_command { "$$" } else { "$" });
+    }
+    let mut out = String::with_capacity(word.len() + 2);
+    out.push('"');
+    for c in word.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '%' => out.push_str("%%"),
+            '$' if in_command => out.push_str("$$"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// The unit for this state dir, recipes and lock. The API key is never written into it:
-/// only the key file's path, when one is used.
+/// only the key file's path, when one is used. `systemctl --user stop` ends only the
+/// supervisor (`KillMode=process`), which drains its server and leaves production running;
+/// `systemctl --user reload` restarts it in place (`frontdoor restart`'s SIGHUP).
 pub fn text(state: &StateDir, config: &Config, launch: &Launch) -> String {
     let mut env = vec![
         format!("SPARKCTL_PRODUCTION_PORT={}", config.port),
@@ -28,20 +60,35 @@ pub fn text(state: &StateDir, config: &Config, launch: &Launch) -> String {
             PathBuf::from(f).display()
         ));
     }
+    let command = [
+        launch.self_exe.clone(),
+        "--state-dir".into(),
+        state.root().display().to_string(),
+        "--recipes".into(),
+        launch.recipes.display().to_string(),
+        "--lock".into(),
+        launch.lock.display().to_string(),
+        "frontdoor".into(),
+        "run".into(),
+    ]
+    .iter()
+    .map(|w| quoted(w, true))
+    .collect::<Vec<_>>()
+    .join(" ");
     format!(
-        "# Written by `sparkctl frontdoor install`.\n[Unit]\nDescription=sparkctl front door (production port {port})\nAfter=network-online.target docker.service\n\n[Service]\nExecStart={exe} --state-dir {state} --recipes {recipes} --lock {lock} frontdoor run\nRestart=always\nRestartSec=2\n{env}\n\n[Install]\nWantedBy=default.target\n",
+        "# Written by `sparkctl frontdoor install`.\n[Unit]\nDescription=sparkctl front door (production port {port})\nAfter=network-online.target docker.service\n\n[Service]\nExecStart={command}\nExecReload=/bin/kill -HUP $MAINPID\nRestart=always\nRestartSec=2\nKillMode=process\nTimeoutStopSec={stop}\nLimitNOFILE={NOFILE}\n{env}\n\n[Install]\nWantedBy=default.target\n",
         port = config.port,
-        exe = launch.self_exe,
-        state = state.root().display(),
-        recipes = launch.recipes.display(),
-        lock = launch.lock.display(),
+        stop = config.drain.as_secs() + 30,
         env = env
             .iter()
-            .map(|e| format!("Environment={e}"))
+            .map(|e| format!("Environment={}", quoted(e, false)))
             .collect::<Vec<_>>()
             .join("\n"),
     )
 }
+
+/// Open files the unit allows: a connection can take two (client and upstream).
+const NOFILE: u32 = 65536;
 
 /// Writes the unit (atomically); returns its path.
 pub fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<PathBuf> {
@@ -64,4 +111,45 @@ pub fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<Pat
 /// The unit, when one is installed.
 pub fn installed() -> Option<PathBuf> {
     path().ok().filter(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_with_spaces_quotes_and_specifiers_survive_the_unit_file() {
+        let dir = std::env::temp_dir().join(format!(
+            "sparkctl unit %h \"q\" $HOME {}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state = StateDir::open(&dir).unwrap();
+        let config = Config::from_env(8003).unwrap();
+        let launch = Launch::new(
+            "/opt/spark ctl/sparkctl",
+            &dir.join("recipes"),
+            &dir.join("images.lock"),
+        );
+        let unit = text(&state, &config, &launch);
+        let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+        assert!(
+            exec.starts_with("ExecStart=\"/opt/spark ctl/sparkctl\" --state-dir ")
+                && exec.ends_with(" frontdoor run"),
+            "{exec}"
+        );
+        let root = state.root().display().to_string();
+        let want = root
+            .replace('%', "%%")
+            .replace('"', "\\\"")
+            .replace('$', "$$");
+        assert!(exec.contains(&format!("\"{want}\"")), "{exec}");
+        assert!(unit.contains("LimitNOFILE=65536"), "{unit}");
+        assert!(unit.contains("KillMode=process"), "{unit}");
+        assert!(
+            unit.contains("Environment=SPARKCTL_PRODUCTION_PORT=8003"),
+            "{unit}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -410,6 +410,41 @@ pub async fn pull(
     Ok(())
 }
 
+/// Pulls `digest` of `recipe`'s image and remembers it. A registry that no longer holds
+/// the digest is said plainly: nothing can bring it back from there.
+pub async fn pull_digest(
+    docker: &Docker,
+    state: &crate::state::StateDir,
+    h: &history::History,
+    digest: &str,
+    progress: impl FnMut(usize, usize, u64, u64),
+) -> Result<()> {
+    if !h.from_registry(digest) {
+        return Err(Error::Usage(format!(
+            "{digest} of {} is an image id, not a registry digest (an image built here, or one \
+             whose registry digest is unknown): no registry can give it back",
+            h.recipe
+        )));
+    }
+    let reference = h.run_reference(digest);
+    if let Err(e) = pull(docker, &reference, progress).await {
+        let text = e.to_string();
+        if text.contains("manifest unknown") || text.contains("not found") {
+            return Err(Error::Failed(format!(
+                "{reference}: the registry no longer holds this digest ({text}); it cannot be \
+                 pulled back (a machine that still has it can `docker save` it; `sparkctl images \
+                 keep` keeps a digest here for good)"
+            )));
+        }
+        return Err(e);
+    }
+    let img = local(docker, &reference).await?;
+    let mut event = history::Event::now(history::EventKind::Pulled, digest, None);
+    event.image_id = img.as_ref().map(|i| i.id.clone());
+    event.created = img.and_then(|i| i.created);
+    history::record(state, &h.recipe, &event)
+}
+
 /// What changed between two local images.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImageDiff {

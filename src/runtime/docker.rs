@@ -118,6 +118,36 @@ impl DockerRuntime {
         HashMap::from([("label", labels)])
     }
 
+    /// This state dir's container `id`, if the engine still has it: one container asked
+    /// for, not the whole list (the watch asks every few seconds).
+    pub async fn by_id(&self, id: &str) -> Result<Option<Deployment>> {
+        let mut filters = self.filters(None);
+        filters.insert("id", vec![id.to_string()]);
+        Ok(self
+            .listed(&filters)
+            .await?
+            .into_iter()
+            .find(|d| d.id == id))
+    }
+
+    /// This state dir's containers the `filters` select, as deployments (exit details
+    /// not asked: they cost an inspect each).
+    async fn listed(
+        &self,
+        filters: &HashMap<&'static str, Vec<String>>,
+    ) -> Result<Vec<Deployment>> {
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(filters)
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| engine_error("listing containers", e))?;
+        Ok(list.iter().filter_map(deployment_of).collect())
+    }
+
     /// A running container publishing `port` on the host, as (name, sparkctl recipe if ours).
     pub async fn publisher_of(&self, port: u16) -> Result<Option<(String, Option<String>)>> {
         let opts = ListContainersOptionsBuilder::new().build();
@@ -428,19 +458,9 @@ impl Supervisor for DockerRuntime {
     }
 
     async fn list(&self) -> Result<Vec<Deployment>> {
-        let opts = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&self.filters(None))
-            .build();
-        let list = self
-            .docker
-            .list_containers(Some(opts))
-            .await
-            .map_err(|e| engine_error("listing containers", e))?;
-        let mut out = Vec::new();
         // Exit codes cost an inspect each; only the rows that are shown get them
         // (`exit_details`), however many old runs' containers are kept.
-        out.extend(list.iter().filter_map(deployment_of));
+        let mut out = self.listed(&self.filters(None)).await?;
         out.sort_by(|a, b| {
             b.started_at
                 .cmp(&a.started_at)

@@ -269,14 +269,23 @@ pub async fn logs(
 /// server ended leaves Ray's head and workers behind, holding the Ray port and memory), and
 /// says what it stopped. Only this state dir's containers of that recipe are touched.
 pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> Vec<String> {
-    let filters = HashMap::from([(
-        "label",
-        vec![
-            format!("{}=true", base::MANAGED),
-            format!("{}={state_id}", base::STATE),
-            format!("{}={name}", label::GROUP),
-        ],
-    )]);
+    stop_leftovers_of(conns, state_id, name, None).await
+}
+
+/// `stop_leftovers`, of one run only when `run_id` is given.
+async fn stop_leftovers_of(
+    conns: &[Connected],
+    state_id: &str,
+    name: &str,
+    run_id: Option<&str>,
+) -> Vec<String> {
+    let mut labels = vec![
+        format!("{}=true", base::MANAGED),
+        format!("{}={state_id}", base::STATE),
+        format!("{}={name}", label::GROUP),
+    ];
+    labels.extend(run_id.map(|r| format!("{}={r}", base::RUN_ID)));
+    let filters = HashMap::from([("label", labels)]);
     let mut running = Vec::new();
     for c in conns {
         let opts = ListContainersOptionsBuilder::new()
@@ -339,14 +348,16 @@ pub async fn members_of(rt: &Runtimes, d: &Deployment) -> (Vec<Placed>, Vec<Stri
     (placed(&conns, docker.state_id(), &d.run_id).await, notes)
 }
 
-/// After an interrupted or failed flow: whatever of recipe's group still runs on its nodes
-/// (a start cut short before its server was known) is stopped, and named.
-pub async fn stop_group_leftovers(rt: &Runtimes, recipe: &Recipe) -> Vec<String> {
+/// After an interrupted or failed flow: whatever of recipe's group that flow's run
+/// (`run_id`) still runs on its nodes (a start cut short before its server was known) is
+/// stopped, and named. Other runs' containers are not the flow's to stop.
+pub async fn stop_group_leftovers(rt: &Runtimes, recipe: &Recipe, run_id: &str) -> Vec<String> {
     let (Some(nodes), Ok(docker)) = (&recipe.nodes, rt.docker()) else {
         return Vec::new();
     };
     let (conns, mut notes) = reach(nodes).await;
-    notes.extend(stop_leftovers(&conns, docker.state_id(), &recipe.name).await);
+    let name = &recipe.name;
+    notes.extend(stop_leftovers_of(&conns, docker.state_id(), name, Some(run_id)).await);
     notes
 }
 

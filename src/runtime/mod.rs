@@ -248,12 +248,17 @@ impl Runtimes {
     }
 
     /// Every deployment, newest first; containers are missing (with a warning) when the
-    /// engine cannot be reached.
+    /// engine cannot be reached, at the start or since.
     pub async fn list(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
         let (mut all, damaged) = self.process.list_records()?;
         let mut warnings: Vec<String> = damaged.iter().map(ToString::to_string).collect();
+        // An engine that stopped answering since (dockerd restarting) is the same case as
+        // one that never answered: process deployments still list.
         match &self.docker {
-            Ok(docker) => all.extend(docker.list().await?),
+            Ok(docker) => match docker.list().await {
+                Ok(containers) => all.extend(containers),
+                Err(e) => warnings.push(format!("containers not shown: {e}")),
+            },
             Err(e) => warnings.push(format!("containers not shown: {e}")),
         }
         all.sort_by(|a, b| {
@@ -287,6 +292,20 @@ impl Runtimes {
             .await;
         }
         Ok((rows, warnings))
+    }
+
+    /// The very instance `id` of recipe `name`, if sparkctl knows it: a process from its
+    /// record (no engine asked: the watch must see a process production while the Docker
+    /// Engine does not answer), a container from the engine.
+    pub async fn instance(&self, name: &str, id: &str) -> Result<Option<Deployment>> {
+        if let Some(d) = self.process.find(name).filter(|d| d.id == id) {
+            return Ok(Some(d));
+        }
+        // A process's id is its pid; a container's is 64 hex digits.
+        if id.chars().all(|c| c.is_ascii_digit()) {
+            return Ok(None);
+        }
+        self.docker()?.by_id(id).await
     }
 
     pub async fn find(&self, name: &str) -> Result<Option<Deployment>> {

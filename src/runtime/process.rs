@@ -30,6 +30,9 @@ struct Record {
 
 pub struct ProcessRuntime {
     state: StateDir,
+    /// Where records go when the disk is full, in a process that must keep going (the
+    /// front door); without it, a record that cannot be written fails the start.
+    deferred: Option<state::Deferred>,
 }
 
 impl ProcessRuntime {
@@ -44,19 +47,58 @@ const POLL: Duration = Duration::from_millis(10);
 
 impl ProcessRuntime {
     pub fn new(state: StateDir) -> Self {
-        ProcessRuntime { state }
+        ProcessRuntime {
+            state,
+            deferred: None,
+        }
+    }
+
+    /// Records that find the disk full are kept in `deferred` and written later.
+    pub fn defer_writes(&mut self, deferred: state::Deferred) {
+        self.deferred = Some(deferred);
+    }
+
+    fn write_record(&self, path: &Path, record: &Record) -> Result<()> {
+        match &self.deferred {
+            Some(d) => d.write_json(path, record).map(|_| ()),
+            None => state::write_json(path, record),
+        }
+    }
+
+    fn read_record(&self, path: &Path) -> Result<Record> {
+        match &self.deferred {
+            Some(d) => d.read_json(path),
+            None => state::read_json(path),
+        }
     }
 
     /// Every deployment record that reads, newest first, and the damaged ones (which
     /// `Runtimes::list` reports as warnings instead of failing `status` whole).
     pub fn list_records(&self) -> Result<(Vec<Deployment>, Vec<state::Damaged>)> {
-        let (records, damaged) = state::read_json_files::<Record>(self.state.deployment_records()?);
+        let (mut records, damaged) =
+            state::read_json_files::<Record>(self.state.deployment_records()?);
+        if let Some(d) = &self.deferred {
+            // Records still waiting for room are read from memory, as they will be.
+            let dir = self.state.root().join("deployments");
+            for path in d.pending_in(&dir) {
+                if let Ok(r) = d.read_json::<Record>(&path) {
+                    records.retain(|(p, _)| *p != path);
+                    records.push((path, r));
+                }
+            }
+        }
         let mut out: Vec<Deployment> = records
             .into_iter()
             .map(|(_, r)| Self::deployment_of(r))
             .collect();
         out.sort_by_key(|d| std::cmp::Reverse(d.started_at));
         Ok((out, damaged))
+    }
+
+    /// Recipe `name`'s deployment, from its record alone.
+    pub fn find(&self, name: &str) -> Option<Deployment> {
+        let record = self.read_record(&self.state.deployment_record(name)).ok()?;
+        Some(Self::deployment_of(record))
     }
 
     fn deployment_of(record: Record) -> Deployment {
@@ -69,7 +111,7 @@ impl ProcessRuntime {
     }
 
     fn process_of(&self, deployment: &Deployment) -> Result<ProcessId> {
-        let record: Record = state::read_json(&self.state.deployment_record(&deployment.name))?;
+        let record = self.read_record(&self.state.deployment_record(&deployment.name))?;
         Ok(record.process)
     }
 }
@@ -155,7 +197,11 @@ impl Supervisor for ProcessRuntime {
         // stopping it signals its whole process group (servers that fork workers).
         // SAFETY: new_session only calls setsid, which is async-signal-safe.
         unsafe {
-            cmd.pre_exec(crate::host::new_session);
+            cmd.pre_exec(|| {
+                crate::host::new_session()?;
+                close_inherited();
+                Ok(())
+            });
         }
         let mut child = cmd
             .spawn()
@@ -174,7 +220,7 @@ impl Supervisor for ProcessRuntime {
             program: artifact.to_string(),
             args: args.to_vec(),
         };
-        if let Err(e) = state::write_json(&self.state.deployment_record(&resolved.name), &record) {
+        if let Err(e) = self.write_record(&self.state.deployment_record(&resolved.name), &record) {
             // Unrecorded, it could never be stopped by name: do not leave it running.
             let _ = child.start_kill();
             return Err(e);
@@ -223,9 +269,9 @@ impl Supervisor for ProcessRuntime {
         }
         // The record stays, marked ended, so `status` and `logs` still find this run.
         let path = self.state.deployment_record(&deployment.name);
-        let mut record: Record = state::read_json(&path)?;
+        let mut record = self.read_record(&path)?;
         record.deployment.state = RunState::Exited { exit: None };
-        state::write_json(&path, &record)
+        self.write_record(&path, &record)
     }
 
     async fn logs(&self, deployment: &Deployment, view: LogView, out: &mut LogSink) -> Result<()> {
@@ -287,6 +333,22 @@ async fn follow_file(
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+/// In a child between fork and exec: every descriptor above stderr is marked
+/// close-on-exec, so a server never keeps one of its starter's sockets (the front door's
+/// production port, the control socket) or files open — whatever flag they were left with.
+fn close_inherited() {
+    // SAFETY: close_range is async-signal-safe; CLOEXEC only marks the child's descriptors
+    // (std's own exec-error pipe is close-on-exec already). On a kernel without it, the
+    // descriptors' own flags apply.
+    unsafe {
+        libc::close_range(
+            3,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+        );
     }
 }
 

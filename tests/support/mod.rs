@@ -1,6 +1,7 @@
 //! Shared by the integration tests: the real sparkctl binary, real processes, real HTTP.
 #![allow(dead_code)]
 
+pub mod disk;
 pub mod registry;
 
 use std::io::{BufRead, BufReader};
@@ -488,6 +489,17 @@ impl Deck {
         text(&out.stdout)
     }
 
+    /// The front door's `/metrics` text.
+    pub fn metrics(&self) -> String {
+        text(
+            &Command::new("curl")
+                .args(["-s", &format!("{}/metrics", self.door_url())])
+                .output()
+                .expect("curl runs")
+                .stdout,
+        )
+    }
+
     /// `status --json`, as values.
     pub fn status(&self) -> Vec<Value> {
         let v: Value = serde_json::from_str(&self.ok(&["--json", "status"])).unwrap();
@@ -505,9 +517,11 @@ pub fn kill_frontdoor(state: &Path) {
     let Ok(v) = std::fs::read(state.join("frontdoor/supervisor.json")) else {
         return;
     };
+    // Its process group: the supervisor's own, or the server's that a new supervisor
+    // joined when it adopted that server.
     if let Some(pid) = serde_json::from_slice::<Value>(&v)
         .ok()
-        .and_then(|v| v["pid"].as_i64())
+        .and_then(|v| v["pgid"].as_i64().or(v["pid"].as_i64()))
     {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{pid}")])
@@ -541,6 +555,17 @@ impl Drop for Deck {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Every container (running or not) labelled with this state dir.
+pub async fn containers_of(state: &str) -> Vec<bollard::models::ContainerSummary> {
+    let filters =
+        std::collections::HashMap::from([("label", vec![format!("io.sparkctl.state={state}")])]);
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker().await.list_containers(Some(opts)).await.unwrap()
 }
 
 /// Force-removes every container labelled with this state dir.
@@ -664,6 +689,14 @@ pub struct TrafficReport {
 impl TrafficReport {
     pub fn failed(&self) -> usize {
         self.http_errors.len() + self.transport_errors.len()
+    }
+
+    /// Connections refused: the port was closed.
+    pub fn refused(&self) -> usize {
+        self.transport_errors
+            .iter()
+            .filter(|e| e.to_lowercase().contains("refused"))
+            .count()
     }
 }
 

@@ -1,0 +1,418 @@
+//! One accept loop for the production port and the control socket. Connections are capped
+//! (the excess waits in the kernel's backlog: never refused here, never a crash), idle ones
+//! make room first when the cap is reached, a failing `accept` (out of descriptors) backs
+//! off instead of spinning, a request's head must arrive within a bound (slowloris), and
+//! the end is graceful: no new connection, answers in flight finish, idle ones close.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{watch, Notify};
+
+/// A socket that hands out connections.
+pub trait Listener: Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        let (stream, _) = tokio::net::TcpListener::accept(self).await?;
+        // Tokens are small writes that must leave at once.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        Ok(tokio::net::UnixListener::accept(self).await?.0)
+    }
+}
+
+/// What one accept loop allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections open at once; beyond it new ones wait in the kernel's backlog.
+    pub connections: usize,
+    /// How long a request's head may take to arrive, and an idle kept-alive connection
+    /// may wait for the next one.
+    pub header_timeout: Duration,
+}
+
+/// The connections of one accept loop: how many, which are idle, how to close them.
+#[derive(Clone)]
+pub struct Conns {
+    inner: Arc<Mutex<Registry>>,
+    /// A connection ended (room for the next, or the last one of a drain).
+    freed: Arc<Notify>,
+    limit: usize,
+}
+
+#[derive(Default)]
+struct Registry {
+    next: u64,
+    live: HashMap<u64, Conn>,
+}
+
+struct Conn {
+    /// Requests being answered on it.
+    busy: u32,
+    /// Since when it waits for a request (meaningful while `busy` is 0).
+    idle_since: Instant,
+    /// Asked to close (eviction): not picked twice.
+    closing: bool,
+    close: Arc<Notify>,
+}
+
+impl Conns {
+    pub fn new(limit: usize) -> Conns {
+        Conns {
+            inner: Arc::default(),
+            freed: Arc::new(Notify::new()),
+            limit: limit.max(1),
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Open connections, and those answering a request now.
+    pub fn counts(&self) -> (usize, usize) {
+        let r = self.registry();
+        (r.live.len(), r.live.values().filter(|c| c.busy > 0).count())
+    }
+
+    fn has_room(&self) -> bool {
+        self.registry().live.len() < self.limit
+    }
+
+    fn open(&self) -> (u64, Arc<Notify>) {
+        let mut r = self.registry();
+        r.next += 1;
+        let id = r.next;
+        let close = Arc::new(Notify::new());
+        r.live.insert(
+            id,
+            Conn {
+                busy: 0,
+                idle_since: Instant::now(),
+                closing: false,
+                close: close.clone(),
+            },
+        );
+        (id, close)
+    }
+
+    fn closed(&self, id: u64) {
+        self.registry().live.remove(&id);
+        self.freed.notify_waiters();
+    }
+
+    /// Asks the connection idle the longest to close; false when every one is busy.
+    fn evict_idle(&self) -> bool {
+        let mut r = self.registry();
+        let oldest = r
+            .live
+            .values_mut()
+            .filter(|c| c.busy == 0 && !c.closing)
+            .min_by_key(|c| c.idle_since);
+        match oldest {
+            Some(c) => {
+                c.closing = true;
+                c.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn busy(&self, id: u64) -> Busy {
+        if let Some(c) = self.registry().live.get_mut(&id) {
+            c.busy += 1;
+        }
+        Busy {
+            conns: self.clone(),
+            id,
+        }
+    }
+
+    /// Waits until no connection is left, at most until `deadline`; returns how many are.
+    pub async fn drained(&self, deadline: tokio::time::Instant) -> usize {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let left = self.registry().live.len();
+            if left == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return self.registry().live.len();
+            }
+        }
+    }
+}
+
+/// A request being answered on connection `id`, until its response body is dropped.
+struct Busy {
+    conns: Conns,
+    id: u64,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Some(c) = self.conns.registry().live.get_mut(&self.id) {
+            c.busy = c.busy.saturating_sub(1);
+            c.idle_since = Instant::now();
+        }
+    }
+}
+
+/// A response body that keeps its connection counted busy until it is done.
+pub struct Guarded<B> {
+    inner: B,
+    _busy: Busy,
+}
+
+impl<B: Body + Unpin> Body for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Says at most one line per interval about failing accepts, with how many there were.
+struct Complaints {
+    what: &'static str,
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl Complaints {
+    fn note(&mut self, e: &std::io::Error) {
+        self.since += 1;
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            super::say!(
+                "accept on {} failed {} time(s) since the last note: {e}; backing off",
+                self.what,
+                self.since
+            );
+            self.last = Some(Instant::now());
+            self.since = 0;
+        }
+    }
+}
+
+/// The next pause after a failed accept: out of descriptors or memory waits longer (a
+/// connection must end first), anything else briefly; never a spin.
+fn backoff(previous: Duration, e: &std::io::Error) -> Duration {
+    let scarce = matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    );
+    let first = if scarce {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_millis(1)
+    };
+    (previous * 2).clamp(first, Duration::from_secs(1))
+}
+
+/// Serves HTTP/1 on `listener` with `handle` until `stop` turns true; then the listener
+/// is dropped (closed here) and every connection is asked to finish its answer and close.
+/// `Conns::drained` tells when they have.
+pub async fn serve<L, H, F, B>(
+    listener: L,
+    what: &'static str,
+    limits: Limits,
+    conns: Conns,
+    mut stop: watch::Receiver<bool>,
+    handle: H,
+) where
+    L: Listener,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut pause = Duration::ZERO;
+    let mut complaints = Complaints {
+        what,
+        last: None,
+        since: 0,
+    };
+    while !*stop.borrow() {
+        // Room first: beyond the cap, connections wait in the kernel's backlog. The one
+        // idle the longest makes room when there is one.
+        if !conns.has_room() {
+            let freed = conns.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if conns.has_room() {
+                continue;
+            }
+            conns.evict_idle();
+            tokio::select! {
+                _ = freed => {}
+                // Another connection may turn idle while every one is busy.
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.changed() => continue,
+        };
+        match accepted {
+            Ok(io) => {
+                pause = Duration::ZERO;
+                let (id, close) = conns.open();
+                tokio::spawn(connection(
+                    io,
+                    limits,
+                    conns.clone(),
+                    (id, close),
+                    stop.clone(),
+                    handle.clone(),
+                ));
+            }
+            Err(e) => {
+                complaints.note(&e);
+                pause = backoff(pause, &e);
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+async fn connection<IO, H, F, B>(
+    io: IO,
+    limits: Limits,
+    conns: Conns,
+    (id, close): (u64, Arc<Notify>),
+    mut stop: watch::Receiver<bool>,
+    handle: H,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let service = {
+        let conns = conns.clone();
+        hyper::service::service_fn(move |req| {
+            let busy = conns.busy(id);
+            let answer = handle(req);
+            async move {
+                let resp = answer.await;
+                Ok::<_, std::convert::Infallible>(resp.map(|inner| Guarded { inner, _busy: busy }))
+            }
+        })
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut closing = false;
+    if *stop.borrow() {
+        conn.as_mut().graceful_shutdown();
+        closing = true;
+    }
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = close.notified(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            _ = stop.changed(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+    conns.closed(id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_accept_backs_off_and_never_spins() {
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let aborted = std::io::Error::from_raw_os_error(libc::ECONNABORTED);
+        let mut p = Duration::ZERO;
+        p = backoff(p, &emfile);
+        assert_eq!(p, Duration::from_millis(10));
+        for _ in 0..20 {
+            p = backoff(p, &emfile);
+        }
+        assert_eq!(p, Duration::from_secs(1));
+        assert_eq!(backoff(Duration::ZERO, &aborted), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn the_connection_idle_the_longest_makes_room_and_busy_ones_never_do() {
+        let conns = Conns::new(3);
+        let (a, close_a) = conns.open();
+        std::thread::sleep(Duration::from_millis(2));
+        let (_b, close_b) = conns.open();
+        let (c, _) = conns.open();
+        assert!(!conns.has_room());
+        let busy_a = conns.busy(a);
+        let _busy_c = conns.busy(c);
+        assert!(conns.evict_idle(), "b is idle");
+        // b was asked; a is busy and older, yet kept.
+        let asked = |n: &Arc<Notify>| {
+            let f = n.notified();
+            tokio::pin!(f);
+            f.as_mut().enable()
+        };
+        assert!(asked(&close_b));
+        assert!(!asked(&close_a));
+        assert!(
+            !conns.evict_idle(),
+            "nothing idle that was not asked already"
+        );
+        drop(busy_a);
+        assert!(conns.evict_idle());
+        assert!(asked(&close_a));
+        assert_eq!(conns.counts(), (3, 1));
+    }
+}
