@@ -43,18 +43,11 @@ async fn requests(url: &str, concurrency: usize, rounds: usize, tokens: usize) -
 }
 
 /// The sim's log line for request `id` that starts with `prefix`, and the value after `key=`.
-fn logged<'a>(log: &'a [String], prefix: &str, id: &str, key: &str) -> &'a str {
+fn logged<'a>(log: &'a [String], prefix: &str, id: &str, key: &str) -> Option<&'a str> {
     let line = log
         .iter()
-        .find(|l| l.starts_with(prefix) && l.contains(&format!("id={id} ")))
-        .unwrap_or_else(|| panic!("{id} not in the sim's log"));
-    line.split(&format!("{key}="))
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .trim()
+        .find(|l| l.starts_with(prefix) && l.contains(&format!("id={id} ")))?;
+    Some(line.split(&format!("{key}=")).nth(1)?.split(' ').next()?.trim())
 }
 
 /// Errors of measured TTFT and ITL, in ms, against two references.
@@ -70,29 +63,51 @@ struct Errors {
     itl_vs_schedule: Vec<f64>,
     ttft_vs_handed: Vec<f64>,
     itl_vs_handed: Vec<f64>,
+    /// Requests the sim logged no hand-over for (it logs it after the stream, and the
+    /// line is lost when the connection goes first): out of the hand-over figures.
+    no_handed: usize,
 }
 
 fn errors(samples: &[Sample], sim: &Sim, ttft_ms: f64, itl_ms: f64) -> Errors {
+    // The sim's stdout is read by a thread of its own: on a busy machine its last lines
+    // may land a moment after the last answer.
+    let complete = |log: &[String]| {
+        samples.iter().all(|s| {
+            let id = format!("id={} ", s.id.as_deref().unwrap_or("?"));
+            ["POST", "handed"]
+                .iter()
+                .all(|p| log.iter().any(|l| l.starts_with(p) && l.contains(&id)))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !complete(&sim.log.lock().unwrap()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let log = sim.log.lock().unwrap().clone();
     let mut e = Errors {
         ttft_vs_schedule: Vec::new(),
         itl_vs_schedule: Vec::new(),
         ttft_vs_handed: Vec::new(),
         itl_vs_handed: Vec::new(),
+        no_handed: 0,
     };
     for s in samples {
         let id = s.id.as_deref().unwrap();
         let seen = s.sent_unix_us as f64 + s.ttft_ms.unwrap() * 1e3;
-        let arrived: f64 = logged(&log, "POST", id, "arrived_unix_us").parse().unwrap();
+        let arrived: f64 = logged(&log, "POST", id, "arrived_unix_us")
+            .unwrap_or_else(|| panic!("{id} not in the sim's log"))
+            .parse()
+            .unwrap();
         e.ttft_vs_schedule
             .push((seen - arrived - ttft_ms * 1e3).abs() / 1e3);
-        let handed: Vec<f64> = logged(&log, "handed", id, "unix_us")
-            .split('+')
-            .map(|v| v.parse().unwrap())
-            .collect();
-        e.ttft_vs_handed.push((seen - handed[0]).abs() / 1e3);
         e.itl_vs_schedule
             .extend(s.itl_ms.iter().map(|i| (i - itl_ms).abs()));
+        let Some(handed) = logged(&log, "handed", id, "unix_us") else {
+            e.no_handed += 1;
+            continue;
+        };
+        let handed: Vec<f64> = handed.split('+').map(|v| v.parse().unwrap()).collect();
+        e.ttft_vs_handed.push((seen - handed[0]).abs() / 1e3);
         e.itl_vs_handed.extend(
             s.itl_ms
                 .iter()
@@ -183,6 +198,13 @@ fn main() {
             &mut e.itl_vs_schedule,
         );
         line("the hand-over", &mut e.ttft_vs_handed, &mut e.itl_vs_handed);
+        if e.no_handed > 0 {
+            println!(
+                "  ({} of {} requests without the sim's hand-over line: left out of that line)",
+                e.no_handed,
+                samples.len()
+            );
+        }
     }
     // A load level's first wave, side by side in the same run: connections opened inside
     // the clock (before) and before it (after, what `bench` does).
