@@ -174,6 +174,16 @@ fn notes(
     notes
 }
 
+/// % of the measured requests the server failed (transport faults are not its doing).
+fn errors_pct(samples: &[Sample]) -> Option<f64> {
+    let measured: Vec<&Sample> = samples.iter().filter(|s| !s.warmup).collect();
+    let failed = measured
+        .iter()
+        .filter(|s| s.failure.is_some_and(super::sample::Failure::blames_server))
+        .count();
+    (!measured.is_empty()).then(|| 100.0 * failed as f64 / measured.len() as f64)
+}
+
 pub(super) fn assemble(
     suite: &Suite,
     target: Target,
@@ -207,6 +217,7 @@ pub(super) fn assemble(
         stats: latency(counted()),
         confidence: confidence(&samples, ph.repeat),
         goodput: best_goodput(&ph.load, ph.sweep.as_ref()),
+        errors_pct: errors_pct(&samples),
     };
     let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);

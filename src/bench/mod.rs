@@ -7,6 +7,7 @@
 
 mod assemble;
 pub mod client;
+pub mod degenerate;
 pub mod depth;
 pub mod export;
 pub mod gates;

@@ -190,6 +190,7 @@ impl BenchResult {
             stats,
             confidence: self.confidence.clone(),
             goodput: self.goodput,
+            errors_pct: None,
         }
     }
 

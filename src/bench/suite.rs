@@ -74,7 +74,8 @@ pub struct Case {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_tool: Option<String>,
     /// The answer checks that apply (default: all that the case's fields allow:
-    /// non_empty, no_markdown, thinking_leak, plus expected_answer / tool_calls).
+    /// non_empty, no_markdown, thinking_leak, no_loop, finished, plus expected_answer /
+    /// tool_calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<Vec<Check>>,
     /// Pads the system prompt to about this many tokens (4 characters each).
@@ -95,15 +96,21 @@ pub enum Check {
     /// A rate of answers leaking reasoning: the one check where less is better.
     ThinkingLeak,
     ToolCalls,
+    /// Neither a repetition loop nor garbled text (`bench::degenerate`).
+    NoLoop,
+    /// Ended on its own: a `finish_reason` other than `length`.
+    Finished,
 }
 
 impl Check {
-    pub const ALL: [Check; 5] = [
+    pub const ALL: [Check; 7] = [
         Check::NonEmpty,
         Check::ExpectedAnswer,
         Check::NoMarkdown,
         Check::ThinkingLeak,
         Check::ToolCalls,
+        Check::NoLoop,
+        Check::Finished,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +120,8 @@ impl Check {
             Check::NoMarkdown => "no_markdown",
             Check::ThinkingLeak => "thinking_leak",
             Check::ToolCalls => "tool_calls",
+            Check::NoLoop => "no_loop",
+            Check::Finished => "finished",
         }
     }
 }

@@ -115,6 +115,9 @@ fn print_status(s: &DoorStatus, out: &Output) {
         return;
     }
     println!("{}", line(s));
+    for l in live_lines(s) {
+        println!("{l}");
+    }
     for w in &s.production.warm {
         println!(
             "  warm: {} ({}) until {}",
@@ -145,6 +148,61 @@ pub fn line(s: &DoorStatus) -> String {
         },
         s.waiting
     )
+}
+
+/// Production's live quality: the checks over its recent answers, its live gates, its
+/// last golden round.
+pub fn live_lines(s: &DoorStatus) -> Vec<String> {
+    use crate::bench::gates::GateOutcome;
+    let Some(l) = &s.live else { return Vec::new() };
+    let rates: Vec<String> = l
+        .rates
+        .iter()
+        .map(|(check, v)| format!("{check} {v:.0}%"))
+        .collect();
+    let mut out = vec![format!(
+        "  live quality of {} ({} recent answers): {}",
+        l.recipe,
+        l.answers,
+        if rates.is_empty() {
+            "-".into()
+        } else {
+            rates.join(", ")
+        }
+    )];
+    if !l.gates.is_empty() {
+        let gates: Vec<String> = l
+            .gates
+            .iter()
+            .map(|g| {
+                let outcome = match g.outcome {
+                    GateOutcome::Pass => "pass",
+                    GateOutcome::Fail => "FAIL",
+                    GateOutcome::Inconclusive => "inconclusive",
+                };
+                match g.value {
+                    Some(v) => format!("{} {outcome} ({v:.1}, rule {})", g.gate, g.rule),
+                    None => format!("{} {outcome}", g.gate),
+                }
+            })
+            .collect();
+        let since = l
+            .failing_for_s
+            .map_or(String::new(), |t| format!(" · failing for {t:.0} s"));
+        out.push(format!("  live gates: {}{since}", gates.join(", ")));
+    }
+    if let Some(g) = &l.golden {
+        out.push(format!(
+            "  golden prompts at {}: {} asked, {}",
+            g.at,
+            g.cases,
+            match g.failed.len() {
+                0 => "all passed".to_string(),
+                n => format!("{n} failed: {}", g.failed.join("; ")),
+            }
+        ));
+    }
+    out
 }
 
 /// `logs frontdoor`: the supervisor's and server's output, newest run.

@@ -20,10 +20,13 @@ pub(crate) use say;
 
 pub mod accept;
 pub mod body;
+pub mod chunk;
 pub mod control;
 pub mod handover;
+pub mod live;
 pub mod metrics;
 pub mod proxy;
+pub mod quality;
 pub mod route;
 pub mod serve;
 pub mod supervisor;
@@ -172,6 +175,9 @@ pub struct DoorStatus {
     /// there is room.
     #[serde(default)]
     pub pending_writes: usize,
+    /// Production's live quality, as last judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<live::LiveStatus>,
 }
 
 /// What a switch did.
@@ -189,6 +195,8 @@ pub struct Door {
     pub config: Config,
     pub table: Table,
     pub metrics: Arc<Metrics>,
+    /// Production judged on what it answers.
+    pub live: Arc<live::Live>,
     production: Mutex<Production>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
@@ -211,6 +219,7 @@ impl Door {
         Door {
             table: Table::new(route, config.queue),
             metrics: Arc::new(Metrics::default()),
+            live: Arc::new(live::Live::from_env()),
             production: Mutex::new(production),
             held_by: Mutex::new(None),
             deferred: crate::state::Deferred::default(),
@@ -352,6 +361,10 @@ impl Door {
             holding: matches!(self.table.route(), Route::Holding | Route::Suspect(_)),
             waiting,
             in_flight: in_flight.into_iter().collect(),
+            live: self
+                .production()
+                .serving()
+                .and_then(|u| self.live.status(&u.deployment)),
             production: self.production(),
             pending_writes: self.deferred.pending(),
         }
