@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::metrics::head;
 use super::quality::{Asked, Verdict};
 use crate::bench::gates::{self, GateOutcome, GateResult, Gates, Measures, Metric};
 use crate::bench::stats::stats;
@@ -377,10 +378,6 @@ impl Live {
             }
         }
     }
-}
-
-fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// Each recipe's most recently used instance.
