@@ -366,12 +366,9 @@ fn check_produced_by(out: &mut Report, model: &Model) {
 }
 
 fn check_patches(out: &mut Report, model: &Model) {
-    // patches/ lives beside recipes/ in the repository.
-    let repo = out
-        .path
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
+    // patches/ lives beside recipes/ (the checkout, or the config dir).
+    let repo = crate::places::patches_root(out.path);
+    let repo = repo.as_path();
     for (i, step) in model.patches.iter().enumerate() {
         let base = format!("model.patches[{i}].{}", step.kind());
         let rel = check_step(out, &base, step, repo);
