@@ -58,8 +58,9 @@ pub struct Options {
     pub slo: Option<Slo>,
     /// Prior-context depths (tokens) to ask the same question behind.
     pub depths: Vec<usize>,
-    /// Runs of the whole suite, for confidence intervals (1: none).
-    pub repeat: usize,
+    /// Runs of the whole suite, for confidence intervals (1: none); unset: the recipe's
+    /// `bench.load.repeat`, else 1.
+    pub repeat: Option<usize>,
     pub gates: gates::Gates,
 }
 
@@ -78,9 +79,7 @@ impl Options {
         self.requests = self.requests.or(l.requests);
         // Checked when the recipe was loaded.
         self.sweep = self.sweep.or_else(|| l.sweep.as_deref()?.parse().ok());
-        if self.repeat <= 1 {
-            self.repeat = l.repeat.unwrap_or(1);
-        }
+        self.repeat = self.repeat.or(l.repeat);
         self.seed = self.seed.or(l.seed);
         self
     }
@@ -209,7 +208,7 @@ pub async fn run(
     let (b, before) = connect(suite, &mut target, opts).await?;
     let warmup = opts.warmup.unwrap_or(suite.warmup);
     let runs = opts.runs.unwrap_or(suite.runs);
-    let repeat = opts.repeat.max(1);
+    let repeat = opts.repeat.unwrap_or(1).max(1);
     let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
     mark_impossible(&target, &mut samples);
     let mut phases = run_phases(&b, opts, runs, &mut progress).await;

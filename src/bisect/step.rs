@@ -296,7 +296,7 @@ async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchRes
     let opts = crate::bench::Options {
         warmup: b.plan.warmup,
         runs: b.plan.runs,
-        repeat: b.plan.repeat,
+        repeat: Some(b.plan.repeat),
         gates,
         ..Default::default()
     };

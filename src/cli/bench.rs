@@ -31,8 +31,9 @@ pub struct BenchArgs {
     pub warmup: Option<usize>,
     /// Run the whole suite N times: each figure's p50 gets a CV and a 95% interval, and a
     /// gate whose interval holds its threshold is inconclusive.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub repeat: usize,
+    /// [default: the recipe's bench.load.repeat, else 1]
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
     /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
     #[arg(long, value_delimiter = ',', value_name = "N,N")]
     pub concurrency: Vec<usize>,
@@ -135,7 +136,7 @@ fn options(
     recipes: &RecipeSet,
     target: &str,
 ) -> Result<engine::Options> {
-    if args.repeat == 0 {
+    if args.repeat == Some(0) {
         return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
     }
     if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
