@@ -6,6 +6,7 @@
 //! confidence intervals (`stats`), the server's metrics (`scrape`) and the roofline.
 
 mod assemble;
+pub mod bound;
 pub mod client;
 pub mod depth;
 pub mod export;
@@ -25,6 +26,7 @@ pub mod slo;
 pub mod sse;
 pub mod stats;
 pub mod suite;
+pub mod sweep;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -34,11 +36,12 @@ use serde_json::{json, Value};
 use crate::error::{Error, Result};
 use assemble::{assemble, Phases};
 use client::Clients;
-use load::{Arrival, LoadRun, Profile, Sweep, SweepResult};
+use load::{Arrival, LoadRun, Profile, Sweep};
 use result::{BenchResult, Target};
 use sample::Sample;
 use slo::Slo;
 use suite::{ServerKind, Suite, Tag};
+use sweep::SweepResult;
 
 /// How a benchmark runs.
 #[derive(Default)]
@@ -157,6 +160,7 @@ impl Bench<'_> {
             url: &self.url,
             metrics_url: self.metrics_url.as_deref(),
             slo: self.slo.as_ref(),
+            open_first: true,
         }
     }
 
@@ -386,12 +390,12 @@ fn mark_impossible(target: &Target, samples: &mut [Sample]) {
     }
 }
 
-/// The fixed load levels asked for: closed-loop concurrency levels, then the rate.
+/// The fixed load levels asked for, every one (1 stream too: the suite's requests are not
+/// a load level): closed-loop concurrency levels, then the rate.
 fn load_levels(opts: &Options) -> Vec<Profile> {
     let mut out: Vec<Profile> = opts
         .concurrency
         .iter()
-        .filter(|&&n| n > 1)
         .map(|&streams| Profile::Concurrency { streams })
         .collect();
     if let Some(rps) = opts.rate {
@@ -423,11 +427,11 @@ async fn run_sweep(
     {
         progress(1, 1, &format!("sweep: {p}"));
         let r = load::run(&b.level(), p, b.load_bodies(100 + i, requests)).await;
-        let why = levels.last().and_then(|prev| load::saturated(prev, &r));
+        let why = levels.last().and_then(|prev| sweep::saturated(prev, &r));
         let prev_level = levels.last().map(|x| x.profile.level());
         levels.push(r);
         if let (Some(why), Some(level)) = (why, prev_level) {
-            knee = Some(load::Knee {
+            knee = Some(sweep::Knee {
                 level,
                 saturated_at: p.level(),
                 why,

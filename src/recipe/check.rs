@@ -185,10 +185,12 @@ fn check_env_and_limits(out: &mut Report, s: &Server) {
         }
     }
     if let Some(gb) = s.memory_gb {
-        if !(gb > 0.0 && gb <= 128.0) {
+        // Its size against the machine is the memory plan's to judge (a Spark's 128 GB, an
+        // H200's 141, eight GPUs' 640): here only whether it is a size at all.
+        if !(gb.is_finite() && gb > 0.0) {
             out.bad(
                 "server.memory_gb",
-                format!("{gb} GB is not a memory budget on a 128 GB machine"),
+                format!("{gb} GB is not a memory budget"),
                 "give the GB the deployment needs, e.g. 12",
             );
         }
@@ -267,6 +269,16 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             &format!("bench.load.{key}"),
             message,
             "see `sparkctl bench --help` for the same settings as flags",
+        );
+    }
+    if bench
+        .bandwidth_gbps
+        .is_some_and(|g| !(g.is_finite() && g > 0.0))
+    {
+        out.bad(
+            "bench.bandwidth_gbps",
+            "the memory bandwidth must be a positive number of GB/s".into(),
+            "give the device's peak, e.g. 3350 for an H100 SXM, or leave it out",
         );
     }
 }
