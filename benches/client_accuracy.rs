@@ -103,6 +103,49 @@ fn errors(samples: &[Sample], sim: &Sim, ttft_ms: f64, itl_ms: f64) -> Errors {
     e
 }
 
+/// TTFT − the injected TTFT, in ms, over a closed loop of `streams` streams (three
+/// requests each) through a fresh client: the first wave's connections opened before the
+/// clock (`open_first`, what `bench` does) or inside it (what it did before, and what
+/// AIPerf and guidellm do). All requests, and the first wave alone.
+async fn first_wave(
+    url: &str,
+    streams: usize,
+    open_first: bool,
+    ttft_ms: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    use sparkctl::bench::load::{self, Level, Profile};
+    let clients = sparkctl::bench::http_client().unwrap();
+    let body = json!({
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": "Tell me about the history of the bicycle."}],
+        "max_tokens": 20,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let level = Level {
+        clients: &clients,
+        url,
+        metrics_url: None,
+        slo: None,
+        open_first,
+    };
+    let run = load::run(
+        &level,
+        Profile::Concurrency { streams },
+        vec![body; streams * 3],
+    )
+    .await;
+    assert_eq!(run.failed, 0, "{:?}", run.records.iter().find(|r| !r.ok));
+    // Closed loop: the first `streams` records by send time are the first wave.
+    let mut by_send: Vec<_> = run.records.iter().collect();
+    by_send.sort_by(|a, b| a.scheduled_ms.total_cmp(&b.scheduled_ms));
+    let err = |r: &&load::Record| r.ttft_ms.unwrap() - ttft_ms;
+    (
+        by_send.iter().map(err).collect(),
+        by_send.iter().take(streams).map(err).collect(),
+    )
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -140,6 +183,23 @@ fn main() {
             &mut e.itl_vs_schedule,
         );
         line("the hand-over", &mut e.ttft_vs_handed, &mut e.itl_vs_handed);
+    }
+    // A load level's first wave, side by side in the same run: connections opened inside
+    // the clock (before) and before it (after, what `bench` does).
+    println!("a closed-loop load level's TTFT error (measured − the injected {ttft} ms), 3 requests per stream:");
+    for streams in [64, 128] {
+        for (what, open_first) in [
+            ("connections opened inside the clock", false),
+            ("connections opened before the clock", true),
+        ] {
+            let (mut all, mut first) = rt.block_on(first_wave(&sim.url, streams, open_first, ttft));
+            println!(
+                "  {streams:>3} streams, {what}: TTFT error p50 {:+.1} ms, p99 {:+.1} ms (first wave alone: p99 {:+.1} ms)",
+                p(&mut all, 50.0),
+                p(&mut all, 99.0),
+                p(&mut first, 99.0)
+            );
+        }
     }
     drop(sim);
     // Faster and faster servers: the highest rate whose decode speed is measured within 2%.

@@ -482,14 +482,21 @@ fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
     deck.ok(&["start", "local"]);
     let suite = quick_suite(&deck);
     let out_file = deck.dir.join("local.json");
-    let out = deck.run(&[
-        "bench",
-        "local",
-        "--suite",
-        suite.to_str().unwrap(),
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
+    // On a Spark (its nvidia-smi's recorded answer): the bound is the GB10's 273 GB/s.
+    let out = deck
+        .on_gpu(
+            "gb10",
+            &[
+                "bench",
+                "local",
+                "--suite",
+                suite.to_str().unwrap(),
+                "--out",
+                out_file.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
     let r: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
     assert_eq!(
         out.status.code(),
@@ -520,7 +527,13 @@ fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
         (share - expected).abs() < 1e-9 && share > 0.5 && share < 0.65,
         "{share}"
     );
-    assert!(text(&out.stdout).contains("of the 273 GB/s bound"));
+    assert!(
+        text(&out.stdout).contains("that 273 GB/s allows: NVIDIA GB10, unified memory)"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(r["target"]["bandwidth"]["source"], "device");
+    assert_eq!(r["roofline"]["bandwidth_gb_per_s"], 273.0);
     deck.ok(&["down", "local"]);
 }
 
@@ -536,7 +549,7 @@ fn a_decode_speed_the_memory_bandwidth_cannot_deliver_is_not_reported() {
     deck.recipe(
         "fast",
         &format!(
-            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 5300m\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\"]\nbench:\n  gates:\n    decode_tps_p50: \">= 25\"\n",
+            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 5300m\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\"]\nbench:\n  bandwidth_gbps: 273\n  gates:\n    decode_tps_p50: \">= 25\"\n",
             model.display()
         ),
     );
@@ -561,6 +574,14 @@ fn a_decode_speed_the_memory_bandwidth_cannot_deliver_is_not_reported() {
     assert_eq!(r["verdict"], "inconclusive");
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("impossible"), "{all}");
+    // The bound is the recipe's, and the cause is only what the evidence allows: the sim
+    // sends no timings, so a buffered stream and a wrong size cannot be told apart.
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("273 GB/s (bench.bandwidth_gbps of recipe fast)"),
+        "{notes}"
+    );
+    assert!(notes.contains("sends no timings to tell"), "{notes}");
     deck.ok(&["down", "fast"]);
 }
 

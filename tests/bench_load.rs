@@ -495,11 +495,16 @@ fn a_server_that_fails_under_load_fails_the_run() {
         reason.contains("load requests") && reason.contains("concurrency 2"),
         "{reason}"
     );
-    assert_eq!(
-        r["load"][0]["records"][1]["failure"], "http",
-        "{}",
-        r["load"][0]
-    );
+    // The sim's 8th request: one of the level's first two, sent together (which one
+    // reaches it first is the scheduler's choice).
+    let failed: Vec<&Value> = r["load"][0]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["failure"] == "http")
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", r["load"][0]);
+    assert!(failed[0]["index"].as_u64().unwrap() < 2, "{}", r["load"][0]);
 }
 
 #[test]
@@ -613,4 +618,33 @@ fn a_depth_sweep_without_a_single_turn_question_says_so() {
         all.contains("no depth sweep: the suite has no single-turn case"),
         "{all}"
     );
+}
+
+#[test]
+fn every_asked_level_runs_one_stream_too_with_its_connections_open_before_the_clock() {
+    let deck = Deck::new("load-levels");
+    let sim = Sim::start(&["--ttft", "10ms", "--token-rate", "500", "--tokens", "5"]);
+    let (code, r, all, _) = bench(
+        &deck,
+        &sim.url,
+        "levels",
+        &["--concurrency", "1,4,16", "--requests", "16"],
+    );
+    assert_eq!(code, Some(0), "{all}");
+    let levels = r["load"].as_array().unwrap();
+    let streams: Vec<u64> = levels
+        .iter()
+        .map(|l| l["profile"]["streams"].as_u64().unwrap())
+        .collect();
+    assert_eq!(streams, [1, 4, 16], "{all}");
+    for l in levels {
+        assert_eq!(l["completed"], 16, "{l}");
+        // One connection per stream was open (and answered) before the level's clock.
+        assert_eq!(l["connections_opened"], l["profile"]["streams"], "{l}");
+    }
+    assert!(all.contains("concurrency 1"), "{all}");
+    // Zero streams is no level: refused by name, nothing measured.
+    let (code, _, all, _) = bench(&deck, &sim.url, "zero", &["--concurrency", "0,4"]);
+    assert_eq!(code, Some(2), "{all}");
+    assert!(all.contains("--concurrency 0"), "{all}");
 }

@@ -71,8 +71,12 @@ fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
     assert!(!model.join(".sparkctl-incomplete.json").exists());
 
     served_by(&j, "served", "quantize", &model);
-    let up = j.ok(&["up", "served", "--yes"]);
-    assert!(up.contains("promoted") || up.contains("serving"), "{up}");
+    j.ok(&["up", "served", "--yes"]);
+    // Production now is the instance serving the job's outputs, not merely some `up` that
+    // exited 0.
+    let row = j.deck.status_of("served").expect("served runs");
+    assert_eq!(row["production"], true, "{row}");
+    assert_eq!(row["model_fingerprint"], fp.as_str(), "{row}");
     let runs: Value = serde_json::from_str(&j.ok(&["--json", "history"])).unwrap();
     let run = runs
         .as_array()

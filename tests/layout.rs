@@ -264,6 +264,23 @@ fn no_source_file_is_over_600_lines() {
     assert!(long.is_empty(), "split these files: {long:?}");
 }
 
+/// Users have neither the logbook nor the design notes: a message that cites them points
+/// at nothing. Comments may (they are for contributors).
+#[test]
+fn no_message_cites_the_seeds_or_the_design_notes() {
+    let cite = regex::Regex::new(r"(?i)seed 0\d\d|the seeds|DESIGN(\.md| §)").unwrap();
+    let mut found = Vec::new();
+    for (path, text) in read_sources().values() {
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains('"') && cite.is_match(code) {
+                found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "say what you mean instead: {found:#?}");
+}
+
 #[test]
 fn no_function_is_over_120_lines() {
     let start =

@@ -318,6 +318,43 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
             "{cold} vs {warm}"
         );
     }
+    // A context beyond the server's (-c 4096): every request there fails with HTTP 400,
+    // and a failed request is never a pass: the verdict is error, the server's words are in
+    // the reason and in problems.
+    let file = deck.dir.join("too-deep.json");
+    let out = deck.run(&[
+        "bench",
+        "tinym",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--depth",
+        "0,12000",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(r["verdict"], "error", "{all}");
+    let reason = r["verdict_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("depth requests, first at depth 12000"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("exceeds the available context size"),
+        "{reason}"
+    );
+    let problems = r["problems"].as_array().unwrap();
+    assert_eq!(
+        problems.len(),
+        11,
+        "5 cold and 6 warm, priming included: {problems:?}"
+    );
+    assert!(problems[0]
+        .as_str()
+        .unwrap()
+        .starts_with("depth 12000 (cold): HTTP 400"));
     deck.ok(&["down", "tinym"]);
 }
 

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::gates::{self, Metric};
-use super::load::{LoadRun, SweepResult};
+use super::load::LoadRun;
 use super::quality::rates;
 use super::result::{self, BenchResult, CaseSummary, Target};
-use super::sample::Sample;
+use super::sample::{Failure, Sample};
 use super::suite::Suite;
+use super::sweep::SweepResult;
 use super::{depth, roofline, scrape, stats, Options};
 
 /// What the phases beyond the suite measured.
@@ -97,7 +98,7 @@ fn best_goodput(load: &[LoadRun], sweep: Option<&SweepResult>) -> Option<gates::
         .max_by(|a, b| a.rps.total_cmp(&b.rps))
 }
 
-fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>) -> Vec<String> {
+fn problems_of(samples: &[Sample], ph: &Phases) -> Vec<String> {
     let mut out: Vec<String> = samples
         .iter()
         .filter_map(|s| {
@@ -110,41 +111,133 @@ fn problems_of(samples: &[Sample], load: &[LoadRun], sweep: Option<&SweepResult>
             ))
         })
         .collect();
-    for r in load
-        .iter()
-        .chain(sweep.into_iter().flat_map(|s| s.levels.iter()))
-    {
+    for r in levels(ph) {
         out.extend(
             r.records
                 .iter()
                 .filter_map(|x| Some(format!("{}: {}", r.profile, x.error.as_ref()?))),
         );
     }
+    for p in &ph.depth {
+        out.extend(
+            p.failed()
+                .filter_map(|x| Some(format!("{}: {}", p.label(), x.error.as_ref()?))),
+        );
+    }
     out
 }
 
-/// A server that failed requests under load failed, whatever the single streams showed.
+/// Every load level: the fixed ones, then the sweep's.
+fn levels(ph: &Phases) -> impl Iterator<Item = &LoadRun> {
+    ph.load
+        .iter()
+        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+}
+
+/// Failed requests of one phase: how many, how many the server is to blame for, of how
+/// many, and the first failure's place and message.
+#[derive(Default)]
+struct Failed {
+    total: usize,
+    failed: usize,
+    blamed: usize,
+    first: Option<(String, String)>,
+}
+
+impl Failed {
+    fn add(&mut self, label: String, total: usize, failed: &[(bool, Option<&String>)]) {
+        self.total += total;
+        self.failed += failed.len();
+        self.blamed += failed.iter().filter(|(blames, _)| *blames).count();
+        if self.first.is_none() {
+            if let Some((_, e)) = failed.iter().find(|(blames, _)| *blames).or(failed.first()) {
+                let said: String =
+                    e.map_or("no error text".into(), |e| e.chars().take(300).collect());
+                self.first = Some((label, said));
+            }
+        }
+    }
+
+    fn describe(&self, what: &str, count: usize) -> String {
+        let (at, said) = self.first.clone().unwrap_or_default();
+        format!(
+            "{count} of {} {what} requests, first at {at}: {said}",
+            self.total
+        )
+    }
+}
+
+/// The load levels' and the depth sweep's failures.
+fn phase_failures(ph: &Phases) -> [(&'static str, Failed); 2] {
+    let mut load = Failed::default();
+    for l in levels(ph) {
+        let failed: Vec<(bool, Option<&String>)> = l
+            .records
+            .iter()
+            .filter(|r| !r.ok)
+            .map(|r| {
+                (
+                    r.failure.is_some_and(Failure::blames_server),
+                    r.error.as_ref(),
+                )
+            })
+            .collect();
+        load.add(l.profile.to_string(), l.requests, &failed);
+    }
+    let mut depth = Failed::default();
+    for p in &ph.depth {
+        let failed: Vec<(bool, Option<&String>)> = p
+            .failed()
+            .map(|r| {
+                (
+                    r.failure.is_some_and(Failure::blames_server),
+                    r.error.as_ref(),
+                )
+            })
+            .collect();
+        depth.add(p.label(), p.records.len(), &failed);
+    }
+    [("load", load), ("depth", depth)]
+}
+
+/// Failures are never a pass: requests the server failed at any load level or depth make
+/// the verdict an error, whatever the single streams showed; requests that got no answer
+/// even on a fresh connection (the client's or the network's doing) make a pass
+/// inconclusive. The reason names the first failure and what the server said.
 fn under_load(
     (verdict, reason): (result::Verdict, String),
     ph: &Phases,
 ) -> (result::Verdict, String) {
-    let levels: Vec<&LoadRun> = ph
-        .load
+    let phases = phase_failures(ph);
+    let blamed: Vec<String> = phases
         .iter()
-        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()))
+        .filter(|(_, f)| f.blamed > 0)
+        .map(|(what, f)| f.describe(what, f.blamed))
         .collect();
-    let failed: usize = levels.iter().map(|l| l.server_failures()).sum();
-    if failed == 0 || verdict == result::Verdict::Error {
+    if verdict == result::Verdict::Error {
         return (verdict, reason);
     }
-    let total: usize = levels.iter().map(|l| l.requests).sum();
-    let first = levels
+    if !blamed.is_empty() {
+        return (
+            result::Verdict::Error,
+            format!("the server failed {}", blamed.join("; and ")),
+        );
+    }
+    let unanswered: Vec<String> = phases
         .iter()
-        .find(|l| l.server_failures() > 0)
-        .map_or(String::new(), |l| format!(", first at {}", l.profile));
+        .filter(|(_, f)| f.failed > 0)
+        .map(|(what, f)| f.describe(what, f.failed))
+        .collect();
+    if unanswered.is_empty() || verdict != result::Verdict::Pass {
+        return (verdict, reason);
+    }
     (
-        result::Verdict::Error,
-        format!("the server failed {failed} of {total} load requests{first}"),
+        result::Verdict::Inconclusive,
+        format!(
+            "no answer, even on a fresh connection, to {} (the client's or the network's \
+             fault, not the server's; not a pass either)",
+            unanswered.join("; and ")
+        ),
     )
 }
 
@@ -158,14 +251,13 @@ fn notes(
 ) -> Vec<String> {
     let mut notes = result::notes(cases, samples, target);
     notes.extend(roofline.and_then(|r| r.note()));
+    if let (Some(why), Some(_)) = (&target.no_bandwidth, target.weights_bytes) {
+        notes.push(format!("no roofline: {why}"));
+    }
     if let Some(why) = &ph.server_side.unavailable {
         notes.push(format!("no server-side metrics in this result: {why}"));
     }
-    let levels = ph
-        .load
-        .iter()
-        .chain(ph.sweep.iter().flat_map(|s| s.levels.iter()));
-    let failed: usize = levels.map(|l| l.failed).sum();
+    let failed: usize = levels(ph).map(|l| l.failed).sum();
     if failed > 0 {
         notes.push(format!(
             "{failed} load requests failed (see problems): the load figures count completed ones only"
@@ -251,7 +343,7 @@ pub(super) fn assemble(
         confidence: now.confidence,
         goodput: now.goodput,
         slo: opts.slo,
-        problems: problems_of(&samples, &ph.load, ph.sweep.as_ref()),
+        problems: problems_of(&samples, &ph),
         load: ph.load,
         sweep: ph.sweep,
         depth: ph.depth,
@@ -261,5 +353,167 @@ pub(super) fn assemble(
         verdict_reason,
         notes,
         samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::depth::{DepthPoint, DepthRecord};
+    use crate::bench::load::{LoadRun, Profile, Record};
+    use crate::bench::result::Verdict;
+    use crate::bench::suite::CacheMode;
+
+    fn phases(load: Vec<LoadRun>, depth: Vec<DepthPoint>) -> Phases {
+        Phases {
+            load,
+            sweep: None,
+            depth,
+            server_side: scrape::ServerSide::default(),
+            repeat: 1,
+        }
+    }
+
+    fn failed(kind: Failure, error: &str) -> (Option<Failure>, Option<String>) {
+        (Some(kind), Some(error.to_string()))
+    }
+
+    fn level(streams: usize, records: &[(Option<Failure>, Option<String>)]) -> LoadRun {
+        let records: Vec<Record> = records
+            .iter()
+            .map(|(failure, error)| Record {
+                ok: failure.is_none(),
+                failure: *failure,
+                error: error.clone(),
+                ..Default::default()
+            })
+            .collect();
+        LoadRun {
+            profile: Profile::Concurrency { streams },
+            requests: records.len(),
+            completed: records.iter().filter(|r| r.ok).count(),
+            failed: records.iter().filter(|r| !r.ok).count(),
+            achieved_rps: None,
+            duration_s: 1.0,
+            request_rps: 1.0,
+            output_tps: 1.0,
+            ttft_ms: None,
+            tpot_ms: None,
+            itl_ms: None,
+            e2el_ms: None,
+            send_lag_ms: None,
+            goodput_rps: None,
+            goodput_pct: None,
+            server: None,
+            connections_opened: None,
+            records,
+        }
+    }
+
+    fn point(depth: usize, records: &[(Option<Failure>, Option<String>)]) -> DepthPoint {
+        DepthPoint {
+            depth,
+            cache: CacheMode::Cold,
+            ttft_ms: None,
+            decode_tps: None,
+            prompt_tokens: None,
+            cached_tokens: None,
+            verdict: String::new(),
+            records: records
+                .iter()
+                .map(|(failure, error)| DepthRecord {
+                    ok: failure.is_none(),
+                    failure: *failure,
+                    error: error.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    const PASS: (Verdict, &str) = (Verdict::Pass, "every gate passed");
+    fn pass() -> (Verdict, String) {
+        (PASS.0, PASS.1.to_string())
+    }
+
+    #[test]
+    fn a_depth_the_server_refuses_is_an_error_with_its_words() {
+        let too_long = "HTTP 400 Bad Request, an error: {\"error\":{\"code\":400,\"message\":\"request (1290 tokens) exceeds the available context size (1024 tokens)\"}}";
+        let ph = phases(
+            vec![level(4, &[(None, None), (None, None)])],
+            vec![
+                point(0, &[(None, None)]),
+                point(
+                    320,
+                    &[
+                        failed(Failure::Http, too_long),
+                        failed(Failure::Http, too_long),
+                    ],
+                ),
+            ],
+        );
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Error);
+        assert!(
+            reason.starts_with(
+                "the server failed 2 of 3 depth requests, first at depth 320 (cold): HTTP 400"
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("exceeds the available context size"),
+            "{reason}"
+        );
+        let problems = problems_of(&[], &ph);
+        assert_eq!(problems.len(), 2);
+        assert!(
+            problems[0].starts_with("depth 320 (cold): HTTP 400"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn failed_load_requests_are_an_error_and_unanswered_ones_never_a_pass() {
+        let ph = phases(
+            vec![
+                level(1, &[(None, None)]),
+                level(16, &[(None, None), failed(Failure::Stream, "stream broke")]),
+            ],
+            vec![],
+        );
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Error);
+        assert_eq!(
+            reason,
+            "the server failed 1 of 3 load requests, first at concurrency 16: stream broke"
+        );
+        // A gate failure stays an error too when the server also failed.
+        let (verdict, _) = under_load((Verdict::Fail, "gates failed".into()), &ph);
+        assert_eq!(verdict, Verdict::Error);
+
+        // No answer even on a fresh connection: the client's or the network's, so not the
+        // server's error, and not a pass either.
+        let refused = failed(Failure::Transport, "request failed: connection refused");
+        let ph = phases(
+            vec![level(4, &[(None, None), refused.clone()])],
+            vec![point(0, &[refused])],
+        );
+        let (verdict, reason) = under_load(pass(), &ph);
+        assert_eq!(verdict, Verdict::Inconclusive);
+        assert!(
+            reason.contains("1 of 2 load requests, first at concurrency 4"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("1 of 1 depth requests, first at depth 0 (cold)"),
+            "{reason}"
+        );
+        assert!(reason.contains("not the server's"), "{reason}");
+        // Nothing failed: the verdict stands.
+        let ph = phases(
+            vec![level(1, &[(None, None)])],
+            vec![point(0, &[(None, None)])],
+        );
+        assert_eq!(under_load(pass(), &ph), pass());
     }
 }

@@ -39,6 +39,33 @@ impl Clients {
     }
 }
 
+/// Opens `n` connections to the server at `url` and leaves them idle in the pool, so that
+/// `n` requests sent at once next find them open: a load level's first wave then measures
+/// the server, not `n` simultaneous TCP handshakes and their accept queue (which AIPerf and
+/// guidellm time into their first wave). Every request holds its connection until all have
+/// one (their bodies are read only then), so none is reused before `n` exist. Returns how
+/// many the server answered.
+pub async fn open_connections(clients: &Clients, url: &str, n: usize) -> usize {
+    let endpoint = format!("{url}/v1/models");
+    let sent = futures_util::future::join_all((0..n).map(|_| {
+        clients
+            .pooled
+            .get(&endpoint)
+            .timeout(Duration::from_secs(10))
+            .send()
+    }))
+    .await;
+    let bodies = sent
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|r| async move { r.bytes().await.is_ok() });
+    futures_util::future::join_all(bodies)
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count()
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

@@ -22,6 +22,8 @@ pub struct DepthRecord {
     pub cached_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<client::Failure>,
 }
 
 /// One depth, cold or warm.
@@ -71,11 +73,22 @@ fn record(sample: &client::Sample, priming: bool) -> DepthRecord {
         prompt_tokens: sample.prompt_tokens,
         cached_tokens: sample.cached_tokens,
         error: sample.error.clone(),
+        failure: sample.failure,
     }
 }
 
-/// Whether the cached-token reports agree with the mode asked for.
-fn verdict(cache: CacheMode, depth: usize, records: &[&DepthRecord]) -> String {
+/// Whether the cached-token reports agree with the mode asked for; failed requests first.
+fn verdict(cache: CacheMode, depth: usize, records: &[DepthRecord]) -> String {
+    let failed: Vec<&DepthRecord> = records.iter().filter(|r| !r.ok).collect();
+    let records: Vec<&DepthRecord> = records.iter().filter(|r| r.ok && !r.priming).collect();
+    if let Some(first) = failed.first() {
+        return format!(
+            "FAILED: {} of {} requests failed ({})",
+            failed.len(),
+            failed.len() + records.len(),
+            first.error.as_deref().unwrap_or("no error text")
+        );
+    }
     let cached: Vec<u64> = records.iter().filter_map(|r| r.cached_tokens).collect();
     if cached.is_empty() {
         return "the server reported no cached tokens: cold or warm cannot be told apart".into();
@@ -123,10 +136,27 @@ pub async fn run(s: &Setup<'_>, case: &Case, depths: &[usize]) -> Vec<DepthPoint
                 decode_tps: pick(&|r| r.decode_tps),
                 prompt_tokens: pick(&|r| r.prompt_tokens.map(|v| v as f64)),
                 cached_tokens: pick(&|r| r.cached_tokens.map(|v| v as f64)),
-                verdict: verdict(cache, depth, &measured),
+                verdict: verdict(cache, depth, &records),
                 records,
             });
         }
     }
     out
+}
+
+impl DepthPoint {
+    /// The requests that failed, priming ones included: a context the server refuses
+    /// fails every request behind it.
+    pub fn failed(&self) -> impl Iterator<Item = &DepthRecord> {
+        self.records.iter().filter(|r| !r.ok)
+    }
+
+    /// `depth 320 (cold)`, as problems and reasons name it.
+    pub fn label(&self) -> String {
+        let cache = match self.cache {
+            CacheMode::Cold => "cold",
+            CacheMode::WarmPrefix => "warm",
+        };
+        format!("depth {} ({cache})", self.depth)
+    }
 }

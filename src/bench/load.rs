@@ -233,6 +233,10 @@ pub struct LoadRun {
     /// What the server's metrics said while it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<During>,
+    /// Connections opened (and answered) before the level's clock started, one per stream
+    /// of a closed loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections_opened: Option<usize>,
     pub records: Vec<Record>,
 }
 
@@ -243,6 +247,9 @@ pub struct Level<'a> {
     /// The server's `/metrics`, when it has one.
     pub metrics_url: Option<&'a str>,
     pub slo: Option<&'a Slo>,
+    /// Open a closed loop's connections before its clock starts (true but to measure what
+    /// a cold first wave costs).
+    pub open_first: bool,
 }
 
 fn record(index: usize, scheduled: f64, lag: f64, s: &client::Sample) -> Record {
@@ -340,6 +347,12 @@ async fn closed_loop(
 /// Runs one level: the bodies offered as `profile` says, the server's metrics watched.
 pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun {
     let n = bodies.len();
+    let opened = match profile {
+        Profile::Concurrency { streams } if l.open_first => {
+            Some(client::open_connections(l.clients, l.url, streams.min(n)).await)
+        }
+        _ => None,
+    };
     let start = Instant::now();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let watcher = tokio::spawn(scrape::watch(
@@ -360,13 +373,15 @@ pub async fn run(l: &Level<'_>, profile: Profile, bodies: Vec<Value>) -> LoadRun
     let duration_s = start.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
     let snaps = watcher.await.unwrap_or_default();
-    summarize(
+    let mut run = summarize(
         profile,
         done,
         duration_s,
         l.slo,
         (!snaps.is_empty()).then(|| scrape::during(&snaps)),
-    )
+    );
+    run.connections_opened = opened;
+    run
 }
 
 fn summarize(
@@ -416,6 +431,7 @@ fn summarize(
         goodput_rps: slo.map(|_| met as f64 / duration_s.max(1e-9)),
         goodput_pct: slo.map(|_| 100.0 * met as f64 / records.len().max(1) as f64),
         server,
+        connections_opened: None,
         records,
     }
 }
@@ -427,73 +443,6 @@ impl LoadRun {
             .iter()
             .filter(|r| r.failure.is_some_and(super::sample::Failure::blames_server))
             .count()
-    }
-}
-
-/// Where a sweep found the server saturated.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Knee {
-    /// The last level whose extra load still bought throughput.
-    pub level: f64,
-    /// The level past it, where throughput stopped growing and latency (or the queue) grew.
-    pub saturated_at: f64,
-    pub why: String,
-}
-
-/// Throughput must grow by this share of the added load to count as growing.
-const GROWTH_SHARE: f64 = 0.25;
-/// TTFT p50 growth (or a server queue appearing) that says requests are waiting.
-const TTFT_GROWTH: f64 = 1.5;
-
-/// Whether level `b` (after `a`) saturated: throughput grew by less than a quarter of what
-/// the added load would give a server with room, while TTFT (or the server's queue) grew.
-pub fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
-    let offered = b.profile.level() / a.profile.level().max(1e-9);
-    let gained = b.output_tps / a.output_tps.max(1e-9);
-    let room = 1.0 + GROWTH_SHARE * (offered - 1.0);
-    if gained >= room {
-        return None;
-    }
-    let ttft = |r: &LoadRun| r.ttft_ms.as_ref().map(|s| s.p50);
-    let ttft_grew = ttft(a)
-        .zip(ttft(b))
-        .is_some_and(|(x, y)| y > TTFT_GROWTH * x);
-    let queue = |r: &LoadRun| r.server.as_ref().and_then(|s| s.waiting_mean);
-    let queue_grew = queue(a).zip(queue(b)).is_some_and(|(x, y)| y > x + 0.5);
-    if !(ttft_grew || queue_grew) {
-        return None;
-    }
-    Some(format!(
-        "load ×{offered:.2} bought throughput ×{gained:.2} ({:.0} → {:.0} tok/s) while TTFT p50 went {} → {} ms{}",
-        a.output_tps,
-        b.output_tps,
-        ttft(a).map_or("-".into(), |v| format!("{v:.0}")),
-        ttft(b).map_or("-".into(), |v| format!("{v:.0}")),
-        match (queue(a), queue(b)) {
-            (Some(x), Some(y)) => format!(" and the server's queue {x:.1} → {y:.1}"),
-            _ => String::new(),
-        }
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedules_hit_the_asked_rate_and_poisson_repeats_by_seed() {
-        let c = schedule(4.0, Arrival::Constant, 0, 9);
-        assert_eq!(c, (0..9).map(|i| i as f64 * 0.25).collect::<Vec<_>>());
-        let p = schedule(4.0, Arrival::Poisson, 7, 200);
-        assert_eq!(p, schedule(4.0, Arrival::Poisson, 7, 200));
-        assert_ne!(p, schedule(4.0, Arrival::Poisson, 8, 200));
-        assert!((p[199] - 199.0 / 4.0).abs() < 1e-9);
-        assert!(p.windows(2).all(|w| w[1] >= w[0]));
-        // Exponential gaps: their spread is about their mean (CV ≈ 1), unlike constant ones.
-        let gaps: Vec<f64> = p.windows(2).map(|w| w[1] - w[0]).collect();
-        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-        let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt();
-        assert!((0.7..1.3).contains(&(sd / mean)), "CV {}", sd / mean);
     }
 }
 
@@ -562,36 +511,23 @@ impl Sweep {
     }
 }
 
-/// A sweep's levels, and where it found the knee.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SweepResult {
-    pub kind: SweepKind,
-    pub asked: Vec<f64>,
-    pub levels: Vec<LoadRun>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub knee: Option<Knee>,
-    /// How the sweep ended, in one line.
-    pub outcome: String,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl SweepResult {
-    pub fn new(sweep: &Sweep, levels: Vec<LoadRun>, knee: Option<Knee>) -> SweepResult {
-        let outcome = match &knee {
-            Some(k) => format!(
-                "saturated at {}; knee at {}: {}",
-                k.saturated_at, k.level, k.why
-            ),
-            None => format!(
-                "no saturation up to {}: throughput still grew with load (the knee is higher)",
-                sweep.levels.last().copied().unwrap_or(0.0)
-            ),
-        };
-        SweepResult {
-            kind: sweep.kind,
-            asked: sweep.levels.clone(),
-            levels,
-            knee,
-            outcome,
-        }
+    #[test]
+    fn schedules_hit_the_asked_rate_and_poisson_repeats_by_seed() {
+        let c = schedule(4.0, Arrival::Constant, 0, 9);
+        assert_eq!(c, (0..9).map(|i| i as f64 * 0.25).collect::<Vec<_>>());
+        let p = schedule(4.0, Arrival::Poisson, 7, 200);
+        assert_eq!(p, schedule(4.0, Arrival::Poisson, 7, 200));
+        assert_ne!(p, schedule(4.0, Arrival::Poisson, 8, 200));
+        assert!((p[199] - 199.0 / 4.0).abs() < 1e-9);
+        assert!(p.windows(2).all(|w| w[1] >= w[0]));
+        // Exponential gaps: their spread is about their mean (CV ≈ 1), unlike constant ones.
+        let gaps: Vec<f64> = p.windows(2).map(|w| w[1] - w[0]).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt();
+        assert!((0.7..1.3).contains(&(sd / mean)), "CV {}", sd / mean);
     }
 }

@@ -6,6 +6,7 @@
 //! confidence intervals (`stats`), the server's metrics (`scrape`) and the roofline.
 
 mod assemble;
+pub mod bound;
 pub mod client;
 pub mod degenerate;
 pub mod depth;
@@ -26,6 +27,7 @@ pub mod slo;
 pub mod sse;
 pub mod stats;
 pub mod suite;
+pub mod sweep;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -35,11 +37,12 @@ use serde_json::{json, Value};
 use crate::error::{Error, Result};
 use assemble::{assemble, Phases};
 use client::Clients;
-use load::{Arrival, LoadRun, Profile, Sweep, SweepResult};
+use load::{Arrival, LoadRun, Profile, Sweep};
 use result::{BenchResult, Target};
 use sample::Sample;
 use slo::Slo;
 use suite::{ServerKind, Suite, Tag};
+use sweep::SweepResult;
 
 /// How a benchmark runs.
 #[derive(Default)]
@@ -59,8 +62,9 @@ pub struct Options {
     pub slo: Option<Slo>,
     /// Prior-context depths (tokens) to ask the same question behind.
     pub depths: Vec<usize>,
-    /// Runs of the whole suite, for confidence intervals (1: none).
-    pub repeat: usize,
+    /// Runs of the whole suite, for confidence intervals (1: none); unset: the recipe's
+    /// `bench.load.repeat`, else 1.
+    pub repeat: Option<usize>,
     pub gates: gates::Gates,
 }
 
@@ -79,9 +83,7 @@ impl Options {
         self.requests = self.requests.or(l.requests);
         // Checked when the recipe was loaded.
         self.sweep = self.sweep.or_else(|| l.sweep.as_deref()?.parse().ok());
-        if self.repeat <= 1 {
-            self.repeat = l.repeat.unwrap_or(1);
-        }
+        self.repeat = self.repeat.or(l.repeat);
         self.seed = self.seed.or(l.seed);
         self
     }
@@ -159,6 +161,7 @@ impl Bench<'_> {
             url: &self.url,
             metrics_url: self.metrics_url.as_deref(),
             slo: self.slo.as_ref(),
+            open_first: true,
         }
     }
 
@@ -210,7 +213,7 @@ pub async fn run(
     let (b, before) = connect(suite, &mut target, opts).await?;
     let warmup = opts.warmup.unwrap_or(suite.warmup);
     let runs = opts.runs.unwrap_or(suite.runs);
-    let repeat = opts.repeat.max(1);
+    let repeat = opts.repeat.unwrap_or(1).max(1);
     let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
     mark_impossible(&target, &mut samples);
     let mut phases = run_phases(&b, opts, runs, &mut progress).await;
@@ -388,12 +391,12 @@ fn mark_impossible(target: &Target, samples: &mut [Sample]) {
     }
 }
 
-/// The fixed load levels asked for: closed-loop concurrency levels, then the rate.
+/// The fixed load levels asked for, every one (1 stream too: the suite's requests are not
+/// a load level): closed-loop concurrency levels, then the rate.
 fn load_levels(opts: &Options) -> Vec<Profile> {
     let mut out: Vec<Profile> = opts
         .concurrency
         .iter()
-        .filter(|&&n| n > 1)
         .map(|&streams| Profile::Concurrency { streams })
         .collect();
     if let Some(rps) = opts.rate {
@@ -425,11 +428,11 @@ async fn run_sweep(
     {
         progress(1, 1, &format!("sweep: {p}"));
         let r = load::run(&b.level(), p, b.load_bodies(100 + i, requests)).await;
-        let why = levels.last().and_then(|prev| load::saturated(prev, &r));
+        let why = levels.last().and_then(|prev| sweep::saturated(prev, &r));
         let prev_level = levels.last().map(|x| x.profile.level());
         levels.push(r);
         if let (Some(why), Some(level)) = (why, prev_level) {
-            knee = Some(load::Knee {
+            knee = Some(sweep::Knee {
                 level,
                 saturated_at: p.level(),
                 why,

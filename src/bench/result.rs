@@ -10,7 +10,6 @@ use super::sample::{ChunkTokens, Failure, Sample, TokenSource};
 use super::stats::Interval;
 use super::suite::CacheMode;
 
-pub use super::roofline::SPARK_BANDWIDTH_BYTES_PER_S;
 pub use super::target::Target;
 
 /// A prompt of which at most this many tokens were evaluated was a near-full cache hit:
@@ -118,7 +117,7 @@ pub struct BenchResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub load: Vec<super::load::LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<super::load::SweepResult>,
+    pub sweep: Option<super::sweep::SweepResult>,
     /// The same question behind prior contexts of several depths, cold and warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depth: Vec<super::depth::DepthPoint>,
@@ -351,12 +350,15 @@ fn case_notes(c: &CaseSummary, target: &Target, notes: &mut Vec<String>) {
     }
     if c.impossible > 0 {
         notes.push(format!(
-            "{}: {} samples measured a decode speed above what the 273 GB/s memory bandwidth \
-                 allows at their context (at most {:.0} tok/s with none, for {} bytes of weights \
-                 read per token): impossible, so excluded (the stream was buffered or the model \
-                 size is wrong)",
+            "{}: {} samples measured a decode speed above what {} allows at their context (at \
+                 most {:.0} tok/s with none, for {} bytes of weights read per token): \
+                 impossible, so excluded (see the roofline's note for what the evidence says)",
             c.case,
             c.impossible,
+            target
+                .bandwidth
+                .as_ref()
+                .map_or("the memory bandwidth".into(), |b| b.to_string()),
             super::roofline::tps_at(target, 0.0).unwrap_or(0.0),
             target
                 .active_weights_bytes

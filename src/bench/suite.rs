@@ -21,6 +21,11 @@ const BUILT_IN: [(&str, &str); 3] = [
     ("cache", include_str!("../../recipes/suites/cache.yaml")),
 ];
 
+/// The built-in suites: (name, the file's text).
+pub fn built_in() -> impl Iterator<Item = (&'static str, &'static str)> {
+    BUILT_IN.iter().copied()
+}
+
 /// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
 pub const DEFAULT_SUITE: &str = "voice-assistant";
 

@@ -34,4 +34,25 @@ pub struct Target {
     /// KV-cache bytes per token of context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_bytes_per_token: Option<u64>,
+    /// The memory bandwidth of the device that serves: the roofline's bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<super::bound::Bandwidth>,
+    /// Why no bandwidth is known (no roofline, no sample judged impossible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_bandwidth: Option<String>,
+}
+
+impl Target {
+    /// The bound's bandwidth in bytes per second, when known.
+    pub fn bandwidth_bytes_per_s(&self) -> Option<f64> {
+        self.bandwidth.as_ref().map(|b| b.gb_per_s * 1e9)
+    }
+
+    /// Sets the bound, or why there is none.
+    pub fn set_bound(&mut self, bound: Result<super::bound::Bandwidth, String>) {
+        (self.bandwidth, self.no_bandwidth) = match bound {
+            Ok(b) => (Some(b), None),
+            Err(why) => (None, Some(why)),
+        };
+    }
 }

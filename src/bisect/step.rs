@@ -287,7 +287,7 @@ fn verdict_word(v: Verdict) -> &'static str {
 
 /// One round: the suite `repeat` times against the candidate.
 async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchResult> {
-    let mut target = crate::deploy::target_of(&env.loaded.recipe, d);
+    let mut target = crate::deploy::target_of(&env.loaded.recipe, d).await;
     target.recipe_hash = Some(env.loaded.recipe.hash());
     let gates = match b.criterion.gate() {
         Some(g) => crate::bench::gates::Gates::from([(g.name.clone(), g)]),
@@ -296,7 +296,7 @@ async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchRes
     let opts = crate::bench::Options {
         warmup: b.plan.warmup,
         runs: b.plan.runs,
-        repeat: b.plan.repeat,
+        repeat: Some(b.plan.repeat),
         gates,
         ..Default::default()
     };

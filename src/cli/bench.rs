@@ -31,8 +31,9 @@ pub struct BenchArgs {
     pub warmup: Option<usize>,
     /// Run the whole suite N times: each figure's p50 gets a CV and a 95% interval, and a
     /// gate whose interval holds its threshold is inconclusive.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub repeat: usize,
+    /// [default: the recipe's bench.load.repeat, else 1]
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
     /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
     #[arg(long, value_delimiter = ',', value_name = "N,N")]
     pub concurrency: Vec<usize>,
@@ -65,6 +66,10 @@ pub struct BenchArgs {
     /// The production backend's result, for the vs_production_* gates.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
+    /// Peak memory bandwidth of the device that serves, GB/s: the roofline's bound, over
+    /// the recipe's, the host's and the GPU's (a URL on another machine has none without it).
+    #[arg(long, value_name = "GB/S")]
+    pub bandwidth_gbps: Option<f64>,
     /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json]; the HTML
     /// report, per-request JSONL and CSV go beside it.
     #[arg(long, value_name = "FILE")]
@@ -135,8 +140,13 @@ fn options(
     recipes: &RecipeSet,
     target: &str,
 ) -> Result<engine::Options> {
-    if args.repeat == 0 {
+    if args.repeat == Some(0) {
         return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
+    }
+    if args.concurrency.contains(&0) {
+        return Err(Error::Usage(
+            "--concurrency 0: a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
+        ));
     }
     if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return Err(Error::Usage(
@@ -166,8 +176,21 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     let target_name = args.target.clone().ok_or_else(|| {
         Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
     })?;
-    let (target, gates, suite_name) =
+    let (mut target, gates, suite_name) =
         crate::deploy::bench_target(&ctx.runtimes, recipes, &target_name).await?;
+    if let Some(g) = args.bandwidth_gbps {
+        if !(g.is_finite() && g > 0.0) {
+            return Err(Error::Usage(
+                "--bandwidth-gbps: give the device's peak in GB/s, e.g. 3350".into(),
+            ));
+        }
+        use crate::bench::bound;
+        target.set_bound(Ok(bound::declared(
+            g,
+            bound::Source::Flag,
+            "--bandwidth-gbps",
+        )));
+    }
     let mut gates = merge_gates(gates, &args.gates)?;
     let suite = Suite::load(
         args.suite.as_deref().unwrap_or(&suite_name),
@@ -235,12 +258,22 @@ fn verdict_exit(name: &str, result: &BenchResult, path: &Path) -> Result<()> {
             result.verdict_reason,
             path.display()
         ))),
-        Verdict::Error => Err(Error::Reported(format!(
-            "{name}: {}: {} (partial samples kept in {})",
-            result.verdict_reason,
-            result.problems.first().cloned().unwrap_or_default(),
-            path.display()
-        ))),
+        Verdict::Error => {
+            // The reason may already quote the first failure; say it once.
+            let first = result.problems.first().map_or("", String::as_str);
+            let said = first.split_once(": ").map_or(first, |(_, m)| m);
+            let head: String = said.chars().take(60).collect();
+            let more = if result.verdict_reason.contains(&head) {
+                String::new()
+            } else {
+                format!(": {first}")
+            };
+            Err(Error::Reported(format!(
+                "{name}: {}{more} (partial samples kept in {})",
+                result.verdict_reason,
+                path.display()
+            )))
+        }
     }
 }
 
@@ -269,10 +302,16 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
         r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
         r.ttfo_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
         r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),
-        r.roofline_share.map_or(String::new(), |s| format!(
-            " ({:.0}% of the 273 GB/s bound)",
-            s * 100.0
-        )),
+        match (&r.roofline, r.roofline_share) {
+            (Some(roof), Some(s)) => format!(
+                " ({:.0}% of the {:.0} tok/s that {} GB/s allows: {})",
+                s * 100.0,
+                roof.bound_tps,
+                crate::bench::bound::fmt_gbps(roof.bandwidth_gb_per_s),
+                roof.bandwidth_from
+            ),
+            _ => String::new(),
+        },
         if r.usage_estimated {
             " · token counts ESTIMATED (the server sent no usage)"
         } else {

@@ -201,7 +201,7 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
 fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     let mut t = out.table();
     t.set_header(vec![
-        "NAME", "RUNTIME", "ID", "RUNS", "MODEL", "URL", "UPTIME", "HEALTH", "ROLE",
+        "NAME", "RUNTIME", "ID", "RUNS", "MODEL", "URL", "UPTIME", "HEALTH", "ROLE", "MEMORY",
     ]);
     for row in rows {
         let d = &row.deployment;
@@ -230,6 +230,12 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
                 Role::None => "-",
             }
             .to_string(),
+            match &row.memory {
+                Some(m) => m.summary(),
+                None => d
+                    .memory_gb
+                    .map_or("-".into(), |g| format!("declared {g} GB")),
+            },
         ]);
     }
     out.print_table(&t);

@@ -97,12 +97,15 @@ pub async fn bench_target(
     crate::bench::gates::Gates,
     String,
 )> {
-    use crate::bench::result::Target;
+    use crate::bench::{bound, result::Target};
+    // A bad host figure is an error before anything is measured.
+    bound::host_setting().map_err(Error::Usage)?;
     if target.starts_with("http://") || target.starts_with("https://") {
-        let t = Target {
+        let mut t = Target {
             url: target.trim_end_matches('/').to_string(),
             ..Default::default()
         };
+        t.set_bound(bound::for_url(&t.url).await);
         return Ok((
             t,
             Default::default(),
@@ -132,13 +135,18 @@ pub async fn bench_target(
             crate::bench::suite::DEFAULT_SUITE.to_string(),
         ),
     };
-    Ok((target_of(recipe, &d), gates, suite))
+    Ok((target_of(recipe, &d).await, gates, suite))
 }
 
-/// What a benchmark of `recipe`'s running deployment `d` records about it.
-pub fn target_of(recipe: &crate::recipe::Recipe, d: &Deployment) -> crate::bench::result::Target {
+/// What a benchmark of `recipe`'s running deployment `d` records about it, with the
+/// roofline's bound: the device that serves it.
+pub async fn target_of(
+    recipe: &crate::recipe::Recipe,
+    d: &Deployment,
+) -> crate::bench::result::Target {
+    use crate::bench::bound;
     let model = recipe.model.as_ref();
-    crate::bench::result::Target {
+    let mut t = crate::bench::result::Target {
         url: d.url(),
         recipe: Some(recipe.name.clone()),
         deployment: Some(d.id.clone()),
@@ -151,7 +159,10 @@ pub fn target_of(recipe: &crate::recipe::Recipe, d: &Deployment) -> crate::bench
         kv_bytes_per_token: model.and_then(|m| m.kv_bytes_per_token).map(|w| w.0),
         engine: Some(recipe.engine),
         ..Default::default()
-    }
+    };
+    let declared = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps);
+    t.set_bound(bound::for_recipe(&recipe.name, declared, &recipe.gpu_use()).await);
+    t
 }
 
 /// The recipe's goodput objectives, when `target` names a recipe that sets them.

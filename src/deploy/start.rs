@@ -83,7 +83,7 @@ pub async fn plan_start(
         Some(g) => g.plan.command_lines(&artifact),
         None => resolved.launch.equivalent_command(),
     };
-    let memory = memory_plan(ctx, recipe, resolved.memory_gb, &deployments).await?;
+    let memory = memory_plan(ctx, recipe, &deployments).await?;
     let warnings = match crate::nvidia::gpus().await {
         Ok(gpus) => recipe.engine.host_warning(resolved.runtime, &gpus),
         Err(_) => None,
@@ -210,12 +210,12 @@ async fn refuse_taken_port(
     )))
 }
 
-/// Running jobs hold their declared memory until they end: servers get what is left, and a
-/// server that does not fit beside them is refused naming them.
+/// Running jobs hold their declared memory until they end: servers get what is left. A
+/// server that does not fit even with every other server stopped is refused here, before
+/// anything starts (`--dry-run` too), naming the pool it was planned in and the jobs.
 async fn memory_plan(
     ctx: &Context,
     recipe: &Recipe,
-    memory_gb: Option<f64>,
     deployments: &[Deployment],
 ) -> Result<MemoryPlan> {
     let jobs = match crate::job::Runs::of(ctx) {
@@ -223,23 +223,42 @@ async fn memory_plan(
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let memory = MemoryPlan::new(
+    let memory = memory::for_server(
+        &ctx.runtimes,
+        recipe,
         ctx.settings.memory_budget_gb - jobs_gb,
-        memory_gb,
         deployments,
         ctx.settings.production_port,
-    );
-    if !memory.fits && !jobs.is_empty() {
-        let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory while job(s) {} run: {}; wait for them (`sparkctl jobs`) \
-             or `sparkctl stop JOB`",
-            recipe.name,
-            held.join(", "),
-            memory.describe()
-        )));
+    )
+    .await
+    .map_err(|why| {
+        Error::Failed(format!(
+            "{}: {why}; fix server.gpus or CUDA_VISIBLE_DEVICES",
+            recipe.name
+        ))
+    })?;
+    if memory.fits {
+        return Ok(memory);
     }
-    Ok(memory)
+    let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+    let (why, fix) = if jobs.is_empty() || memory.pool != memory::pools::Pool::Unified {
+        (
+            "even alone".to_string(),
+            "lower its server.memory_gb (and what the server takes: --gpu-memory-utilization, \
+             -ngl, context size), give it more GPUs, or raise SPARKCTL_MEMORY_GB if the \
+             machine has more",
+        )
+    } else {
+        (
+            format!("while job(s) {} run", held.join(", ")),
+            "wait for them (`sparkctl jobs`) or `sparkctl stop JOB`",
+        )
+    };
+    Err(Error::Failed(format!(
+        "{} does not fit in memory {why}: {}; {fix}",
+        recipe.name,
+        memory.describe()
+    )))
 }
 
 /// A started, ready deployment.

@@ -24,6 +24,10 @@ pub struct StatusRow {
     /// A multi-node deployment's containers, node by node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<Placed>,
+    /// What it holds now (GPU memory per nvidia-smi, resident memory), beside its
+    /// declaration; running deployments only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::memory::Held>,
 }
 
 pub struct Status {
@@ -61,6 +65,10 @@ pub async fn status(ctx: &Context) -> Result<Status> {
             .map(|d| crate::runtime::group::members_of(&ctx.runtimes, d)),
     )
     .await;
+    let running: Vec<&Deployment> = deployments.iter().filter(|d| d.running()).collect();
+    let mut held = crate::memory::held(&ctx.runtimes, &running)
+        .await
+        .into_iter();
     let mut rows = Vec::new();
     for ((d, health), (nodes, notes)) in deployments.into_iter().zip(health).zip(groups) {
         warnings.extend(notes);
@@ -70,6 +78,7 @@ pub async fn status(ctx: &Context) -> Result<Status> {
             production: role == Role::Production,
             role,
             uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
+            memory: if d.running() { held.next() } else { None },
             nodes,
             deployment: d,
         });

@@ -547,7 +547,6 @@ async fn bench_recipe(
     )?;
     let opts = crate::bench::Options {
         runs,
-        repeat: 1,
         slo: super::recipe_slo(ctx.recipes, name),
         gates,
         ..Default::default()

@@ -286,10 +286,13 @@ async fn gpu_and_memory(settings: &Settings) -> [Check; 2] {
         Ok(_) => check("gpu", Verdict::Warn, "nvidia-smi lists no GPU"),
         Err(e) => check("gpu", Verdict::Warn, e.to_string()),
     };
-    let unified = gpus
-        .as_ref()
-        .is_ok_and(|g| g.iter().any(Gpu::shares_system_memory));
-    [gpu, memory_check(meminfo, unified, settings)]
+    let kind = match &gpus {
+        Ok(g) if g.is_empty() => None,
+        Ok(g) if g.iter().all(Gpu::shares_system_memory) => Some(true),
+        Ok(_) => Some(false),
+        Err(_) => None,
+    };
+    [gpu, memory_check(meminfo, kind, settings)]
 }
 
 /// Whether the front door runs, and whether it comes back after a reboot.
@@ -333,8 +336,14 @@ fn gpu_detail(gpus: &[Gpu], mem_total: Option<u64>) -> String {
                                  reports [N/A])"
                     .to_string(),
             };
+            let bandwidth = match crate::nvidia::bandwidth::lookup(&g.name) {
+                Some(k) => format!("{} GB/s memory bandwidth", k.gb_per_s),
+                None => "bandwidth not in sparkctl's table (set SPARKCTL_BANDWIDTH_GBPS for \
+                         the roofline)"
+                    .into(),
+            };
             format!(
-                "{}, compute capability {}, {memory}",
+                "{}, compute capability {}, {memory}, {bandwidth}",
                 g.name, g.compute_capability
             )
         })
@@ -342,9 +351,11 @@ fn gpu_detail(gpus: &[Gpu], mem_total: Option<u64>) -> String {
         .join("; ")
 }
 
+/// `gpus_unified`: Some(true) on a Spark (one pool), Some(false) where GPUs have memory
+/// of their own (host RAM is then only for servers that use no GPU), None without a GPU.
 fn memory_check(
     meminfo: Option<crate::host::MemInfo>,
-    unified: bool,
+    gpus_unified: Option<bool>,
     settings: &Settings,
 ) -> Check {
     let Some(m) = meminfo else {
@@ -359,16 +370,19 @@ fn memory_check(
         Ok(v) if !v.is_empty() => format!("pool set by SPARKCTL_MEMORY_GB={v}"),
         _ => "pool = installed memory".to_string(),
     };
-    let shared = if unified {
-        ", shared by CPU and GPU"
-    } else {
-        ""
+    let (shared, who) = match gpus_unified {
+        Some(true) => (", shared by CPU and GPU", "servers"),
+        Some(false) => (
+            " of host RAM",
+            "servers that use no GPU (those on a GPU are planned against its own memory)",
+        ),
+        None => ("", "servers"),
     };
     check(
         "memory",
         Verdict::Ok,
         format!(
-            "{:.1} GB installed{shared}, {:.1} GB available now; servers may use {:.1} GB \
+            "{:.1} GB installed{shared}, {:.1} GB available now; {who} may use {:.1} GB \
              together ({source}, minus SPARKCTL_MEMORY_RESERVE_GB, default 8)",
             m.total as f64 / 1e9,
             m.available as f64 / 1e9,
@@ -396,7 +410,8 @@ mod tests {
         assert_eq!(
             detail,
             "NVIDIA GB10, compute capability 12.1, shares the system's 128.5 GB (unified \
-             memory: nvidia-smi reports [N/A], /proc/meminfo counts it)"
+             memory: nvidia-smi reports [N/A], /proc/meminfo counts it), 273 GB/s memory \
+             bandwidth"
         );
         assert!(gpu_detail(&spark, None).contains("shares the system's memory"));
     }
@@ -409,7 +424,8 @@ mod tests {
         );
         assert_eq!(
             detail,
-            "NVIDIA GeForce RTX 4090, compute capability 8.9, 24564 MiB of its own"
+            "NVIDIA GeForce RTX 4090, compute capability 8.9, 24564 MiB of its own, 1008 GB/s \
+             memory bandwidth"
         );
     }
 
@@ -423,17 +439,20 @@ mod tests {
             total: 128_000_000_000,
             available: 100_000_000_000,
         };
-        let c = memory_check(Some(m), true, &settings);
+        let c = memory_check(Some(m), Some(true), &settings);
         assert_eq!(c.verdict, Verdict::Ok);
         assert!(
             c.detail.starts_with("128.0 GB installed, shared by CPU and GPU, 100.0 GB available now; servers may use 120.0 GB"),
             "{}",
             c.detail
         );
-        assert!(!memory_check(Some(m), false, &settings)
-            .detail
-            .contains("shared"));
-        let c = memory_check(None, true, &settings);
+        let discrete = memory_check(Some(m), Some(false), &settings).detail;
+        assert!(!discrete.contains("shared"), "{discrete}");
+        assert!(
+            discrete.contains("servers that use no GPU (those on a GPU are planned against its own memory) may use 120.0 GB"),
+            "{discrete}"
+        );
+        let c = memory_check(None, Some(true), &settings);
         assert_eq!(c.verdict, Verdict::Warn);
         assert!(c.detail.contains("SPARKCTL_MEMORY_GB"));
     }

@@ -9,7 +9,6 @@ use super::{check, Check, Verdict};
 use crate::context::Context;
 use crate::deploy::{self, PortOwner};
 use crate::lock::Lock;
-use crate::memory::MemoryPlan;
 use crate::recipe::{Launch, LoadedRecipe, PatchStep, Resolved};
 use crate::runtime::Deployment;
 
@@ -41,7 +40,7 @@ pub(super) async fn checks(
     }
     out.push(port(ctx, subject, &resolved, deployments).await);
     if subject.running.is_none() {
-        out.push(memory(ctx, subject, &resolved, deployments));
+        out.push(memory(ctx, subject, deployments).await);
     }
     if let Some(nodes) = &recipe.nodes {
         out.extend(super::nodes::group(nodes, recipe.server.gpus.is_some()).await);
@@ -199,19 +198,23 @@ async fn port(
     }
 }
 
-fn memory(
-    ctx: &Context,
-    subject: &Subject<'_>,
-    resolved: &Resolved,
-    deployments: &[Deployment],
-) -> Check {
-    let label = format!("{} memory", subject.loaded.recipe.name);
-    let plan = MemoryPlan::new(
+/// The plan `start` would make: in the pool the recipe's memory comes from (the unified
+/// pool, or the GPUs it is given where they have memory of their own).
+async fn memory(ctx: &Context, subject: &Subject<'_>, deployments: &[Deployment]) -> Check {
+    let recipe = &subject.loaded.recipe;
+    let label = format!("{} memory", recipe.name);
+    let plan = match crate::memory::for_server(
+        &ctx.runtimes,
+        recipe,
         ctx.settings.memory_budget_gb,
-        resolved.memory_gb,
         deployments,
         ctx.settings.production_port,
-    );
+    )
+    .await
+    {
+        Ok(plan) => plan,
+        Err(why) => return check(label, Verdict::Fail, why),
+    };
     match (plan.fits, plan.must_stop.is_empty()) {
         (true, true) => check(label, Verdict::Ok, plan.describe()),
         (true, false) => check(
@@ -227,8 +230,8 @@ fn memory(
             label,
             Verdict::Fail,
             format!(
-                "{}; it does not fit even alone: lower its memory_gb or raise \
-                 SPARKCTL_MEMORY_GB if the machine has more",
+                "{}; it does not fit even alone: lower its memory_gb, give it more GPUs, or \
+                 raise SPARKCTL_MEMORY_GB if the machine has more",
                 plan.describe()
             ),
         ),

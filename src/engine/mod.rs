@@ -247,8 +247,8 @@ impl Engine {
         }
         let gpu = gpus.iter().find(|g| g.compute_capability == "12.1")?;
         Some(format!(
-            "{self} as a host process on {} (SM 12.1): the seeds' bare-metal installs failed here \
-             (a CPU-only torch, ABI mismatches) where the containers served; the venv's torch \
+            "{self} as a host process on {} (SM 12.1): bare-metal installs often fail here \
+             (a CPU-only torch, ABI mismatches) where the containers serve; the venv's torch \
              must be a CUDA 13 build with sm_121 kernels (\"no kernel image is available\" at \
              load means it is not)",
             gpu.name

@@ -9,7 +9,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
     (
         "Tensor.item() cannot be called on meta tensors",
         "the model was loaded with device_map=\"auto\" and some weights stayed on the meta device",
-        "load it on one GPU: device_map={\"\": \"cuda:0\"} (seed 004, QAT v3)",
+        "load it on one GPU: device_map={\"\": \"cuda:0\"}",
     ),
     (
         "Invalid device string: 'bfloat16'",
@@ -36,7 +36,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
     (
         "batch_encode_plus",
         "transformers 5.x removed batch_encode_plus, which ModelOpt 0.37's calibration calls",
-        "tokenize the calibration samples yourself (seed 001, quantize_nvfp4.py)",
+        "tokenize the calibration samples yourself and pass input ids to the calibration loop",
     ),
     (
         "Permission denied",
@@ -80,7 +80,7 @@ pub fn explain(exit: &Exit, stop_requested: bool) -> String {
         ),
         (Some(137), false) => "exit code 137: killed by SIGKILL, which on a DGX Spark is \
              almost always out of memory (OOM): something else held the unified memory it \
-             needed (seed 004: a vLLM container); stop servers first or declare memory_gb"
+             needed (a running server's container, say); stop servers first or declare memory_gb"
             .into(),
         (Some(143), false) => "exit code 143: ended by SIGTERM from outside sparkctl \
              (`docker stop`, a reboot)"

@@ -52,6 +52,20 @@ pub(super) async fn holdings(rt: &Runtimes, d: &Deployment) -> (Processes, Figur
     }
 }
 
+/// The deployment's processes alone (host pids), as its runtime finds them.
+pub(super) async fn processes(rt: &Runtimes, d: &Deployment) -> Processes {
+    match d.runtime {
+        Runtime::Process => session_holdings(d).0,
+        Runtime::Docker => match (rt.docker(), remote_engine()) {
+            (Ok(docker), None) => container_processes(docker.client(), &d.id).await,
+            (Ok(_), Some(host)) => no_processes(format!(
+                "the Docker Engine is on another machine (DOCKER_HOST={host})"
+            )),
+            (Err(e), _) => no_processes(format!("the Docker Engine is not reachable: {e}")),
+        },
+    }
+}
+
 pub(super) fn no_processes(why: String) -> Processes {
     Processes {
         pids: Vec::new(),

@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 
 mod measure;
 mod plan;
+pub mod pools;
 
-pub use plan::MemoryPlan;
+pub use plan::{for_server, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};
@@ -173,6 +174,45 @@ pub async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObs
         best,
         exceeds_declared,
     }
+}
+
+/// What a running deployment holds now, beside what it declared (`status` shows it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Held {
+    pub declared_gb: Option<f64>,
+    /// Its processes' GPU memory (nvidia-smi), or why it is not known.
+    pub gpu: Figure,
+    /// Its processes' resident memory (VmRSS, or the container's cgroup).
+    pub resident: Figure,
+}
+
+impl Held {
+    /// `GPU 3.47 GB + RSS 0.52 GB (declared 7.1 GB)`, with `-` for what is not known.
+    pub fn summary(&self) -> String {
+        let fig = |f: &Figure| f.bytes.map_or("-".into(), format_gb);
+        format!(
+            "GPU {} + RSS {} ({})",
+            fig(&self.gpu),
+            fig(&self.resident),
+            self.declared_gb
+                .map_or("none declared".into(), |g| format!("declared {g} GB"))
+        )
+    }
+}
+
+/// What each of `running` holds now: one nvidia-smi query for all of them.
+pub async fn held(rt: &Runtimes, running: &[&Deployment]) -> Vec<Held> {
+    let apps = crate::nvidia::compute_apps().await;
+    let mut out = Vec::new();
+    for d in running {
+        let (processes, resident) = holdings(rt, d).await;
+        out.push(Held {
+            declared_gb: d.memory_gb,
+            gpu: gpu_figure(&processes.pids, apps.clone()),
+            resident,
+        });
+    }
+    out
 }
 
 fn exceeds(best: Option<&Best>, declared_gb: Option<f64>) -> Option<bool> {

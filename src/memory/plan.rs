@@ -1,13 +1,23 @@
 //! Room in the machine's memory for one more server: what must stop first, decided from
-//! what the running deployments declared, before anything is touched.
+//! what the running deployments declared, before anything is touched. The room is the pool
+//! the server's memory comes from (`pools`): the one unified pool of a Spark, or the GPUs a
+//! server on a discrete GPU is given.
 
 use serde::Serialize;
 
-use crate::runtime::Deployment;
+use super::pools::{self, Pool};
+use crate::nvidia::device::{Devices, Kind};
+use crate::recipe::Recipe;
+use crate::runtime::{Deployment, Runtimes};
 
 /// Which running deployments must stop for a candidate to fit.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryPlan {
+    /// The pool the candidate's memory comes from.
+    pub pool: Pool,
+    /// That pool in words, with where its size comes from.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pool_what: String,
     pub budget_gb: f64,
     /// The candidate's declared need (`server.memory_gb`); none declared counts as 0.
     pub need_gb: Option<f64>,
@@ -48,6 +58,8 @@ impl MemoryPlan {
             must_stop.push(d.name.clone());
         }
         MemoryPlan {
+            pool: Pool::Unified,
+            pool_what: String::new(),
             budget_gb,
             need_gb,
             running: order
@@ -74,11 +86,73 @@ impl MemoryPlan {
         } else {
             running.join(", ")
         };
+        let pool = if self.pool_what.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", self.pool_what)
+        };
         format!(
-            "needs {need} of a {:.1} GB budget; running: {running}",
+            "needs {need} of a {:.1} GB budget{pool}; running: {running}",
             self.budget_gb
         )
     }
+}
+
+/// The plan for a server `recipe` describes, in the pool its memory comes from. On a
+/// machine with discrete GPUs a running deployment counts where nvidia-smi sees it: on the
+/// GPUs when one of its processes holds GPU memory (by its declaration, or what it holds
+/// when that is more), in host RAM otherwise. An error: the recipe asks for GPUs this
+/// machine does not have.
+pub async fn for_server(
+    rt: &Runtimes,
+    recipe: &Recipe,
+    host_gb: f64,
+    running: &[Deployment],
+    production_port: u16,
+) -> Result<MemoryPlan, String> {
+    let devices = Devices::probe().await;
+    let budget = pools::budget(&devices, host_gb, &recipe.gpu_use())?;
+    let counted = match devices.kind() {
+        Kind::Discrete => on_gpus(rt, running)
+            .await
+            .into_iter()
+            .filter(|(_, on_gpu)| pools::counts_in(&budget.pool, *on_gpu))
+            .map(|(d, _)| d)
+            .collect(),
+        _ => running.to_vec(),
+    };
+    let mut plan = MemoryPlan::new(
+        budget.gb,
+        recipe.server.memory_gb,
+        &counted,
+        production_port,
+    );
+    plan.pool = budget.pool;
+    plan.pool_what = budget.what;
+    Ok(plan)
+}
+
+/// Each running deployment, whether a GPU holds memory for it, and the figure it counts
+/// with (the measured GPU memory where above the declaration).
+async fn on_gpus(rt: &Runtimes, running: &[Deployment]) -> Vec<(Deployment, bool)> {
+    let apps = crate::nvidia::compute_apps().await.unwrap_or_default();
+    let mut out = Vec::new();
+    for d in running.iter().filter(|d| d.running()) {
+        let pids = super::measure::processes(rt, d).await.pids;
+        let held: u64 = apps
+            .iter()
+            .filter(|a| pids.contains(&a.pid))
+            .filter_map(|a| a.used_bytes)
+            .sum();
+        let on_gpu = apps.iter().any(|a| pids.contains(&a.pid));
+        let mut d = d.clone();
+        let measured = held as f64 / 1e9;
+        if on_gpu && d.memory_gb.is_none_or(|gb| gb < measured) {
+            d.memory_gb = Some(measured);
+        }
+        out.push((d, on_gpu));
+    }
+    out
 }
 
 #[cfg(test)]

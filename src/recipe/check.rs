@@ -186,10 +186,12 @@ fn check_env_and_limits(out: &mut Report, s: &Server) {
         }
     }
     if let Some(gb) = s.memory_gb {
-        if !(gb > 0.0 && gb <= 128.0) {
+        // Its size against the machine is the memory plan's to judge (a Spark's 128 GB, an
+        // H200's 141, eight GPUs' 640): here only whether it is a size at all.
+        if !(gb.is_finite() && gb > 0.0) {
             out.bad(
                 "server.memory_gb",
-                format!("{gb} GB is not a memory budget on a 128 GB machine"),
+                format!("{gb} GB is not a memory budget"),
                 "give the GB the deployment needs, e.g. 12",
             );
         }
@@ -268,6 +270,16 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             &format!("bench.load.{key}"),
             message,
             "see `sparkctl bench --help` for the same settings as flags",
+        );
+    }
+    if bench
+        .bandwidth_gbps
+        .is_some_and(|g| !(g.is_finite() && g > 0.0))
+    {
+        out.bad(
+            "bench.bandwidth_gbps",
+            "the memory bandwidth must be a positive number of GB/s".into(),
+            "give the device's peak, e.g. 3350 for an H100 SXM, or leave it out",
         );
     }
 }
@@ -367,12 +379,9 @@ fn check_produced_by(out: &mut Report, model: &Model) {
 }
 
 fn check_patches(out: &mut Report, model: &Model) {
-    // patches/ lives beside recipes/ in the repository.
-    let repo = out
-        .path
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
+    // patches/ lives beside recipes/ (the checkout, or the config dir).
+    let repo = crate::places::patches_root(out.path);
+    let repo = repo.as_path();
     for (i, step) in model.patches.iter().enumerate() {
         let base = format!("model.patches[{i}].{}", step.kind());
         let rel = check_step(out, &base, step, repo);

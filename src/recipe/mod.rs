@@ -6,6 +6,7 @@
 
 mod check;
 mod diag;
+mod gpus;
 mod image_ref;
 mod launcher;
 pub mod live;
@@ -367,6 +368,10 @@ pub struct Bench {
     /// Load levels, a sweep, context depths and repeats, run beside the suite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<crate::bench::load::LoadSpec>,
+    /// Peak memory bandwidth of the device that serves this recipe, GB/s: the roofline's
+    /// bound, over the host's (`SPARKCTL_BANDWIDTH_GBPS`) and the GPU's known figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_gbps: Option<f64>,
 }
 
 fn default_suite() -> String {

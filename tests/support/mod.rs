@@ -463,7 +463,19 @@ impl Deck {
             .env("SPARKCTL_PRODUCTION_PORT", self.door_port.to_string())
             .env_remove("SPARKCTL_FRONTDOOR_API_KEY")
             .env_remove("SPARKCTL_FRONTDOOR_API_KEY_FILE")
+            .env_remove("SPARKCTL_NVIDIA_SMI")
+            .env_remove("SPARKCTL_BANDWIDTH_GBPS")
             .args(args);
+        cmd
+    }
+
+    /// `sparkctl ARGS` on a machine whose nvidia-smi gives the answers recorded in
+    /// tests/fixtures/nvidia-smi/`gpu` (gb10, h100, two-h100): a fake of the GPU alone.
+    pub fn on_gpu(&self, gpu: &str, args: &[&str]) -> Command {
+        let fixtures = repo().join("tests/fixtures/nvidia-smi");
+        let mut cmd = self.cmd(args);
+        cmd.env("SPARKCTL_NVIDIA_SMI", fixtures.join("answer"))
+            .env("NVIDIA_SMI_ANSWERS", fixtures.join(gpu));
         cmd
     }
 

@@ -7,9 +7,16 @@
 //! (`--query-compute-apps`) is still reported. So every memory figure here is an Option:
 //! None means "the driver gives no figure", never zero.
 
+pub mod bandwidth;
+pub mod device;
+
 use std::time::Duration;
 
 use serde::Serialize;
+
+/// Names the program run instead of `nvidia-smi` on PATH: a driver installed elsewhere, or
+/// (in tests, on machines without a GPU) a script that prints a recorded answer.
+pub const SMI_ENV: &str = "SPARKCTL_NVIDIA_SMI";
 
 /// What `gpus()` asks; `parse_gpus` reads the fields in this order.
 const GPU_QUERY: [&str; 2] = [
@@ -77,7 +84,10 @@ pub async fn compute_apps() -> Result<Vec<ComputeApp>, SmiError> {
 }
 
 async fn query(args: &[&str]) -> Result<String, SmiError> {
-    let mut cmd = tokio::process::Command::new("nvidia-smi");
+    let program = std::env::var_os(SMI_ENV)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "nvidia-smi".into());
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);

@@ -1,0 +1,236 @@
+//! What the device that serves decides, on machines this suite has no GPU of: nvidia-smi
+//! gives answers recorded on a DGX Spark (GB10, `[N/A]` memory), a lent H100 and a lent
+//! two-GPU machine (tests/fixtures/nvidia-smi). That is a fake of the GPU alone: sparkctl,
+//! its recipes, the simulated engine it benchmarks and the HTTP between them are real.
+//!
+//! - The memory plan: a server on a discrete GPU is planned against that GPU's memory,
+//!   whatever the host's RAM; on a Spark against the one unified pool.
+//! - The roofline: its bound is the serving device's bandwidth, so a decode speed that is
+//!   impossible on a Spark is a share of an H100's.
+
+mod support;
+
+use serde_json::Value;
+use support::{free_port, text, Deck};
+
+/// A llama-server process recipe offloading every layer that declares `gb` GB. Its binary
+/// is never run: every command here is refused or a dry run.
+fn llama_recipe(deck: &Deck, name: &str, args: &str, extra: &str, gb: u32) {
+    let model = deck.dir.join("model.gguf");
+    std::fs::write(&model, b"GGUF fixture").unwrap();
+    deck.recipe(
+        name,
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: /bin/sh\nmodel:\n  path: {}\nserver:\n  port: {}\n  args: [{args}]\n{extra}  memory_gb: {gb}\n",
+            model.display(),
+            free_port()
+        ),
+    );
+}
+
+/// `start NAME --dry-run` on `gpu` with `host_gb` of host RAM: exit code, the plan (or
+/// the error document), and all it printed.
+fn dry_run(deck: &Deck, gpu: &str, host_gb: &str, name: &str) -> (Option<i32>, Value, String) {
+    let out = deck
+        .on_gpu(gpu, &["--json", "start", name, "--dry-run"])
+        .env("SPARKCTL_MEMORY_GB", host_gb)
+        .output()
+        .unwrap();
+    let plan = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.code(), plan, all)
+}
+
+#[test]
+fn a_gpu_server_bigger_than_its_gpu_is_refused_before_anything_starts_whatever_the_host_ram() {
+    let deck = Deck::new("gpu-plan");
+    llama_recipe(&deck, "big", "-ngl, \"999\"", "", 100);
+    // One H100 of 81559 MiB (85.5 GB): 100 GB do not fit, with 1 TB of host RAM or 128 GB.
+    for host_gb in ["1000", "128"] {
+        let (code, _, err) = dry_run(&deck, "h100", host_gb, "big");
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("big does not fit in memory even alone"),
+            "{err}"
+        );
+        assert!(err.contains("needs 100 GB of a 85.5 GB budget"), "{err}");
+        assert!(
+            err.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"),
+            "{err}"
+        );
+        assert!(err.contains("host RAM does not count"), "{err}");
+    }
+    // Not a dry run: refused the same way, and nothing ran.
+    let out = deck
+        .on_gpu("h100", &["start", "big"])
+        .env("SPARKCTL_MEMORY_GB", "1000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("does not fit in memory even alone"));
+    assert!(deck.status().is_empty(), "{:?}", deck.status());
+    // `doctor big` says the same before anyone tries.
+    let out = deck
+        .on_gpu("h100", &["doctor", "big"])
+        .env("SPARKCTL_MEMORY_GB", "1000")
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("big memory"), "{said}");
+    assert!(
+        said.contains("GPU 0: NVIDIA H100 80GB HBM3, 81559 MiB"),
+        "{said}"
+    );
+    assert!(said.contains("does not fit even alone"), "{said}");
+
+    // Two of them hold it: the plan counts both GPUs it is given.
+    let (code, plan, err) = dry_run(&deck, "two-h100", "128", "big");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(plan["memory"]["pool"]["kind"], "gpus");
+    assert_eq!(plan["memory"]["pool"]["indices"], serde_json::json!([0, 1]));
+    assert!((plan["memory"]["budget_gb"].as_f64().unwrap() - 171.04).abs() < 0.01);
+    // Pinned to the second GPU alone, it does not; a GPU that is not there is named.
+    llama_recipe(
+        &deck,
+        "second",
+        "-ngl, \"999\"",
+        "  env: {CUDA_VISIBLE_DEVICES: \"1\"}\n",
+        100,
+    );
+    let (code, _, err) = dry_run(&deck, "two-h100", "128", "second");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("GPU 1: NVIDIA H100 80GB HBM3"), "{err}");
+    let (code, _, err) = dry_run(&deck, "h100", "128", "second");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("nvidia-smi lists 1 here"), "{err}");
+
+    // On a Spark the same recipe shares the one pool with the CPU: 100 of 120 GB fit.
+    let (code, plan, err) = dry_run(&deck, "gb10", "128", "big");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(plan["memory"]["pool"]["kind"], "unified");
+    assert_eq!(plan["memory"]["budget_gb"], 120.0);
+    let (code, _, err) = dry_run(&deck, "gb10", "100", "big");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("unified memory NVIDIA GB10 shares with the CPU"),
+        "{err}"
+    );
+
+    // With no layer offloaded it is a CPU server: host RAM is its pool.
+    llama_recipe(&deck, "cpu", "-ngl, \"0\"", "", 100);
+    let (code, plan, err) = dry_run(&deck, "h100", "1000", "cpu");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(plan["memory"]["pool"]["kind"], "host_ram");
+}
+
+/// Benchmarks a sim recipe decoding 300 tok/s from 5300 MiB of weights on `gpu`.
+fn bench_on(deck: &Deck, gpu: Option<&str>, tag: &str) -> (Option<i32>, Value, String) {
+    let suite = deck.dir.join("one.yaml");
+    std::fs::write(
+        &suite,
+        "name: one\nwarmup: 1\nruns: 5\ncases:\n  - name: q\n    turns: [\"Tell me.\"]\n",
+    )
+    .unwrap();
+    let file = deck.dir.join(format!("{tag}.json"));
+    let args = [
+        "bench",
+        "fast",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ];
+    let out = match gpu {
+        Some(g) => deck.on_gpu(g, &args).output().unwrap(),
+        None => deck.run(&args),
+    };
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let r = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    (out.status.code(), r, all)
+}
+
+#[test]
+fn the_roofline_is_the_serving_devices_so_a_spark_s_impossible_is_an_h100_s_share() {
+    let deck = Deck::new("gpu-roofline");
+    let model = deck.dir.join("model.gguf");
+    std::fs::write(&model, b"fixture").unwrap();
+    // Given GPU 0 (on a Spark: the GB10), decoding 300 tok/s from 5300 MiB.
+    deck.recipe(
+        "fast",
+        &format!(
+            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 5300m\nserver:\n  port: {}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\"]\n  env: {{CUDA_VISIBLE_DEVICES: \"0\"}}\nbench:\n  gates:\n    decode_tps_p50: \">= 100\"\n",
+            model.display(),
+            free_port()
+        ),
+    );
+    deck.ok(&["start", "fast"]);
+
+    // A Spark's 273 GB/s allow 49 tok/s: 300 is impossible, the gate cannot decide.
+    let (code, r, all) = bench_on(&deck, Some("gb10"), "spark");
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["roofline"]["impossible"], true, "{all}");
+    assert_eq!(r["verdict"], "inconclusive", "{all}");
+
+    // An H100 SXM's 3350 GB/s allow 602 tok/s: nothing is impossible, the roofline share
+    // is shown below 100%, and the decode gate decides.
+    let (code, r, all) = bench_on(&deck, Some("h100"), "h100");
+    assert_eq!(code, Some(0), "{all}");
+    let samples = r["samples"].as_array().unwrap();
+    assert!(samples.iter().all(|s| s["impossible"] == false), "{all}");
+    assert_eq!(r["target"]["bandwidth"]["from"], "NVIDIA H100 80GB HBM3");
+    let share = r["roofline_share"].as_f64().unwrap();
+    let expected = r["decode_tps_p50"].as_f64().unwrap() * 5300.0 * 1048576.0 / 3350e9;
+    assert!((share - expected).abs() < 1e-9 && share < 1.0, "{share}");
+    assert_eq!(r["gates"][0]["outcome"], "pass", "{}", r["gates"]);
+    assert_eq!(r["verdict"], "pass");
+    assert!(
+        all.contains("that 3350 GB/s allows: NVIDIA H100 80GB HBM3)"),
+        "{all}"
+    );
+
+    // No GPU at all (this machine): no bound, so no roofline and nothing impossible; the
+    // result says why and how to declare one.
+    let (code, r, all) = bench_on(&deck, None, "none");
+    assert_eq!(code, Some(0), "{all}");
+    assert!(r["roofline"].is_null());
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("no roofline: no NVIDIA GPU here"), "{notes}");
+    assert!(notes.contains("SPARKCTL_BANDWIDTH_GBPS"), "{notes}");
+
+    // The host's figure wins over the device's, and a bad one is refused by name.
+    let out = deck
+        .on_gpu("h100", &["bench", "fast", "--runs", "5"])
+        .env("SPARKCTL_BANDWIDTH_GBPS", "fast")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("SPARKCTL_BANDWIDTH_GBPS=fast is not a bandwidth"));
+    deck.ok(&["down", "fast"]);
+}
+
+#[test]
+fn status_shows_what_a_deployment_holds_beside_its_declaration() {
+    let deck = Deck::new("gpu-status");
+    let port = free_port();
+    deck.recipe(
+        "holder",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--load-time, 0s, --hold-memory, 64m]\n  memory_gb: 0.5\n"
+        ),
+    );
+    deck.ok(&["start", "holder"]);
+    let row = deck.status_of("holder").unwrap();
+    let memory = &row["memory"];
+    assert_eq!(memory["declared_gb"], 0.5, "{row}");
+    assert!(
+        memory["resident"]["bytes"].as_u64().unwrap() >= 64 << 20,
+        "{memory}"
+    );
+    // No nvidia-smi here: the GPU figure says why, never a zero.
+    assert!(memory["gpu"]["bytes"].is_null(), "{memory}");
+    let table = deck.ok(&["status"]);
+    assert!(table.contains("declared 0.5 GB"), "{table}");
+    assert!(table.contains("+ RSS 0."), "{table}");
+    deck.ok(&["down", "holder"]);
+}
