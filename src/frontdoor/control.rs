@@ -77,6 +77,34 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
                 serde_json::json!({"error": e.to_string()}),
             ),
         },
+        (Method::GET, "/capture") => reply(
+            StatusCode::OK,
+            serde_json::to_value(door.capture.status(&super::capture::dir(&door.state)))
+                .unwrap_or(Value::Null),
+        ),
+        (Method::POST, "/capture") => match serde_json::from_slice(&body) {
+            Ok(s) => {
+                let file = super::capture::settings_file(&door.state);
+                match crate::state::write_json_off_thread(file, s).await {
+                    Ok(()) => {
+                        door.capture.set(s);
+                        let dir = super::capture::dir(&door.state);
+                        reply(
+                            StatusCode::OK,
+                            serde_json::to_value(door.capture.status(&dir)).unwrap_or(Value::Null),
+                        )
+                    }
+                    Err(e) => reply(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        serde_json::json!({"error": e.to_string()}),
+                    ),
+                }
+            }
+            Err(e) => reply(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": e.to_string()}),
+            ),
+        },
         (Method::POST, "/switch") => {
             let req: SwitchRequest = match serde_json::from_slice(&body) {
                 Ok(r) => r,
@@ -288,6 +316,31 @@ impl Remote {
         self.call(Method::POST, "/update", Some(body), Duration::from_secs(10))
             .await
             .map(|_| ())
+    }
+
+    /// Capture's settings and counters; with `set`, new settings first.
+    pub async fn capture(
+        &self,
+        set: Option<super::capture::Settings>,
+    ) -> Result<super::capture::CaptureStatus> {
+        let v = match set {
+            Some(s) => {
+                let body = serde_json::to_value(s).expect("settings serialize");
+                self.call(
+                    Method::POST,
+                    "/capture",
+                    Some(body),
+                    Duration::from_secs(10),
+                )
+                .await?
+            }
+            None => {
+                self.call(Method::GET, "/capture", None, Duration::from_secs(5))
+                    .await?
+            }
+        };
+        serde_json::from_value(v)
+            .map_err(|e| Error::Failed(format!("the front door's answer is unreadable: {e}")))
     }
 
     /// Makes `production` current; returns once the old upstream drained (or `drain` passed).
