@@ -77,33 +77,10 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
                 serde_json::json!({"error": e.to_string()}),
             ),
         },
-        (Method::GET, "/capture") => reply(
-            StatusCode::OK,
-            serde_json::to_value(door.capture.status(&super::capture::dir(&door.state)))
-                .unwrap_or(Value::Null),
-        ),
-        (Method::POST, "/capture") => match serde_json::from_slice(&body) {
-            Ok(s) => {
-                let file = super::capture::settings_file(&door.state);
-                match crate::state::write_json_off_thread(file, s).await {
-                    Ok(()) => {
-                        door.capture.set(s);
-                        let dir = super::capture::dir(&door.state);
-                        reply(
-                            StatusCode::OK,
-                            serde_json::to_value(door.capture.status(&dir)).unwrap_or(Value::Null),
-                        )
-                    }
-                    Err(e) => reply(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        serde_json::json!({"error": e.to_string()}),
-                    ),
-                }
-            }
-            Err(e) => reply(
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({"error": e.to_string()}),
-            ),
+        (Method::GET, "/capture") => reply(StatusCode::OK, capture_status(door)),
+        (Method::POST, "/capture") => match set_capture(door, &body).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err((code, e)) => reply(code, serde_json::json!({"error": e})),
         },
         (Method::POST, "/switch") => {
             let req: SwitchRequest = match serde_json::from_slice(&body) {
@@ -135,6 +112,22 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
             serde_json::json!({"error": "no such route"}),
         ),
     }
+}
+
+fn capture_status(door: &Door) -> Value {
+    let dir = super::capture::dir(&door.state);
+    serde_json::to_value(door.capture.status(&dir)).unwrap_or(Value::Null)
+}
+
+/// New capture settings: written (kept across restarts), then in force.
+async fn set_capture(door: &Door, body: &[u8]) -> std::result::Result<Value, (StatusCode, String)> {
+    let s: super::capture::Settings =
+        serde_json::from_slice(body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    crate::state::write_json_off_thread(super::capture::settings_file(&door.state), s)
+        .await
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    door.capture.set(s);
+    Ok(capture_status(door))
 }
 
 fn bind(path: &Path) -> Result<UnixListener> {
