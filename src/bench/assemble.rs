@@ -14,6 +14,7 @@ use super::sweep::SweepResult;
 use super::{depth, roofline, scrape, stats, Options};
 
 /// What the phases beyond the suite measured.
+#[derive(Default)]
 pub(super) struct Phases {
     pub load: Vec<LoadRun>,
     pub sweep: Option<SweepResult>,
@@ -352,6 +353,7 @@ pub(super) fn assemble(
         verdict,
         verdict_reason,
         notes,
+        replay: None,
         samples,
     }
 }

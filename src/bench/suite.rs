@@ -47,6 +47,10 @@ pub struct Suite {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, Value>,
     pub cases: Vec<Case>,
+    /// Captured traffic (where it came from): each case is a captured request, sent once
+    /// as it came (`bench::replay`).
+    #[serde(skip)]
+    pub replay: Option<String>,
 }
 
 fn one() -> usize {
@@ -89,6 +93,12 @@ pub struct Case {
     /// What the server may take from its prompt cache (see `CacheMode`).
     #[serde(default)]
     pub cache: CacheMode,
+    /// A captured request, sent as it came (a replay's case).
+    #[serde(skip)]
+    pub body: Option<Value>,
+    /// When it arrived, ms after the first captured request.
+    #[serde(skip)]
+    pub at_ms: Option<u64>,
 }
 
 /// A per-answer check a case may ask for (suites name them; gates judge their rates).
@@ -281,6 +291,9 @@ impl Suite {
         tag: Tag,
         server: ServerKind,
     ) -> Value {
+        if let Some(captured) = &case.body {
+            return super::replay::request(captured, model, server);
+        }
         let mut messages = Vec::new();
         if let Some(system) = self.system_for(case) {
             messages.push(json!({"role": "system", "content": system}));

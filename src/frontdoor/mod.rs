@@ -20,6 +20,7 @@ pub(crate) use say;
 
 pub mod accept;
 pub mod body;
+pub mod capture;
 pub mod chunk;
 pub mod control;
 pub mod handover;
@@ -197,6 +198,8 @@ pub struct Door {
     pub metrics: Arc<Metrics>,
     /// Production judged on what it answers.
     pub live: Arc<live::Live>,
+    /// Production's requests kept for a replay, when asked.
+    pub capture: Arc<capture::Capture>,
     production: Mutex<Production>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
@@ -220,6 +223,11 @@ impl Door {
             table: Table::new(route, config.queue),
             metrics: Arc::new(Metrics::default()),
             live: Arc::new(live::Live::from_env()),
+            capture: capture::Capture::start(
+                capture::dir(&state),
+                capture::read_settings(&state),
+                api_key().ok().flatten(),
+            ),
             production: Mutex::new(production),
             held_by: Mutex::new(None),
             deferred: crate::state::Deferred::default(),

@@ -48,6 +48,8 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     /// Judges the answers on their way.
     pub live: Arc<Live>,
+    /// Keeps production's requests for a replay, when asked.
+    pub capture: Arc<super::capture::Capture>,
     /// A new connection per request: a kept-alive one the upstream closed meanwhile
     /// (llama-server does) would leave it unknown whether the request was taken, and a
     /// request is never sent twice. A connect costs microseconds; an answer, seconds.
@@ -67,6 +69,7 @@ impl Proxy {
         table: Table,
         metrics: Arc<Metrics>,
         live: Arc<Live>,
+        capture: Arc<super::capture::Capture>,
         hold: Duration,
         api_key: Option<String>,
         unreachable: mpsc::UnboundedSender<Upstream>,
@@ -81,6 +84,7 @@ impl Proxy {
             table,
             metrics,
             live,
+            capture,
             client,
             hold,
             api_key,
@@ -138,6 +142,7 @@ fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
 fn metrics_page(proxy: &Proxy) -> Response<ProxyBody> {
     let mut page = proxy.metrics.render(&proxy.table.route());
     proxy.live.render(&mut page);
+    proxy.capture.render(&mut page);
     let mut r = text(StatusCode::OK, page);
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -192,6 +197,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let asked = proxy
         .live
         .asked(&parts.method, parts.uri.path(), &body.bytes);
+    proxy
+        .capture
+        .offer(&parts.method, parts.uri.path(), &body.bytes);
     // The upstream's own /metrics stays reachable under /upstream/metrics.
     let forward_path = match parts.uri.path_and_query().map(|p| p.as_str()) {
         Some(p) if p.starts_with("/upstream/metrics") => &p["/upstream".len()..],

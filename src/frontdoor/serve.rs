@@ -97,6 +97,7 @@ pub async fn open(
         door.table.clone(),
         door.metrics.clone(),
         door.live.clone(),
+        door.capture.clone(),
         door.config.hold,
         api_key,
         unreachable_tx,
