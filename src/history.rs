@@ -154,6 +154,10 @@ pub struct RunRecord {
     /// The bisect this run measured a digest for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bisect: Option<BisectStep>,
+    /// What showed a production unhealthy on what it answered (a watch's restart or
+    /// failover): the offending answers, trimmed, control characters escaped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 /// What a bisect measurement was: which bisect, which digest, and the figure it was judged on.

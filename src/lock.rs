@@ -3,7 +3,7 @@
 //! its history for rollback and for `images diff`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -143,14 +143,6 @@ pub struct Lock {
     /// it: a process recipe (the emergency exit back to llama-server) needs no lock.
     #[serde(skip)]
     damage: Option<Vec<Diagnostic>>,
-}
-
-/// `images.lock` beside the recipes dir (the repository root), unless given.
-pub fn default_path(recipes_dir: &Path) -> PathBuf {
-    recipes_dir
-        .parent()
-        .map(|p| p.join(LOCK_FILE))
-        .unwrap_or_else(|| PathBuf::from(LOCK_FILE))
 }
 
 impl Lock {

@@ -197,6 +197,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
+        if n == 0 {
+            return f.write_str("0");
+        }
         for (unit, shift) in [("t", 40), ("g", 30), ("m", 20), ("k", 10)] {
             if n % (1 << shift) == 0 {
                 return write!(f, "{}{unit}", n >> shift);

@@ -64,3 +64,86 @@ fn a_recipe_asked_for_where_there_are_none_says_where_sparkctl_looked() {
     elsewhere(&home, &["recipes", "list"]).succeeds();
     elsewhere(&home, &["status"]).succeeds();
 }
+
+/// `sparkctl ARGS` as an installed binary runs for a user: `cwd` is not the checkout, the
+/// config dir is `HOME/.config/sparkctl`, and this deck's state dir and production port.
+fn installed(deck: &support::Deck, home: &std::path::Path, args: &[&str]) -> Ran {
+    let cwd = home.join("somewhere");
+    std::fs::create_dir_all(&cwd).unwrap();
+    Ran::of(
+        sparkctl()
+            .current_dir(&cwd)
+            .env("HOME", home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env("SPARKCTL_STATE_DIR", deck.dir.join("state"))
+            .env("SPARKCTL_MEMORY_GB", "128")
+            .env_remove("SPARKCTL_MEMORY_RESERVE_GB")
+            .env_remove("SPARKCTL_LOCK")
+            .env("SPARKCTL_PRODUCTION_PORT", deck.door_port.to_string())
+            .args(args),
+    )
+}
+
+/// Issue 28's first-run promise: after `sparkctl init`, from a directory that is not the
+/// checkout, `recipes list`, `recipes validate` (patches/ found beside the config dir's
+/// recipes), `bench URL --suite quick`, `images pin` (into the config dir's images.lock) and
+/// `up` all work.
+#[test]
+fn after_init_sparkctl_works_from_any_directory() {
+    let deck = support::Deck::new("first-init");
+    let home = deck.dir.join("home");
+    let config = home.join(".config/sparkctl");
+    installed(&deck, &home, &["init"])
+        .succeeds()
+        .says("wrote ~/.config/sparkctl/recipes/qat-v2b.yaml")
+        .says("wrote ~/.config/sparkctl/recipes/suites/quick.yaml")
+        .says("wrote ~/.config/sparkctl/recipes/jobs/demo-quantize.yaml")
+        .says("wrote ~/.config/sparkctl/patches/qwen3_5/preprocessor_config.json")
+        .says("wrote ~/.config/sparkctl/images.lock");
+    // A second init keeps what is there, the user's edits included.
+    let mine = config.join("recipes/demo-production.yaml");
+    let shipped = std::fs::read_to_string(&mine).unwrap();
+    let port = support::free_port();
+    // The user gives the demo production a port of its own (8013 may be taken here).
+    std::fs::write(
+        &mine,
+        shipped.replace("port: 8013", &format!("port: {port}")),
+    )
+    .unwrap();
+    installed(&deck, &home, &["init"])
+        .succeeds()
+        .says("0 written")
+        .says("kept (yours differs from the shipped one) ~/.config/sparkctl/recipes/demo-production.yaml");
+
+    let list = installed(&deck, &home, &["recipes", "list"]).succeeds();
+    for name in ["qat-v2b", "llama-server", "demo-production", "sglang-9b"] {
+        assert!(list.stdout().contains(name), "{}", list.stdout());
+    }
+    installed(&deck, &home, &["recipes", "validate"])
+        .succeeds()
+        .never_says("patches/qwen3_5/preprocessor_config.json does not exist");
+
+    let sim = Sim::start(&["--ttft", "5ms", "--token-rate", "2000"]);
+    sim.wait_ready(Duration::from_secs(10));
+    installed(&deck, &home, &["bench", &sim.url, "--suite", "quick"]).succeeds();
+
+    // The lock beside the config dir's recipes is the one pinned into.
+    std::fs::write(
+        config.join("recipes/mine.yaml"),
+        format!(
+            "name: mine\nengine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {}\n",
+            support::sim_image(),
+            support::free_port()
+        ),
+    )
+    .unwrap();
+    installed(&deck, &home, &["images", "pin", "mine"]).succeeds();
+    let lock = std::fs::read_to_string(config.join("images.lock")).unwrap();
+    assert!(lock.contains("mine:") && lock.contains("sha256:"), "{lock}");
+
+    installed(&deck, &home, &["up", "demo-production", "--yes"])
+        .succeeds()
+        .says("promoted");
+    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    installed(&deck, &home, &["down", "demo-production", "--force"]).succeeds();
+}

@@ -14,6 +14,7 @@ use super::sweep::SweepResult;
 use super::{depth, roofline, scrape, stats, Options};
 
 /// What the phases beyond the suite measured.
+#[derive(Default)]
 pub(super) struct Phases {
     pub load: Vec<LoadRun>,
     pub sweep: Option<SweepResult>,
@@ -266,6 +267,16 @@ fn notes(
     notes
 }
 
+/// % of the measured requests the server failed (transport faults are not its doing).
+fn errors_pct(samples: &[Sample]) -> Option<f64> {
+    let measured: Vec<&Sample> = samples.iter().filter(|s| !s.warmup).collect();
+    let failed = measured
+        .iter()
+        .filter(|s| s.failure.is_some_and(super::sample::Failure::blames_server))
+        .count();
+    (!measured.is_empty()).then(|| 100.0 * failed as f64 / measured.len() as f64)
+}
+
 pub(super) fn assemble(
     suite: &Suite,
     target: Target,
@@ -299,6 +310,7 @@ pub(super) fn assemble(
         stats: latency(counted()),
         confidence: confidence(&samples, ph.repeat),
         goodput: best_goodput(&ph.load, ph.sweep.as_ref()),
+        errors_pct: errors_pct(&samples),
     };
     let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);
@@ -341,6 +353,7 @@ pub(super) fn assemble(
         verdict,
         verdict_reason,
         notes,
+        replay: None,
         samples,
     }
 }

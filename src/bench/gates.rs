@@ -22,6 +22,9 @@ pub enum Gate {
     GoodputRps,
     /// % of that level's requests that met the SLO: `goodput_pct`.
     GoodputPct,
+    /// % of requests the server failed (an error status, a stream cut or ended by an
+    /// error): `errors_pct`.
+    ErrorsPct,
     /// The metric's p50 against production's, % change: `vs_production_ttft`.
     VsProduction(Metric),
 }
@@ -33,6 +36,9 @@ pub const GATE_NAMES: &[&str] = &[
     "no_markdown",
     "thinking_leak",
     "tool_calls",
+    "no_loop",
+    "finished",
+    "errors_pct",
     "ttft_p50_ms",
     "ttfo_p50_ms",
     "decode_tps_p50",
@@ -43,8 +49,9 @@ pub const GATE_NAMES: &[&str] = &[
 ];
 
 const GATE_FORMS: &str = "a check (non_empty, expected_answer, no_markdown, thinking_leak, \
-     tool_calls), METRIC_pNN_ms for ttft/ttfo/tpot/itl/e2el or decode_tps_pNN (NN: 50, 90, 99), \
-     goodput_rps, goodput_pct, or vs_production_METRIC";
+     tool_calls, no_loop, finished), METRIC_pNN_ms for ttft/ttfo/tpot/itl/e2el or \
+     decode_tps_pNN (NN: 50, 90, 99), goodput_rps, goodput_pct, errors_pct, or \
+     vs_production_METRIC";
 
 impl FromStr for Gate {
     type Err = String;
@@ -55,6 +62,7 @@ impl FromStr for Gate {
         match s {
             "goodput_rps" => return Ok(Gate::GoodputRps),
             "goodput_pct" => return Ok(Gate::GoodputPct),
+            "errors_pct" => return Ok(Gate::ErrorsPct),
             _ => {}
         }
         if let Some(m) = s.strip_prefix("vs_production_") {
@@ -281,6 +289,8 @@ pub struct Measures {
     /// Each metric's per-run p50 over repeated runs.
     pub confidence: BTreeMap<Metric, Interval>,
     pub goodput: Option<GoodputFigure>,
+    /// % of requests the server failed.
+    pub errors_pct: Option<f64>,
 }
 
 /// A value, its interval if any, and what it is.
@@ -372,6 +382,10 @@ fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Jud
                 None,
                 "no load run with an SLO (give --slo and a load)".into(),
             ),
+        },
+        Gate::ErrorsPct => match now.errors_pct {
+            Some(v) => plain(Some(v), "% of requests the server failed".into()),
+            None => plain(None, "no requests counted".into()),
         },
         Gate::VsProduction(m) => judge_relative(m, now, production),
     }

@@ -8,6 +8,7 @@
 mod assemble;
 pub mod bound;
 pub mod client;
+pub mod degenerate;
 pub mod depth;
 pub mod export;
 pub mod gates;
@@ -16,6 +17,7 @@ pub mod load;
 pub mod metric;
 pub mod quality;
 mod reader;
+pub mod replay;
 pub mod report;
 pub mod result;
 pub mod roofline;
@@ -213,12 +215,29 @@ pub async fn run(
     let warmup = opts.warmup.unwrap_or(suite.warmup);
     let runs = opts.runs.unwrap_or(suite.runs);
     let repeat = opts.repeat.unwrap_or(1).max(1);
-    let mut samples = run_suite(&b, warmup, runs, repeat, &mut progress).await;
+    // A replay's load options pace the replay itself; nothing else runs.
+    let (mut samples, replayed) = match suite.replay {
+        Some(_) => {
+            let (s, r) = replay::run(&b, opts, &mut progress).await;
+            (s, Some(r))
+        }
+        None => (
+            run_suite(&b, warmup, runs, repeat, &mut progress).await,
+            None,
+        ),
+    };
     mark_impossible(&target, &mut samples);
-    let mut phases = run_phases(&b, opts, runs, &mut progress).await;
+    let mut phases = match replayed {
+        Some(_) => Phases::default(),
+        None => run_phases(&b, opts, runs, &mut progress).await,
+    };
     phases.server_side = server_side(&b, before, &phases).await;
     phases.repeat = repeat;
-    Ok(assemble(
+    let (warmup, runs) = match replayed {
+        Some(_) => (0, 1),
+        None => (warmup, runs),
+    };
+    let mut result = assemble(
         suite,
         target,
         opts,
@@ -226,7 +245,9 @@ pub async fn run(
         samples,
         phases,
         (warmup, runs),
-    ))
+    );
+    result.replay = replayed;
+    Ok(result)
 }
 
 /// What the server said before the run: its metrics (or why none) and the host's memory.

@@ -5,27 +5,38 @@ use std::collections::BTreeMap;
 use super::sample::Sample;
 use super::suite::{Case, Check};
 
+/// Markdown anywhere in a line: bold, code fences, underscores.
+pub const MARKDOWN_MARKS: [&str; 3] = ["**", "```", "__"];
+
 /// Headers, bold, lists, code fences: what a voice reads out as symbols.
 pub fn has_markdown(text: &str) -> bool {
-    text.contains("**")
-        || text.contains("```")
-        || text.contains("__")
-        || text.lines().any(|l| {
-            let t = l.trim_start();
-            let numbered = t
-                .split_once(". ")
-                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            t.starts_with('#') && t.trim_start_matches('#').starts_with(' ')
-                || t.starts_with("- ")
-                || t.starts_with("* ")
-                || numbered
-        })
+    MARKDOWN_MARKS.iter().any(|m| text.contains(m)) || text.lines().any(markdown_line)
 }
 
-/// Reasoning that reached the content (the seeds' v1 mistake).
-pub fn leaks_thinking(text: &str) -> bool {
-    text.contains("<think>") || text.contains("</think>") || text.contains("Thinking Process:")
+/// Whether a line opens as markdown does: a header, a bullet, a numbered item (its
+/// first 16 characters after the indent decide).
+pub fn markdown_line(line: &str) -> bool {
+    let t = line.trim_start();
+    let numbered = t
+        .split_once(". ")
+        .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+    t.starts_with('#') && t.trim_start_matches('#').starts_with(' ')
+        || t.starts_with("- ")
+        || t.starts_with("* ")
+        || numbered
 }
+
+/// What reasoning that reached the content looks like (the seeds' v1 mistake).
+pub const THINKING_MARKS: [&str; 3] = ["<think>", "</think>", "Thinking Process:"];
+
+/// Reasoning that reached the content.
+pub fn leaks_thinking(text: &str) -> bool {
+    THINKING_MARKS.iter().any(|m| text.contains(m))
+}
+
+/// A tool call the server's parser left in the content (seed 004: `<tool_call>` text and
+/// no `tool_calls`).
+pub const TOOL_CALL_MARK: &str = "<tool_call>";
 
 /// The per-answer checks that apply to this case: (check, passed).
 pub fn checks(sample: &Sample, case: &Case) -> Vec<(Check, bool)> {
@@ -44,6 +55,14 @@ fn every_check(sample: &Sample, case: &Case) -> Vec<(Check, bool)> {
         ),
         (Check::NoMarkdown, !has_markdown(&sample.content)),
         (Check::ThinkingLeak, leaks_thinking(&sample.content)),
+        (
+            Check::NoLoop,
+            super::degenerate::degenerate(&sample.content).is_none(),
+        ),
+        (
+            Check::Finished,
+            sample.finish_reason.as_deref() != Some("length"),
+        ),
     ];
     if let Some(expect) = &case.expect {
         out.push((

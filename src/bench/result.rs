@@ -158,6 +158,9 @@ pub struct BenchResult {
     /// How far the figures can be trusted: cache hits, estimates, bursts, retries.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// A replay of captured traffic: its source, pace and prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<super::replay::Replay>,
     pub samples: Vec<Sample>,
 }
 
@@ -189,6 +192,7 @@ impl BenchResult {
             stats,
             confidence: self.confidence.clone(),
             goodput: self.goodput,
+            errors_pct: None,
         }
     }
 

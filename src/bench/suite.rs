@@ -21,6 +21,11 @@ const BUILT_IN: [(&str, &str); 3] = [
     ("cache", include_str!("../../recipes/suites/cache.yaml")),
 ];
 
+/// The built-in suites: (name, the file's text).
+pub fn built_in() -> impl Iterator<Item = (&'static str, &'static str)> {
+    BUILT_IN.iter().copied()
+}
+
 /// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
 pub const DEFAULT_SUITE: &str = "voice-assistant";
 
@@ -42,6 +47,10 @@ pub struct Suite {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, Value>,
     pub cases: Vec<Case>,
+    /// Captured traffic (where it came from): each case is a captured request, sent once
+    /// as it came (`bench::replay`).
+    #[serde(skip)]
+    pub replay: Option<String>,
 }
 
 fn one() -> usize {
@@ -74,7 +83,8 @@ pub struct Case {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_tool: Option<String>,
     /// The answer checks that apply (default: all that the case's fields allow:
-    /// non_empty, no_markdown, thinking_leak, plus expected_answer / tool_calls).
+    /// non_empty, no_markdown, thinking_leak, no_loop, finished, plus expected_answer /
+    /// tool_calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<Vec<Check>>,
     /// Pads the system prompt to about this many tokens (4 characters each).
@@ -83,6 +93,12 @@ pub struct Case {
     /// What the server may take from its prompt cache (see `CacheMode`).
     #[serde(default)]
     pub cache: CacheMode,
+    /// A captured request, sent as it came (a replay's case).
+    #[serde(skip)]
+    pub body: Option<Value>,
+    /// When it arrived, ms after the first captured request.
+    #[serde(skip)]
+    pub at_ms: Option<u64>,
 }
 
 /// A per-answer check a case may ask for (suites name them; gates judge their rates).
@@ -95,15 +111,21 @@ pub enum Check {
     /// A rate of answers leaking reasoning: the one check where less is better.
     ThinkingLeak,
     ToolCalls,
+    /// Neither a repetition loop nor garbled text (`bench::degenerate`).
+    NoLoop,
+    /// Ended on its own: a `finish_reason` other than `length`.
+    Finished,
 }
 
 impl Check {
-    pub const ALL: [Check; 5] = [
+    pub const ALL: [Check; 7] = [
         Check::NonEmpty,
         Check::ExpectedAnswer,
         Check::NoMarkdown,
         Check::ThinkingLeak,
         Check::ToolCalls,
+        Check::NoLoop,
+        Check::Finished,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +135,8 @@ impl Check {
             Check::NoMarkdown => "no_markdown",
             Check::ThinkingLeak => "thinking_leak",
             Check::ToolCalls => "tool_calls",
+            Check::NoLoop => "no_loop",
+            Check::Finished => "finished",
         }
     }
 }
@@ -267,6 +291,9 @@ impl Suite {
         tag: Tag,
         server: ServerKind,
     ) -> Value {
+        if let Some(captured) = &case.body {
+            return super::replay::request(captured, model, server);
+        }
         let mut messages = Vec::new();
         if let Some(system) = self.system_for(case) {
             messages.push(json!({"role": "system", "content": system}));

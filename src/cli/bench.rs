@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::Output;
+use crate::bench as engine;
 use crate::bench::gates::{GateOutcome, GateRule, Gates};
 use crate::bench::report;
 use crate::bench::result::{BenchResult, Verdict};
-use crate::bench::{self as engine, suite::Suite};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
@@ -20,9 +20,15 @@ pub struct BenchArgs {
     pub target: Option<String>,
     #[command(subcommand)]
     pub compare: Option<BenchCommand>,
-    /// Suite: built-in voice-assistant, a name in recipes/suites/, or a file.
+    /// Suite: built-in voice-assistant, a name in recipes/suites/, a file, or `captured`
+    /// (production's captured traffic).
     #[arg(long, value_name = "SUITE")]
     pub suite: Option<String>,
+    /// Replay captured traffic instead of a suite: `captured` (what the front door
+    /// captured, `frontdoor capture on`) or a capture file. Each request is sent once as it
+    /// came, with the gaps it arrived with, or at --concurrency/--rate when given.
+    #[arg(long, value_name = "FILE|captured", conflicts_with = "suite")]
+    pub replay: Option<String>,
     /// Measured runs per case (the suite says; at least 5).
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
@@ -192,10 +198,14 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
         )));
     }
     let mut gates = merge_gates(gates, &args.gates)?;
-    let suite = Suite::load(
-        args.suite.as_deref().unwrap_or(&suite_name),
-        &recipes.dir.join("suites"),
-    )?;
+    let suite = match &args.replay {
+        Some(from) => engine::replay::captured(from, &ctx.state)?,
+        None => engine::replay::load_suite(
+            args.suite.as_deref().unwrap_or(&suite_name),
+            &recipes.dir.join("suites"),
+            &ctx.state,
+        )?,
+    };
     let baseline = args.baseline.as_deref().map(read_result).transpose()?;
     // Alone, without a baseline, the relative gates have nothing to compare with: they
     // are left out (and said so) rather than left undecided.

@@ -151,7 +151,12 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         return Ok(());
     }
     match &status.door {
-        Some(s) => println!("{}", super::frontdoor::line(s)),
+        Some(s) => {
+            println!("{}", super::frontdoor::line(s));
+            for l in super::frontdoor::live_lines(s) {
+                println!("{l}");
+            }
+        }
         None => println!(
             "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)"
         ),
@@ -432,6 +437,19 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     for r in runs.iter().filter(|r| r.produced_by.is_some()) {
         if let Some(l) = &r.produced_by {
             println!("{}: {}'s model {l}", r.run_id, r.recipe);
+        }
+    }
+    // What made the watch bring production back, with what it answered.
+    for r in runs.iter().filter(|r| !r.evidence.is_empty()) {
+        println!(
+            "{} {} {}: {}",
+            r.run_id,
+            r.command,
+            r.recipe,
+            r.error.as_deref().unwrap_or("-")
+        );
+        for e in &r.evidence {
+            println!("  evidence: {e}");
         }
     }
     Ok(())

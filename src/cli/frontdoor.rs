@@ -43,6 +43,37 @@ pub enum FrontdoorCommand {
     },
     /// Write a systemd user unit that starts the front door at boot (and restarts it).
     Install,
+    /// Keep production's chat requests with their timing, for `bench NAME --replay
+    /// captured`: local (STATE/frontdoor/capture, mode 600), bounded, and never a header, an
+    /// API key or a secret-looking value.
+    Capture {
+        #[command(subcommand)]
+        what: CaptureCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CaptureCommand {
+    /// Start capturing (kept across restarts of the front door).
+    On {
+        /// The most the capture keeps on disk; the oldest half goes as it fills.
+        #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = max_size)]
+        max_size: crate::units::ByteSize,
+    },
+    /// Stop capturing (what was captured stays).
+    Off,
+    /// Whether it captures, where, and how much it holds.
+    Status,
+}
+
+fn max_size(text: &str) -> std::result::Result<crate::units::ByteSize, String> {
+    let size = crate::units::parse_size(text)?;
+    if size < 64 << 10 {
+        return Err(format!(
+            "{text} is too small to hold requests; give 64k or more"
+        ));
+    }
+    Ok(crate::units::ByteSize(size))
 }
 
 pub async fn run(
@@ -106,7 +137,67 @@ pub async fn run(
             crate::deploy::watch::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
         }
         FrontdoorCommand::Install => install(&config, &launch, &ctx.state),
+        FrontdoorCommand::Capture { what } => capture(&ctx, what, out).await,
     }
+}
+
+async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()> {
+    use frontdoor::capture::{self, Settings};
+    let now = capture::read_settings(&ctx.state);
+    let set = match what {
+        CaptureCommand::On { max_size } => Some(Settings {
+            on: true,
+            max_bytes: max_size.0,
+        }),
+        CaptureCommand::Off => Some(Settings { on: false, ..now }),
+        CaptureCommand::Status => None,
+    };
+    let remote = frontdoor::Remote::new(frontdoor::control_socket(&ctx.state));
+    let status = match remote.capture(set).await {
+        Ok(s) => s,
+        // No front door: the setting waits in its file for the next start.
+        Err(_) if remote.status().await.is_err() => {
+            if let Some(s) = set {
+                let file = capture::settings_file(&ctx.state);
+                if let Some(dir) = file.parent() {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+                }
+                crate::state::write_json(&file, &s)?;
+            }
+            let dir = capture::dir(&ctx.state);
+            let bytes = capture::files(&dir)
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok())
+                .map(|m| m.len())
+                .sum();
+            if !out.json {
+                println!("the front door is not running: this applies when it starts");
+            }
+            capture::CaptureStatus {
+                settings: set.unwrap_or(now),
+                dir,
+                bytes,
+                written: 0,
+                dropped: 0,
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if out.json {
+        out.print_json(&status);
+        return Ok(());
+    }
+    println!(
+        "capture {} · at most {} in {} · {} held now · {} written, {} dropped since the front door started",
+        if status.settings.on { "on" } else { "off" },
+        crate::units::ByteSize(status.settings.max_bytes),
+        status.dir.display(),
+        crate::units::ByteSize(status.bytes),
+        status.written,
+        status.dropped
+    );
+    Ok(())
 }
 
 fn print_status(s: &DoorStatus, out: &Output) {
@@ -115,6 +206,9 @@ fn print_status(s: &DoorStatus, out: &Output) {
         return;
     }
     println!("{}", line(s));
+    for l in live_lines(s) {
+        println!("{l}");
+    }
     for w in &s.production.warm {
         println!(
             "  warm: {} ({}) until {}",
@@ -145,6 +239,61 @@ pub fn line(s: &DoorStatus) -> String {
         },
         s.waiting
     )
+}
+
+/// Production's live quality: the checks over its recent answers, its live gates, its
+/// last golden round.
+pub fn live_lines(s: &DoorStatus) -> Vec<String> {
+    use crate::bench::gates::GateOutcome;
+    let Some(l) = &s.live else { return Vec::new() };
+    let rates: Vec<String> = l
+        .rates
+        .iter()
+        .map(|(check, v)| format!("{check} {v:.0}%"))
+        .collect();
+    let mut out = vec![format!(
+        "  live quality of {} ({} recent answers): {}",
+        l.recipe,
+        l.answers,
+        if rates.is_empty() {
+            "-".into()
+        } else {
+            rates.join(", ")
+        }
+    )];
+    if !l.gates.is_empty() {
+        let gates: Vec<String> = l
+            .gates
+            .iter()
+            .map(|g| {
+                let outcome = match g.outcome {
+                    GateOutcome::Pass => "pass",
+                    GateOutcome::Fail => "FAIL",
+                    GateOutcome::Inconclusive => "inconclusive",
+                };
+                match g.value {
+                    Some(v) => format!("{} {outcome} ({v:.1}, rule {})", g.gate, g.rule),
+                    None => format!("{} {outcome}", g.gate),
+                }
+            })
+            .collect();
+        let since = l
+            .failing_for_s
+            .map_or(String::new(), |t| format!(" · failing for {t:.0} s"));
+        out.push(format!("  live gates: {}{since}", gates.join(", ")));
+    }
+    if let Some(g) = &l.golden {
+        out.push(format!(
+            "  golden prompts at {}: {} asked, {}",
+            g.at,
+            g.cases,
+            match g.failed.len() {
+                0 => "all passed".to_string(),
+                n => format!("{n} failed: {}", g.failed.join("; ")),
+            }
+        ));
+    }
+    out
 }
 
 /// `logs frontdoor`: the supervisor's and server's output, newest run.

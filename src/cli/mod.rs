@@ -6,6 +6,7 @@ mod bisect;
 mod deploy;
 mod frontdoor;
 mod images;
+mod init;
 mod jobs;
 mod output;
 mod patch;
@@ -210,6 +211,13 @@ pub enum Command {
         /// Recipes to check, in use or not.
         names: Vec<String>,
     },
+    /// Lay out the config dir (recipes, suites, jobs, patches, images.lock) with the shipped
+    /// examples, so sparkctl works from any directory; files already there are kept.
+    Init {
+        /// Where [default: $XDG_CONFIG_HOME/sparkctl, else ~/.config/sparkctl].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
     Sim(SimConfig),
     /// Print shell completions.
@@ -265,6 +273,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     let g = &cli.globals;
     match cli.command {
         Command::Recipes { command } => recipes::run(&g.recipes_dir(), command, &out),
+        Command::Init { dir } => init::run(dir, &g.recipes_dir(), &out),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -70,7 +70,7 @@ impl Globals {
 pub(super) fn lock_path(cli: &Globals) -> PathBuf {
     cli.lock
         .clone()
-        .unwrap_or_else(|| crate::lock::default_path(&cli.recipes_dir().path))
+        .unwrap_or_else(|| crate::places::lock_path(&cli.recipes_dir().path))
 }
 
 /// The recipes dir; files that do not load are named on stderr and skipped, so a command

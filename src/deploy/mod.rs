@@ -1,6 +1,8 @@
 //! Deployments: starting a recipe (`start`: checks first, then start, then ready),
 //! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
+mod golden;
+mod judge;
 pub mod plan;
 pub mod rollback;
 mod start;

@@ -541,9 +541,10 @@ async fn bench_recipe(
     baseline: std::result::Result<&BenchResult, &str>,
 ) -> Result<BenchResult> {
     let (target, gates, suite_name) = super::bench_target(ctx.rt(), ctx.recipes, name).await?;
-    let suite = crate::bench::suite::Suite::load(
+    let suite = crate::bench::replay::load_suite(
         suite.as_deref().unwrap_or(&suite_name),
         &ctx.recipes.dir.join("suites"),
+        ctx.state(),
     )?;
     let opts = crate::bench::Options {
         runs,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::judge::{Cause, Judge};
 use super::{plan_start, start, StartOptions, STOP_GRACE};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -64,6 +65,8 @@ pub struct Watch {
     recipes_dir: PathBuf,
     door: Arc<Door>,
     client: reqwest::Client,
+    /// Production judged on what it answers: live gates, golden prompts.
+    judge: Judge,
 }
 
 enum Look {
@@ -82,6 +85,7 @@ impl Watch {
             .build()
             .unwrap_or_default();
         Watch {
+            judge: Judge::new(recipes_dir.clone(), door.clone()),
             ctx,
             recipes_dir,
             door,
@@ -104,7 +108,12 @@ impl Watch {
             self.expire_warm().await;
             match self.door.table.route() {
                 Route::Serving(u) => match self.look(&u).await {
-                    Look::Fine => failed = 0,
+                    Look::Fine => {
+                        failed = 0;
+                        if let Some(cause) = self.judge.look(&u).await {
+                            self.recover_for(cause).await;
+                        }
+                    }
                     Look::Gone(why) => self.recover(why).await,
                     Look::Failing(why) => {
                         failed += 1;
@@ -194,6 +203,11 @@ impl Watch {
     /// fallback. A command that holds production (a swap in progress) is left to it, and a
     /// command's switch or hold made meanwhile ends the recovery.
     async fn recover(&self, why: String) {
+        self.recover_for(Cause::dead(why)).await
+    }
+
+    async fn recover_for(&self, cause: Cause) {
+        let why = cause.why.clone();
         let production = self.door.production();
         let Some(current) = production.current.clone() else {
             return;
@@ -201,14 +215,20 @@ impl Watch {
         if self.door.held_by_a_command() {
             return;
         }
-        self.door.hold(Duration::ZERO, None).await;
+        // A production that still answers finishes what it took: no client sees a failure.
+        let drain = match cause.drain {
+            true => self.door.config.drain,
+            false => Duration::ZERO,
+        };
+        self.door.hold(drain, None).await;
         let generation = self.door.generation();
         tracing::warn!("production {} needs recovering: {why}", current.recipe);
         let began = Instant::now();
         let wedged = current.upstream.clone();
         let mut backoff = Duration::from_secs(1);
         let mut last_error = String::new();
-        for attempt in 1..=RESTARTS {
+        let restarts = if cause.fallback_now { 0 } else { RESTARTS };
+        for attempt in 1..=restarts {
             if self.door.generation() != generation {
                 return;
             }
@@ -221,7 +241,7 @@ impl Watch {
                         }
                     });
                     let what = (Command::Restart, current.recipe.as_str(), &up);
-                    self.finish(switched.await.is_ok(), what, &why, began, attempt)
+                    self.finish(switched.await.is_ok(), what, &cause, began, attempt)
                         .await;
                     return;
                 }
@@ -236,20 +256,33 @@ impl Watch {
         if self.door.generation() != generation {
             return;
         }
-        let why = format!(
-            "{why}; {RESTARTS} restarts of {} failed: {last_error}",
-            current.recipe
-        );
-        self.fail_over(&current.recipe, why, generation, began)
+        let why = match restarts {
+            0 => format!("{why}; it was restarted for this already"),
+            n => format!(
+                "{why}; {n} restarts of {} failed: {last_error}",
+                current.recipe
+            ),
+        };
+        let cause = Cause { why, ..cause };
+        self.fail_over(&current.recipe, &cause, generation, began)
             .await;
+        // Replaced for what it answered, it still runs: stopped (its logs are kept).
+        if let (true, Some(w)) = (cause.drain, wedged) {
+            let routed = self.door.status().upstream;
+            if routed.is_some_and(|r| r.deployment != w.deployment) {
+                if let Ok(Some(d)) = self.ctx.runtimes.instance(&w.recipe, &w.deployment).await {
+                    let _ = self.ctx.runtimes.stop(&d, STOP_GRACE).await;
+                }
+            }
+        }
     }
 
     /// The recipe's fallback serves instead (a running one that answers, or one started).
-    async fn fail_over(&self, recipe: &str, why: String, generation: u64, began: Instant) {
+    async fn fail_over(&self, recipe: &str, cause: &Cause, generation: u64, began: Instant) {
         let fallback = crate::recipe::load_dir(&self.recipes_dir)
             .ok()
             .and_then(|set| set.get(recipe).ok().and_then(|l| l.recipe.fallback.clone()));
-        let mut why = why;
+        let mut why = cause.why.clone();
         if let Some(fb) = fallback {
             match self.start_recipe(&fb, None).await {
                 Ok(up) => {
@@ -270,7 +303,7 @@ impl Watch {
                     self.finish(
                         switched.is_ok(),
                         (Command::Failover, &fb, &up),
-                        &why,
+                        cause,
                         began,
                         1,
                     )
@@ -282,6 +315,7 @@ impl Watch {
         }
         let mut record = RunRecord::new(Command::Restart, recipe);
         record.outcome = Outcome::Failed;
+        cause.record(&mut record);
         record.error = Some(format!("{why}; could not bring production back"));
         record.finished_at = crate::units::now_utc();
         self.save(&record);
@@ -293,7 +327,7 @@ impl Watch {
         &self,
         switched: bool,
         (command, recipe, up): (Command, &str, &Upstream),
-        why: &str,
+        cause: &Cause,
         began: Instant,
         attempts: u32,
     ) {
@@ -312,8 +346,10 @@ impl Watch {
         }
         let mut record = RunRecord::new(command, recipe);
         record.outcome = Outcome::Recovered;
+        cause.record(&mut record);
         record.error = Some(format!(
-            "{why} (back after {:.1} s, attempt {attempts})",
+            "{} (back after {:.1} s, attempt {attempts})",
+            cause.why,
             began.elapsed().as_secs_f64()
         ));
         record.serving = self

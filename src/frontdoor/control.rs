@@ -77,6 +77,11 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
                 serde_json::json!({"error": e.to_string()}),
             ),
         },
+        (Method::GET, "/capture") => reply(StatusCode::OK, capture_status(door)),
+        (Method::POST, "/capture") => match set_capture(door, &body).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err((code, e)) => reply(code, serde_json::json!({"error": e})),
+        },
         (Method::POST, "/switch") => {
             let req: SwitchRequest = match serde_json::from_slice(&body) {
                 Ok(r) => r,
@@ -107,6 +112,22 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
             serde_json::json!({"error": "no such route"}),
         ),
     }
+}
+
+fn capture_status(door: &Door) -> Value {
+    let dir = super::capture::dir(&door.state);
+    serde_json::to_value(door.capture.status(&dir)).unwrap_or(Value::Null)
+}
+
+/// New capture settings: written (kept across restarts), then in force.
+async fn set_capture(door: &Door, body: &[u8]) -> std::result::Result<Value, (StatusCode, String)> {
+    let s: super::capture::Settings =
+        serde_json::from_slice(body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    crate::state::write_json_off_thread(super::capture::settings_file(&door.state), s)
+        .await
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    door.capture.set(s);
+    Ok(capture_status(door))
 }
 
 fn bind(path: &Path) -> Result<UnixListener> {
@@ -288,6 +309,31 @@ impl Remote {
         self.call(Method::POST, "/update", Some(body), Duration::from_secs(10))
             .await
             .map(|_| ())
+    }
+
+    /// Capture's settings and counters; with `set`, new settings first.
+    pub async fn capture(
+        &self,
+        set: Option<super::capture::Settings>,
+    ) -> Result<super::capture::CaptureStatus> {
+        let v = match set {
+            Some(s) => {
+                let body = serde_json::to_value(s).expect("settings serialize");
+                self.call(
+                    Method::POST,
+                    "/capture",
+                    Some(body),
+                    Duration::from_secs(10),
+                )
+                .await?
+            }
+            None => {
+                self.call(Method::GET, "/capture", None, Duration::from_secs(5))
+                    .await?
+            }
+        };
+        serde_json::from_value(v)
+            .map_err(|e| Error::Failed(format!("the front door's answer is unreadable: {e}")))
     }
 
     /// Makes `production` current; returns once the old upstream drained (or `drain` passed).

@@ -211,7 +211,8 @@ impl Metrics {
     }
 }
 
-fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+/// A series' HELP and TYPE lines.
+pub(super) fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 

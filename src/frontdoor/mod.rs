@@ -20,10 +20,14 @@ pub(crate) use say;
 
 pub mod accept;
 pub mod body;
+pub mod capture;
+pub mod chunk;
 pub mod control;
 pub mod handover;
+pub mod live;
 pub mod metrics;
 pub mod proxy;
+pub mod quality;
 pub mod route;
 pub mod serve;
 pub mod supervisor;
@@ -172,6 +176,9 @@ pub struct DoorStatus {
     /// there is room.
     #[serde(default)]
     pub pending_writes: usize,
+    /// Production's live quality, as last judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<live::LiveStatus>,
 }
 
 /// What a switch did.
@@ -189,6 +196,10 @@ pub struct Door {
     pub config: Config,
     pub table: Table,
     pub metrics: Arc<Metrics>,
+    /// Production judged on what it answers.
+    pub live: Arc<live::Live>,
+    /// Production's requests kept for a replay, when asked.
+    pub capture: Arc<capture::Capture>,
     production: Mutex<Production>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
@@ -211,6 +222,12 @@ impl Door {
         Door {
             table: Table::new(route, config.queue),
             metrics: Arc::new(Metrics::default()),
+            live: Arc::new(live::Live::from_env()),
+            capture: capture::Capture::start(
+                capture::dir(&state),
+                capture::read_settings(&state),
+                api_key().ok().flatten(),
+            ),
             production: Mutex::new(production),
             held_by: Mutex::new(None),
             deferred: crate::state::Deferred::default(),
@@ -352,6 +369,10 @@ impl Door {
             holding: matches!(self.table.route(), Route::Holding | Route::Suspect(_)),
             waiting,
             in_flight: in_flight.into_iter().collect(),
+            live: self
+                .production()
+                .serving()
+                .and_then(|u| self.live.status(&u.deployment)),
             production: self.production(),
             pending_writes: self.deferred.pending(),
         }

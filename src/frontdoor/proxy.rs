@@ -22,7 +22,10 @@ use tokio::sync::{mpsc, watch};
 
 use super::accept::{self, Conns, Limits};
 use super::body::{Budget, Refused};
+use super::chunk::{Chunk, ChunkChoice};
+use super::live::Live;
 use super::metrics::{Event, Metrics};
+use super::quality::{Answer, Asked, Delta, Verdict};
 use super::route::{Lease, Refusal, Table, Upstream};
 
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
@@ -43,6 +46,10 @@ const HOP_BY_HOP: &[&str] = &[
 pub struct Proxy {
     pub table: Table,
     pub metrics: Arc<Metrics>,
+    /// Judges the answers on their way.
+    pub live: Arc<Live>,
+    /// Keeps production's requests for a replay, when asked.
+    pub capture: Arc<super::capture::Capture>,
     /// A new connection per request: a kept-alive one the upstream closed meanwhile
     /// (llama-server does) would leave it unknown whether the request was taken, and a
     /// request is never sent twice. A connect costs microseconds; an answer, seconds.
@@ -61,6 +68,8 @@ impl Proxy {
     pub fn new(
         table: Table,
         metrics: Arc<Metrics>,
+        live: Arc<Live>,
+        capture: Arc<super::capture::Capture>,
         hold: Duration,
         api_key: Option<String>,
         unreachable: mpsc::UnboundedSender<Upstream>,
@@ -74,6 +83,8 @@ impl Proxy {
         Proxy {
             table,
             metrics,
+            live,
+            capture,
             client,
             hold,
             api_key,
@@ -127,6 +138,19 @@ fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
     r
 }
 
+/// `/metrics`: the traffic's figures, then the live quality's.
+fn metrics_page(proxy: &Proxy) -> Response<ProxyBody> {
+    let mut page = proxy.metrics.render(&proxy.table.route());
+    proxy.live.render(&mut page);
+    proxy.capture.render(&mut page);
+    let mut r = text(StatusCode::OK, page);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
 /// Compares in time independent of where the first difference is.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
@@ -150,12 +174,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         }
     }
     if path == "/metrics" {
-        let mut r = text(StatusCode::OK, proxy.metrics.render(&proxy.table.route()));
-        r.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4"),
-        );
-        return r;
+        return metrics_page(proxy);
     }
     let (parts, body) = req.into_parts();
     let body = match proxy.bodies.read(&parts.headers, body).await {
@@ -175,6 +194,12 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             return r;
         }
     };
+    let asked = proxy
+        .live
+        .asked(&parts.method, parts.uri.path(), &body.bytes);
+    proxy
+        .capture
+        .offer(&parts.method, parts.uri.path(), &body.bytes);
     // The upstream's own /metrics stays reachable under /upstream/metrics.
     let forward_path = match parts.uri.path_and_query().map(|p| p.as_str()) {
         Some(p) if p.starts_with("/upstream/metrics") => &p["/upstream".len()..],
@@ -214,7 +239,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         match forward(proxy, &lease.upstream, &parts, &forward_path, &body.bytes).await {
             Ok(resp) => {
                 drop(body);
-                return respond(proxy, resp, lease, arrived);
+                return respond(proxy, resp, lease, (arrived, asked));
             }
             Err(e) if never_taken(&e) => {
                 // It never left, or the upstream dropped it unread: the upstream is down.
@@ -229,6 +254,12 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 // Sent, and no answer came: the upstream may have taken it, so it is not
                 // sent again; the client decides.
                 proxy.metrics.error(&lease.upstream.recipe, "sent");
+                if asked.is_some() {
+                    let why = format!("no answer after the request was sent: {e}");
+                    proxy
+                        .live
+                        .record(&lease.upstream, Verdict::failed(arrived, why));
+                }
                 // Likely dying: the next requests wait for the watch's look.
                 proxy.table.suspect(&lease.upstream);
                 let _ = proxy.unreachable.send(lease.upstream.clone());
@@ -298,7 +329,7 @@ fn respond(
     proxy: &Proxy,
     resp: Response<Incoming>,
     lease: Lease,
-    arrived: Instant,
+    (arrived, asked): (Instant, Option<Asked>),
 ) -> Response<ProxyBody> {
     let recipe = lease.upstream.recipe.clone();
     // Which instance answered: a client (and a test) can tell a switch happened.
@@ -311,6 +342,22 @@ fn respond(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     proxy.metrics.started(&recipe);
+    let judged = match asked {
+        Some(_) if parts.status.is_server_error() => {
+            let why = format!("answered {}", parts.status);
+            proxy
+                .live
+                .record(&lease.upstream, Verdict::failed(arrived, why));
+            None
+        }
+        Some(a) if sse && parts.status.is_success() => Some(Judged {
+            answer: Answer::new(a, arrived),
+            live: proxy.live.clone(),
+            ended: false,
+            failed: None,
+        }),
+        _ => None,
+    };
     let metered = Metered {
         inner: body,
         metrics: proxy.metrics.clone(),
@@ -319,7 +366,8 @@ fn respond(
         sse: sse.then(crate::bench::sse::Parser::default),
         last_token: None,
         running: 0,
-        _lease: lease,
+        judged,
+        lease,
     };
     let mut out = Response::new(metered.boxed());
     *out.status_mut() = parts.status;
@@ -342,67 +390,19 @@ struct Metered {
     last_token: Option<Instant>,
     /// The running token count the stream reported last (llama-server timings, vLLM usage).
     running: u64,
-    _lease: Lease,
+    /// The answer judged as it passes, when it is one.
+    judged: Option<Judged>,
+    lease: Lease,
 }
 
-/// The parts of a streamed chunk the metrics read, borrowed where the text allows: a typed
-/// parse costs a fraction of a generic `Value` on every token of every stream.
-#[derive(serde::Deserialize)]
-struct Chunk<'a> {
-    #[serde(default, borrow)]
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(default)]
-    timings: Option<RunningCount>,
-    #[serde(default)]
-    usage: Option<RunningUsage>,
-}
-
-#[derive(serde::Deserialize)]
-struct ChunkChoice<'a> {
-    #[serde(default, borrow)]
-    delta: ChunkDelta<'a>,
-    #[serde(default)]
-    finish_reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-#[derive(serde::Deserialize, Default)]
-struct ChunkDelta<'a> {
-    #[serde(default)]
-    role: Option<serde::de::IgnoredAny>,
-    #[serde(default, borrow)]
-    content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning_content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    tool_calls: Option<Vec<serde::de::IgnoredAny>>,
-}
-
-#[derive(serde::Deserialize)]
-struct RunningCount {
-    predicted_n: Option<u64>,
-}
-
-#[derive(serde::Deserialize)]
-struct RunningUsage {
-    completion_tokens: Option<u64>,
-}
-
-impl ChunkChoice<'_> {
-    /// The same rule as the benchmark's (`bench::client::bears_token`).
-    fn bears_token(&self) -> bool {
-        let d = &self.delta;
-        let texts = [&d.content, &d.reasoning_content, &d.reasoning];
-        let calls = d.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
-        let empty_token =
-            d.role.is_none() && self.finish_reason.is_none() && texts.iter().any(|t| t.is_some());
-        calls
-            || texts
-                .iter()
-                .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()))
-            || empty_token
-    }
+/// A streamed answer being judged, and how its stream ended.
+struct Judged {
+    answer: Answer,
+    live: Arc<Live>,
+    /// The stream reached its end.
+    ended: bool,
+    /// The server failed it (an error event, a broken stream).
+    failed: Option<String>,
 }
 
 impl Metered {
@@ -415,21 +415,26 @@ impl Metered {
             let Ok(chunk) = serde_json::from_str::<Chunk>(&event) else {
                 continue;
             };
-            if !chunk.choices.first().is_some_and(ChunkChoice::bears_token) {
+            if let Some(j) = self.judged.as_mut().filter(|_| chunk.error.is_some()) {
+                j.failed = Some(format!("an error event: {event}"));
+            }
+            let bears = chunk.choices.first().is_some_and(ChunkChoice::bears_token);
+            let tokens = match bears {
+                true => self.tokens_in(&chunk),
+                false => 0,
+            };
+            if let (Some(j), Some(c)) = (self.judged.as_mut(), chunk.choices.first()) {
+                let delta = Delta {
+                    content: c.delta.content.as_deref(),
+                    tool_call: c.delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty()),
+                    finish: c.finish_reason.as_deref(),
+                    tokens: tokens as u64,
+                };
+                j.answer.delta(delta, now);
+            }
+            if !bears {
                 continue;
             }
-            let count = chunk
-                .timings
-                .and_then(|t| t.predicted_n)
-                .or_else(|| chunk.usage.and_then(|u| u.completion_tokens));
-            let tokens = match count {
-                Some(n) => {
-                    let d = n.saturating_sub(self.running);
-                    self.running = n;
-                    d as usize
-                }
-                None => 1,
-            };
             match self.last_token {
                 None => self
                     .metrics
@@ -443,9 +448,48 @@ impl Metered {
     }
 }
 
+impl Metered {
+    /// The tokens a token-bearing chunk carried: from the running count when the stream
+    /// reports one, else one.
+    fn tokens_in(&mut self, chunk: &Chunk) -> usize {
+        let count = chunk
+            .timings
+            .as_ref()
+            .and_then(|t| t.predicted_n)
+            .or_else(|| chunk.usage.as_ref().and_then(|u| u.completion_tokens));
+        match count {
+            Some(n) => {
+                let d = n.saturating_sub(self.running);
+                self.running = n;
+                d as usize
+            }
+            None => 1,
+        }
+    }
+}
+
 impl Drop for Metered {
     fn drop(&mut self) {
         self.metrics.finished(&self.recipe);
+        // An answer whose client left before its end is not judged: not the server's doing.
+        if let Some(j) = self.judged.take() {
+            let verdict = match (j.failed, j.ended) {
+                (Some(why), _) => Some(Verdict::failed(self.arrived, why)),
+                (None, true) => Some(j.answer.end()),
+                (None, false) => None,
+            };
+            if let Some(v) = verdict {
+                j.live.record(&self.lease.upstream, v);
+            }
+        }
+    }
+}
+
+impl Metered {
+    fn ended(&mut self) {
+        if let Some(j) = self.judged.as_mut() {
+            j.ended = true;
+        }
     }
 }
 
@@ -468,11 +512,21 @@ impl Body for Metered {
                 if this.last_token == tokens_seen {
                     this.metrics.active(&this.recipe);
                 }
+                if this.inner.is_end_stream() {
+                    this.ended();
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.metrics.error(&this.recipe, "stream");
+                if let Some(j) = this.judged.as_mut() {
+                    j.failed = Some(format!("the stream broke: {e}"));
+                }
                 Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                this.ended();
+                Poll::Ready(None)
             }
             other => other,
         }
@@ -484,37 +538,5 @@ impl Body for Metered {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_typed_token_rule_agrees_with_the_benchmarks() {
-        for event in [
-            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
-            r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
-            r#"{"choices":[{"delta":{"content":"Tok"}}]}"#,
-            r#"{"choices":[{"delta":{"content":""}}]}"#,
-            r#"{"choices":[{"delta":{"content":"a \"quoted\" word"}}]}"#,
-            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#,
-            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
-            r#"{"choices":[{"delta":{"content":""},"finish_reason":"length"}]}"#,
-            r#"{"choices":[],"usage":{"completion_tokens":3}}"#,
-        ] {
-            let typed: Chunk = serde_json::from_str(event).unwrap();
-            let value: serde_json::Value = serde_json::from_str(event).unwrap();
-            let generic = value
-                .pointer("/choices/0")
-                .is_some_and(crate::bench::client::bears_token);
-            assert_eq!(
-                typed.choices.first().is_some_and(ChunkChoice::bears_token),
-                generic,
-                "{event}"
-            );
-        }
     }
 }

@@ -96,6 +96,8 @@ pub async fn open(
     let proxy = Arc::new(Proxy::new(
         door.table.clone(),
         door.metrics.clone(),
+        door.live.clone(),
+        door.capture.clone(),
         door.config.hold,
         api_key,
         unreachable_tx,

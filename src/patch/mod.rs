@@ -51,14 +51,9 @@ fn read_manifest(root: &Path) -> Result<Option<Manifest>> {
     state::read_json(&path).map(Some)
 }
 
-/// Where the repository's `patches/` lives: beside the recipes dir.
+/// Where `patches/` lives: beside the recipes dir (the checkout, or the config dir).
 pub fn repo_dir(loaded: &LoadedRecipe) -> PathBuf {
-    loaded
-        .path
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
+    crate::places::patches_root(&loaded.path)
 }
 
 /// How owner changes will be made (for the plan's display).

@@ -59,6 +59,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     if let Some(bench) = &r.bench {
         check_bench(&mut out, bench);
     }
+    super::live::check(&mut out, r);
     if let Some(model) = &r.model {
         check_patches(&mut out, model);
         check_produced_by(&mut out, model);
@@ -378,12 +379,9 @@ fn check_produced_by(out: &mut Report, model: &Model) {
 }
 
 fn check_patches(out: &mut Report, model: &Model) {
-    // patches/ lives beside recipes/ in the repository.
-    let repo = out
-        .path
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
+    // patches/ lives beside recipes/ (the checkout, or the config dir).
+    let repo = crate::places::patches_root(out.path);
+    let repo = repo.as_path();
     for (i, step) in model.patches.iter().enumerate() {
         let base = format!("model.patches[{i}].{}", step.kind());
         let rel = check_step(out, &base, step, repo);

@@ -9,6 +9,7 @@ mod diag;
 mod gpus;
 mod image_ref;
 mod launcher;
+pub mod live;
 mod load;
 mod locate;
 pub mod nodes;
@@ -82,6 +83,10 @@ pub struct Recipe {
     /// brought back (e.g. `llama-server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// How the front door judges it as production on what it answers: live gates, golden
+    /// prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<live::Live>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -139,6 +139,19 @@ pub struct SimConfig {
     /// Fault: send an error event after N tokens and end the stream.
     #[arg(long, env = "SIM_ERROR_AFTER")]
     pub error_after: Option<usize>,
+    /// Fault: after N chat requests, answers turn to garbled text past their first tokens
+    /// (replacement characters and fragments), while /health stays 200 and one-token
+    /// answers stay correct — a server whose kernels or KV cache went bad.
+    #[arg(long, env = "SIM_GARBAGE_AFTER", value_name = "N")]
+    pub garbage_after: Option<u64>,
+    /// Fault: after N chat requests, answers loop past their first tokens (the same words
+    /// over and over).
+    #[arg(long, env = "SIM_LOOP_AFTER", value_name = "N")]
+    pub loop_after: Option<u64>,
+    /// Fault: after N chat requests, tool calls are left in the content as `<tool_call>`
+    /// text (as `--tool-calls content` does from the start).
+    #[arg(long, env = "SIM_TOOL_TEXT_AFTER", value_name = "N")]
+    pub tool_text_after: Option<u64>,
     /// Allocate this much RAM (e.g. 512m, 2g) at startup, touch every page so it is really
     /// resident, and hold it while serving: a server that takes memory, as a real engine's
     /// weights and KV cache do.

@@ -133,7 +133,13 @@ pub struct Plan {
 
 const REASONING: &str =
     "The user is asking something. Let me think about what they need and answer briefly.";
-const FILLER: &str = "I can say more about that if you would like to hear it.";
+/// What a long answer goes on with: varied enough that a healthy answer is never a loop
+/// (it repeats only after more words than a loop's unit is looked for).
+const FILLER: &str = "I can say more about that if you would like to hear it. There is a lot \
+     of history behind it, and people in many places have their own stories about how it \
+     began. Some of those stories are true and some are only good fun, but together they \
+     show how much it has meant to everyday life over the years. Let me know which part \
+     interests you most and we can look at it together.";
 
 fn answer_for(question: &str) -> &'static str {
     let q = question.to_lowercase();
@@ -282,6 +288,46 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
     }
 }
 
+/// How an answer goes bad (`--garbage-after`, `--loop-after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    Garbage,
+    Loop,
+}
+
+/// Tokens of a broken answer that are still right: short answers stay correct.
+const STILL_RIGHT: usize = 2;
+
+/// Replaces the content past its first tokens with garbled text or a loop, as many tokens
+/// as there were; reasoning and tool calls are left as they were.
+pub fn break_answer(plan: &mut Plan, how: Broken) {
+    const GARBLED: [&str; 8] = [
+        "\u{fffd}\u{fffd}",
+        " ĠĠ",
+        "\u{fffd}",
+        " ort",
+        "\u{fffd}\u{fffd}\u{fffd}",
+        " ándt",
+        "\u{1}",
+        " \u{fffd}x",
+    ];
+    const LOOP: [&str; 6] = [" and", " then", " it", " went", " on", " again"];
+    let mut seen = 0;
+    for (i, piece) in plan.pieces.iter_mut().enumerate() {
+        if let Piece::Content(text) = piece {
+            seen += 1;
+            if seen > STILL_RIGHT {
+                *text = match how {
+                    // A fixed but irregular pick: garbage, not a loop.
+                    Broken::Garbage => GARBLED[(i * 7 + i / 3) % GARBLED.len()],
+                    Broken::Loop => LOOP[i % LOOP.len()],
+                }
+                .to_string();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +441,32 @@ mod tests {
         let p = plan(&cfg(&["--tool-calls", "content"]), &req);
         assert!(content(&p).starts_with("<tool_call>\n{\"name\":\"web_search\""));
         assert_eq!(p.finish_reason, "stop");
+    }
+
+    #[test]
+    fn broken_answers_keep_their_first_tokens_and_go_bad_after() {
+        for how in [Broken::Garbage, Broken::Loop] {
+            let mut p = plan(
+                &cfg(&["--tokens", "60"]),
+                &ask("What is the capital of Japan?"),
+            );
+            break_answer(&mut p, how);
+            let text = content(&p);
+            assert!(text.starts_with("Tokyo is"), "{text}");
+            assert!(
+                crate::bench::degenerate::degenerate(&text).is_some(),
+                "{how:?}: {text}"
+            );
+            let mut one = plan(
+                &cfg(&["--tokens", "1"]),
+                &ask("What is the capital of Japan?"),
+            );
+            break_answer(&mut one, how);
+            assert_eq!(content(&one), "Tokyo");
+        }
+        // The healthy long answer is no loop.
+        let p = plan(&cfg(&["--tokens", "300"]), &ask("hi"));
+        assert_eq!(crate::bench::degenerate::degenerate(&content(&p)), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::cache::PrefixCache;
 use super::metrics::Metrics;
-use super::script::{plan, Plan, Request};
+use super::script::{break_answer, plan, Broken, Plan, Request};
 use super::stream::{error_body, produce, whole_response, Frame, Meta, Wire};
 use super::{LoadFault, Mimic, SimConfig};
 use crate::error::{Error, Result};
@@ -434,7 +434,22 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
             error_body("simulated internal error", "server_error", 500),
         );
     }
-    let mut plan = plan(cfg, &request);
+    let after = |k: Option<u64>| k.is_some_and(|k| n > k);
+    let mut plan = match after(cfg.tool_text_after) {
+        true => plan(
+            &SimConfig {
+                tool_calls: super::ToolCallsAs::Content,
+                ..cfg.clone()
+            },
+            &request,
+        ),
+        false => plan(cfg, &request),
+    };
+    if after(cfg.garbage_after) {
+        break_answer(&mut plan, Broken::Garbage);
+    } else if after(cfg.loop_after) {
+        break_answer(&mut plan, Broken::Loop);
+    }
     let (slot, start, cached) = admit(state, &request, &plan).await;
     plan.cached_tokens = cached;
     log(format_args!(

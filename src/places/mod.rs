@@ -1,7 +1,13 @@
 //! Where sparkctl finds what the user writes (recipes, suites, jobs, the image lock): the
 //! directory given, else `./recipes` when run inside a checkout, else the user's config dir.
+//! Wherever the recipes dir is, the rest sits beside it as in a checkout: `recipes/suites/`,
+//! `recipes/jobs/`, `patches/` and `images.lock` in its parent. `init` lays that out.
+
+mod init;
 
 use std::path::{Path, PathBuf};
+
+pub use init::{init, shipped, FileOutcome, InitReport};
 
 /// `$XDG_CONFIG_HOME/sparkctl`, else `~/.config/sparkctl`.
 pub fn config_dir() -> PathBuf {
@@ -48,6 +54,26 @@ impl RecipesDir {
     }
 }
 
+/// The directory that holds a recipes dir and what sits beside it (`patches/`,
+/// `images.lock`): the checkout's root, or the config dir. A bare `recipes` gives the empty
+/// path, which joins as the current directory.
+pub fn root_of(recipes_dir: &Path) -> PathBuf {
+    recipes_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// The image lock that goes with a recipes dir: `images.lock` beside it.
+pub fn lock_path(recipes_dir: &Path) -> PathBuf {
+    root_of(recipes_dir).join(crate::lock::LOCK_FILE)
+}
+
+/// Where a recipe file's `write-file` steps find `patches/…`: beside its recipes dir.
+pub fn patches_root(recipe_file: &Path) -> PathBuf {
+    root_of(recipe_file.parent().unwrap_or(Path::new("recipes")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +85,25 @@ mod tests {
         assert!(
             !d.absent(),
             "a missing given dir is an error later, not an empty set"
+        );
+    }
+
+    #[test]
+    fn the_lock_and_patches_sit_beside_the_recipes_dir() {
+        let config = Path::new("/home/u/.config/sparkctl/recipes");
+        assert_eq!(
+            lock_path(config),
+            Path::new("/home/u/.config/sparkctl/images.lock")
+        );
+        assert_eq!(
+            patches_root(&config.join("qat-v2b.yaml")),
+            Path::new("/home/u/.config/sparkctl")
+        );
+        // Inside a checkout: relative to where sparkctl runs.
+        assert_eq!(lock_path(Path::new("recipes")), Path::new("images.lock"));
+        assert_eq!(
+            patches_root(Path::new("recipes/qat-v2b.yaml")).join("patches/x"),
+            Path::new("patches/x")
         );
     }
 }

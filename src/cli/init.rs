@@ -1,0 +1,56 @@
+//! `sparkctl init`: rendering over `places::init`.
+
+use std::path::{Path, PathBuf};
+
+use super::Output;
+use crate::error::Result;
+use crate::places::{FileOutcome, RecipesDir};
+
+/// `~/x` for paths under the home dir: what a person reads and types.
+fn tilde(path: &Path) -> String {
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(home) if path.starts_with(&home) && home != Path::new("/") => {
+            format!("~/{}", path.strip_prefix(&home).unwrap_or(path).display())
+        }
+        _ => path.display().to_string(),
+    }
+}
+
+pub fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()> {
+    let root = dir.unwrap_or_else(crate::places::config_dir);
+    let report = crate::places::init(&root)?;
+    if out.json {
+        out.print_json(&report);
+        return Ok(());
+    }
+    for (rel, outcome) in &report.files {
+        let what = match outcome {
+            FileOutcome::Written => "wrote",
+            FileOutcome::Kept => "kept ",
+            FileOutcome::KeptDiffers => "kept (yours differs from the shipped one)",
+        };
+        println!("{what} {}", tilde(&root.join(rel)));
+    }
+    println!(
+        "{} written, {} already there, in {}",
+        report.count(FileOutcome::Written),
+        report.count(FileOutcome::Kept) + report.count(FileOutcome::KeptDiffers),
+        tilde(&root)
+    );
+    let recipes = root.join("recipes");
+    if std::path::absolute(&found.path).ok() != std::path::absolute(&recipes).ok() {
+        println!(
+            "note: from here sparkctl reads {} first (./recipes, --recipes or SPARKCTL_RECIPES \
+             win over the config dir); elsewhere it reads {}",
+            tilde(&found.path),
+            tilde(&recipes)
+        );
+    } else {
+        println!(
+            "sparkctl reads its recipes from {} wherever it runs (unless ./recipes, --recipes \
+             or SPARKCTL_RECIPES say otherwise); `sparkctl recipes list` shows them",
+            tilde(&recipes)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! The watch's judge of what production answers: its recipe's live gates over the recent
+//! answers the front door judged, and its golden prompts. A breach that lasted makes
+//! production unhealthy, handled as a dead server is (`watch`): a restart first, and when
+//! the restarted instance breaches again, the recipe's `fallback`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::golden::{self, Rounds};
+use crate::bench::gates::{GateResult, Gates, Measures};
+use crate::frontdoor::live::Judging;
+use crate::frontdoor::Door;
+use crate::production::Upstream;
+
+/// A recipe restarted for what it answered goes to its fallback when it breaches again
+/// within this time.
+const REMEMBER: Duration = Duration::from_secs(30 * 60);
+/// Settings are read again this often (a recipe edited meanwhile).
+const RELOAD: Duration = Duration::from_secs(30);
+
+/// Why production is brought back, and how.
+#[derive(Debug, Clone, Default)]
+pub struct Cause {
+    pub why: String,
+    /// It still answers (badly): the answers in flight finish before it is stopped.
+    pub drain: bool,
+    /// Straight to the fallback: a restart was tried already.
+    pub fallback_now: bool,
+    /// What showed it (the offending answers), for the run record.
+    pub evidence: Vec<String>,
+    pub gates: Vec<GateResult>,
+}
+
+impl Cause {
+    pub(super) fn dead(why: String) -> Cause {
+        Cause {
+            why,
+            ..Cause::default()
+        }
+    }
+
+    pub(super) fn record(&self, record: &mut crate::history::RunRecord) {
+        record.evidence = self.evidence.clone();
+        record.gates = self.gates.clone();
+    }
+}
+
+/// What production's recipe says about judging it.
+struct Settings {
+    deployment: String,
+    read_at: Instant,
+    gates: Gates,
+    judging: Judging,
+    /// Its own benchmark, for `vs_production_*`; or why there is none.
+    baseline: Result<Measures, String>,
+    golden: Option<golden::Plan>,
+    has_fallback: bool,
+}
+
+pub struct Judge {
+    recipes_dir: PathBuf,
+    door: Arc<Door>,
+    settings: Mutex<Option<Arc<Settings>>>,
+    /// Recipe → when it was last restarted for what it answered.
+    restarted: Mutex<HashMap<String, Instant>>,
+    golden: Rounds,
+}
+
+impl Judge {
+    pub fn new(recipes_dir: PathBuf, door: Arc<Door>) -> Judge {
+        Judge {
+            recipes_dir,
+            door,
+            settings: Mutex::new(None),
+            restarted: Mutex::default(),
+            golden: Rounds::default(),
+        }
+    }
+
+    /// Judges `u` (production, answering): why it must be brought back, if it must.
+    pub async fn look(&self, u: &Upstream) -> Option<Cause> {
+        let s = self.settings_for(u).await?;
+        let baseline = s.baseline.as_ref().map_err(String::as_str);
+        let breach = self
+            .door
+            .live
+            .judge(&u.deployment, &s.gates, s.judging, baseline)
+            .or_else(|| {
+                let plan = s.golden.as_ref()?;
+                self.golden.look(u, plan, &self.door.live)
+            })?;
+        let mut restarted = self.restarted.lock().expect("restarted");
+        let again = restarted
+            .get(&u.recipe)
+            .is_some_and(|t| t.elapsed() < REMEMBER);
+        let fallback_now = again && s.has_fallback;
+        if !fallback_now {
+            restarted.insert(u.recipe.clone(), Instant::now());
+        }
+        Some(Cause {
+            why: format!("{} answers badly: {}", u.recipe, breach.why),
+            drain: true,
+            fallback_now,
+            evidence: breach.evidence,
+            gates: breach.gates,
+        })
+    }
+
+    /// The settings of `u`'s recipe, read again for a new instance and every `RELOAD`.
+    async fn settings_for(&self, u: &Upstream) -> Option<Arc<Settings>> {
+        {
+            let s = self.settings.lock().expect("settings");
+            if let Some(s) = s
+                .as_ref()
+                .filter(|s| s.deployment == u.deployment && s.read_at.elapsed() < RELOAD)
+            {
+                return Some(s.clone());
+            }
+        }
+        let bench = self
+            .door
+            .production()
+            .current
+            .filter(|e| e.recipe == u.recipe)
+            .and_then(|e| e.bench);
+        let (dir, u2) = (self.recipes_dir.clone(), u.clone());
+        let read = tokio::task::spawn_blocking(move || read_settings(&dir, &u2, bench)).await;
+        let fresh = Arc::new(read.ok()??);
+        *self.settings.lock().expect("settings") = Some(fresh.clone());
+        Some(fresh)
+    }
+}
+
+fn read_settings(dir: &std::path::Path, u: &Upstream, bench: Option<PathBuf>) -> Option<Settings> {
+    let set = crate::recipe::load_dir(dir).ok()?;
+    let r = &set.get(&u.recipe).ok()?.recipe;
+    let spec = r.live.clone().unwrap_or_default();
+    let gates = crate::recipe::live::gates_of(r);
+    let baseline = match bench {
+        None => Err("production has no benchmark result (started without `up`)".to_string()),
+        Some(path) => std::fs::read(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+            .and_then(|b| {
+                serde_json::from_slice::<crate::bench::result::BenchResult>(&b)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            })
+            .map(|r| r.measures()),
+    };
+    let golden = spec.golden.as_ref().and_then(|g| {
+        let name = crate::recipe::live::suite_of(r);
+        let suite = crate::bench::suite::Suite::load(&name, &dir.join("suites")).ok()?;
+        let cases = crate::recipe::live::golden_cases(&suite, &g.cases)
+            .into_iter()
+            .cloned()
+            .collect();
+        Some(golden::Plan {
+            every: g.every.0,
+            failures: g
+                .failures
+                .unwrap_or(crate::recipe::live::DEFAULT_GOLDEN_FAILURES),
+            cases,
+            kind: Some(crate::bench::server_kind(r.engine)),
+            suite,
+        })
+    });
+    Some(Settings {
+        deployment: u.deployment.clone(),
+        read_at: Instant::now(),
+        gates,
+        judging: Judging {
+            window: spec.window(),
+            min_answers: spec.min_answers(),
+            sustain: spec.sustain(),
+        },
+        baseline,
+        golden,
+        has_fallback: r.fallback.is_some(),
+    })
+}

@@ -1,0 +1,481 @@
+//! Traffic capture: production's chat requests with their arrival times, written by the
+//! front door when asked (`sparkctl frontdoor capture on`), for `bench --replay captured`.
+//! Local only (`STATE/frontdoor/capture/`, the directory 700, the files 600), bounded
+//! (two files of half the size each: the older is dropped as the newer fills), written
+//! off the request path (a full queue drops the entry and counts it). Nothing secret is
+//! kept: no header (so no `Authorization`), only the request fields a replay needs
+//! (`metadata`, `user` and the like are dropped), values under secret-looking keys and
+//! secret-looking strings replaced, and the front door's own key wherever it appears.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::secrets::REDACTED;
+
+/// What capture is asked to do (`STATE/frontdoor/capture.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    pub on: bool,
+    /// The most the captured files take together, bytes.
+    pub max_bytes: u64,
+}
+
+/// The default bound: 64 MiB, some tens of thousands of requests.
+pub const DEFAULT_MAX: u64 = 64 << 20;
+
+/// Requests waiting to be written; more are dropped (and counted).
+const QUEUE: usize = 1024;
+
+/// The request fields a replay sends again; every other field is dropped.
+const KEPT: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stream",
+    "stream_options",
+    "chat_template_kwargs",
+    "response_format",
+    "seed",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "reasoning_effort",
+];
+
+/// The capture's settings, where it writes, and what it wrote since the front door started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureStatus {
+    pub settings: Settings,
+    pub dir: PathBuf,
+    /// What the capture files hold now.
+    pub bytes: u64,
+    pub written: u64,
+    pub dropped: u64,
+}
+
+/// One captured request: when it arrived (Unix ms), its path, its body (redacted).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Captured {
+    pub unix_ms: u64,
+    pub path: String,
+    pub body: Value,
+}
+
+pub fn dir(state: &crate::state::StateDir) -> PathBuf {
+    super::dir(state).join("capture")
+}
+
+pub fn settings_file(state: &crate::state::StateDir) -> PathBuf {
+    super::dir(state).join("capture.json")
+}
+
+/// The capture files, oldest first (the rotated one, then the current one).
+pub fn files(dir: &Path) -> [PathBuf; 2] {
+    [dir.join("requests.1.jsonl"), dir.join("requests.jsonl")]
+}
+
+/// The settings as written, or capture off.
+pub fn read_settings(state: &crate::state::StateDir) -> Settings {
+    crate::state::read_json(&settings_file(state)).unwrap_or(Settings {
+        on: false,
+        max_bytes: DEFAULT_MAX,
+    })
+}
+
+/// The front door's capture: the settings in force and the queue to its writer.
+pub struct Capture {
+    settings: Mutex<Settings>,
+    queue: mpsc::Sender<(u64, String, Bytes)>,
+    pub written: Arc<AtomicU64>,
+    pub dropped: Arc<AtomicU64>,
+}
+
+impl Capture {
+    /// Starts the writer for `dir` (a task of the current runtime).
+    pub fn start(dir: PathBuf, settings: Settings, api_key: Option<String>) -> Arc<Capture> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let c = Arc::new(Capture {
+            settings: Mutex::new(settings),
+            queue: tx,
+            written: Arc::default(),
+            dropped: Arc::default(),
+        });
+        let writer = Writer {
+            dir,
+            secret: api_key,
+            written: c.written.clone(),
+            dropped: c.dropped.clone(),
+        };
+        let settings = c.clone();
+        tokio::spawn(writer.run(rx, settings));
+        c
+    }
+
+    /// What `frontdoor capture status` shows.
+    pub fn status(&self, dir: &Path) -> CaptureStatus {
+        let bytes = files(dir)
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        CaptureStatus {
+            settings: self.settings(),
+            dir: dir.to_path_buf(),
+            bytes,
+            written: self.written.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The capture's counters, in Prometheus' text format.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        super::metrics::head(
+            out,
+            "sparkctl_frontdoor_captured_total",
+            "counter",
+            "Requests written to the traffic capture.",
+        );
+        let _ = writeln!(
+            out,
+            "sparkctl_frontdoor_captured_total {}",
+            self.written.load(Ordering::Relaxed)
+        );
+        super::metrics::head(out, "sparkctl_frontdoor_capture_dropped_total", "counter", "Requests the capture could not keep (queue full, unreadable, larger than half the bound).");
+        let _ = writeln!(
+            out,
+            "sparkctl_frontdoor_capture_dropped_total {}",
+            self.dropped.load(Ordering::Relaxed)
+        );
+    }
+
+    pub fn settings(&self) -> Settings {
+        *self.settings.lock().expect("capture")
+    }
+
+    pub fn set(&self, s: Settings) {
+        *self.settings.lock().expect("capture") = s;
+    }
+
+    /// Queues a request for writing, when capture is on and it is a chat completion; the
+    /// body is shared, not copied.
+    pub fn offer(&self, method: &hyper::Method, path: &str, body: &Bytes) {
+        if !self.settings().on
+            || method != hyper::Method::POST
+            || !path.ends_with("/chat/completions")
+        {
+            return;
+        }
+        let now = crate::units::unix_now().as_millis() as u64;
+        if self
+            .queue
+            .try_send((now, path.to_string(), body.clone()))
+            .is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Writer {
+    dir: PathBuf,
+    secret: Option<String>,
+    written: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<(u64, String, Bytes)>, capture: Arc<Capture>) {
+        let writer = Arc::new(self);
+        while let Some((unix_ms, path, body)) = rx.recv().await {
+            let max = capture.settings().max_bytes;
+            let w = writer.clone();
+            let wrote =
+                tokio::task::spawn_blocking(move || w.write(unix_ms, path, &body, max)).await;
+            match wrote {
+                Ok(Ok(true)) => writer.written.fetch_add(1, Ordering::Relaxed),
+                _ => writer.dropped.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+    }
+
+    /// Appends one request (redacted) as a line, rotating first when it would not fit.
+    fn write(&self, unix_ms: u64, path: String, body: &[u8], max: u64) -> Result<bool> {
+        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+            return Ok(false);
+        };
+        let entry = Captured {
+            unix_ms,
+            path,
+            body: redact(body, self.secret.as_deref()),
+        };
+        let mut line = serde_json::to_vec(&entry).expect("a value serializes");
+        line.push(b'\n');
+        let half = max / 2;
+        if line.len() as u64 > half {
+            return Ok(false);
+        }
+        private_dir(&self.dir)?;
+        let [old, now] = files(&self.dir);
+        let size = std::fs::metadata(&now).map_or(0, |m| m.len());
+        if size + line.len() as u64 > half {
+            std::fs::rename(&now, &old)
+                .map_err(|e| Error::io(format!("cannot rotate {}", now.display()), e))?;
+        }
+        let mut f = private_file(&now)?;
+        f.write_all(&line)
+            .map_err(|e| Error::io(format!("cannot write {}", now.display()), e))?;
+        Ok(true)
+    }
+}
+
+/// The capture directory, made and kept to its owner.
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io(format!("cannot restrict {}", dir.display()), e))
+}
+
+/// Opens `path` for appending, created 600 (and made 600 if it was not).
+fn private_file(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("cannot restrict {}", path.display()), e))?;
+    Ok(f)
+}
+
+/// Whether an object key names a secret (`api_key`, `sessionToken`, `Authorization`): one
+/// of its words (split at `_`, `-`, `.` and case changes) is a secret's (`max_tokens` is not).
+fn secret_key(key: &str) -> bool {
+    const SECRET: &[&str] = &[
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "session",
+        "bearer",
+    ];
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut prev_lower = false;
+    for c in key.chars() {
+        let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && prev_lower);
+        if boundary && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        if c.is_ascii_alphanumeric() {
+            word.push(c.to_ascii_lowercase());
+        }
+        prev_lower = c.is_ascii_lowercase();
+    }
+    words.push(word);
+    words.iter().any(|w| SECRET.contains(&w.as_str()))
+}
+
+/// Whether a word looks like a credential: a known prefix, a bearer token, a JWT.
+fn secret_word(word: &str) -> bool {
+    let w =
+        word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-' && c != '.');
+    let long_after = |prefix: &str, n: usize| {
+        w.strip_prefix(prefix).is_some_and(|rest| {
+            rest.len() >= n
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+    };
+    [
+        "sk-",
+        "sk_",
+        "hf_",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "glpat-",
+        "xoxb-",
+        "xoxp-",
+        "AKIA",
+        "AIza",
+    ]
+    .iter()
+    .any(|p| long_after(p, 12))
+        || (w.starts_with("eyJ") && w.matches('.').count() == 2 && w.len() > 30)
+}
+
+/// A string with secret-looking words (and `after` a `Bearer`) replaced.
+fn scrub(text: &str, secret: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut bearer = false;
+    for piece in text.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end();
+        // The word without the punctuation around it, which stays.
+        let core = word.trim_matches(|c: char| c.is_ascii_punctuation() && !"_-.".contains(c));
+        let core = core.trim_end_matches('.');
+        let hide = bearer && !core.is_empty()
+            || secret_word(core)
+            || secret.is_some_and(|s| !s.is_empty() && core.contains(s));
+        bearer = core.eq_ignore_ascii_case("bearer");
+        match hide {
+            true => {
+                let at = piece.find(core).unwrap_or(0);
+                out.push_str(&piece[..at]);
+                out.push_str(REDACTED);
+                out.push_str(&piece[at + core.len()..]);
+            }
+            false => out.push_str(piece),
+        }
+    }
+    match secret {
+        Some(s) if !s.is_empty() && out.contains(s) => out.replace(s, REDACTED),
+        _ => out,
+    }
+}
+
+fn scrub_value(v: Value, secret: Option<&str>) -> Value {
+    match v {
+        Value::String(s) => Value::String(scrub(&s, secret)),
+        Value::Array(a) => Value::Array(a.into_iter().map(|x| scrub_value(x, secret)).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, x)| {
+                    let x = match secret_key(&k) && !x.is_object() && !x.is_array() {
+                        true => Value::String(REDACTED.into()),
+                        false => scrub_value(x, secret),
+                    };
+                    (k, x)
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The request as it is kept: only the fields a replay sends, secrets replaced.
+pub fn redact(body: Value, secret: Option<&str>) -> Value {
+    let Value::Object(fields) = body else {
+        return Value::Null;
+    };
+    let kept = fields
+        .into_iter()
+        .filter(|(k, _)| KEPT.contains(&k.as_str()))
+        .collect();
+    scrub_value(Value::Object(kept), secret)
+}
+
+/// The captured requests in `dir` (or one capture file), oldest first; lines that do not
+/// parse are skipped and counted.
+pub fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
+    let sources: Vec<PathBuf> = match path.is_dir() {
+        true => files(path).into_iter().filter(|p| p.exists()).collect(),
+        false => vec![path.to_path_buf()],
+    };
+    let (mut out, mut bad) = (Vec::new(), 0);
+    for f in sources {
+        let text = std::fs::read_to_string(&f)
+            .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match serde_json::from_str::<Captured>(line) {
+                Ok(c) => out.push(c),
+                Err(_) => bad += 1,
+            }
+        }
+    }
+    out.sort_by_key(|c| c.unix_ms);
+    Ok((out, bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_replayable_fields_are_kept_and_secrets_never() {
+        let body = json!({
+            "model": "m", "max_tokens": 32, "stream": true,
+            "messages": [
+                {"role": "system", "content": "You are Annie."},
+                {"role": "user", "content": "My key is sk-abcdefghijklmnop1234 and Bearer abc.def, ok? Tell me a joke about tokens."}
+            ],
+            "metadata": {"api_key": "sk-live-0123456789abcdef", "note": "x"},
+            "user": "alice@example.com",
+            "api_key": "plain-secret-value",
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"auth_token": "tok-123"}}}],
+        });
+        let kept = redact(body, Some("door-key-42"));
+        let text = kept.to_string();
+        for secret in [
+            "sk-abcdefghijklmnop1234",
+            "abc.def",
+            "sk-live",
+            "alice@",
+            "plain-secret",
+            "tok-123",
+        ] {
+            assert!(!text.contains(secret), "{secret} kept: {text}");
+        }
+        assert!(kept.get("metadata").is_none() && kept.get("user").is_none());
+        assert_eq!(
+            kept["messages"][1]["content"],
+            "My key is <redacted> and Bearer <redacted>, ok? Tell me a joke about tokens."
+        );
+        assert_eq!(kept["messages"][0]["content"], "You are Annie.");
+        assert_eq!(kept["max_tokens"], 32);
+        let k = redact(
+            json!({"messages": [{"role": "user", "content": "the door-key-42 leaked"}]}),
+            Some("door-key-42"),
+        );
+        assert_eq!(k["messages"][0]["content"], "the <redacted> leaked");
+        assert!(
+            !secret_word("skeleton")
+                && !secret_word("tokens")
+                && secret_word("hf_abcdefghijklmnopqrs")
+        );
+        for (k, secret) in [
+            ("api_key", true),
+            ("apiKey", true),
+            ("x-api-key", true),
+            ("sessionToken", true),
+            ("Authorization", true),
+            ("max_tokens", false),
+            ("keywords", false),
+            ("monkey", false),
+        ] {
+            assert_eq!(secret_key(k), secret, "{k}");
+        }
+    }
+}
