@@ -47,7 +47,13 @@ fn logged<'a>(log: &'a [String], prefix: &str, id: &str, key: &str) -> Option<&'
     let line = log
         .iter()
         .find(|l| l.starts_with(prefix) && l.contains(&format!("id={id} ")))?;
-    Some(line.split(&format!("{key}=")).nth(1)?.split(' ').next()?.trim())
+    Some(
+        line.split(&format!("{key}="))
+            .nth(1)?
+            .split(' ')
+            .next()?
+            .trim(),
+    )
 }
 
 /// Errors of measured TTFT and ITL, in ms, against two references.
