@@ -148,7 +148,8 @@ fn listening_sockets() -> Vec<(u64, u16)> {
         };
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9))
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
             else {
                 continue;
             };

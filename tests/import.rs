@@ -34,8 +34,8 @@ fn vllm_line(model_dir: &str) -> String {
 /// `recipes show NAME --json`'s launch, with the host paths given replaced by a marker.
 fn launch_of(deck: &Deck, name: &str, paths: &[&str]) -> Value {
     let out = deck.ok(&["--json", "recipes", "show", name]);
-    let mut text = serde_json::to_string(&serde_json::from_str::<Value>(&out).unwrap()["launch"])
-        .unwrap();
+    let mut text =
+        serde_json::to_string(&serde_json::from_str::<Value>(&out).unwrap()["launch"]).unwrap();
     for p in paths {
         text = text.replace(p, "<PATH>");
     }
@@ -204,10 +204,12 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let cmd: Vec<String> = ["sim", "--host", "0.0.0.0", "--port", "8000", "--ttft", "5ms"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let cmd: Vec<String> = [
+        "sim", "--host", "0.0.0.0", "--port", "8000", "--ttft", "5ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let started = Command::new("docker")
         .args(["run", "-d", "--name", &name])
         .args(&run_flags)
@@ -226,7 +228,10 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
     assert!(out.stdout.contains("pinned handmade"), "{}", out.all);
     // Names only: the value never reaches the recipe.
     let written = std::fs::read_to_string(deck.dir.join("recipes/handmade.yaml")).unwrap();
-    assert!(written.contains("SIM_IMPORT_A") && !written.contains("SIM_IMPORT_A=1"), "{written}");
+    assert!(
+        written.contains("SIM_IMPORT_A") && !written.contains("SIM_IMPORT_A=1"),
+        "{written}"
+    );
 
     // The digest in the lock is the image the container runs.
     let inspect = Command::new("docker")
@@ -235,11 +240,17 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
         .unwrap();
     let image_id = text(&inspect.stdout).trim().to_string();
     let lock = std::fs::read_to_string(deck.dir.join("images.lock")).unwrap();
-    assert!(lock.contains("handmade:") && lock.contains(&image_id), "{lock}");
+    assert!(
+        lock.contains("handmade:") && lock.contains(&image_id),
+        "{lock}"
+    );
 
     // `start --dry-run` plans the same container: flags, image, command (once the one
     // started by hand no longer holds the port).
-    let stopped = Command::new("docker").args(["stop", "-t", "1", &name]).output().unwrap();
+    let stopped = Command::new("docker")
+        .args(["stop", "-t", "1", &name])
+        .output()
+        .unwrap();
     assert!(stopped.status.success(), "{}", text(&stopped.stderr));
     let plan = Ran::of(
         deck.cmd(&["--json", "start", "handmade", "--dry-run"])
@@ -253,12 +264,19 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
         .iter()
         .map(|w| w.as_str().unwrap().to_string())
         .collect();
-    let at = planned.iter().position(|w| w.starts_with("--entrypoint")).unwrap();
+    let at = planned
+        .iter()
+        .position(|w| w.starts_with("--entrypoint"))
+        .unwrap();
     let (flags, rest) = planned[3..].split_at(at - 3);
     let mut expected_flags: Vec<String> = run_flags.clone();
     // Values stay on the host: the plan passes the name.
     expected_flags[1] = "SIM_IMPORT_A".into();
-    assert_eq!(flag_pairs(flags), flag_pairs(&expected_flags), "{planned:?}");
+    assert_eq!(
+        flag_pairs(flags),
+        flag_pairs(&expected_flags),
+        "{planned:?}"
+    );
     // `--entrypoint /sparkctl IMAGE sim ARGS`: the image's entrypoint and the same command.
     assert_eq!(rest[1], "/sparkctl", "{planned:?}");
     let argv: Vec<String> = rest[3..].to_vec();

@@ -81,9 +81,7 @@ pub async fn run(
 ) -> Result<()> {
     let source = args.from.source();
     let docker = match source {
-        Source::Container(_) | Source::DockerRun(_) => {
-            crate::runtime::docker::connect().await.ok()
-        }
+        Source::Container(_) | Source::DockerRun(_) => crate::runtime::docker::connect().await.ok(),
         _ => None,
     };
     let observed = import::observe(&source, docker.as_ref()).await?;
@@ -97,7 +95,9 @@ pub async fn run(
     };
     let name = match &args.name {
         Some(n) => n.clone(),
-        None => import::default_name(&import::draft("imported", observed.clone(), &machine)?.recipe),
+        None => {
+            import::default_name(&import::draft("imported", observed.clone(), &machine)?.recipe)
+        }
     };
     let draft = import::draft(&name, observed, &machine)?;
     let path = recipes_dir.join(format!("{name}.yaml"));
@@ -107,9 +107,7 @@ pub async fn run(
     }
     import::write(&path, &text, args.force)?;
     let pinned = match (&container, &docker, &draft.origin) {
-        (Some(c), Some(d), Some(_)) => {
-            import::pin_image(d, &lock_path, &name, c, state).await?
-        }
+        (Some(c), Some(d), Some(_)) => import::pin_image(d, &lock_path, &name, c, state).await?,
         _ => None,
     };
     if let Some(origin) = &draft.origin {

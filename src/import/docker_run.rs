@@ -194,9 +194,11 @@ fn apply(
             }
             env.push(name);
         }
-        "--volume" => seen.mounts.push(volume(&value).ok_or_else(|| {
-            bad("not HOST:CONTAINER[:ro] (named volumes cannot be imported)")
-        })?),
+        "--volume" => seen
+            .mounts
+            .push(volume(&value).ok_or_else(|| {
+                bad("not HOST:CONTAINER[:ro] (named volumes cannot be imported)")
+            })?),
         "--mount" => seen
             .mounts
             .push(mount(&value).ok_or_else(|| bad("only type=bind mounts can be imported"))?),

@@ -36,7 +36,10 @@ pub fn engine(image: Option<&str>, argv: &[String]) -> (Engine, String) {
         ("--mem-fraction-static", Engine::Sglang),
     ];
     for (flag, e) in by_flag {
-        if argv.iter().any(|a| a == flag || a.starts_with(&format!("{flag}="))) {
+        if argv
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        {
             return (e, format!("it takes `{flag}`, which only {e} takes"));
         }
     }
@@ -91,7 +94,10 @@ mod tests {
             e(Some("vllm/vllm-openai:cu130-nightly"), "--quantization x"),
             Engine::Vllm
         );
-        assert_eq!(e(Some("ghcr.io/ggml-org/llama.cpp:server"), ""), Engine::LlamaServer);
+        assert_eq!(
+            e(Some("ghcr.io/ggml-org/llama.cpp:server"), ""),
+            Engine::LlamaServer
+        );
         assert_eq!(e(Some("my/server:1"), "--model-path /m"), Engine::Sglang);
         assert_eq!(e(Some("my/server:1"), "--foo"), Engine::Openai);
     }

@@ -75,8 +75,7 @@ fn root_owned(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    me != 0
-        && std::fs::metadata(dir.join("config.json")).is_ok_and(|m| m.uid() == 0)
+    me != 0 && std::fs::metadata(dir.join("config.json")).is_ok_and(|m| m.uid() == 0)
 }
 
 #[cfg(test)]
@@ -98,7 +97,10 @@ mod tests {
         )
         .unwrap();
         let steps: Vec<String> = suggest(&dir).into_iter().map(|s| s.step).collect();
-        assert!(steps.iter().any(|s| s.contains("wrap-vl-config")), "{steps:?}");
+        assert!(
+            steps.iter().any(|s| s.contains("wrap-vl-config")),
+            "{steps:?}"
+        );
         assert!(steps.iter().any(|s| s.contains("copy-from")), "{steps:?}");
         assert!(steps.iter().any(|s| s.contains("write-file")), "{steps:?}");
         std::fs::write(

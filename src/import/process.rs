@@ -8,12 +8,41 @@ use crate::error::{Error, Result};
 
 /// Names every login shell sets: not the server's configuration.
 const SHELL_NAMES: &[&str] = &[
-    "PATH", "HOME", "PWD", "OLDPWD", "SHELL", "SHLVL", "USER", "LOGNAME", "TERM", "LANG",
-    "LANGUAGE", "MAIL", "HOSTNAME", "_", "LS_COLORS", "DISPLAY", "EDITOR", "PAGER", "COLORTERM",
-    "LESSOPEN", "LESSCLOSE", "MOTD_SHOWN", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "TMUX_PANE", "STY",
-    "WINDOW", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "VIRTUAL_ENV_PROMPT", "PS1",
+    "PATH",
+    "HOME",
+    "PWD",
+    "OLDPWD",
+    "SHELL",
+    "SHLVL",
+    "USER",
+    "LOGNAME",
+    "TERM",
+    "LANG",
+    "LANGUAGE",
+    "MAIL",
+    "HOSTNAME",
+    "_",
+    "LS_COLORS",
+    "DISPLAY",
+    "EDITOR",
+    "PAGER",
+    "COLORTERM",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "MOTD_SHOWN",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "TMUX",
+    "TMUX_PANE",
+    "STY",
+    "WINDOW",
+    "TERM_PROGRAM",
+    "TERM_PROGRAM_VERSION",
+    "VIRTUAL_ENV_PROMPT",
+    "PS1",
 ];
-const SHELL_PREFIXES: &[&str] = &["LC_", "XDG_", "SSH_", "SUDO_", "GPG_", "WAYLAND_", "VSCODE_"];
+const SHELL_PREFIXES: &[&str] = &[
+    "LC_", "XDG_", "SSH_", "SUDO_", "GPG_", "WAYLAND_", "VSCODE_",
+];
 
 pub fn observe_port(port: u16) -> Result<Observed> {
     let listener = crate::host::listener_on(port)

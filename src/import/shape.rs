@@ -80,7 +80,9 @@ pub fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft>
     let mut unknown = Vec::new();
     let mut notes = Vec::new();
     let (image, argv) = match &observed.launch {
-        Seen::Process { program, args, .. } => (None, [vec![program.clone()], args.clone()].concat()),
+        Seen::Process { program, args, .. } => {
+            (None, [vec![program.clone()], args.clone()].concat())
+        }
         Seen::Container(c) => (
             Some(c.image.as_str()),
             [c.entrypoint.clone().unwrap_or_default(), c.cmd.clone()].concat(),
@@ -122,7 +124,10 @@ pub fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft>
     drop_secrets(&mut args, &mut unknown);
     let model = take(&mut args, &aliases(engine, profile.model_flag, "model"))
         .or_else(|| positional_model(engine, &mut args));
-    let served = take(&mut args, &aliases(engine, profile.served_name_flag, "served"));
+    let served = take(
+        &mut args,
+        &aliases(engine, profile.served_name_flag, "served"),
+    );
     let port_arg = take_owned(&mut args, profile.port_flag);
     let host_arg = take_owned(&mut args, profile.host_flag);
     // Where it was reached on the host, and where it listened.
@@ -138,8 +143,14 @@ pub fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft>
         // sparkctl passes no port: the server's own flag must say the recipe's port.
         rewrite_port(&mut args, seen_port, port);
     }
-    let wide = host_arg.as_deref().is_some_and(|h| h != "127.0.0.1" && h != "localhost")
-        || model_mount.is_some_and(|c| c.ports.iter().any(|p| p.host_ip.is_empty() || p.host_ip == "0.0.0.0"));
+    let wide = host_arg
+        .as_deref()
+        .is_some_and(|h| h != "127.0.0.1" && h != "localhost")
+        || model_mount.is_some_and(|c| {
+            c.ports
+                .iter()
+                .any(|p| p.host_ip.is_empty() || p.host_ip == "0.0.0.0")
+        });
     if wide {
         notes.push(
             "it listened on every interface; the recipe binds loopback and the front door \
@@ -167,7 +178,12 @@ pub fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft>
             "image digest: not pinned (no container ran it); `sparkctl images pin {name}` pins it"
         ));
     }
-    unknown.extend(observed.dropped.iter().map(|d| format!("not carried over: {d}")));
+    unknown.extend(
+        observed
+            .dropped
+            .iter()
+            .map(|d| format!("not carried over: {d}")),
+    );
     Ok(Draft {
         recipe,
         unknown,
@@ -213,7 +229,10 @@ fn rewrite_port(args: &mut [String], from: u16, to: u16) {
 /// `sparkctl sim`. Returns the arguments that follow it.
 fn launcher(recipe: &mut Recipe, profile: &Profile, program: &str, args: &[String]) -> Vec<String> {
     let base = program.rsplit('/').next().unwrap_or(program);
-    if recipe.engine == Engine::Sim && base == "sparkctl" && args.first().is_some_and(|a| a == "sim") {
+    if recipe.engine == Engine::Sim
+        && base == "sparkctl"
+        && args.first().is_some_and(|a| a == "sim")
+    {
         return args[1..].to_vec();
     }
     if let (true, Some(module)) = (base.starts_with("python"), profile.python_module) {
@@ -233,7 +252,11 @@ fn container_args(
     notes: &mut Vec<String>,
     unknown: &mut Vec<String>,
 ) -> Vec<String> {
-    let owned: Vec<String> = profile.docker_command.iter().map(|s| s.to_string()).collect();
+    let owned: Vec<String> = profile
+        .docker_command
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let entry = c.entrypoint.clone().unwrap_or_default();
     if owned.is_empty() {
         if c.entrypoint_given {
@@ -247,7 +270,10 @@ fn container_args(
     // The engine's command may be split between the entrypoint and the command.
     for k in 0..=owned.len() {
         let (in_entry, in_cmd) = owned.split_at(k);
-        if entry.ends_with(in_entry) && c.cmd.starts_with(in_cmd) && (k > 0 || entry.is_empty() || entry == owned) {
+        if entry.ends_with(in_entry)
+            && c.cmd.starts_with(in_cmd)
+            && (k > 0 || entry.is_empty() || entry == owned)
+        {
             return c.cmd[in_cmd.len()..].to_vec();
         }
     }
@@ -319,7 +345,9 @@ fn set_model(
         _ => {
             let p = std::path::Path::new(&value);
             let abs = match cwd {
-                Some(c) if p.is_relative() && !value.starts_with('~') => c.join(p).display().to_string(),
+                Some(c) if p.is_relative() && !value.starts_with('~') => {
+                    c.join(p).display().to_string()
+                }
                 _ => value.clone(),
             };
             (super::tilde(&abs), None)
@@ -340,18 +368,26 @@ fn model_of(path: String, mount: Option<String>, served_name: Option<String>) ->
 
 /// The host path behind a container path, through the bind mount that holds it; a mount
 /// of exactly the model becomes the recipe's model mount.
-fn host_of(server: &mut Server, value: &str, unknown: &mut Vec<String>) -> (String, Option<String>) {
+fn host_of(
+    server: &mut Server,
+    value: &str,
+    unknown: &mut Vec<String>,
+) -> (String, Option<String>) {
     let exact = server.mounts.iter().position(|m| m.container == value);
     if let Some(i) = exact {
         let m = server.mounts.remove(i);
         return (m.host, Some(value.to_string()));
     }
-    let parent = server.mounts.iter().find(|m| {
-        value.starts_with(&format!("{}/", m.container.trim_end_matches('/')))
-    });
+    let parent = server
+        .mounts
+        .iter()
+        .find(|m| value.starts_with(&format!("{}/", m.container.trim_end_matches('/'))));
     if let Some(m) = parent {
         let rest = &value[m.container.trim_end_matches('/').len()..];
-        return (format!("{}{rest}", m.host.trim_end_matches('/')), Some(value.to_string()));
+        return (
+            format!("{}{rest}", m.host.trim_end_matches('/')),
+            Some(value.to_string()),
+        );
     }
     unknown.push(format!(
         "model.path: the server loaded `{value}`, which no bind mount holds (a Hugging Face id, \
@@ -360,7 +396,12 @@ fn host_of(server: &mut Server, value: &str, unknown: &mut Vec<String>) -> (Stri
     (value.to_string(), None)
 }
 
-fn memory(recipe: &mut Recipe, rss: Option<u64>, notes: &mut Vec<String>, unknown: &mut Vec<String>) {
+fn memory(
+    recipe: &mut Recipe,
+    rss: Option<u64>,
+    notes: &mut Vec<String>,
+    unknown: &mut Vec<String>,
+) {
     match rss {
         Some(bytes) if bytes > 0 => {
             let gb = ((bytes as f64 / 1e9) * 10.0).ceil() / 10.0;
