@@ -6,7 +6,7 @@
 //! parsers. A parser may refuse an input — that is the point — but must not panic, and no
 //! input may take a second.
 //!
-//! Too long for CI (README: "Fuzzing"):
+//! Too long for CI (docs/GUIDE.md: "Fuzzing"):
 //!
 //!   cargo test --release --test fuzz_parsers -- --ignored --nocapture
 //!
@@ -193,7 +193,7 @@ fn parse_all(input: &[u8]) -> Duration {
 }
 
 #[test]
-#[ignore = "a million inputs: minutes, not CI (README: Fuzzing)"]
+#[ignore = "a million inputs: minutes, not CI (docs/GUIDE.md: Fuzzing)"]
 fn recipe_suite_and_lock_parsers_never_panic_or_hang() {
     let cases: u32 = std::env::var("FUZZ_CASES")
         .ok()

@@ -8,6 +8,7 @@ mod frontdoor;
 mod images;
 mod init;
 mod jobs;
+mod man;
 mod output;
 mod patch;
 mod prune;
@@ -225,6 +226,13 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the man page (roff), generated from these definitions: `sparkctl man > sparkctl.1`.
+    #[command(hide = true)]
+    Man {
+        /// Write a page for every command into DIR instead (sparkctl.1, sparkctl-up.1, …).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -284,6 +292,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Man { dir } => man::run(dir),
         cmd @ (Command::Up { .. }
         | Command::Rollback { .. }
         | Command::History { .. }

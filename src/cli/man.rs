@@ -1,0 +1,58 @@
+//! `sparkctl man`: the manual page, generated from the same clap definitions as `--help` and
+//! the completions, so it cannot drift from the flags.
+
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+
+use super::Cli;
+use crate::error::{Error, Result};
+
+/// One page, as roff.
+fn render(cmd: clap::Command) -> Result<Vec<u8>> {
+    let mut page = Vec::new();
+    // The footer names sparkctl's version on every page, not the subcommand's name.
+    let source = format!("sparkctl {}", env!("CARGO_PKG_VERSION"));
+    clap_mangen::Man::new(cmd)
+        .source(source)
+        .render(&mut page)
+        .map_err(|e| Error::io("rendering the man page", e))?;
+    Ok(page)
+}
+
+/// The command line as the pages see it: `help` is a flag on every page, not a command.
+fn command() -> clap::Command {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    cmd
+}
+
+/// A page for `cmd` and one for each of its visible subcommands, named as the SUBCOMMANDS
+/// section of the page above names them (`sparkctl-images-pin.1`).
+fn write_pages(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        write_pages(sub.clone(), dir, written)?;
+    }
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+    let path = dir.join(format!("{name}.1"));
+    crate::state::write_atomic(&path, &render(cmd)?)?;
+    written.push(path);
+    Ok(())
+}
+
+/// `sparkctl man`: sparkctl(1) on stdout; with `--dir`, every command's page into DIR.
+pub fn run(dir: Option<PathBuf>) -> Result<()> {
+    let Some(dir) = dir else {
+        use std::io::Write;
+        let page = render(command())?;
+        return std::io::stdout()
+            .write_all(&page)
+            .map_err(|e| Error::io("writing the man page to stdout", e));
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let mut written = Vec::new();
+    write_pages(command(), &dir, &mut written)?;
+    println!("{} man pages written to {}", written.len(), dir.display());
+    Ok(())
+}
