@@ -189,6 +189,36 @@ pub fn listening_fds(pid: u32) -> Vec<(i32, u16)> {
     out
 }
 
+/// Connections `pid` holds open that were accepted on `port` (ESTABLISHED, local port):
+/// the requests it is still answering there.
+pub fn connections_of(pid: u32, port: u16) -> usize {
+    const ESTABLISHED: &str = "01";
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|l| l.split_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if f.get(3) == Some(&ESTABLISHED) && local_port == Some(port) {
+                if let Some(Ok(inode)) = f.get(9).map(|i| i.parse::<u64>()) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+        .filter(|t| inodes.iter().any(|i| t.as_os_str() == i.as_str()))
+        .count()
+}
+
 /// The ports `pid` listens on, lowest first.
 pub fn ports_of(pid: u32) -> Vec<u16> {
     let mut ports: Vec<u16> = listening_fds(pid).into_iter().map(|(_, p)| p).collect();

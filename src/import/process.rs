@@ -82,7 +82,25 @@ pub fn observe_pid(pid: u32) -> Result<Observed> {
     let cwd = std::fs::read_link(proc_dir.join("cwd")).ok();
     let exe = std::fs::read_link(proc_dir.join("exe")).ok();
     let program = program_path(first, cwd.as_deref(), exe.as_deref());
-    let env_names = environ_names(&proc_dir);
+    // A host process inherits sparkctl's environment at start: only what that lacks needs
+    // naming (and then setting, before the recipe can start).
+    let (env_names, inherited): (Vec<String>, Vec<String>) = environ_names(&proc_dir)
+        .into_iter()
+        .partition(|n| std::env::var_os(n).is_none());
+    let mut notes = Vec::new();
+    if !inherited.is_empty() {
+        notes.push(format!(
+            "{} more of its environment variables are set here too and are inherited at start \
+             (values may differ: check {})",
+            inherited.len(),
+            inherited
+                .iter()
+                .take(6)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let port = listening_port(pid, args);
     Ok(Observed {
         from: format!("process {pid}"),
@@ -92,7 +110,7 @@ pub fn observe_pid(pid: u32) -> Result<Observed> {
             cwd,
         },
         env_names,
-        dropped: Vec::new(),
+        dropped: notes,
         origin: Some(Origin::Process { process: id, port }),
         rss: crate::host::rss_bytes(pid),
     })
