@@ -15,6 +15,7 @@ pub mod frontdoor;
 pub mod history;
 pub mod host;
 pub mod images;
+pub mod import;
 pub mod job;
 pub mod lock;
 pub mod memory;

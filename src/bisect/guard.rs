@@ -70,8 +70,9 @@ async fn put_back(ctx: &Ctx<'_>, mut t: Touched, name: &str, say: &dyn Fn(&str))
     if ctx.door.status().await.is_ok() {
         return switch::restore(ctx, t, &candidate, say).await;
     }
-    if t.started.is_none() {
-        t.started = ctx.rt().find(&candidate).await.ok().flatten();
+    if t.started.is_none() && !t.run_id.is_empty() {
+        let found = ctx.rt().find(&candidate).await.ok().flatten();
+        t.started = found.filter(|d| d.run_id == t.run_id);
     }
     match t.started.filter(crate::runtime::Deployment::running) {
         Some(d) => match ctx.rt().stop(&d, crate::deploy::STOP_GRACE).await {

@@ -192,6 +192,9 @@ async fn run(
         Some(_) => plan_start(env.ctx.shared, &derived, &opts).await?,
         None => plan,
     };
+    // Ctrl-C during the start (before it returns the deployment): the way back finds the
+    // candidate by this run id.
+    env.touched.lock().expect("touched").run_id = plan.run_id.clone();
     let started = timed(
         record,
         PhaseName::Start,

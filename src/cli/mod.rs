@@ -6,6 +6,7 @@ mod bisect;
 mod deploy;
 mod frontdoor;
 mod images;
+mod import;
 mod init;
 mod jobs;
 mod man;
@@ -219,6 +220,9 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// Write a recipe from what already runs: a host process (--pid, --port), a container
+    /// (--container), or a pasted `docker run` or command line. Nothing is started or stopped.
+    Import(import::ImportArgs),
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
     Sim(SimConfig),
     /// Print shell completions.
@@ -282,6 +286,10 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Recipes { command } => recipes::run(&g.recipes_dir(), command, &out),
         Command::Init { dir } => init::run(dir, &g.recipes_dir(), &out),
+        Command::Import(args) => runtime()?.block_on(async {
+            let state = crate::state::StateDir::open(&state_root(g))?;
+            import::run(g.recipes_dir().path, lock_path(g), &state, args, &out).await
+        }),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -295,7 +295,11 @@ impl Watch {
                     };
                     let switched = self
                         .door
-                        .recover_to(generation, |next| next.promote(entry))
+                        .recover_to(generation, |next| {
+                            // A warm fallback serves now: its grace must not stop it.
+                            next.warm.retain(|w| w.upstream.deployment != up.deployment);
+                            next.promote(entry)
+                        })
                         .await;
                     if switched.is_ok() {
                         self.door.metrics.event(Event::Failover);
@@ -444,7 +448,12 @@ impl Watch {
         };
         let mut next = production.clone();
         next.warm.retain(|w| w.until > now);
-        for w in production.warm.iter().filter(|w| w.until <= now) {
+        let serving = production.serving().map(|u| u.deployment.clone());
+        for w in production
+            .warm
+            .iter()
+            .filter(|w| w.until <= now && Some(&w.upstream.deployment) != serving.as_ref())
+        {
             let (recipe, id) = (&w.upstream.recipe, &w.upstream.deployment);
             if let Ok(Some(d)) = self.ctx.runtimes.instance(recipe, id).await {
                 if d.running() {

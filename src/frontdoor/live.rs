@@ -63,6 +63,8 @@ struct Window {
 struct Totals {
     answers: u64,
     errors: u64,
+    /// Answers that failed a check or that the server failed.
+    faulty: u64,
     faults: BTreeMap<Check, u64>,
 }
 
@@ -159,6 +161,8 @@ impl Live {
         let t = s.totals.entry(up.recipe.clone()).or_default();
         t.answers += 1;
         t.errors += u64::from(v.error.is_some());
+        let faulty = v.error.is_some() || v.checks.iter().any(|(c, _)| v.fails(*c));
+        t.faulty += u64::from(faulty);
         for (c, _) in v.checks.iter().filter(|(c, _)| v.fails(*c)) {
             *t.faults.entry(*c).or_default() += 1;
         }
@@ -272,6 +276,16 @@ impl Live {
             failing_for_s: w.failing_since.map(|t| t.elapsed().as_secs_f64()),
             golden: s.golden.get(&w.recipe).map(|g| g.2.clone()),
         })
+    }
+
+    /// By recipe: answers judged so far, and how many of them were faulty (the live page's
+    /// quality chart takes differences).
+    pub fn counts(&self) -> BTreeMap<String, (u64, u64)> {
+        let s = self.state.lock().expect("live");
+        s.totals
+            .iter()
+            .map(|(up, t)| (up.clone(), (t.answers, t.faulty)))
+            .collect()
     }
 
     /// A golden round of `recipe`'s, done.

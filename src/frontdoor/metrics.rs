@@ -58,6 +58,17 @@ struct PerUpstream {
     itl: Histogram,
 }
 
+/// One upstream's running totals: requests, and the sums and counts of the TTFT and
+/// per-token histograms (seconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub requests: u64,
+    pub ttft_sum: f64,
+    pub ttft_n: u64,
+    pub itl_sum: f64,
+    pub itl_n: u64,
+}
+
 /// Events outside any one upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Event {
@@ -162,6 +173,24 @@ impl Metrics {
                 u.itl.observe(ITL_BUCKETS, seconds / tokens.max(1) as f64);
             }
         });
+    }
+
+    /// Each upstream's running totals, for the live page's charts (it takes differences).
+    pub fn totals(&self) -> BTreeMap<String, Totals> {
+        let i = self.inner.lock().expect("metrics");
+        i.upstreams
+            .iter()
+            .map(|(name, u)| {
+                let t = Totals {
+                    requests: u.requests.values().sum(),
+                    ttft_sum: u.ttft.sum,
+                    ttft_n: u.ttft.n,
+                    itl_sum: u.itl.sum,
+                    itl_n: u.itl.n,
+                };
+                (name.clone(), t)
+            })
+            .collect()
     }
 
     pub fn event(&self, e: Event) {

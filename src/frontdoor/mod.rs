@@ -26,6 +26,7 @@ pub mod control;
 pub mod handover;
 pub mod live;
 pub mod metrics;
+pub mod page;
 pub mod proxy;
 pub mod quality;
 pub mod route;
@@ -200,6 +201,8 @@ pub struct Door {
     pub live: Arc<live::Live>,
     /// Production's requests kept for a replay, when asked.
     pub capture: Arc<capture::Capture>,
+    /// The live page's series.
+    pub page: page::Page,
     production: Mutex<Production>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
@@ -228,6 +231,7 @@ impl Door {
                 capture::read_settings(&state),
                 api_key().ok().flatten(),
             ),
+            page: page::Page::from_env(),
             production: Mutex::new(production),
             held_by: Mutex::new(None),
             deferred: crate::state::Deferred::default(),

@@ -44,6 +44,8 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 pub struct Proxy {
+    /// For the live page (`page`): production, its status and the state dir.
+    door: Arc<super::Door>,
     pub table: Table,
     pub metrics: Arc<Metrics>,
     /// Judges the answers on their way.
@@ -65,7 +67,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        door: Arc<super::Door>,
         table: Table,
         metrics: Arc<Metrics>,
         live: Arc<Live>,
@@ -81,6 +85,7 @@ impl Proxy {
             .pool_max_idle_per_host(0)
             .build(connector);
         Proxy {
+            door,
             table,
             metrics,
             live,
@@ -156,22 +161,32 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
-    let arrived = Instant::now();
-    let path = req.uri().path().to_string();
-    if let Some(key) = &proxy.api_key {
-        let given = req
-            .headers()
+/// Whether the request carries the door's API key (always, when it has none).
+fn authorized(proxy: &Proxy, headers: &HeaderMap) -> bool {
+    proxy.api_key.as_ref().is_none_or(|key| {
+        let given = headers
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        if path != "/health" && !same_secret(given.as_bytes(), key.as_bytes()) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "this front door needs `Authorization: Bearer <key>`",
-            );
-        }
+        same_secret(given.as_bytes(), key.as_bytes())
+    })
+}
+
+async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+    let arrived = Instant::now();
+    let path = req.uri().path().to_string();
+    let authorized = authorized(proxy, req.headers());
+    // The live page decides itself what it shows without the key (a shell that asks it).
+    if super::page::owns(&path) {
+        let page = super::page::respond(&proxy.door, &path, authorized).await;
+        return page.map(|b| b.map_err(|never| match never {}).boxed());
+    }
+    if path != "/health" && !authorized {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "this front door needs `Authorization: Bearer <key>`",
+        );
     }
     if path == "/metrics" {
         return metrics_page(proxy);

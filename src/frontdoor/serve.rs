@@ -94,6 +94,7 @@ pub async fn open(
     let door = Arc::new(Door::new(state.clone(), config, production, route));
     let (unreachable_tx, unreachable_rx) = tokio::sync::mpsc::unbounded_channel();
     let proxy = Arc::new(Proxy::new(
+        door.clone(),
         door.table.clone(),
         door.metrics.clone(),
         door.live.clone(),
@@ -109,6 +110,7 @@ pub async fn open(
         header_timeout: HEADER_TIMEOUT,
     };
     control::listen(&socket, door.clone(), control_limits, stopped.clone())?;
+    tokio::spawn(super::page::sample(door.clone(), stopped.clone()));
     let proxy_conns = Conns::new(limits.connections);
     tokio::spawn(proxy::serve(
         listener,
