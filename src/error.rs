@@ -167,18 +167,23 @@ pub enum Error {
     Inconclusive { name: String, reason: String },
     /// `up` or `rollback` failed and took the way back: the cause (whose kind it keeps), then
     /// what was restored and what serves now.
-    #[error(
-        "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {record}"
-    )]
-    RunFailed {
-        what: String,
-        outcome: String,
-        cause: Box<Error>,
-        notes: String,
-        port: u16,
-        serving: String,
-        record: String,
-    },
+    #[error("{0}")]
+    RunFailed(Box<RunFailure>),
+}
+
+/// A failed `up` or `rollback`, after the way back.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {record}"
+)]
+pub struct RunFailure {
+    pub what: String,
+    pub outcome: String,
+    pub cause: Error,
+    pub notes: String,
+    pub port: u16,
+    pub serving: String,
+    pub record: String,
 }
 
 /// Why a memory plan cannot be met, and so what to do about it.
@@ -259,7 +264,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         // A run that failed after it began (its record says so) is an operation that
         // failed, whatever its cause.
-        if let Error::RunFailed { .. } = self {
+        if let Error::RunFailed(_) = self {
             return 1;
         }
         match self.kind() {
@@ -291,7 +296,7 @@ impl Error {
             Error::Interrupted(_) => ErrorKind::Interrupted,
             Error::Io { .. } => ErrorKind::Io,
             Error::Failed(_) | Error::Reported(_) => ErrorKind::Failed,
-            Error::RunFailed { cause, .. } => cause.kind(),
+            Error::RunFailed(run) => run.cause.kind(),
         }
     }
 

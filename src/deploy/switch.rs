@@ -232,10 +232,10 @@ pub async fn failed(
     record.serving = serving_now(ctx).await;
     record.finished_at = crate::units::now_utc();
     let saved = record.save(ctx.state());
-    let failed = Error::RunFailed {
+    let failed = Error::RunFailed(Box::new(crate::error::RunFailure {
         what: what.to_string(),
         outcome: record.outcome.to_string(),
-        cause: Box::new(e),
+        cause: e,
         notes: notes.join("; "),
         port: ctx.settings().production_port,
         serving: record.serving.clone().unwrap_or_else(|| "nothing".into()),
@@ -243,7 +243,7 @@ pub async fn failed(
             Ok(p) => p.display().to_string(),
             Err(e) => format!("not written ({e})"),
         },
-    };
+    }));
     if interrupted {
         Error::Interrupted(failed.to_string())
     } else {
