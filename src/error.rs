@@ -134,6 +134,25 @@ pub enum Error {
          socket? `sparkctl doctor` checks the machine"
     )]
     EngineUnreachable { cause: String },
+    /// A node's Docker Engine (a `nodes:` recipe) does not answer: `cause` is the client's
+    /// words, or None when it did not answer in time.
+    #[error(
+        "node {node}: {}; is {} and the address right? `sparkctl doctor RECIPE` checks each of \
+         its nodes",
+        match cause {
+            Some(cause) => format!("cannot reach its Docker Engine at {endpoint} ({cause})"),
+            None => format!("its Docker Engine at {endpoint} did not answer within 5 s"),
+        },
+        if cause.is_some() { "dockerd running there," } else { "the node up" }
+    )]
+    NodeUnreachable {
+        node: String,
+        endpoint: String,
+        cause: Option<String>,
+    },
+    /// Some nodes' engines do not answer (each named): nothing starts on the others either.
+    #[error("not every node's engine answers; nothing was started:\n  {}", nodes.join("\n  "))]
+    NodesUnreachable { nodes: Vec<String> },
     /// Another sparkctl holds the state dir's lock; `holder` is what it wrote there.
     #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
     LockHeld { holder: String },
@@ -287,7 +306,9 @@ impl Error {
             | Error::NoRecipesDir { .. }
             | Error::UnknownName { .. } => ErrorKind::UnknownRecipe,
             Error::NotRunning { .. } | Error::NeverRan { .. } => ErrorKind::NotRunning,
-            Error::EngineUnreachable { .. } => ErrorKind::EngineUnreachable,
+            Error::EngineUnreachable { .. }
+            | Error::NodeUnreachable { .. }
+            | Error::NodesUnreachable { .. } => ErrorKind::EngineUnreachable,
             Error::LockHeld { .. } => ErrorKind::LockHeld,
             Error::DoesNotFit { .. } => ErrorKind::DoesNotFit,
             Error::PortTaken { .. } => ErrorKind::PortTaken,
