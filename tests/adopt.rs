@@ -369,3 +369,75 @@ impl Drop for Remove {
         let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
     }
 }
+
+/// When the recipe cannot serve, everything is put back: the front door stops and the
+/// foreign server runs again as it did, on its port.
+#[test]
+fn a_failed_adoption_puts_the_foreign_server_back() {
+    let deck = Deck::new("adopt-fail");
+    let port = deck.door_port.to_string();
+    let child = support::sparkctl()
+        .args(["sim", "--host", "127.0.0.1", "--port", &port])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let by_hand = ByHand(child);
+    let pid = by_hand.0.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "sim did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    deck.sparkctl(&["import", "broken", "--pid", &pid.to_string()])
+        .succeeds();
+    // The recipe as reviewed, with a mistake: the server will not start.
+    let path = deck.dir.join("recipes/broken.yaml");
+    let recipe = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        recipe
+            .replace(
+                "runtime: process\n",
+                "runtime: process\nhealth:\n  timeout: 5s\n",
+            )
+            .replace("health: {}\n", "")
+            .replace("  args: []\n", "  args: [--no-such-flag]\n"),
+    )
+    .unwrap();
+    let out = Ran::of(
+        deck.cmd(&["adopt", "broken", "--yes"])
+            .env("SPARKCTL_MEMORY_GB", "8.15"),
+    );
+    assert_eq!(out.0, Some(1), "{}", out.1);
+    assert!(out.1.contains("put back"), "{}", out.1);
+    // The port is served again by the server as it was, not by a front door.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "{}", out.1);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let again = std::process::Command::new("ss")
+        .args(["-ltnp"])
+        .output()
+        .unwrap();
+    let line = text_of_port(&text(&again.stdout), &port);
+    assert!(line.contains("sparkctl"), "{line}");
+    assert!(
+        !deck.dir.join("state/frontdoor/supervisor.json").exists(),
+        "{}",
+        out.1
+    );
+    // Whoever serves now is the restarted server: stop it (it is ours, started again).
+    if let Some(restarted) = line.split("pid=").nth(1).and_then(|p| p.split(',').next()) {
+        let _ = Command::new("kill").arg(restarted).status();
+    }
+}
+
+fn text_of_port(ss: &str, port: &str) -> String {
+    ss.lines()
+        .find(|l| l.contains(&format!(":{port} ")))
+        .unwrap_or_default()
+        .to_string()
+}
