@@ -6,6 +6,7 @@
 pub mod adopt;
 pub mod bench;
 pub mod bisect;
+pub mod captured;
 pub mod cli;
 pub mod context;
 pub mod deploy;

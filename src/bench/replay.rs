@@ -9,15 +9,15 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::client;
 use super::load::{schedule, Arrival};
 use super::sample::Sample;
-use super::suite::{CacheMode, Case, ServerKind, Suite};
+use super::suite::{captured_request, CacheMode, Case, Suite};
 use super::{Bench, Options};
+use crate::captured as capture;
 use crate::error::{Error, Result};
-use crate::frontdoor::capture;
 use crate::state::StateDir;
 
 /// The suite name that means production's captured traffic.
@@ -142,26 +142,6 @@ pub fn from_capture(path: &Path) -> Result<Suite> {
     })
 }
 
-/// A captured body as it is sent again: the target's model, streamed with usage (and the
-/// engine's per-chunk counts); messages, tools and sampling as captured.
-pub fn request(body: &Value, model: &str, server: ServerKind) -> Value {
-    let mut b = body.clone();
-    b["model"] = json!(model);
-    b["stream"] = json!(true);
-    if !b["stream_options"].is_object() {
-        b["stream_options"] = json!({});
-    }
-    b["stream_options"]["include_usage"] = json!(true);
-    match server {
-        ServerKind::LlamaServer => b["timings_per_token"] = json!(true),
-        ServerKind::Vllm | ServerKind::Sglang => {
-            b["stream_options"]["continuous_usage_stats"] = json!(true)
-        }
-        ServerKind::Other => {}
-    }
-    b
-}
-
 /// How the replay is paced: the load level asked, or the gaps it was captured with.
 fn pace(opts: &Options) -> String {
     match (opts.concurrency.first(), opts.rate) {
@@ -183,7 +163,7 @@ pub(super) async fn run(
     let bodies: Vec<Value> = cases
         .iter()
         .map(|c| {
-            request(
+            captured_request(
                 c.body.as_ref().unwrap_or(&Value::Null),
                 &b.info.model,
                 b.info.kind,

@@ -292,7 +292,7 @@ impl Suite {
         server: ServerKind,
     ) -> Value {
         if let Some(captured) = &case.body {
-            return super::replay::request(captured, model, server);
+            return captured_request(captured, model, server);
         }
         let mut messages = Vec::new();
         if let Some(system) = self.system_for(case) {
@@ -349,6 +349,26 @@ impl Suite {
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
+}
+
+/// A captured body as it is sent again: the target's model, streamed with usage (and the
+/// engine's per-chunk counts); messages, tools and sampling as captured.
+pub fn captured_request(body: &Value, model: &str, server: ServerKind) -> Value {
+    let mut b = body.clone();
+    b["model"] = json!(model);
+    b["stream"] = json!(true);
+    if !b["stream_options"].is_object() {
+        b["stream_options"] = json!({});
+    }
+    b["stream_options"]["include_usage"] = json!(true);
+    match server {
+        ServerKind::LlamaServer => b["timings_per_token"] = json!(true),
+        ServerKind::Vllm | ServerKind::Sglang => {
+            b["stream_options"]["continuous_usage_stats"] = json!(true)
+        }
+        ServerKind::Other => {}
+    }
+    b
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+pub use crate::captured::{dir, files, read, Captured};
 use crate::error::{Error, Result};
 use crate::secrets::REDACTED;
 
@@ -71,25 +72,8 @@ pub struct CaptureStatus {
     pub dropped: u64,
 }
 
-/// One captured request: when it arrived (Unix ms), its path, its body (redacted).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Captured {
-    pub unix_ms: u64,
-    pub path: String,
-    pub body: Value,
-}
-
-pub fn dir(state: &crate::state::StateDir) -> PathBuf {
-    super::dir(state).join("capture")
-}
-
 pub fn settings_file(state: &crate::state::StateDir) -> PathBuf {
     super::dir(state).join("capture.json")
-}
-
-/// The capture files, oldest first (the rotated one, then the current one).
-pub fn files(dir: &Path) -> [PathBuf; 2] {
-    [dir.join("requests.1.jsonl"), dir.join("requests.jsonl")]
 }
 
 /// The settings as written, or capture off.
@@ -394,28 +378,6 @@ pub fn redact(body: Value, secret: Option<&str>) -> Value {
         .filter(|(k, _)| KEPT.contains(&k.as_str()))
         .collect();
     scrub_value(Value::Object(kept), secret)
-}
-
-/// The captured requests in `dir` (or one capture file), oldest first; lines that do not
-/// parse are skipped and counted.
-pub fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
-    let sources: Vec<PathBuf> = match path.is_dir() {
-        true => files(path).into_iter().filter(|p| p.exists()).collect(),
-        false => vec![path.to_path_buf()],
-    };
-    let (mut out, mut bad) = (Vec::new(), 0);
-    for f in sources {
-        let text = std::fs::read_to_string(&f)
-            .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            match serde_json::from_str::<Captured>(line) {
-                Ok(c) => out.push(c),
-                Err(_) => bad += 1,
-            }
-        }
-    }
-    out.sort_by_key(|c| c.unix_ms);
-    Ok((out, bad))
 }
 
 #[cfg(test)]
