@@ -2,7 +2,9 @@
 //!
 //! Exit codes are part of the interface (scripts and cron jobs read them):
 //! 0 success, 1 an operation failed, 2 bad input (nothing was changed),
-//! 130 interrupted by Ctrl-C.
+//! 130 interrupted by Ctrl-C. So are the kinds (`ErrorKind`) `--json` prints: each failure
+//! users meet is a variant with its message written once, in its `Display`, where the
+//! variant is declared.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -99,6 +101,174 @@ pub enum Error {
     /// Ctrl-C: what was running has been stopped or left as the message says.
     #[error("{0}")]
     Interrupted(String),
+    /// A name that no recipe in `dir` has; `hint` is the did-you-mean over those that are.
+    #[error("no recipe named `{name}` in {}; {hint}", dir.display())]
+    UnknownRecipe {
+        name: String,
+        dir: PathBuf,
+        hint: String,
+    },
+    /// A recipe name where sparkctl found no recipes directory at all.
+    #[error(
+        "no recipe named `{name}`: there is no recipes directory here (./recipes) nor at {0}; \
+         run sparkctl inside a checkout, pass --recipes DIR (or set SPARKCTL_RECIPES), or put \
+         recipes at {0}",
+        dir.display()
+    )]
+    NoRecipesDir { name: String, dir: PathBuf },
+    /// A name that is neither a recipe here nor a deployment that ran (`down NAME`).
+    #[error("no recipe or deployment named `{name}`; {hint}")]
+    UnknownName { name: String, hint: String },
+    /// A command that needs the recipe's server running (`bench NAME`), and it is not.
+    #[error("{name} is not running; `sparkctl start {name}` first (or give a URL)")]
+    NotRunning { name: String },
+    /// Nothing of `name` ever ran under this state dir (`logs NAME`).
+    #[error(
+        "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
+        state_dir.display()
+    )]
+    NeverRan { name: String, state_dir: PathBuf },
+    /// This machine's Docker Engine does not answer; `cause` is the client's own words.
+    #[error(
+        "cannot reach the Docker Engine ({cause}); is dockerd running and may this user use its \
+         socket? `sparkctl doctor` checks the machine"
+    )]
+    EngineUnreachable { cause: String },
+    /// A node's Docker Engine (a `nodes:` recipe) does not answer: `cause` is the client's
+    /// words, or None when it did not answer in time.
+    #[error(
+        "node {node}: {}; is {} and the address right? `sparkctl doctor RECIPE` checks each of \
+         its nodes",
+        match cause {
+            Some(cause) => format!("cannot reach its Docker Engine at {endpoint} ({cause})"),
+            None => format!("its Docker Engine at {endpoint} did not answer within 5 s"),
+        },
+        if cause.is_some() { "dockerd running there," } else { "the node up" }
+    )]
+    NodeUnreachable {
+        node: String,
+        endpoint: String,
+        cause: Option<String>,
+    },
+    /// Some nodes' engines do not answer (each named): nothing starts on the others either.
+    #[error("not every node's engine answers; nothing was started:\n  {}", nodes.join("\n  "))]
+    NodesUnreachable { nodes: Vec<String> },
+    /// Another sparkctl holds the state dir's lock; `holder` is what it wrote there.
+    #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
+    LockHeld { holder: String },
+    /// The memory plan cannot be met; `plan` names the pool and what runs in it.
+    #[error("{name} does not fit in memory{}: {plan}{}", unfit.when(), unfit.fix())]
+    DoesNotFit {
+        name: String,
+        plan: String,
+        unfit: Unfit,
+    },
+    /// The recipe's port answers for something else; `down` names the deployment to stop
+    /// when it is one of sparkctl's.
+    #[error("{recipe}: port {port} is taken by {owner}; {}", match down {
+        Some(name) => format!("`sparkctl down {name}`"),
+        None => "stop it, or give the recipe another server.port".to_string(),
+    })]
+    PortTaken {
+        recipe: String,
+        port: u16,
+        owner: String,
+        down: Option<String>,
+    },
+    /// The candidate's benchmark failed gates (or the server failed requests).
+    #[error("{name} did not pass: {}", failed.join("; "))]
+    RejectedByGates { name: String, failed: Vec<String> },
+    /// The benchmark could not decide: neither promoted nor rejected.
+    #[error(
+        "{name} was not promoted and not rejected: the benchmark was inconclusive ({reason}); \
+         production keeps serving; run `sparkctl up {name}` again"
+    )]
+    Inconclusive { name: String, reason: String },
+    /// `up` or `rollback` failed and took the way back: the cause (whose kind it keeps), then
+    /// what was restored and what serves now.
+    #[error("{0}")]
+    RunFailed(Box<RunFailure>),
+}
+
+/// A failed `up` or `rollback`, after the way back.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {record}"
+)]
+pub struct RunFailure {
+    pub what: String,
+    pub outcome: String,
+    pub cause: Error,
+    pub notes: String,
+    pub port: u16,
+    pub serving: String,
+    pub record: String,
+}
+
+/// Why a memory plan cannot be met, and so what to do about it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unfit {
+    /// Not even with every other server stopped.
+    Alone,
+    /// Only while these jobs (`NAME N GB`) hold their memory.
+    BesideJobs(Vec<String>),
+    /// These deployments must stop first (`start` never stops anything itself).
+    MustStop(Vec<String>),
+    /// A job: not even with every server stopped; the running jobs (`NAME N GB`) that hold
+    /// the rest.
+    JobAlone(Vec<String>),
+}
+
+impl Unfit {
+    fn when(&self) -> String {
+        match self {
+            Unfit::Alone => " even alone".into(),
+            Unfit::BesideJobs(jobs) => format!(" while job(s) {} run", jobs.join(", ")),
+            Unfit::MustStop(_) => String::new(),
+            Unfit::JobAlone(_) => " even with every server stopped".into(),
+        }
+    }
+
+    fn fix(&self) -> String {
+        match self {
+            Unfit::Alone => "; lower its server.memory_gb (and what the server takes: \
+                             --gpu-memory-utilization, -ngl, context size), give it more GPUs, \
+                             or raise SPARKCTL_MEMORY_GB if the machine has more"
+                .into(),
+            Unfit::BesideJobs(_) => {
+                "; wait for them (`sparkctl jobs`) or `sparkctl stop JOB`".into()
+            }
+            Unfit::MustStop(names) => {
+                let stop: Vec<String> = names
+                    .iter()
+                    .map(|n| format!("`sparkctl down {n}`"))
+                    .collect();
+                format!("; stop {} first", stop.join(", "))
+            }
+            Unfit::JobAlone(held) if held.is_empty() => String::new(),
+            Unfit::JobAlone(held) => format!("; running jobs hold {}", held.join(", ")),
+        }
+    }
+}
+
+/// What kind of failure an error is: stable words for scripts (`--json` prints it as
+/// `kind`), whatever its message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Usage,
+    Invalid,
+    UnknownRecipe,
+    NotRunning,
+    EngineUnreachable,
+    LockHeld,
+    DoesNotFit,
+    PortTaken,
+    RejectedByGates,
+    Inconclusive,
+    Interrupted,
+    Io,
+    Failed,
 }
 
 fn render_diagnostics(diags: &[Diagnostic]) -> String {
@@ -111,11 +281,43 @@ fn render_diagnostics(diags: &[Diagnostic]) -> String {
 
 impl Error {
     pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Invalid(_) | Error::Usage(_) => 2,
-            Error::Io { .. } | Error::Failed(_) | Error::Reported(_) => 1,
+        // A run that failed after it began (its record says so) is an operation that
+        // failed, whatever its cause.
+        if let Error::RunFailed(_) = self {
+            return 1;
+        }
+        match self.kind() {
+            // Bad input: nothing was changed.
+            ErrorKind::Usage
+            | ErrorKind::Invalid
+            | ErrorKind::UnknownRecipe
+            | ErrorKind::NotRunning => 2,
             // What shells report for a SIGINT'd command.
-            Error::Interrupted(_) => 130,
+            ErrorKind::Interrupted => 130,
+            _ => 1,
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Usage(_) => ErrorKind::Usage,
+            Error::Invalid(_) => ErrorKind::Invalid,
+            Error::UnknownRecipe { .. }
+            | Error::NoRecipesDir { .. }
+            | Error::UnknownName { .. } => ErrorKind::UnknownRecipe,
+            Error::NotRunning { .. } | Error::NeverRan { .. } => ErrorKind::NotRunning,
+            Error::EngineUnreachable { .. }
+            | Error::NodeUnreachable { .. }
+            | Error::NodesUnreachable { .. } => ErrorKind::EngineUnreachable,
+            Error::LockHeld { .. } => ErrorKind::LockHeld,
+            Error::DoesNotFit { .. } => ErrorKind::DoesNotFit,
+            Error::PortTaken { .. } => ErrorKind::PortTaken,
+            Error::RejectedByGates { .. } => ErrorKind::RejectedByGates,
+            Error::Inconclusive { .. } => ErrorKind::Inconclusive,
+            Error::Interrupted(_) => ErrorKind::Interrupted,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Failed(_) | Error::Reported(_) => ErrorKind::Failed,
+            Error::RunFailed(run) => run.cause.kind(),
         }
     }
 

@@ -138,6 +138,94 @@ fn socket_owner(inode: u64) -> Option<u32> {
     })
 }
 
+/// Every LISTEN socket of the TCP tables: (inode, port).
+fn listening_sockets() -> Vec<(u64, u16)> {
+    const LISTEN: &str = "0A";
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let port = local
+                .split_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if let (true, Some(port), Ok(inode)) = (*state == LISTEN, port, inode.parse()) {
+                out.push((inode, port));
+            }
+        }
+    }
+    out
+}
+
+/// The listening descriptors of `pid`: (fd number, port), lowest port first.
+pub fn listening_fds(pid: u32) -> Vec<(i32, u16)> {
+    let sockets = listening_sockets();
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(i32, u16)> = fds
+        .filter_map(|fd| fd.ok())
+        .filter_map(|fd| {
+            let n: i32 = fd.file_name().to_str()?.parse().ok()?;
+            let target = fs::read_link(fd.path()).ok()?;
+            let inode: u64 = target
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            let port = sockets.iter().find(|(i, _)| *i == inode)?.1;
+            Some((n, port))
+        })
+        .collect();
+    out.sort_by_key(|(_, port)| *port);
+    out
+}
+
+/// Connections `pid` holds open that were accepted on `port` (ESTABLISHED, local port):
+/// the requests it is still answering there.
+pub fn connections_of(pid: u32, port: u16) -> usize {
+    const ESTABLISHED: &str = "01";
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|l| l.split_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if f.get(3) == Some(&ESTABLISHED) && local_port == Some(port) {
+                if let Some(Ok(inode)) = f.get(9).map(|i| i.parse::<u64>()) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+        .filter(|t| inodes.iter().any(|i| t.as_os_str() == i.as_str()))
+        .count()
+}
+
+/// The ports `pid` listens on, lowest first.
+pub fn ports_of(pid: u32) -> Vec<u16> {
+    let mut ports: Vec<u16> = listening_fds(pid).into_iter().map(|(_, p)| p).collect();
+    ports.dedup();
+    ports
+}
+
 pub fn command_name(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()

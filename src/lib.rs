@@ -3,6 +3,7 @@
 //! The binary is a thin shell over this library: `cli` parses and renders, the other
 //! modules decide and act, one noun each.
 
+pub mod adopt;
 pub mod bench;
 pub mod bisect;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod frontdoor;
 pub mod history;
 pub mod host;
 pub mod images;
+pub mod import;
 pub mod job;
 pub mod lock;
 pub mod memory;

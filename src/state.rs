@@ -146,14 +146,13 @@ impl StateDir {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
-            return Err(Error::Failed(format!(
-                "another sparkctl is changing state ({}); wait for it to finish, then retry",
-                if holder.trim().is_empty() {
+            return Err(Error::LockHeld {
+                holder: if holder.trim().is_empty() {
                     "holder unknown".to_string()
                 } else {
                     holder.trim().to_string()
-                }
-            )));
+                },
+            });
         }
         let _ = file.set_len(0);
         let _ = file.rewind();

@@ -1,6 +1,6 @@
-//! docs/RECIPES.md against `sparkctl recipes schema`: every key the schema knows is documented
-//! in a key table, and every key a table documents is one the schema knows, so the reference
-//! cannot drift from the types that parse recipes.
+//! docs/RECIPES.md against `sparkctl recipes schema` (and `--job`): every key the schema knows
+//! is documented in a key table, and every key a table documents is one the schema knows, so
+//! the reference cannot drift from the types that parse recipes.
 
 mod support;
 
@@ -68,14 +68,20 @@ fn documented(doc: &str, header: &str) -> BTreeSet<String> {
     out
 }
 
-/// Every key path of `sparkctl recipes schema`.
-fn schema_keys() -> BTreeSet<String> {
-    let out = run(&["recipes", "schema"]);
+/// Every key path of `sparkctl recipes schema ARGS`.
+fn schema_keys_of(args: &[&str]) -> BTreeSet<String> {
+    let mut argv = vec!["recipes", "schema"];
+    argv.extend_from_slice(args);
+    let out = run(&argv);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let schema: Value = serde_json::from_slice(&out.stdout).expect("the schema is JSON");
     let mut known = BTreeSet::new();
     keys(&schema, &schema, "", &mut known);
     known
+}
+
+fn schema_keys() -> BTreeSet<String> {
+    schema_keys_of(&[])
 }
 
 const STEP: &str = "model.patches[].";
@@ -129,5 +135,26 @@ fn every_patch_step_is_documented_and_every_documented_step_exists() {
         documented(&doc(), "step"),
         known,
         "docs/RECIPES.md's patch step table against `recipes schema`"
+    );
+}
+
+#[test]
+fn every_job_recipe_key_is_documented_and_every_documented_key_exists() {
+    // An output's expectations are patch steps: the step table documents them.
+    let known: BTreeSet<String> = schema_keys_of(&["--job"])
+        .into_iter()
+        .filter(|k| !k.starts_with("outputs[].expect[]."))
+        .collect();
+    assert!(known.contains("outputs[].size"), "{known:?}");
+    let doc = documented(&doc(), "job key");
+    let undocumented: Vec<_> = known.difference(&doc).collect();
+    let unknown: Vec<_> = doc.difference(&known).collect();
+    assert!(
+        undocumented.is_empty(),
+        "keys of `recipes schema --job` missing from docs/RECIPES.md's job key table: {undocumented:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "job keys in docs/RECIPES.md that `recipes schema --job` does not know: {unknown:?}"
     );
 }

@@ -379,11 +379,11 @@ async fn make_room(
 ) -> Result<Option<crate::production::Upstream>> {
     let mem = &plan.memory;
     if !mem.fits {
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory even alone: {}",
-            b.recipe,
-            mem.describe()
-        )));
+        return Err(Error::DoesNotFit {
+            name: b.recipe.clone(),
+            plan: mem.describe(),
+            unfit: crate::error::Unfit::Alone,
+        });
     }
     if mem.must_stop.is_empty() {
         return Ok(None);

@@ -244,11 +244,15 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
 pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
     let mut stdout = std::io::stdout();
     match ctx.runtimes.find(name).await? {
-        Some(d) => ctx.runtimes.logs(&d, LogView { tail, follow }, &mut stdout).await,
-        None => Err(Error::Usage(format!(
-            "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
-            ctx.state.root().display()
-        ))),
+        Some(d) => {
+            ctx.runtimes
+                .logs(&d, LogView { tail, follow }, &mut stdout)
+                .await
+        }
+        None => Err(Error::NeverRan {
+            name: name.into(),
+            state_dir: ctx.state.root().to_path_buf(),
+        }),
     }
 }
 
@@ -261,10 +265,10 @@ pub async fn node_logs(
     tail: Option<usize>,
 ) -> Result<()> {
     let Some(d) = ctx.runtimes.find(name).await? else {
-        return Err(Error::Usage(format!(
-            "no deployment of {name} has run under the state dir {}; `sparkctl status` lists what has",
-            ctx.state.root().display()
-        )));
+        return Err(Error::NeverRan {
+            name: name.into(),
+            state_dir: ctx.state.root().to_path_buf(),
+        });
     };
     let docker = ctx.runtimes.docker()?;
     let mut stdout = std::io::stdout();

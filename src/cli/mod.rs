@@ -1,11 +1,13 @@
 //! The command line: clap definitions and dispatch. Rendering lives in `output` and
 //! `recipes`; decisions live in the library modules.
 
+mod adopt;
 mod bench;
 mod bisect;
 mod deploy;
 mod frontdoor;
 mod images;
+mod import;
 mod init;
 mod jobs;
 mod man;
@@ -219,6 +221,23 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// Write a recipe from what already runs: a host process (--pid, --port), a container
+    /// (--container), or a pasted `docker run` or command line. Nothing is started or stopped.
+    Import(import::ImportArgs),
+    /// Hand the production port from the server NAME was imported from to the front door,
+    /// serving NAME: blue/green when memory allows, else a swap with requests held.
+    Adopt {
+        name: String,
+        /// Stop the foreign server without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Say how it would go; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Run an image that has no digest in images.lock.
+        #[arg(long)]
+        allow_unpinned: bool,
+    },
     /// Run the simulated OpenAI-compatible engine (demos and tests; no GPU needed).
     Sim(SimConfig),
     /// Print shell completions.
@@ -282,6 +301,23 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Recipes { command } => recipes::run(&g.recipes_dir(), command, &out),
         Command::Init { dir } => init::run(dir, &g.recipes_dir(), &out),
+        Command::Adopt {
+            name,
+            yes,
+            dry_run,
+            allow_unpinned,
+        } => with_recipes(g, async |ctx, recipes| {
+            let args = adopt::AdoptArgs {
+                yes,
+                dry_run,
+                allow_unpinned,
+            };
+            adopt::run(ctx, recipes, &name, args, &out).await
+        }),
+        Command::Import(args) => runtime()?.block_on(async {
+            let state = crate::state::StateDir::open(&state_root(g))?;
+            import::run(g.recipes_dir().path, lock_path(g), &state, args, &out).await
+        }),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
             clap_complete::generate(

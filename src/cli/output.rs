@@ -126,6 +126,7 @@ pub fn print_error(err: &Error, json: bool) {
         };
         let doc = serde_json::json!({
             "error": err.to_string(),
+            "kind": err.kind(),
             "exit_code": err.exit_code(),
             "diagnostics": diagnostics,
         });

@@ -118,10 +118,8 @@ pub async fn bench_target(
         .find(target)
         .await?
         .filter(Deployment::running)
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "{target} is not running; `sparkctl start {target}` first (or give a URL)"
-            ))
+        .ok_or_else(|| Error::NotRunning {
+            name: target.into(),
         })?;
     let (gates, suite) = match &recipe.bench {
         // Checked when the recipe was loaded.
@@ -222,10 +220,10 @@ pub async fn ensure_known(
     names.extend(deployments.iter().map(|d| d.name.as_str()));
     names.sort_unstable();
     names.dedup();
-    Err(Error::Usage(format!(
-        "no recipe or deployment named `{name}`; {}",
-        crate::recipe::did_you_mean(name, &names, "known names")
-    )))
+    Err(Error::UnknownName {
+        name: name.into(),
+        hint: crate::recipe::did_you_mean(name, &names, "known names"),
+    })
 }
 
 /// Stops the running deployment of `name`; its logs are kept. None when nothing ran.

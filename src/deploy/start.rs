@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{port_owner, PortOwner, STOP_GRACE};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unfit};
 use crate::memory::{self, MemoryPlan};
 use crate::recipe::{LoadedRecipe, Recipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Fault, Ready, Waiting};
@@ -200,14 +200,15 @@ async fn refuse_taken_port(
     let Some(owner) = port_owner(rt, port, deployments).await else {
         return Ok(());
     };
-    let fix = match &owner {
-        PortOwner::Deployment { name } => format!("`sparkctl down {name}`"),
-        _ => "stop it, or give the recipe another server.port".to_string(),
-    };
-    Err(Error::Failed(format!(
-        "{}: port {port} is taken by {owner}; {fix}",
-        recipe.name
-    )))
+    Err(Error::PortTaken {
+        recipe: recipe.name.clone(),
+        port,
+        owner: owner.to_string(),
+        down: match &owner {
+            PortOwner::Deployment { name } => Some(name.clone()),
+            _ => None,
+        },
+    })
 }
 
 /// Running jobs hold their declared memory until they end: servers get what is left. A
@@ -241,24 +242,16 @@ async fn memory_plan(
         return Ok(memory);
     }
     let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
-    let (why, fix) = if jobs.is_empty() || memory.pool != memory::pools::Pool::Unified {
-        (
-            "even alone".to_string(),
-            "lower its server.memory_gb (and what the server takes: --gpu-memory-utilization, \
-             -ngl, context size), give it more GPUs, or raise SPARKCTL_MEMORY_GB if the \
-             machine has more",
-        )
+    let unfit = if jobs.is_empty() || memory.pool != memory::pools::Pool::Unified {
+        Unfit::Alone
     } else {
-        (
-            format!("while job(s) {} run", held.join(", ")),
-            "wait for them (`sparkctl jobs`) or `sparkctl stop JOB`",
-        )
+        Unfit::BesideJobs(held)
     };
-    Err(Error::Failed(format!(
-        "{} does not fit in memory {why}: {}; {fix}",
-        recipe.name,
-        memory.describe()
-    )))
+    Err(Error::DoesNotFit {
+        name: recipe.name.clone(),
+        plan: memory.describe(),
+        unfit,
+    })
 }
 
 /// A started, ready deployment.
@@ -348,24 +341,15 @@ fn refuse_unfit(plan: &StartPlan) -> Result<()> {
     if plan.memory.fits && plan.memory.must_stop.is_empty() {
         return Ok(());
     }
-    let stop: Vec<String> = plan
-        .memory
-        .must_stop
-        .iter()
-        .map(|n| format!("`sparkctl down {n}`"))
-        .collect();
-    let fix = if plan.memory.fits {
-        format!("stop {} first", stop.join(", "))
-    } else {
-        "it does not fit even alone; lower its memory_gb (gpu-memory-utilization) or raise \
-         SPARKCTL_MEMORY_GB if the machine has more"
-            .to_string()
-    };
-    Err(Error::Failed(format!(
-        "{} does not fit in memory: {}; {fix}",
-        plan.name,
-        plan.memory.describe()
-    )))
+    Err(Error::DoesNotFit {
+        name: plan.name.clone(),
+        plan: plan.memory.describe(),
+        unfit: if plan.memory.fits {
+            Unfit::MustStop(plan.memory.must_stop.clone())
+        } else {
+            Unfit::Alone
+        },
+    })
 }
 
 async fn launch(rt: &Runtimes, plan: &StartPlan, spec: &StartSpec) -> Result<Started> {

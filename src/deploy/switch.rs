@@ -232,21 +232,22 @@ pub async fn failed(
     record.serving = serving_now(ctx).await;
     record.finished_at = crate::units::now_utc();
     let saved = record.save(ctx.state());
-    let summary = format!(
-        "{what} {}: {e}\n  {}\n  serving on port {}: {}\n  run record: {}",
-        record.outcome,
-        notes.join("; "),
-        ctx.settings().production_port,
-        record.serving.clone().unwrap_or_else(|| "nothing".into()),
-        match &saved {
+    let failed = Error::RunFailed(Box::new(crate::error::RunFailure {
+        what: what.to_string(),
+        outcome: record.outcome.to_string(),
+        cause: e,
+        notes: notes.join("; "),
+        port: ctx.settings().production_port,
+        serving: record.serving.clone().unwrap_or_else(|| "nothing".into()),
+        record: match &saved {
             Ok(p) => p.display().to_string(),
             Err(e) => format!("not written ({e})"),
-        }
-    );
+        },
+    }));
     if interrupted {
-        Error::Interrupted(summary)
+        Error::Interrupted(failed.to_string())
     } else {
-        Error::Failed(summary)
+        failed
     }
 }
 

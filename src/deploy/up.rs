@@ -134,11 +134,11 @@ impl Flow<'_, '_> {
             None => false,
         };
         if !plan.memory.fits {
-            return Err(Error::Failed(format!(
-                "{} does not fit in memory even alone: {}",
-                self.name(),
-                plan.memory.describe()
-            )));
+            return Err(Error::DoesNotFit {
+                name: self.name().into(),
+                plan: plan.memory.describe(),
+                unfit: crate::error::Unfit::Alone,
+            });
         }
         self.say(&format!(
             "plan: {} ({}{}), {}; {}",
@@ -411,11 +411,10 @@ impl Flow<'_, '_> {
         }
         if result.verdict == Verdict::Inconclusive {
             self.record.outcome = Outcome::Inconclusive;
-            return Err(Error::Failed(format!(
-                "{name} was not promoted and not rejected: the benchmark was inconclusive ({}); \
-                 production keeps serving; run `sparkctl up {name}` again",
-                result.verdict_reason
-            )));
+            return Err(Error::Inconclusive {
+                name: name.clone(),
+                reason: result.verdict_reason.clone(),
+            });
         }
         let failed: Vec<String> = result
             .gates
@@ -432,10 +431,7 @@ impl Flow<'_, '_> {
             .chain(result.problems.iter().take(3).cloned())
             .collect();
         self.record.outcome = Outcome::Rejected;
-        Err(Error::Failed(format!(
-            "{name} did not pass: {}",
-            failed.join("; ")
-        )))
+        Err(Error::RejectedByGates { name, failed })
     }
 
     /// `--no-promote`: the candidate keeps its port; a production stopped for a swap serves

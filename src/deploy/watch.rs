@@ -399,10 +399,11 @@ impl Watch {
         };
         let plan = plan_start(&self.ctx, loaded, &opts).await?;
         if !plan.memory.fits {
-            return Err(Error::Failed(format!(
-                "{name} does not fit in memory: {}",
-                plan.memory.describe()
-            )));
+            return Err(Error::DoesNotFit {
+                name: name.to_string(),
+                plan: plan.memory.describe(),
+                unfit: crate::error::Unfit::Alone,
+            });
         }
         self.make_room(name, &plan.memory.must_stop).await?;
         let report = start(&self.ctx.runtimes, &plan, None, |_| {}).await?;

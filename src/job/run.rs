@@ -75,16 +75,11 @@ pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Re
     );
     if !memory.fits {
         let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
-        return Err(Error::Failed(format!(
-            "{} does not fit in memory even with every server stopped: {}{}",
-            r.name,
-            memory.describe(),
-            if held.is_empty() {
-                String::new()
-            } else {
-                format!("; running jobs hold {}", held.join(", "))
-            }
-        )));
+        return Err(Error::DoesNotFit {
+            name: r.name.clone(),
+            plan: memory.describe(),
+            unfit: crate::error::Unfit::JobAlone(held),
+        });
     }
     let production = crate::production::Production::load(&ctx.state)
         .ok()

@@ -175,6 +175,19 @@ fn check_env_and_limits(out: &mut Report, s: &Server) {
             );
         }
     }
+    for (i, m) in s.mounts.iter().enumerate() {
+        let host_ok = m.host.starts_with('/') || m.host.starts_with("~/");
+        if !host_ok || !m.container.starts_with('/') {
+            out.bad(
+                &format!("server.mounts[{i}]"),
+                format!(
+                    "mount `{}` → `{}` needs absolute paths on both sides",
+                    m.host, m.container
+                ),
+                "write the host path from / or ~/, and the container path from /",
+            );
+        }
+    }
     for name in s.ulimits.keys() {
         if !ULIMITS.contains(&name.as_str()) {
             let help = suggest(name, ULIMITS, "known ulimits");

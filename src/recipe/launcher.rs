@@ -61,6 +61,7 @@ pub(super) fn check(out: &mut Report, r: &Recipe, profile: &Profile) {
                 ("server.ulimits", !s.ulimits.is_empty()),
                 ("server.user", s.user.is_some()),
                 ("server.container_port", s.container_port.is_some()),
+                ("server.mounts", !s.mounts.is_empty()),
                 (
                     "model.mount",
                     r.model.as_ref().is_some_and(|m| m.mount.is_some()),

@@ -121,19 +121,16 @@ impl RecipeSet {
 
     pub fn unknown(&self, name: &str) -> Error {
         if !self.dir.is_dir() {
-            return Error::Usage(format!(
-                "no recipe named `{name}`: there is no recipes directory here (./recipes) nor \
-                 at {}; run sparkctl inside a checkout, pass --recipes DIR (or set \
-                 SPARKCTL_RECIPES), or put recipes at {}",
-                self.dir.display(),
-                self.dir.display()
-            ));
+            return Error::NoRecipesDir {
+                name: name.into(),
+                dir: self.dir.clone(),
+            };
         }
-        let hint = suggest(name, &self.names(), "known recipes");
-        Error::Usage(format!(
-            "no recipe named `{name}` in {}; {hint}",
-            self.dir.display()
-        ))
+        Error::UnknownRecipe {
+            name: name.into(),
+            dir: self.dir.clone(),
+            hint: suggest(name, &self.names(), "known recipes"),
+        }
     }
 
     /// For commands that read every recipe (`recipes validate`): all problems of all files.

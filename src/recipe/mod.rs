@@ -278,7 +278,23 @@ with_container_settings! {
         /// Port the server listens on inside the container; defaults to the engine's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub container_port: Option<u16>,
+        /// Bind mounts beside the model's (a Hugging Face cache, a config dir); docker only.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub mounts: Vec<ExtraMount>,
     }
+}
+
+/// One more bind mount of a docker recipe: what `docker run -v HOST:CONTAINER[:ro]` asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraMount {
+    /// Host path (`~` is expanded).
+    pub host: String,
+    /// Where it appears inside the container (absolute).
+    pub container: String,
+    /// Mounted read-only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 fn default_host() -> String {

@@ -195,6 +195,11 @@ impl Recipe {
             });
             push_flag(&mut cmd, profile.model_flag, &mount);
         }
+        mounts.extend(server.mounts.iter().map(|m| Mount {
+            host: expand_home(&m.host),
+            container: m.container.clone(),
+            read_only: m.read_only,
+        }));
         if let Some(name) = &served {
             push_flag(&mut cmd, profile.served_name_flag, name);
         }

@@ -57,11 +57,8 @@ pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
 
 /// Connects to the local engine (DOCKER_HOST or the default socket) and agrees on an API version.
 pub async fn connect() -> Result<Docker> {
-    let unreachable = |e: bollard::errors::Error| {
-        Error::Failed(format!(
-            "cannot reach the Docker Engine ({e}); is dockerd running and may this user use \
-             its socket? `sparkctl doctor` checks the machine"
-        ))
+    let unreachable = |e: bollard::errors::Error| Error::EngineUnreachable {
+        cause: e.to_string(),
     };
     Docker::connect_with_local_defaults()
         .map_err(unreachable)?

@@ -230,16 +230,20 @@ impl Runtimes {
     pub async fn open(state: &crate::state::StateDir) -> Runtimes {
         Runtimes {
             process: ProcessRuntime::new(state.clone()),
-            docker: DockerRuntime::connect(state)
-                .await
-                .map_err(|e| e.to_string()),
+            // The client's own words: `docker()` says them in the one message.
+            docker: DockerRuntime::connect(state).await.map_err(|e| match e {
+                crate::error::Error::EngineUnreachable { cause } => cause,
+                other => other.to_string(),
+            }),
         }
     }
 
     pub fn docker(&self) -> Result<&DockerRuntime> {
         self.docker
             .as_ref()
-            .map_err(|e| crate::error::Error::Failed(e.clone()))
+            .map_err(|cause| crate::error::Error::EngineUnreachable {
+                cause: cause.clone(),
+            })
     }
 
     /// Why the Docker Engine is not available, if it is not.
@@ -259,7 +263,12 @@ impl Runtimes {
                 Ok(containers) => all.extend(containers),
                 Err(e) => warnings.push(format!("containers not shown: {e}")),
             },
-            Err(e) => warnings.push(format!("containers not shown: {e}")),
+            Err(cause) => warnings.push(format!(
+                "containers not shown: {}",
+                crate::error::Error::EngineUnreachable {
+                    cause: cause.clone()
+                }
+            )),
         }
         all.sort_by(|a, b| {
             b.started_at

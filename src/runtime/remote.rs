@@ -16,12 +16,10 @@ pub async fn connect(node: &Node) -> Result<Docker> {
     if let Some(why) = endpoint.unsupported() {
         return Err(Error::Usage(format!("node {}: {why}", node.name)));
     }
-    let unreachable = |e: bollard::errors::Error| {
-        Error::Failed(format!(
-            "node {}: cannot reach its Docker Engine at {endpoint} ({e}); is dockerd running \
-             there, and is the address right? `sparkctl doctor RECIPE` checks each of its nodes",
-            node.name
-        ))
+    let unreachable = |e: Option<bollard::errors::Error>| Error::NodeUnreachable {
+        node: node.name.clone(),
+        endpoint: endpoint.to_string(),
+        cause: e.map(|e| e.to_string()),
     };
     let version = bollard::API_DEFAULT_VERSION;
     let docker = match &endpoint {
@@ -32,7 +30,7 @@ pub async fn connect(node: &Node) -> Result<Docker> {
         Endpoint::Tcp { addr, .. } => Docker::connect_with_http(addr, ENGINE_TIMEOUT_SECS, version),
         Endpoint::Ssh { .. } => unreachable!("refused above"),
     }
-    .map_err(unreachable)?;
+    .map_err(|e| unreachable(Some(e)))?;
     // A node whose engine is gone must be noticed in seconds, not at a TCP timeout.
     let docker = docker.with_timeout(std::time::Duration::from_secs(ENGINE_TIMEOUT_SECS));
     tokio::time::timeout(
@@ -40,14 +38,8 @@ pub async fn connect(node: &Node) -> Result<Docker> {
         docker.clone().negotiate_version(),
     )
     .await
-    .map_err(|_| {
-        Error::Failed(format!(
-            "node {}: its Docker Engine at {endpoint} did not answer within 5 s; is the node up \
-             and the address right? `sparkctl doctor RECIPE` checks each of its nodes",
-            node.name
-        ))
-    })?
-    .map_err(unreachable)
+    .map_err(|_| unreachable(None))?
+    .map_err(|e| unreachable(Some(e)))
 }
 
 /// A node and its connected engine.
@@ -78,10 +70,7 @@ pub async fn connect_all(nodes: &Nodes) -> Result<Vec<Connected>> {
     if problems.is_empty() {
         return Ok(ok);
     }
-    Err(Error::Failed(format!(
-        "not every node's engine answers; nothing was started:\n  {}",
-        problems.join("\n  ")
-    )))
+    Err(Error::NodesUnreachable { nodes: problems })
 }
 
 /// Connects to the nodes that answer; the others are named in the notes.

@@ -1,0 +1,400 @@
+//! `sparkctl adopt NAME`: the production port passes from a server sparkctl did not start
+//! (the one `import` read NAME from) to the front door, serving NAME, with the shortest gap.
+//!
+//! Blue/green when memory allows both: NAME starts on its own port and serves first; then
+//! the front door takes the port and the foreign server stops. Otherwise a swap: the front
+//! door takes the port holding requests, the foreign server stops, NAME starts, the door
+//! sends the held requests to it. The port itself never closes when the foreign server is a
+//! process this user may inspect: the front door shares its very listening socket
+//! (pidfd_getfd), so connections queue instead of being refused; else the door binds the
+//! moment the port is free. The foreign server is touched only after a yes, and is started
+//! again as it was when anything fails.
+
+mod door;
+mod foreign;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::deploy::{plan_start, start, StartOptions, StartPlan, STOP_GRACE};
+use crate::error::{Error, Result};
+use crate::frontdoor::{self, Launch, Remote};
+use crate::import::record;
+use crate::production::{Entry, Production, Upstream};
+use crate::recipe::RecipeSet;
+use crate::runtime::Deployment;
+pub use foreign::Foreign;
+
+pub struct Options<'a> {
+    pub dry_run: bool,
+    pub allow_unpinned: bool,
+    /// Asked before the foreign server is stopped; false refuses.
+    pub confirm: &'a dyn Fn(&str) -> bool,
+    pub say: &'a dyn Fn(&str),
+}
+
+/// How the port changed hands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Way {
+    /// NAME served before the foreign server stopped.
+    BlueGreen,
+    /// The foreign server stopped first; the door held requests until NAME served.
+    Swap,
+}
+
+/// Whether the port closed at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Handover {
+    /// The door shared the foreign server's socket: the port never closed.
+    SharedSocket,
+    /// The door bound the port once free, this long after the foreign server was told to stop.
+    Rebound { after_ms: u64 },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub recipe: String,
+    pub port: u16,
+    pub way: Way,
+    pub handover: Handover,
+    pub deployment: String,
+    pub foreign: String,
+    /// Planned only (`--dry-run`).
+    pub planned: bool,
+}
+
+/// What the way back must undo.
+#[derive(Default)]
+struct Touched {
+    started: Option<Deployment>,
+    door: bool,
+    foreign_stopped: bool,
+    production_before: Option<Production>,
+}
+
+struct Flow<'a> {
+    ctx: &'a Context,
+    launch: Launch,
+    config: frontdoor::Config,
+    foreign: Foreign,
+    docker: Option<bollard::Docker>,
+    name: String,
+    port: u16,
+    /// The address the foreign server listened on: the door serves the same.
+    host: String,
+    touched: Touched,
+}
+
+pub async fn adopt(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    name: &str,
+    opts: &Options<'_>,
+) -> Result<Report> {
+    let _lock = ctx.state.lock(&format!("adopt {name}"))?;
+    let loaded = recipes.get(name)?;
+    let imported = record::load(&ctx.state, name)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "{name} was not imported from a running server; `sparkctl import {name} --port PORT` \
+             (or --pid, --container) reads the one to adopt"
+        ))
+    })?;
+    let port = imported
+        .origin
+        .port()
+        .ok_or_else(|| Error::Usage(format!("the import of {name} found no port it serves")))?;
+    if port != ctx.settings.production_port {
+        return Err(Error::Usage(format!(
+            "{} serves port {port}, not the production port {}; set \
+             SPARKCTL_PRODUCTION_PORT={port} to make it the production port, then adopt",
+            imported.origin.describe(),
+            ctx.settings.production_port
+        )));
+    }
+    crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
+    if let Some(r) = frontdoor::supervisor::running(&ctx.state) {
+        return Err(Error::Usage(format!(
+            "a front door already runs for this state dir (pid {}, port {}); adopt hands a port \
+             that another server holds",
+            r.pid, r.port
+        )));
+    }
+    let docker = ctx.runtimes.docker().ok().map(|d| d.client().clone());
+    let foreign = Foreign::find(&imported.origin, docker.as_ref()).await?;
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?;
+    let start_opts = StartOptions {
+        lock: &lock,
+        allow_unpinned: opts.allow_unpinned,
+    };
+    let plan = plan_start(ctx, loaded, &start_opts).await?;
+    let way = way_for(&plan);
+    let host = crate::host::listener_on(port).map_or_else(|| "127.0.0.1".into(), |l| l.address);
+    (opts.say)(&describe(name, &foreign, port, way, &plan));
+    let mut report = Report {
+        recipe: name.to_string(),
+        port,
+        way,
+        handover: Handover::SharedSocket,
+        deployment: String::new(),
+        foreign: foreign.describe(),
+        planned: true,
+    };
+    if opts.dry_run {
+        return Ok(report);
+    }
+    if !(opts.confirm)(&format!(
+        "stop {} and serve port {port} with {name}?",
+        foreign.describe()
+    )) {
+        return Err(Error::Usage(format!(
+            "adopt stops {}; confirm, or pass --yes (nothing was changed)",
+            foreign.describe()
+        )));
+    }
+    let mut flow = Flow {
+        ctx,
+        launch: Launch::new(&ctx.self_exe, &recipes.dir, &ctx.lock_path),
+        config: frontdoor::Config::from_env(port)?,
+        foreign,
+        docker,
+        name: name.to_string(),
+        port,
+        host,
+        touched: Touched::default(),
+    };
+    let outcome = match way {
+        Way::BlueGreen => flow.blue_green(&plan, opts.say).await,
+        Way::Swap => flow.swap(&plan, opts.say).await,
+    };
+    match outcome {
+        Ok((handover, d)) => {
+            record::remove(&ctx.state, name);
+            report.handover = handover;
+            report.deployment = d.id;
+            report.planned = false;
+            Ok(report)
+        }
+        Err(e) => {
+            let notes = flow.put_back().await;
+            Err(Error::Failed(format!(
+                "adopt {name} failed: {e}\n  put back: {}",
+                if notes.is_empty() {
+                    "nothing had changed".into()
+                } else {
+                    notes.join("; ")
+                }
+            )))
+        }
+    }
+}
+
+/// Blue/green when the pool holds what runs, the recipe and the foreign server (which the
+/// recipe's declared need stands for: it is the same server); a need nobody declared
+/// cannot be planned, so the foreign server stops first.
+fn way_for(plan: &StartPlan) -> Way {
+    let m = &plan.memory;
+    let running: f64 = m.running.iter().filter_map(|(_, gb)| *gb).sum();
+    match m.need_gb {
+        Some(need) if m.fits && m.must_stop.is_empty() && running + 2.0 * need <= m.budget_gb => {
+            Way::BlueGreen
+        }
+        _ => Way::Swap,
+    }
+}
+
+fn describe(name: &str, foreign: &Foreign, port: u16, way: Way, plan: &StartPlan) -> String {
+    let how = match way {
+        Way::BlueGreen => format!(
+            "blue/green: {name} starts on {} and serves first, then the front door takes port \
+             {port} and {} stops",
+            plan.url,
+            foreign.describe()
+        ),
+        Way::Swap => format!(
+            "swap ({}): the front door takes port {port} holding requests, {} stops, then {name} \
+             starts on {} and the held requests go to it",
+            plan.memory.describe(),
+            foreign.describe(),
+            plan.url
+        ),
+    };
+    format!("adopt: {how}")
+}
+
+impl Flow<'_> {
+    async fn start_instance(&mut self, plan: &StartPlan) -> Result<Deployment> {
+        let d = start(&self.ctx.runtimes, plan, None, |_| {})
+            .await?
+            .deployment;
+        self.touched.started = Some(d.clone());
+        Ok(d)
+    }
+
+    /// production.json before the door starts: NAME is production, at `upstream`.
+    fn write_production(&mut self, upstream: Upstream) -> Result<Production> {
+        let before = Production::load(&self.ctx.state).unwrap_or_default();
+        self.touched.production_before = Some(before.clone());
+        let mut next = before;
+        next.promote(Entry {
+            recipe: self.name.clone(),
+            since: crate::units::now_utc(),
+            run_id: None,
+            bench: None,
+            upstream: Some(upstream),
+        });
+        crate::state::write_json(&self.ctx.state.production_file(), &next)?;
+        Ok(next)
+    }
+
+    /// The door on the port: sharing the foreign socket (then the foreign server stops once
+    /// it has answered what it took), or bound the moment the stopped server frees it.
+    /// `hold`: this command holds the door's requests from its first moment (a swap), so
+    /// the door's watch leaves production's start to it.
+    async fn take_port(&mut self, say: &dyn Fn(&str), hold: bool) -> Result<(Remote, Handover)> {
+        if let Some(socket) = self.foreign.share_socket(self.port) {
+            let remote = door::start_on(
+                &self.ctx.state,
+                &self.config,
+                &self.launch,
+                socket,
+                &self.host,
+            )
+            .await?;
+            self.touched.door = true;
+            if hold {
+                remote.hold(Duration::ZERO).await?;
+            }
+            say(&format!(
+                "the front door shares port {}'s socket; {} finishes what it took, then stops",
+                self.port,
+                self.foreign.describe()
+            ));
+            self.touched.foreign_stopped = true;
+            let cut = self.foreign.retire_shared(self.port, STOP_GRACE).await;
+            if cut > 0 {
+                say(&format!(
+                    "{} still held {cut} connection(s) after {} s; they were cut",
+                    self.foreign.describe(),
+                    STOP_GRACE.as_secs()
+                ));
+            }
+            return Ok((remote, Handover::SharedSocket));
+        }
+        say(&format!(
+            "stopping {}; the front door binds port {} the moment it is free",
+            self.foreign.describe(),
+            self.port
+        ));
+        let began = Instant::now();
+        self.touched.foreign_stopped = true;
+        let (stopped, bound) = tokio::join!(
+            self.foreign.stop(self.docker.as_ref(), STOP_GRACE),
+            door::bind_when_free(&self.host, self.port, STOP_GRACE + Duration::from_secs(20))
+        );
+        stopped?;
+        let socket = bound?;
+        let after_ms = began.elapsed().as_millis() as u64;
+        let remote = door::start_on(
+            &self.ctx.state,
+            &self.config,
+            &self.launch,
+            socket,
+            &self.host,
+        )
+        .await?;
+        self.touched.door = true;
+        if hold {
+            remote.hold(Duration::ZERO).await?;
+        }
+        Ok((remote, Handover::Rebound { after_ms }))
+    }
+
+    async fn blue_green(
+        &mut self,
+        plan: &StartPlan,
+        say: &dyn Fn(&str),
+    ) -> Result<(Handover, Deployment)> {
+        say(&format!("starting {}", self.name));
+        let d = self.start_instance(plan).await?;
+        self.write_production(crate::deploy::switch::upstream_of(&d))?;
+        let (remote, handover) = self.take_port(say, false).await?;
+        let serving = remote.status().await?.upstream;
+        if serving.as_ref().is_none_or(|u| u.deployment != d.id) {
+            return Err(Error::Failed(format!(
+                "the front door does not route to {} ({})",
+                self.name,
+                crate::units::short_id(&d.id)
+            )));
+        }
+        Ok((handover, d))
+    }
+
+    async fn swap(
+        &mut self,
+        plan: &StartPlan,
+        say: &dyn Fn(&str),
+    ) -> Result<(Handover, Deployment)> {
+        // Not running yet: the door starts holding, and this command holds it.
+        let placeholder = Upstream {
+            recipe: self.name.clone(),
+            deployment: format!("adopting-{}", std::process::id()),
+            url: plan.url.clone(),
+        };
+        let mut production = self.write_production(placeholder)?;
+        let (remote, handover) = self.take_port(say, true).await?;
+        say(&format!(
+            "starting {} (requests wait at the front door)",
+            self.name
+        ));
+        let d = self.start_instance(plan).await?;
+        if let Some(e) = production.current.as_mut() {
+            e.upstream = Some(crate::deploy::switch::upstream_of(&d));
+        }
+        remote.switch(&production, self.config.drain).await?;
+        Ok((handover, d))
+    }
+
+    /// After a failure: the door stops, production.json is as it was, what this started
+    /// stops, the foreign server runs again.
+    async fn put_back(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let t = std::mem::take(&mut self.touched);
+        if t.door {
+            match frontdoor::supervisor::stop(&self.ctx.state, Duration::from_secs(5)).await {
+                Ok(_) => notes.push("stopped the front door".into()),
+                Err(e) => notes.push(format!("stopping the front door failed: {e}")),
+            }
+        }
+        if let Some(before) = t.production_before {
+            if crate::state::write_json(&self.ctx.state.production_file(), &before).is_ok() {
+                notes.push("production.json as it was".into());
+            }
+        }
+        if let Some(d) = t.started {
+            let _ = self.ctx.runtimes.stop(&d, STOP_GRACE).await;
+            notes.push(format!(
+                "stopped {} (its logs: `sparkctl logs {}`)",
+                self.name, self.name
+            ));
+        }
+        if t.foreign_stopped {
+            let log = self
+                .ctx
+                .state
+                .root()
+                .join(format!("adopt-{}-restored.log", self.name));
+            match self.foreign.restore(self.docker.as_ref(), &log).await {
+                Ok(what) => notes.push(what),
+                Err(e) => notes.push(format!(
+                    "starting {} again failed: {e}",
+                    self.foreign.describe()
+                )),
+            }
+        }
+        notes
+    }
+}

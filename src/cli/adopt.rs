@@ -1,0 +1,71 @@
+//! `sparkctl adopt NAME`: rendering over `adopt`.
+
+use super::Output;
+use crate::adopt::{Handover, Options, Way};
+use crate::error::Result;
+
+pub struct AdoptArgs {
+    pub yes: bool,
+    pub dry_run: bool,
+    pub allow_unpinned: bool,
+}
+
+pub async fn run(
+    ctx: &crate::context::Context,
+    recipes: &crate::recipe::RecipeSet,
+    name: &str,
+    args: AdoptArgs,
+    out: &Output,
+) -> Result<()> {
+    let json = out.json;
+    let say = |line: &str| {
+        if !json {
+            println!("{line}");
+        }
+    };
+    let confirm = |question: &str| {
+        args.yes
+            || (std::io::IsTerminal::is_terminal(&std::io::stdin())
+                && dialoguer::Confirm::new()
+                    .with_prompt(question)
+                    .default(false)
+                    .interact()
+                    .unwrap_or(false))
+    };
+    let opts = Options {
+        dry_run: args.dry_run,
+        allow_unpinned: args.allow_unpinned,
+        confirm: &confirm,
+        say: &say,
+    };
+    let report = crate::adopt::adopt(ctx, recipes, name, &opts).await?;
+    if json {
+        out.print_json(&report);
+        return Ok(());
+    }
+    if report.planned {
+        println!("(dry run: nothing was changed)");
+        return Ok(());
+    }
+    let how = match report.handover {
+        Handover::SharedSocket => {
+            "the port never closed (the front door shared its socket)".to_string()
+        }
+        Handover::Rebound { after_ms } => {
+            format!("the front door bound the port {after_ms} ms after the stop began")
+        }
+    };
+    let way = match report.way {
+        Way::BlueGreen => "blue/green",
+        Way::Swap => "swap, requests held meanwhile",
+    };
+    println!(
+        "port {} is the front door's: production is {} ({}), {}; {} is stopped ({way})",
+        report.port,
+        report.recipe,
+        crate::units::short_id(&report.deployment),
+        how,
+        report.foreign
+    );
+    Ok(())
+}

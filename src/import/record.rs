@@ -1,0 +1,91 @@
+//! What `import` remembers of a running server it read, for `adopt`:
+//! `STATE/imports/NAME.json`. Identities and the port only — no command line, no
+//! environment (`adopt` reads those again from the running process when it needs them).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::host::ProcessId;
+use crate::state::StateDir;
+
+/// The running server a recipe was imported from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Origin {
+    /// A host process: pid and start time (a reused pid is another process).
+    Process {
+        process: ProcessId,
+        port: Option<u16>,
+    },
+    Container {
+        id: String,
+        name: String,
+        port: Option<u16>,
+    },
+}
+
+impl Origin {
+    /// The port it serves on the host.
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            Origin::Process { port, .. } | Origin::Container { port, .. } => *port,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Origin::Process { process, .. } => format!(
+                "pid {} ({})",
+                process.pid,
+                crate::host::command_name(process.pid).unwrap_or_else(|| "gone".into())
+            ),
+            Origin::Container { id, name, .. } => {
+                format!("container {name} ({})", crate::units::short_id(id))
+            }
+        }
+    }
+}
+
+/// One import of a running server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Imported {
+    pub recipe: String,
+    pub origin: Origin,
+    pub imported_at: String,
+}
+
+fn path(state: &StateDir, recipe: &str) -> PathBuf {
+    state.root().join("imports").join(format!("{recipe}.json"))
+}
+
+pub fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()> {
+    let p = path(state, recipe);
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    crate::state::write_json(
+        &p,
+        &Imported {
+            recipe: recipe.to_string(),
+            origin: origin.clone(),
+            imported_at: crate::units::now_utc(),
+        },
+    )
+}
+
+/// The import of `recipe`, if it was imported from a running server.
+pub fn load(state: &StateDir, recipe: &str) -> Result<Option<Imported>> {
+    let p = path(state, recipe);
+    if !p.exists() {
+        return Ok(None);
+    }
+    crate::state::read_json(&p).map(Some)
+}
+
+/// Forgets it once adopted: the server it names is gone.
+pub fn remove(state: &StateDir, recipe: &str) {
+    let _ = std::fs::remove_file(path(state, recipe));
+}

@@ -1,0 +1,294 @@
+//! `sparkctl import`: what a user already runs, as a recipe. The command lines of the
+//! production llama-server and of the vLLM serve in the project's notes give the shipped
+//! recipes back (paths aside); a container started by hand with `docker run` flags gives a
+//! recipe whose planned container is the same, its image digest pinned.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::{free_port, text, Deck};
+
+/// The production llama-server's command line, exactly as it was typed on the Spark.
+const LLAMA_LINE: &str = r#"~/llama-cpp-latest/build-gpu/bin/llama-server \
+    --host 0.0.0.0 --port 8003 \
+    -m ~/models/Qwen3.5-9B-Claude-Opus-Distilled-Q4_K_M.gguf \
+    --alias qwen3.5-9b --ctx-size 32768 --n-gpu-layers 999 -fa auto --jinja \
+    --reasoning-budget 0 --metrics"#;
+
+/// The vLLM serve line of the QAT v2b notes: the checklist's `docker run …
+/// vllm/vllm-openai:cu130-nightly --quantization modelopt_fp4 --enforce-eager
+/// --language-model-only --trust-remote-code`, with the elided options and the flags the
+/// same notes settled on (hermes tool parser, 0.85 of memory, 8K context, 16g shm) written out.
+fn vllm_line(model_dir: &str) -> String {
+    format!(
+        "docker run --gpus all --rm --ipc=host --shm-size 16g -p 8000:8000 \\\n  -v {model_dir}:/model \\\n  \
+         vllm/vllm-openai:cu130-nightly --model /model --served-model-name qwen3.5-9b \\\n  \
+         --quantization modelopt_fp4 --enforce-eager --language-model-only --trust-remote-code \\\n  \
+         --reasoning-parser qwen3 --enable-auto-tool-choice --tool-call-parser hermes \\\n  \
+         --gpu-memory-utilization 0.85 --max-model-len 8192"
+    )
+}
+
+/// `recipes show NAME --json`'s launch, with the host paths given replaced by a marker.
+fn launch_of(deck: &Deck, name: &str, paths: &[&str]) -> Value {
+    let out = deck.ok(&["--json", "recipes", "show", name]);
+    let mut text =
+        serde_json::to_string(&serde_json::from_str::<Value>(&out).unwrap()["launch"]).unwrap();
+    for p in paths {
+        text = text.replace(p, "<PATH>");
+    }
+    serde_json::from_str(&text).unwrap()
+}
+
+fn copy_shipped(deck: &Deck, name: &str) {
+    std::fs::copy(
+        support::repo().join(format!("recipes/{name}.yaml")),
+        deck.dir.join(format!("recipes/{name}.yaml")),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_notes_command_lines_import_as_the_shipped_recipes() {
+    let deck = Deck::new("import-seeds");
+    let home = std::env::var("HOME").unwrap();
+    copy_shipped(&deck, "llama-server");
+    copy_shipped(&deck, "qat-v2b");
+    // The port the llama-server served on is the production port here, as on the Spark.
+    let eighty_eighty_free = std::net::TcpListener::bind("127.0.0.1:8080").is_ok();
+    let out = Ran::of(
+        deck.cmd(&["import", "imported-llama", "--command", LLAMA_LINE])
+            .env("SPARKCTL_PRODUCTION_PORT", "8003"),
+    );
+    assert!(out.ok, "{}", out.all);
+    let written = std::fs::read_to_string(deck.dir.join("recipes/imported-llama.yaml")).unwrap();
+    assert!(written.contains("the production port"), "{written}");
+    assert!(written.contains("NOT INFERRED"), "{written}");
+    assert!(written.contains("server.memory_gb"), "{written}");
+    let shipped = launch_of(&deck, "llama-server", &[&home]);
+    let imported = launch_of(&deck, "imported-llama", &[&home]);
+    // Same program, same argv, same bind address; the port is the recipe's own (8080 where
+    // that is free) — the front door serves 8003.
+    assert_eq!(imported["launch"], shipped["launch"], "{imported:#}");
+    assert_eq!(imported["host"], "127.0.0.1");
+    assert_ne!(imported["port"], 8003);
+    if eighty_eighty_free {
+        assert_eq!(imported["port"], shipped["port"]);
+    }
+    assert_eq!(imported["engine"], "llama-server");
+    assert_eq!(imported["runtime"], "process");
+
+    // The vLLM model dir as the export left it: transformers 5 names, no preprocessor.
+    let model = deck.dir.join("qat-v2b");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"model_type":"qwen3_5_text","architectures":["Qwen3_5ForCausalLM"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        model.join("tokenizer_config.json"),
+        r#"{"tokenizer_class":"TokenizersBackend"}"#,
+    )
+    .unwrap();
+    let model_dir = model.display().to_string();
+    let out = Ran::of(&mut deck.cmd(&[
+        "import",
+        "imported-qat",
+        "--docker-run",
+        &vllm_line(&model_dir),
+    ]));
+    assert!(out.ok, "{}", out.all);
+    let written = std::fs::read_to_string(deck.dir.join("recipes/imported-qat.yaml")).unwrap();
+    for step in ["wrap-vl-config", "copy-from", "preprocessor_config.json"] {
+        assert!(written.contains(step), "no {step} suggested:\n{written}");
+    }
+    let shipped_model = format!("{home}/models/Qwen3.5-9B-Opus-Distilled-NVFP4-QAT-v2b");
+    let shipped = launch_of(&deck, "qat-v2b", &[&shipped_model]);
+    let imported = launch_of(&deck, "imported-qat", &[&model_dir]);
+    assert_eq!(imported["launch"], shipped["launch"], "{imported:#}");
+    assert_eq!(imported["port"], shipped["port"]);
+    assert_eq!(imported["engine"], "vllm");
+
+    // Never over a recipe that exists, unless asked.
+    let again = Ran::of(&mut deck.cmd(&[
+        "import",
+        "imported-qat",
+        "--docker-run",
+        &vllm_line(&model_dir),
+    ]));
+    assert_eq!(again.code, Some(2), "{}", again.all);
+    assert!(again.all.contains("--force"), "{}", again.all);
+    assert_eq!(
+        std::fs::read_to_string(deck.dir.join("recipes/imported-qat.yaml")).unwrap(),
+        written
+    );
+    // A line that needs a shell is refused, not run.
+    let shell = Ran::of(&mut deck.cmd(&[
+        "import",
+        "x",
+        "--docker-run",
+        "docker run img $(touch /tmp/sparkctl-pwned)",
+    ]));
+    assert_eq!(shell.code, Some(2), "{}", shell.all);
+    assert!(!std::path::Path::new("/tmp/sparkctl-pwned").exists());
+}
+
+/// A command's exit, and its stdout and stderr together.
+struct Ran {
+    ok: bool,
+    code: Option<i32>,
+    all: String,
+    stdout: String,
+}
+
+impl Ran {
+    fn of(cmd: &mut Command) -> Ran {
+        let out = cmd.output().expect("sparkctl runs");
+        Ran {
+            ok: out.status.success(),
+            code: out.status.code(),
+            all: format!("{}{}", text(&out.stdout), text(&out.stderr)),
+            stdout: text(&out.stdout),
+        }
+    }
+}
+
+/// `docker run` flags paired (`-e A`, `--ulimit x=1`), sorted: two lines that ask for the
+/// same container compare equal whatever their order.
+fn flag_pairs(words: &[String]) -> Vec<String> {
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        if w.starts_with('-') && w.contains('=') && w.starts_with("--") {
+            pairs.push(w.clone());
+            i += 1;
+        } else if w.starts_with('-') && i + 1 < words.len() && !words[i + 1].starts_with('-') {
+            pairs.push(format!("{w}={}", words[i + 1]));
+            i += 2;
+        } else {
+            pairs.push(w.clone());
+            i += 1;
+        }
+    }
+    pairs.sort();
+    pairs
+}
+
+#[test]
+fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
+    let image = support::sim_image();
+    let deck = Deck::new("import-container");
+    let port = free_port();
+    let data = deck.dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let name = format!("sparkctl-import-test-{}", std::process::id());
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    let run_flags: Vec<String> = [
+        "-e",
+        "SIM_IMPORT_A=1",
+        "-v",
+        &format!("{}:/data:ro", data.display()),
+        "--shm-size",
+        "256m",
+        "--ulimit",
+        "nofile=4096",
+        "--ulimit",
+        "core=0",
+        "-p",
+        &format!("127.0.0.1:{port}:8000"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cmd: Vec<String> = [
+        "sim", "--host", "0.0.0.0", "--port", "8000", "--ttft", "5ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = Command::new("docker")
+        .args(["run", "-d", "--name", &name])
+        .args(&run_flags)
+        .arg(image)
+        .args(&cmd)
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let removed = Remove(name.clone());
+
+    let out = Ran::of(
+        deck.cmd(&["import", "handmade", "--container", &name])
+            .env("SIM_IMPORT_A", "1"),
+    );
+    assert!(out.ok, "{}", out.all);
+    assert!(out.stdout.contains("pinned handmade"), "{}", out.all);
+    // Names only: the value never reaches the recipe.
+    let written = std::fs::read_to_string(deck.dir.join("recipes/handmade.yaml")).unwrap();
+    assert!(
+        written.contains("SIM_IMPORT_A") && !written.contains("SIM_IMPORT_A=1"),
+        "{written}"
+    );
+
+    // The digest in the lock is the image the container runs.
+    let inspect = Command::new("docker")
+        .args(["inspect", "--format", "{{.Image}}", &name])
+        .output()
+        .unwrap();
+    let image_id = text(&inspect.stdout).trim().to_string();
+    let lock = std::fs::read_to_string(deck.dir.join("images.lock")).unwrap();
+    assert!(
+        lock.contains("handmade:") && lock.contains(&image_id),
+        "{lock}"
+    );
+
+    // `start --dry-run` plans the same container: flags, image, command (once the one
+    // started by hand no longer holds the port).
+    let stopped = Command::new("docker")
+        .args(["stop", "-t", "1", &name])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    let plan = Ran::of(
+        deck.cmd(&["--json", "start", "handmade", "--dry-run"])
+            .env("SIM_IMPORT_A", "1"),
+    );
+    assert!(plan.ok, "{}", plan.all);
+    let plan: Value = serde_json::from_str(&plan.stdout).unwrap();
+    let planned: Vec<String> = plan["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    let at = planned
+        .iter()
+        .position(|w| w.starts_with("--entrypoint"))
+        .unwrap();
+    let (flags, rest) = planned[3..].split_at(at - 3);
+    let mut expected_flags: Vec<String> = run_flags.clone();
+    // Values stay on the host: the plan passes the name.
+    expected_flags[1] = "SIM_IMPORT_A".into();
+    assert_eq!(
+        flag_pairs(flags),
+        flag_pairs(&expected_flags),
+        "{planned:?}"
+    );
+    // `--entrypoint /sparkctl IMAGE sim ARGS`: the image's entrypoint and the same command.
+    assert_eq!(rest[1], "/sparkctl", "{planned:?}");
+    let argv: Vec<String> = rest[3..].to_vec();
+    assert_eq!(flag_pairs(&argv), flag_pairs(&cmd), "{planned:?}");
+    drop(removed);
+}
+
+/// Removes the hand-made container when the test ends, passed or not.
+struct Remove(String);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
+}
