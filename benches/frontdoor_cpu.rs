@@ -1,10 +1,12 @@
 //! What the front door costs against nginx, in one run: the same simulated engine (TTFT
 //! 20 ms, 100 tokens/s, 64-token answers) reached directly, through Debian's nginx
-//! (`proxy_buffering off`, a kept-alive upstream) and through a real front door (metering
-//! on), by the same client, interleaved round by round, at 1 and 32 streams. Prints TTFT
-//! and ITL p99 added over direct, and the CPU each proxy spent per 1,000 tokens it passed
-//! (all its processes and threads, from /proc schedstat, counted only while its own
-//! rounds ran).
+//! (`proxy_buffering off`, a kept-alive upstream) and through four real front doors — bare
+//! (metering only: `SPARKCTL_FRONTDOOR_QUALITY=off SPARKCTL_FRONTDOOR_PAGE=off`), with the
+//! live quality watch judging every answer, with the live page too (sampling its charts,
+//! nobody looking), and with the page's data polled as an open browser tab polls it — by the same client, interleaved round by round, at 1 and 32
+//! streams. Prints TTFT and ITL p99 added over direct, and the CPU each proxy spent per
+//! 1,000 tokens it passed (all its processes and threads, from /proc schedstat, counted
+//! only while its own rounds ran); then what the quality watch and the page add per token.
 //!
 //! `cargo bench --bench frontdoor_cpu`; installs nginx (Debian's) when missing.
 
@@ -165,30 +167,145 @@ async fn round(clients: &Clients, url: &str, streams: usize) -> Vec<Sample> {
     futures_util::future::join_all((0..streams).map(|_| stream(clients, url, &body))).await
 }
 
-fn main() {
-    let deck = Deck::new("bench-frontdoor-cpu");
-    let sim_port = support::free_port();
-    deck.recipe(
-        "sim",
-        &format!("engine: sim\nruntime: process\nserver:\n  port: {sim_port}\n  args: [--load-time, 0s, --ttft, 20ms, --token-rate, \"100\", --tokens, \"64\"]\n  memory_gb: 1\n"),
-    );
-    deck.ok(&["rollback", "--to", "sim"]);
-    let supervisor: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(deck.dir.join("state/frontdoor/supervisor.json")).unwrap(),
-    )
-    .unwrap();
-    let sup = supervisor["pid"].as_u64().unwrap() as u32;
-    let door_pids = || {
-        let mut pids = vec![sup];
-        pids.extend(children_of(sup));
+/// A front door of its own (its deck, its sim), started with `env`.
+struct Door {
+    deck: Deck,
+    sim_port: u16,
+    supervisor: u32,
+}
+
+impl Door {
+    fn start(tag: &str, env: &[(&str, &str)]) -> Door {
+        let deck = Deck::new(tag);
+        let sim_port = support::free_port();
+        deck.recipe(
+            "sim",
+            &format!("engine: sim\nruntime: process\nserver:\n  port: {sim_port}\n  args: [--load-time, 0s, --ttft, 20ms, --token-rate, \"100\", --tokens, \"64\"]\n  memory_gb: 1\n"),
+        );
+        let mut cmd = deck.cmd(&["rollback", "--to", "sim"]);
+        cmd.envs(env.iter().copied());
+        let out = cmd.output().expect("sparkctl runs");
+        assert!(out.status.success(), "{}", support::text(&out.stderr));
+        let supervisor: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(deck.dir.join("state/frontdoor/supervisor.json")).unwrap(),
+        )
+        .unwrap();
+        let supervisor = supervisor["pid"].as_u64().unwrap() as u32;
+        Door {
+            deck,
+            sim_port,
+            supervisor,
+        }
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.supervisor];
+        pids.extend(children_of(self.supervisor));
         pids
+    }
+}
+
+/// GETs `path` on `url` every 2 s (as the live page's script does) until `stop`.
+fn poll(
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            assert_eq!(support::http_status(&url, "/_sparkctl/data"), Some(200));
+            n += 1;
+            for _ in 0..20 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        n
+    })
+}
+
+/// The quality watch alone, in this process: what the proxy adds per answer (reading the
+/// request for its tools, judging every delta, recording the verdict), ns per token, over
+/// 64-token answers of plain prose delivered a word per chunk.
+fn quality_alone() -> f64 {
+    use sparkctl::frontdoor::live::Live;
+    use sparkctl::frontdoor::quality::{Answer, Delta};
+    let live = Live::default();
+    let up = sparkctl::production::Upstream {
+        recipe: "sim".into(),
+        deployment: "d".into(),
+        url: "http://127.0.0.1:1".into(),
     };
+    let body = serde_json::to_vec(&json!({
+        "model": "sim-model", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "Tell me about the history of the bicycle."}],
+    }))
+    .unwrap();
+    let prose = "The first bicycles were built in Germany around 1817, pushed along by the rider's feet; pedals came decades later, then the chain drive and air-filled tyres made the safety bicycle of the 1880s the shape most bikes still have today, and cycling clubs spread across Europe and America within a few years of it";
+    let words: Vec<String> = prose
+        .split_inclusive(' ')
+        .cycle()
+        .take(64)
+        .map(String::from)
+        .collect();
+    let answers = 20_000;
+    let started = std::time::Instant::now();
+    for _ in 0..answers {
+        let asked = live
+            .asked(&hyper::Method::POST, "/v1/chat/completions", &body)
+            .expect("a chat request is judged");
+        let mut a = Answer::new(asked, std::time::Instant::now());
+        for (i, w) in words.iter().enumerate() {
+            let d = Delta {
+                content: Some(w),
+                tool_call: false,
+                finish: (i == words.len() - 1).then_some("stop"),
+                tokens: 1,
+            };
+            a.delta(d, std::time::Instant::now());
+        }
+        live.record(&up, a.end());
+    }
+    started.elapsed().as_nanos() as f64 / (answers * words.len()) as f64
+}
+
+fn main() {
+    println!(
+        "the live quality watch alone (request read, every delta judged, verdict recorded): {:.0} ns per token, 64-token answers a word per chunk, one thread",
+        quality_alone()
+    );
+    let off = [
+        ("SPARKCTL_FRONTDOOR_QUALITY", "off"),
+        ("SPARKCTL_FRONTDOOR_PAGE", "off"),
+    ];
+    let doors = [
+        Door::start("bench-frontdoor-cpu-bare", &off),
+        Door::start(
+            "bench-frontdoor-cpu-quality",
+            &[("SPARKCTL_FRONTDOOR_PAGE", "off")],
+        ),
+        Door::start("bench-frontdoor-cpu-page", &[]),
+        Door::start("bench-frontdoor-cpu-polled", &[]),
+    ];
+    let sim_port = doors[0].sim_port;
     let nginx_port = support::free_port();
-    let nginx = Nginx::start(&deck.dir, nginx_port, sim_port);
+    let nginx = Nginx::start(&doors[0].deck.dir, nginx_port, sim_port);
+    // The page's door has a browser tab open on it: the page loaded, its data polled.
+    assert_eq!(
+        support::http_status(&doors[3].deck.door_url(), "/_sparkctl/"),
+        Some(200)
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let polling = poll(doors[3].deck.door_url(), stop.clone());
     let targets = [
         ("direct", format!("http://127.0.0.1:{sim_port}")),
         ("nginx", format!("http://127.0.0.1:{nginx_port}")),
-        ("front door", deck.door_url()),
+        ("door bare", doors[0].deck.door_url()),
+        ("+quality", doors[1].deck.door_url()),
+        ("+q +page", doors[2].deck.door_url()),
+        ("+q +page/2s", doors[3].deck.door_url()),
     ];
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -197,11 +314,12 @@ fn main() {
     let clients = Clients::new().unwrap();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "front door vs {} (proxy_buffering off, kept-alive upstream), one sim (TTFT 20 ms, 100 tok/s, 64 tokens), one client, interleaved; {cores} cores",
+        "front doors vs {} (proxy_buffering off, kept-alive upstream), one sim each (TTFT 20 ms, 100 tok/s, 64 tokens), one client, interleaved; {cores} cores",
         nginx.version
     );
+    println!("  door bare: metering only (SPARKCTL_FRONTDOOR_QUALITY=off SPARKCTL_FRONTDOOR_PAGE=off); +quality: the live quality watch on; +q +page: and the live page (sampling, nobody looking); +q +page/2s: its data polled every 2 s, as an open tab does");
     println!(
-        "  {:>7}  {:<10}  {:>9}  {:>9}  {:>10}  {:>9}  {:>9}  {:>7}",
+        "  {:>7}  {:<11}  {:>9}  {:>9}  {:>10}  {:>9}  {:>9}  {:>7}",
         "streams", "target", "TTFT p50", "added", "ITL p99", "added", "CPU/1k tok", "failed"
     );
     for (streams, rounds) in [(1usize, 30usize), (32, 8)] {
@@ -210,12 +328,14 @@ fn main() {
             rt.block_on(round(&clients, url, streams));
         }
         let mut tallies: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
-        for _ in 0..rounds {
-            for (i, (name, url)) in targets.iter().enumerate() {
-                let pids = match *name {
-                    "nginx" => nginx.pids(),
-                    "front door" => door_pids(),
-                    _ => Vec::new(),
+        for r in 0..rounds {
+            // Each round starts at another target: no target always follows the same one.
+            for i in (0..targets.len()).map(|k| (k + r) % targets.len()) {
+                let url = &targets[i].1;
+                let pids = match i {
+                    0 => Vec::new(),
+                    1 => nginx.pids(),
+                    d => doors[d - 2].pids(),
                 };
                 let before = cpu_ns(&pids);
                 let samples = rt.block_on(round(&clients, url, streams));
@@ -223,30 +343,67 @@ fn main() {
                 tallies[i].samples.extend(samples);
             }
         }
-        let (direct_ttft, direct_itl) = (tallies[0].ttft_p50(), tallies[0].itl_p99());
-        for ((name, _), t) in targets.iter().zip(&tallies) {
-            let cpu = if *name == "direct" {
-                "-".to_string()
-            } else {
-                format!(
-                    "{:.1} ms",
-                    t.cpu_ns as f64 / 1e6 / t.tokens().max(1) as f64 * 1e3
-                )
-            };
-            println!(
-                "  {streams:>7}  {name:<10}  {:>6.2} ms  {:>+6.2} ms  {:>7.2} ms  {:>+6.2} ms  {cpu:>10}  {:>7}",
-                t.ttft_p50(),
-                t.ttft_p50() - direct_ttft,
-                t.itl_p99(),
-                t.itl_p99() - direct_itl,
-                t.failed()
-            );
+        print_level(streams, &targets, &tallies);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let polls = polling.join().unwrap();
+    println!("  (the page's data was polled {polls} times during the rounds)");
+    page_alone(&doors[3]);
+}
+
+/// What one look at the page costs the door, with no traffic: its CPU over requests for
+/// the page and for its data, back to back.
+fn page_alone(door: &Door) {
+    let url = door.deck.door_url();
+    for (path, n) in [("/_sparkctl/", 50), ("/_sparkctl/data", 200)] {
+        let before = cpu_ns(&door.pids());
+        for _ in 0..n {
+            assert_eq!(support::http_status(&url, path), Some(200));
         }
-        let per_token = |t: &Tally| t.cpu_ns as f64 / t.tokens().max(1) as f64;
+        let each = cpu_ns(&door.pids()).saturating_sub(before) as f64 / n as f64 / 1e6;
         println!(
-            "  {streams:>7}  front door / nginx CPU per token: {:.2}x ({} tokens each way)",
-            per_token(&tallies[2]) / per_token(&tallies[1]).max(1.0),
-            tallies[2].tokens()
+            "  GET {path}: {each:.2} ms of the door's CPU each ({:.3}% of a core at one every 2 s)",
+            each / 2000.0 * 100.0
         );
     }
+}
+
+fn print_level(streams: usize, targets: &[(&str, String)], tallies: &[Tally]) {
+    let (direct_ttft, direct_itl) = (tallies[0].ttft_p50(), tallies[0].itl_p99());
+    for ((name, _), t) in targets.iter().zip(tallies) {
+        let cpu = if *name == "direct" {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.1} ms",
+                t.cpu_ns as f64 / 1e6 / t.tokens().max(1) as f64 * 1e3
+            )
+        };
+        println!(
+            "  {streams:>7}  {name:<11}  {:>6.2} ms  {:>+6.2} ms  {:>7.2} ms  {:>+6.2} ms  {cpu:>10}  {:>7}",
+            t.ttft_p50(),
+            t.ttft_p50() - direct_ttft,
+            t.itl_p99(),
+            t.itl_p99() - direct_itl,
+            t.failed()
+        );
+    }
+    let per_token = |t: &Tally| t.cpu_ns as f64 / t.tokens().max(1) as f64;
+    let (nginx, bare, quality, page, polled) = (
+        per_token(&tallies[1]),
+        per_token(&tallies[2]),
+        per_token(&tallies[3]),
+        per_token(&tallies[4]),
+        per_token(&tallies[5]),
+    );
+    println!(
+        "  {streams:>7}  CPU per token: nginx {:.1} µs, door bare {:.1} µs ({:.2}x nginx); the quality watch {:+.1} µs/token; the page {:+.1} µs/token sampling, {:+.1} µs/token polled every 2 s; {} tokens each way",
+        nginx / 1e3,
+        bare / 1e3,
+        bare / nginx.max(1.0),
+        (quality - bare) / 1e3,
+        (page - quality) / 1e3,
+        (polled - quality) / 1e3,
+        tallies[5].tokens()
+    );
 }

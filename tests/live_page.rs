@@ -184,6 +184,10 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
     assert_eq!(code, 401);
     assert!(shell.contains("id=\"data\">null</script>"), "{shell}");
     assert_eq!(get(&deck, "/_sparkctl/data", false).0, 401);
+    // With it (a header, as curl sends it), the page comes with its data inside.
+    let (code, full) = get(&deck, "/_sparkctl", true);
+    assert_eq!(code, 200);
+    assert!(full.contains("id=\"data\">{") && full.contains("\"points\":[{"));
     // Out of the OpenAI paths' way: those are still the upstream's.
     assert_eq!(get(&deck, "/v1/models", true).0, 200);
 
