@@ -74,27 +74,11 @@ pub async fn start_on(
             });
         }
     }
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| Error::io(format!("cannot start {} frontdoor run", launch.self_exe), e))?;
     // The supervisor holds it now; this process lets go.
     drop(socket);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if remote.status().await.is_ok() {
-            std::mem::forget(child);
-            return Ok(remote);
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::Failed(format!(
-                "the front door exited at once ({status}); its log: {}",
-                log_file.display()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(Error::Failed(format!(
-        "the front door did not answer within 15 s; its log: {}",
-        log_file.display()
-    )))
+    crate::frontdoor::supervisor::until_answering(&remote, child, &log_file).await?;
+    Ok(remote)
 }

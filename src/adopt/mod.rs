@@ -256,18 +256,7 @@ impl Flow<'_> {
     /// the door's watch leaves production's start to it.
     async fn take_port(&mut self, say: &dyn Fn(&str), hold: bool) -> Result<(Remote, Handover)> {
         if let Some(socket) = self.foreign.share_socket(self.port) {
-            let remote = door::start_on(
-                &self.ctx.state,
-                &self.config,
-                &self.launch,
-                socket,
-                &self.host,
-            )
-            .await?;
-            self.touched.door = true;
-            if hold {
-                remote.hold(Duration::ZERO).await?;
-            }
+            let remote = self.open_door(socket, hold).await?;
             say(&format!(
                 "the front door shares port {}'s socket; {} finishes what it took, then stops",
                 self.port,
@@ -298,6 +287,12 @@ impl Flow<'_> {
         stopped?;
         let socket = bound?;
         let after_ms = began.elapsed().as_millis() as u64;
+        let remote = self.open_door(socket, hold).await?;
+        Ok((remote, Handover::Rebound { after_ms }))
+    }
+
+    /// The front door started on the production port's socket; holding at once for a swap.
+    async fn open_door(&mut self, socket: std::os::fd::OwnedFd, hold: bool) -> Result<Remote> {
         let remote = door::start_on(
             &self.ctx.state,
             &self.config,
@@ -310,7 +305,7 @@ impl Flow<'_> {
         if hold {
             remote.hold(Duration::ZERO).await?;
         }
-        Ok((remote, Handover::Rebound { after_ms }))
+        Ok(remote)
     }
 
     async fn blue_green(

@@ -124,21 +124,32 @@ pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Resul
             cmd.pre_exec(crate::host::new_session);
         }
     }
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| Error::io(format!("cannot start {} frontdoor run", launch.self_exe), e))?;
+    until_answering(&remote, child, &log_file).await?;
+    Ok(remote)
+}
+
+/// Waits (15 s at most) until a front door just spawned as `child` answers on its control
+/// socket; an exit or silence is an error quoting its log.
+pub async fn until_answering(
+    remote: &Remote,
+    mut child: std::process::Child,
+    log_file: &std::path::Path,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         if remote.status().await.is_ok() {
             // Reaped by init once this command exits; not waited for here.
             std::mem::forget(child);
-            return Ok(remote);
+            return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(Error::Failed(format!(
                 "the front door exited at once ({status}); its log {} says:\n{}",
                 log_file.display(),
-                tail(&log_file)
+                tail(log_file)
             )));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -146,7 +157,7 @@ pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Resul
     Err(Error::Failed(format!(
         "the front door did not answer within 15 s; its log {} says:\n{}",
         log_file.display(),
-        tail(&log_file)
+        tail(log_file)
     )))
 }
 
