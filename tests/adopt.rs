@@ -6,23 +6,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::{text, Deck, Traffic};
-
-fn llama() -> (PathBuf, PathBuf) {
-    let get = |var: &str| {
-        let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-            panic!("{var} is not set: run the suite with `bash .ci/test`, which builds llama-server and writes the test model")
-        });
-        assert!(path.is_file(), "{var}={} does not exist", path.display());
-        path
-    };
-    (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
-}
 
 /// The hand-started server: killed when the test ends, whatever happened.
 struct ByHand(Child);
@@ -32,6 +20,27 @@ impl Drop for ByHand {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The simulator started by hand on the door's port (a foreign server sparkctl did not
+/// start), answering before this returns.
+fn sim_by_hand(deck: &Deck, extra: &[&str]) -> ByHand {
+    let port = deck.door_port.to_string();
+    let child = support::sparkctl()
+        .args(["sim", "--host", "127.0.0.1", "--port", &port])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let by_hand = ByHand(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "sim did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    by_hand
 }
 
 fn argv_of(pid: u32) -> Vec<String> {
@@ -62,7 +71,7 @@ fn pairs(words: &[String]) -> Vec<String> {
 
 #[test]
 fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connection() {
-    let (binary, model) = llama();
+    let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new("adopt-llama");
     let port = deck.door_port.to_string();
     let child = Command::new(&binary)
@@ -201,19 +210,7 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
     let deck = Deck::new("adopt-refuse");
     let port = deck.door_port.to_string();
     // A foreign server sparkctl did not start: the simulator, run by hand.
-    let child = support::sparkctl()
-        .args(["sim", "--host", "127.0.0.1", "--port", &port])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let by_hand = ByHand(child);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "sim did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let by_hand = sim_by_hand(&deck, &[]);
     deck.sparkctl(&["import", "handsim", "--port", &port])
         .succeeds();
     let written = std::fs::read_to_string(deck.dir.join("recipes/handsim.yaml")).unwrap();
@@ -247,29 +244,8 @@ impl Ran {
 #[test]
 fn without_room_for_both_the_front_door_holds_requests_through_a_swap() {
     let deck = Deck::new("adopt-swap");
-    let port = deck.door_port.to_string();
-    let child = support::sparkctl()
-        .args([
-            "sim",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port,
-            "--ttft",
-            "5ms",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let by_hand = ByHand(child);
+    let by_hand = sim_by_hand(&deck, &["--ttft", "5ms"]);
     let pid = by_hand.0.id();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "sim did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     deck.sparkctl(&["import", "handsim", "--pid", &pid.to_string()])
         .succeeds();
     let shown: Value =
@@ -376,20 +352,8 @@ impl Drop for Remove {
 fn a_failed_adoption_puts_the_foreign_server_back() {
     let deck = Deck::new("adopt-fail");
     let port = deck.door_port.to_string();
-    let child = support::sparkctl()
-        .args(["sim", "--host", "127.0.0.1", "--port", &port])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let by_hand = ByHand(child);
+    let by_hand = sim_by_hand(&deck, &[]);
     let pid = by_hand.0.id();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "sim did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     deck.sparkctl(&["import", "broken", "--pid", &pid.to_string()])
         .succeeds();
     // The recipe as reviewed, with a mistake: the server will not start.

@@ -5,23 +5,8 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 use support::{free_port, http_status, measured, text, Deck};
-
-/// The server binary and model `.ci/test` built and cached. No skipping: without them
-/// the test fails and says how to get them.
-fn llama() -> (PathBuf, PathBuf) {
-    let get = |var: &str| {
-        let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-            panic!("{var} is not set: run the suite with `bash .ci/test`, which builds llama-server and writes the test model")
-        });
-        assert!(path.is_file(), "{var}={} does not exist", path.display());
-        path
-    };
-    (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
-}
 
 /// One real server at a time: ggml's threads spin while they wait, so two servers (and the
 /// client) on 2 cores slow each other many times over.
@@ -34,7 +19,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// A deck with the `cache` suite and a llama-server recipe `tiny` on its own port. One
 /// thread for the server, so the client and sparkctl keep a core.
 fn deck(tag: &str) -> (Deck, u16) {
-    let (binary, model) = llama();
+    let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new(tag);
     // The shipped suite of cold, warm-prefix and multi-turn cases (random weights answer
     // gibberish, so only `non_empty` applies).
@@ -225,7 +210,7 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
 #[test]
 fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
     let _one = one_at_a_time();
-    let (binary, model) = llama();
+    let (binary, model) = support::llama_server_and_model();
     let (deck, _) = deck("llama-load");
     let port = free_port();
     deck.recipe(
@@ -362,7 +347,7 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
 /// known fatal line, and the start fails at once naming it.
 #[test]
 fn a_broken_model_file_is_named_by_llama_server_s_own_error() {
-    let (binary, model) = llama();
+    let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new("llama-broken");
     let broken = deck.dir.join("broken.gguf");
     let bytes = std::fs::read(&model).unwrap();

@@ -799,3 +799,16 @@ async fn traffic(
     }
     report
 }
+
+/// The real CPU llama-server and the random-weight test model `.ci/test` builds and caches.
+/// No skipping: without them the test fails and says how to get them.
+pub fn llama_server_and_model() -> (PathBuf, PathBuf) {
+    let get = |var: &str| {
+        let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+            panic!("{var} is not set: run the suite with `bash .ci/test`, which builds llama-server and writes the test model")
+        });
+        assert!(path.is_file(), "{var}={} does not exist", path.display());
+        path
+    };
+    (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
+}
