@@ -12,18 +12,18 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
 
-pub struct RunArgs {
-    pub dry_run: bool,
-    pub detach: bool,
-    pub yes: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct RunArgs {
+    pub(crate) dry_run: bool,
+    pub(crate) detach: bool,
+    pub(crate) yes: bool,
+    pub(crate) allow_unpinned: bool,
 }
 
 fn say(line: &str) {
     eprintln!("{}", printable(line));
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: &Context,
     recipes: &Path,
     name: &str,
@@ -53,7 +53,6 @@ pub async fn run(
                 .unwrap_or(false))
     };
     let opts = job::run::RunOptions {
-        allow_unpinned: args.allow_unpinned,
         confirm: &confirm,
         say: &say,
     };
@@ -228,7 +227,7 @@ fn print_outcome(rec: &JobRecord) {
     }
 }
 
-pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
+pub(crate) async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
     let none = || format!("no job runs yet (state dir {})", ctx.state.root().display());
@@ -269,7 +268,7 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn stop(
+pub(crate) async fn stop(
     ctx: &Context,
     name: &str,
     grace: Duration,
@@ -304,7 +303,12 @@ pub async fn stop(
     Ok(())
 }
 
-pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
+pub(crate) async fn logs(
+    ctx: &Context,
+    name: &str,
+    follow: bool,
+    tail: Option<usize>,
+) -> Result<()> {
     let runs = job::Runs::of(ctx)?;
     let mut stdout = std::io::stdout();
     let view = crate::runtime::LogView { tail, follow };

@@ -7,24 +7,24 @@ use serde::Serialize;
 use crate::error::Error;
 
 /// Colour on a terminal unless NO_COLOR is set to anything non-empty (no-color.org).
-pub fn color_for(stream: &impl IsTerminal) -> bool {
+pub(crate) fn color_for(stream: &impl IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-pub struct Output {
-    pub json: bool,
-    pub color: bool,
+pub(crate) struct Output {
+    pub(crate) json: bool,
+    pub(crate) color: bool,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool) -> Self {
         Output {
             json,
             color: color_for(&std::io::stdout()),
         }
     }
 
-    pub fn print_json(&self, value: &impl Serialize) {
+    pub(crate) fn print_json(&self, value: &impl Serialize) {
         let text = serde_json::to_string_pretty(value).expect("output types serialize");
         println!("{text}");
     }
@@ -32,7 +32,7 @@ impl Output {
     /// The start of every list of records: a warning per damaged record, then the records
     /// as JSON, or `none` when there are none. True when that said it all and no table is
     /// left to print.
-    pub fn list_said_all<T: Serialize>(
+    pub(crate) fn list_said_all<T: Serialize>(
         &self,
         rows: &[T],
         damaged: &[impl std::fmt::Display],
@@ -50,7 +50,7 @@ impl Output {
     }
 
     /// Bold when colour is on.
-    pub fn bold(&self, text: &str) -> String {
+    pub(crate) fn bold(&self, text: &str) -> String {
         if self.color {
             format!("\x1b[1m{text}\x1b[0m")
         } else {
@@ -59,11 +59,11 @@ impl Output {
     }
 
     /// Prints a table without the padding comfy-table leaves at line ends.
-    pub fn print_table(&self, table: &comfy_table::Table) {
+    pub(crate) fn print_table(&self, table: &comfy_table::Table) {
         println!("{}", table.trim_fmt());
     }
 
-    pub fn table(&self) -> comfy_table::Table {
+    pub(crate) fn table(&self) -> comfy_table::Table {
         let mut t = comfy_table::Table::new();
         t.load_style(comfy_table::presets::NOTHING);
         if !self.color {
@@ -77,7 +77,7 @@ impl Output {
 /// terminal should get it: control characters (ESC and the rest of C0 and C1) and the
 /// bidirectional overrides escaped as `\u{1b}`, so a recipe cannot recolour the terminal,
 /// move its cursor or hide text. Newlines and tabs stay.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     let bad = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
             || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
@@ -101,7 +101,7 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 /// the reader's choice, not a fault: exit at once, silently, as a command ended by SIGPIPE
 /// would. SIGPIPE itself stays ignored (Rust's default): restoring it would also kill
 /// sparkctl mid-`up` when the Docker Engine's socket closes under a write.
-pub fn exit_quietly_on_broken_pipe() {
+pub(crate) fn exit_quietly_on_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let text = info
@@ -118,7 +118,7 @@ pub fn exit_quietly_on_broken_pipe() {
 }
 
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
-pub fn print_error(err: &Error, json: bool) {
+pub(crate) fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {
         let diagnostics = match err {
             Error::Invalid(d) => d.clone(),

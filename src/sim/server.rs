@@ -134,7 +134,7 @@ fn log(line: std::fmt::Arguments) {
 }
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
-pub async fn serve(cfg: SimConfig) -> Result<()> {
+pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
     if let Some(done) = other_part(&cfg).await {
         return done;
     }
