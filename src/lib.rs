@@ -38,6 +38,7 @@ mod runtime;
 mod secrets;
 mod sim;
 mod state;
+mod stdio;
 mod units;
 mod yaml;
 
