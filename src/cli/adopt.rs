@@ -6,7 +6,7 @@ use crate::error::Result;
 
 /// `sparkctl adopt`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct AdoptArgs {
+pub(crate) struct AdoptArgs {
     name: String,
     /// Stop the foreign server without asking.
     #[arg(long)]

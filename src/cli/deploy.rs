@@ -72,7 +72,7 @@ fn render_plan(out: &Output, plan: &StartPlan) {
 
 /// `sparkctl start`'s flags.
 #[derive(Debug, Args)]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     name: String,
     /// Print the plan and change nothing.
     #[arg(long)]
@@ -161,7 +161,7 @@ async fn start(ctx: &Context, recipes: &RecipeSet, args: StartArgs, out: &Output
 
 /// `sparkctl status` (and `ps`): no flags.
 #[derive(Debug, Args)]
-pub struct StatusArgs;
+pub(crate) struct StatusArgs;
 
 impl StatusArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
@@ -280,7 +280,7 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
 
 /// `sparkctl logs`'s flags.
 #[derive(Debug, Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     name: String,
     #[arg(short, long)]
     follow: bool,
@@ -347,7 +347,7 @@ async fn node_logs(
 
 /// `sparkctl down`'s flags.
 #[derive(Debug, Args)]
-pub struct DownArgs {
+pub(crate) struct DownArgs {
     name: String,
     #[arg(long)]
     dry_run: bool,
@@ -400,7 +400,7 @@ async fn down(ctx: &Context, name: &str, dry_run: bool, force: bool, out: &Outpu
 
 /// `sparkctl up`'s flags.
 #[derive(Debug, Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     name: String,
     /// Print the plan and change nothing.
     #[arg(long)]
@@ -470,7 +470,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
 
 /// `sparkctl rollback`'s flags.
 #[derive(Debug, Args)]
-pub struct RollbackArgs {
+pub(crate) struct RollbackArgs {
     /// Roll back to this recipe instead (e.g. the llama-server one).
     #[arg(long, value_name = "NAME")]
     to: Option<String>,

@@ -5,7 +5,7 @@ use crate::error::Result;
 
 /// `sparkctl doctor`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Recipes to check, in use or not.
     names: Vec<String>,
 }

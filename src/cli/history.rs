@@ -8,13 +8,13 @@ use crate::error::Result;
 
 /// `sparkctl history`'s subcommand: none lists the runs.
 #[derive(Debug, Args)]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     #[command(subcommand)]
     show: Option<HistoryCommand>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum HistoryCommand {
+pub(crate) enum HistoryCommand {
     Show { run: String },
 }
 

@@ -15,7 +15,7 @@ use crate::units::short_digest;
 
 /// `sparkctl images`'s subcommand.
 #[derive(Debug, Args)]
-pub struct ImagesArgs {
+pub(crate) struct ImagesArgs {
     #[command(subcommand)]
     command: ImagesCommand,
 }
@@ -38,7 +38,7 @@ impl ImagesArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ImagesCommand {
+pub(crate) enum ImagesCommand {
     /// Resolve tags to digests and write images.lock.
     Pin {
         name: Option<String>,

@@ -18,7 +18,7 @@ fn tilde(path: &Path) -> String {
 
 /// `sparkctl init`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Where [default: $XDG_CONFIG_HOME/sparkctl, else ~/.config/sparkctl].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,

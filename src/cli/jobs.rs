@@ -13,7 +13,7 @@ use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
 
 /// `sparkctl run`'s flags.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     name: String,
     /// Print the plan (image, user, memory, disk, command) and change nothing.
     #[arg(long)]
@@ -38,7 +38,7 @@ impl RunArgs {
 
 /// `sparkctl jobs`: no flags.
 #[derive(Debug, Args)]
-pub struct JobsArgs;
+pub(crate) struct JobsArgs;
 
 impl JobsArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
@@ -48,7 +48,7 @@ impl JobsArgs {
 
 /// `sparkctl stop`'s flags.
 #[derive(Debug, Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     name: String,
     /// Time between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
@@ -84,7 +84,6 @@ async fn run(ctx: &Context, recipes: &Path, args: RunArgs, out: &Output) -> Resu
     let confirm = move |q: &str| yes || out.confirm(q);
     let say = |line: &str| out.note(line);
     let opts = job::run::RunOptions {
-        allow_unpinned: args.allow_unpinned,
         confirm: &confirm,
         say: &say,
     };
@@ -333,7 +332,7 @@ async fn stop(
     Ok(())
 }
 
-pub async fn logs(
+pub(crate) async fn logs(
     ctx: &Context,
     name: &str,
     view: crate::runtime::LogView,

@@ -42,7 +42,7 @@ fn write_pages(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Re
 
 /// `sparkctl man`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write a page for every command into DIR instead (sparkctl.1, sparkctl-up.1, …).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -56,7 +56,7 @@ impl ManArgs {
 
 /// `sparkctl completions`'s argument.
 #[derive(Debug, clap::Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     #[arg(value_enum)]
     shell: clap_complete::Shell,
 }

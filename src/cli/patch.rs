@@ -44,7 +44,7 @@ fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
 
 /// `sparkctl patch`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct PatchArgs {
+pub(crate) struct PatchArgs {
     name: String,
     /// Show the diff and the steps; change nothing.
     #[arg(long, conflicts_with = "revert")]

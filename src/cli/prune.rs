@@ -6,7 +6,7 @@ use crate::recipe::RecipeSet;
 
 /// `sparkctl prune`'s flags.
 #[derive(Debug, clap::Args)]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Exited containers to keep per recipe [default: SPARKCTL_KEEP_EXITED, else 5].
     #[arg(long, value_name = "N")]
     keep: Option<usize>,

@@ -13,13 +13,13 @@ use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
 
 /// `sparkctl recipes`'s subcommand.
 #[derive(Debug, Args)]
-pub struct RecipesArgs {
+pub(crate) struct RecipesArgs {
     #[command(subcommand)]
     command: RecipesCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum RecipesCommand {
+pub(crate) enum RecipesCommand {
     /// One line per recipe.
     List,
     /// The fully resolved recipe and the exact container or command it would run.
