@@ -24,8 +24,9 @@ pub fn sparkctl() -> Command {
     cmd
 }
 
-pub fn run(args: &[&str]) -> Output {
-    sparkctl().args(args).output().expect("sparkctl runs")
+/// `sparkctl ARGS` in the repository, on the recipes it ships.
+pub fn in_repo(args: &[&str]) -> Ran {
+    Ran::of(sparkctl().args(args))
 }
 
 pub fn text(bytes: &[u8]) -> String {
@@ -331,6 +332,20 @@ impl Ran {
         }
     }
 
+    /// Starts a prepared command with its output piped, to signal it or watch it run.
+    pub fn spawn(cmd: &mut Command) -> Running {
+        let args = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sparkctl starts");
+        Running { args, child }
+    }
+
     pub fn code(&self) -> Option<i32> {
         self.out.status.code()
     }
@@ -397,11 +412,48 @@ impl Ran {
         self
     }
 
+    /// `up NAME` promoted it: it says so, and that the production port `port` serves it now
+    /// (not merely that the run ended well: `--no-promote` ends well too).
+    #[track_caller]
+    pub fn promoted(self, name: &str, port: u16) -> Ran {
+        self.succeeds()
+            .says(&format!("{name} promoted: "))
+            .says(&format!("serving on port {port}: {name} ("))
+    }
+
     /// Its stdout as JSON (for `--json` commands).
     #[track_caller]
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.out.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.shown()))
+    }
+}
+
+/// A sparkctl run still going: its pid to signal, its pipes to read; `wait` gives its `Ran`.
+pub struct Running {
+    args: Vec<String>,
+    pub child: Child,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ctrl-C, as a terminal sends it.
+    pub fn interrupt(&self) {
+        // SAFETY: kill(2) on our own child's pid, which it keeps until it is waited for.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGINT);
+        }
+    }
+
+    /// Waits for it to end (what was taken of its pipes is not in the `Ran`).
+    pub fn wait(self) -> Ran {
+        Ran {
+            args: self.args,
+            out: self.child.wait_with_output().expect("sparkctl ends"),
+        }
     }
 }
 
@@ -479,8 +531,9 @@ impl Deck {
         cmd
     }
 
+    /// The bare output of `sparkctl ARGS`; `sparkctl` is the way to assert on it.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("sparkctl runs")
+        self.sparkctl(args).out
     }
 
     /// Runs `sparkctl ARGS` in this deck, for chained assertions (`Ran`).
@@ -489,16 +542,9 @@ impl Deck {
     }
 
     /// Runs and insists on exit 0; returns stdout.
+    #[track_caller]
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "sparkctl {args:?} failed:\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
+        self.sparkctl(args).succeeds().stdout()
     }
 
     /// The front door's `/metrics` text.
