@@ -10,7 +10,16 @@ use std::time::Duration;
 
 use jobs_support::*;
 use serde_json::Value;
-use support::text;
+use support::in_repo;
+
+/// A model job that copies its input in two steps, reporting each.
+fn quantize(j: &Jobs) -> std::path::PathBuf {
+    model_job(
+        j,
+        "quantize",
+        "echo 'step 1/2'; cp /in/* /out/ && echo 'step 2/2'",
+    )
+}
 
 #[test]
 fn a_serving_recipe_is_refused_when_its_producing_job_failed() {
@@ -21,19 +30,15 @@ fn a_serving_recipe_is_refused_when_its_producing_job_failed() {
         "cp /in/config.json /out/ && echo \"RuntimeError: Invalid device string: 'bfloat16'\" && exit 1",
     );
     with_production(&j);
-    let out = j.run(&["run", "export"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("ModelOpt 0.37.0 export bug"), "{stdout}");
+    j.sparkctl(&["run", "export"])
+        .exits(1)
+        .says("ModelOpt 0.37.0 export bug");
     assert!(model.join(".sparkctl-incomplete.json").exists());
+    let run_id = j.latest("export")["run_id"].as_str().unwrap().to_string();
     served_by(&j, "served", "export", &model);
-    let up = j.run(&["up", "served", "--yes"]);
-    let stderr = text(&up.stderr);
-    assert_ne!(up.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("producing job export") && stderr.contains("failed"),
-        "{stderr}"
-    );
+    j.sparkctl(&["up", "served", "--yes"])
+        .exits(1)
+        .warns(&format!("its producing job export (run {run_id}) failed"));
     let status = j.deck.status();
     assert!(
         !status.iter().any(|d| d["name"] == "served"),
@@ -42,42 +47,53 @@ fn a_serving_recipe_is_refused_when_its_producing_job_failed() {
 }
 
 #[test]
-fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
-    let j = Jobs::new("job-chain");
-    let model = model_job(
-        &j,
-        "quantize",
-        "echo 'step 1/2'; cp /in/* /out/ && echo 'step 2/2'",
-    );
-    with_production(&j);
-    let ran = j.run(&["run", "quantize"]);
-    let (out, err) = (text(&ran.stdout), text(&ran.stderr));
-    assert_eq!(ran.status.code(), Some(0), "{out}{err}");
+fn a_job_run_shows_its_progress_and_verifies_its_outputs() {
+    let j = Jobs::new("job-verified");
+    let model = quantize(&j);
+    let ran = j.sparkctl(&["run", "quantize"]).succeeds();
     // Not a terminal here: progress comes as lines, with the time left once there is a rate.
-    assert!(err.contains("progress 1/2 (50%)"), "{err}");
-    assert!(err.contains("progress 2/2 (100%), about 0s left"), "{err}");
-    assert!(out.contains("job quantize succeeded"), "{out}");
-    assert!(out.contains("ok  ") && out.contains("quant_algo"), "{out}");
+    let ran = ran
+        .warns("progress 1/2 (50%)")
+        .warns("progress 2/2 (100%), about 0s left")
+        .says("job quantize succeeded");
+    let out = ran.stdout();
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("ok ") && l.contains("quant_algo")),
+        "the quant_algo check passed: {out}"
+    );
     let rec = j.latest("quantize");
-    let fp = rec["outputs"][0]["fingerprint"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(fp.starts_with("sha256:"), "{rec}");
+    assert!(
+        rec["outputs"][0]["fingerprint"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{rec}"
+    );
     assert!(rec["inputs"][0]["fingerprint"]
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
     assert!(!model.join(".sparkctl-incomplete.json").exists());
+}
+
+#[test]
+fn up_serves_a_job_s_outputs_and_records_their_lineage() {
+    let j = Jobs::new("job-chain");
+    let model = quantize(&j);
+    with_production(&j);
+    j.sparkctl(&["run", "quantize"]).succeeds();
+    let rec = j.latest("quantize");
+    let fp = rec["outputs"][0]["fingerprint"].as_str().unwrap();
 
     served_by(&j, "served", "quantize", &model);
-    j.ok(&["up", "served", "--yes"]);
-    // Production now is the instance serving the job's outputs, not merely some `up` that
-    // exited 0.
+    j.sparkctl(&["up", "served", "--yes"])
+        .promoted("served", j.deck.door_port);
+    // Production now is the instance serving the job's outputs.
     let row = j.deck.status_of("served").expect("served runs");
     assert_eq!(row["production"], true, "{row}");
-    assert_eq!(row["model_fingerprint"], fp.as_str(), "{row}");
-    let runs: Value = serde_json::from_str(&j.ok(&["--json", "history"])).unwrap();
+    assert_eq!(row["model_fingerprint"], fp, "{row}");
+    let runs = j.sparkctl(&["--json", "history"]).succeeds().json();
     let run = runs
         .as_array()
         .unwrap()
@@ -88,66 +104,86 @@ fn chain_job_outputs_verified_then_up_serves_them_with_lineage() {
     let lineage = &run["produced_by"];
     assert_eq!(lineage["job"], "quantize");
     assert_eq!(lineage["run_id"], rec["run_id"]);
-    assert_eq!(lineage["output_fingerprint"], fp.as_str());
+    assert_eq!(lineage["output_fingerprint"], fp);
     assert_eq!(lineage["image_digest"], rec["image_digest"]);
-    assert!(j.ok(&["history"]).contains("made by job quantize"));
+    j.sparkctl(&["history"])
+        .succeeds()
+        .says("made by job quantize");
     // The run it names is one `history show` opens: inputs → image → outputs.
-    let job_run: Value =
-        serde_json::from_str(&j.ok(&["history", "show", rec["run_id"].as_str().unwrap()])).unwrap();
-    assert_eq!(job_run["outputs"][0]["fingerprint"], fp.as_str());
+    let job_run = j
+        .sparkctl(&["history", "show", rec["run_id"].as_str().unwrap()])
+        .succeeds()
+        .json();
+    assert_eq!(job_run["outputs"][0]["fingerprint"], fp);
     assert_eq!(job_run["inputs"], rec["inputs"]);
+}
 
-    // An input changed after the job ran: the model is older than its inputs.
-    j.ok(&["down", "served", "--force"]);
+#[test]
+fn a_model_older_than_its_job_s_inputs_is_refused() {
+    let j = Jobs::new("job-stale");
+    let model = quantize(&j);
+    j.sparkctl(&["run", "quantize"]).succeeds();
+    served_by(&j, "served", "quantize", &model);
+    // An input changed after the job ran (modification times count to the second).
     std::thread::sleep(Duration::from_millis(1100));
     std::fs::write(j.deck.dir.join("bf16/config.json"), "{\"changed\": true}\n").unwrap();
-    let again = j.run(&["start", "served"]);
-    let stderr = text(&again.stderr);
-    assert_ne!(again.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("older than its inputs"), "{stderr}");
+    j.sparkctl(&["start", "served"])
+        .exits(1)
+        .warns("it is older than its inputs");
+    assert!(
+        j.deck.status_of("served").is_none(),
+        "nothing of served was started"
+    );
 }
 
-#[test]
-fn bad_job_recipes_are_named_by_file_and_key() {
-    let j = Jobs::new("job-bad");
+/// Writes `recipes/jobs/bad.yaml`, returning its path.
+fn bad_job(j: &Jobs, yaml: &str) -> std::path::PathBuf {
     let path = j.deck.dir.join("recipes/jobs/bad.yaml");
-    std::fs::write(
-        &path,
-        "name: bad\nimage: busybox:1\nargv: [true]\nprogress: 'step (\\d+)'\noutputs:\n  - {path: /tmp/x, mount: out}\n",
-    )
-    .unwrap();
-    let out = j.run(&["recipes", "validate", "bad"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("bad.yaml:4:1: progress: the pattern has 1 group"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("outputs[0].mount"), "{stderr}");
-    assert!(
-        stderr.contains("argv[0]"),
-        "YAML's true is not an argv word: {stderr}"
-    );
-    std::fs::write(
-        &path,
-        "name: bad\nimage: busybox:1\nargv: [x]\noutputs: []\nshm: 1g\n",
-    )
-    .unwrap();
-    let stderr = text(&j.run(&["recipes", "validate", "bad"]).stderr);
-    assert!(stderr.contains("unknown field `shm`"), "{stderr}");
-    assert!(stderr.contains("shm_size"), "did-you-mean: {stderr}");
-    assert_eq!(
-        std::fs::read_to_string(&path).unwrap().lines().count(),
-        5,
-        "untouched"
-    );
+    std::fs::write(&path, yaml).unwrap();
+    path
 }
 
 #[test]
-fn shipped_job_recipes_validate_show_list_and_have_a_schema() {
-    let out = support::run(&["recipes", "validate"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+fn a_bad_job_recipe_is_named_by_file_and_key() {
+    let j = Jobs::new("job-bad");
+    bad_job(
+        &j,
+        r#"name: bad
+image: busybox:1
+argv: [true]
+progress: 'step (\d+)'
+outputs:
+  - {path: /tmp/x, mount: out}
+"#,
+    );
+    j.sparkctl(&["recipes", "validate", "bad"])
+        .exits(2)
+        .warns("bad.yaml:4:1: progress: the pattern has 1 group")
+        .warns("outputs[0].mount")
+        // YAML's true is not an argv word.
+        .warns("argv[0]");
+}
+
+#[test]
+fn an_unknown_job_key_gets_a_did_you_mean_and_its_file_is_left_alone() {
+    let j = Jobs::new("job-unknown-key");
+    let yaml = r#"name: bad
+image: busybox:1
+argv: [x]
+outputs: []
+shm: 1g
+"#;
+    let path = bad_job(&j, yaml);
+    j.sparkctl(&["recipes", "validate", "bad"])
+        .exits(2)
+        .warns("unknown field `shm`")
+        .warns("shm_size");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), yaml, "untouched");
+}
+
+#[test]
+fn the_shipped_job_recipes_validate_and_cite_their_facts() {
+    let stdout = in_repo(&["recipes", "validate"]).succeeds().stdout();
     for job in [
         "nvfp4-ptq-9b",
         "qat-train-9b",
@@ -159,10 +195,13 @@ fn shipped_job_recipes_validate_show_list_and_have_a_schema() {
         let body = std::fs::read_to_string(&file).unwrap();
         assert!(body.starts_with("# seed facts:"), "{job} cites the seeds");
     }
-    let show: Value = serde_json::from_slice(
-        &support::run(&["--json", "recipes", "show", "nvfp4-ptq-9b"]).stdout,
-    )
-    .unwrap();
+}
+
+#[test]
+fn a_shipped_job_recipe_shows_its_docker_command() {
+    let show = in_repo(&["--json", "recipes", "show", "nvfp4-ptq-9b"])
+        .succeeds()
+        .json();
     let argv = support::strings(&show["equivalent_command"]);
     for pair in [
         ["--gpus", "all"],
@@ -181,13 +220,21 @@ fn shipped_job_recipes_validate_show_list_and_have_a_schema() {
         argv.last(),
         Some(&show["recipe"]["argv"][2].as_str().unwrap())
     );
-    let list = text(&support::run(&["recipes", "list"]).stdout);
+}
+
+#[test]
+fn recipes_list_shows_the_job_recipes_as_jobs() {
+    let list = in_repo(&["recipes", "list"]).succeeds().stdout();
     assert!(
-        list.contains("qat-export-9b") && list.contains("job"),
-        "{list}"
+        list.lines()
+            .any(|l| l.split_whitespace().take(2).eq(["qat-export-9b", "job"])),
+        "qat-export-9b listed with engine job: {list}"
     );
-    let schema: Value =
-        serde_json::from_slice(&support::run(&["recipes", "schema", "--job"]).stdout).unwrap();
+}
+
+#[test]
+fn the_job_recipe_schema_has_the_job_keys() {
+    let schema: Value = in_repo(&["recipes", "schema", "--job"]).succeeds().json();
     for key in ["argv", "outputs", "inputs", "progress", "env_from_host"] {
         assert!(
             schema["properties"][key].is_object(),

@@ -10,19 +10,30 @@ use std::time::Duration;
 
 use jobs_support::*;
 use serde_json::Value;
-use support::{free_port, text};
+use support::free_port;
+
+/// A process-runtime sim recipe `name` taking `memory_gb`, with these server args.
+fn server(j: &Jobs, name: &str, memory_gb: u32, args: &str) {
+    j.deck.recipe(
+        name,
+        &format!(
+            r#"engine: sim
+runtime: process
+server:
+  port: {}
+  args: [{args}]
+  memory_gb: {memory_gb}
+"#,
+            free_port()
+        ),
+    );
+}
 
 #[test]
 fn the_memory_plan_stops_servers_and_asks_before_production() {
     let j = Jobs::new("job-memory");
     with_production(&j);
-    j.deck.recipe(
-        "big",
-        &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 100ms]\n  memory_gb: 60\n",
-            free_port()
-        ),
-    );
+    server(&j, "big", 60, "--load-time, 100ms");
     j.ok(&["start", "big"]);
     // 128 GB pool - 8 reserve = 120; prod 7 + big 60 + this 115 > 120: big must stop, then
     // production too.
@@ -37,13 +48,13 @@ fn the_memory_plan_stops_servers_and_asks_before_production() {
         "dry-run stops nothing"
     );
     // No terminal and no --yes: production is not stopped, nor anything else.
-    let refused = j.run(&["run", "train"]);
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("needs production prod stopped"), "{stderr}");
+    j.sparkctl(&["run", "train"])
+        .exits(2)
+        .warns("needs production prod stopped");
     assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
-    let out = j.ok(&["run", "train", "--yes"]);
-    assert!(out.contains("job train succeeded"), "{out}");
+    j.sparkctl(&["run", "train", "--yes"])
+        .succeeds()
+        .says("job train succeeded");
     assert_ne!(j.deck.status_of("big").unwrap()["state"], "running");
     assert_ne!(j.deck.status_of("prod").unwrap()["state"], "running");
     // Production comes back with rollback once the job is done.
@@ -51,47 +62,47 @@ fn the_memory_plan_stops_servers_and_asks_before_production() {
     assert_eq!(j.deck.status_of("prod").unwrap()["state"], "running");
 }
 
-#[test]
-fn a_running_job_holds_its_memory_against_servers_and_a_removed_one_is_lost() {
-    let j = Jobs::new("job-holds");
+/// A 100 GB job `train` running detached, writing a partial output, and a 60 GB server
+/// `big` that does not fit beside it.
+fn train_holding_100_gb(tag: &str) -> Jobs {
+    let j = Jobs::new(tag);
     j.job(
         "train",
         "trap 'exit 143' TERM; echo part > /out/partial; while true; do sleep 0.2; done",
         "memory_gb: 100\n",
     );
     j.ok(&["run", "train", "--detach"]);
-    j.deck.recipe(
-        "big",
-        &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  memory_gb: 60\n",
-            free_port()
-        ),
-    );
+    server(&j, "big", 60, "");
+    j
+}
+
+#[test]
+fn a_running_job_holds_its_memory_against_servers_and_other_jobs() {
+    let j = train_holding_100_gb("job-holds");
     let status = j.ok(&["status"]);
     assert!(
         status.contains("job train running") && status.contains("holds 100 GB"),
         "{status}"
     );
-    let refused = j.run(&["start", "big"]);
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("while job(s) train 100 GB run"), "{stderr}");
+    j.sparkctl(&["start", "big"])
+        .exits(1)
+        .warns("while job(s) train 100 GB run");
     assert!(j.deck.status_of("big").is_none(), "nothing was started");
     // Nor does a second job fit beside it; and `down` points at `stop`.
     j.job("export", "echo x > /out/x", "memory_gb: 30\n");
-    let second = j.run(&["run", "export"]);
-    let stderr = text(&second.stderr);
-    assert_eq!(second.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("running jobs hold train 100 GB"),
-        "{stderr}"
-    );
+    j.sparkctl(&["run", "export"])
+        .exits(1)
+        .warns("running jobs hold train 100 GB");
     assert!(!j.out_dir("export-out").exists());
-    let down = j.run(&["down", "train"]);
-    assert_eq!(down.status.code(), Some(2));
-    assert!(text(&down.stderr).contains("sparkctl stop train"));
+    j.sparkctl(&["down", "train"])
+        .exits(2)
+        .warns("sparkctl stop train");
+}
 
-    // Removed behind sparkctl's back: the run is lost, its outputs marked, never a result.
+/// Removed behind sparkctl's back: the run is lost, its outputs marked, never a result.
+#[test]
+fn a_job_whose_container_is_removed_is_lost_and_holds_no_memory() {
+    let j = train_holding_100_gb("job-lost");
     let rec = j.latest("train");
     let id = rec["container"].as_str().unwrap().to_string();
     j.wait_for("the partial output", Duration::from_secs(20), || {
@@ -155,10 +166,9 @@ fn only_containers_labelled_as_this_state_dir_s_job_are_stopped() {
     let original = std::fs::read_to_string(&file).unwrap();
     let own = rec["container"].as_str().unwrap();
     std::fs::write(&file, original.replace(own, &intruder)).unwrap();
-    let refused = j.run(&["stop", "forever"]);
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("only its own containers"), "{stderr}");
+    j.sparkctl(&["stop", "forever"])
+        .exits(1)
+        .warns("only its own containers");
     let (id, n) = (intruder.clone(), name.clone());
     let running = support::block_on(async move {
         let docker = support::docker().await;

@@ -10,12 +10,11 @@
 mod jobs_support;
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use jobs_support::*;
 use serde_json::Value;
-use support::text;
+use support::Ran;
 
 #[test]
 fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
@@ -25,14 +24,12 @@ fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
     j.job("as-root", script, "user: root\n");
     // As root sparkctl chowns directly; the helper container (the job's own image) is what
     // a non-root sparkctl uses: force it, so that path is the one proven here.
-    let out = j
-        .cmd(&["run", "as-root"])
-        .env("SPARKCTL_CHOWN_HELPER", "always")
-        .output()
-        .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("job as-root succeeded"), "{stdout}");
+    Ran::of(
+        j.cmd(&["run", "as-root"])
+            .env("SPARKCTL_CHOWN_HELPER", "always"),
+    )
+    .succeeds()
+    .says("job as-root succeeded");
     let dir = j.out_dir("as-root-out");
     assert_eq!(
         std::fs::read_to_string(dir.join("written-by"))
@@ -47,32 +44,29 @@ fn a_root_job_leaves_outputs_owned_by_the_invoking_user() {
     assert_eq!(rec["state"], "succeeded");
     assert!(rec["chowned"].as_u64().unwrap() >= 3, "{rec}");
     assert!(!dir.join(".sparkctl-incomplete.json").exists());
+}
 
-    // Left to its default, the container runs as the invoking user and writes as it; a
-    // secret from the host reaches it and nothing sparkctl writes or prints.
+/// Left to its default, the container runs as the invoking user and writes as it; a secret
+/// from the host reaches it and nothing sparkctl writes or prints.
+#[test]
+fn a_job_runs_as_the_invoking_user_and_its_host_secret_is_never_written() {
+    let j = Jobs::new("job-as-user");
     const SECRET: &str = "hf_secret_value_4321";
     j.job(
         "as-user",
         "id -u > /out/written-by && echo \"$JOB_TOKEN\" > /out/token",
         "env_from_host: [JOB_TOKEN]\n",
     );
-    let dry = j
-        .cmd(&["run", "as-user", "--dry-run"])
-        .env("JOB_TOKEN", SECRET)
-        .output()
-        .unwrap();
-    assert!(
-        text(&dry.stdout).contains("-e JOB_TOKEN "),
-        "{}",
-        text(&dry.stdout)
-    );
-    let out = j
-        .cmd(&["run", "as-user"])
-        .env("JOB_TOKEN", SECRET)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
+    Ran::of(
+        j.cmd(&["run", "as-user", "--dry-run"])
+            .env("JOB_TOKEN", SECRET),
+    )
+    .succeeds()
+    .says("-e JOB_TOKEN ")
+    .never_says(SECRET);
+    Ran::of(j.cmd(&["run", "as-user"]).env("JOB_TOKEN", SECRET))
+        .succeeds()
+        .never_says(SECRET);
     let dir = j.out_dir("as-user-out");
     assert_eq!(
         std::fs::read_to_string(dir.join("token")).unwrap().trim(),
@@ -107,7 +101,10 @@ fn a_job_killed_midway_keeps_its_logs_and_marks_its_partial_outputs() {
     j.job(
         "train",
         script,
-        "    expect:\n      - expect-files: {files: [shard-100]}\nprogress: 'step (\\d+)/(\\d+)'\n",
+        r#"    expect:
+      - expect-files: {files: [shard-100]}
+progress: 'step (\d+)/(\d+)'
+"#,
     );
     j.ok(&["run", "train", "--detach"]);
     let dir = j.out_dir("train-out");
@@ -158,18 +155,13 @@ fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
     // The count is renamed into place: a reader never sees the file truncated mid-write.
     let script = "trap 'echo got TERM; exit 143' TERM; i=0; while true; do i=$((i+1)); echo \"tick $i\"; echo $i > /out/last.new; mv /out/last.new /out/last; sleep 0.2; done";
     j.job("forever", script, "");
-    let mut cli = j
-        .cmd(&["run", "forever"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cli = Ran::spawn(&mut j.cmd(&["run", "forever"]));
     let dir = j.out_dir("forever-out");
     // Its output as it comes: once ticks are printed, the CLI is following (and listening
     // for Ctrl-C).
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let reader = {
-        let (seen, mut pipe) = (seen.clone(), cli.stdout.take().unwrap());
+        let (seen, mut pipe) = (seen.clone(), cli.child.stdout.take().unwrap());
         std::thread::spawn(move || {
             use std::io::Read;
             let mut buf = [0u8; 4096];
@@ -187,12 +179,11 @@ fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
         seen.lock().unwrap().contains("tick 2")
     });
     // Ctrl-C at the CLI: it detaches; the job keeps running.
-    unsafe { libc::kill(cli.id() as i32, libc::SIGINT) };
-    let out = cli.wait_with_output().unwrap();
+    cli.interrupt();
+    let ran = cli.wait();
     reader.join().unwrap();
     let stdout = seen.lock().unwrap().clone();
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(ran.code(), Some(0), "{stdout}{}", ran.stderr());
     assert!(stdout.contains("keeps running, detached"), "{stdout}");
     let before: u64 = std::fs::read_to_string(dir.join("last"))
         .unwrap()
@@ -213,11 +204,7 @@ fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
         "{table}"
     );
     assert!(j.ok(&["logs", "forever", "--tail", "2"]).contains("tick"));
-    let follower = j
-        .cmd(&["logs", "forever", "-f"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let follower = Ran::spawn(&mut j.cmd(&["logs", "forever", "-f"]));
     std::thread::sleep(Duration::from_secs(1));
 
     let dry = j.ok(&["stop", "forever", "--dry-run"]);
@@ -226,18 +213,13 @@ fn a_detached_job_outlives_the_cli_and_is_listed_followed_and_stopped() {
     let stopped = j.ok(&["stop", "forever", "--grace", "5s"]);
     assert!(stopped.contains("job forever stopped"), "{stopped}");
     assert!(stopped.contains("sparkctl stop"), "{stopped}");
-    let followed = follower.wait_with_output().unwrap();
-    let followed = text(&followed.stdout);
-    assert!(
-        followed.contains("got TERM"),
-        "the follower saw the end: {followed}"
-    );
+    // The follower saw the end.
+    follower.wait().succeeds().says("got TERM");
     let rec = j.latest("forever");
     assert_eq!(rec["state"], "stopped");
     assert!(dir.join(".sparkctl-incomplete.json").exists());
     assert!(container_exists(rec["container"].as_str().unwrap()));
-    let again = j.run(&["stop", "forever"]);
-    assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
+    j.sparkctl(&["stop", "forever"]).exits(2);
 }
 
 #[test]
@@ -248,27 +230,26 @@ fn an_oom_like_exit_is_named() {
         "echo 'Inserted 843 quantizers'; echo 'torch.OutOfMemoryError: CUDA out of memory.'; exit 137",
         "",
     );
-    let out = j.run(&["run", "quantize"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("job quantize failed"), "{stdout}");
-    assert!(stdout.contains("out of memory (OOM)"), "{stdout}");
-    assert!(
-        stdout.contains("sparkctl down NAME"),
-        "the known line's fix: {stdout}"
-    );
-    assert!(stdout.contains("marked incomplete"), "{stdout}");
-    // A damaged record is named and left alone; the others still list.
+    j.sparkctl(&["run", "quantize"])
+        .exits(1)
+        .says("job quantize failed")
+        .says("out of memory (OOM)")
+        // The known line's fix.
+        .says("sparkctl down NAME")
+        .says("marked incomplete");
+}
+
+#[test]
+fn a_damaged_job_record_is_named_and_left_alone_and_the_others_still_list() {
+    let j = Jobs::new("job-damaged");
+    j.job("quantize", "echo done", "");
+    j.sparkctl(&["run", "quantize"]).succeeds();
     let bad = j.deck.dir.join("state/jobs/20000101-000000000-dead.json");
     std::fs::write(&bad, "{broken").unwrap();
-    let listed = j.run(&["jobs"]);
-    assert_eq!(listed.status.code(), Some(0));
-    assert!(text(&listed.stdout).contains("quantize"));
-    assert!(
-        text(&listed.stderr).contains("dead.json is damaged"),
-        "{}",
-        text(&listed.stderr)
-    );
+    j.sparkctl(&["jobs"])
+        .succeeds()
+        .says("quantize")
+        .warns("dead.json is damaged");
     assert_eq!(std::fs::read_to_string(&bad).unwrap(), "{broken");
 }
 
@@ -276,28 +257,39 @@ fn an_oom_like_exit_is_named() {
 fn the_free_disk_check_refuses_before_anything_starts() {
     let j = Jobs::new("job-disk");
     j.job("huge", "echo never", "    size: 900t\n");
-    let out = j.run(&["run", "huge"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = j
+        .sparkctl(&["run", "huge"])
+        .exits(1)
+        .warns("nothing was started")
+        .stderr();
     assert!(
         stderr.contains("outputs[0]") && stderr.contains("free"),
         "{stderr}"
     );
-    assert!(stderr.contains("nothing was started"), "{stderr}");
     assert!(!j.out_dir("huge-out").exists(), "no output dir was created");
-    // An image without a pin in images.lock does not run, unless asked (and recorded).
+}
+
+/// An image without a pin in images.lock does not run, unless asked (and recorded).
+#[test]
+fn a_job_image_without_a_pin_runs_only_when_allowed() {
+    let j = Jobs::new("job-unpinned");
     std::fs::write(
         j.deck.dir.join("recipes/jobs/loose.yaml"),
         format!(
-            "name: loose\nimage: {}\nargv: [\"true\"]\noutputs:\n  - {{path: {}, mount: /out}}\n",
+            r#"name: loose
+image: {}
+argv: ["true"]
+outputs:
+  - {{path: {}, mount: /out}}
+"#,
             support::busybox_image(),
             j.out_dir("loose-out").display()
         ),
     )
     .unwrap();
-    let unpinned = j.run(&["run", "loose"]);
-    assert_eq!(unpinned.status.code(), Some(2));
-    assert!(text(&unpinned.stderr).contains("no pin in images.lock"));
+    j.sparkctl(&["run", "loose"])
+        .exits(2)
+        .warns("no pin in images.lock");
     assert!(!j.out_dir("loose-out").exists());
     let runs: Value = serde_json::from_str(&j.ok(&["--json", "jobs"])).unwrap();
     assert_eq!(runs, Value::Array(vec![]), "no run was recorded");
@@ -309,7 +301,7 @@ fn the_free_disk_check_refuses_before_anything_starts() {
 }
 
 #[test]
-fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_checked_first() {
+fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc() {
     let j = Jobs::new("job-settings");
     let input = j.deck.dir.join("weights");
     std::fs::create_dir_all(&input).unwrap();
@@ -319,8 +311,13 @@ fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_check
         "pwd > /out/cwd; ulimit -n > /out/nofile; df -k /dev/shm | tail -n 1 > /out/shm; \
          if echo x > /in/w.bin; then echo writable; else echo read-only; fi > /out/input",
         &format!(
-            "workdir: /out\nulimits: {{nofile: 4096}}\nshm_size: 64m\nipc: shareable\n\
-             inputs:\n  - {{path: {}, mount: /in}}\n",
+            r#"workdir: /out
+ulimits: {{nofile: 4096}}
+shm_size: 64m
+ipc: shareable
+inputs:
+  - {{path: {}, mount: /in}}
+"#,
             input.display()
         ),
     );
@@ -356,41 +353,56 @@ fn the_container_gets_the_recipes_workdir_ulimits_shm_and_ipc_and_gpus_are_check
         c.host_config.unwrap().ipc_mode.unwrap()
     });
     assert_eq!(ipc.to_string(), "shareable");
+}
 
-    // This engine has no NVIDIA runtime: a GPU job is refused before anything exists.
+/// This engine has no NVIDIA runtime: a GPU job is refused before anything exists.
+#[test]
+fn a_gpu_job_is_refused_before_anything_exists_on_an_engine_without_gpus() {
+    let j = Jobs::new("job-gpu");
     j.job("gpu", "echo never", "gpus: all\n");
-    let out = j.run(&["run", "gpu"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("no `nvidia` runtime"), "{stderr}");
+    j.sparkctl(&["run", "gpu"])
+        .exits(1)
+        .warns("no `nvidia` runtime");
     assert!(!j.out_dir("gpu-out").exists());
 }
 
 /// `sparkctl ARGS` run as uid 4321 for real (setpriv, with the docker socket's group): no
 /// root, no SUDO_UID — the way a user in the docker group runs it.
-fn as_plain_user(j: &Jobs, args: &[&str]) -> std::process::Output {
+fn as_plain_user(j: &Jobs, args: &[&str]) -> Ran {
     use std::os::unix::fs::MetadataExt;
     let docker_gid = std::fs::metadata("/var/run/docker.sock").unwrap().gid();
-    std::process::Command::new("setpriv")
-        .arg(format!("--reuid={UID}"))
-        .arg(format!("--regid={UID}"))
-        .arg(format!("--groups={docker_gid}"))
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_sparkctl"))
-        .arg("--recipes")
-        .arg(j.deck.dir.join("recipes"))
-        .args(args)
-        .current_dir(&j.deck.dir)
-        .env("HOME", &j.deck.dir)
-        .env("NO_COLOR", "1")
-        .env("SPARKCTL_STATE_DIR", j.deck.dir.join("state"))
-        .env("SPARKCTL_MEMORY_GB", "128")
-        .env_remove("SUDO_UID")
-        .env_remove("SUDO_GID")
-        .env_remove("SPARKCTL_RECIPES")
-        .env_remove("SPARKCTL_CHOWN_HELPER")
-        .output()
-        .unwrap()
+    Ran::of(
+        std::process::Command::new("setpriv")
+            .arg(format!("--reuid={UID}"))
+            .arg(format!("--regid={UID}"))
+            .arg(format!("--groups={docker_gid}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_sparkctl"))
+            .arg("--recipes")
+            .arg(j.deck.dir.join("recipes"))
+            .args(args)
+            .current_dir(&j.deck.dir)
+            .env("HOME", &j.deck.dir)
+            .env("NO_COLOR", "1")
+            .env("SPARKCTL_STATE_DIR", j.deck.dir.join("state"))
+            .env("SPARKCTL_MEMORY_GB", "128")
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .env_remove("SPARKCTL_RECIPES")
+            .env_remove("SPARKCTL_CHOWN_HELPER"),
+    )
+}
+
+/// The deck handed to the plain user: everything in it belongs to uid 4321, as it would in
+/// their home.
+fn plain_users_deck(j: Jobs) -> Jobs {
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{UID}:{UID}")])
+        .arg(&j.deck.dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    j
 }
 
 #[test]
@@ -401,18 +413,11 @@ fn a_plain_user_s_root_job_leaves_outputs_owned_by_that_user() {
         "id -u > /out/written-by && mkdir /out/sub && echo w > /out/sub/weights",
         "user: root\n",
     );
-    j.job("as-me", "id -u > /out/written-by", "");
-    // Everything of this deck belongs to the plain user, as it would in their home.
-    let chown = std::process::Command::new("chown")
-        .args(["-R", &format!("{UID}:{UID}")])
-        .arg(&j.deck.dir)
-        .status()
-        .unwrap();
-    assert!(chown.success());
-
-    let out = as_plain_user(&j, &["run", "as-root"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let j = plain_users_deck(j);
+    as_plain_user(&j, &["run", "as-root"])
+        .succeeds()
+        // Given back through the helper container (a plain user cannot chown root's files).
+        .says("gave 3 path(s) back to 4321:4321");
     let dir = j.out_dir("as-root-out");
     assert_eq!(
         std::fs::read_to_string(dir.join("written-by"))
@@ -420,17 +425,17 @@ fn a_plain_user_s_root_job_leaves_outputs_owned_by_that_user() {
             .trim(),
         "0"
     );
-    // Given back through the helper container (a plain user cannot chown root's files).
     for (path, uid, gid) in owners(&dir) {
         assert_eq!((uid, gid), (UID, UID), "{path} is not the user's");
     }
-    assert!(
-        stdout.contains("gave 3 path(s) back to 4321:4321"),
-        "{stdout}"
-    );
+}
 
-    let out = as_plain_user(&j, &["run", "as-me"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+#[test]
+fn a_plain_user_s_job_runs_as_that_user() {
+    let j = Jobs::new("job-plain-user-as-me");
+    j.job("as-me", "id -u > /out/written-by", "");
+    let j = plain_users_deck(j);
+    as_plain_user(&j, &["run", "as-me"]).succeeds();
     let dir = j.out_dir("as-me-out");
     assert_eq!(
         std::fs::read_to_string(dir.join("written-by"))

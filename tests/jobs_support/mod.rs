@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{self, busybox_image, free_port, sim_image, text, Deck};
+use crate::support::{self, busybox_image, free_port, sim_image, Deck, Ran};
 
 pub const UID: u32 = 4321;
 
@@ -31,7 +31,13 @@ impl Jobs {
     /// `recipes/jobs/NAME.yaml` running `script` under busybox sh, writing to `out`.
     pub fn job(&self, name: &str, script: &str, extra: &str) {
         let body = format!(
-            "name: {name}\nimage: {}\nargv: [sh, -c, {}]\noutputs:\n  - path: {}\n    mount: /out\n{extra}",
+            r#"name: {name}
+image: {}
+argv: [sh, -c, {}]
+outputs:
+  - path: {}
+    mount: /out
+{extra}"#,
             busybox_image(),
             serde_json::to_string(script).unwrap(),
             self.out_dir(&format!("{name}-out")).display()
@@ -52,20 +58,15 @@ impl Jobs {
         c
     }
 
-    pub fn run(&self, args: &[&str]) -> std::process::Output {
-        self.cmd(args).output().unwrap()
+    /// Runs `sparkctl ARGS` "via sudo", for chained assertions (`Ran`).
+    pub fn sparkctl(&self, args: &[&str]) -> Ran {
+        Ran::of(&mut self.cmd(args))
     }
 
+    /// Runs and insists on exit 0; returns stdout.
+    #[track_caller]
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{args:?}:\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
+        self.sparkctl(args).succeeds().stdout()
     }
 
     /// The newest run of `job`, as `jobs --json` shows it (which also finalizes).
@@ -130,7 +131,14 @@ pub fn model_job(j: &Jobs, name: &str, script: &str) -> PathBuf {
         name,
         script,
         &format!(
-            "    size: 1m\n    expect:\n      - expect: {{file: hf_quant_config.json, pointer: /quantization/quant_algo, equals: NVFP4}}\n      - expect-safetensors: {{}}\ninputs:\n  - {{path: {}, mount: /in}}\nprogress: 'step (\\d+)/(\\d+)'\n",
+            r#"    size: 1m
+    expect:
+      - expect: {{file: hf_quant_config.json, pointer: /quantization/quant_algo, equals: NVFP4}}
+      - expect-safetensors: {{}}
+inputs:
+  - {{path: {}, mount: /in}}
+progress: 'step (\d+)/(\d+)'
+"#,
             input.display()
         ),
     );
@@ -142,7 +150,25 @@ pub fn served_by(j: &Jobs, name: &str, job: &str, model: &Path) {
     j.deck.recipe(
         name,
         &format!(
-            "engine: sim\nruntime: docker\nimage: {}\nmodel:\n  path: {}\n  produced_by: {job}\n  patches:\n    - expect-safetensors: {{}}\nserver:\n  port: {}\n  args: [--load-time, 100ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"]\n  memory_gb: 8\nhealth:\n  timeout: 20s\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n",
+            r#"engine: sim
+runtime: docker
+image: {}
+model:
+  path: {}
+  produced_by: {job}
+  patches:
+    - expect-safetensors: {{}}
+server:
+  port: {}
+  args: [--load-time, 100ms, --ttft, 10ms, --token-rate, "400", --tokens, "8"]
+  memory_gb: 8
+health:
+  timeout: 20s
+bench:
+  suite: tiny
+  gates:
+    thinking_leak: "== 0%"
+"#,
             sim_image(),
             model.display(),
             free_port()
@@ -151,7 +177,15 @@ pub fn served_by(j: &Jobs, name: &str, job: &str, model: &Path) {
     j.ok(&["images", "pin", name]);
 }
 
-pub const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 16\n";
+pub const SUITE: &str = r#"name: tiny
+warmup: 1
+runs: 5
+cases:
+  - name: factual
+    turns: ["What is the capital of Japan?"]
+    expect: Tokyo
+    max_tokens: 16
+"#;
 
 pub fn with_production(j: &Jobs) {
     std::fs::create_dir_all(j.deck.dir.join("recipes/suites")).unwrap();
@@ -159,7 +193,15 @@ pub fn with_production(j: &Jobs) {
     j.deck.recipe(
         "prod",
         &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 100ms, --tokens, \"8\"]\n  memory_gb: 7\nbench:\n  suite: tiny\n",
+            r#"engine: sim
+runtime: process
+server:
+  port: {}
+  args: [--load-time, 100ms, --tokens, "8"]
+  memory_gb: 7
+bench:
+  suite: tiny
+"#,
             free_port()
         ),
     );
