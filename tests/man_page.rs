@@ -3,13 +3,13 @@
 
 mod support;
 
-use support::{run, text};
+use support::in_repo;
 
 /// The commands `sparkctl ARGS --help` lists (not `help` itself).
 fn commands(args: &[&str]) -> Vec<String> {
     let mut argv = args.to_vec();
     argv.push("--help");
-    let help = text(&run(&argv).stdout);
+    let help = in_repo(&argv).succeeds().stdout();
     help.lines()
         .skip_while(|l| *l != "Commands:")
         .skip(1)
@@ -26,7 +26,7 @@ fn commands(args: &[&str]) -> Vec<String> {
 fn flags(args: &[&str]) -> Vec<String> {
     let mut argv = args.to_vec();
     argv.push("--help");
-    let help = text(&run(&argv).stdout);
+    let help = in_repo(&argv).succeeds().stdout();
     help.lines()
         .map(str::trim_start)
         .filter_map(|l| l.strip_prefix("-").map(|_| l))
@@ -44,9 +44,7 @@ fn roff(s: &str) -> String {
 
 #[test]
 fn the_man_page_names_every_command() {
-    let out = run(&["man"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let page = text(&out.stdout);
+    let page = in_repo(&["man"]).succeeds().stdout();
     assert!(page.contains(".TH sparkctl 1"), "a roff page:\n{page}");
     let top = commands(&[]);
     let up = flags(&["up"]);
@@ -69,8 +67,7 @@ fn the_man_page_names_every_command() {
 fn man_dir_writes_a_page_per_command_with_its_flags() {
     let dir = std::env::temp_dir().join(format!("sparkctl-man-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = run(&["man", "--dir", dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written = in_repo(&["man", "--dir", dir.to_str().unwrap()]).succeeds();
     let mut checked = 0;
     let mut todo: Vec<Vec<String>> = commands(&[]).into_iter().map(|c| vec![c]).collect();
     while let Some(path) = todo.pop() {
@@ -99,6 +96,6 @@ fn man_dir_writes_a_page_per_command_with_its_flags() {
         checked += 1;
     }
     assert!(checked >= 30, "pages checked: {checked}");
-    assert!(text(&out.stdout).contains(&format!("{} man pages written", checked + 1)));
+    written.says(&format!("{} man pages written", checked + 1));
     std::fs::remove_dir_all(&dir).unwrap();
 }

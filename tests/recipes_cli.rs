@@ -4,14 +4,11 @@ mod support;
 
 use std::fs;
 
-use serde_json::Value;
-use support::{repo, run, strings, text};
+use support::{in_repo, repo, strings};
 
 #[test]
 fn every_shipped_recipe_validates() {
-    let out = run(&["recipes", "validate"]);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    let stdout = text(&out.stdout);
+    let stdout = in_repo(&["recipes", "validate"]).succeeds().stdout();
     let files: Vec<_> = fs::read_dir(repo().join("recipes"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -69,12 +66,11 @@ fn bad_recipe_corpus_fails_with_expected_messages() {
         })
         .unwrap();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = run(&args);
+        let ran = in_repo(&args).exits(2);
         let expected = fs::read_to_string(&expected_file)
             .unwrap_or_else(|_| panic!("{} has no .expected file", rel));
-        assert_eq!(out.status.code(), Some(2), "{rel}");
-        assert_eq!(text(&out.stderr), expected, "{rel}");
-        assert!(out.stdout.is_empty(), "{rel}: stdout {}", text(&out.stdout));
+        assert_eq!(ran.stderr(), expected, "{rel}");
+        assert!(ran.stdout().is_empty(), "{rel}: stdout {}", ran.stdout());
         assert!(
             expected.starts_with(&format!("error: {rel}")),
             "{rel}: message names the file"
@@ -131,9 +127,7 @@ const SEED_VLLM_FLAGS: &[&[&str]] = &[
 
 #[test]
 fn show_qat_v2b_prints_image_every_seed_flag_and_patch_steps_in_order() {
-    let out = run(&["recipes", "show", "qat-v2b"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
+    let s = in_repo(&["recipes", "show", "qat-v2b"]).succeeds().stdout();
     assert!(
         s.contains("image:      vllm/vllm-openai:cu130-nightly"),
         "{s}"
@@ -177,9 +171,9 @@ fn show_qat_v2b_prints_image_every_seed_flag_and_patch_steps_in_order() {
 
 #[test]
 fn show_json_has_the_exact_argv() {
-    let out = run(&["--json", "recipes", "show", "qat-v2b"]);
-    assert_eq!(out.status.code(), Some(0));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = in_repo(&["--json", "recipes", "show", "qat-v2b"])
+        .succeeds()
+        .json();
     let cmd: Vec<&str> = strings(&v["launch"]["launch"]["cmd"]);
     for flag in SEED_VLLM_FLAGS {
         assert!(
@@ -197,8 +191,9 @@ fn show_json_has_the_exact_argv() {
 
 #[test]
 fn production_llama_server_keeps_its_seed_command_line() {
-    let out = run(&["--json", "recipes", "show", "llama-server"]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = in_repo(&["--json", "recipes", "show", "llama-server"])
+        .succeeds()
+        .json();
     let launch = &v["launch"]["launch"];
     assert_eq!(launch["runtime"], "process");
     let args: Vec<&str> = strings(&launch["args"]);
@@ -213,9 +208,8 @@ fn production_llama_server_keeps_its_seed_command_line() {
 }
 
 #[test]
-fn list_json_and_unknown_names() {
-    let out = run(&["--json", "recipes", "list"]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+fn list_json_names_the_shipped_recipes() {
+    let v = in_repo(&["--json", "recipes", "list"]).succeeds().json();
     let names: Vec<&str> = v
         .as_array()
         .unwrap()
@@ -233,20 +227,19 @@ fn list_json_and_unknown_names() {
     ] {
         assert!(names.contains(&n), "{n} in {names:?}");
     }
-    let out = run(&["recipes", "show", "qat-v2"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("did you mean `qat-v2b`?"),
-        "{}",
-        text(&out.stderr)
-    );
+}
+
+#[test]
+fn an_unknown_recipe_name_gets_a_did_you_mean() {
+    in_repo(&["recipes", "show", "qat-v2"])
+        .exits(2)
+        .warns("did you mean `qat-v2b`?");
 }
 
 #[test]
 fn schema_is_json_schema_for_the_recipe_format() {
-    let out = run(&["recipes", "schema"]);
-    assert_eq!(out.status.code(), Some(0));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ran = in_repo(&["recipes", "schema"]).succeeds();
+    let v = ran.json();
     assert!(v["$schema"].as_str().unwrap().contains("json-schema.org"));
     let required: Vec<&str> = strings(&v["required"]);
     for key in ["name", "engine", "server"] {
@@ -261,7 +254,7 @@ fn schema_is_json_schema_for_the_recipe_format() {
     for module in ["vllm.entrypoints.openai.api_server", "sglang.launch_server"] {
         assert!(python.contains(module), "{python}");
     }
-    let text = out.stdout.iter().map(|&b| b as char).collect::<String>();
+    let text = ran.stdout();
     for step in [
         "wrap-vl-config",
         "copy-from",
@@ -273,8 +266,8 @@ fn schema_is_json_schema_for_the_recipe_format() {
 }
 
 #[test]
-fn help_lists_the_whole_command_surface_and_completions_generate() {
-    let help = text(&run(&["--help"]).stdout);
+fn help_lists_the_whole_command_surface() {
+    let help = in_repo(&["--help"]).succeeds().stdout();
     for cmd in [
         "up", "start", "rollback", "status", "ps", "logs", "down", "history", "bench", "patch",
         "images", "recipes", "doctor", "sim",
@@ -284,12 +277,13 @@ fn help_lists_the_whole_command_surface_and_completions_generate() {
             "{cmd} in --help:\n{help}"
         );
     }
-    let out = run(&["completions", "bash"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert!(
-        text(&out.stdout).contains("sparkctl__subcmd__recipes__subcmd__validate"),
-        "bash completion covers subcommands"
-    );
+}
+
+#[test]
+fn bash_completions_cover_the_subcommands() {
+    in_repo(&["completions", "bash"])
+        .succeeds()
+        .says("sparkctl__subcmd__recipes__subcmd__validate");
 }
 
 #[test]
@@ -304,16 +298,16 @@ fn recipe_hash_follows_what_would_run_not_how_it_is_written() {
     .unwrap();
     let hash = |yaml: &str| {
         std::fs::write(dir.join("demo-candidate.yaml"), yaml).unwrap();
-        let out = run(&[
+        let v = in_repo(&[
             "--recipes",
             dir.to_str().unwrap(),
             "--json",
             "recipes",
             "show",
             "demo-candidate",
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ])
+        .succeeds()
+        .json();
         v["recipe_hash"].as_str().unwrap().to_string()
     };
     let original = hash(&base);
@@ -344,25 +338,28 @@ fn a_fallback_must_name_another_recipe_of_the_dir() {
     let recipe = |name: &str, fallback: &str| {
         std::fs::write(
             dir.join(format!("{name}.yaml")),
-            format!("name: {name}\nengine: sim\nruntime: process\nserver:\n  port: 9999\nfallback: {fallback}\n"),
+            format!(
+                r#"name: {name}
+engine: sim
+runtime: process
+server:
+  port: 9999
+fallback: {fallback}
+"#
+            ),
         )
         .unwrap();
     };
     recipe("prod", "cand");
     recipe("cand", "prdo");
-    let out = run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("cand.yaml:6:1: fallback: fallback `prdo` is not a recipe"),
-        "{err}"
-    );
-    assert!(err.contains("did you mean `prod`?"), "{err}");
+    let validate = || in_repo(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]);
+    validate()
+        .exits(2)
+        .warns("cand.yaml:6:1: fallback: fallback `prdo` is not a recipe")
+        .warns("did you mean `prod`?");
     recipe("cand", "cand");
-    let err = text(&run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]).stderr);
-    assert!(err.contains("`cand` is this recipe"), "{err}");
+    validate().exits(2).warns("`cand` is this recipe");
     recipe("cand", "prod");
-    let out = run(&["--recipes", dir.to_str().unwrap(), "recipes", "validate"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    validate().succeeds();
     std::fs::remove_dir_all(&dir).unwrap();
 }

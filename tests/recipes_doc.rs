@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use support::{repo, run, text};
+use support::{in_repo, repo};
 
 /// The schema node `node` stands for, following `$ref`s into the schema's definitions.
 fn resolve<'a>(root: &'a Value, node: &'a Value) -> &'a Value {
@@ -72,9 +72,7 @@ fn documented(doc: &str, header: &str) -> BTreeSet<String> {
 fn schema_keys_of(args: &[&str]) -> BTreeSet<String> {
     let mut argv = vec!["recipes", "schema"];
     argv.extend_from_slice(args);
-    let out = run(&argv);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let schema: Value = serde_json::from_slice(&out.stdout).expect("the schema is JSON");
+    let schema = in_repo(&argv).succeeds().json();
     let mut known = BTreeSet::new();
     keys(&schema, &schema, "", &mut known);
     known
