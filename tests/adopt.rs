@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{text, Deck, Traffic};
+use support::{text, Deck, Ran, Traffic};
 
 /// The hand-started server: killed when the test ends, whatever happened.
 struct ByHand(Child);
@@ -178,7 +178,15 @@ fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connect
     std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
     std::fs::write(
         deck.dir.join("recipes/suites/one.yaml"),
-        "name: one\nwarmup: 0\nruns: 5\ncases:\n  - name: q\n    turns: [\"Hello?\"]\n    max_tokens: 8\n    checks: [non_empty]\n",
+        r#"name: one
+warmup: 0
+runs: 5
+cases:
+  - name: q
+    turns: ["Hello?"]
+    max_tokens: 8
+    checks: [non_empty]
+"#,
     )
     .unwrap();
     // Sim candidates: the CPU llama-server is production, never benchmarked again here.
@@ -187,16 +195,23 @@ fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connect
         deck.recipe(
             name,
             &format!(
-                "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 5ms]\n  memory_gb: 1\nbench:\n  suite: one\n"
+                r#"engine: sim
+runtime: process
+server:
+  port: {port}
+  args: [--load-time, 0s, --ttft, 5ms]
+  memory_gb: 1
+bench:
+  suite: one
+"#
             ),
         );
     }
     let role = |name: &str| deck.status_of(name).map(|d| d["role"].clone());
     deck.ok(&["rollback", "--to", "next"]);
     assert_eq!(role("next").unwrap(), "production");
-    let up = deck.run(&["up", "later", "--yes"]);
-    let all = format!("{}{}", text(&up.stdout), text(&up.stderr));
-    assert_eq!(up.status.code(), Some(0), "{all}");
+    deck.sparkctl(&["up", "later", "--yes"])
+        .promoted("later", deck.door_port);
     assert_eq!(role("later").unwrap(), "production");
     deck.ok(&["rollback"]);
     assert_eq!(role("next").unwrap(), "production");
@@ -215,9 +230,9 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
         .succeeds();
     let written = std::fs::read_to_string(deck.dir.join("recipes/handsim.yaml")).unwrap();
     assert!(written.contains("engine: sim"), "{written}");
-    let out = Ran::of(deck.cmd(&["adopt", "handsim"]).stdin(Stdio::null()));
-    assert_eq!(out.0, Some(2), "{}", out.1);
-    assert!(out.1.contains("--yes"), "{}", out.1);
+    Ran::of(deck.cmd(&["adopt", "handsim"]).stdin(Stdio::null()))
+        .exits(2)
+        .warns("confirm, or pass --yes (nothing was changed)");
     // Untouched: the same process still serves the port; no front door, nothing started.
     assert!(
         by_hand.0.id() > 0 && std::path::Path::new(&format!("/proc/{}", by_hand.0.id())).exists()
@@ -225,18 +240,6 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
     assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
     assert!(!deck.dir.join("state/frontdoor/supervisor.json").exists());
     assert!(deck.status_of("handsim").is_none());
-}
-
-struct Ran(Option<i32>, String);
-
-impl Ran {
-    fn of(cmd: &mut Command) -> Ran {
-        let out = cmd.output().unwrap();
-        Ran(
-            out.status.code(),
-            format!("{}{}", text(&out.stdout), text(&out.stderr)),
-        )
-    }
 }
 
 /// Without room for both, a swap: the front door takes the port holding requests, the
@@ -258,17 +261,17 @@ fn without_room_for_both_the_front_door_holds_requests_through_a_swap() {
     let out = Ran::of(
         deck.cmd(&["adopt", "handsim", "--yes"])
             .env("SPARKCTL_MEMORY_GB", &pool),
-    );
-    assert_eq!(out.0, Some(0), "{}", out.1);
-    assert!(out.1.contains("swap"), "{}", out.1);
+    )
+    .succeeds()
+    .says("swap");
     std::thread::sleep(Duration::from_millis(300));
     let report = traffic.stop();
-    assert_eq!(report.refused(), 0, "{}\n{report:?}", out.1);
-    assert!(report.http_errors.is_empty(), "{}\n{report:?}", out.1);
+    assert_eq!(report.refused(), 0, "{}\n{report:?}", out.shown());
+    assert!(report.http_errors.is_empty(), "{}\n{report:?}", out.shown());
     // The client's kept-alive connection to the old server never goes idle at these rates:
     // the answer on it when the old server is stopped is cut (the port itself never closed).
     let lost = report.cut + report.transport_errors.len();
-    assert!(lost <= 1, "{}\n{report:?}", out.1);
+    assert!(lost <= 1, "{}\n{report:?}", out.shown());
     println!(
         "client: {} answered, {} refused, {lost} answer(s) on the kept-alive connection to the old server cut",
         report.ok,
@@ -310,9 +313,10 @@ fn a_container_started_by_hand_is_adopted_by_binding_the_freed_port() {
     deck.sparkctl(&["import", "boxed", "--container", &name])
         .succeeds();
     let traffic = Traffic::start(&deck.door_url(), Duration::from_millis(10));
-    let out = Ran::of(&mut deck.cmd(&["adopt", "boxed", "--yes"]));
-    assert_eq!(out.0, Some(0), "{}", out.1);
-    assert!(out.1.contains("ms after the stop began"), "{}", out.1);
+    let out = deck
+        .sparkctl(&["adopt", "boxed", "--yes"])
+        .succeeds()
+        .says("ms after the stop began");
     std::thread::sleep(Duration::from_millis(300));
     let report = traffic.stop();
     let running = Command::new("docker")
@@ -325,7 +329,7 @@ fn a_container_started_by_hand_is_adopted_by_binding_the_freed_port() {
         report.upstreams.iter().any(|u| u.contains("boxed")),
         "{report:?}"
     );
-    assert!(report.http_errors.is_empty(), "{}\n{report:?}", out.1);
+    assert!(report.http_errors.is_empty(), "{}\n{report:?}", out.shown());
     // Between the stop and the bind, docker-proxy resets the connections it took for the
     // stopping container: counted and shown (the shared-socket path has no such window).
     println!(
@@ -373,13 +377,13 @@ fn a_failed_adoption_puts_the_foreign_server_back() {
     let out = Ran::of(
         deck.cmd(&["adopt", "broken", "--yes"])
             .env("SPARKCTL_MEMORY_GB", "8.15"),
-    );
-    assert_eq!(out.0, Some(1), "{}", out.1);
-    assert!(out.1.contains("put back"), "{}", out.1);
+    )
+    .exits(1)
+    .warns("put back");
     // The port is served again by the server as it was, not by a front door.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while support::http_status(&deck.door_url(), "/health") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "{}", out.1);
+        assert!(std::time::Instant::now() < deadline, "{}", out.shown());
         std::thread::sleep(Duration::from_millis(50));
     }
     let again = std::process::Command::new("ss")
@@ -391,7 +395,7 @@ fn a_failed_adoption_puts_the_foreign_server_back() {
     assert!(
         !deck.dir.join("state/frontdoor/supervisor.json").exists(),
         "{}",
-        out.1
+        out.shown()
     );
     // Whoever serves now is the restarted server: stop it (it is ours, started again).
     if let Some(restarted) = line.split("pid=").nth(1).and_then(|p| p.split(',').next()) {

@@ -8,7 +8,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::Value;
-use support::{free_port, text, Deck};
+use support::{free_port, text, Deck, Ran};
 
 /// The production llama-server's command line, exactly as it was typed on the Spark.
 const LLAMA_LINE: &str = r#"~/llama-cpp-latest/build-gpu/bin/llama-server \
@@ -50,19 +50,35 @@ fn copy_shipped(deck: &Deck, name: &str) {
     .unwrap();
 }
 
+/// The vLLM model dir as the export left it: transformers 5 names, no preprocessor.
+fn exported_model(deck: &Deck) -> String {
+    let model = deck.dir.join("qat-v2b");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"model_type":"qwen3_5_text","architectures":["Qwen3_5ForCausalLM"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        model.join("tokenizer_config.json"),
+        r#"{"tokenizer_class":"TokenizersBackend"}"#,
+    )
+    .unwrap();
+    model.display().to_string()
+}
+
 #[test]
-fn the_notes_command_lines_import_as_the_shipped_recipes() {
-    let deck = Deck::new("import-seeds");
+fn the_production_llama_server_line_imports_as_the_shipped_recipe() {
+    let deck = Deck::new("import-llama");
     let home = std::env::var("HOME").unwrap();
     copy_shipped(&deck, "llama-server");
-    copy_shipped(&deck, "qat-v2b");
     // The port the llama-server served on is the production port here, as on the Spark.
     let eighty_eighty_free = std::net::TcpListener::bind("127.0.0.1:8080").is_ok();
-    let out = Ran::of(
+    Ran::of(
         deck.cmd(&["import", "imported-llama", "--command", LLAMA_LINE])
             .env("SPARKCTL_PRODUCTION_PORT", "8003"),
-    );
-    assert!(out.ok, "{}", out.all);
+    )
+    .succeeds();
     let written = std::fs::read_to_string(deck.dir.join("recipes/imported-llama.yaml")).unwrap();
     assert!(written.contains("the production port"), "{written}");
     assert!(written.contains("NOT INFERRED"), "{written}");
@@ -79,28 +95,23 @@ fn the_notes_command_lines_import_as_the_shipped_recipes() {
     }
     assert_eq!(imported["engine"], "llama-server");
     assert_eq!(imported["runtime"], "process");
+}
 
-    // The vLLM model dir as the export left it: transformers 5 names, no preprocessor.
-    let model = deck.dir.join("qat-v2b");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(
-        model.join("config.json"),
-        r#"{"model_type":"qwen3_5_text","architectures":["Qwen3_5ForCausalLM"]}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        model.join("tokenizer_config.json"),
-        r#"{"tokenizer_class":"TokenizersBackend"}"#,
-    )
-    .unwrap();
-    let model_dir = model.display().to_string();
-    let out = Ran::of(&mut deck.cmd(&[
+#[test]
+fn the_qat_vllm_line_imports_as_the_shipped_recipe_with_the_patches_it_needs() {
+    let deck = Deck::new("import-qat");
+    let home = std::env::var("HOME").unwrap();
+    // With its fallback, which must be a recipe of the dir.
+    copy_shipped(&deck, "qat-v2b");
+    copy_shipped(&deck, "llama-server");
+    let model_dir = exported_model(&deck);
+    deck.sparkctl(&[
         "import",
         "imported-qat",
         "--docker-run",
         &vllm_line(&model_dir),
-    ]));
-    assert!(out.ok, "{}", out.all);
+    ])
+    .succeeds();
     let written = std::fs::read_to_string(deck.dir.join("recipes/imported-qat.yaml")).unwrap();
     for step in ["wrap-vl-config", "copy-from", "preprocessor_config.json"] {
         assert!(written.contains(step), "no {step} suggested:\n{written}");
@@ -111,49 +122,33 @@ fn the_notes_command_lines_import_as_the_shipped_recipes() {
     assert_eq!(imported["launch"], shipped["launch"], "{imported:#}");
     assert_eq!(imported["port"], shipped["port"]);
     assert_eq!(imported["engine"], "vllm");
+}
 
-    // Never over a recipe that exists, unless asked.
-    let again = Ran::of(&mut deck.cmd(&[
-        "import",
-        "imported-qat",
-        "--docker-run",
-        &vllm_line(&model_dir),
-    ]));
-    assert_eq!(again.code, Some(2), "{}", again.all);
-    assert!(again.all.contains("--force"), "{}", again.all);
-    assert_eq!(
-        std::fs::read_to_string(deck.dir.join("recipes/imported-qat.yaml")).unwrap(),
-        written
-    );
-    // A line that needs a shell is refused, not run.
-    let shell = Ran::of(&mut deck.cmd(&[
+#[test]
+fn an_import_never_writes_over_a_recipe_that_exists_unless_forced() {
+    let deck = Deck::new("import-exists");
+    let line = vllm_line(&exported_model(&deck));
+    deck.sparkctl(&["import", "imported-qat", "--docker-run", &line])
+        .succeeds();
+    let path = deck.dir.join("recipes/imported-qat.yaml");
+    let written = std::fs::read_to_string(&path).unwrap();
+    deck.sparkctl(&["import", "imported-qat", "--docker-run", &line])
+        .exits(2)
+        .warns("--force");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+}
+
+#[test]
+fn a_line_that_needs_a_shell_is_refused_not_run() {
+    let deck = Deck::new("import-shell");
+    deck.sparkctl(&[
         "import",
         "x",
         "--docker-run",
         "docker run img $(touch /tmp/sparkctl-pwned)",
-    ]));
-    assert_eq!(shell.code, Some(2), "{}", shell.all);
+    ])
+    .exits(2);
     assert!(!std::path::Path::new("/tmp/sparkctl-pwned").exists());
-}
-
-/// A command's exit, and its stdout and stderr together.
-struct Ran {
-    ok: bool,
-    code: Option<i32>,
-    all: String,
-    stdout: String,
-}
-
-impl Ran {
-    fn of(cmd: &mut Command) -> Ran {
-        let out = cmd.output().expect("sparkctl runs");
-        Ran {
-            ok: out.status.success(),
-            code: out.status.code(),
-            all: format!("{}{}", text(&out.stdout), text(&out.stderr)),
-            stdout: text(&out.stdout),
-        }
-    }
 }
 
 /// `docker run` flags paired (`-e A`, `--ulimit x=1`), sorted: two lines that ask for the
@@ -220,12 +215,12 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
     assert!(started.status.success(), "{}", text(&started.stderr));
     let removed = Remove(name.clone());
 
-    let out = Ran::of(
+    Ran::of(
         deck.cmd(&["import", "handmade", "--container", &name])
             .env("SIM_IMPORT_A", "1"),
-    );
-    assert!(out.ok, "{}", out.all);
-    assert!(out.stdout.contains("pinned handmade"), "{}", out.all);
+    )
+    .succeeds()
+    .says("pinned handmade");
     // Names only: the value never reaches the recipe.
     let written = std::fs::read_to_string(deck.dir.join("recipes/handmade.yaml")).unwrap();
     assert!(
@@ -255,9 +250,9 @@ fn a_container_started_by_hand_imports_with_its_spec_and_its_digest_pinned() {
     let plan = Ran::of(
         deck.cmd(&["--json", "start", "handmade", "--dry-run"])
             .env("SIM_IMPORT_A", "1"),
-    );
-    assert!(plan.ok, "{}", plan.all);
-    let plan: Value = serde_json::from_str(&plan.stdout).unwrap();
+    )
+    .succeeds()
+    .json();
     let planned: Vec<String> = plan["command"]
         .as_array()
         .unwrap()

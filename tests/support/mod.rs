@@ -358,7 +358,8 @@ impl Ran {
         text(&self.out.stderr)
     }
 
-    fn shown(&self) -> String {
+    /// The command, its exit and both its streams: context for an assertion of its own.
+    pub fn shown(&self) -> String {
         format!(
             "sparkctl {:?} exited {:?}\n--- stdout\n{}--- stderr\n{}",
             self.args,
