@@ -209,8 +209,8 @@ fn captured_traffic_is_replayed_with_its_own_prompts_and_nothing_secret_is_writt
     assert_eq!(r["replay"]["pace"], "concurrency 2");
     assert_eq!(support::strings(&r["replay"]["prompts"]), expected);
     // `up` takes it as its suite.
-    let up = deck.ok(&["up", "cand", "--yes"]);
-    assert!(up.contains("promoted"), "{up}");
+    deck.sparkctl(&["up", "cand", "--yes"])
+        .promoted("cand", deck.door_port);
     let record: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
     let bench = record[0]["bench"].as_str().unwrap();
     let r: Value = serde_json::from_slice(&std::fs::read(bench).unwrap()).unwrap();

@@ -142,8 +142,7 @@ fn after_init_sparkctl_works_from_any_directory() {
     assert!(lock.contains("mine:") && lock.contains("sha256:"), "{lock}");
 
     installed(&deck, &home, &["up", "demo-production", "--yes"])
-        .succeeds()
-        .says("promoted");
+        .promoted("demo-production", deck.door_port);
     assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
     installed(&deck, &home, &["down", "demo-production", "--force"]).succeeds();
 }

@@ -146,9 +146,7 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
         "bench:\n  suite: tiny\nfallback: safe\nlive:\n  gates:\n    no_loop: \">= 90%\"\n  window: 10\n  min_answers: 5\n  sustain: 1s\n",
     );
     with_key(&deck, &["rollback", "--to", "safe"]).succeeds();
-    with_key(&deck, &["up", "prod", "--yes"])
-        .succeeds()
-        .says("promoted");
+    with_key(&deck, &["up", "prod", "--yes"]).promoted("prod", deck.door_port);
 
     let (stop, seen) = (
         Arc::new(AtomicBool::new(false)),

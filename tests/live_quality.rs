@@ -318,8 +318,8 @@ fn a_candidate_that_leaves_tool_calls_in_its_content_is_caught_by_golden_prompts
         "bench:\n  suite: tiny\n  gates:\n    expected_answer: \">= 80%\"\nfallback: safe\nlive:\n  golden:\n    every: 1s\n    suite: voice-assistant\n    cases: [factual, tool_web_search]\n    failures: 2\n",
     );
     deck.ok(&["rollback", "--to", "safe"]);
-    let up = deck.ok(&["up", "cand", "--yes"]);
-    assert!(up.contains("promoted"), "{up}");
+    deck.sparkctl(&["up", "cand", "--yes"])
+        .promoted("cand", deck.door_port);
     // A client offering tools gets the call as text: the live check counts it too.
     for _ in 0..3 {
         let url = deck.door_url();

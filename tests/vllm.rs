@@ -444,8 +444,7 @@ fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
     let every = Duration::from_millis(50);
     let client = Traffic::asking_for(&deck.door_url(), every, "tiny");
     deck.sparkctl(&["up", "vllm", "--yes"])
-        .succeeds()
-        .says("promoted");
+        .promoted("vllm", deck.door_port);
     std::thread::sleep(Duration::from_secs(2));
     let up = client.stop();
     assert_eq!(serving().as_deref(), Some("vllm"));
