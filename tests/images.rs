@@ -3,15 +3,17 @@
 
 mod support;
 
-use serde_json::Value;
 use sparkctl::testkit::Lock;
 use support::registry::{push, Registry};
-use support::{docker, free_port, sim_image, text, Deck};
+use support::{docker, free_port, sim_image, Deck};
 
 /// A "nightly": the sim image with its own version label and env, so its own digest.
 async fn build_nightly(docker: &bollard::Docker, tag: &str, version: &str, vllm: &str) {
     let dockerfile = format!(
-        "FROM {}\nLABEL org.opencontainers.image.version={version}\nENV VLLM_VERSION={vllm}\n",
+        "FROM {}
+LABEL org.opencontainers.image.version={version}
+ENV VLLM_VERSION={vllm}
+",
         sim_image()
     );
     support::build_image(docker, tag, &[("Dockerfile", dockerfile.as_bytes(), 0o644)]).await;
@@ -21,15 +23,18 @@ fn recipe(deck: &Deck, name: &str, image: &str) {
     deck.recipe(
         name,
         &format!(
-            "engine: sim\nruntime: docker\nimage: {image}\nserver:\n  port: {}\n  args: [--load-time, 0s]\nhealth:\n  timeout: 20s\n",
+            r#"engine: sim
+runtime: docker
+image: {image}
+server:
+  port: {}
+  args: [--load-time, 0s]
+health:
+  timeout: 20s
+"#,
             free_port()
         ),
     );
-}
-
-fn json(out: &std::process::Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +63,10 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
     assert!(pin.platform.as_deref().unwrap().starts_with("linux/"));
     assert!(pin.image_id.is_some() && pin.created.is_some());
 
-    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    let audit = deck
+        .sparkctl(&["--json", "images", "audit"])
+        .succeeds()
+        .json();
     assert_eq!(audit["ok"], true, "{audit}");
     assert_eq!(audit["rows"][0]["registry"], d1.as_str());
 
@@ -67,9 +75,11 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
     build_nightly(&docker, &local2, "nightly-2", "0.11.2").await;
     let d2 = push(&docker, &local2, &repo, "nightly").await;
     assert_ne!(d1, d2);
-    let out = deck.run(&["--json", "images", "audit"]);
-    assert_eq!(out.status.code(), Some(1), "drift fails the audit");
-    let audit = json(&out);
+    // Drift fails the audit.
+    let audit = deck
+        .sparkctl(&["--json", "images", "audit"])
+        .exits(1)
+        .json();
     let row = &audit["rows"][0];
     assert_eq!(row["pinned"], d1.as_str());
     assert_eq!(row["registry"], d2.as_str());
@@ -85,14 +95,10 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
         row["pinned_created"].is_string() && row["registry_created"].is_string(),
         "{row}"
     );
-    let table = text(&deck.run(&["images", "audit"]).stdout);
-    assert!(
-        table.contains(&format!(
-            "drift: {reference} now points to sha256:{}",
-            &d2[7..19]
-        )),
-        "{table}"
-    );
+    deck.sparkctl(&["images", "audit"]).exits(1).says(&format!(
+        "drift: {reference} now points to sha256:{}",
+        &d2[7..19]
+    ));
 
     // start still runs the pinned digest, not the moved tag.
     deck.ok(&["start", "nightly"]);
@@ -138,7 +144,7 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
         .remove_image(&format!("{repo}@{d2}"), Some(opts), None)
         .await
         .ok();
-    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    let audit = deck.sparkctl(&["--json", "images", "audit"]).json();
     assert_eq!(audit["rows"][0]["present"], false, "{audit}");
     deck.ok(&["images", "pull", "nightly"]);
     assert!(docker.inspect_image(&format!("{repo}@{d2}")).await.is_ok());
@@ -146,13 +152,9 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
     // Registry down: a clear error, and the lock is not touched.
     let before = std::fs::read(&lock_path).unwrap();
     drop(registry);
-    let out = deck.run(&["images", "pin", "nightly"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("cannot reach its registry"),
-        "{}",
-        text(&out.stderr)
-    );
+    deck.sparkctl(&["images", "pin", "nightly"])
+        .exits(1)
+        .warns("cannot reach its registry");
     assert_eq!(std::fs::read(&lock_path).unwrap(), before);
     // What this machine pulled can still be pinned offline.
     let out = deck.ok(&["images", "pin", "nightly", "--offline"]);
@@ -166,54 +168,64 @@ async fn a_moved_nightly_is_caught_the_pin_keeps_running_and_repinning_moves_it(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_tags_malformed_locks_unpinned_and_stale_entries_are_reported() {
+async fn a_tag_the_registry_lacks_is_not_pinned() {
     let _docker = docker().await;
     let registry = Registry::start("bad");
-    let deck = Deck::new("images-bad");
-    let lock_path = deck.dir.join("images.lock");
-
+    let deck = Deck::new("images-no-tag");
     recipe(
         &deck,
         "ghost",
         &format!("{}/spark/none:nightly", registry.addr),
     );
-    let out = deck.run(&["images", "pin", "ghost"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("the registry has no such tag"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!lock_path.exists(), "nothing written");
+    deck.sparkctl(&["images", "pin", "ghost"])
+        .exits(1)
+        .warns("the registry has no such tag");
+    assert!(!deck.dir.join("images.lock").exists(), "nothing written");
+}
 
-    // An unpinned image is refused at start, with the fix.
+/// An unpinned image is refused at start, with the fix.
+#[test]
+fn an_unpinned_image_is_refused_at_start_with_the_fix() {
+    let deck = Deck::new("images-unpinned");
     recipe(&deck, "local", sim_image());
-    let out = deck.run(&["start", "local"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("run `sparkctl images pin local`"),
-        "{}",
-        text(&out.stderr)
-    );
+    deck.sparkctl(&["start", "local"])
+        .exits(2)
+        .warns("run `sparkctl images pin local`");
+    assert!(deck.status_of("local").is_none(), "nothing was started");
+}
 
-    // A damaged lock names its line and is left as it is.
-    let damaged = "images:\n  local:\n    reference: x\n    digest: [\n";
+/// A damaged lock names its line and is left as it is.
+#[test]
+fn a_damaged_lock_is_named_and_not_rewritten() {
+    let deck = Deck::new("images-damaged");
+    let lock_path = deck.dir.join("images.lock");
+    recipe(&deck, "local", sim_image());
+    let damaged = r#"images:
+  local:
+    reference: x
+    digest: [
+"#;
     std::fs::write(&lock_path, damaged).unwrap();
-    let out = deck.run(&["images", "pin", "local"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
-    assert!(err.contains(&format!("{}:", lock_path.display())), "{err}");
-    assert!(err.contains("it was not rewritten"), "{err}");
+    deck.sparkctl(&["images", "pin", "local"])
+        .exits(2)
+        .warns(&format!("{}:", lock_path.display()))
+        .warns("it was not rewritten");
     assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), damaged);
+}
 
-    // A pin for a recipe that no longer exists is reported as stale.
-    std::fs::remove_file(&lock_path).unwrap();
+/// A pin for a recipe that no longer exists is reported as stale.
+#[test]
+fn a_pin_for_a_recipe_that_no_longer_exists_is_stale() {
+    let deck = Deck::new("images-stale");
+    recipe(&deck, "local", sim_image());
     deck.ok(&["images", "pin", "local"]);
-    std::fs::remove_file(deck.dir.join("recipes/ghost.yaml")).unwrap();
     recipe(&deck, "gone", sim_image());
     deck.ok(&["images", "pin", "gone"]);
     std::fs::remove_file(deck.dir.join("recipes/gone.yaml")).unwrap();
-    let audit = json(&deck.run(&["--json", "images", "audit"]));
+    let audit = deck
+        .sparkctl(&["--json", "images", "audit"])
+        .succeeds()
+        .json();
     assert_eq!(audit["stale"], serde_json::json!(["gone"]), "{audit}");
     assert_eq!(audit["ok"], true, "{audit}");
     assert_eq!(audit["rows"][0]["recipe"], "local");

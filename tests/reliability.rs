@@ -6,21 +6,32 @@
 
 mod support;
 
-use std::io::Read;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{docker, free_port, http_status, sim_image, text, Deck};
+use support::{docker, free_port, http_status, sim_image, Deck, Ran};
 
 fn process_sim(port: u16) -> String {
     format!(
-        "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--load-time, 100ms]\n  memory_gb: 4\nhealth:\n  timeout: 20s\n"
+        r#"engine: sim
+runtime: process
+server:
+  port: {port}
+  args: [--load-time, 100ms]
+  memory_gb: 4
+health:
+  timeout: 20s
+"#
     )
 }
 
 /// `qat-v2b.yaml` as the issue found it: broken YAML in a recipe nobody asked for.
-const BROKEN: &str = "engine: vllm\nimage: vllm/vllm-openai:cu130-nightly\nserver:\n  port: 8000\n  args: [--a, --b\n";
+const BROKEN: &str = r#"engine: vllm
+image: vllm/vllm-openai:cu130-nightly
+server:
+  port: 8000
+  args: [--a, --b
+"#;
 
 #[test]
 fn a_broken_unrelated_recipe_or_lock_does_not_block_rollback_down_or_status() {
@@ -30,13 +41,16 @@ fn a_broken_unrelated_recipe_or_lock_does_not_block_rollback_down_or_status() {
     deck.recipe("qat-v2b", BROKEN);
     // A damaged lock: the process recipe needs no image, so no pin either.
     std::fs::write(deck.dir.join("images.lock"), "images:\n  qat-v2b: [\n").unwrap();
-    let rollback = deck
-        .cmd(&["rollback", "--to", "demo-production"])
-        .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-        .output()
-        .unwrap();
-    let stderr = text(&rollback.stderr);
-    assert_eq!(rollback.status.code(), Some(0), "{stderr}");
+    // Production on a port of its own here.
+    let on_prod_port = |args: &[&str]| {
+        Ran::of(
+            deck.cmd(args)
+                .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string()),
+        )
+    };
+    let stderr = on_prod_port(&["rollback", "--to", "demo-production"])
+        .succeeds()
+        .stderr();
     assert!(
         stderr.contains("warning: ")
             && stderr.contains("qat-v2b.yaml is skipped: ")
@@ -48,32 +62,23 @@ fn a_broken_unrelated_recipe_or_lock_does_not_block_rollback_down_or_status() {
         http_status(&format!("http://127.0.0.1:{prod_port}"), "/health"),
         Some(200)
     );
-    let status = deck
-        .cmd(&["--json", "status"])
-        .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-        .output()
-        .unwrap();
-    let status: Vec<Value> = serde_json::from_slice(&status.stdout).unwrap();
+    let status = on_prod_port(&["--json", "status"]).succeeds().json();
     assert!(
         status
+            .as_array()
+            .unwrap()
             .iter()
             .any(|d| d["name"] == "demo-production" && d["production"] == true),
         "{status:?}"
     );
     // A command that needs the broken recipe still fails on it, with exit 2 and its line.
-    let out = deck.run(&["recipes", "show", "qat-v2b"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("qat-v2b.yaml:7:1:"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = deck.run(&["recipes", "validate"]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "validate still reads every file"
-    );
+    deck.sparkctl(&["recipes", "show", "qat-v2b"])
+        .exits(2)
+        .warns("qat-v2b.yaml:7:1:");
+    // Validate still reads every file.
+    deck.sparkctl(&["recipes", "validate"])
+        .exits(2)
+        .warns("qat-v2b.yaml:7:1:");
     // `recipes list` shows the rest.
     let list = deck.ok(&["recipes", "list"]);
     assert!(
@@ -82,18 +87,10 @@ fn a_broken_unrelated_recipe_or_lock_does_not_block_rollback_down_or_status() {
     );
     // It serves production behind the front door: stopping it takes --force, and then the
     // production port says so at once (503) instead of holding requests for nothing.
-    let down = deck
-        .cmd(&["down", "demo-production"])
-        .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(down.status.code(), Some(2), "{}", text(&down.stderr));
-    let down = deck
-        .cmd(&["down", "--force", "demo-production"])
-        .env("SPARKCTL_PRODUCTION_PORT", prod_port.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(down.status.code(), Some(0), "{}", text(&down.stderr));
+    on_prod_port(&["down", "demo-production"])
+        .exits(2)
+        .warns("--force");
+    on_prod_port(&["down", "--force", "demo-production"]).succeeds();
     assert_eq!(
         http_status(&format!("http://127.0.0.1:{prod_port}"), "/health"),
         Some(503)
@@ -119,19 +116,11 @@ fn an_out_of_range_duration_in_one_recipe_panics_nothing() {
         &["start", "fine", "--dry-run"],
         &["recipes", "show", "huge"],
     ] {
-        let out = deck.run(args);
-        let stderr = text(&out.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("huge.yaml:9:3: health.timeout: "),
-            "{args:?}: {stderr}"
-        );
+        let ran = deck.sparkctl(args).warns("huge.yaml:9:3: health.timeout: ");
+        assert!(!ran.stderr().contains("panicked"), "{}", ran.shown());
+        assert_ne!(ran.code(), Some(101), "{}", ran.shown());
     }
-    assert_eq!(
-        deck.run(&["recipes", "show", "huge"]).status.code(),
-        Some(2)
-    );
+    deck.sparkctl(&["recipes", "show", "huge"]).exits(2);
 }
 
 #[test]
@@ -148,14 +137,10 @@ fn a_hundred_thousand_deep_nesting_is_refused_within_a_second() {
         let file = deck.dir.join(format!("recipes/{name}.yaml"));
         std::fs::write(&file, format!("name: {name}\n{body}\n")).unwrap();
         let began = Instant::now();
-        let out = deck.run(&["recipes", "validate", file.to_str().unwrap()]);
+        deck.sparkctl(&["recipes", "validate", file.to_str().unwrap()])
+            .exits(2)
+            .warns("nesting deeper than 64 levels");
         let took = began.elapsed();
-        assert_eq!(out.status.code(), Some(2), "{name}");
-        assert!(
-            text(&out.stderr).contains("nesting deeper than 64 levels"),
-            "{}",
-            text(&out.stderr)
-        );
         assert!(took < Duration::from_secs(1), "{name} took {took:?}");
     }
 }
@@ -188,22 +173,10 @@ fn recipe_text_reaches_the_terminal_with_control_characters_escaped() {
 
 /// Spawns `args` with stdout a pipe whose reading end is closed at once: the first write
 /// gets EPIPE.
-fn with_closed_stdout(deck: &Deck, args: &[&str]) -> (Option<i32>, String) {
-    let mut child = deck
-        .cmd(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (child.wait().unwrap().code(), stderr)
+fn with_closed_stdout(deck: &Deck, args: &[&str]) -> Ran {
+    let mut running = Ran::spawn(&mut deck.cmd(args));
+    drop(running.child.stdout.take());
+    running.wait()
 }
 
 #[test]
@@ -225,10 +198,10 @@ fn a_closed_pipe_ends_every_read_command_quietly() {
         &["completions", "bash"],
         &["prune"],
     ] {
-        let (code, stderr) = with_closed_stdout(&deck, args);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
-        assert_eq!(code, Some(141), "{args:?}: {stderr}");
+        with_closed_stdout(&deck, args)
+            .exits(141)
+            .never_says("panicked")
+            .never_says("Broken pipe");
     }
 }
 
@@ -236,17 +209,19 @@ fn a_closed_pipe_ends_every_read_command_quietly() {
 fn down_of_an_unknown_name_is_a_usage_error_with_the_nearest_name() {
     let deck = Deck::new("rel-down");
     deck.recipe("demo-production", &process_sim(free_port()));
-    let out = deck.run(&["down", "demo-prodution"]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("did you mean `demo-production`?"),
-        "{stderr}"
-    );
-    // A known recipe that is not running: nothing to stop, exit 0.
-    let out = deck.run(&["down", "demo-production"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("is not running"));
+    deck.sparkctl(&["down", "demo-prodution"])
+        .exits(2)
+        .warns("did you mean `demo-production`?");
+}
+
+/// A known recipe that is not running: nothing to stop, exit 0.
+#[test]
+fn down_of_a_recipe_that_is_not_running_stops_nothing() {
+    let deck = Deck::new("rel-down-idle");
+    deck.recipe("demo-production", &process_sim(free_port()));
+    deck.sparkctl(&["down", "demo-production"])
+        .succeeds()
+        .says("demo-production is not running");
 }
 
 #[test]
@@ -256,14 +231,11 @@ fn status_reports_a_damaged_production_file_and_still_shows_the_rest() {
     deck.recipe("fine", &process_sim(port));
     deck.ok(&["start", "fine"]);
     std::fs::write(deck.dir.join("state/production.json"), "{\"current\": ").unwrap();
-    let out = deck.run(&["status"]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("production.json is damaged") && stderr.contains("move it aside"),
-        "{stderr}"
-    );
-    assert!(text(&out.stdout).contains("fine"), "{}", text(&out.stdout));
+    deck.sparkctl(&["status"])
+        .succeeds()
+        .warns("production.json is damaged")
+        .warns("move it aside")
+        .says("fine");
     assert_eq!(
         std::fs::read_to_string(deck.dir.join("state/production.json")).unwrap(),
         "{\"current\": ",
@@ -273,7 +245,16 @@ fn status_reports_a_damaged_production_file_and_still_shows_the_rest() {
 
 fn docker_crash(port: u16) -> String {
     format!(
-        "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {port}\n  args: [--load-time, 200ms, --load-fault, crash]\n  memory_gb: 4\nhealth:\n  timeout: 20s\n",
+        r#"engine: sim
+runtime: docker
+image: {}
+server:
+  port: {port}
+  args: [--load-time, 200ms, --load-fault, crash]
+  memory_gb: 4
+health:
+  timeout: 20s
+"#,
         sim_image()
     )
 }
@@ -306,12 +287,11 @@ async fn old_containers_are_trimmed_and_pruned_but_never_productions() {
     deck.recipe("crashy", &docker_crash(free_port()));
     deck.recipe("prod", &docker_crash(free_port()));
     for name in ["crashy", "crashy", "crashy", "crashy", "prod", "prod"] {
-        let out = deck
-            .cmd(&["start", name, "--allow-unpinned"])
-            .env("SPARKCTL_KEEP_EXITED", "2")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        Ran::of(
+            deck.cmd(&["start", name, "--allow-unpinned"])
+                .env("SPARKCTL_KEEP_EXITED", "2"),
+        )
+        .exits(1);
     }
     let state = deck.state();
     // Each start left at most 2 older exited ones: 2 + the one it made.
@@ -346,8 +326,7 @@ async fn old_containers_are_trimmed_and_pruned_but_never_productions() {
     );
     // A damaged production.json: what is protected is unknown, so nothing goes.
     std::fs::write(state.join("production.json"), "{").unwrap();
-    let out = deck.run(&["prune", "--keep", "0", "--yes"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    deck.sparkctl(&["prune", "--keep", "0", "--yes"]).exits(1);
     assert_eq!(containers_of(&state, "prod").await.len(), 2);
     assert_eq!(containers_of(&state, "crashy").await.len(), 1);
 }
@@ -359,23 +338,29 @@ async fn an_env_from_host_value_reaches_the_container_and_no_log_level() {
     deck.recipe(
         "secretive",
         &format!(
-            "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {port}\n  args: [--load-time, 100ms]\n  env_from_host: [HF_TOKEN]\n  memory_gb: 4\nhealth:\n  timeout: 20s\n",
+            r#"engine: sim
+runtime: docker
+image: {}
+server:
+  port: {port}
+  args: [--load-time, 100ms]
+  env_from_host: [HF_TOKEN]
+  memory_gb: 4
+health:
+  timeout: 20s
+"#,
             sim_image()
         ),
     );
-    let out = deck
-        .cmd(&["-vv", "start", "secretive", "--allow-unpinned"])
-        .env("HF_TOKEN", "secret123")
-        .env_remove("SPARKCTL_LOG")
-        .output()
-        .unwrap();
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("DEBUG"), "-vv logs at debug: {stderr}");
-    assert!(
-        !stderr.contains("secret123") && !text(&out.stdout).contains("secret123"),
-        "{stderr}"
-    );
+    Ran::of(
+        deck.cmd(&["-vv", "start", "secretive", "--allow-unpinned"])
+            .env("HF_TOKEN", "secret123")
+            .env_remove("SPARKCTL_LOG"),
+    )
+    .succeeds()
+    // -vv logs at debug.
+    .warns("DEBUG")
+    .never_says("secret123");
     // It was passed all the same.
     let id = deck.status_of("secretive").unwrap()["id"]
         .as_str()
@@ -401,24 +386,18 @@ async fn an_env_from_host_value_reaches_the_container_and_no_log_level() {
             &["down", "secretive", "--dry-run"],
             &["logs", "secretive"],
         ] {
-            let out = deck
-                .cmd(args)
-                .env("SPARKCTL_LOG", log)
-                .env("HF_TOKEN", "secret123")
-                .output()
-                .unwrap();
-            let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-            assert!(
-                !all.contains("secret123"),
-                "SPARKCTL_LOG={log} {args:?}: {all}"
-            );
+            Ran::of(
+                deck.cmd(args)
+                    .env("SPARKCTL_LOG", log)
+                    .env("HF_TOKEN", "secret123"),
+            )
+            .never_says("secret123");
         }
     }
-    let out = deck
-        .cmd(&["start", "secretive", "--dry-run", "--allow-unpinned"])
-        .env("SPARKCTL_LOG", "trace")
-        .env("HF_TOKEN", "secret123")
-        .output()
-        .unwrap();
-    assert!(!format!("{}{}", text(&out.stdout), text(&out.stderr)).contains("secret123"));
+    Ran::of(
+        deck.cmd(&["start", "secretive", "--dry-run", "--allow-unpinned"])
+            .env("SPARKCTL_LOG", "trace")
+            .env("HF_TOKEN", "secret123"),
+    )
+    .never_says("secret123");
 }
