@@ -7,17 +7,34 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{docker, free_port, http_status, sim_image, text, Deck};
+use support::{docker, free_port, http_status, sim_image, Deck, Ran};
 
 fn process_recipe(port: u16, args: &str) -> String {
     format!(
-        "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [{args}]\n  memory_gb: 7\nhealth:\n  timeout: 20s\n"
+        r#"engine: sim
+runtime: process
+server:
+  port: {port}
+  args: [{args}]
+  memory_gb: 7
+health:
+  timeout: 20s
+"#
     )
 }
 
 fn docker_recipe(port: u16, args: &str) -> String {
     format!(
-        "engine: sim\nruntime: docker\nimage: {}\nserver:\n  port: {port}\n  args: [{args}]\n  memory_gb: 12\nhealth:\n  timeout: 20s\n",
+        r#"engine: sim
+runtime: docker
+image: {}
+server:
+  port: {port}
+  args: [{args}]
+  memory_gb: 12
+health:
+  timeout: 20s
+"#,
         sim_image()
     )
 }
@@ -32,16 +49,9 @@ fn failing_start(deck: &Deck, name: &str, extra: &[&str]) -> (String, Duration) 
     let began = Instant::now();
     let mut args = vec!["start", name];
     args.extend_from_slice(extra);
-    let out = deck.run(&args);
+    let ran = deck.sparkctl(&args);
     let took = began.elapsed();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "start {name} should fail:\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    (text(&out.stderr), took)
+    (ran.exits(1).stderr(), took)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +64,9 @@ async fn a_process_and_a_container_start_list_log_and_stop() {
     deck.recipe(
         "prod",
         &format!(
-            "model:\n  path: {}\n{}",
+            r#"model:
+  path: {}
+{}"#,
             model.display(),
             process_recipe(pport, "--load-time, 300ms")
         ),
@@ -345,17 +357,19 @@ fn a_missing_image_or_binary_is_refused_with_the_fix() {
     deck.recipe(
         "noimage",
         &format!(
-            "engine: sim\nruntime: docker\nimage: sparkctl-absent:nope\nserver:\n  port: {}\n",
+            r#"engine: sim
+runtime: docker
+image: sparkctl-absent:nope
+server:
+  port: {}
+"#,
             free_port()
         ),
     );
-    let out = deck.run(&["start", "noimage"]);
-    assert_eq!(out.status.code(), Some(2), "no pin: refused as bad input");
-    assert!(
-        text(&out.stderr).contains("has no pin in images.lock; run `sparkctl images pin noimage`"),
-        "{}",
-        text(&out.stderr)
-    );
+    // No pin: refused as bad input.
+    deck.sparkctl(&["start", "noimage"])
+        .exits(2)
+        .warns("has no pin in images.lock; run `sparkctl images pin noimage`");
     let (err, _) = failing_start(&deck, "noimage", &["--allow-unpinned"]);
     assert!(
         err.contains("image sparkctl-absent:nope (recipe noimage) is not on this machine"),
@@ -364,18 +378,21 @@ fn a_missing_image_or_binary_is_refused_with_the_fix() {
     deck.recipe(
         "nobinary",
         &format!(
-            "engine: llama-server\nruntime: process\nbinary: /nonexistent/llama-server\nmodel:\n  path: {}\nserver:\n  port: {}\n",
+            r#"engine: llama-server
+runtime: process
+binary: /nonexistent/llama-server
+model:
+  path: {}
+server:
+  port: {}
+"#,
             deck.dir.display(),
             free_port()
         ),
     );
-    let out = deck.run(&["start", "nobinary"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("binary /nonexistent/llama-server does not exist"),
-        "{}",
-        text(&out.stderr)
-    );
+    deck.sparkctl(&["start", "nobinary"])
+        .exits(2)
+        .warns("binary /nonexistent/llama-server does not exist");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -387,7 +404,20 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
     deck.recipe(
         "gpu",
         &format!(
-            "engine: vllm\nimage: {}\nmodel:\n  path: {}\nserver:\n  port: {port}\n  gpus: all\n  ipc: host\n  shm_size: 1g\n  ulimits: {{memlock: -1, stack: 67108864}}\n  user: \"1000:1000\"\n  env: {{VLLM_LOGGING_LEVEL: DEBUG}}\n  env_from_host: [SPARKCTL_TEST_SECRET]\n",
+            r#"engine: vllm
+image: {}
+model:
+  path: {}
+server:
+  port: {port}
+  gpus: all
+  ipc: host
+  shm_size: 1g
+  ulimits: {{memlock: -1, stack: 67108864}}
+  user: "1000:1000"
+  env: {{VLLM_LOGGING_LEVEL: DEBUG}}
+  env_from_host: [SPARKCTL_TEST_SECRET]
+"#,
             sim_image(),
             model.display()
         ),
@@ -469,16 +499,15 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         deck.ok(&["images", "pin", "gpu"]);
         // The CLI refuses before creating anything and names what is missing.
         let began = Instant::now();
-        let out = deck
-            .cmd(&["start", "gpu"])
-            .env("SPARKCTL_TEST_SECRET", "s3cret")
-            .output()
-            .unwrap();
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(err.contains("has no `nvidia` runtime"), "{err}");
-        assert!(err.contains("NVIDIA Container Toolkit"), "{err}");
-        assert!(!err.contains("s3cret"), "secrets are never printed");
+        Ran::of(
+            deck.cmd(&["start", "gpu"])
+                .env("SPARKCTL_TEST_SECRET", "s3cret"),
+        )
+        .exits(1)
+        .warns("has no `nvidia` runtime")
+        .warns("NVIDIA Container Toolkit")
+        // Secrets are never printed.
+        .never_says("s3cret");
         assert!(began.elapsed() < NOTICED);
         assert!(deck.status().is_empty());
     }
@@ -493,21 +522,21 @@ fn a_recipe_that_does_not_fit_in_memory_names_what_must_stop() {
     deck.ok(&["start", "small"]);
     // 7 GB runs; 12 more do not fit in 15.
     let tight = |args: &[&str]| {
-        deck.cmd(args)
-            .env("SPARKCTL_MEMORY_GB", "15")
-            .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
-            .output()
-            .unwrap()
+        Ran::of(
+            deck.cmd(args)
+                .env("SPARKCTL_MEMORY_GB", "15")
+                .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+        )
     };
-    let plan: Value =
-        serde_json::from_slice(&tight(&["--json", "start", "big", "--dry-run"]).stdout).unwrap();
+    let plan = tight(&["--json", "start", "big", "--dry-run"])
+        .succeeds()
+        .json();
     assert_eq!(plan["memory"]["must_stop"], serde_json::json!(["small"]));
     assert_eq!(plan["memory"]["fits"], true);
-    let out = tight(&["start", "big"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(err.contains("big does not fit in memory"), "{err}");
-    assert!(err.contains("stop `sparkctl down small` first"), "{err}");
+    tight(&["start", "big"])
+        .exits(1)
+        .warns("big does not fit in memory")
+        .warns("stop `sparkctl down small` first");
     assert!(deck.status_of("big").is_none(), "nothing was started");
     // With room it starts next to the other.
     deck.ok(&["start", "big"]);
@@ -521,28 +550,18 @@ fn ctrl_c_while_waiting_stops_the_server_and_says_so() {
     let port = free_port();
     deck.recipe("slow", &docker_recipe(port, "--never-ready"));
     deck.ok(&["images", "pin", "slow"]);
-    let child = deck
-        .cmd(&["start", "slow"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let start = Ran::spawn(&mut deck.cmd(&["start", "slow"]));
     // Wait until the container exists, then interrupt.
     let deadline = Instant::now() + Duration::from_secs(10);
     while http_status(&format!("http://127.0.0.1:{port}"), "/health") != Some(503) {
         assert!(Instant::now() < deadline, "slow never answered 503");
         std::thread::sleep(Duration::from_millis(20));
     }
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let out = child.wait_with_output().unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(
-        err.contains("interrupted: stopped slow before it was ready"),
-        "{err}"
-    );
+    start.interrupt();
+    start
+        .wait()
+        .exits(130)
+        .warns("interrupted: stopped slow before it was ready");
     assert_eq!(deck.status_of("slow").unwrap()["state"], "exited");
     assert_eq!(
         http_status(&format!("http://127.0.0.1:{port}"), "/health"),
@@ -557,43 +576,25 @@ fn without_a_docker_engine_processes_still_list_and_containers_get_a_clear_error
     deck.recipe("c", &docker_recipe(free_port(), "--load-time, 0s"));
     deck.ok(&["images", "pin", "c"]);
     let nodocker = |args: &[&str]| {
-        deck.cmd(args)
-            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-            .output()
-            .unwrap()
+        Ran::of(
+            deck.cmd(args)
+                .env("DOCKER_HOST", "unix:///nonexistent/docker.sock"),
+        )
     };
-    let out = nodocker(&["start", "p"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = nodocker(&["start", "c"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("cannot reach the Docker Engine"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = nodocker(&["status"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stdout).contains(" p "), "{}", text(&out.stdout));
-    assert!(text(&out.stderr).contains("warning: containers not shown"));
+    nodocker(&["start", "p"]).succeeds();
+    nodocker(&["start", "c"])
+        .exits(1)
+        .warns("cannot reach the Docker Engine");
+    nodocker(&["status"])
+        .succeeds()
+        .says(" p ")
+        .warns("warning: containers not shown");
     // In use is a process: without an engine the machine still serves it.
-    let out = nodocker(&["doctor"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert!(
-        text(&out.stdout).contains("warn  docker engine"),
-        "{}",
-        text(&out.stdout)
-    );
-    let out = nodocker(&["doctor", "c"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the docker recipe asked for cannot run: doctor fails"
-    );
-    assert!(
-        text(&out.stdout).contains("FAIL  docker engine"),
-        "{}",
-        text(&out.stdout)
-    );
+    nodocker(&["doctor"]).succeeds().says("warn  docker engine");
+    // The docker recipe asked for cannot run: doctor fails.
+    nodocker(&["doctor", "c"])
+        .exits(1)
+        .says("FAIL  docker engine");
     deck.ok(&["down", "p"]);
 }
 
@@ -660,12 +661,8 @@ fn logs_follow_new_output_until_the_server_stops() {
     deck.ok(&["images", "pin", "cf"]);
     for (name, port) in [("pf", pport), ("cf", cport)] {
         deck.ok(&["start", name]);
-        let mut follower = deck
-            .cmd(&["logs", name, "-f", "--tail", "0"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+        let mut follower = Ran::spawn(&mut deck.cmd(&["logs", name, "-f", "--tail", "0"]));
+        let lines = BufReader::new(follower.child.stdout.take().unwrap()).lines();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
@@ -685,7 +682,7 @@ fn logs_follow_new_output_until_the_server_stops() {
         deck.ok(&["down", name]);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if follower.try_wait().unwrap().is_some() {
+            if follower.child.try_wait().unwrap().is_some() {
                 break;
             }
             assert!(
