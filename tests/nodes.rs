@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use second_engine::{engine, HOST_ADDR, HOST_IF, NODE_ADDR, NODE_IF, TCP};
 use serde_json::Value;
-use support::{block_on, docker, free_port, http_status};
+use support::{block_on, docker, free_port, http_status, Ran};
 use two_nodes::*;
 
 #[test]
@@ -170,13 +170,7 @@ fn a_killed_worker_stops_the_group_on_both_engines_and_says_why() {
     let t = Two::new("nodes-kill");
     // Loading takes long enough to kill the worker while sparkctl waits for the server.
     t.recipe("tp2", "--load-time, 6s", TCP);
-    let child = t
-        .deck
-        .cmd(&["start", "tp2"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let start = Ran::spawn(&mut t.deck.cmd(&["start", "tp2"]));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let worker = loop {
         let (a, b) = (members(false, &t.state()), members(true, &t.state()));
@@ -199,15 +193,16 @@ fn a_killed_worker_stops_the_group_on_both_engines_and_says_why() {
             .await
             .unwrap()
     });
-    let out = child.wait_with_output().unwrap();
-    let err = support::text(&out.stderr);
+    let err = start
+        .wait()
+        .exits(1)
+        .warns("the group was stopped on every node")
+        .warns("[b ray-worker]")
+        .warns("[a ray-head]")
+        .warns("[a api]")
+        .stderr();
     eprintln!("{err}");
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("the group was stopped on every node"), "{err}");
-    assert!(
-        err.contains("[b ray-worker]") && err.contains("[a ray-head]") && err.contains("[a api]"),
-        "{err}"
-    );
+    // Which of the two is seen first depends on the race between the watches.
     assert!(
         err.contains(&format!("{NODE_ADDR} died")) || err.contains("node b's ray-worker"),
         "{err}"
@@ -220,14 +215,11 @@ fn an_unreachable_node_is_refused_before_anything_starts() {
     let t = Two::new("nodes-gone");
     // Nothing listens on that port of node b.
     t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
-    let out = t.deck.run(&["start", "tp2"]);
-    let err = support::text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("node b: cannot reach its Docker Engine at tcp://10.77.0.2:2399"),
-        "{err}"
-    );
-    assert!(err.contains("nothing was started"), "{err}");
+    t.deck
+        .sparkctl(&["start", "tp2"])
+        .exits(1)
+        .warns("node b: cannot reach its Docker Engine at tcp://10.77.0.2:2399")
+        .warns("nothing was started");
     assert!(members(false, &t.state()).is_empty() && members(true, &t.state()).is_empty());
 }
 
@@ -296,11 +288,10 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     t.deck.ok(&["rollback", "--to", "prod"]);
     assert_eq!(serving().as_deref(), Some("prod"));
 
-    let up = t.deck.run(&["up", "tp2", "--yes"]);
-    let out = support::text(&up.stdout) + &support::text(&up.stderr);
-    assert_eq!(up.status.code(), Some(0), "{out}");
-    assert!(out.contains("tp2 promoted"), "{out}");
-    assert!(out.contains("plan: tp2 (docker, 2 nodes: a, b)"), "{out}");
+    t.deck
+        .sparkctl(&["up", "tp2", "--yes"])
+        .promoted("tp2", t.deck.door_port)
+        .warns("plan: tp2 (docker, 2 nodes: a, b)");
     assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
     assert_eq!(serving().as_deref(), Some("tp2"));
     let worker = members(true, &t.state())["ray-worker"].clone();
@@ -357,21 +348,18 @@ fn a_worker_that_never_joins_stops_the_group_after_the_join_timeout() {
         .status()
         .unwrap()
         .success());
-    let out = t.deck.run(&["start", "tp2"]);
+    let start = t.deck.sparkctl(&["start", "tp2"]);
     let unblock = [&route[..], &["del", "blackhole", &head]].concat();
     assert!(std::process::Command::new("ip")
         .args(&unblock)
         .status()
         .unwrap()
         .success());
-    let err = support::text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("Ray reports 1 of 2 nodes (1 of 2 GPUs) after 3s: a worker never joined"),
-        "{err}"
-    );
-    assert!(err.contains("the group was stopped on every node"), "{err}");
-    assert!(err.contains("[b ray-worker]"), "{err}");
+    start
+        .exits(1)
+        .warns("Ray reports 1 of 2 nodes (1 of 2 GPUs) after 3s: a worker never joined")
+        .warns("the group was stopped on every node")
+        .warns("[b ray-worker]");
     assert!(
         !members(false, &t.state()).contains_key("api"),
         "the API server never started"
@@ -415,21 +403,13 @@ fn a_node_whose_model_differs_is_refused_naming_the_files() {
     .unwrap();
     std::fs::remove_file(format!("{MODEL_ON_B}/tokenizer.json")).unwrap();
     let started_before = members(true, &t.state()).len();
-    let out = t.deck.run(&["start", "tp2"]);
-    let err = support::text(&out.stderr);
-    assert_ne!(
-        out.status.code(),
-        Some(0),
-        "{err}{}",
-        support::text(&out.stdout)
-    );
-    assert!(
-        err.contains(&format!(
+    t.deck
+        .sparkctl(&["start", "tp2"])
+        .exits(1)
+        .warns(&format!(
             "node b's model at {MODEL} is not the head's: config.json (differs), tokenizer.json (missing or unreadable)"
-        )),
-        "{err}"
-    );
-    assert!(err.contains("nothing was started"), "{err}");
+        ))
+        .warns("nothing was started");
     assert_eq!(
         members(true, &t.state()).len(),
         started_before,
@@ -510,13 +490,7 @@ fn a_group_whose_server_died_is_cleaned_by_down_and_by_the_next_start() {
 fn ctrl_c_during_a_group_up_stops_it_on_both_engines_and_nothing_is_left_half_started() {
     let t = Two::new("nodes-int");
     t.recipe("tp2", "--load-time, 6s", TCP);
-    let child = t
-        .deck
-        .cmd(&["up", "tp2", "--yes"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let up = Ran::spawn(&mut t.deck.cmd(&["up", "tp2", "--yes"]));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !members(false, &t.state()).contains_key("api") {
         assert!(
@@ -525,11 +499,8 @@ fn ctrl_c_during_a_group_up_stops_it_on_both_engines_and_nothing_is_left_half_st
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    let err = support::text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("interrupted"), "{err}");
+    up.interrupt();
+    up.wait().exits(130).warns("interrupted");
     all_stopped(&t);
 
     // Running, a second `up` of it is refused; whatever the refusal's clean-up does to the
@@ -537,9 +508,12 @@ fn ctrl_c_during_a_group_up_stops_it_on_both_engines_and_nothing_is_left_half_st
     // the whole group: no node is left half-started.
     t.recipe("tp2", SIM_ARGS, TCP);
     t.deck.ok(&["start", "tp2"]);
-    let out = t.deck.run(&["up", "tp2", "--yes"]);
-    let err = support::text(&out.stderr);
-    assert!(err.contains("tp2 is already running"), "{err}");
+    let err = t
+        .deck
+        .sparkctl(&["up", "tp2", "--yes"])
+        .exits(1)
+        .warns("tp2 is already running")
+        .stderr();
     let (a, b) = (members(false, &t.state()), members(true, &t.state()));
     let states = [
         running(&a["api"]),

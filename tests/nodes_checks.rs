@@ -12,18 +12,18 @@ use std::collections::HashMap;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use second_engine::{engine, NODE_ADDR};
 use serde_json::Value;
-use support::{block_on, free_port};
+use support::{block_on, free_port, Ran};
 use two_nodes::*;
 
 #[test]
 fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
     let t = Two::new("nodes-doctor");
-    let rows = |out: &std::process::Output| -> Vec<Value> {
+    let rows = |ran: &Ran| -> Vec<Value> {
         // The checks first; a failed doctor then prints its error as JSON too.
-        serde_json::Deserializer::from_slice(&out.stdout)
+        serde_json::Deserializer::from_slice(&ran.out.stdout)
             .into_iter::<Value>()
             .next()
-            .unwrap_or_else(|| panic!("no JSON: {}", support::text(&out.stdout)))
+            .unwrap_or_else(|| panic!("no JSON: {}", ran.shown()))
             .unwrap()
             .as_array()
             .cloned()
@@ -37,8 +37,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
             .unwrap()
             .to_string()
     };
-    let out = t.deck.run(&["--json", "doctor", "tp2"]);
-    let ok = rows(&out);
+    let ok = rows(&t.deck.sparkctl(&["--json", "doctor", "tp2"]));
     for name in [
         "node a engine",
         "node b engine",
@@ -48,9 +47,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
         assert_eq!(verdict(&ok, name), "ok", "{name}: {ok:?}");
     }
     t.recipe("tp2", SIM_ARGS, &format!("tcp://{NODE_ADDR}:2399"));
-    let out = t.deck.run(&["--json", "doctor", "tp2"]);
-    assert_ne!(out.status.code(), Some(0));
-    let bad = rows(&out);
+    let bad = rows(&t.deck.sparkctl(&["--json", "doctor", "tp2"]).exits(1));
     assert_eq!(verdict(&bad, "node b engine"), "fail", "{bad:?}");
 
     // Node b's engine answers, but nothing holds its high-speed address on the link.
@@ -59,8 +56,7 @@ fn doctor_checks_every_node_and_names_the_one_that_does_not_answer() {
     let text = std::fs::read_to_string(&path).unwrap();
     let text = text.replace(&format!("address: {NODE_ADDR}"), "address: 10.77.0.9");
     std::fs::write(&path, text).unwrap();
-    let out = t.deck.run(&["--json", "doctor", "tp2"]);
-    let silent = rows(&out);
+    let silent = rows(&t.deck.sparkctl(&["--json", "doctor", "tp2"]));
     assert_eq!(verdict(&silent, "node b engine"), "ok", "{silent:?}");
     assert_eq!(
         verdict(&silent, "node b reachable from a"),
@@ -88,15 +84,12 @@ fn each_node_has_its_own_memory_plan() {
         );
     std::fs::write(t.deck.dir.join("recipes/big.yaml"), body).unwrap();
     t.deck.ok(&["images", "pin", "big"]);
-    let out = t.deck.run(&["start", "big"]);
-    let err = support::text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("big: node b cannot hold its share (95 GB, server.memory_gb) in its 100 GB")
-            && err.contains("beside sparkctl-tp2-")
-            && err.contains("nothing was started"),
-        "{err}"
-    );
+    t.deck
+        .sparkctl(&["start", "big"])
+        .exits(1)
+        .warns("big: node b cannot hold its share (95 GB, server.memory_gb) in its 100 GB")
+        .warns("beside sparkctl-tp2-")
+        .warns("nothing was started");
     let a = members(false, &t.state());
     assert!(
         a.values()
@@ -132,13 +125,12 @@ fn old_runs_ray_containers_are_pruned_on_every_node() {
         })
     };
     for _ in 0..3 {
-        let out = t
-            .deck
-            .cmd(&["start", "tp2"])
-            .env("SPARKCTL_KEEP_EXITED", "1")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+        Ran::of(
+            t.deck
+                .cmd(&["start", "tp2"])
+                .env("SPARKCTL_KEEP_EXITED", "1"),
+        )
+        .succeeds();
         t.deck.ok(&["down", "tp2"]);
     }
     // Run 1 went when run 3 started; run 2 (the newest ended then) and run 3 stay.

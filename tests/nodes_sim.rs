@@ -3,24 +3,25 @@
 
 mod support;
 
-use support::{free_port, http_status, Deck};
+use support::{free_port, http_status, in_repo, Deck};
 
 #[test]
 fn a_bad_nodes_block_is_refused_naming_each_key() {
     let deck = Deck::new("nodes-bad");
     deck.recipe(
         "bad",
-        concat!(
-            "engine: vllm\nimage: vllm/vllm-openai:v1\nserver:\n  port: 8000\n",
-            "  env: {NCCL_SOCKET_IFNAME: eth0}\n",
-            "nodes:\n  members:\n",
-            "    - {name: a, engine: \"tcp://10.0.0.1:2375\", address: 10.0.0.1, interface: enp1s0f1np1}\n",
-            "    - {name: b, engine: \"ssh:/b\", address: 10.0.0.1, interface: \"en p1\"}\n",
-        ),
+        r#"engine: vllm
+image: vllm/vllm-openai:v1
+server:
+  port: 8000
+  env: {NCCL_SOCKET_IFNAME: eth0}
+nodes:
+  members:
+    - {name: a, engine: "tcp://10.0.0.1:2375", address: 10.0.0.1, interface: enp1s0f1np1}
+    - {name: b, engine: "ssh:/b", address: 10.0.0.1, interface: "en p1"}
+"#,
     );
-    let out = deck.run(&["recipes", "validate"]);
-    let err = support::text(&out.stderr) + &support::text(&out.stdout);
-    assert_ne!(out.status.code(), Some(0), "{err}");
+    let validate = deck.sparkctl(&["recipes", "validate"]).exits(2);
     for key in [
         "server.env.NCCL_SOCKET_IFNAME",
         "nodes.members[0].engine",
@@ -28,12 +29,13 @@ fn a_bad_nodes_block_is_refused_naming_each_key() {
         "nodes.members[1].address",
         "nodes.members[1].interface",
     ] {
-        assert!(err.contains(key), "{key} named in: {err}");
+        assert!(
+            validate.stderr().contains(key),
+            "{key} named in: {}",
+            validate.shown()
+        );
     }
-    assert!(
-        err.contains("put the node this machine is first, with engine: local"),
-        "{err}"
-    );
+    validate.warns("put the node this machine is first, with engine: local");
 }
 
 #[test]
@@ -61,13 +63,7 @@ fn the_sim_api_server_serves_only_once_every_ray_node_joined_and_dies_when_one_l
         "--distributed-executor-backend",
         "ray",
     ]);
-    let status = || {
-        let out = support::sparkctl()
-            .args(["sim", "--ray-status", &head_addr])
-            .output()
-            .unwrap();
-        support::text(&out.stdout)
-    };
+    let status = || in_repo(&["sim", "--ray-status", &head_addr]).stdout();
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         http_status(&api.url, "/health"),
