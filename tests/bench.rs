@@ -8,21 +8,40 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use support::{measured, text, Deck, Sim};
+use support::{measured, Deck, Ran, Sim};
 
 /// A small suite: one factual case, one tool case, a 3-turn case; 1 warm-up, 5 runs.
 fn quick_suite(deck: &Deck) -> PathBuf {
     let path = deck.dir.join("quick.yaml");
     std::fs::write(
         &path,
-        "name: quick\nwarmup: 1\nruns: 5\nsystem: Answer briefly.\ntools:\n  web_search:\n    type: function\n    function: {name: web_search, description: Search the web, parameters: {type: object, properties: {query: {type: string}}, required: [query]}}\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n  - name: tool\n    turns: [\"Do a web search for the news.\"]\n    tools: [web_search]\n    expect_tool: web_search\n  - name: chat\n    turns: [\"Hi\", \"How are you?\", \"What is the capital of Japan?\"]\n",
+        r#"name: quick
+warmup: 1
+runs: 5
+system: Answer briefly.
+tools:
+  web_search:
+    type: function
+    function: {name: web_search, description: Search the web, parameters: {type: object, properties: {query: {type: string}}, required: [query]}}
+cases:
+  - name: factual
+    turns: ["What is the capital of Japan?"]
+    expect: Tokyo
+  - name: tool
+    turns: ["Do a web search for the news."]
+    tools: [web_search]
+    expect_tool: web_search
+  - name: chat
+    turns: ["Hi", "How are you?", "What is the capital of Japan?"]
+"#,
     )
     .unwrap();
     path
 }
 
-/// Runs `bench URL` with the quick suite and extra args; returns (exit code, result JSON, stdout+stderr).
-fn bench(deck: &Deck, url: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+/// Runs `bench URL` with the quick suite and extra args, insisting on exit `code`; returns
+/// the run and its result JSON (null where none was written).
+fn bench(deck: &Deck, url: &str, extra: &[&str], code: i32) -> (Ran, Value) {
     let suite = quick_suite(deck);
     let out_file = deck.dir.join(format!(
         "result-{}.json",
@@ -39,12 +58,11 @@ fn bench(deck: &Deck, url: &str, extra: &[&str]) -> (Option<i32>, Value, String)
         out_file.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let out = deck.run(&args);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let ran = deck.sparkctl(&args).exits(code);
     let result = std::fs::read(&out_file)
         .map(|b| serde_json::from_slice(&b).unwrap())
         .unwrap_or(Value::Null);
-    (out.status.code(), result, all)
+    (ran, result)
 }
 
 fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
@@ -60,8 +78,7 @@ fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
 fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
     let deck = Deck::new("bench-metrics");
     let sim = Sim::start(&["--ttft", "60ms", "--token-rate", "100", "--tokens", "12"]);
-    let (code, r, all) = bench(&deck, &sim.url, &[]);
-    assert_eq!(code, Some(0), "{all}");
+    let (ran, r) = bench(&deck, &sim.url, &[], 0);
     assert_eq!(r["verdict"], "pass");
     assert_eq!(r["warmup"], 1);
     assert_eq!(r["runs"], 5);
@@ -104,7 +121,7 @@ fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
         .unwrap()
         .contains("sparkctl-sim"));
     assert!(r["sparkctl_version"].is_string() && r["host"].is_string() && r["time"].is_string());
-    assert!(all.contains("TTFT p50"), "{all}");
+    ran.says("TTFT p50");
     assert_eq!(r["quality"]["expected_answer"], 100.0);
     assert_eq!(r["quality"]["tool_calls"], 100.0);
 }
@@ -124,8 +141,7 @@ fn reasoning_before_content_is_timed_apart_ttft_then_ttfo() {
         "--reasoning-as",
         "field",
     ]);
-    let (code, r, all) = bench(&deck, &sim.url, &["--gate", "thinking_leak=== 0%"]);
-    assert_eq!(code, Some(0), "{all}");
+    let (ran, r) = bench(&deck, &sim.url, &["--gate", "thinking_leak=== 0%"], 0);
     let factual = case(&r, "factual");
     let ttfr = factual["ttfr_ms"]["p50"].as_f64().unwrap();
     let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
@@ -141,7 +157,7 @@ fn reasoning_before_content_is_timed_apart_ttft_then_ttfo() {
         ttfo >= ttfr + 90.0,
         "TTFO {ttfo} must not count reasoning (reasoning at {ttfr})"
     );
-    assert!(all.contains("TTFO p50"), "{all}");
+    ran.says("TTFO p50");
     assert_eq!(r["quality"]["thinking_leak"], 0.0);
     let s = measured(&r)[0];
     assert_eq!(s["reasoning_deltas"], 10);
@@ -172,8 +188,7 @@ fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
         "--tool-calls",
         "content",
     ]);
-    let (code, r, all) = bench(&deck, &leaky.url, &gates);
-    assert_eq!(code, Some(1), "{all}");
+    let (ran, r) = bench(&deck, &leaky.url, &gates, 1);
     assert_eq!(r["verdict"], "fail");
     assert_eq!(r["quality"]["thinking_leak"], 100.0);
     // Every text answer is markdown; only the tool case's answers (a tool call) are not.
@@ -197,10 +212,7 @@ fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
             ("tool_calls", "fail")
         ]
     );
-    assert!(
-        all.contains("FAIL") && all.contains("verdict: fail"),
-        "{all}"
-    );
+    ran.says("FAIL").says("verdict: fail");
 
     // The same gates pass on a well-behaved server.
     let good = Sim::start(&[
@@ -211,8 +223,7 @@ fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
         "--reasoning-tokens",
         "5",
     ]);
-    let (code, r, all) = bench(&deck, &good.url, &gates);
-    assert_eq!(code, Some(0), "{all}");
+    let (_, r) = bench(&deck, &good.url, &gates, 0);
     assert!(
         r["gates"]
             .as_array()
@@ -228,7 +239,7 @@ fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
 fn speed_gates_and_gates_relative_to_production() {
     let deck = Deck::new("bench-speed");
     let production = Sim::start(&["--ttft", "20ms", "--token-rate", "200", "--tokens", "16"]);
-    let (code, base, all) = bench(
+    let (_, base) = bench(
         &deck,
         &production.url,
         &[
@@ -237,15 +248,15 @@ fn speed_gates_and_gates_relative_to_production() {
             "--gate",
             "decode_tps_p50=>= 150",
         ],
+        0,
     );
-    assert_eq!(code, Some(0), "{all}");
     let base_file = deck.dir.join("production.json");
     std::fs::write(&base_file, serde_json::to_vec(&base).unwrap()).unwrap();
 
     // A candidate that decodes at half the speed: absolute gates can pass while the
     // relative one catches it.
     let slow = Sim::start(&["--ttft", "20ms", "--token-rate", "100", "--tokens", "16"]);
-    let (code, r, all) = bench(
+    let (ran, r) = bench(
         &deck,
         &slow.url,
         &[
@@ -258,8 +269,8 @@ fn speed_gates_and_gates_relative_to_production() {
             "--gate",
             "ttft_p50_ms=<= 10",
         ],
+        1,
     );
-    assert_eq!(code, Some(1), "{all}");
     let gate = |name: &str| {
         r["gates"]
             .as_array()
@@ -283,21 +294,19 @@ fn speed_gates_and_gates_relative_to_production() {
         "half the speed is about -50%, got {change}"
     );
     // The side-by-side table names both.
-    assert!(all.contains(&format!("DECODE {}", production.url)), "{all}");
+    ran.says(&format!("DECODE {}", production.url));
 
     // Alone, without a production result, the relative gate is left out and said so,
     // neither failed nor passed.
-    let (_, r, all) = bench(
+    let (ran, r) = bench(
         &deck,
         &slow.url,
         &["--gate", "vs_production_decode=>= -10%"],
+        0,
     );
     assert_eq!(r["gates"], json!([]));
     assert_eq!(r["verdict"], "pass");
-    assert!(
-        all.contains("not judged without --baseline: vs_production_decode"),
-        "{all}"
-    );
+    ran.says("not judged without --baseline: vs_production_decode");
 
     // compare + chart
     let cand_file = deck.dir.join("candidate.json");
@@ -331,10 +340,9 @@ fn a_server_without_usage_gets_a_labelled_estimate() {
         "10",
         "--no-usage",
     ]);
-    let (code, r, all) = bench(&deck, &sim.url, &[]);
-    assert_eq!(code, Some(0), "{all}");
+    let (ran, r) = bench(&deck, &sim.url, &[], 0);
     assert_eq!(r["usage_estimated"], true);
-    assert!(all.contains("ESTIMATED"), "{all}");
+    ran.says("ESTIMATED");
     let decode = case(&r, "factual")["decode_tps"]["p50"].as_f64().unwrap();
     assert!((150.0..250.0).contains(&decode), "{decode}");
 }
@@ -418,12 +426,11 @@ fn scripted(response: &'static str) -> String {
 }
 
 fn assert_failed_with(deck: &Deck, url: &str, needle: &str) {
-    let (code, r, all) = bench(deck, url, &[]);
-    assert_eq!(code, Some(1), "{all}");
-    assert_eq!(r["verdict"], "error", "{all}");
+    let (ran, r) = bench(deck, url, &[], 1);
+    assert_eq!(r["verdict"], "error", "{}", ran.shown());
     let problems = r["problems"].to_string();
     assert!(problems.contains(needle), "`{needle}` not in {problems}");
-    assert!(all.contains("the server failed"), "{all}");
+    ran.warns("the server failed");
     // Partial samples are kept, each with its reason.
     assert!(measured(&r)
         .iter()
@@ -475,7 +482,19 @@ fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
     deck.recipe(
         "local",
         &format!(
-            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 500m\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\", --markdown]\nbench:\n  gates:\n    no_markdown: \">= 80%\"\n    decode_tps_p50: \">= 100\"\n",
+            r#"engine: sim
+runtime: process
+model:
+  path: {}
+  weights: 500m
+server:
+  port: {port}
+  args: [--load-time, 0s, --ttft, 10ms, --token-rate, "300", --markdown]
+bench:
+  gates:
+    no_markdown: ">= 80%"
+    decode_tps_p50: ">= 100"
+"#,
             model.display()
         ),
     );
@@ -483,27 +502,20 @@ fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
     let suite = quick_suite(&deck);
     let out_file = deck.dir.join("local.json");
     // On a Spark (its nvidia-smi's recorded answer): the bound is the GB10's 273 GB/s.
-    let out = deck
-        .on_gpu(
-            "gb10",
-            &[
-                "bench",
-                "local",
-                "--suite",
-                suite.to_str().unwrap(),
-                "--out",
-                out_file.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
+    // The recipe's markdown gate fails.
+    let ran = Ran::of(&mut deck.on_gpu(
+        "gb10",
+        &[
+            "bench",
+            "local",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--out",
+            out_file.to_str().unwrap(),
+        ],
+    ))
+    .exits(1);
     let r: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the recipe's markdown gate fails: {}",
-        text(&out.stdout)
-    );
     let status = deck.status_of("local").unwrap();
     assert_eq!(r["target"]["recipe"], "local");
     assert_eq!(r["target"]["recipe_hash"], status["recipe_hash"]);
@@ -527,11 +539,7 @@ fn a_running_recipe_is_benchmarked_with_its_context_gates_and_roofline() {
         (share - expected).abs() < 1e-9 && share > 0.5 && share < 0.65,
         "{share}"
     );
-    assert!(
-        text(&out.stdout).contains("that 273 GB/s allows: NVIDIA GB10, unified memory)"),
-        "{}",
-        text(&out.stdout)
-    );
+    ran.says("that 273 GB/s allows: NVIDIA GB10, unified memory)");
     assert_eq!(r["target"]["bandwidth"]["source"], "device");
     assert_eq!(r["roofline"]["bandwidth_gb_per_s"], 273.0);
     deck.ok(&["down", "local"]);
@@ -549,31 +557,43 @@ fn a_decode_speed_the_memory_bandwidth_cannot_deliver_is_not_reported() {
     deck.recipe(
         "fast",
         &format!(
-            "engine: sim\nruntime: process\nmodel:\n  path: {}\n  weights: 5300m\nserver:\n  port: {port}\n  args: [--load-time, 0s, --ttft, 10ms, --token-rate, \"300\"]\nbench:\n  bandwidth_gbps: 273\n  gates:\n    decode_tps_p50: \">= 25\"\n",
+            r#"engine: sim
+runtime: process
+model:
+  path: {}
+  weights: 5300m
+server:
+  port: {port}
+  args: [--load-time, 0s, --ttft, 10ms, --token-rate, "300"]
+bench:
+  bandwidth_gbps: 273
+  gates:
+    decode_tps_p50: ">= 25"
+"#,
             model.display()
         ),
     );
     deck.ok(&["start", "fast"]);
     let suite = quick_suite(&deck);
     let out_file = deck.dir.join("fast.json");
-    let out = deck.run(&[
-        "bench",
-        "fast",
-        "--suite",
-        suite.to_str().unwrap(),
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let ran = deck
+        .sparkctl(&[
+            "bench",
+            "fast",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--out",
+            out_file.to_str().unwrap(),
+        ])
+        .exits(1)
+        .says("impossible");
     let r: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
-    assert_eq!(r["decode_tps_p50"], Value::Null, "{all}");
+    assert_eq!(r["decode_tps_p50"], Value::Null, "{}", ran.shown());
     assert_eq!(r["roofline_share"], Value::Null);
     assert!(measured(&r).iter().all(|s| s["impossible"] == true));
     assert_eq!(case(&r, "factual")["decode_tps"], Value::Null);
     assert_eq!(r["gates"][0]["outcome"], "inconclusive");
     assert_eq!(r["verdict"], "inconclusive");
-    assert_eq!(out.status.code(), Some(1), "{all}");
-    assert!(all.contains("impossible"), "{all}");
     // The bound is the recipe's, and the cause is only what the evidence allows: the sim
     // sends no timings, so a buffered stream and a wrong size cannot be told apart.
     let notes = r["notes"].to_string();
@@ -586,45 +606,54 @@ fn a_decode_speed_the_memory_bandwidth_cannot_deliver_is_not_reported() {
 }
 
 #[test]
-fn a_server_that_is_down_or_a_bad_suite_is_a_clear_error() {
+fn a_server_that_is_down_is_a_clear_error() {
     let deck = Deck::new("bench-down");
     let port = support::free_port();
-    let (code, _, all) = bench(&deck, &format!("http://127.0.0.1:{port}"), &[]);
-    assert_eq!(code, Some(1));
-    assert!(
-        all.contains(&format!(
-            "the server at http://127.0.0.1:{port} does not answer"
-        )),
-        "{all}"
-    );
+    let (ran, _) = bench(&deck, &format!("http://127.0.0.1:{port}"), &[], 1);
+    ran.warns(&format!(
+        "the server at http://127.0.0.1:{port} does not answer"
+    ));
+}
 
+#[test]
+fn a_bad_suite_is_named_by_file_line_and_column() {
+    let deck = Deck::new("bench-bad-suite");
     let bad = deck.dir.join("bad.yaml");
     std::fs::write(
         &bad,
-        "name: bad\ncases:\n  - name: x\n    turns: [hi]\n    expext: y\n",
+        r#"name: bad
+cases:
+  - name: x
+    turns: [hi]
+    expext: y
+"#,
     )
     .unwrap();
-    let out = deck.run(&[
+    deck.sparkctl(&[
         "bench",
         "http://127.0.0.1:1",
         "--suite",
         bad.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("bad.yaml:5:5"),
-        "{}",
-        text(&out.stderr)
-    );
+    ])
+    .exits(2)
+    .warns("bad.yaml:5:5");
+}
 
-    // A recipe that is not running is named, with the fix.
+/// A recipe that is not running is named, with the fix.
+#[test]
+fn benching_a_recipe_that_is_not_running_says_to_start_it() {
+    let deck = Deck::new("bench-idle");
     deck.recipe(
         "idle",
-        "engine: sim\nruntime: process\nserver:\n  port: 1\n",
+        r#"engine: sim
+runtime: process
+server:
+  port: 1
+"#,
     );
-    let out = deck.run(&["bench", "idle"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("idle is not running; `sparkctl start idle` first"));
+    deck.sparkctl(&["bench", "idle"])
+        .exits(2)
+        .warns("idle is not running; `sparkctl start idle` first");
 }
 
 /// A whole streamed answer of `tokens` content chunks with usage, as one raw HTTP response
@@ -654,11 +683,10 @@ fn a_server_that_drops_kept_alive_connections_costs_a_retry_not_a_failure() {
             Reply::Hangup
         }
     });
-    let (code, r, all) = bench(&deck, &url, &[]);
-    assert_eq!(code, Some(0), "{all}");
-    assert_eq!(r["verdict"], "pass", "{all}");
+    let (ran, r) = bench(&deck, &url, &[], 0);
+    assert_eq!(r["verdict"], "pass", "{}", ran.shown());
     let samples = r["samples"].as_array().unwrap();
-    assert!(samples.iter().all(|s| s["ok"] == true), "{all}");
+    assert!(samples.iter().all(|s| s["ok"] == true), "{}", ran.shown());
     let retried = samples
         .iter()
         .filter(|s| s["retried_after"].is_string())
@@ -667,7 +695,7 @@ fn a_server_that_drops_kept_alive_connections_costs_a_retry_not_a_failure() {
         retried >= 10,
         "every second request is retried, got {retried}"
     );
-    assert!(all.contains("sent again on a fresh connection"), "{all}");
+    ran.says("sent again on a fresh connection");
 }
 
 #[test]
@@ -676,13 +704,12 @@ fn transport_failures_make_an_inconclusive_run_not_a_failed_server() {
     // wrong, so the benchmark cannot decide.
     let deck = Deck::new("bench-transport");
     let url = scripted_server(|_, _| Reply::Hangup);
-    let (code, r, all) = bench(&deck, &url, &["--gate", "no_markdown=>= 80%"]);
-    assert_eq!(code, Some(1), "{all}");
-    assert_eq!(r["verdict"], "inconclusive", "{all}");
+    let (ran, r) = bench(&deck, &url, &["--gate", "no_markdown=>= 80%"], 1);
+    assert_eq!(r["verdict"], "inconclusive", "{}", ran.shown());
     assert!(measured(&r)
         .iter()
         .all(|s| s["failure"] == "transport" && s["retried_after"].is_string()));
-    assert!(all.contains("never reached the server"), "{all}");
+    ran.warns("never reached the server");
 }
 
 #[test]
@@ -690,13 +717,12 @@ fn a_buffered_stream_is_detected_and_not_reported_as_decode_speed() {
     // All 40 chunks in one write: the client sees them within microseconds.
     let deck = Deck::new("bench-burst");
     let url = scripted_server(|_, _| Reply::Close(sse_answer(40)));
-    let (code, r, all) = bench(&deck, &url, &[]);
-    assert_eq!(code, Some(0), "{all}");
+    let (ran, r) = bench(&deck, &url, &[], 0);
     let factual = case(&r, "factual");
-    assert_eq!(factual["bursts"], 5, "{all}");
+    assert_eq!(factual["bursts"], 5, "{}", ran.shown());
     assert_eq!(factual["decode_tps"], Value::Null);
     assert_eq!(factual["itl_ms"], Value::Null);
     assert_eq!(r["decode_tps_p50"], Value::Null);
     assert!(measured(&r).iter().all(|s| s["burst"] == true));
-    assert!(all.contains("arrived in bursts"), "{all}");
+    ran.says("arrived in bursts");
 }
