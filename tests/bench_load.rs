@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use support::{text, Deck, Sim};
+use support::{text, Deck, Ran, Sim};
 
 /// One short single-turn case: 1 warm-up, 5 runs.
 fn suite(deck: &Deck) -> PathBuf {
@@ -23,13 +23,9 @@ fn suite(deck: &Deck) -> PathBuf {
     path
 }
 
-/// `bench URL` with the short suite; (exit code, result, all output, result path).
-fn bench(
-    deck: &Deck,
-    url: &str,
-    tag: &str,
-    extra: &[&str],
-) -> (Option<i32>, Value, String, PathBuf) {
+/// `bench URL` with the short suite, insisting on exit `code`; (the run, its result, the
+/// result's path).
+fn bench(deck: &Deck, url: &str, tag: &str, extra: &[&str], code: i32) -> (Ran, Value, PathBuf) {
     let suite = suite(deck);
     let file = deck.dir.join(format!("{tag}.json"));
     let mut args = vec![
@@ -41,12 +37,11 @@ fn bench(
         file.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let out = deck.run(&args);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let ran = deck.sparkctl(&args).exits(code);
     let r = std::fs::read(&file)
         .map(|b| serde_json::from_slice(&b).unwrap())
         .unwrap_or(Value::Null);
-    (out.status.code(), r, all, file)
+    (ran, r, file)
 }
 
 fn f(v: &Value) -> f64 {
@@ -68,17 +63,16 @@ fn open_loop_rates_are_kept_and_latency_counts_from_the_schedule() {
             "--seed",
             "42",
         ];
-        let (code, r, all, _) = bench(&deck, &sim.url, arrival, &extra);
-        assert_eq!(code, Some(0), "{all}");
+        let (ran, r, _) = bench(&deck, &sim.url, arrival, &extra, 0);
         let level = &r["load"][0];
         assert_eq!(level["profile"]["arrival"], arrival);
-        assert_eq!(level["completed"], 60, "{all}");
+        assert_eq!(level["completed"], 60, "{}", ran.shown());
         let achieved = f(&level["achieved_rps"]);
         assert!(
             (achieved - 8.0).abs() / 8.0 <= 0.02,
             "{arrival}: achieved {achieved} req/s for 8 asked"
         );
-        assert!(all.contains("ACHIEVED/s"), "{all}");
+        ran.says("ACHIEVED/s");
         // Poisson gaps vary; constant ones do not.
         let sched: Vec<f64> = level["records"]
             .as_array()
@@ -94,7 +88,7 @@ fn open_loop_rates_are_kept_and_latency_counts_from_the_schedule() {
         } else {
             assert!(spread > 100.0, "poisson gaps differ by only {spread} ms");
             // The same seed sends at the same times.
-            let (_, again, _, _) = bench(&deck, &sim.url, "poisson-again", &extra);
+            let (_, again, _) = bench(&deck, &sim.url, "poisson-again", &extra, 0);
             let again: Vec<f64> = again["load"][0]["records"]
                 .as_array()
                 .unwrap()
@@ -122,13 +116,13 @@ fn a_server_that_queues_cannot_hide_it_behind_a_slowed_client() {
         "--slots",
         "1",
     ]);
-    let (code, r, all, _) = bench(
+    let (_, r, _) = bench(
         &deck,
         &sim.url,
         "q",
         &["--rate", "20", "--arrival", "constant", "--requests", "40"],
+        0,
     );
-    assert_eq!(code, Some(0), "{all}");
     let level = &r["load"][0];
     assert!(
         (f(&level["achieved_rps"]) - 20.0).abs() <= 0.4,
@@ -174,8 +168,7 @@ fn a_concurrency_sweep_finds_the_knee_the_slots_put_there_and_goodput_follows_th
             "--gate",
             "goodput_rps=>= 1",
         ];
-        let (code, r, all, _) = bench(&deck, &sim.url, &format!("sweep{slots}"), &extra);
-        assert_eq!(code, Some(0), "{all}");
+        let (ran, r, _) = bench(&deck, &sim.url, &format!("sweep{slots}"), &extra, 0);
         let sweep = &r["sweep"];
         assert_eq!(
             f(&sweep["knee"]["level"]),
@@ -200,7 +193,7 @@ fn a_concurrency_sweep_finds_the_knee_the_slots_put_there_and_goodput_follows_th
         assert_eq!(f(&knee["goodput_pct"]), 100.0, "{knee}");
         assert!((f(&knee["goodput_rps"]) - f(&knee["request_rps"])).abs() < 1e-6);
         assert!(f(&levels.last().unwrap()["goodput_pct"]) < 50.0);
-        assert!(all.contains("knee at"), "{all}");
+        ran.says("knee at");
         assert_eq!(r["gates"][0]["gate"], "goodput_rps");
         assert_eq!(r["gates"][0]["outcome"], "pass");
         assert!(f(&r["goodput"]["rps"]) >= f(&knee["goodput_rps"]));
@@ -221,8 +214,7 @@ fn a_depth_sweep_shows_cached_and_uncached_prompts_apart() {
         "10000",
         "--prefix-cache",
     ]);
-    let (code, r, all, _) = bench(&deck, &sim.url, "depth", &["--depth", "0,1000,4000"]);
-    assert_eq!(code, Some(0), "{all}");
+    let (ran, r, _) = bench(&deck, &sim.url, "depth", &["--depth", "0,1000,4000"], 0);
     let points = r["depth"].as_array().unwrap();
     assert_eq!(points.len(), 6);
     let point = |depth: u64, cache: &str| {
@@ -268,23 +260,20 @@ fn a_depth_sweep_shows_cached_and_uncached_prompts_apart() {
         );
     }
     assert!(f(&point(4000, "cold")["ttft_ms"]["p50"]) > f(&point(1000, "cold")["ttft_ms"]["p50"]));
-    assert!(
-        all.contains("DEPTH") && all.contains("cold: 0 cached tokens"),
-        "{all}"
-    );
+    ran.says("DEPTH").says("cold: 0 cached tokens");
 }
 
 #[test]
 fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
     let deck = Deck::new("load-repeat");
     let sim = Sim::start(&["--ttft", "30ms", "--token-rate", "200", "--tokens", "8"]);
-    let (code, r, all, file) = bench(
+    let (ran, r, file) = bench(
         &deck,
         &sim.url,
         "rep",
         &["--repeat", "3", "--concurrency", "2", "--requests", "6"],
+        0,
     );
-    assert_eq!(code, Some(0), "{all}");
     assert_eq!(r["repeat"], 3);
     let ttft = &r["confidence"]["ttft"];
     assert_eq!(ttft["n"], 3);
@@ -292,7 +281,7 @@ fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
         f(&ttft["low"]) <= f(&ttft["mean"]) && f(&ttft["mean"]) <= f(&ttft["high"]),
         "{ttft}"
     );
-    assert!(all.contains("95% interval"), "{all}");
+    let ran = ran.says("95% interval");
     // 3 × (1 + 5) suite requests and 6 load requests, one row each.
     let jsonl = std::fs::read_to_string(file.with_extension("jsonl")).unwrap();
     let rows: Vec<Value> = jsonl
@@ -310,7 +299,7 @@ fn repeated_runs_give_intervals_and_the_outputs_hold_every_request() {
     assert!(f(&side["after"]["generation_tokens"]) > f(&side["before"]["generation_tokens"]));
     assert!(f(&side["host_memory"]["total"]) > 0.0);
     assert!(f(&side["host_memory"]["available_min"]) > 0.0, "{side}");
-    assert!(all.contains("host memory available"), "{all}");
+    ran.says("host memory available");
 }
 
 #[test]
@@ -335,9 +324,8 @@ fn bad_load_arguments_are_refused_by_name_and_write_nothing() {
         ),
         (vec!["--rate", "0"], "--rate"),
     ] {
-        let (code, r, all, file) = bench(&deck, &sim.url, "bad", &args);
-        assert_eq!(code, Some(2), "{args:?}: {all}");
-        assert!(all.contains(needle), "{args:?}: {all}");
+        let (ran, r, file) = bench(&deck, &sim.url, "bad", &args, 2);
+        ran.warns(needle);
         assert!(
             r.is_null() && !file.with_extension("html").exists(),
             "{args:?} wrote a result"
@@ -406,10 +394,15 @@ fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_resu
         "--depth",
         "0,500",
     ];
-    let (code, _, all, file) = bench(&deck, &sim.url, "a", &extra);
-    assert_eq!(code, Some(0), "{all}");
-    let (_, _, _, b) = bench(&deck, &sim.url, "b", &["--rate", "5", "--requests", "10"]);
-    let (_, _, _, c) = bench(&deck, &sim.url, "c", &[]);
+    let (_, _, file) = bench(&deck, &sim.url, "a", &extra, 0);
+    let (_, _, b) = bench(
+        &deck,
+        &sim.url,
+        "b",
+        &["--rate", "5", "--requests", "10"],
+        0,
+    );
+    let (_, _, c) = bench(&deck, &sim.url, "c", &[], 0);
     let html = deck.dir.join("all.html");
     let out = deck.ok(&[
         "bench",
@@ -482,13 +475,13 @@ fn a_server_that_fails_under_load_fails_the_run() {
         "--fail-every",
         "8",
     ]);
-    let (code, r, all, _) = bench(
+    let (_, r, _) = bench(
         &deck,
         &sim.url,
         "fail",
         &["--concurrency", "2", "--requests", "6"],
+        1,
     );
-    assert_eq!(code, Some(1), "{all}");
     assert_eq!(r["verdict"], "error");
     let reason = r["verdict_reason"].as_str().unwrap();
     assert!(
@@ -514,22 +507,36 @@ fn a_recipe_s_load_and_slo_run_in_bench_and_a_bad_one_is_refused_by_key() {
     deck.recipe(
         "simload",
         &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--ttft, 20ms, --token-rate, \"200\", --tokens, \"6\", --slots, \"2\"]\n  memory_gb: 1\nbench:\n  slo: {{ttft: 150ms}}\n  load:\n    rate: 4\n    arrival: constant\n    requests: 8\n    sweep: \"concurrency:1,2,4\"\n  gates:\n    goodput_rps: \">= 1\"\n"
+            r#"engine: sim
+runtime: process
+server:
+  port: {port}
+  args: [--ttft, 20ms, --token-rate, "200", --tokens, "6", --slots, "2"]
+  memory_gb: 1
+bench:
+  slo: {{ttft: 150ms}}
+  load:
+    rate: 4
+    arrival: constant
+    requests: 8
+    sweep: "concurrency:1,2,4"
+  gates:
+    goodput_rps: ">= 1"
+"#
         ),
     );
     deck.ok(&["start", "simload"]);
     let suite = suite(&deck);
     let file = deck.dir.join("r.json");
-    let out = deck.run(&[
+    deck.sparkctl(&[
         "bench",
         "simload",
         "--suite",
         suite.to_str().unwrap(),
         "--out",
         file.to_str().unwrap(),
-    ]);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{all}");
+    ])
+    .succeeds();
     let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(r["load"][0]["profile"]["rps"], 4.0);
     assert_eq!(
@@ -543,15 +550,21 @@ fn a_recipe_s_load_and_slo_run_in_bench_and_a_bad_one_is_refused_by_key() {
     // A sweep the recipe cannot mean: refused at load, by key.
     deck.recipe(
         "badload",
-        &format!("engine: sim\nruntime: process\nserver:\n  port: {port}\nbench:\n  load:\n    sweep: \"streams:1,2\"\n"),
+        &format!(
+            r#"engine: sim
+runtime: process
+server:
+  port: {port}
+bench:
+  load:
+    sweep: "streams:1,2"
+"#
+        ),
     );
-    let out = deck.run(&["recipes", "validate", "badload"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("bench.load.sweep") && err.contains("`streams` is not a sweep kind"),
-        "{err}"
-    );
+    deck.sparkctl(&["recipes", "validate", "badload"])
+        .exits(2)
+        .warns("bench.load.sweep")
+        .warns("`streams` is not a sweep kind");
 }
 
 #[test]
@@ -577,8 +590,7 @@ fn a_rate_sweep_saturates_past_the_sims_capacity() {
         "--arrival",
         "constant",
     ];
-    let (code, r, all, _) = bench(&deck, &sim.url, "ratesweep", &extra);
-    assert_eq!(code, Some(0), "{all}");
+    let (_, r, _) = bench(&deck, &sim.url, "ratesweep", &extra, 0);
     let sweep = &r["sweep"];
     assert_eq!(sweep["knee"]["level"], 8.0, "{}", sweep["outcome"]);
     assert_eq!(sweep["knee"]["saturated_at"], 32.0);
@@ -598,11 +610,16 @@ fn a_depth_sweep_without_a_single_turn_question_says_so() {
     let suite = deck.dir.join("chat.yaml");
     std::fs::write(
         &suite,
-        "name: chat\nruns: 5\ncases:\n  - name: chat\n    turns: [\"Hi\", \"And then?\"]\n",
+        r#"name: chat
+runs: 5
+cases:
+  - name: chat
+    turns: ["Hi", "And then?"]
+"#,
     )
     .unwrap();
     let file = deck.dir.join("r.json");
-    let out = deck.run(&[
+    deck.sparkctl(&[
         "bench",
         &sim.url,
         "--suite",
@@ -611,40 +628,35 @@ fn a_depth_sweep_without_a_single_turn_question_says_so() {
         file.to_str().unwrap(),
         "--depth",
         "0,100",
-    ]);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{all}");
-    assert!(
-        all.contains("no depth sweep: the suite has no single-turn case"),
-        "{all}"
-    );
+    ])
+    .succeeds()
+    .says("no depth sweep: the suite has no single-turn case");
 }
 
 #[test]
 fn every_asked_level_runs_one_stream_too_with_its_connections_open_before_the_clock() {
     let deck = Deck::new("load-levels");
     let sim = Sim::start(&["--ttft", "10ms", "--token-rate", "500", "--tokens", "5"]);
-    let (code, r, all, _) = bench(
+    let (ran, r, _) = bench(
         &deck,
         &sim.url,
         "levels",
         &["--concurrency", "1,4,16", "--requests", "16"],
+        0,
     );
-    assert_eq!(code, Some(0), "{all}");
     let levels = r["load"].as_array().unwrap();
     let streams: Vec<u64> = levels
         .iter()
         .map(|l| l["profile"]["streams"].as_u64().unwrap())
         .collect();
-    assert_eq!(streams, [1, 4, 16], "{all}");
+    assert_eq!(streams, [1, 4, 16], "{}", ran.shown());
     for l in levels {
         assert_eq!(l["completed"], 16, "{l}");
         // One connection per stream was open (and answered) before the level's clock.
         assert_eq!(l["connections_opened"], l["profile"]["streams"], "{l}");
     }
-    assert!(all.contains("concurrency 1"), "{all}");
+    ran.says("concurrency 1");
     // Zero streams is no level: refused by name, nothing measured.
-    let (code, _, all, _) = bench(&deck, &sim.url, "zero", &["--concurrency", "0,4"]);
-    assert_eq!(code, Some(2), "{all}");
-    assert!(all.contains("--concurrency 0"), "{all}");
+    let (ran, _, _) = bench(&deck, &sim.url, "zero", &["--concurrency", "0,4"], 2);
+    ran.warns("--concurrency 0");
 }
