@@ -27,7 +27,6 @@ fn a_damaged_run_record_is_named_and_the_other_runs_are_listed() {
         .succeeds()
         .warns("20260101-000000000-dead.json is damaged")
         .says("rolled-back");
-    let _ = deck.run(&["down", "demo-production"]);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{free_port, sim_image, text, Deck};
+use support::{free_port, sim_image, Deck};
 
 /// What the sim holds in these tests; its recipes declare 0.1 GB.
 const HOLD_MIB: u64 = 256;
@@ -24,16 +24,8 @@ fn nvidia_smi_installed() -> bool {
 
 /// `--json start NAME`: the report and what went to stderr.
 fn start_json(deck: &Deck, name: &str) -> (Value, String) {
-    let out = deck.run(&["--json", "start", name]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "start {name} failed:\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let report = serde_json::from_slice(&out.stdout).expect("start --json prints one document");
-    (report, text(&out.stderr))
+    let ran = deck.sparkctl(&["--json", "start", name]).succeeds();
+    (ran.json(), ran.stderr())
 }
 
 fn bytes(v: &Value) -> u64 {
@@ -147,14 +139,12 @@ fn a_process_holding_more_than_it_declared_is_measured_and_warned_about() {
     );
 
     // Within its declaration: measured, no warning, and the human output says so.
-    let out = deck.run(&["start", "lean"]);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(
-        stdout.contains("  memory: holds 0.0") && stdout.contains("declared 1 GB"),
-        "{stdout}"
-    );
-    assert!(!stderr.contains("warning"), "{stderr}");
+    let ran = deck
+        .sparkctl(&["start", "lean"])
+        .succeeds()
+        .says("  memory: holds 0.0")
+        .says("declared 1 GB");
+    assert!(!ran.stderr().contains("warning"), "{}", ran.shown());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use support::{text, Deck};
+use support::{Deck, Ran};
 
 /// What transformers 5.3 wrote for the NVFP4 9B (seed 001 Problem 1, seed 004 errors 5-6).
 fn text_only_config() -> Value {
@@ -408,20 +408,25 @@ fn a_full_disk_leaves_no_half_written_file_and_the_originals_intact() {
     deck.recipe(
         "full",
         &format!(
-            "engine: vllm\nimage: x\nmodel:\n  path: {}\n  patches:\n    - wrap-vl-config: {{}}\n    - copy-from: {{donor: {}, files: [big.bin]}}\nserver:\n  port: 8000\n",
+            r#"engine: vllm
+image: x
+model:
+  path: {}
+  patches:
+    - wrap-vl-config: {{}}
+    - copy-from: {{donor: {}, files: [big.bin]}}
+server:
+  port: 8000
+"#,
             model.display(),
             donor.display()
         ),
     );
-    let out = deck.run(&["patch", "full"]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("No space left on device"), "{err}");
-    assert!(err.contains("big.bin is unchanged"), "{err}");
-    assert!(
-        err.contains("`sparkctl patch full --revert` restores them"),
-        "{err}"
-    );
+    deck.sparkctl(&["patch", "full"])
+        .exits(1)
+        .warns("No space left on device")
+        .warns("big.bin is unchanged")
+        .warns("`sparkctl patch full --revert` restores them");
     let names: Vec<String> = snapshot(&model).into_keys().collect();
     assert!(
         !names.iter().any(|n| n.contains("sparkctl-tmp")),
@@ -487,15 +492,9 @@ fn root_owned_files_go_back_to_the_user_through_a_helper_container() {
         .envs(inner.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
         .env("HOME", &deck.dir)
         .current_dir(support::repo());
-    let out = cmd.output().unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains(&format!(
-            "owners change through a helper container of {image}"
-        )),
-        "{stdout}"
-    );
+    Ran::of(&mut cmd).succeeds().says(&format!(
+        "owners change through a helper container of {image}"
+    ));
     for entry in std::fs::read_dir(&model).unwrap() {
         let meta = entry.unwrap().metadata().unwrap();
         assert_eq!(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sparkctl::testkit::ready::{self, Fault, GenerationCheck, Health, Liveness};
 use sparkctl::testkit::{Deployment, Engine, Event, RunState, Runtime, Started};
-use support::{free_port, text, Deck};
+use support::{free_port, Deck};
 
 // ---------------------------------------------------------------------------------------
 // The scripted server
@@ -732,16 +732,9 @@ fn scripted_recipe(deck: &Deck, engine: &str, script: &str, port: u16, extra: &s
 
 fn failing(deck: &Deck, args: &[&str]) -> (String, Duration) {
     let began = Instant::now();
-    let out = deck.run(args);
+    let ran = deck.sparkctl(args);
     let took = began.elapsed();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{args:?} should fail:\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    (text(&out.stderr), took)
+    (ran.exits(1).stderr(), took)
 }
 
 #[test]
@@ -889,18 +882,22 @@ fn completion_timeout_must_be_shorter_than_the_health_timeout() {
     deck.recipe(
         "long",
         &format!(
-            "engine: sim\nruntime: process\nserver:\n  port: {}\nhealth:\n  timeout: 30s\n  completion_timeout: 45s\n",
+            r#"engine: sim
+runtime: process
+server:
+  port: {}
+health:
+  timeout: 30s
+  completion_timeout: 45s
+"#,
             free_port()
         ),
     );
-    let out = deck.run(&["recipes", "validate", "long"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("health.completion_timeout: 45s is not shorter than health.timeout (30s)"),
-        "{err}"
-    );
-    assert!(err.contains("long.yaml:8:"), "names the line: {err}");
+    deck.sparkctl(&["recipes", "validate", "long"])
+        .exits(2)
+        .warns("health.completion_timeout: 45s is not shorter than health.timeout (30s)")
+        // It names the line.
+        .warns("long.yaml:8:");
     std::fs::remove_file(deck.dir.join("recipes/long.yaml")).unwrap();
     // The default: 20 s, or half a short health timeout.
     deck.recipe(
