@@ -13,11 +13,10 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{free_port, http_status, measured, Deck, Sim, Traffic};
+use support::{free_port, http_status, measured, Deck, Ran, Sim, Traffic};
 
 /// What `.ci/test` installed and wrote. No skipping: without them the test fails and says
 /// how to get them.
@@ -121,15 +120,10 @@ fn bench(deck: &Deck, target: &str, suite: &str, tag: &str) -> (Value, String) {
 /// seconds sparkctl reported.
 fn start_watching_the_port(deck: &Deck, name: &str, port: u16) -> f64 {
     let url = format!("http://127.0.0.1:{port}");
-    let mut child = deck
-        .cmd(&["start", name])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut start = Ran::spawn(&mut deck.cmd(&["start", name]));
     let began = Instant::now();
     let (mut refused, mut refused_for) = (0, Duration::ZERO);
-    while child.try_wait().unwrap().is_none() {
+    while start.child.try_wait().unwrap().is_none() {
         // Until it answers; sparkctl may notice and finish before this loop looks again.
         if http_status(&url, "/health").is_none() {
             refused += 1;
@@ -137,15 +131,7 @@ fn start_watching_the_port(deck: &Deck, name: &str, port: u16) -> f64 {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = child.wait_with_output().unwrap();
-    let stdout = support::text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        support::text(&out.stderr)
-    );
-    assert!(stdout.contains("model tiny"), "{stdout}");
+    let stdout = start.wait().succeeds().says("model tiny").stdout();
     // Seconds of refused connections while it loaded (vLLM's late bind, which readiness
     // waited through); then /health answers 200.
     assert!(refused >= 50, "{refused} refused probes: {stdout}");
