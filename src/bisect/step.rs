@@ -303,8 +303,10 @@ async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchRes
         gates,
         ..Default::default()
     };
-    let no_baseline = Err("a bisect judges digests against each other, not production");
-    crate::bench::run(env.suite, target, &opts, no_baseline, |_, _, _| {}).await
+    let no_baseline = crate::bench::Baseline::missing(
+        "a bisect judges digests against each other, not production",
+    );
+    crate::bench::run(env.suite, target, &opts, &no_baseline, |_, _, _| {}).await
 }
 
 /// The digest's image on this machine: pulled by digest (and remembered) when it is not.
