@@ -33,6 +33,7 @@ pub mod runtime;
 pub mod secrets;
 pub mod sim;
 pub mod state;
+pub mod stdio;
 pub mod units;
 pub mod yaml;
 

@@ -1,6 +1,6 @@
 //! The house rules, read from the source itself: no file over 600 lines, no function over
-//! 120, and no two sibling modules that use each other (directly or round a circle), at
-//! any level from the crate's top modules down.
+//! 120, no two sibling modules that use each other (directly or round a circle), at any
+//! level from the crate's top modules down, and one way out to the terminal.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -279,6 +279,77 @@ fn no_message_cites_the_seeds_or_the_design_notes() {
         }
     }
     assert!(found.is_empty(), "say what you mean instead: {found:#?}");
+}
+
+/// The files that may write to stdout or stderr themselves. cli/output.rs is the CLI's one
+/// gateway to the terminal: it escapes what came from recipes, containers and servers, so
+/// a `println!` anywhere else could put such text on the terminal raw. stdio.rs is the
+/// stdout and stderr of sparkctl's own server processes (the front door, the simulated
+/// engine), which their supervisors point at log files: a server's own log, not a
+/// terminal's text (`sparkctl logs` shows it through the gateway).
+const WRITE_TO_STDIO: [&str; 2] = ["cli/output.rs", "stdio.rs"];
+
+/// The lines (from 1) of `text` that write to stdout or stderr directly: the print macros,
+/// `dbg!`, and `std::io::stdout`/`stderr` called or passed (not a builder's `.stdout(…)`
+/// for a child process). Comments are left out.
+fn stdio_writes(text: &str) -> Vec<usize> {
+    let writes =
+        regex::Regex::new(r"\b(e?print(ln)?|dbg)!|(^|[^.\w])std(out|err)\(|\bio::std(out|err)\b")
+            .unwrap();
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| writes.is_match(l.split("//").next().unwrap_or_default()))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn only_the_output_gateway_writes_to_the_terminal() {
+    // The checker sees each way of writing, and not what only looks like one.
+    for write in [
+        r#"println!("{x}");"#,
+        r#"  eprint!("no newline");"#,
+        "print!(\"{text}\")",
+        "dbg!(value)",
+        r#"let _ = writeln!(std::io::stdout(), "x");"#,
+        "let mut out = stdout().lock();",
+        "    .with_writer(std::io::stderr)",
+        "use std::io::stderr;",
+    ] {
+        assert_eq!(stdio_writes(write), [1], "{write}");
+    }
+    for not_one in [
+        "out.say(format_args!(\"{x}\"));",
+        "// println! belongs in the gateway",
+        "writeln!(f, \"{x}\")?;",
+        "Command::new(p).stdout(log).stderr(err)",
+        "LogsOptionsBuilder::new().stdout(true)",
+        "let said = String::from_utf8_lossy(&out.stdout);",
+    ] {
+        assert!(stdio_writes(not_one).is_empty(), "{not_one}");
+    }
+
+    let root = src_dir();
+    let mut found = Vec::new();
+    for (path, text) in read_sources().values() {
+        let rel = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if WRITE_TO_STDIO.contains(&rel.as_str()) {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for n in stdio_writes(text) {
+            found.push(format!("src/{rel}:{n}: {}", lines[n - 1].trim()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "write through the CLI's output (out.say, out.warn, out.note, …), which escapes \
+         what came from elsewhere: {found:#?}"
+    );
 }
 
 #[test]

@@ -20,18 +20,10 @@ pub async fn run(
     let json = out.json;
     let say = |line: &str| {
         if !json {
-            println!("{line}");
+            out.say(line);
         }
     };
-    let confirm = |question: &str| {
-        args.yes
-            || (std::io::IsTerminal::is_terminal(&std::io::stdin())
-                && dialoguer::Confirm::new()
-                    .with_prompt(question)
-                    .default(false)
-                    .interact()
-                    .unwrap_or(false))
-    };
+    let confirm = |question: &str| args.yes || out.confirm(question);
     let opts = Options {
         dry_run: args.dry_run,
         allow_unpinned: args.allow_unpinned,
@@ -44,7 +36,7 @@ pub async fn run(
         return Ok(());
     }
     if report.planned {
-        println!("(dry run: nothing was changed)");
+        out.say("(dry run: nothing was changed)");
         return Ok(());
     }
     let how = match report.handover {
@@ -59,13 +51,13 @@ pub async fn run(
         Way::BlueGreen => "blue/green",
         Way::Swap => "swap, requests held meanwhile",
     };
-    println!(
+    out.say(format_args!(
         "port {} is the front door's: production is {} ({}), {}; {} is stopped ({way})",
         report.port,
         report.recipe,
         crate::units::short_id(&report.deployment),
         how,
         report.foreign
-    );
+    ));
     Ok(())
 }

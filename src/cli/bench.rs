@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::Output;
 use crate::bench as engine;
@@ -129,16 +128,6 @@ fn merge_gates(mut gates: Gates, extra: &[String]) -> Result<Gates> {
     Ok(gates)
 }
 
-fn progress_bar() -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests · {msg}")
-            .expect("static template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
-}
-
 /// The run's options from the flags (checked) and the recipe's SLO.
 fn options(
     args: &BenchArgs,
@@ -216,20 +205,19 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     };
     let opts = options(&args, gates, recipes, &target_name)?;
     let name = target.recipe.clone().unwrap_or_else(|| "url".into());
-    let bar = progress_bar();
+    let bar = out.bar("{bar:30} {pos}/{len} requests · {msg}");
     let result = engine::run(
         &suite,
         target,
         &opts,
         baseline.as_ref().ok_or("no --baseline given"),
         |done, total, case| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-            bar.set_message(case.to_string());
+            bar.at(done as u64, total as u64);
+            bar.message(case);
         },
     )
     .await;
-    bar.finish_and_clear();
+    bar.finish();
     let result = result?;
     let path = match args.out {
         Some(p) => p,
@@ -241,16 +229,16 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Outp
     } else {
         render(out, &result, baseline.as_ref());
         if !skipped.is_empty() {
-            println!(
+            out.say(format_args!(
                 "not judged without --baseline: {} (give production's result to compare)",
                 skipped.join(", ")
-            );
+            ));
         }
-        println!("result: {}", path.display());
-        println!(
+        out.say(format_args!("result: {}", path.display()));
+        out.say(format_args!(
             "report: {} (per-request rows: .jsonl, .csv beside it)",
             html.display()
-        );
+        ));
     }
     verdict_exit(&name, &result, &path)
 }
@@ -289,17 +277,19 @@ fn verdict_exit(name: &str, result: &BenchResult, path: &Path) -> Result<()> {
 
 fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
     let t = &r.target;
-    println!(
-        "{} {} ({}) · suite {} · {} warm-up + {} measured runs per case",
-        out.bold("bench"),
-        t.recipe.clone().unwrap_or_else(|| t.url.clone()),
-        t.model,
-        r.suite,
-        r.warmup,
-        r.runs
+    out.titled(
+        "bench",
+        format_args!(
+            "{} ({}) · suite {} · {} warm-up + {} measured runs per case",
+            t.recipe.clone().unwrap_or_else(|| t.url.clone()),
+            t.model,
+            r.suite,
+            r.warmup,
+            r.runs
+        ),
     );
     if let Some(v) = &t.server_version {
-        println!("server {v}");
+        out.say(format_args!("server {v}"));
     }
     let mut table = out.table();
     report::case_table(r, &mut table);
@@ -307,7 +297,7 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
     let mut table = out.table();
     report::evidence_table(r, &mut table);
     out.print_table(&table);
-    println!(
+    out.say(format_args!(
         "TTFT p50 {} ms · TTFO p50 {} ms · decode p50 {} tok/s{}{}",
         r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
         r.ttfo_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
@@ -327,7 +317,7 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
         } else {
             ""
         }
-    );
+    ));
     render_phases(out, r);
     if let Some(b) = baseline {
         let mut table = out.table();
@@ -352,12 +342,15 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
         out.print_table(&table);
     }
     for n in &r.notes {
-        println!("note: {n}");
+        out.say(format_args!("note: {n}"));
     }
     for p in r.problems.iter().take(5) {
-        println!("problem: {p}");
+        out.say(format_args!("problem: {p}"));
     }
-    println!("verdict: {} ({})", r.verdict, r.verdict_reason);
+    out.say(format_args!(
+        "verdict: {} ({})",
+        r.verdict, r.verdict_reason
+    ));
 }
 
 fn render_phases(out: &Output, r: &BenchResult) {
@@ -372,15 +365,15 @@ fn render_phases(out: &Output, r: &BenchResult) {
         out.print_table(&table);
     }
     if let Some(s) = &r.sweep {
-        println!("sweep: {}", s.outcome);
+        out.say(format_args!("sweep: {}", s.outcome));
     }
     if let Some(g) = &r.goodput {
-        println!(
+        out.say(format_args!(
             "goodput: {:.2} req/s ({:.0}% of requests) met {}",
             g.rps,
             g.pct,
             r.slo.map(|s| s.to_string()).unwrap_or_default()
-        );
+        ));
     }
     if !r.depth.is_empty() {
         let mut table = out.table();
@@ -389,21 +382,23 @@ fn render_phases(out: &Output, r: &BenchResult) {
     }
     if let Some(s) = &r.server_side {
         match &s.unavailable {
-            Some(why) => println!("server metrics: none ({why})"),
-            None => println!(
+            Some(why) => out.say(format_args!("server metrics: none ({why})")),
+            None => out.say(format_args!(
                 "server metrics: scraped from {} before, during and after",
                 s.url
-            ),
+            )),
         }
         if let Some(ms) = s.ttft_mean_ms {
-            println!("server TTFT: mean {ms:.1} ms (the server's own histogram)");
+            out.say(format_args!(
+                "server TTFT: mean {ms:.1} ms (the server's own histogram)"
+            ));
         }
         if let Some(m) = &s.host_memory {
-            println!("{m}");
+            out.say(m);
         }
     }
     for (m, i) in &r.confidence {
-        println!(
+        out.say(format_args!(
             "{} p50 over {} runs: mean {:.2}, CV {:.1}%, 95% interval {:.2} to {:.2}",
             m.name(),
             i.n,
@@ -411,7 +406,7 @@ fn render_phases(out: &Output, r: &BenchResult) {
             i.cv * 100.0,
             i.low,
             i.high
-        );
+        ));
     }
 }
 
@@ -455,13 +450,13 @@ pub fn compare(
     if let Some(path) = svg {
         crate::state::write_atomic(path, report::chart_svg(&refs).as_bytes())?;
         if !out.json {
-            println!("chart: {}", path.display());
+            out.say(format_args!("chart: {}", path.display()));
         }
     }
     if let Some(path) = html {
         crate::state::write_atomic(path, engine::html::report(&refs).as_bytes())?;
         if !out.json {
-            println!("report: {}", path.display());
+            out.say(format_args!("report: {}", path.display()));
         }
     }
     Ok(())

@@ -62,12 +62,7 @@ pub struct BisectArgs {
     pub dry_run: bool,
 }
 
-fn say(line: &str) {
-    eprintln!("==> {line}");
-}
-
 pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output) -> Result<()> {
-    use std::io::IsTerminal;
     let criterion = match (&args.metric, &args.gate) {
         (Some(m), _) => Criterion::Metric(bisect::parse_metric(m).map_err(Error::Usage)?),
         (_, Some(g)) => Criterion::check_gate(g).map_err(Error::Usage)?,
@@ -75,14 +70,8 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Out
     };
     // Only asked of a running front door, never started: production is whatever serves.
     let flow = crate::deploy::switch::Ctx::open(ctx, recipes, true).await?;
-    let confirm = |question: &str| {
-        std::io::stdin().is_terminal()
-            && dialoguer::Confirm::new()
-                .with_prompt(question)
-                .default(false)
-                .interact()
-                .unwrap_or(false)
-    };
+    let confirm = |question: &str| out.confirm(question);
+    let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = bisect::Options {
         good: args.good,
         bad: args.bad,
@@ -116,14 +105,14 @@ pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Out
 
 fn print_plan(b: &Bisect, out: &Output) {
     let n = b.digests.len();
-    println!(
+    out.say(format_args!(
         "bisect {}: {n} digests of {} from {} (good) to {} (bad), {}",
         b.recipe,
         b.reference,
         short_digest(b.good_end()),
         short_digest(b.bad_end()),
         order_words(b)
-    );
+    ));
     let mut t = out.table();
     t.set_header(vec!["#", "DIGEST", "CREATED", "FIRST SEEN"]);
     for (i, c) in b.digests.iter().enumerate() {
@@ -135,7 +124,7 @@ fn print_plan(b: &Bisect, out: &Output) {
         ]);
     }
     out.print_table(&t);
-    println!(
+    out.say(format_args!(
         "judged on {}; both ends measured first, then at most {} step(s); each measurement: \
          up to {} round(s) of {} run(s) of the suite {}\nnothing was started (--dry-run)",
         b.criterion.describe(b.chosen),
@@ -143,7 +132,7 @@ fn print_plan(b: &Bisect, out: &Output) {
         b.plan.rounds,
         b.plan.repeat,
         b.plan.suite
-    );
+    ));
 }
 
 fn order_words(b: &Bisect) -> &'static str {
@@ -162,13 +151,13 @@ fn created(c: Option<&str>) -> String {
 fn print_answer(r: &Report, out: &Output) {
     let b = &r.bisect;
     let answer = b.answer.as_ref().expect("a finished bisect has its answer");
-    println!(
+    out.say(format_args!(
         "\nbisect {} ({} digests, {}), judged on {}:",
         b.recipe,
         b.digests.len(),
         order_words(b),
         b.criterion.describe(b.chosen)
-    );
+    ));
     evidence(b, out);
     let when = |d: &str| {
         b.digests
@@ -177,48 +166,48 @@ fn print_answer(r: &Report, out: &Output) {
             .and_then(|c| c.created.as_deref())
             .map_or(String::new(), |c| format!(" (built {})", created(Some(c))))
     };
-    println!(
+    out.say(format_args!(
         "first bad: {}{}\nlast good: {}{}",
         b.label(&r.history, &answer.first_bad),
         when(&answer.first_bad),
         b.label(&r.history, &answer.last_good),
         when(&answer.last_good)
-    );
+    ));
     if !answer.unmeasured.is_empty() {
         let list: Vec<String> = answer.unmeasured.iter().map(|d| short_digest(d)).collect();
-        println!(
+        out.say(format_args!(
             "between them, not measurable (the change may be in one of them): {}",
             list.join(", ")
-        );
+        ));
     }
     let secs: Vec<f64> = b.measurements.values().map(|m| m.seconds).collect();
     let total: f64 = secs.iter().sum();
-    println!(
+    out.say(format_args!(
         "{} step(s) after the 2 ends; {} measurement(s) in {total:.0} s, {:.1} s each on average",
         b.steps(),
         secs.len(),
         total / secs.len().max(1) as f64
-    );
+    ));
     match &r.diff {
         Some(Ok(d)) => {
-            println!(
+            out.say(format_args!(
                 "what changed ({} -> {}):",
                 short_digest(&answer.last_good),
                 short_digest(&answer.first_bad)
-            );
+            ));
             super::images::print_diff(d, out);
         }
-        Some(Err(e)) => println!("what changed is not known: {e}"),
+        Some(Err(e)) => out.say(format_args!("what changed is not known: {e}")),
         None => {}
     }
     if b.builds.is_none() {
-        println!(
+        out.say(format_args!(
             "both are kept for good (`sparkctl images history {}`); each measurement is a run \
              record (`sparkctl history`)",
             b.recipe
-        );
+        ));
     } else {
-        println!("each measurement is a run record (`sparkctl history`)");
+        out.say("each measurement is a run record (`sparkctl history`)");
     }
 }
 

@@ -18,11 +18,9 @@ fn render_plan(out: &Output, plan: &StartPlan) {
         (true, false) => format!("must stop first: {}", mem.must_stop.join(", ")),
         (false, _) => "does not fit even alone".to_string(),
     };
-    println!(
-        "{} {} ({})",
-        out.bold("plan for"),
-        plan.name,
-        plan.runtime.as_str()
+    out.titled(
+        "plan for",
+        format_args!("{} ({})", plan.name, plan.runtime.as_str()),
     );
     let mut t = out.table();
     t.add_row(vec!["recipe hash", &plan.recipe_hash]);
@@ -65,7 +63,7 @@ fn render_plan(out: &Output, plan: &StartPlan) {
     }
     out.print_table(&t);
     for w in &plan.warnings {
-        println!("warning: {w}");
+        out.say(format_args!("warning: {w}"));
     }
 }
 
@@ -101,42 +99,46 @@ pub async fn start(
             out.print_json(&plan);
         } else {
             render_plan(out, &plan);
-            println!("nothing was started (--dry-run)");
+            out.say("nothing was started (--dry-run)");
         }
         return Ok(());
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.enable_steady_tick(Duration::from_millis(100));
-    bar.set_message(format!("{name}: starting"));
+    let bar = out.spinner();
+    bar.message(format_args!("{name}: starting"));
     let report = deploy::start(&ctx.runtimes, &plan, timeout, |w| {
         let mut msg = format!("{name}: {} · {:.1} s", w.health, w.elapsed.as_secs_f64());
         if let Some(line) = w.last_line {
             msg.push_str(" · ");
             msg.push_str(&line.chars().take(100).collect::<String>());
         }
-        bar.set_message(msg);
+        bar.message(msg);
     })
     .await;
-    bar.finish_and_clear();
+    bar.finish();
     let report = report?;
     // On stderr in both modes, as `status` does: the JSON on stdout holds them too.
     for w in &report.warnings {
-        eprintln!("warning: {w}");
+        out.warn(w);
     }
     if out.json {
         out.print_json(&report);
     } else {
         let d = &report.deployment;
-        println!(
-            "{} is ready at {} ({} {}, model {}, {:.2} s)",
-            out.bold(&d.name),
-            d.url(),
-            d.runtime.as_str(),
-            crate::units::short_id(&d.id),
-            report.model,
-            report.ready_after_ms / 1e3
+        out.titled(
+            &d.name,
+            format_args!(
+                "is ready at {} ({} {}, model {}, {:.2} s)",
+                d.url(),
+                d.runtime.as_str(),
+                crate::units::short_id(&d.id),
+                report.model,
+                report.ready_after_ms / 1e3
+            ),
         );
-        println!("  memory: {}", report.memory_observed.summary());
+        out.say(format_args!(
+            "  memory: {}",
+            report.memory_observed.summary()
+        ));
     }
     Ok(())
 }
@@ -144,7 +146,7 @@ pub async fn start(
 pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     let status = deploy::status::status(ctx).await?;
     for w in &status.warnings {
-        eprintln!("warning: {w}");
+        out.warn(w);
     }
     if out.json {
         out.print_json(&status.rows);
@@ -152,13 +154,13 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
     }
     match &status.door {
         Some(s) => {
-            println!("{}", super::frontdoor::line(s));
+            out.say(super::frontdoor::line(s));
             for l in super::frontdoor::live_lines(s) {
-                println!("{l}");
+                out.say(l);
             }
         }
-        None => println!(
-            "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)"
+        None => out.say(
+            "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)",
         ),
     }
     // Jobs hold memory too: say which run (`sparkctl jobs` has the rest).
@@ -167,20 +169,20 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
         Err(_) => Vec::new(),
     };
     for j in &jobs {
-        println!(
+        out.say(format_args!(
             "job {} running (run {}{}); `sparkctl jobs`",
             j.job,
             j.run_id,
             j.recipe
                 .memory_gb
                 .map_or(String::new(), |gb| format!(", holds {gb} GB"))
-        );
+        ));
     }
     if status.rows.is_empty() {
-        println!(
+        out.say(format_args!(
             "sparkctl runs nothing (state dir {})",
             ctx.state.root().display()
-        );
+        ));
         return Ok(());
     }
     print_status_table(&status.rows, out);
@@ -193,7 +195,11 @@ pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
                 format!("{} {} {state}", p.node, p.role.as_str())
             })
             .collect();
-        println!("{} across nodes: {}", row.deployment.name, parts.join(", "));
+        out.say(format_args!(
+            "{} across nodes: {}",
+            row.deployment.name,
+            parts.join(", ")
+        ));
     }
     Ok(())
 }
@@ -241,14 +247,9 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     out.print_table(&t);
 }
 
-pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
-    let mut stdout = std::io::stdout();
+pub async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Result<()> {
     match ctx.runtimes.find(name).await? {
-        Some(d) => {
-            ctx.runtimes
-                .logs(&d, LogView { tail, follow }, &mut stdout)
-                .await
-        }
+        Some(d) => ctx.runtimes.logs(&d, view, &mut out.log_sink()).await,
         None => Err(Error::NeverRan {
             name: name.into(),
             state_dir: ctx.state.root().to_path_buf(),
@@ -261,8 +262,8 @@ pub async fn node_logs(
     ctx: &Context,
     name: &str,
     node: &str,
-    follow: bool,
-    tail: Option<usize>,
+    view: LogView,
+    out: &Output,
 ) -> Result<()> {
     let Some(d) = ctx.runtimes.find(name).await? else {
         return Err(Error::NeverRan {
@@ -271,8 +272,7 @@ pub async fn node_logs(
         });
     };
     let docker = ctx.runtimes.docker()?;
-    let mut stdout = std::io::stdout();
-    crate::runtime::group::logs(docker, &d, node, LogView { tail, follow }, &mut stdout).await
+    crate::runtime::group::logs(docker, &d, node, view, &mut out.log_sink()).await
 }
 
 pub async fn down(
@@ -293,19 +293,15 @@ pub async fn down(
         return Ok(());
     }
     match stopped {
-        None => println!("{name} is not running; nothing to stop"),
-        Some(d) => println!(
+        None => out.say(format_args!("{name} is not running; nothing to stop")),
+        Some(d) => out.say(format_args!(
             "{} {name} ({} {}); its logs are kept: `sparkctl logs {name}`",
             if dry_run { "would stop" } else { "stopped" },
             d.runtime.as_str(),
             crate::units::short_id(&d.id)
-        ),
+        )),
     }
     Ok(())
-}
-
-fn say(line: &str) {
-    eprintln!("==> {line}");
 }
 
 /// Flags of `up`, as typed.
@@ -323,18 +319,11 @@ pub async fn up(
     args: UpArgs,
     out: &Output,
 ) -> Result<()> {
-    use std::io::IsTerminal;
     let flow = deploy::switch::Ctx::open(ctx, recipes, args.dry_run).await?;
     let yes = args.yes;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
-    let confirm = move |question: &str| {
-        yes || (std::io::stdin().is_terminal()
-            && dialoguer::Confirm::new()
-                .with_prompt(question)
-                .default(false)
-                .interact()
-                .unwrap_or(false))
-    };
+    let confirm = move |question: &str| yes || out.confirm(question);
+    let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = deploy::up::UpOptions {
         dry_run: args.dry_run,
         no_promote: args.no_promote,
@@ -350,11 +339,11 @@ pub async fn up(
         return Ok(());
     }
     match record.outcome {
-        crate::history::Outcome::Planned => println!("nothing was changed (--dry-run)"),
-        crate::history::Outcome::Passed => {
-            println!("{name} passed its gates; not promoted (--no-promote)")
-        }
-        _ => println!(
+        crate::history::Outcome::Planned => out.say("nothing was changed (--dry-run)"),
+        crate::history::Outcome::Passed => out.say(format_args!(
+            "{name} passed its gates; not promoted (--no-promote)"
+        )),
+        _ => out.say(format_args!(
             "{name} {}: TTFT p50 {} ms, decode p50 {} tok/s; serving on port {}: {}; run {}",
             record.outcome,
             record.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
@@ -364,7 +353,7 @@ pub async fn up(
             ctx.settings.production_port,
             record.serving.clone().unwrap_or_else(|| "nothing".into()),
             record.run_id
-        ),
+        )),
     }
     Ok(())
 }
@@ -377,18 +366,19 @@ pub async fn rollback(
     out: &Output,
 ) -> Result<()> {
     let flow = deploy::switch::Ctx::open(ctx, recipes, dry_run).await?;
+    let say = |line: &str| out.note(format_args!("==> {line}"));
     let record = deploy::rollback::rollback(&flow, to, dry_run, &say).await?;
     if out.json {
         out.print_json(&record);
     } else if dry_run {
-        println!("nothing was changed (--dry-run)");
+        out.say("nothing was changed (--dry-run)");
     } else {
-        println!(
+        out.say(format_args!(
             "rolled back: serving on port {}: {}; run {}",
             ctx.settings.production_port,
             record.serving.clone().unwrap_or_else(|| "nothing".into()),
             record.run_id
-        );
+        ));
     }
     Ok(())
 }
@@ -440,20 +430,20 @@ pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     out.print_table(&t);
     for r in runs.iter().filter(|r| r.produced_by.is_some()) {
         if let Some(l) = &r.produced_by {
-            println!("{}: {}'s model {l}", r.run_id, r.recipe);
+            out.say(format_args!("{}: {}'s model {l}", r.run_id, r.recipe));
         }
     }
     // What made the watch bring production back, with what it answered.
     for r in runs.iter().filter(|r| !r.evidence.is_empty()) {
-        println!(
+        out.say(format_args!(
             "{} {} {}: {}",
             r.run_id,
             r.command,
             r.recipe,
             r.error.as_deref().unwrap_or("-")
-        );
+        ));
         for e in &r.evidence {
-            println!("  evidence: {e}");
+            out.say(format_args!("  evidence: {e}"));
         }
     }
     Ok(())

@@ -92,22 +92,25 @@ pub async fn run(
         }
         FrontdoorCommand::Stop => {
             match frontdoor::supervisor::stop(&ctx.state, config.drain).await? {
-                Some(pid) => println!(
+                Some(pid) => out.say(format_args!(
                     "front door stopped (pid {pid}); production keeps running on its own port"
-                ),
-                None => println!("no front door runs for {}", ctx.state.root().display()),
+                )),
+                None => out.say(format_args!(
+                    "no front door runs for {}",
+                    ctx.state.root().display()
+                )),
             }
             Ok(())
         }
         FrontdoorCommand::Restart => {
             let (old, now) = frontdoor::supervisor::restart(&ctx.state, &config, &launch).await?;
             match old {
-                Some(old) => println!(
+                Some(old) => out.say(format_args!(
                     "front door restarted onto {}: server pid {} serves; pid {old} finishes the \
                      answers it had in flight",
                     launch.self_exe, now.pid
-                ),
-                None => println!("no front door was running; started one"),
+                )),
+                None => out.say("no front door was running; started one"),
             }
             print_status(&now, out);
             Ok(())
@@ -136,7 +139,7 @@ pub async fn run(
             };
             crate::deploy::watch::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
         }
-        FrontdoorCommand::Install => install(&config, &launch, &ctx.state),
+        FrontdoorCommand::Install => install(&config, &launch, &ctx.state, out),
         FrontdoorCommand::Capture { what } => capture(&ctx, what, out).await,
     }
 }
@@ -172,7 +175,7 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
                 .map(|m| m.len())
                 .sum();
             if !out.json {
-                println!("the front door is not running: this applies when it starts");
+                out.say("the front door is not running: this applies when it starts");
             }
             capture::CaptureStatus {
                 settings: set.unwrap_or(now),
@@ -188,7 +191,7 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
         out.print_json(&status);
         return Ok(());
     }
-    println!(
+    out.say(format_args!(
         "capture {} · at most {} in {} · {} held now · {} written, {} dropped since the front door started",
         if status.settings.on { "on" } else { "off" },
         crate::units::ByteSize(status.settings.max_bytes),
@@ -196,7 +199,7 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
         crate::units::ByteSize(status.bytes),
         status.written,
         status.dropped
-    );
+    ));
     Ok(())
 }
 
@@ -205,17 +208,17 @@ fn print_status(s: &DoorStatus, out: &Output) {
         out.print_json(s);
         return;
     }
-    println!("{}", line(s));
+    out.say(line(s));
     for l in live_lines(s) {
-        println!("{l}");
+        out.say(l);
     }
     for w in &s.production.warm {
-        println!(
+        out.say(format_args!(
             "  warm: {} ({}) until {}",
             w.upstream.recipe,
             crate::units::short_id(&w.upstream.deployment),
             crate::units::utc_stamp(w.until)
-        );
+        ));
     }
 }
 
@@ -297,7 +300,8 @@ pub fn live_lines(s: &DoorStatus) -> Vec<String> {
 }
 
 /// `logs frontdoor`: the supervisor's and server's output, newest run.
-pub async fn logs(ctx: &Context, follow: bool, tail: Option<usize>) -> Result<()> {
+pub async fn logs(ctx: &Context, view: crate::runtime::LogView, out: &Output) -> Result<()> {
+    let crate::runtime::LogView { tail, follow } = view;
     let Some(path) = ctx.state.latest_log("frontdoor") else {
         return Err(Error::Usage("the front door has not run yet".into()));
     };
@@ -306,7 +310,7 @@ pub async fn logs(ctx: &Context, follow: bool, tail: Option<usize>) -> Result<()
     let lines: Vec<&str> = text.lines().collect();
     let from = tail.map_or(0, |n| lines.len().saturating_sub(n));
     for l in &lines[from..] {
-        println!("{l}");
+        out.say(l);
     }
     if follow {
         use std::io::{Read, Seek, SeekFrom};
@@ -318,20 +322,23 @@ pub async fn logs(ctx: &Context, follow: bool, tail: Option<usize>) -> Result<()
             let mut more = String::new();
             if f.seek(SeekFrom::Start(at)).is_ok() && f.read_to_string(&mut more).is_ok() {
                 at += more.len() as u64;
-                print!("{more}");
+                out.text(more);
             }
         }
     }
     Ok(())
 }
 
-fn install(config: &Config, launch: &Launch, state: &crate::state::StateDir) -> Result<()> {
+fn install(
+    config: &Config,
+    launch: &Launch,
+    state: &crate::state::StateDir,
+    out: &Output,
+) -> Result<()> {
     let path = frontdoor::unit::install(state, config, launch)?;
-    println!("wrote {}", path.display());
-    println!("enable it (and keep it running without a login session):");
-    println!(
-        "  systemctl --user daemon-reload && systemctl --user enable --now sparkctl-frontdoor"
-    );
-    println!("  loginctl enable-linger \"$USER\"");
+    out.say(format_args!("wrote {}", path.display()));
+    out.say("enable it (and keep it running without a login session):");
+    out.say("  systemctl --user daemon-reload && systemctl --user enable --now sparkctl-frontdoor");
+    out.say("  loginctl enable-linger \"$USER\"");
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! `sparkctl images pin|audit|pull|diff|history|keep`: rendering over `images` and `lock`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use clap::Subcommand;
 
@@ -153,11 +152,11 @@ pub async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()
         ImagesCommand::Pull {
             name: Some(target),
             all: false,
-        } if target.contains('@') => pull_older(at, &target).await,
+        } if target.contains('@') => pull_older(at, &target, out).await,
         ImagesCommand::Pull { name, all } => {
             let lock = Lock::load(lock_path)?.intact()?;
             for (recipe, _) in targets(recipes, name.as_deref(), all)? {
-                pull(docker, &lock, &recipe).await?;
+                pull(docker, &lock, &recipe, out).await?;
             }
             Ok(())
         }
@@ -171,7 +170,7 @@ pub async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()
             target,
             note,
             release,
-        } => keep(at, &target, note, release).await,
+        } => keep(at, &target, note, release, out).await,
     }
 }
 
@@ -204,14 +203,14 @@ async fn diff(
     if out.json {
         out.print_json(&d);
     } else {
-        println!("{name}: {old}\n  -> {new}");
+        out.say(format_args!("{name}: {old}\n  -> {new}"));
         print_diff(&d, out);
     }
     Ok(())
 }
 
 /// `images pull NAME@DIGEST`: an older digest of the recipe's image, back from its registry.
-async fn pull_older(at: &At<'_>, target: &str) -> Result<()> {
+async fn pull_older(at: &At<'_>, target: &str, out: &Output) -> Result<()> {
     let (name, digest) = name_at_digest(target)?;
     let h = at.history(name).await?;
     let digest = match h.lookup(digest) {
@@ -222,26 +221,31 @@ async fn pull_older(at: &At<'_>, target: &str) -> Result<()> {
         Err(e) => return Err(e),
     };
     let reference = h.run_reference(&digest);
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.enable_steady_tick(Duration::from_millis(100));
+    let bar = out.spinner();
     let pulled = images::pull_digest(at.docker, at.state, &h, &digest, |done, n, cur, total| {
-        bar.set_message(format!(
+        bar.message(format_args!(
             "{name}: {done}/{n} layers, {:.1}/{:.1} MB",
             cur as f64 / 1e6,
             total as f64 / 1e6
         ));
     })
     .await;
-    bar.finish_and_clear();
+    bar.finish();
     pulled?;
-    println!(
+    out.say(format_args!(
         "{name}: pulled {reference}; it is in the image history (`sparkctl images history {name}`)"
-    );
+    ));
     Ok(())
 }
 
 /// `images keep NAME@DIGEST [--release]`.
-async fn keep(at: &At<'_>, target: &str, note: Option<String>, release: bool) -> Result<()> {
+async fn keep(
+    at: &At<'_>,
+    target: &str,
+    note: Option<String>,
+    release: bool,
+    out: &Output,
+) -> Result<()> {
     let (name, digest) = name_at_digest(target)?;
     let h = at.history(name).await?;
     let e = h.lookup(digest)?;
@@ -261,15 +265,15 @@ async fn keep(at: &At<'_>, target: &str, note: Option<String>, release: bool) ->
         "not on this machine now; `sparkctl images pull` it while its registry holds it"
     };
     if release {
-        println!(
+        out.say(format_args!(
             "{name}: {} is no longer kept for good; `prune` retains it only as the other rules say",
             short_digest(&e.digest)
-        );
+        ));
     } else {
-        println!(
+        out.say(format_args!(
             "{name}: {} is kept for good ({here}); `prune` never removes it",
             short_digest(&e.digest)
-        );
+        ));
     }
     Ok(())
 }
@@ -282,16 +286,16 @@ fn print_pins(changes: &[images::PinChange], lock_path: &Path, out: &Output) {
     for c in changes {
         let new = short_digest(&c.new);
         match &c.old {
-            Some(d) if *d == c.new => println!("{}: {new} unchanged", c.recipe),
-            Some(d) => println!("{}: {} -> {new}", c.recipe, short_digest(d)),
-            None => println!(
+            Some(d) if *d == c.new => out.say(format_args!("{}: {new} unchanged", c.recipe)),
+            Some(d) => out.say(format_args!("{}: {} -> {new}", c.recipe, short_digest(d))),
+            None => out.say(format_args!(
                 "{}: (none) -> {new} ({})",
                 c.recipe,
                 format!("{:?}", c.source).to_lowercase()
-            ),
+            )),
         }
     }
-    println!("wrote {}", lock_path.display());
+    out.say(format_args!("wrote {}", lock_path.display()));
 }
 
 fn print_audit(audit: &images::Audit, out: &Output) {
@@ -341,7 +345,7 @@ fn print_audit(audit: &images::Audit, out: &Output) {
     out.print_table(&t);
     for r in &audit.rows {
         if r.findings.contains(&Finding::Drift) {
-            println!(
+            out.say(format_args!(
                 "drift: {} now points to {} in the registry; {} runs the pinned {} (`sparkctl images pin {}` moves it, `images diff {}` after a pull shows what changed)",
                 r.reference,
                 r.registry.as_deref().map(short_digest).unwrap_or_default(),
@@ -349,41 +353,43 @@ fn print_audit(audit: &images::Audit, out: &Output) {
                 r.pinned.as_deref().map(short_digest).unwrap_or_default(),
                 r.recipe,
                 r.recipe
-            );
+            ));
         }
         if let Some(e) = &r.registry_error {
-            println!("warning: {e}");
+            out.say(format_args!("warning: {e}"));
         }
     }
     for s in &audit.stale {
-        println!("stale: images.lock pins {s}, which is no longer a recipe; `sparkctl images pin --all` keeps it, delete the entry by hand to drop it");
+        out.say(format_args!("stale: images.lock pins {s}, which is no longer a recipe; `sparkctl images pin --all` keeps it, delete the entry by hand to drop it"));
     }
 }
 
 /// Pulls one recipe's pinned digest with a spinner; a local pin has nothing to pull.
-async fn pull(docker: &bollard::Docker, lock: &Lock, recipe: &str) -> Result<()> {
+async fn pull(docker: &bollard::Docker, lock: &Lock, recipe: &str, out: &Output) -> Result<()> {
     let pin = lock.images.get(recipe).ok_or_else(|| {
         Error::Usage(format!(
             "{recipe} has no pin; `sparkctl images pin {recipe}` first"
         ))
     })?;
     if pin.source == crate::lock::Source::Local {
-        println!("{recipe}: pinned to a local image id (never pushed); nothing to pull");
+        out.say(format_args!(
+            "{recipe}: pinned to a local image id (never pushed); nothing to pull"
+        ));
         return Ok(());
     }
     let reference = pin.run_reference();
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.enable_steady_tick(Duration::from_millis(100));
-    images::pull(docker, &reference, |done, layers, cur, total| {
-        bar.set_message(format!(
+    let bar = out.spinner();
+    let pulled = images::pull(docker, &reference, |done, layers, cur, total| {
+        bar.message(format_args!(
             "{recipe}: {done}/{layers} layers, {:.1}/{:.1} MB",
             cur as f64 / 1e6,
             total as f64 / 1e6
         ));
     })
-    .await?;
-    bar.finish_and_clear();
-    println!("{recipe}: pulled {reference}");
+    .await;
+    bar.finish();
+    pulled?;
+    out.say(format_args!("{recipe}: pulled {reference}"));
     Ok(())
 }
 
@@ -449,12 +455,12 @@ fn print_history(h: &History, newest: usize, out: &Output) {
             "in the order this machine first saw them (some build times are unknown)"
         }
     };
-    println!(
+    out.say(format_args!(
         "{}: {} — {} digest(s), {order}",
         h.recipe,
         h.reference,
         h.entries.len()
-    );
+    ));
     let mut t = out.table();
     t.set_header(vec![
         "DIGEST",
@@ -503,6 +509,6 @@ fn print_history(h: &History, newest: usize, out: &Output) {
     }
     out.print_table(&t);
     for d in &h.damaged {
-        eprintln!("warning: {d}");
+        out.warn(d);
     }
 }

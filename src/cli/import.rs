@@ -116,10 +116,10 @@ pub async fn run(
     show(out, &name, &path, true, pinned, &draft.unknown, &text)?;
     if !out.json {
         if let (Some(o), Some(port)) = (&draft.origin, draft.seen_port) {
-            println!(
+            out.say(format_args!(
                 "`sparkctl adopt {name}` hands port {port} from {} to the front door, serving {name}",
                 o.describe()
-            );
+            ));
         }
     }
     Ok(())
@@ -145,20 +145,20 @@ fn show(
         });
         return Ok(());
     }
-    print!("{text}");
+    out.text(text);
     if written {
-        println!("wrote {}", path.display());
+        out.say(format_args!("wrote {}", path.display()));
     } else {
-        println!("(dry run: {} not written)", path.display());
+        out.say(format_args!("(dry run: {} not written)", path.display()));
     }
     if let Some(d) = pinned {
-        println!("pinned {name} to {d} in images.lock");
+        out.say(format_args!("pinned {name} to {d} in images.lock"));
     }
     if !unknown.is_empty() {
-        println!(
+        out.say(format_args!(
             "{} thing(s) could not be inferred: see the NOT INFERRED comments",
             unknown.len()
-        );
+        ));
     }
     Ok(())
 }

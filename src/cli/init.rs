@@ -29,28 +29,28 @@ pub fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()>
             FileOutcome::Kept => "kept ",
             FileOutcome::KeptDiffers => "kept (yours differs from the shipped one)",
         };
-        println!("{what} {}", tilde(&root.join(rel)));
+        out.say(format_args!("{what} {}", tilde(&root.join(rel))));
     }
-    println!(
+    out.say(format_args!(
         "{} written, {} already there, in {}",
         report.count(FileOutcome::Written),
         report.count(FileOutcome::Kept) + report.count(FileOutcome::KeptDiffers),
         tilde(&root)
-    );
+    ));
     let recipes = root.join("recipes");
     if std::path::absolute(&found.path).ok() != std::path::absolute(&recipes).ok() {
-        println!(
+        out.say(format_args!(
             "note: from here sparkctl reads {} first (./recipes, --recipes or SPARKCTL_RECIPES \
              win over the config dir); elsewhere it reads {}",
             tilde(&found.path),
             tilde(&recipes)
-        );
+        ));
     } else {
-        println!(
+        out.say(format_args!(
             "sparkctl reads its recipes from {} wherever it runs (unless ./recipes, --recipes \
              or SPARKCTL_RECIPES say otherwise); `sparkctl recipes list` shows them",
             tilde(&recipes)
-        );
+        ));
     }
     Ok(())
 }

@@ -4,9 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
-use super::output::printable;
 use super::Output;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -19,10 +16,6 @@ pub struct RunArgs {
     pub allow_unpinned: bool,
 }
 
-fn say(line: &str) {
-    eprintln!("{}", printable(line));
-}
-
 pub async fn run(
     ctx: &Context,
     recipes: &Path,
@@ -30,7 +23,6 @@ pub async fn run(
     args: RunArgs,
     out: &Output,
 ) -> Result<()> {
-    use std::io::IsTerminal;
     let loaded = job::load::find_job(&job::load::jobs_dir(recipes), name)?;
     let lock = ctx.state.lock(&format!("run {name}"))?;
     let plan = job::run::plan(ctx, &loaded, args.allow_unpinned).await?;
@@ -38,20 +30,14 @@ pub async fn run(
         if out.json {
             out.print_json(&plan);
         } else {
-            print_plan(&plan);
-            println!("nothing was changed (--dry-run)");
+            print_plan(&plan, out);
+            out.say("nothing was changed (--dry-run)");
         }
         return Ok(());
     }
     let yes = args.yes;
-    let confirm = move |q: &str| {
-        yes || (std::io::stdin().is_terminal()
-            && dialoguer::Confirm::new()
-                .with_prompt(q)
-                .default(false)
-                .interact()
-                .unwrap_or(false))
-    };
+    let confirm = move |q: &str| yes || out.confirm(q);
+    let say = |line: &str| out.note(line);
     let opts = job::run::RunOptions {
         allow_unpinned: args.allow_unpinned,
         confirm: &confirm,
@@ -60,7 +46,7 @@ pub async fn run(
     let rec = job::run::start(ctx, &plan, &opts).await?;
     // Following takes as long as the job: other commands may change state meanwhile.
     drop(lock);
-    say(&format!(
+    out.note(format_args!(
         "job {name} started: run {}, container {} ({}), as user {}",
         rec.run_id,
         rec.container_name,
@@ -70,40 +56,44 @@ pub async fn run(
     if args.detach {
         return finish(&rec, out, false);
     }
-    say("following its output; Ctrl-C detaches (the job keeps running)");
+    out.note("following its output; Ctrl-C detaches (the job keeps running)");
     let docker = ctx.runtimes.docker()?.client();
-    match follow_with_bar(docker, &ctx.state, rec, None).await? {
+    match follow_with_bar(docker, &ctx.state, rec, out).await? {
         Followed::Detached(rec) => finish(&rec, out, true),
         Followed::Ended(rec) => finish(&rec, out, false),
     }
 }
 
-fn print_plan(plan: &job::run::JobPlan) {
-    println!("job:     {}  ({})", plan.job, plan.recipe_file.display());
-    println!(
+fn print_plan(plan: &job::run::JobPlan, out: &Output) {
+    out.say(format_args!(
+        "job:     {}  ({})",
+        plan.job,
+        plan.recipe_file.display()
+    ));
+    out.say(format_args!(
         "image:   {} → {}{}",
         plan.image_ref,
         plan.image,
         if plan.unpinned { " (UNPINNED)" } else { "" }
-    );
-    println!(
+    ));
+    out.say(format_args!(
         "user:    {} (outputs end owned by {})",
         plan.user, plan.owner
-    );
-    println!("memory:  {}", plan.memory.describe());
+    ));
+    out.say(format_args!("memory:  {}", plan.memory.describe()));
     for v in &plan.memory.must_stop {
-        println!("stops:   {v} to make room");
+        out.say(format_args!("stops:   {v} to make room"));
     }
     for d in &plan.disk {
-        println!(
+        out.say(format_args!(
             "disk:    {} needs {}, {} free",
             d.output.display(),
             crate::units::ByteSize(d.needs),
             crate::units::ByteSize(d.free)
-        );
+        ));
     }
-    println!("# equivalent command, for review (sparkctl never runs a shell)");
-    println!("{}", crate::recipe::resolve_shell_line(&plan.command));
+    out.say("# equivalent command, for review (sparkctl never runs a shell)");
+    out.say(crate::recipe::resolve_shell_line(&plan.command));
 }
 
 /// Streams the output, with a progress bar when the recipe's pattern matches.
@@ -111,31 +101,21 @@ async fn follow_with_bar(
     docker: &bollard::Docker,
     state: &crate::state::StateDir,
     rec: JobRecord,
-    tail: Option<usize>,
+    out: &Output,
 ) -> Result<Followed> {
-    use std::io::IsTerminal;
-    let bar = ProgressBar::hidden();
-    let terminal = std::io::stderr().is_terminal();
+    let bar = out.hidden_bar();
+    let terminal = out.draws_progress();
     let (mut shown, mut eta, mut last_tenth) = (false, job::progress::Eta::default(), None);
     let mut on = |e: FollowEvent| match e {
-        FollowEvent::Line(l) => bar.suspend(|| println!("{}", printable(l))),
+        FollowEvent::Line(l) => bar.suspend(|| out.say(l)),
         FollowEvent::Progress(done, total) if terminal => {
             if !shown {
-                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                bar.set_style(
-                    ProgressStyle::with_template(
-                        "{bar:40} {pos}/{len} {percent}% elapsed {elapsed} eta {eta}",
-                    )
-                    .expect("a valid template"),
-                );
-                bar.set_length(total);
-                bar.set_position(done);
-                // Steps done before sparkctl looked took no time of its clock.
+                bar.draw("{bar:40} {pos}/{len} {percent}% elapsed {elapsed} eta {eta}");
+                bar.at(done, total);
                 bar.reset_eta();
                 shown = true;
             }
-            bar.set_length(total);
-            bar.set_position(done);
+            bar.at(done, total);
         }
         FollowEvent::Progress(done, total) => {
             // Not a terminal (CI, a log file): one line per tenth, with the time left.
@@ -143,19 +123,19 @@ async fn follow_with_bar(
             let tenth = (done * 10).checked_div(total).unwrap_or(0);
             if last_tenth != Some(tenth) {
                 last_tenth = Some(tenth);
-                eprintln!(
+                out.note(format_args!(
                     "progress {done}/{total} ({}%){}",
                     (done * 100).checked_div(total).unwrap_or(0),
                     left.map_or(String::new(), |d| format!(
                         ", about {} left",
                         crate::units::format_duration(d)
                     ))
-                );
+                ));
             }
         }
     };
-    let followed = job::Runs { docker, state }.follow(rec, tail, &mut on).await;
-    bar.finish_and_clear();
+    let followed = job::Runs { docker, state }.follow(rec, None, &mut on).await;
+    bar.finish();
     followed
 }
 
@@ -164,7 +144,7 @@ fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
     if out.json {
         out.print_json(rec);
     } else if !rec.state.is_final() {
-        println!(
+        out.say(format_args!(
             "job {} keeps running{} (run {}); `sparkctl logs {} -f` follows it, `sparkctl stop {}` \
              ends it, `sparkctl jobs` lists runs",
             rec.job,
@@ -172,9 +152,9 @@ fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
             rec.run_id,
             rec.job,
             rec.job
-        );
+        ));
     } else {
-        print_outcome(rec);
+        print_outcome(rec, out);
     }
     match rec.state {
         JobState::Running | JobState::Succeeded => Ok(()),
@@ -182,49 +162,53 @@ fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
     }
 }
 
-fn print_outcome(rec: &JobRecord) {
-    println!(
+fn print_outcome(rec: &JobRecord, out: &Output) {
+    out.say(format_args!(
         "job {} {}: {}",
         rec.job,
         rec.state,
         rec.explanation.as_deref().unwrap_or("-")
-    );
+    ));
     for f in &rec.findings {
-        println!(
+        out.say(format_args!(
             "  found: {}\n    cause: {}\n    fix: {}",
-            printable(&f.line),
-            f.cause,
-            f.fix
-        );
+            f.line, f.cause, f.fix
+        ));
     }
     for o in &rec.outputs {
         for c in &o.checks {
-            println!(
+            out.say(format_args!(
                 "  {} {}: {} ({})",
                 if c.ok { "ok  " } else { "FAIL" },
                 o.path.display(),
                 c.what,
                 c.detail
-            );
+            ));
         }
         match (&o.fingerprint, o.incomplete) {
-            (Some(fp), _) => println!("  output {} fingerprint {fp}", o.path.display()),
-            (None, true) => println!(
+            (Some(fp), _) => out.say(format_args!(
+                "  output {} fingerprint {fp}",
+                o.path.display()
+            )),
+            (None, true) => out.say(format_args!(
                 "  output {} is marked incomplete ({}): partial, not a result",
                 o.path.display(),
                 job::finalize::INCOMPLETE
-            ),
+            )),
             (None, false) => {}
         }
     }
     if rec.chowned > 0 {
-        println!("  gave {} path(s) back to {}", rec.chowned, rec.owner);
+        out.say(format_args!(
+            "  gave {} path(s) back to {}",
+            rec.chowned, rec.owner
+        ));
     }
     for w in &rec.warnings {
-        println!("  warning: {w}");
+        out.say(format_args!("  warning: {w}"));
     }
     if let Some(log) = &rec.log {
-        println!("  log kept: {}", log.display());
+        out.say(format_args!("  log kept: {}", log.display()));
     }
 }
 
@@ -280,17 +264,17 @@ pub async fn stop(
     if dry_run {
         let rec = runs.latest(name).await?;
         match rec.state {
-            JobState::Running => println!(
+            JobState::Running => out.say(format_args!(
                 "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
                  nothing was changed (--dry-run)",
                 rec.run_id,
                 rec.container_name,
                 crate::units::format_duration(grace)
-            ),
-            s => println!(
+            )),
+            s => out.say(format_args!(
                 "job {name} is not running (its last run {} {s})",
                 rec.run_id
-            ),
+            )),
         }
         return Ok(());
     }
@@ -299,15 +283,18 @@ pub async fn stop(
     if out.json {
         out.print_json(&rec);
     } else {
-        print_outcome(&rec);
+        print_outcome(&rec, out);
     }
     Ok(())
 }
 
-pub async fn logs(ctx: &Context, name: &str, follow: bool, tail: Option<usize>) -> Result<()> {
+pub async fn logs(
+    ctx: &Context,
+    name: &str,
+    view: crate::runtime::LogView,
+    out: &Output,
+) -> Result<()> {
     let runs = job::Runs::of(ctx)?;
-    let mut stdout = std::io::stdout();
-    let view = crate::runtime::LogView { tail, follow };
-    runs.logs(name, view, &mut stdout).await?;
+    runs.logs(name, view, &mut out.log_sink()).await?;
     Ok(())
 }

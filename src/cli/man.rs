@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-use super::Cli;
+use super::{Cli, Output};
 use crate::error::{Error, Result};
 
 /// One page, as roff.
@@ -41,11 +41,12 @@ fn write_pages(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Re
 }
 
 /// `sparkctl man`: sparkctl(1) on stdout; with `--dir`, every command's page into DIR.
-pub fn run(dir: Option<PathBuf>) -> Result<()> {
+pub fn run(dir: Option<PathBuf>, out: &Output) -> Result<()> {
     let Some(dir) = dir else {
         use std::io::Write;
         let page = render(command())?;
-        return std::io::stdout()
+        return out
+            .generated()
             .write_all(&page)
             .map_err(|e| Error::io("writing the man page to stdout", e));
     };
@@ -53,6 +54,10 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     let mut written = Vec::new();
     write_pages(command(), &dir, &mut written)?;
-    println!("{} man pages written to {}", written.len(), dir.display());
+    out.say(format_args!(
+        "{} man pages written to {}",
+        written.len(),
+        dir.display()
+    ));
     Ok(())
 }

@@ -277,7 +277,7 @@ pub enum RecipesCommand {
 
 async fn doctor(cli: &Globals, names: &[String], out: &Output) -> Result<()> {
     let ctx = context(cli).await?;
-    let recipes = load_recipes(cli)?;
+    let recipes = load_recipes(cli, out)?;
     let scope = match names {
         [] => crate::doctor::Scope::InUse,
         names => crate::doctor::Scope::Named(names),
@@ -306,7 +306,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             yes,
             dry_run,
             allow_unpinned,
-        } => with_recipes(g, async |ctx, recipes| {
+        } => with_recipes(g, &out, async |ctx, recipes| {
             let args = adopt::AdoptArgs {
                 yes,
                 dry_run,
@@ -320,15 +320,10 @@ fn dispatch(cli: Cli) -> Result<()> {
         }),
         Command::Sim(cfg) => runtime()?.block_on(crate::sim::serve(cfg)),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "sparkctl",
-                &mut std::io::stdout(),
-            );
+            clap_complete::generate(shell, &mut Cli::command(), "sparkctl", &mut out.generated());
             Ok(())
         }
-        Command::Man { dir } => man::run(dir),
+        Command::Man { dir } => man::run(dir, &out),
         cmd @ (Command::Up { .. }
         | Command::Rollback { .. }
         | Command::History { .. }
@@ -355,7 +350,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             keep,
             keep_images,
             yes,
-        } => with_recipes(g, async |ctx, recipes| {
+        } => with_recipes(g, &out, async |ctx, recipes| {
             let args = prune::Args {
                 keep,
                 keep_images,
@@ -367,23 +362,23 @@ fn dispatch(cli: Cli) -> Result<()> {
             Some(bench::BenchCommand::Compare { results, svg, html }) => {
                 bench::compare(&results, svg.as_deref(), html.as_deref(), &out)
             }
-            None => with_recipes(g, async |ctx, recipes| {
+            None => with_recipes(g, &out, async |ctx, recipes| {
                 bench::run(ctx, recipes, args, &out).await
             }),
         },
-        Command::Bisect(args) => with_recipes(g, async |ctx, recipes| {
+        Command::Bisect(args) => with_recipes(g, &out, async |ctx, recipes| {
             bisect::run(ctx, recipes, args, &out).await
         }),
         Command::Patch {
             name,
             dry_run,
             revert,
-        } => with_recipes(g, async |ctx, recipes| {
+        } => with_recipes(g, &out, async |ctx, recipes| {
             let args = patch::Args { dry_run, revert };
             patch::run(recipes, &ctx.state, &ctx.runtimes, &name, args, &out).await
         }),
         Command::Images { command } => runtime()?.block_on(async {
-            let recipes = load_recipes(g)?;
+            let recipes = load_recipes(g, &out)?;
             let docker = crate::runtime::docker::connect().await?;
             let state = crate::state::StateDir::open(&state_root(g))?;
             let at = images::At {
@@ -413,11 +408,11 @@ fn serving(g: &Globals, command: Command, out: &Output) -> Result<()> {
                 yes,
                 allow_unpinned,
             };
-            with_recipes(g, async |ctx, recipes| {
+            with_recipes(g, out, async |ctx, recipes| {
                 deploy::up(ctx, recipes, &name, args, out).await
             })
         }
-        Command::Rollback { to, dry_run } => with_recipes(g, async |ctx, recipes| {
+        Command::Rollback { to, dry_run } => with_recipes(g, out, async |ctx, recipes| {
             deploy::rollback(ctx, recipes, to.as_deref(), dry_run, out).await
         }),
         Command::History { show } => {
@@ -431,7 +426,7 @@ fn serving(g: &Globals, command: Command, out: &Output) -> Result<()> {
             allow_unpinned,
         } => {
             let timeout: Option<Duration> = timeout.map(|t| t.0);
-            with_recipes(g, async |ctx, recipes| {
+            with_recipes(g, out, async |ctx, recipes| {
                 let start = deploy::StartArgs {
                     dry_run,
                     allow_unpinned,
@@ -442,7 +437,7 @@ fn serving(g: &Globals, command: Command, out: &Output) -> Result<()> {
         }
         Command::Status | Command::Ps => in_context(g, async |ctx| {
             for w in crate::deploy::state_warnings(&ctx.state) {
-                eprintln!("warning: {w}");
+                out.warn(w);
             }
             deploy::status(ctx, out).await
         }),
@@ -452,23 +447,24 @@ fn serving(g: &Globals, command: Command, out: &Output) -> Result<()> {
             tail,
             node,
         } => in_context(g, async |ctx| {
+            let view = crate::runtime::LogView { tail, follow };
             if let Some(node) = node {
-                deploy::node_logs(ctx, &name, &node, follow, tail).await
+                deploy::node_logs(ctx, &name, &node, view, out).await
             } else if name == "frontdoor" {
-                frontdoor::logs(ctx, follow, tail).await
+                frontdoor::logs(ctx, view, out).await
             } else if crate::job::has_runs(&ctx.state, &name)
                 && ctx.runtimes.find(&name).await?.is_none()
             {
-                jobs::logs(ctx, &name, follow, tail).await
+                jobs::logs(ctx, &name, view, out).await
             } else {
-                deploy::logs(ctx, &name, follow, tail).await
+                deploy::logs(ctx, &name, view, out).await
             }
         }),
         Command::Down {
             name,
             dry_run,
             force,
-        } => with_recipes(g, async |ctx, recipes| {
+        } => with_recipes(g, out, async |ctx, recipes| {
             if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
                 return Err(Error::Usage(format!(
                     "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"

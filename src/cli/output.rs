@@ -1,19 +1,37 @@
-//! How results reach the terminal: plain text or JSON, colour only where it helps.
+//! The one way out to the terminal, as cargo's `Shell` is: lines, warnings, notes, tables,
+//! JSON, progress, questions and streamed logs. Whatever passes through here is escaped on
+//! the way (see `printable`), so a recipe's value, a container's log line or a server's
+//! answer cannot recolour the terminal, move its cursor or hide text, and no call site can
+//! forget to escape: only the bold sparkctl adds itself is written as it is. Call sites
+//! format (`out.say(format_args!(…))`); the writing happens here. tests/layout.rs keeps
+//! `println!`, `stdout()` and `stderr()` out of every other file.
 
+use std::borrow::Cow;
+use std::fmt::Display;
 use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::error::Error;
 
 /// Colour on a terminal unless NO_COLOR is set to anything non-empty (no-color.org).
-pub fn color_for(stream: &impl IsTerminal) -> bool {
+fn color_for(stream: &impl IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stream {
+    Out,
+    Err,
 }
 
 pub struct Output {
     pub json: bool,
     pub color: bool,
+    /// What unit tests read back instead of the terminal.
+    #[cfg(test)]
+    said: std::sync::Mutex<Vec<(Stream, String)>>,
 }
 
 impl Output {
@@ -21,12 +39,67 @@ impl Output {
         Output {
             json,
             color: color_for(&std::io::stdout()),
+            #[cfg(test)]
+            said: Default::default(),
         }
+    }
+
+    /// `text` as it is, already escaped. println!/eprintln! (not write!): a closed pipe
+    /// panics, and `exit_quietly_on_broken_pipe` turns that into the exit a shell expects.
+    #[cfg(not(test))]
+    fn put(&self, to: Stream, text: &str) {
+        match to {
+            Stream::Out => print!("{text}"),
+            Stream::Err => eprint!("{text}"),
+        }
+    }
+
+    #[cfg(test)]
+    fn put(&self, to: Stream, text: &str) {
+        self.said.lock().unwrap().push((to, text.to_string()));
+    }
+
+    /// A line on stdout.
+    pub fn say(&self, line: impl Display) {
+        self.put(Stream::Out, &format!("{}\n", printable(&line.to_string())));
+    }
+
+    /// Text on stdout as it is laid out (a YAML document, a diff, a log's tail): no
+    /// newline is added.
+    pub fn text(&self, text: impl Display) {
+        self.put(Stream::Out, &printable(&text.to_string()));
+    }
+
+    /// A line on stdout in bold (a section's title).
+    pub fn title(&self, title: impl Display) {
+        let title = self.bold(&printable(&title.to_string()));
+        self.put(Stream::Out, &format!("{title}\n"));
+    }
+
+    /// A line on stdout whose first words are bold: `plan for NAME`, `# recipe FILE`.
+    pub fn titled(&self, head: impl Display, rest: impl Display) {
+        let head = self.bold(&printable(&head.to_string()));
+        let rest = printable(&rest.to_string()).into_owned();
+        self.put(Stream::Out, &format!("{head} {rest}\n"));
+    }
+
+    /// `warning: …` on stderr.
+    pub fn warn(&self, what: impl Display) {
+        self.put(
+            Stream::Err,
+            &format!("warning: {}\n", printable(&what.to_string())),
+        );
+    }
+
+    /// A line on stderr: how a long command is getting on (`==> …`), kept apart from its
+    /// result on stdout.
+    pub fn note(&self, line: impl Display) {
+        self.put(Stream::Err, &format!("{}\n", printable(&line.to_string())));
     }
 
     pub fn print_json(&self, value: &impl Serialize) {
         let text = serde_json::to_string_pretty(value).expect("output types serialize");
-        println!("{text}");
+        self.put(Stream::Out, &format!("{}\n", json_safe(&text)));
     }
 
     /// The start of every list of records: a warning per damaged record, then the records
@@ -35,22 +108,22 @@ impl Output {
     pub fn list_said_all<T: Serialize>(
         &self,
         rows: &[T],
-        damaged: &[impl std::fmt::Display],
+        damaged: &[impl Display],
         none: impl FnOnce() -> String,
     ) -> bool {
         for d in damaged {
-            eprintln!("warning: {d}");
+            self.warn(d);
         }
         if self.json {
             self.print_json(&rows);
         } else if rows.is_empty() {
-            println!("{}", none());
+            self.say(none());
         }
         self.json || rows.is_empty()
     }
 
-    /// Bold when colour is on.
-    pub fn bold(&self, text: &str) -> String {
+    /// Bold when colour is on; only for text that is escaped already.
+    fn bold(&self, text: &str) -> String {
         if self.color {
             format!("\x1b[1m{text}\x1b[0m")
         } else {
@@ -58,9 +131,10 @@ impl Output {
         }
     }
 
-    /// Prints a table without the padding comfy-table leaves at line ends.
+    /// Prints a table without the padding comfy-table leaves at line ends. Its cells are
+    /// escaped as laid out (the library fills some tables); a cell that needed it is wider.
     pub fn print_table(&self, table: &comfy_table::Table) {
-        println!("{}", table.trim_fmt());
+        self.say(table.trim_fmt());
     }
 
     pub fn table(&self) -> comfy_table::Table {
@@ -71,21 +145,190 @@ impl Output {
         }
         t
     }
+
+    /// Asks `question` on a terminal (default no); anywhere else (a script, CI) the answer
+    /// is no, and the flag that says yes (`--yes`) is the way.
+    pub fn confirm(&self, question: &str) -> bool {
+        std::io::stdin().is_terminal()
+            && dialoguer::Confirm::new()
+                .with_prompt(printable(question))
+                .default(false)
+                .interact()
+                .unwrap_or(false)
+    }
+
+    /// A spinner on stderr (none when stderr is not a terminal) until `finish`.
+    pub fn spinner(&self) -> Progress {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Progress(bar)
+    }
+
+    /// A bar on stderr drawn by `template` (indicatif's), set with `Progress::at`.
+    pub fn bar(&self, template: &str) -> Progress {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress(bar)
+    }
+
+    /// A bar drawn nowhere until `Progress::draw`: for output that may never have any.
+    pub fn hidden_bar(&self) -> Progress {
+        Progress(indicatif::ProgressBar::hidden())
+    }
+
+    /// Whether a bar would be seen (stderr is a terminal); elsewhere progress is better
+    /// told in lines (`note`).
+    pub fn draws_progress(&self) -> bool {
+        std::io::stderr().is_terminal()
+    }
+
+    /// Where a container's or a process's output is copied to (`logs`): stdout, escaped.
+    pub fn log_sink(&self) -> Escaping<std::io::Stdout> {
+        Escaping::new(std::io::stdout(), false)
+    }
+
+    /// Bytes sparkctl generates from its own definitions (shell completions, the man
+    /// page), written as they are: nothing in them came from outside.
+    pub fn generated(&self) -> std::io::Stdout {
+        std::io::stdout()
+    }
 }
 
-/// Text that came from a file (a description, a name, a value quoted in a message) as a
-/// terminal should get it: control characters (ESC and the rest of C0 and C1) and the
-/// bidirectional overrides escaped as `\u{1b}`, so a recipe cannot recolour the terminal,
-/// move its cursor or hide text. Newlines and tabs stay.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let bad = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    if !text.contains(bad) {
-        return std::borrow::Cow::Borrowed(text);
+/// A spinner or a progress bar on stderr; its messages are escaped.
+pub struct Progress(indicatif::ProgressBar);
+
+impl Progress {
+    /// The words beside the bar (a container's last log line, a case's name).
+    pub fn message(&self, message: impl Display) {
+        self.0
+            .set_message(printable(&message.to_string()).into_owned());
     }
-    let mut out = String::with_capacity(text.len() + 8);
+
+    pub fn at(&self, done: u64, total: u64) {
+        self.0.set_length(total);
+        self.0.set_position(done);
+    }
+
+    /// Draws a hidden bar on stderr from now on, by `template`.
+    pub fn draw(&self, template: &str) {
+        self.0
+            .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        self.0.set_style(
+            indicatif::ProgressStyle::with_template(template).expect("a valid template"),
+        );
+    }
+
+    /// Steps done before sparkctl looked took no time of its clock.
+    pub fn reset_eta(&self) {
+        self.0.reset_eta();
+    }
+
+    /// Runs `f` (which prints) with the bar cleared, then draws it again.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.0.suspend(f)
+    }
+
+    /// Clears it off the terminal.
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// A stream of bytes from elsewhere (a container's output), escaped as `printable` does
+/// on its way to `inner`. Bytes that are not UTF-8 become U+FFFD; a character split
+/// between two writes waits for its rest. `keep_esc` lets ESC through for a writer whose
+/// every ESC is its own (see `log_records`).
+pub struct Escaping<W: Write> {
+    inner: W,
+    pending: Vec<u8>,
+    keep_esc: bool,
+}
+
+impl<W: Write> Escaping<W> {
+    fn new(inner: W, keep_esc: bool) -> Self {
+        Escaping {
+            inner,
+            pending: Vec::new(),
+            keep_esc,
+        }
+    }
+
+    fn escape(&self, text: &str, out: &mut String) {
+        if self.keep_esc {
+            escape_into(text, |c| c != '\x1b' && hostile(c), out);
+        } else {
+            escape_into(text, hostile, out);
+        }
+    }
+}
+
+impl<W: Write> Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        let pending = std::mem::take(&mut self.pending);
+        let mut out = String::with_capacity(pending.len());
+        let mut rest = pending.as_slice();
+        while !rest.is_empty() {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    self.escape(text, &mut out);
+                    rest = &[];
+                }
+                Err(e) => {
+                    let (good, bad) = rest.split_at(e.valid_up_to());
+                    self.escape(std::str::from_utf8(good).expect("valid"), &mut out);
+                    match e.error_len() {
+                        Some(n) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            rest = &bad[n..];
+                        }
+                        // Cut short at the end: the rest of it comes with the next write.
+                        None => {
+                            rest = bad;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending = rest.to_vec();
+        self.inner.write_all(out.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Drop for Escaping<W> {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            let _ = self
+                .inner
+                .write_all(String::from_utf8_lossy(&self.pending).as_bytes());
+        }
+    }
+}
+
+/// Where tracing's records go (`-v`, warnings from the library): stderr, in colour on a
+/// terminal (the bool). tracing-subscriber escapes ESC, BEL, BS, FF, DEL and C1 in the
+/// records' values itself, so every ESC left is its own colour; the rest that `printable`
+/// escapes (CR, the other C0 controls, the bidirectional overrides) is escaped here.
+pub fn log_records() -> (bool, impl Fn() -> Escaping<std::io::Stderr> + Send + Sync) {
+    let color = color_for(&std::io::stderr());
+    (color, move || Escaping::new(std::io::stderr(), color))
+}
+
+/// What a terminal would act on rather than show: control characters (ESC and the rest
+/// of C0 and C1, DEL) but newlines and tabs, and the bidirectional overrides and isolates.
+fn hostile(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_into(text: &str, bad: impl Fn(char) -> bool, out: &mut String) {
     for c in text.chars() {
         if bad(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
@@ -93,7 +336,36 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
             out.push(c);
         }
     }
-    std::borrow::Cow::Owned(out)
+}
+
+/// Text that came from elsewhere (a description, a name, a value quoted in a message) as
+/// a terminal should get it: what it would act on escaped as `\u{1b}`, so a recipe cannot
+/// recolour the terminal, move its cursor or hide text. Newlines and tabs stay.
+fn printable(text: &str) -> Cow<'_, str> {
+    if !text.contains(hostile) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    escape_into(text, hostile, &mut out);
+    Cow::Owned(out)
+}
+
+/// A JSON document with what `printable` escapes written as `\uXXXX` escapes: the same
+/// document to a parser (serde_json leaves C1 and the bidirectional overrides raw inside
+/// strings; outside strings there are only ASCII and whitespace).
+fn json_safe(text: &str) -> Cow<'_, str> {
+    if !text.contains(hostile) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hostile(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// `sparkctl recipes list | head -1`: once `head` has its line, the next write to stdout
@@ -130,7 +402,8 @@ pub fn print_error(err: &Error, json: bool) {
             "exit_code": err.exit_code(),
             "diagnostics": diagnostics,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+        let text = serde_json::to_string_pretty(&doc).expect("json");
+        println!("{}", json_safe(&text));
         return;
     }
     let prefix = if color_for(&std::io::stderr()) {
@@ -145,5 +418,92 @@ pub fn print_error(err: &Error, json: bool) {
         } else {
             writeln!(stderr, "{prefix}: {line}")
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NASTY: &str = "qwen \x1b[31mred\x1b[0m \u{202e}gnp.exe\r\u{9b}2J";
+    const SHOWN: &str = "qwen \\u{1b}[31mred\\u{1b}[0m \\u{202e}gnp.exe\\u{d}\\u{9b}2J";
+
+    fn said(out: &Output) -> Vec<(Stream, String)> {
+        std::mem::take(&mut out.said.lock().unwrap())
+    }
+
+    #[test]
+    fn every_line_out_is_escaped_and_only_the_bold_is_raw() {
+        let mut out = Output::new(false);
+        out.color = true;
+        out.say(format_args!("description: {NASTY}"));
+        out.warn(NASTY);
+        out.note(format_args!("==> {NASTY}"));
+        out.titled("plan for", NASTY);
+        out.text(format_args!("a: {NASTY}\n\tb\n"));
+        assert_eq!(
+            said(&out),
+            [
+                (Stream::Out, format!("description: {SHOWN}\n")),
+                (Stream::Err, format!("warning: {SHOWN}\n")),
+                (Stream::Err, format!("==> {SHOWN}\n")),
+                (Stream::Out, format!("\x1b[1mplan for\x1b[0m {SHOWN}\n")),
+                (Stream::Out, format!("a: {SHOWN}\n\tb\n")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_table_cell_from_a_recipe_is_escaped() {
+        let out = Output::new(false);
+        let mut t = out.table();
+        t.add_row(vec!["qwen", NASTY]);
+        out.print_table(&t);
+        let lines = said(&out);
+        assert!(lines[0].1.contains(SHOWN), "{lines:?}");
+        assert!(!lines[0].1.contains('\x1b'), "{lines:?}");
+    }
+
+    #[test]
+    fn json_stays_the_same_document_with_nothing_raw() {
+        let out = Output::new(true);
+        out.print_json(&serde_json::json!({"description": NASTY}));
+        let (to, text) = said(&out).remove(0);
+        assert_eq!(to, Stream::Out);
+        assert!(!text.contains(hostile), "{text:?}");
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["description"], NASTY);
+    }
+
+    /// `sparkctl start` shows the container's last log line beside its spinner.
+    #[test]
+    fn the_spinner_shows_a_container_line_escaped() {
+        let out = Output::new(false);
+        let spinner = out.hidden_bar();
+        spinner.message(format_args!("qwen: starting · 1.0 s · {NASTY}"));
+        assert_eq!(
+            spinner.0.message(),
+            format!("qwen: starting · 1.0 s · {SHOWN}")
+        );
+    }
+
+    #[test]
+    fn logs_are_escaped_across_writes_even_inside_a_character() {
+        let mut sink = Escaping::new(Vec::new(), false);
+        let bytes = format!("{NASTY} é\n").into_bytes();
+        let cut = bytes.len() - 2; // inside the two bytes of é
+        sink.write_all(&bytes[..cut]).unwrap();
+        sink.write_all(&bytes[cut..]).unwrap();
+        sink.write_all(b"bad \xff byte\n").unwrap();
+        let text = String::from_utf8(std::mem::take(&mut sink.inner)).unwrap();
+        assert_eq!(text, format!("{SHOWN} é\nbad \u{fffd} byte\n"));
+    }
+
+    #[test]
+    fn log_records_keep_their_own_colour_but_not_a_carriage_return() {
+        let mut sink = Escaping::new(Vec::new(), true);
+        sink.write_all(b"\x1b[33m WARN\x1b[0m gone\rx\n").unwrap();
+        let text = String::from_utf8(std::mem::take(&mut sink.inner)).unwrap();
+        assert_eq!(text, "\x1b[33m WARN\x1b[0m gone\\u{d}x\n");
     }
 }

@@ -8,33 +8,36 @@ use crate::runtime::Runtimes;
 use crate::state::StateDir;
 
 fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
-    println!(
-        "{} {} ({})",
-        out.bold("patch plan for"),
-        plan.recipe,
-        plan.model_dir.display()
+    out.titled(
+        "patch plan for",
+        format_args!("{} ({})", plan.recipe, plan.model_dir.display()),
     );
     for s in &plan.steps {
-        println!("  {}. {:<18} {}", s.step + 1, s.kind, s.summary);
+        out.say(format_args!(
+            "  {}. {:<18} {}",
+            s.step + 1,
+            s.kind,
+            s.summary
+        ));
     }
     if plan.owners.iter().any(|o| !o.paths.is_empty()) {
-        println!("  owners change {chown_method}");
+        out.say(format_args!("  owners change {chown_method}"));
     }
     let diff = plan.diff();
     if !diff.is_empty() {
-        println!();
-        print!("{diff}");
+        out.say("");
+        out.text(diff);
     }
     if !plan.checks.is_empty() {
-        println!();
+        out.say("");
         for c in &plan.checks {
-            println!(
+            out.say(format_args!(
                 "  {} step {}: {}: {}",
                 if c.ok { "ok  " } else { "FAIL" },
                 c.step + 1,
                 c.what,
                 c.detail
-            );
+            ));
         }
     }
 }
@@ -68,13 +71,15 @@ pub async fn run(
         if out.json {
             out.print_json(&reverted);
         } else if reverted.restored.is_empty() && reverted.removed.is_empty() {
-            println!("nothing to revert: {name}'s model dir holds no sparkctl patch");
+            out.say(format_args!(
+                "nothing to revert: {name}'s model dir holds no sparkctl patch"
+            ));
         } else {
             for f in &reverted.restored {
-                println!("restored {f}");
+                out.say(format_args!("restored {f}"));
             }
             for f in &reverted.removed {
-                println!("removed  {f} (the patch created it)");
+                out.say(format_args!("removed  {f} (the patch created it)"));
             }
         }
         return Ok(());
@@ -85,7 +90,7 @@ pub async fn run(
             out.print_json(&serde_json::json!({"plan": &plan, "diff": plan.diff()}));
         } else {
             render_plan(out, &plan, &patch::chown_method(loaded));
-            println!("\nnothing was changed (--dry-run)");
+            out.say("\nnothing was changed (--dry-run)");
         }
         return Ok(());
     }
@@ -93,7 +98,7 @@ pub async fn run(
     let nothing = plan.changes_nothing();
     if !out.json {
         render_plan(out, &plan, &patch::chown_method(loaded));
-        println!();
+        out.say("");
     }
     let applied = patch::apply(loaded, plan, state, docker).await?;
     if out.json {
@@ -101,21 +106,23 @@ pub async fn run(
         return Ok(());
     }
     if nothing {
-        println!("nothing to change: the model dir already matches {name}'s patch steps");
+        out.say(format_args!(
+            "nothing to change: the model dir already matches {name}'s patch steps"
+        ));
     } else {
-        println!(
+        out.say(format_args!(
             "patched {} file(s), kept {} original(s) as FILE.orig, gave {} path(s) back to their owner",
             applied.written.len(),
             applied.backed_up.len(),
             applied.owners_changed
-        );
+        ));
     }
-    println!(
+    out.say(format_args!(
         "model fingerprint {} ({} files, {:.1} MB, {:.1} ms)",
         applied.fingerprint.digest,
         applied.fingerprint.files,
         applied.fingerprint.bytes as f64 / 1e6,
         applied.fingerprint.took.as_secs_f64() * 1e3
-    );
+    ));
     Ok(())
 }

@@ -89,21 +89,23 @@ pub async fn run(
         };
         let n = plan.remove.len();
         if n == 0 {
-            println!("nothing to remove: at most {keep} exited container(s) per recipe{kept}");
+            out.say(format_args!(
+                "nothing to remove: at most {keep} exited container(s) per recipe{kept}"
+            ));
         } else if args.yes {
-            println!(
+            out.say(format_args!(
                 "removed {} old container(s), kept the newest {keep} exited per recipe{kept}",
                 n - failed.len()
-            );
+            ));
         } else {
-            println!(
+            out.say(format_args!(
                 "would remove {n} old container(s), keeping the newest {keep} exited per \
                  recipe{kept}; nothing was removed: `sparkctl prune --yes` removes them"
-            );
+            ));
         }
     }
     if !out.json {
-        print_images(&images, &removed, args.yes);
+        print_images(&images, &removed, args.yes, out);
     }
     failed.extend(image_failed.into_iter().map(|(o, why)| {
         let old = crate::prune::Old {
@@ -134,6 +136,7 @@ fn print_images(
     images: &crate::images::retain::ImagePlan,
     removed: &[crate::images::retain::Removed],
     yes: bool,
+    out: &Output,
 ) {
     use crate::units::short_digest;
     for o in &images.remove {
@@ -144,7 +147,7 @@ fn print_images(
             (true, Some(_)) => "untagged (another name still holds the image)",
             (true, None) => "could not remove",
         };
-        println!("image {what}: {} ({})", o.reference, o.recipe);
+        out.say(format_args!("image {what}: {} ({})", o.reference, o.recipe));
     }
     let here: Vec<String> = images
         .kept
@@ -161,13 +164,13 @@ fn print_images(
         })
         .collect();
     if !here.is_empty() {
-        println!(
+        out.say(format_args!(
             "images kept (newest {} per recipe, pinned, production's, kept for good): {}",
             images.keep_newest,
             here.join("; ")
-        );
+        ));
     }
     if !yes && !images.remove.is_empty() {
-        println!("no image was removed: `sparkctl prune --yes` removes them");
+        out.say("no image was removed: `sparkctl prune --yes` removes them");
     }
 }

@@ -4,7 +4,6 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::output::printable;
 use super::{Output, RecipesCommand};
 use crate::error::{Error, Result};
 use crate::places::RecipesDir;
@@ -14,10 +13,10 @@ pub fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<
     let dir = found.path.as_path();
     match command {
         RecipesCommand::List if found.absent() => {
-            eprintln!(
+            out.note(format_args!(
                 "no recipes: none in ./recipes, none at {}; pass --recipes DIR",
-                printable(&dir.display().to_string())
-            );
+                dir.display()
+            ));
             if out.json {
                 out.print_json(&json!([]));
             }
@@ -38,8 +37,8 @@ pub fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<
 }
 
 fn list(dir: &Path, out: &Output) -> Result<()> {
-    let set = super::recipes_in(dir)?;
-    let jobs = job_recipes(dir)?;
+    let set = super::recipes_in(dir, out)?;
+    let jobs = job_recipes(dir, out)?;
     if out.json {
         let rows: Vec<_> = set
             .recipes
@@ -85,7 +84,7 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             r.runtime().as_str().to_string(),
             r.server.port.to_string(),
             what,
-            printable(r.description.as_deref().unwrap_or_default()).into_owned(),
+            r.description.clone().unwrap_or_default(),
         ]);
     }
     add_job_rows(&mut table, &jobs);
@@ -102,7 +101,7 @@ fn add_job_rows(table: &mut comfy_table::Table, jobs: &[crate::job::recipe::Load
             "docker".into(),
             "-".into(),
             r.image.clone(),
-            printable(r.description.as_deref().unwrap_or_default()).into_owned(),
+            r.description.clone().unwrap_or_default(),
         ]);
     }
 }
@@ -110,44 +109,44 @@ fn add_job_rows(table: &mut comfy_table::Table, jobs: &[crate::job::recipe::Load
 /// A multi-node recipe's containers, node by node, in the order they start.
 fn show_group(recipe: &crate::recipe::Recipe, out: &Output) -> Result<()> {
     let plan = crate::node::plan::GroupPlan::new(recipe)?;
-    println!(
-        "{}",
-        out.bold(&format!(
-            "# group: {} nodes, {} GPUs, Ray at {} (created through each node's Engine API, host network)",
-            plan.nodes, plan.gpus, plan.ray_address
-        ))
-    );
+    out.title(format_args!(
+        "# group: {} nodes, {} GPUs, Ray at {} (created through each node's Engine API, host network)",
+        plan.nodes, plan.gpus, plan.ray_address
+    ));
     for m in &plan.members {
-        println!("[{} {}]", m.node, m.role.as_str());
+        out.say(format_args!("[{} {}]", m.node, m.role.as_str()));
         if !m.entrypoint.is_empty() {
-            println!("  entrypoint: {}", resolve_shell_line(&m.entrypoint));
+            out.say(format_args!(
+                "  entrypoint: {}",
+                resolve_shell_line(&m.entrypoint)
+            ));
         }
-        println!("  cmd:        {}", resolve_shell_line(&m.cmd));
+        out.say(format_args!("  cmd:        {}", resolve_shell_line(&m.cmd)));
         let env: Vec<String> = m.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("  env:        {}", resolve_shell_line(&env));
+        out.say(format_args!("  env:        {}", resolve_shell_line(&env)));
     }
-    println!(
+    out.say(format_args!(
         "ready when:  `{}` reports {} nodes, then the API server answers {} on {}:{}",
         resolve_shell_line(&plan.status_command),
         plan.nodes,
         recipe.with_defaults().health.path.unwrap_or_default(),
         recipe.server.host,
         recipe.server.port
-    );
+    ));
     Ok(())
 }
 
 /// The job recipes beside `dir` that load; the others are named on stderr.
-fn job_recipes(dir: &Path) -> Result<Vec<crate::job::recipe::LoadedJob>> {
+fn job_recipes(dir: &Path, out: &Output) -> Result<Vec<crate::job::recipe::LoadedJob>> {
     let (jobs, broken) = crate::job::load::load_jobs(&crate::job::load::jobs_dir(dir))?;
     for d in broken {
-        eprintln!("warning: {}", printable(&d.to_string()));
+        out.warn(d);
     }
     Ok(jobs)
 }
 
 fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
-    let set = super::recipes_in(dir)?;
+    let set = super::recipes_in(dir, out)?;
     let jobs = crate::job::load::jobs_dir(dir);
     if !set.knows(name) && jobs.join(format!("{name}.yaml")).is_file() {
         return show_job(&crate::job::load::find_job(&jobs, name)?, out);
@@ -175,65 +174,57 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         }));
         return Ok(());
     }
-    println!("{} {}", out.bold("# recipe"), loaded.path.display());
-    println!("# hash {}", loaded.recipe.hash());
-    let yaml = serde_yaml_ng::to_string(&full).expect("recipes serialize");
-    print!("{}", printable(&yaml));
-    println!();
-    println!("{}", out.bold("# patch steps, in order"));
+    out.titled("# recipe", loaded.path.display());
+    out.say(format_args!("# hash {}", loaded.recipe.hash()));
+    out.text(serde_yaml_ng::to_string(&full).expect("recipes serialize"));
+    out.say("");
+    out.title("# patch steps, in order");
     if steps.is_empty() {
-        println!("(none)");
+        out.say("(none)");
     }
     for (i, step) in steps.iter().enumerate() {
-        println!("{}. {step}", i + 1);
+        out.say(format_args!("{}. {step}", i + 1));
     }
-    println!();
+    out.say("");
     if loaded.recipe.nodes.is_some() {
         return show_group(&loaded.recipe, out);
     }
     match &resolved.launch {
         Launch::Docker(c) => {
             let (image, entrypoint, cmd) = (&c.image, &c.entrypoint, &c.cmd);
-            println!(
-                "{}",
-                out.bold("# container (created through the Docker Engine API)")
-            );
-            println!("image:      {image}  (runs by the digest in images.lock)");
+            out.title("# container (created through the Docker Engine API)");
+            out.say(format_args!(
+                "image:      {image}  (runs by the digest in images.lock)"
+            ));
             if !entrypoint.is_empty() {
-                println!("entrypoint: {}", resolve_shell_line(entrypoint));
+                out.say(format_args!(
+                    "entrypoint: {}",
+                    resolve_shell_line(entrypoint)
+                ));
             }
-            println!("cmd:        {}", resolve_shell_line(cmd));
-            println!(
+            out.say(format_args!("cmd:        {}", resolve_shell_line(cmd)));
+            out.say(format_args!(
                 "labels:     io.sparkctl.recipe={}, io.sparkctl.recipe-hash, io.sparkctl.run-id",
                 resolved.name
-            );
+            ));
         }
         Launch::Process { program, args, .. } => {
-            println!(
-                "{}",
-                out.bold("# host process (detached; pid + start time recorded)")
-            );
-            println!("program: {program}");
-            println!("args:    {}", resolve_shell_line(args));
+            out.title("# host process (detached; pid + start time recorded)");
+            out.say(format_args!("program: {program}"));
+            out.say(format_args!("args:    {}", resolve_shell_line(args)));
         }
     }
-    println!(
+    out.say(format_args!(
         "health:     GET http://{}:{}{} within {}, then a one-token chat completion within {}",
         resolved.host,
         resolved.port,
         resolved.health_path,
         resolved.health_timeout,
         resolved.completion_timeout
-    );
-    println!();
-    println!(
-        "{}",
-        out.bold("# equivalent command, for review (sparkctl never runs a shell)")
-    );
-    println!(
-        "{}",
-        resolve_shell_line(&resolved.launch.equivalent_command())
-    );
+    ));
+    out.say("");
+    out.title("# equivalent command, for review (sparkctl never runs a shell)");
+    out.say(resolve_shell_line(&resolved.launch.equivalent_command()));
     Ok(())
 }
 
@@ -248,29 +239,25 @@ fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> 
         }));
         return Ok(());
     }
-    println!("{} {}", out.bold("# job recipe"), loaded.path.display());
-    println!("# hash {}", r.hash());
-    print!(
-        "{}",
-        printable(&serde_yaml_ng::to_string(r).expect("job recipes serialize"))
-    );
-    println!();
-    println!(
-        "{}",
-        out.bold("# container (created through the Docker Engine API)")
-    );
-    println!("image:   {}  (runs by the digest in images.lock)", r.image);
-    println!("user:    {user} (outputs end owned by {owner})");
-    println!(
+    out.titled("# job recipe", loaded.path.display());
+    out.say(format_args!("# hash {}", r.hash()));
+    out.text(serde_yaml_ng::to_string(r).expect("job recipes serialize"));
+    out.say("");
+    out.title("# container (created through the Docker Engine API)");
+    out.say(format_args!(
+        "image:   {}  (runs by the digest in images.lock)",
+        r.image
+    ));
+    out.say(format_args!(
+        "user:    {user} (outputs end owned by {owner})"
+    ));
+    out.say(format_args!(
         "labels:  io.sparkctl.job={}, io.sparkctl.run-id; never auto-removed",
         r.name
-    );
-    println!();
-    println!(
-        "{}",
-        out.bold("# equivalent command, for review (sparkctl never runs a shell)")
-    );
-    println!("{}", resolve_shell_line(&command));
+    ));
+    out.say("");
+    out.title("# equivalent command, for review (sparkctl never runs a shell)");
+    out.say(resolve_shell_line(&command));
     Ok(())
 }
 
@@ -291,19 +278,23 @@ fn validate(dir: &Path, targets: &[String], out: &Output) -> Result<()> {
                     && !recipe::load_dir(dir).is_ok_and(|s| s.knows(t)))
         });
     let jobs = validate_jobs(&jobs_dir, &job_targets, targets.is_empty())?;
-    if !job_targets.is_empty() && targets.is_empty() {
-        for j in &jobs {
-            println!("ok  job {:<20} {}", j.recipe.name, j.path.display());
+    let say_valid = |jobs: &[crate::job::recipe::LoadedJob]| {
+        for j in jobs {
+            out.say(format_args!(
+                "ok  job {:<20} {}",
+                j.recipe.name,
+                j.path.display()
+            ));
         }
-        println!("{} job recipe(s) valid", jobs.len());
+        out.say(format_args!("{} job recipe(s) valid", jobs.len()));
+    };
+    if !job_targets.is_empty() && targets.is_empty() {
+        say_valid(&jobs);
         return Ok(());
     }
     validate_serving(dir, &targets, out)?;
     if !out.json && !jobs.is_empty() {
-        for j in &jobs {
-            println!("ok  job {:<20} {}", j.recipe.name, j.path.display());
-        }
-        println!("{} job recipe(s) valid", jobs.len());
+        say_valid(&jobs);
     }
     Ok(())
 }
@@ -384,8 +375,12 @@ fn validate_serving(dir: &Path, targets: &[String], out: &Output) -> Result<()> 
         return Ok(());
     }
     for l in &loaded {
-        println!("ok  {:<24} {}", l.recipe.name, l.path.display());
+        out.say(format_args!(
+            "ok  {:<24} {}",
+            l.recipe.name,
+            l.path.display()
+        ));
     }
-    println!("{} recipe(s) valid", loaded.len());
+    out.say(format_args!("{} recipe(s) valid", loaded.len()));
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{output, Globals};
+use super::{output, Globals, Output};
 use crate::error::{Error, Result};
 
 /// Logs on stderr: sparkctl's own at the level asked for (`-v`, `-vv`, `SPARKCTL_LOG`),
@@ -27,9 +27,10 @@ pub(super) fn init_tracing(verbose: u8) {
     let dependencies_at_most_info = filter_fn(|meta| {
         meta.target().starts_with("sparkctl") || *meta.level() <= tracing::Level::INFO
     });
+    let (color, writer) = output::log_records();
     let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(output::color_for(&std::io::stderr()))
+        .with_writer(writer)
+        .with_ansi(color)
         .with_filter(asked.and(dependencies_at_most_info));
     let _ = tracing_subscriber::registry().with(layer).try_init();
 }
@@ -76,18 +77,18 @@ pub(super) fn lock_path(cli: &Globals) -> PathBuf {
 /// The recipes dir; files that do not load are named on stderr and skipped, so a command
 /// fails only on the recipes it needs (`RecipeSet::get` reports a broken one in full).
 /// None found where sparkctl looks: an empty set, so that what needs no recipe still works.
-pub(super) fn load_recipes(cli: &Globals) -> Result<crate::recipe::RecipeSet> {
+pub(super) fn load_recipes(cli: &Globals, out: &Output) -> Result<crate::recipe::RecipeSet> {
     let dir = cli.recipes_dir();
     if dir.absent() {
         return Ok(crate::recipe::RecipeSet::empty(dir.path));
     }
-    recipes_in(&dir.path)
+    recipes_in(&dir.path, out)
 }
 
-pub(super) fn recipes_in(dir: &std::path::Path) -> Result<crate::recipe::RecipeSet> {
+pub(super) fn recipes_in(dir: &std::path::Path, out: &Output) -> Result<crate::recipe::RecipeSet> {
     let set = crate::recipe::load_dir(dir)?;
     for broken in &set.broken {
-        eprintln!("warning: {}", output::printable(&broken.to_string()));
+        out.warn(broken);
     }
     Ok(set)
 }
@@ -121,10 +122,11 @@ pub(super) fn in_context(
 
 pub(super) fn with_recipes(
     g: &Globals,
+    out: &Output,
     f: impl AsyncFnOnce(&crate::context::Context, &crate::recipe::RecipeSet) -> Result<()>,
 ) -> Result<()> {
     runtime()?.block_on(async {
-        let recipes = load_recipes(g)?;
+        let recipes = load_recipes(g, out)?;
         f(&context(g).await?, &recipes).await
     })
 }

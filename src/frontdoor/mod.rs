@@ -8,13 +8,11 @@
 //! `frontdoor serve` (the proxy, the control socket, the watch). The CLI talks to it through
 //! `STATE/frontdoor/control.sock`.
 
-/// A line in the front door's log (its stdout). A full disk must not stop the front door,
-/// so a failed write is dropped (println! would panic).
+/// A line in the front door's log (its stdout).
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        $crate::stdio::out(format_args!($($arg)*))
+    };
 }
 pub(crate) use say;
 

@@ -17,16 +17,10 @@ use tokio::sync::broadcast;
 
 use super::SimConfig;
 use crate::error::{Error, Result};
+use crate::stdio;
 
 /// How long a worker keeps trying to reach its head (`ray start --address` retries too).
 const JOIN_PATIENCE: Duration = Duration::from_secs(30);
-
-fn say(line: std::fmt::Arguments) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
 
 #[derive(Clone, Debug)]
 enum Change {
@@ -82,7 +76,7 @@ pub async fn head(cfg: &SimConfig, addr: &str) -> Result<()> {
         nodes: Mutex::new(vec![(node_ip(cfg), cfg.ray_gpus)]),
         changes,
     });
-    say(format_args!(
+    stdio::out(format_args!(
         "Ray runtime started (sparkctl sim head on {addr}, node {}, {} GPU)",
         node_ip(cfg),
         cfg.ray_gpus
@@ -114,7 +108,7 @@ async fn serve_conn(head: Arc<Head>, stream: TcpStream) {
                 .expect("nodes lock")
                 .push((ip.clone(), gpus));
             let (n, g) = head.totals();
-            say(format_args!(
+            stdio::out(format_args!(
                 "ray head: node {ip} joined ({gpus} GPU); {n} nodes, {g} GPUs"
             ));
             let _ = head.changes.send(Change::Nodes(n, g));
@@ -126,7 +120,7 @@ async fn serve_conn(head: Arc<Head>, stream: TcpStream) {
                 nodes.remove(i);
             }
             drop(nodes);
-            say(format_args!("ray head: node {ip} died (connection lost)"));
+            stdio::out(format_args!("ray head: node {ip} died (connection lost)"));
             let _ = head.changes.send(Change::Died(ip));
         }
         ["STATUS"] => {
@@ -152,7 +146,7 @@ async fn serve_conn(head: Arc<Head>, stream: TcpStream) {
                 }
             }
         }
-        _ => say(format_args!("ray head: unknown request {first:?}")),
+        _ => stdio::out(format_args!("ray head: unknown request {first:?}")),
     }
 }
 
@@ -196,7 +190,7 @@ async fn join_and_stay(cfg: &SimConfig, addr: &str) -> Result<()> {
             "ray worker: the head at {addr} refused us"
         )));
     }
-    say(format_args!(
+    stdio::out(format_args!(
         "Ray runtime started: node {} joined the cluster at {addr} ({} GPU)",
         node_ip(cfg),
         cfg.ray_gpus
@@ -220,7 +214,7 @@ pub async fn status(addr: &str) -> Result<()> {
     tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut text)
         .await
         .map_err(|e| Error::io("ray status", e))?;
-    print!("{text}");
+    stdio::text(&text);
     Ok(())
 }
 
@@ -229,7 +223,9 @@ pub async fn status(addr: &str) -> Result<()> {
 pub fn drive(addr: String, nodes: usize, ready: Arc<std::sync::atomic::AtomicBool>) {
     tokio::spawn(async move {
         let died = |why: String| -> ! {
-            eprintln!("ray.exceptions.RayActorError: The actor died unexpectedly: {why}");
+            stdio::err(format_args!(
+                "ray.exceptions.RayActorError: The actor died unexpectedly: {why}"
+            ));
             std::process::exit(1);
         };
         let stream = match connect_patiently(&addr).await {
@@ -246,7 +242,7 @@ pub fn drive(addr: String, nodes: usize, ready: Arc<std::sync::atomic::AtomicBoo
             match words.as_slice() {
                 ["NODES", n, "GPUS", g] => {
                     let n: usize = n.parse().unwrap_or(0);
-                    say(format_args!("Ray cluster: {n} of {nodes} nodes, {g} GPUs"));
+                    stdio::out(format_args!("Ray cluster: {n} of {nodes} nodes, {g} GPUs"));
                     if n >= nodes {
                         ready.store(true, std::sync::atomic::Ordering::SeqCst);
                     }

@@ -2,7 +2,6 @@
 //! (streaming and not), on hyper directly so each token is written the moment it is due.
 
 use std::convert::Infallible;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +24,7 @@ use super::script::{break_answer, plan, Broken, Plan, Request};
 use super::stream::{error_body, produce, whole_response, Frame, Meta, Wire};
 use super::{LoadFault, Mimic, SimConfig};
 use crate::error::{Error, Result};
+use crate::stdio;
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -121,16 +121,10 @@ fn log_handed(id: &str, handed: &[u128]) {
         .windows(2)
         .map(|w| (w[1] - w[0]).to_string())
         .collect();
-    log(format_args!(
+    stdio::out(format_args!(
         "handed id={id} unix_us={first}+{}",
         gaps.join("+")
     ));
-}
-
-fn log(line: std::fmt::Arguments) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
@@ -154,7 +148,7 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         .unwrap_or_default();
     // The instant /health turns 200, on the host's clock: benchmarks compare it with
     // the moment sparkctl reports the server ready.
-    log(format_args!(
+    stdio::out(format_args!(
         "sparkctl-sim: loading model {} (load time {:?}, ready_at_unix_us={})",
         cfg.model_name,
         cfg.load_time,
@@ -164,7 +158,7 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         cfg.ray_address.is_none(),
     ));
     if let Some(addr) = &cfg.ray_address {
-        log(format_args!(
+        stdio::out(format_args!(
             "sparkctl-sim: tensor parallel {} over {} across {} nodes (Ray at {addr})",
             cfg.tensor_parallel_size.unwrap_or(1),
             cfg.distributed_executor_backend.as_deref().unwrap_or("mp"),
@@ -200,7 +194,7 @@ pub async fn serve(cfg: SimConfig) -> Result<()> {
         }
     };
     accept_until_stopped(listener, state, close_rx).await?;
-    log(format_args!("sparkctl-sim: shutting down"));
+    stdio::out(format_args!("sparkctl-sim: shutting down"));
     Ok(())
 }
 
@@ -216,7 +210,7 @@ async fn listen(cfg: &SimConfig) -> Result<TcpListener> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io("sim: no local address", e))?;
-    log(format_args!("sparkctl-sim: listening on http://{addr}"));
+    stdio::out(format_args!("sparkctl-sim: listening on http://{addr}"));
     Ok(listener)
 }
 
@@ -227,8 +221,8 @@ async fn other_part(cfg: &SimConfig) -> Option<Result<()>> {
         // As sha256sum: a file it cannot read is said on stderr and left out.
         for file in &cfg.sha256_files {
             match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
-                Ok(sha) => println!("{sha}  {file}"),
-                Err(e) => eprintln!("sha256sum: {e}"),
+                Ok(sha) => stdio::out(format_args!("{sha}  {file}")),
+                Err(e) => stdio::err(format_args!("sha256sum: {e}")),
             }
         }
         return Some(Ok(()));
@@ -265,12 +259,12 @@ async fn accept_until_stopped(
         let (stream, _) = tokio::select! {
             accepted = accept => match accepted {
                 Ok(conn) => conn,
-                Err(e) => { log(format_args!("sparkctl-sim: accept failed: {e}")); continue; }
+                Err(e) => { stdio::out(format_args!("sparkctl-sim: accept failed: {e}")); continue; }
             },
             _ = closing.changed(), if listener.is_some() => {
                 // The close-port fault: alive, but nothing answers on the port any more.
                 listener = None;
-                log(format_args!("sparkctl-sim: closed its port"));
+                stdio::out(format_args!("sparkctl-sim: closed its port"));
                 continue;
             }
             _ = term.recv() => break,
@@ -308,7 +302,7 @@ fn hold(bytes: u64) -> Result<Vec<u8>> {
     held.resize(n, 1);
     // Keep the writes: nothing reads them, and the optimiser must not drop them.
     std::hint::black_box(&mut held);
-    log(format_args!(
+    stdio::out(format_args!(
         "sparkctl-sim: holding {bytes} bytes of memory (--hold-memory)"
     ));
     Ok(held)
@@ -322,7 +316,7 @@ fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
             tokio::time::sleep(at).await;
             match fault {
                 LoadFault::Crash => {
-                    eprintln!("{line}");
+                    stdio::err(format_args!("{line}"));
                     std::process::exit(1);
                 }
                 // SIGKILL cannot be caught: the process ends as an OOM-killed one does.
@@ -334,7 +328,7 @@ fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
                     }
                     libc::kill(libc::getpid(), libc::SIGKILL);
                 },
-                LoadFault::FatalHang => eprintln!("{line}"),
+                LoadFault::FatalHang => stdio::err(format_args!("{line}")),
                 LoadFault::ClosePort => {
                     let _ = close.send(true);
                 }
@@ -344,7 +338,7 @@ fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
         let at = cfg.load_time;
         tokio::spawn(async move {
             tokio::time::sleep(at).await;
-            log(format_args!("sparkctl-sim: Application startup complete."));
+            stdio::out(format_args!("sparkctl-sim: Application startup complete."));
         });
     }
 }
@@ -395,7 +389,7 @@ async fn handle(
             error_body("model is loading", "unavailable", 503),
         ),
         (&Method::GET, "/v1/models") => {
-            log(format_args!("GET /v1/models 200"));
+            stdio::out(format_args!("GET /v1/models 200"));
             json_response(
                 StatusCode::OK,
                 json!({"object": "list", "data": [{"id": cfg.model_name, "object": "model", "owned_by": match cfg.mimic {
@@ -426,7 +420,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         }
     };
     if cfg.fail_every > 0 && n % cfg.fail_every == 0 {
-        log(format_args!(
+        stdio::out(format_args!(
             "POST /v1/chat/completions 500 (simulated failure, request {n})"
         ));
         return json_response(
@@ -452,7 +446,7 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
     }
     let (slot, start, cached) = admit(state, &request, &plan).await;
     plan.cached_tokens = cached;
-    log(format_args!(
+    stdio::out(format_args!(
         "POST /v1/chat/completions 200 stream={} tokens={} id=chatcmpl-sim-{n} arrived_unix_us={arrived_unix_us} queued_us={} cached={cached}",
         request.stream,
         plan.pieces.len(),
