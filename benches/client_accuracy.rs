@@ -12,7 +12,7 @@
 mod support;
 
 use serde_json::json;
-use sparkctl::bench::client::{stream, Sample};
+use sparkctl::testkit::{stream, Sample};
 use support::Sim;
 
 fn p(values: &mut [f64], q: f64) -> f64 {
@@ -21,7 +21,7 @@ fn p(values: &mut [f64], q: f64) -> f64 {
 }
 
 async fn requests(url: &str, concurrency: usize, rounds: usize, tokens: usize) -> Vec<Sample> {
-    let client = sparkctl::bench::http_client().unwrap();
+    let client = sparkctl::testkit::http_client().unwrap();
     let body = json!({
         "model": "sim-model",
         "messages": [{"role": "user", "content": "Tell me about the history of the bicycle."}],
@@ -134,8 +134,8 @@ async fn first_wave(
     open_first: bool,
     ttft_ms: f64,
 ) -> (Vec<f64>, Vec<f64>) {
-    use sparkctl::bench::load::{self, Level, Profile};
-    let clients = sparkctl::bench::http_client().unwrap();
+    use sparkctl::testkit::load::{self, Level, Profile};
+    let clients = sparkctl::testkit::http_client().unwrap();
     let body = json!({
         "model": "sim-model",
         "messages": [{"role": "user", "content": "Tell me about the history of the bicycle."}],

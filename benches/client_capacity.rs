@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use sparkctl::bench::client::stream;
+use sparkctl::testkit::stream;
 use support::Sim;
 
 const TOKENS: usize = 40;
@@ -60,7 +60,7 @@ fn cpu_self() -> f64 {
 }
 
 fn rust_client(rt: &tokio::runtime::Runtime, url: &str, n: usize) -> Run {
-    let client = sparkctl::bench::http_client().unwrap();
+    let client = sparkctl::testkit::http_client().unwrap();
     let body = json!({
         "model": "sim-model",
         "messages": [{"role": "user", "content": "Tell me about the history of the bicycle."}],

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use sparkctl::bench::client::{stream, Clients, Sample};
+use sparkctl::testkit::{stream, Clients, Sample};
 use support::Deck;
 
 fn p(values: &mut [f64], q: f64) -> f64 {
@@ -230,10 +230,9 @@ fn poll(
 /// request for its tools, judging every delta, recording the verdict), ns per token, over
 /// 64-token answers of plain prose delivered a word per chunk.
 fn quality_alone() -> f64 {
-    use sparkctl::frontdoor::live::Live;
-    use sparkctl::frontdoor::quality::{Answer, Delta};
+    use sparkctl::testkit::{Answer, Delta, Live};
     let live = Live::default();
-    let up = sparkctl::production::Upstream {
+    let up = sparkctl::testkit::Upstream {
         recipe: "sim".into(),
         deployment: "d".into(),
         url: "http://127.0.0.1:1".into(),

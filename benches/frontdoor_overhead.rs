@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use sparkctl::bench::client::{stream, Clients, Sample};
+use sparkctl::testkit::{stream, Clients, Sample};
 use support::Deck;
 
 fn p(values: &mut [f64], q: f64) -> f64 {

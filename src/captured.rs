@@ -12,24 +12,24 @@ use crate::error::{Error, Result};
 
 /// One captured request: when it arrived (Unix ms), its path, its body (redacted).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Captured {
-    pub unix_ms: u64,
-    pub path: String,
-    pub body: Value,
+pub(crate) struct Captured {
+    pub(crate) unix_ms: u64,
+    pub(crate) path: String,
+    pub(crate) body: Value,
 }
 
-pub fn dir(state: &crate::state::StateDir) -> PathBuf {
+pub(crate) fn dir(state: &crate::state::StateDir) -> PathBuf {
     state.root().join("frontdoor").join("capture")
 }
 
 /// The capture files, oldest first (the rotated one, then the current one).
-pub fn files(dir: &Path) -> [PathBuf; 2] {
+pub(crate) fn files(dir: &Path) -> [PathBuf; 2] {
     [dir.join("requests.1.jsonl"), dir.join("requests.jsonl")]
 }
 
 /// The captured requests in `dir` (or one capture file), oldest first; lines that do not
 /// parse are skipped and counted.
-pub fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
+pub(crate) fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
     let sources: Vec<PathBuf> = match path.is_dir() {
         true => files(path).into_iter().filter(|p| p.exists()).collect(),
         false => vec![path.to_path_buf()],

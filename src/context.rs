@@ -6,24 +6,24 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::runtime::Runtimes;
 
-pub struct Context {
-    pub state: crate::state::StateDir,
+pub(crate) struct Context {
+    pub(crate) state: crate::state::StateDir,
     /// images.lock, which containers run their digests from.
-    pub lock_path: std::path::PathBuf,
-    pub runtimes: Runtimes,
-    pub settings: Settings,
+    pub(crate) lock_path: std::path::PathBuf,
+    pub(crate) runtimes: Runtimes,
+    pub(crate) settings: Settings,
     /// This binary: what runs `sparkctl sim` for sim recipes on the host, and the front
     /// door's process.
-    pub self_exe: String,
+    pub(crate) self_exe: String,
 }
 
 /// Machine-wide settings, from the environment (a config file can come with the state work).
 #[derive(Debug, Clone, Serialize)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// GB the servers may use together (unified memory on a Spark, minus a reserve).
-    pub memory_budget_gb: f64,
+    pub(crate) memory_budget_gb: f64,
     /// Where the production backend answers (8003 in the seeds).
-    pub production_port: u16,
+    pub(crate) production_port: u16,
 }
 
 /// Left to the OS, desktop and page cache when the budget comes from MemTotal.
@@ -41,7 +41,7 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
 }
 
 /// A count from the environment (`SPARKCTL_KEEP_EXITED`, `SPARKCTL_KEEP_IMAGES`), or `default`.
-pub fn env_count(name: &str, default: usize) -> Result<usize> {
+pub(crate) fn env_count(name: &str, default: usize) -> Result<usize> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
             Error::Usage(format!(
@@ -55,7 +55,7 @@ pub fn env_count(name: &str, default: usize) -> Result<usize> {
 impl Settings {
     /// `SPARKCTL_MEMORY_GB` (the whole pool; default MemTotal), `SPARKCTL_MEMORY_RESERVE_GB`
     /// (default 8), `SPARKCTL_PRODUCTION_PORT` (default 8003).
-    pub fn from_env() -> Result<Settings> {
+    pub(crate) fn from_env() -> Result<Settings> {
         // The pool is MemTotal, not nvidia-smi's memory.total: a GB10's GPU has no memory
         // of its own (nvidia-smi says [N/A]) and allocates from the memory MemTotal counts.
         let total = match env_number::<f64>("SPARKCTL_MEMORY_GB")? {

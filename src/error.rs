@@ -11,12 +11,12 @@ use std::path::PathBuf;
 
 /// Where in a file a problem is, and which key it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Location {
-    pub file: PathBuf,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
+pub(crate) struct Location {
+    pub(crate) file: PathBuf,
+    pub(crate) line: Option<usize>,
+    pub(crate) column: Option<usize>,
     /// Dotted key path such as `server.port` or `server.args[3]`.
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
 }
 
 impl fmt::Display for Location {
@@ -35,15 +35,15 @@ impl fmt::Display for Location {
 /// A problem in user input, precise enough to fix without reading the source.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Diagnostic {
-    pub location: Location,
-    pub message: String,
+    pub(crate) location: Location,
+    pub(crate) message: String,
     /// What to do about it.
-    pub help: Option<String>,
+    pub(crate) help: Option<String>,
 }
 
 impl Diagnostic {
     /// A problem at `at` (line, column) of `file`, about `key`.
-    pub fn at(
+    pub(crate) fn at(
         file: &std::path::Path,
         at: Option<(usize, usize)>,
         key: Option<String>,
@@ -196,13 +196,13 @@ pub enum Error {
     "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {record}"
 )]
 pub struct RunFailure {
-    pub what: String,
-    pub outcome: String,
-    pub cause: Error,
-    pub notes: String,
-    pub port: u16,
-    pub serving: String,
-    pub record: String,
+    pub(crate) what: String,
+    pub(crate) outcome: String,
+    pub(crate) cause: Error,
+    pub(crate) notes: String,
+    pub(crate) port: u16,
+    pub(crate) serving: String,
+    pub(crate) record: String,
 }
 
 /// Why a memory plan cannot be met, and so what to do about it.
@@ -255,7 +255,7 @@ impl Unfit {
 /// `kind`), whatever its message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     Usage,
     Invalid,
     UnknownRecipe,
@@ -280,7 +280,7 @@ fn render_diagnostics(diags: &[Diagnostic]) -> String {
 }
 
 impl Error {
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         // A run that failed after it began (its record says so) is an operation that
         // failed, whatever its cause.
         if let Error::RunFailed(_) = self {
@@ -298,7 +298,7 @@ impl Error {
         }
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             Error::Usage(_) => ErrorKind::Usage,
             Error::Invalid(_) => ErrorKind::Invalid,
@@ -321,7 +321,7 @@ impl Error {
         }
     }
 
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
             source,
@@ -329,11 +329,11 @@ impl Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// A YAML file sparkctl reads (suite, lock) that does not parse: file, line, column, fix.
-    pub fn yaml(file: &std::path::Path, e: &serde_yaml_ng::Error, help: &str) -> Error {
+    pub(crate) fn yaml(file: &std::path::Path, e: &serde_yaml_ng::Error, help: &str) -> Error {
         let at = e.location();
         let text = e.to_string();
         Error::Invalid(vec![Diagnostic {
@@ -355,7 +355,7 @@ impl Error {
 }
 
 /// An error with its causes: reqwest's own text ("error sending request") hides them.
-pub fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -12,7 +12,7 @@ use crate::state::{self, StateDir};
 /// The phases of `up` (DESIGN §5) and of `rollback`, as run records name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PhaseName {
+pub(crate) enum PhaseName {
     Plan,
     Patch,
     Start,
@@ -23,18 +23,18 @@ pub enum PhaseName {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Phase {
-    pub name: PhaseName,
-    pub ms: f64,
-    pub ok: bool,
+pub(crate) struct Phase {
+    pub(crate) name: PhaseName,
+    pub(crate) ms: f64,
+    pub(crate) ok: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// What made a run record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Command {
+pub(crate) enum Command {
     #[default]
     Up,
     Rollback,
@@ -61,7 +61,7 @@ impl std::fmt::Display for Command {
 /// How a run ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The candidate passed and serves production.
     Promoted,
     /// The candidate passed; not promoted (`--no-promote`).
@@ -108,78 +108,78 @@ impl std::fmt::Display for Outcome {
 
 /// `STATE/runs/RUN.json`: one `up`, `rollback` or front-door event.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub run_id: String,
-    pub command: Command,
-    pub recipe: String,
-    pub started_at: String,
-    pub finished_at: String,
-    pub outcome: Outcome,
-    pub phases: Vec<Phase>,
+pub(crate) struct RunRecord {
+    pub(crate) run_id: String,
+    pub(crate) command: Command,
+    pub(crate) recipe: String,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: String,
+    pub(crate) outcome: Outcome,
+    pub(crate) phases: Vec<Phase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<serde_json::Value>,
+    pub(crate) plan: Option<serde_json::Value>,
     /// The instance this run started (container id or pid): the one benchmarked, and the
     /// one the front door switched to when promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployment: Option<String>,
-    pub image: Option<String>,
-    pub image_digest: Option<String>,
-    pub unpinned: bool,
-    pub model_fingerprint: Option<String>,
+    pub(crate) deployment: Option<String>,
+    pub(crate) image: Option<String>,
+    pub(crate) image_digest: Option<String>,
+    pub(crate) unpinned: bool,
+    pub(crate) model_fingerprint: Option<String>,
     /// The job that made the model, when the recipe names one (`model.produced_by`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub produced_by: Option<crate::job::lineage::Lineage>,
-    pub patched: Vec<String>,
+    pub(crate) produced_by: Option<crate::job::lineage::Lineage>,
+    pub(crate) patched: Vec<String>,
     /// What the patch changed, as `patch --dry-run` shows it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub patch_diff: String,
-    pub bench: Option<PathBuf>,
+    pub(crate) patch_diff: String,
+    pub(crate) bench: Option<PathBuf>,
     /// The benchmark's HTML report (the candidate beside production's last result).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report: Option<PathBuf>,
-    pub ttft_p50_ms: Option<f64>,
-    pub decode_tps_p50: Option<f64>,
-    pub gates: Vec<GateResult>,
+    pub(crate) report: Option<PathBuf>,
+    pub(crate) ttft_p50_ms: Option<f64>,
+    pub(crate) decode_tps_p50: Option<f64>,
+    pub(crate) gates: Vec<GateResult>,
     /// The candidate's output, copied before it was stopped.
-    pub logs: Option<PathBuf>,
-    pub error: Option<String>,
+    pub(crate) logs: Option<PathBuf>,
+    pub(crate) error: Option<String>,
     /// What answers on the production port after this run.
-    pub serving: Option<String>,
+    pub(crate) serving: Option<String>,
     /// What the candidate held once ready, against its declared `memory_gb`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_observed: Option<crate::memory::MemoryObserved>,
+    pub(crate) memory_observed: Option<crate::memory::MemoryObserved>,
     /// Things the user should know that did not stop the run (memory above its declaration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The bisect this run measured a digest for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bisect: Option<BisectStep>,
+    pub(crate) bisect: Option<BisectStep>,
     /// What showed a production unhealthy on what it answered (a watch's restart or
     /// failover): the offending answers, trimmed, control characters escaped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub evidence: Vec<String>,
+    pub(crate) evidence: Vec<String>,
 }
 
 /// What a bisect measurement was: which bisect, which digest, and the figure it was judged on.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct BisectStep {
-    pub bisect_id: String,
+pub(crate) struct BisectStep {
+    pub(crate) bisect_id: String,
     /// The registry digest (or local image id) measured.
-    pub digest: String,
+    pub(crate) digest: String,
     /// `good end`, `bad end`, or `step N`.
-    pub role: String,
+    pub(crate) role: String,
     /// Benchmark rounds it took (each of `repeat` runs of the suite).
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// What it was judged on (`ttft p50`, a gate) and the pooled 95% interval.
-    pub judged_on: String,
+    pub(crate) judged_on: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<(f64, f64)>,
+    pub(crate) interval: Option<(f64, f64)>,
     /// Why the verdict is what it is.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl RunRecord {
-    pub fn new(command: Command, recipe: &str) -> RunRecord {
+    pub(crate) fn new(command: Command, recipe: &str) -> RunRecord {
         RunRecord {
             run_id: state::new_run_id(),
             command,
@@ -189,7 +189,7 @@ impl RunRecord {
         }
     }
 
-    pub fn save(&self, state: &StateDir) -> Result<PathBuf> {
+    pub(crate) fn save(&self, state: &StateDir) -> Result<PathBuf> {
         let path = state.run_record_file(&self.run_id)?;
         state::write_json(&path, self)?;
         Ok(path)
@@ -198,14 +198,14 @@ impl RunRecord {
 
 /// Past runs, newest first, and the run records that could not be read (one damaged
 /// record must not hide the others).
-pub fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Damaged>)> {
+pub(crate) fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Damaged>)> {
     let dir = state.runs_dir()?;
     let (mut runs, damaged) = state::read_json_dir::<RunRecord>(&dir, |p| state.is_run_record(p))?;
     runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
     Ok((runs, damaged))
 }
 
-pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
+pub(crate) fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
     let path = state.run_record_file(run)?;
     if !path.exists() {
         return Err(Error::Usage(format!(
@@ -217,7 +217,7 @@ pub fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
 
 /// Every run that used a container image, as an image history reads it (damaged records
 /// are left out, said at -v: `history` names them).
-pub fn image_uses(state: &StateDir) -> Result<Vec<crate::images::history::RunUse>> {
+pub(crate) fn image_uses(state: &StateDir) -> Result<Vec<crate::images::history::RunUse>> {
     let (runs, damaged) = history(state)?;
     for d in damaged {
         tracing::info!("{d}");

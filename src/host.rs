@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 /// This machine's name, for benchmark results.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
@@ -14,15 +14,15 @@ pub fn hostname() -> String {
 
 /// The figures of /proc/meminfo sparkctl uses, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct MemInfo {
+pub(crate) struct MemInfo {
     /// RAM the kernel manages (on a Spark: the unified memory CPU and GPU share).
-    pub total: u64,
+    pub(crate) total: u64,
     /// The kernel's estimate of what can be allocated without swapping (free memory plus
     /// reclaimable page cache). Every process on the machine moves it.
-    pub available: u64,
+    pub(crate) available: u64,
 }
 
-pub fn meminfo() -> Option<MemInfo> {
+pub(crate) fn meminfo() -> Option<MemInfo> {
     parse_meminfo(&fs::read_to_string("/proc/meminfo").ok()?)
 }
 
@@ -41,14 +41,14 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
 }
 
 /// Bytes of RAM the kernel reports (on a Spark: the unified memory CPU and GPU share).
-pub fn mem_total_bytes() -> Option<u64> {
+pub(crate) fn mem_total_bytes() -> Option<u64> {
     meminfo().map(|m| m.total)
 }
 
 /// Resident memory of a process (VmRSS of /proc/PID/status: anonymous, file-backed and
 /// shared pages it has mapped), in bytes. None when it is gone, unreadable, or a kernel
 /// thread (which has no VmRSS line).
-pub fn rss_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     kb_field(
         &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
         "VmRSS:",
@@ -57,11 +57,11 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 
 /// Something listening on a TCP port.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Listener {
-    pub address: String,
-    pub port: u16,
-    pub pid: Option<u32>,
-    pub command: Option<String>,
+pub(crate) struct Listener {
+    pub(crate) address: String,
+    pub(crate) port: u16,
+    pub(crate) pid: Option<u32>,
+    pub(crate) command: Option<String>,
 }
 
 impl std::fmt::Display for Listener {
@@ -78,7 +78,7 @@ impl std::fmt::Display for Listener {
 }
 
 /// Who listens on `port`, on any address. None when nothing does.
-pub fn listener_on(port: u16) -> Option<Listener> {
+pub(crate) fn listener_on(port: u16) -> Option<Listener> {
     let (address, inode) = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .find_map(|table| listening_socket(table, port))?;
@@ -165,7 +165,7 @@ fn listening_sockets() -> Vec<(u64, u16)> {
 }
 
 /// The listening descriptors of `pid`: (fd number, port), lowest port first.
-pub fn listening_fds(pid: u32) -> Vec<(i32, u16)> {
+pub(crate) fn listening_fds(pid: u32) -> Vec<(i32, u16)> {
     let sockets = listening_sockets();
     let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
@@ -191,7 +191,7 @@ pub fn listening_fds(pid: u32) -> Vec<(i32, u16)> {
 
 /// Connections `pid` holds open that were accepted on `port` (ESTABLISHED, local port):
 /// the requests it is still answering there.
-pub fn connections_of(pid: u32, port: u16) -> usize {
+pub(crate) fn connections_of(pid: u32, port: u16) -> usize {
     const ESTABLISHED: &str = "01";
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
@@ -220,13 +220,13 @@ pub fn connections_of(pid: u32, port: u16) -> usize {
 }
 
 /// The ports `pid` listens on, lowest first.
-pub fn ports_of(pid: u32) -> Vec<u16> {
+pub(crate) fn ports_of(pid: u32) -> Vec<u16> {
     let mut ports: Vec<u16> = listening_fds(pid).into_iter().map(|(_, p)| p).collect();
     ports.dedup();
     ports
 }
 
-pub fn command_name(pid: u32) -> Option<String> {
+pub(crate) fn command_name(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim().to_string())
@@ -235,9 +235,9 @@ pub fn command_name(pid: u32) -> Option<String> {
 /// What identifies one process for its whole life: its pid and its start time (clock ticks
 /// after boot). A pid the kernel hands out again has a different start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ProcessId {
-    pub pid: u32,
-    pub start_ticks: u64,
+pub(crate) struct ProcessId {
+    pub(crate) pid: u32,
+    pub(crate) start_ticks: u64,
 }
 
 /// What sparkctl reads from /proc/PID/stat.
@@ -270,7 +270,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
 /// The live processes of the session `leader` leads, and their descendants that left it
 /// (a worker that called setsid itself), leader first. A process deployment leads its own
 /// session, so this is the server with every worker it started.
-pub fn session_processes(leader: u32) -> Vec<u32> {
+pub(crate) fn session_processes(leader: u32) -> Vec<u32> {
     let all: Vec<(u32, Stat)> = fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -304,7 +304,7 @@ pub fn session_processes(leader: u32) -> Vec<u32> {
 }
 
 impl ProcessId {
-    pub fn of(pid: u32) -> Option<ProcessId> {
+    pub(crate) fn of(pid: u32) -> Option<ProcessId> {
         stat(pid).map(|s| ProcessId {
             pid,
             start_ticks: s.start,
@@ -312,13 +312,13 @@ impl ProcessId {
     }
 
     /// Running (not gone, not a zombie waiting to be reaped, not a different process).
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         matches!(stat(self.pid), Some(s) if s.start == self.start_ticks && s.state != 'Z' && s.state != 'X')
     }
 }
 
 /// True when `path` is a file this user may execute.
-pub fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
@@ -326,7 +326,7 @@ pub fn is_executable(path: &Path) -> bool {
 /// Run in a child between fork and exec (`pre_exec`): it becomes the leader of a session of
 /// its own, so a Ctrl-C or a closed terminal of sparkctl's does not reach it, and signalling
 /// its process group reaches everything it forks.
-pub fn new_session() -> std::io::Result<()> {
+pub(crate) fn new_session() -> std::io::Result<()> {
     // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
     if unsafe { libc::setsid() } == -1 {
         return Err(std::io::Error::last_os_error());

@@ -2,39 +2,64 @@
 //!
 //! The binary is a thin shell over this library: `cli` parses and renders, the other
 //! modules decide and act, one noun each.
+//!
+//! Everything is crate-private except the binary's entry point and [`testkit`], so rustc's
+//! dead-code lint sees the whole crate (`unreachable_pub` keeps a stray `pub` from hiding
+//! an unused item; tests/layout.rs keeps this surface to these two).
+#![warn(unreachable_pub)]
 
-pub mod adopt;
-pub mod bench;
-pub mod bisect;
-pub mod captured;
-pub mod cli;
-pub mod context;
-pub mod deploy;
-pub mod doctor;
-pub mod engine;
-pub mod error;
-pub mod frontdoor;
-pub mod history;
-pub mod host;
-pub mod images;
-pub mod import;
-pub mod job;
-pub mod lock;
-pub mod memory;
-pub mod node;
-pub mod nvidia;
-pub mod openai;
-pub mod patch;
-pub mod places;
-pub mod production;
-pub mod prune;
-pub mod recipe;
-pub mod runtime;
-pub mod secrets;
-pub mod sim;
-pub mod state;
-pub mod stdio;
-pub mod units;
-pub mod yaml;
+mod adopt;
+mod bench;
+mod bisect;
+mod captured;
+mod cli;
+mod context;
+mod deploy;
+mod doctor;
+mod engine;
+mod error;
+mod frontdoor;
+mod history;
+mod host;
+mod images;
+mod import;
+mod job;
+mod lock;
+mod memory;
+mod node;
+mod nvidia;
+mod openai;
+mod patch;
+mod places;
+mod production;
+mod prune;
+mod recipe;
+mod runtime;
+mod secrets;
+mod sim;
+mod state;
+mod stdio;
+mod units;
+mod yaml;
 
-pub use error::{Error, Result};
+/// The whole command line: parse, run, render; the exit code to end with.
+pub use cli::main;
+
+/// The parts the integration tests and the benches drive below the command line, and
+/// nothing else: not an API for other programs. An item belongs here only while a test or
+/// bench uses it; the types these take and return are public but not re-exported.
+pub mod testkit {
+    pub use crate::bench::client::{stream, Clients};
+    pub use crate::bench::sample::Sample;
+    pub use crate::bench::{http_client, load, suite::Suite};
+    pub use crate::engine::{Engine, Runtime};
+    pub use crate::frontdoor::live::Live;
+    pub use crate::frontdoor::quality::{Answer, Delta};
+    pub use crate::lock::Lock;
+    pub use crate::patch::{fingerprint::fingerprint, safetensors::write_fixture};
+    pub use crate::production::Upstream;
+    pub use crate::recipe::{load_dir, parse_recipe};
+    pub use crate::runtime::docker::container_spec;
+    pub use crate::runtime::{ready, Deployment, Event, RunState, StartSpec, Started};
+    pub use crate::yaml::from_slice;
+}

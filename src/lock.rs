@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Diagnostic, Error, Result};
 
-pub const LOCK_FILE: &str = "images.lock";
+pub(crate) const LOCK_FILE: &str = "images.lock";
 
 const HEADER: &str = "# images.lock: the image digest each recipe runs. Written by `sparkctl images pin`;\n\
                       # commit it. `sparkctl images audit` compares it with the registry and this machine.\n";
@@ -17,7 +17,7 @@ const HEADER: &str = "# images.lock: the image digest each recipe runs. Written 
 /// Where a digest came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Source {
+pub(crate) enum Source {
     /// The registry's manifest (or index) digest for the tag: `repo@digest` pulls it.
     Registry,
     /// An image built on this machine and never pushed: its image id is its digest.
@@ -32,10 +32,10 @@ pub struct Pin {
     pub reference: String,
     /// What runs: the registry digest (an index for multi-platform images), or a local image id.
     pub digest: String,
-    pub source: Source,
+    pub(crate) source: Source,
     /// Manifest media type: tells an index (several platforms) from a single manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
+    pub(crate) media_type: Option<String>,
     /// The platform this machine runs (os/arch), whose image the engine takes from an index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
@@ -45,7 +45,7 @@ pub struct Pin {
     /// When the image was built, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<String>,
-    pub pinned_at: String,
+    pub(crate) pinned_at: String,
     /// Digests this pin replaced, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<Replaced>,
@@ -56,16 +56,16 @@ pub struct Pin {
 pub struct Replaced {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
+    pub(crate) image_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created: Option<String>,
-    pub pinned_at: String,
-    pub replaced_at: String,
+    pub(crate) created: Option<String>,
+    pub(crate) pinned_at: String,
+    pub(crate) replaced_at: String,
 }
 
 impl Pin {
     /// The reference that runs exactly this pin: `repo@digest`, or the local image id.
-    pub fn run_reference(&self) -> String {
+    pub(crate) fn run_reference(&self) -> String {
         match self.source {
             Source::Registry => format!("{}@{}", repository(&self.reference), self.digest),
             Source::Local => self.digest.clone(),
@@ -74,7 +74,7 @@ impl Pin {
 
     /// The two image references `images diff NAME [OLD NEW]` compares: the digests given
     /// (in this pin's repository), or the pin's previous digest and the current one.
-    pub fn diff_references(
+    pub(crate) fn diff_references(
         &self,
         name: &str,
         old: Option<String>,
@@ -103,7 +103,7 @@ impl Pin {
     }
 
     /// Moves to a new digest, keeping the old one in the history (unless it is the same).
-    pub fn replace_with(&mut self, new: Pin) {
+    pub(crate) fn replace_with(&mut self, new: Pin) {
         if new.digest == self.digest {
             let history = std::mem::take(&mut self.history);
             *self = Pin { history, ..new };
@@ -125,7 +125,7 @@ impl Pin {
 }
 
 /// `registry:5000/ns/name:tag@sha256:…` → `registry:5000/ns/name` (a port is not a tag).
-pub fn repository(reference: &str) -> &str {
+pub(crate) fn repository(reference: &str) -> &str {
     let no_digest = reference.split('@').next().unwrap_or(reference);
     match no_digest.rfind(':') {
         Some(i) if !no_digest[i..].contains('/') => &no_digest[..i],
@@ -191,7 +191,7 @@ impl Lock {
     }
 
     /// The lock itself, or why it cannot be used (for `images pin/audit/pull/diff`).
-    pub fn intact(self) -> Result<Lock> {
+    pub(crate) fn intact(self) -> Result<Lock> {
         match self.damage {
             Some(d) => Err(Error::Invalid(d)),
             None => Ok(self),
@@ -199,7 +199,7 @@ impl Lock {
     }
 
     /// The pin of `recipe`, if any; fails when the lock is damaged.
-    pub fn pin(&self, recipe: &str) -> Result<Option<&Pin>> {
+    pub(crate) fn pin(&self, recipe: &str) -> Result<Option<&Pin>> {
         match &self.damage {
             Some(d) => Err(Error::Invalid(d.clone())),
             None => Ok(self.images.get(recipe)),
@@ -208,7 +208,7 @@ impl Lock {
 
     /// Pins `recipe` to `new`, keeping what it replaces in its history; returns the digest it
     /// was pinned to before (None for a first pin).
-    pub fn set(&mut self, recipe: &str, new: Pin) -> Option<String> {
+    pub(crate) fn set(&mut self, recipe: &str, new: Pin) -> Option<String> {
         match self.images.get_mut(recipe) {
             Some(p) => {
                 let old = p.digest.clone();
@@ -222,7 +222,7 @@ impl Lock {
         }
     }
 
-    pub fn save(&self, path: &Path) -> Result<()> {
+    pub(crate) fn save(&self, path: &Path) -> Result<()> {
         // A damaged lock loads empty: writing it would drop every pin.
         if let Some(d) = &self.damage {
             return Err(Error::Invalid(d.clone()));

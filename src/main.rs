@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(sparkctl::cli::main());
+    std::process::exit(sparkctl::main());
 }

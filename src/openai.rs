@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Why `GET /v1/models` gave no listing.
 #[derive(Debug)]
-pub enum ModelsError {
+pub(crate) enum ModelsError {
     /// Nothing answered (refused, reset, timed out).
     Unreachable(reqwest::Error),
     /// It answered with this status (503 while loading).
@@ -28,7 +28,7 @@ impl std::fmt::Display for ModelsError {
 }
 
 /// `GET {url}/v1/models` within `within`.
-pub async fn list_models(
+pub(crate) async fn list_models(
     client: &reqwest::Client,
     url: &str,
     within: Duration,
@@ -46,7 +46,7 @@ pub async fn list_models(
 }
 
 /// The first listed model: its id, and who the engine says owns it (`llamacpp`, `vllm`, …).
-pub fn first_model(listing: &Value) -> Option<(&str, Option<&str>)> {
+pub(crate) fn first_model(listing: &Value) -> Option<(&str, Option<&str>)> {
     let m = listing.pointer("/data/0")?;
     Some((m["id"].as_str()?, m["owned_by"].as_str()))
 }

@@ -21,39 +21,39 @@ pub struct Upstream {
 
 /// One production backend.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Entry {
-    pub recipe: String,
-    pub since: String,
+pub(crate) struct Entry {
+    pub(crate) recipe: String,
+    pub(crate) since: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// Its last benchmark result: what `vs_production_*` gates compare with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bench: Option<PathBuf>,
+    pub(crate) bench: Option<PathBuf>,
     /// The instance serving (while it is current or warm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upstream: Option<Upstream>,
+    pub(crate) upstream: Option<Upstream>,
 }
 
 /// A replaced production left running so that `rollback` is a switch, not a start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Warm {
-    pub upstream: Upstream,
+pub(crate) struct Warm {
+    pub(crate) upstream: Upstream,
     /// Unix seconds when it is stopped.
-    pub until: u64,
+    pub(crate) until: u64,
 }
 
 /// What serves now, and what served before (a stack).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Production {
-    pub current: Option<Entry>,
+pub(crate) struct Production {
+    pub(crate) current: Option<Entry>,
     #[serde(default)]
-    pub previous: Vec<Entry>,
+    pub(crate) previous: Vec<Entry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warm: Vec<Warm>,
+    pub(crate) warm: Vec<Warm>,
 }
 
 impl Production {
-    pub fn load(state: &StateDir) -> Result<Production> {
+    pub(crate) fn load(state: &StateDir) -> Result<Production> {
         let path = state.production_file();
         if !path.exists() {
             return Ok(Production::default());
@@ -62,7 +62,7 @@ impl Production {
     }
 
     /// Makes `entry` production; the old one goes on the stack.
-    pub fn promote(&mut self, entry: Entry) {
+    pub(crate) fn promote(&mut self, entry: Entry) {
         if let Some(old) = self.current.take() {
             self.previous.push(old);
         }
@@ -70,12 +70,12 @@ impl Production {
     }
 
     /// Where requests should go now.
-    pub fn serving(&self) -> Option<&Upstream> {
+    pub(crate) fn serving(&self) -> Option<&Upstream> {
         self.current.as_ref().and_then(|e| e.upstream.as_ref())
     }
 
     /// The warm instance of `recipe`, if one is kept.
-    pub fn warm_of(&self, recipe: &str) -> Option<&Warm> {
+    pub(crate) fn warm_of(&self, recipe: &str) -> Option<&Warm> {
         self.warm.iter().find(|w| w.upstream.recipe == recipe)
     }
 }

@@ -21,36 +21,36 @@ use crate::runtime::{DockerRuntime, Supervisor};
 use crate::state::StateDir;
 
 /// Exited containers kept per recipe unless `SPARKCTL_KEEP_EXITED` says otherwise.
-pub const DEFAULT_KEEP: usize = 5;
+pub(crate) const DEFAULT_KEEP: usize = 5;
 
 /// `SPARKCTL_KEEP_EXITED`: how many exited containers of each recipe stay.
-pub fn keep_from_env() -> Result<usize> {
+pub(crate) fn keep_from_env() -> Result<usize> {
     crate::context::env_count("SPARKCTL_KEEP_EXITED", DEFAULT_KEEP)
 }
 
 /// One container that would go.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Old {
-    pub recipe: String,
-    pub id: String,
-    pub run_id: String,
+pub(crate) struct Old {
+    pub(crate) recipe: String,
+    pub(crate) id: String,
+    pub(crate) run_id: String,
     /// Unix seconds.
-    pub created: u64,
+    pub(crate) created: u64,
 }
 
 /// What `prune` decided; nothing has been removed yet.
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct Plan {
-    pub keep_per_recipe: usize,
-    pub remove: Vec<Old>,
+pub(crate) struct Plan {
+    pub(crate) keep_per_recipe: usize,
+    pub(crate) remove: Vec<Old>,
     /// Recipes whose containers are all kept: production's, and fallbacks.
-    pub protected: Vec<String>,
+    pub(crate) protected: Vec<String>,
 }
 
 /// The recipes whose containers are never removed: production's (`production.json`) and
 /// every recipe named as a `fallback`. An unreadable `production.json`, or a recipe file
 /// whose `fallback` cannot be read, is an error: what is protected would be a guess.
-pub fn protected(state: &StateDir, recipes: &RecipeSet) -> Result<BTreeSet<String>> {
+pub(crate) fn protected(state: &StateDir, recipes: &RecipeSet) -> Result<BTreeSet<String>> {
     let mut names = BTreeSet::new();
     let path = state.production_file();
     if path.exists() {
@@ -94,7 +94,7 @@ fn fallbacks_of(recipe: &serde_yaml_ng::Value) -> Vec<String> {
 }
 
 /// Which exited containers go: per recipe (or only `recipe`), all but the newest `keep`.
-pub async fn plan(
+pub(crate) async fn plan(
     docker: &DockerRuntime,
     protected: BTreeSet<String>,
     keep: usize,
@@ -133,7 +133,7 @@ pub async fn plan(
 }
 
 /// Removes `old` containers; returns what could not be removed, and why.
-pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
+pub(crate) async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
     let mut failed = Vec::new();
     for o in old {
         // Not forced: a container that started running since the plan is refused (409).
@@ -149,7 +149,7 @@ pub async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
 /// (but those in `going`, which this prune removes first); `runs`: every run that used an
 /// image. A lock that cannot be read is an
 /// error: what is pinned would be a guess.
-pub async fn image_plan(
+pub(crate) async fn image_plan(
     docker: &bollard::Docker,
     state: &StateDir,
     lock: &crate::lock::Lock,
@@ -187,7 +187,7 @@ pub async fn image_plan(
 /// For a start of `recipe` (file `path`): its exited containers beyond the newest
 /// `SPARKCTL_KEEP_EXITED`, removed just before the new one is created. Never fails a
 /// start: when what is protected cannot be told, nothing goes (said at -v).
-pub async fn before_start(
+pub(crate) async fn before_start(
     docker: &DockerRuntime,
     state: &StateDir,
     path: &std::path::Path,

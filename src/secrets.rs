@@ -5,10 +5,10 @@
 use bollard::models::ContainerCreateBody;
 
 /// What stands in for a secret's value.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// `NAME=value` entries with the value of each name in `secret` replaced.
-pub fn redact_env(env: &[String], secret: &[String]) -> Vec<String> {
+pub(crate) fn redact_env(env: &[String], secret: &[String]) -> Vec<String> {
     env.iter()
         .map(|entry| match entry.split_once('=') {
             Some((name, _)) if secret.iter().any(|s| s == name) => format!("{name}={REDACTED}"),
@@ -18,7 +18,7 @@ pub fn redact_env(env: &[String], secret: &[String]) -> Vec<String> {
 }
 
 /// A container spec fit for a log line: the `secret` names' values replaced.
-pub fn redacted(spec: &ContainerCreateBody, secret: &[String]) -> ContainerCreateBody {
+pub(crate) fn redacted(spec: &ContainerCreateBody, secret: &[String]) -> ContainerCreateBody {
     let mut copy = spec.clone();
     copy.env = spec.env.as_deref().map(|env| redact_env(env, secret));
     copy

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// `--state-dir` / `SPARKCTL_STATE_DIR`, else `$XDG_STATE_HOME/sparkctl`, else
 /// `~/.local/state/sparkctl`.
-pub fn default_root() -> PathBuf {
+pub(crate) fn default_root() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(xdg).join("sparkctl");
     }
@@ -21,13 +21,13 @@ pub fn default_root() -> PathBuf {
 }
 
 #[derive(Debug, Clone)]
-pub struct StateDir {
+pub(crate) struct StateDir {
     root: PathBuf,
 }
 
 impl StateDir {
     /// Opens (creating if needed) the state dir at `root`.
-    pub fn open(root: &Path) -> Result<StateDir> {
+    pub(crate) fn open(root: &Path) -> Result<StateDir> {
         for sub in ["deployments", "logs"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(|e| {
@@ -46,20 +46,20 @@ impl StateDir {
         Ok(StateDir { root })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// What marks this state dir's containers (`io.sparkctl.state` label).
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         self.root.display().to_string()
     }
 
-    pub fn deployment_record(&self, name: &str) -> PathBuf {
+    pub(crate) fn deployment_record(&self, name: &str) -> PathBuf {
         self.root.join("deployments").join(format!("{name}.json"))
     }
 
-    pub fn deployment_records(&self) -> Result<Vec<PathBuf>> {
+    pub(crate) fn deployment_records(&self) -> Result<Vec<PathBuf>> {
         let dir = self.root.join("deployments");
         let entries = fs::read_dir(&dir)
             .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?;
@@ -72,7 +72,7 @@ impl StateDir {
     }
 
     /// Where a process deployment's output goes: `logs/NAME/RUN.log`.
-    pub fn log_file(&self, name: &str, run_id: &str) -> Result<PathBuf> {
+    pub(crate) fn log_file(&self, name: &str, run_id: &str) -> Result<PathBuf> {
         let dir = self.root.join("logs").join(name);
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -80,7 +80,7 @@ impl StateDir {
     }
 
     /// The newest log file of a recipe's process runs (run ids sort by time).
-    pub fn latest_log(&self, name: &str) -> Option<PathBuf> {
+    pub(crate) fn latest_log(&self, name: &str) -> Option<PathBuf> {
         let dir = self.root.join("logs").join(name);
         let mut logs: Vec<PathBuf> = fs::read_dir(dir)
             .ok()?
@@ -92,7 +92,7 @@ impl StateDir {
     }
 
     /// Checks that files can be created here (for `doctor`).
-    pub fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         let probe = self.root.join(format!(".probe-{}", std::process::id()));
         write_atomic(&probe, b"ok")?;
         fs::remove_file(&probe)
@@ -102,7 +102,7 @@ impl StateDir {
 
 /// What a run keeps beside its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunFile {
+pub(crate) enum RunFile {
     /// The candidate's benchmark result.
     Bench,
     /// Production's, when the run measured it.
@@ -126,12 +126,12 @@ impl RunFile {
 
 /// One writer at a time: an exclusive `flock` on `STATE/lock`, released when the holder
 /// exits however it exits. The file names the holder's pid for the next caller's message.
-pub struct StateLock {
+pub(crate) struct StateLock {
     _file: std::fs::File,
 }
 
 impl StateDir {
-    pub fn lock(&self, what: &str) -> Result<StateLock> {
+    pub(crate) fn lock(&self, what: &str) -> Result<StateLock> {
         use std::io::{Read, Seek};
         use std::os::unix::io::AsRawFd;
         let path = self.root.join("lock");
@@ -160,11 +160,11 @@ impl StateDir {
         Ok(StateLock { _file: file })
     }
 
-    pub fn production_file(&self) -> PathBuf {
+    pub(crate) fn production_file(&self) -> PathBuf {
         self.root.join("production.json")
     }
 
-    pub fn runs_dir(&self) -> Result<PathBuf> {
+    pub(crate) fn runs_dir(&self) -> Result<PathBuf> {
         let dir = self.root.join("runs");
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -172,14 +172,14 @@ impl StateDir {
     }
 
     /// `runs/RUN.json`: one run's record.
-    pub fn run_record_file(&self, run_id: &str) -> Result<PathBuf> {
+    pub(crate) fn run_record_file(&self, run_id: &str) -> Result<PathBuf> {
         Ok(self.runs_dir()?.join(format!("{run_id}.json")))
     }
 
     /// Whether `path` is a run record. Records are the only JSON files of `runs/` (what a run
     /// keeps sits in `runs/RUN/`); state dirs written before that kept benchmark results
     /// beside them as `RUN-bench.json`, which are not records.
-    pub fn is_run_record(&self, path: &Path) -> bool {
+    pub(crate) fn is_run_record(&self, path: &Path) -> bool {
         path.parent() == Some(self.root.join("runs").as_path())
             && !path.to_string_lossy().ends_with("-bench.json")
     }
@@ -187,7 +187,7 @@ impl StateDir {
     /// `runs/RUN/NAME`: what a run keeps beside its record (its benchmark results, the
     /// candidate's output), in a directory of its own, so records are the only files of
     /// `runs/`.
-    pub fn run_file(&self, run_id: &str, name: RunFile) -> Result<PathBuf> {
+    pub(crate) fn run_file(&self, run_id: &str, name: RunFile) -> Result<PathBuf> {
         let dir = self.runs_dir()?.join(run_id);
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -195,7 +195,7 @@ impl StateDir {
     }
 
     /// `runs/RUN/nodes/NODE-ROLE.log`: a node group member's output, kept when its run ends.
-    pub fn node_log_file(&self, run_id: &str, node: &str, role: &str) -> Result<PathBuf> {
+    pub(crate) fn node_log_file(&self, run_id: &str, node: &str, role: &str) -> Result<PathBuf> {
         let dir = self.runs_dir()?.join(run_id).join("nodes");
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -203,19 +203,19 @@ impl StateDir {
     }
 
     /// `jobs/`: one record per job run (`jobs/RUN.json`), what it keeps in `jobs/RUN/`.
-    pub fn jobs_dir(&self) -> Result<PathBuf> {
+    pub(crate) fn jobs_dir(&self) -> Result<PathBuf> {
         let dir = self.root.join("jobs");
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         Ok(dir)
     }
 
-    pub fn job_record_file(&self, run_id: &str) -> Result<PathBuf> {
+    pub(crate) fn job_record_file(&self, run_id: &str) -> Result<PathBuf> {
         Ok(self.jobs_dir()?.join(format!("{run_id}.json")))
     }
 
     /// `jobs/RUN/job.log`: the job container's output, copied when it ended.
-    pub fn job_log_file(&self, run_id: &str) -> Result<PathBuf> {
+    pub(crate) fn job_log_file(&self, run_id: &str) -> Result<PathBuf> {
         let dir = self.jobs_dir()?.join(run_id);
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -224,7 +224,7 @@ impl StateDir {
 
     /// `images/RECIPE/`: what happened to a recipe's image digests on this machine
     /// (pulled, kept), one file per event.
-    pub fn image_events_dir(&self, recipe: &str) -> Result<PathBuf> {
+    pub(crate) fn image_events_dir(&self, recipe: &str) -> Result<PathBuf> {
         let dir = self.root.join("images").join(recipe);
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -232,7 +232,7 @@ impl StateDir {
     }
 
     /// `bisect/`: one file per bisect (`bisect/ID.json`), its benchmark rounds in `bisect/ID/`.
-    pub fn bisect_dir(&self) -> Result<PathBuf> {
+    pub(crate) fn bisect_dir(&self) -> Result<PathBuf> {
         let dir = self.root.join("bisect");
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -240,7 +240,7 @@ impl StateDir {
     }
 
     /// `bench/RUN-NAME.json`: where `sparkctl bench` keeps a result by default.
-    pub fn bench_result_file(&self, name: &str) -> Result<PathBuf> {
+    pub(crate) fn bench_result_file(&self, name: &str) -> Result<PathBuf> {
         let dir = self.root.join("bench");
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -250,7 +250,7 @@ impl StateDir {
 
 /// Writes `bytes` to `path` through a temp file in the same directory and a rename, so a
 /// reader (or a crash) sees the old file or the new one, never half of one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // A bare file name has the empty path as its parent: that is the current directory.
     let dir = path
         .parent()
@@ -275,7 +275,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(value).expect("state types serialize");
     text.push(b'\n');
     write_atomic(path, &text)
@@ -283,7 +283,7 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
 
 /// `write_json` on the blocking pool: its fsync must not stall an async worker that is
 /// also carrying live traffic (the front door).
-pub async fn write_json_off_thread<T: Serialize + Send + 'static>(
+pub(crate) async fn write_json_off_thread<T: Serialize + Send + 'static>(
     path: PathBuf,
     value: T,
 ) -> Result<()> {
@@ -293,7 +293,7 @@ pub async fn write_json_off_thread<T: Serialize + Send + 'static>(
 }
 
 /// Whether a failed write failed for want of space (the disk, or the user's quota).
-pub fn is_disk_full(e: &Error) -> bool {
+pub(crate) fn is_disk_full(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. }
         if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)))
 }
@@ -302,7 +302,7 @@ pub fn is_disk_full(e: &Error) -> bool {
 /// written when there is room again: a long-lived process (the front door) keeps serving
 /// on a full disk instead of failing every change it must record.
 #[derive(Clone, Default)]
-pub struct Deferred {
+pub(crate) struct Deferred {
     pending: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<u8>>>>,
 }
 
@@ -312,7 +312,7 @@ impl Deferred {
     }
 
     /// `write_json`; on a full disk the file is kept for later and Ok(false) says so.
-    pub fn write_json(&self, path: &Path, value: &impl Serialize) -> Result<bool> {
+    pub(crate) fn write_json(&self, path: &Path, value: &impl Serialize) -> Result<bool> {
         let mut text = serde_json::to_vec_pretty(value).expect("state types serialize");
         text.push(b'\n');
         match write_atomic(path, &text) {
@@ -331,7 +331,7 @@ impl Deferred {
     }
 
     /// A file as it will be once written: the pending copy when there is one.
-    pub fn read_json<T: DeserializeOwned>(&self, path: &Path) -> Result<T> {
+    pub(crate) fn read_json<T: DeserializeOwned>(&self, path: &Path) -> Result<T> {
         if let Some(text) = self.files().get(path) {
             if let Ok(v) = serde_json::from_slice(text) {
                 return Ok(v);
@@ -341,12 +341,12 @@ impl Deferred {
     }
 
     /// How many files wait for room.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.files().len()
     }
 
     /// Files pending under `dir`.
-    pub fn pending_in(&self, dir: &Path) -> Vec<PathBuf> {
+    pub(crate) fn pending_in(&self, dir: &Path) -> Vec<PathBuf> {
         self.files()
             .keys()
             .filter(|p| p.parent() == Some(dir))
@@ -355,7 +355,7 @@ impl Deferred {
     }
 
     /// Writes what is pending; returns how many files are still waiting for room.
-    pub fn flush(&self) -> usize {
+    pub(crate) fn flush(&self) -> usize {
         let files: Vec<(PathBuf, Vec<u8>)> = self
             .files()
             .iter()
@@ -375,7 +375,7 @@ impl Deferred {
 }
 
 /// Reads a JSON state file; a damaged one is reported with its path, never silently reset.
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     serde_json::from_slice(&text).map_err(|e| {
@@ -388,9 +388,9 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// A state file that could not be read, kept apart so the rest can still be shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Damaged {
-    pub path: PathBuf,
-    pub problem: String,
+pub(crate) struct Damaged {
+    pub(crate) path: PathBuf,
+    pub(crate) problem: String,
 }
 
 impl std::fmt::Display for Damaged {
@@ -407,7 +407,7 @@ impl std::fmt::Display for Damaged {
 
 /// Reads each file as JSON: the ones that parse (with their path), and the damaged ones.
 /// One broken record must not hide all the others (`history`, `status`).
-pub fn read_json_files<T: DeserializeOwned>(
+pub(crate) fn read_json_files<T: DeserializeOwned>(
     paths: impl IntoIterator<Item = PathBuf>,
 ) -> (Vec<(PathBuf, T)>, Vec<Damaged>) {
     let mut good = Vec::new();
@@ -426,7 +426,7 @@ pub fn read_json_files<T: DeserializeOwned>(
 
 /// The `*.json` files directly in `dir` that `keep` accepts, sorted by name; a missing
 /// directory has none.
-pub fn json_files(dir: &Path, keep: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
+pub(crate) fn json_files(dir: &Path, keep: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -441,7 +441,7 @@ pub fn json_files(dir: &Path, keep: impl Fn(&Path) -> bool) -> Result<Vec<PathBu
 }
 
 /// Every record in `dir` (see `json_files`) that parses, and the files that did not.
-pub fn read_json_dir<T: DeserializeOwned>(
+pub(crate) fn read_json_dir<T: DeserializeOwned>(
     dir: &Path,
     keep: impl Fn(&Path) -> bool,
 ) -> Result<(Vec<T>, Vec<Damaged>)> {
@@ -450,7 +450,7 @@ pub fn read_json_dir<T: DeserializeOwned>(
 }
 
 /// Whether the file at `path` is damaged as a `T`; a missing file is not.
-pub fn damage_of<T: DeserializeOwned>(path: &Path) -> Option<Damaged> {
+pub(crate) fn damage_of<T: DeserializeOwned>(path: &Path) -> Option<Damaged> {
     if !path.exists() {
         return None;
     }
@@ -458,7 +458,7 @@ pub fn damage_of<T: DeserializeOwned>(path: &Path) -> Option<Damaged> {
 }
 
 /// A run id that sorts by time to the millisecond: `20261123-015007123-3f2a`.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     let now = crate::units::unix_now();
     let stamp = crate::units::utc_stamp(now.as_secs())
         .replace(['-', ':'], "")

@@ -9,20 +9,20 @@ use std::fmt::Arguments;
 use std::io::Write;
 
 /// A line on stdout.
-pub fn out(line: Arguments) {
+pub(crate) fn out(line: Arguments) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
 /// Text on stdout as it came (another process's answer, lines and all).
-pub fn text(text: &str) {
+pub(crate) fn text(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
 }
 
 /// A line on stderr: where an engine says why it stops.
-pub fn err(line: Arguments) {
+pub(crate) fn err(line: Arguments) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

@@ -11,18 +11,18 @@ use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 /// A duration written as a number with a unit: `ms`, `s`, `m`, `h` (`1m30s` also works).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HumanDuration(pub Duration);
+pub(crate) struct HumanDuration(pub(crate) Duration);
 
 /// The longest duration sparkctl takes: loading a model, a benchmark or a simulated delay
 /// never needs more than a day, and anything this large is a typo (`18446744073709551616s`
 /// once panicked converting to a `Duration`).
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 /// The largest size: 1024 TiB, far past any memory or shm size, and safely inside the
 /// engine's signed 64-bit byte counts.
-pub const MAX_SIZE: u64 = 1 << 50;
+pub(crate) const MAX_SIZE: u64 = 1 << 50;
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty duration".into());
@@ -69,7 +69,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         "0s".into()
@@ -85,19 +85,19 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// Lower-case hex of a digest (`sha256:` + this is how sparkctl prints hashes).
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Seconds since the Unix epoch, now.
-pub fn unix_now() -> std::time::Duration {
+pub(crate) fn unix_now() -> std::time::Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
 }
 
 /// `2026-11-23T01:50:07Z` for a Unix time in seconds (UTC; no time-zone database needed).
-pub fn utc_stamp(secs: u64) -> String {
+pub(crate) fn utc_stamp(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's days-to-civil algorithm.
     let z = days as i64 + 719_468;
@@ -118,7 +118,7 @@ pub fn utc_stamp(secs: u64) -> String {
 }
 
 /// `3h12m`, `4m05s`, `12s`: how long something has run, for tables.
-pub fn format_uptime(d: std::time::Duration) -> String {
+pub(crate) fn format_uptime(d: std::time::Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),
@@ -172,9 +172,9 @@ impl JsonSchema for HumanDuration {
 
 /// A byte size written like Docker's `--shm-size`: `16g`, `512m`, `1024k`, or bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(pub u64);
+pub(crate) struct ByteSize(pub(crate) u64);
 
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim().to_ascii_lowercase();
     let t = t.strip_suffix('b').unwrap_or(&t);
     let (digits, scale) = match t.char_indices().last() {
@@ -237,18 +237,18 @@ impl JsonSchema for ByteSize {
 }
 
 /// Now, as `utc_stamp` writes it.
-pub fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     utc_stamp(unix_now().as_secs())
 }
 
 /// The 12-character form `docker ps` shows of an id or digest (`sha256:` dropped).
-pub fn short_id(id: &str) -> &str {
+pub(crate) fn short_id(id: &str) -> &str {
     let id = id.strip_prefix("sha256:").unwrap_or(id);
     &id[..id.len().min(12)]
 }
 
 /// A digest shortened as `sha256:` and 12 characters.
-pub fn short_digest(digest: &str) -> String {
+pub(crate) fn short_digest(digest: &str) -> String {
     format!("sha256:{}", short_id(digest))
 }
 

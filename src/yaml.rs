@@ -26,26 +26,26 @@ use crate::error::{Diagnostic, Error, Result};
 
 /// A recipe is a page; the built-in suite is 6 KB. A megabyte is far beyond any real file
 /// and keeps the worst case of every later step well under a second.
-pub const MAX_BYTES: usize = 1 << 20;
+pub(crate) const MAX_BYTES: usize = 1 << 20;
 /// Recipes nest about 6 deep; JSON values in patch steps a few more.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// A plain scalar YAML resolves to null (`null`, `~`, empty) or a boolean (`true`, `false`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Loose {
+pub(crate) struct Loose {
     /// Key path: `server.args[1]`.
-    pub path: String,
+    pub(crate) path: String,
     /// As written.
-    pub text: String,
-    pub line: usize,
-    pub column: usize,
+    pub(crate) text: String,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
 }
 
 /// Text that passed the checks, and what serde will not say about it.
 #[derive(Debug)]
-pub struct Prepared<'a> {
-    pub text: &'a str,
-    pub loose: Vec<Loose>,
+pub(crate) struct Prepared<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) loose: Vec<Loose>,
 }
 
 fn diag(
@@ -78,7 +78,7 @@ fn position(bytes: &[u8], offset: usize) -> (usize, usize) {
 }
 
 /// Steps 1–3 above. The `Diagnostic` names the file, line and column and what to do.
-pub fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, Box<Diagnostic>> {
+pub(crate) fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, Box<Diagnostic>> {
     if bytes.len() > MAX_BYTES {
         return Err(diag(
             file,

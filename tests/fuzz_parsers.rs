@@ -177,13 +177,13 @@ fn parse_all(input: &[u8]) -> Duration {
         slowest = slowest.max(began.elapsed());
     };
     timed(&|| {
-        let _ = sparkctl::recipe::parse_recipe(Path::new("recipes/demo-candidate.yaml"), input);
+        let _ = sparkctl::testkit::parse_recipe(Path::new("recipes/demo-candidate.yaml"), input);
     });
     timed(&|| {
-        let _ = sparkctl::lock::Lock::parse(Path::new("images.lock"), input);
+        let _ = sparkctl::testkit::Lock::parse(Path::new("images.lock"), input);
     });
     timed(&|| {
-        let _ = sparkctl::yaml::from_slice::<sparkctl::bench::suite::Suite>(
+        let _ = sparkctl::testkit::from_slice::<sparkctl::testkit::Suite>(
             Path::new("recipes/suites/quick.yaml"),
             input,
             "see recipes/suites/voice-assistant.yaml",

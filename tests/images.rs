@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::Value;
-use sparkctl::lock::Lock;
+use sparkctl::testkit::Lock;
 use support::registry::{push, Registry};
 use support::{docker, free_port, sim_image, text, Deck};
 

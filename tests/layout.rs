@@ -1,6 +1,8 @@
 //! The house rules, read from the source itself: no file over 600 lines, no function over
 //! 120, no two sibling modules that use each other (directly or round a circle), at any
-//! level from the crate's top modules down, and one way out to the terminal.
+//! level from the crate's top modules down, one way out to the terminal, and a library that
+//! exports only what the binary, the tests and the benches use (so rustc reports the rest
+//! when it goes unused).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -350,6 +352,64 @@ fn only_the_output_gateway_writes_to_the_terminal() {
         "write through the CLI's output (out.say, out.warn, out.note, …), which escapes \
          what came from elsewhere: {found:#?}"
     );
+}
+
+/// The items lib.rs may export: the binary's entry point and the tests' and benches' kit.
+const LIB_SURFACE: &[&str] = &["pub use cli::main;", "pub mod testkit {"];
+
+/// What breaks the library's narrow surface, given lib.rs and every source file: an export
+/// of lib.rs beyond `LIB_SURFACE` (a `pub mod` hides every unused item under it from
+/// rustc's dead-code lint), lib.rs without `unreachable_pub` (which flags a `pub` item
+/// nothing outside the crate can reach), or a file that allows either lint away unexplained.
+fn surface_problems(lib: &str, files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found: Vec<String> = code_of(lib)
+        .lines()
+        .filter(|l| l.starts_with("pub ") && !LIB_SURFACE.contains(l))
+        .map(|l| {
+            format!("lib.rs exports `{l}`: keep it private, or put what a test needs in testkit")
+        })
+        .collect();
+    if !lib.contains("#![warn(unreachable_pub)]") {
+        found.push("lib.rs lost `#![warn(unreachable_pub)]`".into());
+    }
+    for (path, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let why = line.contains("//") || (i > 0 && lines[i - 1].trim_start().starts_with("//"));
+            if line.contains("allow(unreachable_pub") || (line.contains("allow(dead_code") && !why)
+            {
+                let at = format!("{}:{}", path.display(), i + 1);
+                found.push(format!(
+                    "{at}: {} (delete what is unused, or say why it stays)",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_library_exports_only_its_entry_point_and_the_testkit() {
+    // The checker catches an extra export, a lost lint and an unexplained allow.
+    let probe = surface_problems(
+        "pub mod adopt;\nmod bench;\npub use cli::main;\n",
+        &[("x.rs".into(), "#[allow(dead_code)]\nfn f() {}\n".into())],
+    );
+    assert_eq!(probe.len(), 3, "{probe:#?}");
+
+    let mut paths = Vec::new();
+    sources(&src_dir(), &mut paths);
+    let files: Vec<(PathBuf, String)> = paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p, text)
+        })
+        .collect();
+    let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    let found = surface_problems(&lib, &files);
+    assert!(found.is_empty(), "the library's surface grew: {found:#?}");
 }
 
 #[test]

@@ -42,7 +42,7 @@ fn fixture(deck: &Deck, quant_algo: &str) -> (PathBuf, PathBuf) {
         pretty(&json!({"producer": {"name": "modelopt", "version": "0.37.0"}, "quantization": {"quant_algo": quant_algo, "group_size": 16}})),
     )
     .unwrap();
-    sparkctl::patch::safetensors::write_fixture(
+    sparkctl::testkit::write_fixture(
         &model.join("model.safetensors"),
         &[
             ("model.embed_tokens.weight", 4096),

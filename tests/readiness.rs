@@ -17,10 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sparkctl::engine::Engine;
-use sparkctl::recipe::Runtime;
-use sparkctl::runtime::ready::{self, Fault, GenerationCheck, Health, Liveness};
-use sparkctl::runtime::{Deployment, Event, RunState, Started};
+use sparkctl::testkit::ready::{self, Fault, GenerationCheck, Health, Liveness};
+use sparkctl::testkit::{Deployment, Engine, Event, RunState, Runtime, Started};
 use support::{free_port, text, Deck};
 
 // ---------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ async fn a_process_and_a_container_start_list_log_and_stop() {
     assert_eq!(prod["state"], "running");
     assert_eq!(prod["health"], "ready");
     // The model that serves is recorded by its fingerprint.
-    let expected = sparkctl::patch::fingerprint::fingerprint(&model, &deck.dir.join("fp-cache"), 1)
+    let expected = sparkctl::testkit::fingerprint(&model, &deck.dir.join("fp-cache"), 1)
         .unwrap()
         .digest;
     assert_eq!(prod["model_fingerprint"], expected.as_str());
@@ -402,9 +402,9 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         .contains_key("nvidia");
 
     // What sparkctl would create, created for real (not started) and read back.
-    let set = sparkctl::recipe::load_dir(&deck.dir.join("recipes")).unwrap();
+    let set = sparkctl::testkit::load_dir(&deck.dir.join("recipes")).unwrap();
     let recipe = &set.get("gpu").unwrap().recipe;
-    let spec = sparkctl::runtime::StartSpec {
+    let spec = sparkctl::testkit::StartSpec {
         resolved: recipe.resolve("sparkctl"),
         recipe_hash: recipe.hash(),
         run_id: "test".into(),
@@ -412,7 +412,7 @@ async fn gpu_requests_reach_the_container_spec_and_fail_early_without_the_nvidia
         unpinned: false,
         image_ref: None,
     };
-    let body = sparkctl::runtime::docker::container_spec(
+    let body = sparkctl::testkit::container_spec(
         &spec,
         sim_image(),
         &deck.state().display().to_string(),

@@ -14,7 +14,7 @@ const BACKLOG: i32 = 4096;
 
 /// Binds `host:port` as soon as nothing holds it, trying every few milliseconds for up to
 /// `within`.
-pub async fn bind_when_free(host: &str, port: u16, within: Duration) -> Result<OwnedFd> {
+pub(crate) async fn bind_when_free(host: &str, port: u16, within: Duration) -> Result<OwnedFd> {
     let deadline = Instant::now() + within;
     loop {
         match std::net::TcpListener::bind((host, port)) {
@@ -36,7 +36,7 @@ pub async fn bind_when_free(host: &str, port: u16, within: Duration) -> Result<O
 
 /// Starts the front door's supervisor on `socket` (detached, in its own session), and
 /// waits until it answers on its control socket.
-pub async fn start_on(
+pub(crate) async fn start_on(
     state: &StateDir,
     config: &Config,
     launch: &Launch,

@@ -11,7 +11,7 @@ use crate::host::ProcessId;
 use crate::import::Origin;
 
 /// A foreign server as it runs now.
-pub enum Foreign {
+pub(crate) enum Foreign {
     Process {
         id: ProcessId,
         /// What starts it again (held in memory only, for the way back; never written).
@@ -27,7 +27,7 @@ pub enum Foreign {
 
 impl Foreign {
     /// The server `origin` names, if it still runs as it did.
-    pub async fn find(origin: &Origin, docker: Option<&bollard::Docker>) -> Result<Foreign> {
+    pub(crate) async fn find(origin: &Origin, docker: Option<&bollard::Docker>) -> Result<Foreign> {
         match origin {
             Origin::Process { process, .. } => {
                 if !process.alive() {
@@ -72,7 +72,7 @@ impl Foreign {
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Foreign::Process { id, argv, .. } => format!(
                 "pid {} ({})",
@@ -88,7 +88,7 @@ impl Foreign {
     /// front door then accepts from the same queue, so no connection finds the port closed.
     /// None when the kernel or its permissions do not allow it (another user's process, a
     /// container behind docker-proxy).
-    pub fn share_socket(&self, port: u16) -> Option<OwnedFd> {
+    pub(crate) fn share_socket(&self, port: u16) -> Option<OwnedFd> {
         let Foreign::Process { id, .. } = self else {
             return None;
         };
@@ -118,7 +118,7 @@ impl Foreign {
     /// only at a moment it holds no accepted connection; while it does, it runs a little
     /// longer to finish them. Past `within` it is killed anyway. Returns the connections it
     /// still held then.
-    pub async fn retire_shared(&self, port: u16, within: Duration) -> usize {
+    pub(crate) async fn retire_shared(&self, port: u16, within: Duration) -> usize {
         let Foreign::Process { id, .. } = self else {
             return 0;
         };
@@ -155,7 +155,11 @@ impl Foreign {
     }
 
     /// Stops it: SIGTERM, then SIGKILL after `grace` (a process); `docker stop` (a container).
-    pub async fn stop(&self, docker: Option<&bollard::Docker>, grace: Duration) -> Result<()> {
+    pub(crate) async fn stop(
+        &self,
+        docker: Option<&bollard::Docker>,
+        grace: Duration,
+    ) -> Result<()> {
         match self {
             Foreign::Process { id, .. } => {
                 if !id.alive() {
@@ -192,7 +196,7 @@ impl Foreign {
 
     /// Starts it again as it was (after a failed adoption): the same argv, working dir and
     /// environment for a process (its output goes to `log`), `docker start` for a container.
-    pub async fn restore(
+    pub(crate) async fn restore(
         &self,
         docker: Option<&bollard::Docker>,
         log: &std::path::Path,

@@ -25,20 +25,20 @@ use crate::import::record;
 use crate::production::{Entry, Production, Upstream};
 use crate::recipe::RecipeSet;
 use crate::runtime::Deployment;
-pub use foreign::Foreign;
+pub(crate) use foreign::Foreign;
 
-pub struct Options<'a> {
-    pub dry_run: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct Options<'a> {
+    pub(crate) dry_run: bool,
+    pub(crate) allow_unpinned: bool,
     /// Asked before the foreign server is stopped; false refuses.
-    pub confirm: &'a dyn Fn(&str) -> bool,
-    pub say: &'a dyn Fn(&str),
+    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
+    pub(crate) say: &'a dyn Fn(&str),
 }
 
 /// How the port changed hands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Way {
+pub(crate) enum Way {
     /// NAME served before the foreign server stopped.
     BlueGreen,
     /// The foreign server stopped first; the door held requests until NAME served.
@@ -48,7 +48,7 @@ pub enum Way {
 /// Whether the port closed at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
-pub enum Handover {
+pub(crate) enum Handover {
     /// The door shared the foreign server's socket: the port never closed.
     SharedSocket,
     /// The door bound the port once free, this long after the foreign server was told to stop.
@@ -56,15 +56,15 @@ pub enum Handover {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub recipe: String,
-    pub port: u16,
-    pub way: Way,
-    pub handover: Handover,
-    pub deployment: String,
-    pub foreign: String,
+pub(crate) struct Report {
+    pub(crate) recipe: String,
+    pub(crate) port: u16,
+    pub(crate) way: Way,
+    pub(crate) handover: Handover,
+    pub(crate) deployment: String,
+    pub(crate) foreign: String,
     /// Planned only (`--dry-run`).
-    pub planned: bool,
+    pub(crate) planned: bool,
 }
 
 /// What the way back must undo.
@@ -89,7 +89,7 @@ struct Flow<'a> {
     touched: Touched,
 }
 
-pub async fn adopt(
+pub(crate) async fn adopt(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,

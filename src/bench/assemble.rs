@@ -16,11 +16,11 @@ use super::{depth, roofline, scrape, stats, Options};
 /// What the phases beyond the suite measured.
 #[derive(Default)]
 pub(super) struct Phases {
-    pub load: Vec<LoadRun>,
-    pub sweep: Option<SweepResult>,
-    pub depth: Vec<depth::DepthPoint>,
-    pub server_side: scrape::ServerSide,
-    pub repeat: usize,
+    pub(crate) load: Vec<LoadRun>,
+    pub(crate) sweep: Option<SweepResult>,
+    pub(crate) depth: Vec<depth::DepthPoint>,
+    pub(crate) server_side: scrape::ServerSide,
+    pub(crate) repeat: usize,
 }
 
 /// Each metric over `samples` (per-token ones over the streams that describe decoding).

@@ -11,12 +11,12 @@ use crate::nvidia::bandwidth;
 use crate::nvidia::device::{Devices, GpuUse, Kind};
 
 /// The host's own figure, GB/s.
-pub const HOST_ENV: &str = "SPARKCTL_BANDWIDTH_GBPS";
+pub(crate) const HOST_ENV: &str = "SPARKCTL_BANDWIDTH_GBPS";
 
 /// Where a bound comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Source {
+pub(crate) enum Source {
     /// `bench --bandwidth-gbps`.
     Flag,
     /// The recipe's `bench.bandwidth_gbps`.
@@ -29,11 +29,11 @@ pub enum Source {
 
 /// A memory bandwidth that bounds single-stream decoding, and where it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Bandwidth {
-    pub gb_per_s: f64,
-    pub source: Source,
+pub(crate) struct Bandwidth {
+    pub(crate) gb_per_s: f64,
+    pub(crate) source: Source,
     /// In words: the GPUs, the variable or the key it was read from.
-    pub from: String,
+    pub(crate) from: String,
 }
 
 impl std::fmt::Display for Bandwidth {
@@ -43,7 +43,7 @@ impl std::fmt::Display for Bandwidth {
 }
 
 /// 273, 3350, 1555.5: whole where whole.
-pub fn fmt_gbps(g: f64) -> String {
+pub(crate) fn fmt_gbps(g: f64) -> String {
     if g.fract() == 0.0 {
         format!("{g:.0}")
     } else {
@@ -52,7 +52,7 @@ pub fn fmt_gbps(g: f64) -> String {
 }
 
 /// A declared figure (flag, recipe, host).
-pub fn declared(gb_per_s: f64, source: Source, from: impl Into<String>) -> Bandwidth {
+pub(crate) fn declared(gb_per_s: f64, source: Source, from: impl Into<String>) -> Bandwidth {
     Bandwidth {
         gb_per_s,
         source,
@@ -61,7 +61,7 @@ pub fn declared(gb_per_s: f64, source: Source, from: impl Into<String>) -> Bandw
 }
 
 /// `SPARKCTL_BANDWIDTH_GBPS`, when set to a positive number; an error names a bad one.
-pub fn host_setting() -> Result<Option<Bandwidth>, String> {
+pub(crate) fn host_setting() -> Result<Option<Bandwidth>, String> {
     match std::env::var(HOST_ENV) {
         Ok(v) if !v.trim().is_empty() => match v.trim().parse::<f64>() {
             Ok(g) if g.is_finite() && g > 0.0 => Ok(Some(declared(
@@ -78,7 +78,7 @@ pub fn host_setting() -> Result<Option<Bandwidth>, String> {
 }
 
 /// The bound of the GPUs `use_` names on this machine, or why there is none.
-pub fn of_devices(devices: &Devices, use_: &GpuUse) -> Result<Bandwidth, String> {
+pub(crate) fn of_devices(devices: &Devices, use_: &GpuUse) -> Result<Bandwidth, String> {
     let declare = format!("declare one: the recipe's bench.bandwidth_gbps or {HOST_ENV}");
     match devices.kind() {
         Kind::NoGpu => Err(format!(
@@ -148,7 +148,7 @@ fn names(given: &[(usize, &crate::nvidia::Gpu)]) -> String {
 }
 
 /// Whether `url` is served on this machine (loopback).
-pub fn is_local(url: &str) -> bool {
+pub(crate) fn is_local(url: &str) -> bool {
     let host = url
         .split("://")
         .nth(1)
@@ -170,7 +170,7 @@ pub fn is_local(url: &str) -> bool {
 
 /// The bound for a server at `url` that no recipe describes: this machine's GPUs when it
 /// is local (the host's figure first), none when it is elsewhere.
-pub async fn for_url(url: &str) -> Result<Bandwidth, String> {
+pub(crate) async fn for_url(url: &str) -> Result<Bandwidth, String> {
     if !is_local(url) {
         return Err(format!(
             "{url} is not on this machine: its device's bandwidth is not known here; give \
@@ -185,7 +185,7 @@ pub async fn for_url(url: &str) -> Result<Bandwidth, String> {
 
 /// The bound for a recipe's running deployment: its own figure (`bench.bandwidth_gbps`),
 /// the host's, then that of the GPUs it is given (`Recipe::gpu_use`).
-pub async fn for_recipe(
+pub(crate) async fn for_recipe(
     name: &str,
     declared_gbps: Option<f64>,
     gpus: &GpuUse,

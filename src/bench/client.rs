@@ -8,16 +8,18 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-pub use super::reader::bears_token;
+/// The front door's typed chunk reading is tested against this generic one.
+#[cfg(test)]
+pub(crate) use super::reader::bears_token;
 use super::reader::Reader;
-pub use super::sample::*;
+pub(crate) use super::sample::*;
 use super::sse;
 
 /// The benchmark's HTTP clients: `pooled` keeps connections alive as real clients do;
 /// `fresh` keeps none, so a retry is certain to open a new connection.
 #[derive(Clone)]
 pub struct Clients {
-    pub pooled: reqwest::Client,
+    pub(crate) pooled: reqwest::Client,
     fresh: reqwest::Client,
 }
 
@@ -45,7 +47,7 @@ impl Clients {
 /// guidellm time into their first wave). Every request holds its connection until all have
 /// one (their bodies are read only then), so none is reused before `n` exist. Returns how
 /// many the server answered.
-pub async fn open_connections(clients: &Clients, url: &str, n: usize) -> usize {
+pub(crate) async fn open_connections(clients: &Clients, url: &str, n: usize) -> usize {
     let endpoint = format!("{url}/v1/models");
     let sent = futures_util::future::join_all((0..n).map(|_| {
         clients

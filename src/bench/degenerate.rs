@@ -20,7 +20,7 @@ const GARBLED_PCT: u32 = 10;
 
 /// What made an answer degenerate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Degeneracy {
+pub(crate) enum Degeneracy {
     /// A unit of `period` words repeated `copies` times in a row.
     Loop { period: usize, copies: u32 },
     /// `pct`% of the characters were replacement or control characters.
@@ -43,7 +43,7 @@ impl std::fmt::Display for Degeneracy {
 
 /// The scanner's state for one answer.
 #[derive(Debug, Clone)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     ring: [u64; RING],
     /// Words seen so far.
     words: usize,
@@ -77,7 +77,7 @@ const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 impl Scanner {
     /// Reads the next piece of the answer.
-    pub fn feed(&mut self, text: &str) {
+    pub(crate) fn feed(&mut self, text: &str) {
         for c in text.chars() {
             self.chars += 1;
             if c == '\u{fffd}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
@@ -121,7 +121,7 @@ impl Scanner {
 
     /// What was wrong with the answer so far, if anything (the last word counts once the
     /// answer ended: call `finish` first).
-    pub fn verdict(&self) -> Option<Degeneracy> {
+    pub(crate) fn verdict(&self) -> Option<Degeneracy> {
         if let Some(l) = self.looped {
             return Some(l);
         }
@@ -133,13 +133,13 @@ impl Scanner {
     }
 
     /// The answer ended: its last word counts.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.end_word();
     }
 }
 
 /// Whether a whole answer is degenerate, and how.
-pub fn degenerate(text: &str) -> Option<Degeneracy> {
+pub(crate) fn degenerate(text: &str) -> Option<Degeneracy> {
     let mut s = Scanner::default();
     s.feed(text);
     s.finish();

@@ -12,46 +12,46 @@ use super::suite::{CacheMode, Case, ServerKind, Suite, Tag};
 
 /// One request at a depth.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DepthRecord {
-    pub ok: bool,
+pub(crate) struct DepthRecord {
+    pub(crate) ok: bool,
     /// The request primed the cache (warm only) and is not in the statistics.
-    pub priming: bool,
-    pub ttft_ms: Option<f64>,
-    pub decode_tps: Option<f64>,
-    pub prompt_tokens: Option<u64>,
-    pub cached_tokens: Option<u64>,
+    pub(crate) priming: bool,
+    pub(crate) ttft_ms: Option<f64>,
+    pub(crate) decode_tps: Option<f64>,
+    pub(crate) prompt_tokens: Option<u64>,
+    pub(crate) cached_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<client::Failure>,
+    pub(crate) failure: Option<client::Failure>,
 }
 
 /// One depth, cold or warm.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DepthPoint {
+pub(crate) struct DepthPoint {
     /// Prior context asked for, in tokens (4 characters each; the server's count is
     /// `prompt_tokens`).
-    pub depth: usize,
-    pub cache: CacheMode,
-    pub ttft_ms: Option<Stats>,
-    pub decode_tps: Option<Stats>,
-    pub prompt_tokens: Option<Stats>,
-    pub cached_tokens: Option<Stats>,
+    pub(crate) depth: usize,
+    pub(crate) cache: CacheMode,
+    pub(crate) ttft_ms: Option<Stats>,
+    pub(crate) decode_tps: Option<Stats>,
+    pub(crate) prompt_tokens: Option<Stats>,
+    pub(crate) cached_tokens: Option<Stats>,
     /// What the server's cache reports say was measured.
-    pub verdict: String,
-    pub records: Vec<DepthRecord>,
+    pub(crate) verdict: String,
+    pub(crate) records: Vec<DepthRecord>,
 }
 
 /// Where and what to ask.
-pub struct Setup<'a> {
-    pub clients: &'a Clients,
-    pub url: &'a str,
-    pub suite: &'a Suite,
-    pub model: &'a str,
-    pub kind: ServerKind,
-    pub nonce: &'a str,
+pub(crate) struct Setup<'a> {
+    pub(crate) clients: &'a Clients,
+    pub(crate) url: &'a str,
+    pub(crate) suite: &'a Suite,
+    pub(crate) model: &'a str,
+    pub(crate) kind: ServerKind,
+    pub(crate) nonce: &'a str,
     /// Measured requests per depth and cache mode.
-    pub runs: usize,
+    pub(crate) runs: usize,
 }
 
 fn body(s: &Setup, case: &Case, run: usize) -> Value {
@@ -109,7 +109,7 @@ fn verdict(cache: CacheMode, depth: usize, records: &[DepthRecord]) -> String {
 }
 
 /// Every depth, cold then warm; `case` is the question asked (its first turn).
-pub async fn run(s: &Setup<'_>, case: &Case, depths: &[usize]) -> Vec<DepthPoint> {
+pub(crate) async fn run(s: &Setup<'_>, case: &Case, depths: &[usize]) -> Vec<DepthPoint> {
     let mut out = Vec::new();
     let mut n = 0;
     for &depth in depths {
@@ -147,12 +147,12 @@ pub async fn run(s: &Setup<'_>, case: &Case, depths: &[usize]) -> Vec<DepthPoint
 impl DepthPoint {
     /// The requests that failed, priming ones included: a context the server refuses
     /// fails every request behind it.
-    pub fn failed(&self) -> impl Iterator<Item = &DepthRecord> {
+    pub(crate) fn failed(&self) -> impl Iterator<Item = &DepthRecord> {
         self.records.iter().filter(|r| !r.ok)
     }
 
     /// `depth 320 (cold)`, as problems and reasons name it.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let cache = match self.cache {
             CacheMode::Cold => "cold",
             CacheMode::WarmPrefix => "warm",

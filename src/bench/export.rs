@@ -11,25 +11,25 @@ use crate::error::Result;
 
 /// One request, whichever phase sent it. Times in ms; load latencies from the scheduled send.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// suite, load, sweep or depth.
-    pub phase: &'static str,
+    pub(crate) phase: &'static str,
     /// Case and run (suite), profile (load, sweep), depth and cache (depth).
-    pub what: String,
-    pub index: usize,
-    pub ok: bool,
-    pub warmup: bool,
-    pub scheduled_ms: Option<f64>,
-    pub send_lag_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub e2el_ms: Option<f64>,
-    pub decode_tps: Option<f64>,
-    pub prompt_tokens: Option<u64>,
-    pub cached_tokens: Option<u64>,
-    pub completion_tokens: Option<u64>,
-    pub met_slo: Option<bool>,
-    pub error: Option<String>,
+    pub(crate) what: String,
+    pub(crate) index: usize,
+    pub(crate) ok: bool,
+    pub(crate) warmup: bool,
+    pub(crate) scheduled_ms: Option<f64>,
+    pub(crate) send_lag_ms: Option<f64>,
+    pub(crate) ttft_ms: Option<f64>,
+    pub(crate) tpot_ms: Option<f64>,
+    pub(crate) e2el_ms: Option<f64>,
+    pub(crate) decode_tps: Option<f64>,
+    pub(crate) prompt_tokens: Option<u64>,
+    pub(crate) cached_tokens: Option<u64>,
+    pub(crate) completion_tokens: Option<u64>,
+    pub(crate) met_slo: Option<bool>,
+    pub(crate) error: Option<String>,
 }
 
 const COLUMNS: &str = "phase,what,index,ok,warmup,scheduled_ms,send_lag_ms,ttft_ms,tpot_ms,e2el_ms,decode_tps,prompt_tokens,cached_tokens,completion_tokens,met_slo,error";
@@ -58,7 +58,7 @@ fn load_rows(phase: &'static str, runs: &[super::load::LoadRun], out: &mut Vec<R
     }
 }
 
-pub fn rows(r: &BenchResult) -> Vec<Row> {
+pub(crate) fn rows(r: &BenchResult) -> Vec<Row> {
     let mut out: Vec<Row> = r
         .samples
         .iter()
@@ -110,7 +110,7 @@ pub fn rows(r: &BenchResult) -> Vec<Row> {
     out
 }
 
-pub fn jsonl(r: &BenchResult) -> String {
+pub(crate) fn jsonl(r: &BenchResult) -> String {
     rows(r)
         .iter()
         .map(|row| serde_json::to_string(row).expect("rows are plain data") + "\n")
@@ -126,7 +126,7 @@ fn field(text: &str) -> String {
     }
 }
 
-pub fn csv(r: &BenchResult) -> String {
+pub(crate) fn csv(r: &BenchResult) -> String {
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
     let int = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     let mut out = format!("{COLUMNS}\n");
@@ -156,7 +156,7 @@ pub fn csv(r: &BenchResult) -> String {
 }
 
 /// Writes the result and, beside it, its HTML report, JSONL and CSV; the report's path.
-pub fn write_all(path: &Path, result: &BenchResult) -> Result<PathBuf> {
+pub(crate) fn write_all(path: &Path, result: &BenchResult) -> Result<PathBuf> {
     crate::state::write_json(path, result)?;
     let html = path.with_extension("html");
     crate::state::write_atomic(&html, super::html::report(&[result]).as_bytes())?;

@@ -7,13 +7,13 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::metric::Metric;
+pub(crate) use super::metric::Metric;
 use super::stats::{relative_difference, Interval, Pct, Stats};
 use super::suite::Check;
 
 /// What a gate judges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// % of answers passing a check (leaking, for thinking_leak): `no_markdown`.
     Quality(Check),
     /// A percentile of a metric over the measured requests: `ttft_p90_ms`, `decode_tps_p50`.
@@ -30,7 +30,7 @@ pub enum Gate {
 }
 
 /// The gate names a typo is matched against (the percentile forms are said in words).
-pub const GATE_NAMES: &[&str] = &[
+pub(crate) const GATE_NAMES: &[&str] = &[
     "non_empty",
     "expected_answer",
     "no_markdown",
@@ -89,13 +89,13 @@ impl FromStr for Gate {
 
 impl Gate {
     /// Gates that compare with production's result.
-    pub fn is_relative(self) -> bool {
+    pub(crate) fn is_relative(self) -> bool {
         matches!(self, Gate::VsProduction(_))
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Eq,
     Ge,
     Le,
@@ -105,9 +105,9 @@ pub enum Op {
 
 /// `OP NUMBER[%|ms]`: `>= 60%`, `== 0%`, `<= 200ms`, `>= 25`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rule {
-    pub op: Op,
-    pub threshold: f64,
+pub(crate) struct Rule {
+    pub(crate) op: Op,
+    pub(crate) threshold: f64,
 }
 
 impl FromStr for Rule {
@@ -145,7 +145,7 @@ impl FromStr for Rule {
 }
 
 impl Rule {
-    pub fn holds(self, value: f64) -> bool {
+    pub(crate) fn holds(self, value: f64) -> bool {
         let t = self.threshold;
         match self.op {
             Op::Eq => (value - t).abs() < 1e-9,
@@ -160,18 +160,18 @@ impl Rule {
 /// One gate as a recipe or `--gate` writes it (`thinking_leak: "== 0%"`), parsed once where
 /// it comes in: recipe validation, `bench --gate` and the judging all read this.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GateRule {
+pub(crate) struct GateRule {
     /// The name as written; results and reports show it.
-    pub name: String,
-    pub gate: Gate,
+    pub(crate) name: String,
+    pub(crate) gate: Gate,
     /// The rule as written.
-    pub text: String,
-    pub rule: Rule,
+    pub(crate) text: String,
+    pub(crate) rule: Rule,
 }
 
 /// Why a gate does not parse; its message says what is allowed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GateError {
+pub(crate) enum GateError {
     /// `--gate` without `=`.
     Form(String),
     /// An unknown gate name: (name, message).
@@ -192,7 +192,7 @@ impl std::fmt::Display for GateError {
 }
 
 impl GateRule {
-    pub fn new(name: &str, rule: &str) -> Result<GateRule, GateError> {
+    pub(crate) fn new(name: &str, rule: &str) -> Result<GateRule, GateError> {
         let gate = name
             .parse::<Gate>()
             .map_err(|e| GateError::Gate(name.to_string(), e))?;
@@ -208,7 +208,7 @@ impl GateRule {
     }
 
     /// Compares with production's result.
-    pub fn is_relative(&self) -> bool {
+    pub(crate) fn is_relative(&self) -> bool {
         self.gate.is_relative()
     }
 }
@@ -226,10 +226,10 @@ impl FromStr for GateRule {
 
 /// A run's gates by name: the order they are judged and shown in; a later one of the same
 /// name replaces an earlier one.
-pub type Gates = BTreeMap<String, GateRule>;
+pub(crate) type Gates = BTreeMap<String, GateRule>;
 
 /// Takes out the gates that compare with production; their names.
-pub fn take_relative(gates: &mut Gates) -> Vec<String> {
+pub(crate) fn take_relative(gates: &mut Gates) -> Vec<String> {
     let names: Vec<String> = gates
         .values()
         .filter(|g| g.is_relative())
@@ -240,7 +240,7 @@ pub fn take_relative(gates: &mut Gates) -> Vec<String> {
 }
 
 /// Parses gates as a recipe writes them (name → rule).
-pub fn parse_all(written: &BTreeMap<String, String>) -> Result<Gates, GateError> {
+pub(crate) fn parse_all(written: &BTreeMap<String, String>) -> Result<Gates, GateError> {
     written
         .iter()
         .map(|(name, rule)| Ok((name.clone(), GateRule::new(name, rule)?)))
@@ -252,7 +252,7 @@ pub fn parse_all(written: &BTreeMap<String, String>) -> Result<Gates, GateError>
 /// interval that holds the threshold): never a pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum GateOutcome {
+pub(crate) enum GateOutcome {
     Pass,
     Fail,
     #[default]
@@ -260,37 +260,37 @@ pub enum GateOutcome {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct GateResult {
-    pub gate: String,
-    pub rule: String,
-    pub value: Option<f64>,
+pub(crate) struct GateResult {
+    pub(crate) gate: String,
+    pub(crate) rule: String,
+    pub(crate) value: Option<f64>,
     /// The value's 95% interval over repeated runs, when it was measured more than once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<(f64, f64)>,
+    pub(crate) interval: Option<(f64, f64)>,
     #[serde(default)]
-    pub outcome: GateOutcome,
-    pub detail: String,
+    pub(crate) outcome: GateOutcome,
+    pub(crate) detail: String,
 }
 
 /// The best goodput of a result's load levels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct GoodputFigure {
-    pub rps: f64,
-    pub pct: f64,
+pub(crate) struct GoodputFigure {
+    pub(crate) rps: f64,
+    pub(crate) pct: f64,
 }
 
 /// What the gates are judged on, from one result (and production's for `vs_*`).
 #[derive(Debug, Clone, Default)]
-pub struct Measures {
+pub(crate) struct Measures {
     /// Check name → % of answers.
-    pub rates: BTreeMap<String, f64>,
+    pub(crate) rates: BTreeMap<String, f64>,
     /// Each metric over the measured requests (per-token ones over decoding streams only).
-    pub stats: BTreeMap<Metric, Stats>,
+    pub(crate) stats: BTreeMap<Metric, Stats>,
     /// Each metric's per-run p50 over repeated runs.
-    pub confidence: BTreeMap<Metric, Interval>,
-    pub goodput: Option<GoodputFigure>,
+    pub(crate) confidence: BTreeMap<Metric, Interval>,
+    pub(crate) goodput: Option<GoodputFigure>,
     /// % of requests the server failed.
-    pub errors_pct: Option<f64>,
+    pub(crate) errors_pct: Option<f64>,
 }
 
 /// A value, its interval if any, and what it is.
@@ -394,7 +394,7 @@ fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Jud
 /// Judges each gate. `production` is the baseline of the relative gates, or why there is
 /// none that can be trusted. A gate whose 95% interval holds its threshold cannot say
 /// which side the truth is on: inconclusive.
-pub fn evaluate(
+pub(crate) fn evaluate(
     gates: &Gates,
     now: &Measures,
     production: Result<&Measures, &str>,

@@ -40,34 +40,34 @@ impl std::str::FromStr for Arrival {
 /// command line's flags win over each field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LoadSpec {
+pub(crate) struct LoadSpec {
     /// Closed-loop levels: this many simultaneous streams each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub concurrency: Vec<usize>,
+    pub(crate) concurrency: Vec<usize>,
     /// An open-loop level: requests per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arrival: Option<Arrival>,
+    pub(crate) arrival: Option<Arrival>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Requests per level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requests: Option<usize>,
+    pub(crate) requests: Option<usize>,
     /// `concurrency:1,2,4,8` or `rate:1,2,4,8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<String>,
+    pub(crate) sweep: Option<String>,
     /// Prior-context depths in tokens, each cold and warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub depth: Vec<usize>,
+    pub(crate) depth: Vec<usize>,
     /// Runs of the whole suite, for confidence intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat: Option<usize>,
+    pub(crate) repeat: Option<usize>,
 }
 
 impl LoadSpec {
     /// What is wrong with it, as (key under `bench.load`, message).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if let Some(s) = &self.sweep {
             if let Err(e) = s.parse::<Sweep>() {
@@ -126,7 +126,7 @@ impl std::fmt::Display for Profile {
 
 impl Profile {
     /// The level a sweep steps: streams, or requests per second.
-    pub fn level(&self) -> f64 {
+    pub(crate) fn level(&self) -> f64 {
         match self {
             Profile::Concurrency { streams } => *streams as f64,
             Profile::Rate { rps, .. } => *rps,
@@ -156,7 +156,7 @@ impl SplitMix64 {
 /// exponential distribution and then scaled so the n sends span exactly (n − 1)/rps: a
 /// Poisson process conditioned on its count, so the asked rate is the schedule's rate
 /// exactly (a short run's raw draws would miss it by 1/√n) while the gaps keep their spread.
-pub fn schedule(rps: f64, arrival: Arrival, seed: u64, n: usize) -> Vec<f64> {
+pub(crate) fn schedule(rps: f64, arrival: Arrival, seed: u64, n: usize) -> Vec<f64> {
     if n == 0 {
         return Vec::new();
     }
@@ -181,62 +181,62 @@ pub fn schedule(rps: f64, arrival: Arrival, seed: u64, n: usize) -> Vec<f64> {
 /// One request of a load level, timed from its scheduled send.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Record {
-    pub index: usize,
+    pub(crate) index: usize,
     /// When it was due, ms from the level's start.
     pub scheduled_ms: f64,
     /// How late the client sent it.
-    pub send_lag_ms: f64,
+    pub(crate) send_lag_ms: f64,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<super::sample::Failure>,
+    pub(crate) failure: Option<super::sample::Failure>,
     /// From the scheduled send (send lag included).
     pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub e2el_ms: f64,
-    pub itl_ms: Vec<f64>,
-    pub prompt_tokens: Option<u64>,
-    pub cached_tokens: Option<u64>,
-    pub completion_tokens: Option<u64>,
+    pub(crate) tpot_ms: Option<f64>,
+    pub(crate) e2el_ms: f64,
+    pub(crate) itl_ms: Vec<f64>,
+    pub(crate) prompt_tokens: Option<u64>,
+    pub(crate) cached_tokens: Option<u64>,
+    pub(crate) completion_tokens: Option<u64>,
     /// Against the SLO, when one was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub met_slo: Option<bool>,
+    pub(crate) met_slo: Option<bool>,
 }
 
 /// One load level's outcome.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadRun {
-    pub profile: Profile,
-    pub requests: usize,
-    pub completed: usize,
+    pub(crate) profile: Profile,
+    pub(crate) requests: usize,
+    pub(crate) completed: usize,
     pub failed: usize,
     /// Open loop: the send rate achieved, (n − 1) / (last send − first send).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub achieved_rps: Option<f64>,
+    pub(crate) achieved_rps: Option<f64>,
     /// From the level's start (the first send is due then) to the last answer's end.
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
     /// Completed requests per second over `duration_s`.
-    pub request_rps: f64,
+    pub(crate) request_rps: f64,
     /// Output tokens per second over `duration_s`.
-    pub output_tps: f64,
-    pub ttft_ms: Option<Stats>,
-    pub tpot_ms: Option<Stats>,
-    pub itl_ms: Option<Stats>,
-    pub e2el_ms: Option<Stats>,
-    pub send_lag_ms: Option<Stats>,
+    pub(crate) output_tps: f64,
+    pub(crate) ttft_ms: Option<Stats>,
+    pub(crate) tpot_ms: Option<Stats>,
+    pub(crate) itl_ms: Option<Stats>,
+    pub(crate) e2el_ms: Option<Stats>,
+    pub(crate) send_lag_ms: Option<Stats>,
     /// Requests per second that met the SLO, and their share (%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub goodput_rps: Option<f64>,
+    pub(crate) goodput_rps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub goodput_pct: Option<f64>,
+    pub(crate) goodput_pct: Option<f64>,
     /// What the server's metrics said while it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<During>,
+    pub(crate) server: Option<During>,
     /// Connections opened (and answered) before the level's clock started, one per stream
     /// of a closed loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connections_opened: Option<usize>,
+    pub(crate) connections_opened: Option<usize>,
     pub records: Vec<Record>,
 }
 
@@ -436,29 +436,19 @@ fn summarize(
     }
 }
 
-impl LoadRun {
-    /// Requests the server is to blame for (not transport faults).
-    pub fn server_failures(&self) -> usize {
-        self.records
-            .iter()
-            .filter(|r| r.failure.is_some_and(super::sample::Failure::blames_server))
-            .count()
-    }
-}
-
 /// What a sweep steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SweepKind {
+pub(crate) enum SweepKind {
     Concurrency,
     Rate,
 }
 
 /// `concurrency:1,2,4,8` or `rate:1,2,4,8`: levels tried in order until one saturates.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sweep {
-    pub kind: SweepKind,
-    pub levels: Vec<f64>,
+pub(crate) struct Sweep {
+    pub(crate) kind: SweepKind,
+    pub(crate) levels: Vec<f64>,
 }
 
 impl std::str::FromStr for Sweep {
@@ -494,7 +484,7 @@ impl std::str::FromStr for Sweep {
 }
 
 impl Sweep {
-    pub fn profiles(&self, arrival: Arrival, seed: u64) -> Vec<Profile> {
+    pub(crate) fn profiles(&self, arrival: Arrival, seed: u64) -> Vec<Profile> {
         self.levels
             .iter()
             .map(|&v| match self.kind {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// A latency or speed figure measured per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Metric {
+pub(crate) enum Metric {
     /// Time to the first token of any kind, ms.
     Ttft,
     /// Time to the first output token (content or tool call), ms.
@@ -21,7 +21,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 6] = [
+    pub(crate) const ALL: [Metric; 6] = [
         Metric::Ttft,
         Metric::Ttfo,
         Metric::Tpot,
@@ -30,7 +30,7 @@ impl Metric {
         Metric::Decode,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Metric::Ttft => "ttft",
             Metric::Ttfo => "ttfo",

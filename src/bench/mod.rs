@@ -6,30 +6,30 @@
 //! confidence intervals (`stats`), the server's metrics (`scrape`) and the roofline.
 
 mod assemble;
-pub mod bound;
-pub mod client;
-pub mod degenerate;
-pub mod depth;
-pub mod export;
-pub mod gates;
-pub mod html;
+pub(crate) mod bound;
+pub(crate) mod client;
+pub(crate) mod degenerate;
+pub(crate) mod depth;
+pub(crate) mod export;
+pub(crate) mod gates;
+pub(crate) mod html;
 pub mod load;
-pub mod metric;
-pub mod quality;
+pub(crate) mod metric;
+pub(crate) mod quality;
 mod reader;
-pub mod replay;
-pub mod report;
-pub mod result;
-pub mod roofline;
-pub mod sample;
-pub mod scrape;
-pub mod server;
-pub mod slo;
-pub mod sse;
-pub mod stats;
-pub mod suite;
-pub mod sweep;
-pub mod target;
+pub(crate) mod replay;
+pub(crate) mod report;
+pub(crate) mod result;
+pub(crate) mod roofline;
+pub(crate) mod sample;
+pub(crate) mod scrape;
+pub(crate) mod server;
+pub(crate) mod slo;
+pub(crate) mod sse;
+pub(crate) mod stats;
+pub(crate) mod suite;
+pub(crate) mod sweep;
+pub(crate) mod target;
 
 use std::collections::BTreeMap;
 
@@ -47,31 +47,31 @@ use sweep::SweepResult;
 
 /// How a benchmark runs.
 #[derive(Default)]
-pub struct Options {
-    pub warmup: Option<usize>,
-    pub runs: Option<usize>,
+pub(crate) struct Options {
+    pub(crate) warmup: Option<usize>,
+    pub(crate) runs: Option<usize>,
     /// Closed-loop levels: this many simultaneous streams each.
-    pub concurrency: Vec<usize>,
+    pub(crate) concurrency: Vec<usize>,
     /// An open-loop level: requests per second.
-    pub rate: Option<f64>,
-    pub arrival: Option<Arrival>,
+    pub(crate) rate: Option<f64>,
+    pub(crate) arrival: Option<Arrival>,
     /// Seed of Poisson arrivals [default: 1].
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Requests per load level [default: 40].
-    pub requests: Option<usize>,
-    pub sweep: Option<Sweep>,
-    pub slo: Option<Slo>,
+    pub(crate) requests: Option<usize>,
+    pub(crate) sweep: Option<Sweep>,
+    pub(crate) slo: Option<Slo>,
     /// Prior-context depths (tokens) to ask the same question behind.
-    pub depths: Vec<usize>,
+    pub(crate) depths: Vec<usize>,
     /// Runs of the whole suite, for confidence intervals (1: none); unset: the recipe's
     /// `bench.load.repeat`, else 1.
-    pub repeat: Option<usize>,
-    pub gates: gates::Gates,
+    pub(crate) repeat: Option<usize>,
+    pub(crate) gates: gates::Gates,
 }
 
 impl Options {
     /// Fills what the command line left unset from a recipe's `bench.load`.
-    pub fn with_recipe_load(mut self, spec: Option<&load::LoadSpec>) -> Options {
+    pub(crate) fn with_recipe_load(mut self, spec: Option<&load::LoadSpec>) -> Options {
         let Some(l) = spec else { return self };
         if self.concurrency.is_empty() {
             self.concurrency = l.concurrency.clone();
@@ -95,7 +95,7 @@ pub fn http_client() -> Result<Clients> {
 }
 
 /// The kind of server a recipe's engine runs.
-pub fn server_kind(engine: crate::engine::Engine) -> ServerKind {
+pub(crate) fn server_kind(engine: crate::engine::Engine) -> ServerKind {
     use crate::engine::Engine;
     match engine {
         Engine::LlamaServer => ServerKind::LlamaServer,
@@ -204,7 +204,7 @@ impl Bench<'_> {
 /// Runs the suite against `target.url` (`repeat` times), then the load levels, the sweep
 /// and the depths asked for; `progress(done, total, what)` after each suite request.
 /// `production` is the baseline of the relative gates, or why there is none to trust.
-pub async fn run(
+pub(crate) async fn run(
     suite: &Suite,
     mut target: Target,
     opts: &Options,

@@ -6,16 +6,16 @@ use super::sample::Sample;
 use super::suite::{Case, Check};
 
 /// Markdown anywhere in a line: bold, code fences, underscores.
-pub const MARKDOWN_MARKS: [&str; 3] = ["**", "```", "__"];
+pub(crate) const MARKDOWN_MARKS: [&str; 3] = ["**", "```", "__"];
 
 /// Headers, bold, lists, code fences: what a voice reads out as symbols.
-pub fn has_markdown(text: &str) -> bool {
+pub(crate) fn has_markdown(text: &str) -> bool {
     MARKDOWN_MARKS.iter().any(|m| text.contains(m)) || text.lines().any(markdown_line)
 }
 
 /// Whether a line opens as markdown does: a header, a bullet, a numbered item (its
 /// first 16 characters after the indent decide).
-pub fn markdown_line(line: &str) -> bool {
+pub(crate) fn markdown_line(line: &str) -> bool {
     let t = line.trim_start();
     let numbered = t
         .split_once(". ")
@@ -27,19 +27,19 @@ pub fn markdown_line(line: &str) -> bool {
 }
 
 /// What reasoning that reached the content looks like (the seeds' v1 mistake).
-pub const THINKING_MARKS: [&str; 3] = ["<think>", "</think>", "Thinking Process:"];
+pub(crate) const THINKING_MARKS: [&str; 3] = ["<think>", "</think>", "Thinking Process:"];
 
 /// Reasoning that reached the content.
-pub fn leaks_thinking(text: &str) -> bool {
+pub(crate) fn leaks_thinking(text: &str) -> bool {
     THINKING_MARKS.iter().any(|m| text.contains(m))
 }
 
 /// A tool call the server's parser left in the content (seed 004: `<tool_call>` text and
 /// no `tool_calls`).
-pub const TOOL_CALL_MARK: &str = "<tool_call>";
+pub(crate) const TOOL_CALL_MARK: &str = "<tool_call>";
 
 /// The per-answer checks that apply to this case: (check, passed).
-pub fn checks(sample: &Sample, case: &Case) -> Vec<(Check, bool)> {
+pub(crate) fn checks(sample: &Sample, case: &Case) -> Vec<(Check, bool)> {
     let mut all = every_check(sample, case);
     if let Some(only) = &case.checks {
         all.retain(|(check, _)| only.contains(check));
@@ -85,7 +85,9 @@ fn every_check(sample: &Sample, case: &Case) -> Vec<(Check, bool)> {
 }
 
 /// Check name → % of the answers it applies to (leaking for thinking_leak, passing otherwise).
-pub fn rates<'a>(samples: impl Iterator<Item = (&'a Sample, &'a Case)>) -> BTreeMap<String, f64> {
+pub(crate) fn rates<'a>(
+    samples: impl Iterator<Item = (&'a Sample, &'a Case)>,
+) -> BTreeMap<String, f64> {
     let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (s, case) in samples {
         for (check, passed) in checks(s, case) {

@@ -8,7 +8,7 @@ use super::sample::{ChunkTokens, Sample, ServerTimings, TokenSource, ToolCall};
 /// Whether a streamed choice carries a token: text, a tool call, or an empty text delta
 /// that neither announces the role nor closes the stream (a token with no visible text of
 /// its own still took a decoding step).
-pub fn bears_token(choice: &Value) -> bool {
+pub(crate) fn bears_token(choice: &Value) -> bool {
     let delta = &choice["delta"];
     let text = |key: &str| delta.get(key).and_then(Value::as_str);
     let texts = [
@@ -184,7 +184,7 @@ impl Reader {
 /// Per-token gaps: each chunk's gap from the previous one, divided over the tokens it
 /// carried (one value per token when counts are whole, one per chunk otherwise). A chunk
 /// that carried no token hands its gap on to the next.
-pub fn per_token_gaps(at: &[f64], counts: &[f64]) -> Vec<f64> {
+pub(crate) fn per_token_gaps(at: &[f64], counts: &[f64]) -> Vec<f64> {
     let mut out = Vec::new();
     let mut since = at.first().copied().unwrap_or(0.0);
     for (&t, &n) in at.iter().zip(counts).skip(1) {
@@ -202,11 +202,11 @@ pub fn per_token_gaps(at: &[f64], counts: &[f64]) -> Vec<f64> {
 
 /// Tokens arriving faster than this each (inside the window holding 90% of them) were
 /// not decoded one by one as they arrived: no single stream decodes at 20,000 tok/s.
-pub const BURST_PER_TOKEN_MS: f64 = 0.05;
+pub(crate) const BURST_PER_TOKEN_MS: f64 = 0.05;
 
 /// True when 90% of at least 8 tokens arrived inside a window shorter than
 /// `BURST_PER_TOKEN_MS` per token: the server buffered the answer and sent it in bursts.
-pub fn is_burst(at: &[f64], counts: &[f64]) -> bool {
+pub(crate) fn is_burst(at: &[f64], counts: &[f64]) -> bool {
     let total: f64 = counts.iter().sum();
     if total < 8.0 {
         return false;

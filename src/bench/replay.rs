@@ -21,22 +21,22 @@ use crate::error::{Error, Result};
 use crate::state::StateDir;
 
 /// The suite name that means production's captured traffic.
-pub const CAPTURED: &str = "captured";
+pub(crate) const CAPTURED: &str = "captured";
 
 /// What a replay's result says of it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Replay {
+pub(crate) struct Replay {
     /// Where the requests came from.
-    pub source: String,
+    pub(crate) source: String,
     /// How they were sent: `as captured`, `concurrency N`, `constant R req/s`.
-    pub pace: String,
-    pub requests: usize,
+    pub(crate) pace: String,
+    pub(crate) requests: usize,
     /// Each request's last user message, in the order sent.
-    pub prompts: Vec<String>,
+    pub(crate) prompts: Vec<String>,
 }
 
 /// A suite by its spec: `captured`, a capture file, or a suite (built in, named, a file).
-pub fn load_suite(spec: &str, suites_dir: &Path, state: &StateDir) -> Result<Suite> {
+pub(crate) fn load_suite(spec: &str, suites_dir: &Path, state: &StateDir) -> Result<Suite> {
     let path = Path::new(spec);
     if spec == CAPTURED {
         return captured(spec, state);
@@ -48,7 +48,7 @@ pub fn load_suite(spec: &str, suites_dir: &Path, state: &StateDir) -> Result<Sui
 }
 
 /// `captured` (what the front door captured) or a capture file, as a suite.
-pub fn captured(from: &str, state: &StateDir) -> Result<Suite> {
+pub(crate) fn captured(from: &str, state: &StateDir) -> Result<Suite> {
     match from {
         CAPTURED => from_capture(&capture::dir(state)),
         file => from_capture(Path::new(file)),
@@ -85,7 +85,7 @@ fn last_user_text(messages: &[Value]) -> String {
 
 /// The captured requests at `path` (a capture directory or file) as a suite: one case
 /// each, sent once.
-pub fn from_capture(path: &Path) -> Result<Suite> {
+pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
     if !path.exists() {
         return Err(Error::Usage(format!(
             "nothing captured yet at {}: `sparkctl frontdoor capture on`, then let production serve",

@@ -12,7 +12,7 @@ fn p50(s: &Option<super::result::Stats>) -> Option<f64> {
 }
 
 /// Per-case latency and quality of one result.
-pub fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
+pub(crate) fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
     table.set_header(vec![
         "CASE",
         "OK",
@@ -53,7 +53,7 @@ pub fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
 }
 
 /// Per-case evidence: what was cached, how tokens came, what the server itself measured.
-pub fn evidence_table(r: &BenchResult, table: &mut comfy_table::Table) {
+pub(crate) fn evidence_table(r: &BenchResult, table: &mut comfy_table::Table) {
     table.set_header(vec![
         "CASE",
         "CACHE",
@@ -94,7 +94,7 @@ type Pair = (Option<f64>, Option<f64>);
 
 /// Results side by side per case: TTFT p50 (ms) and decode tok/s p50, each against the
 /// first result (×).
-pub fn compare_table(results: &[&BenchResult], table: &mut comfy_table::Table) {
+pub(crate) fn compare_table(results: &[&BenchResult], table: &mut comfy_table::Table) {
     let name = |r: &BenchResult| {
         r.target
             .recipe
@@ -161,7 +161,7 @@ pub fn compare_table(results: &[&BenchResult], table: &mut comfy_table::Table) {
 }
 
 /// Load levels: asked and achieved rates, throughput, latency from the scheduled send, goodput.
-pub fn load_table(levels: &[&super::load::LoadRun], table: &mut comfy_table::Table) {
+pub(crate) fn load_table(levels: &[&super::load::LoadRun], table: &mut comfy_table::Table) {
     table.set_header(vec![
         "LOAD",
         "ASKED/s",
@@ -203,7 +203,7 @@ pub fn load_table(levels: &[&super::load::LoadRun], table: &mut comfy_table::Tab
 }
 
 /// Context depths, cold and warm, with the cached tokens that prove which was measured.
-pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
+pub(crate) fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
     const COLUMNS: [&str; 7] = [
         "DEPTH",
         "CACHE",
@@ -234,7 +234,7 @@ pub fn depth_table(r: &BenchResult, table: &mut comfy_table::Table) {
 }
 
 /// Two bar panels: TTFT p50 per case and turn, decode tok/s p50 per case, for each result.
-pub fn chart_svg(results: &[&BenchResult]) -> String {
+pub(crate) fn chart_svg(results: &[&BenchResult]) -> String {
     let names: Vec<String> = results.iter().map(|r| super::html::name_of(r)).collect();
     let mut ttft: Vec<(String, Vec<Option<f64>>)> = Vec::new();
     let mut decode: Vec<(String, Vec<Option<f64>>)> = Vec::new();

@@ -10,76 +10,76 @@ use super::sample::{ChunkTokens, Failure, Sample, TokenSource};
 use super::stats::Interval;
 use super::suite::CacheMode;
 
-pub use super::target::Target;
+pub(crate) use super::target::Target;
 
 /// A prompt of which at most this many tokens were evaluated was a near-full cache hit:
 /// the request's own new text was cached too (servers re-evaluate the last token or so to
 /// get logits), so its TTFT measured the cache. A warm prefix leaves the new user turn,
 /// and more, to evaluate.
-pub const NEAR_FULL_UNCACHED: u64 = 4;
+pub(crate) const NEAR_FULL_UNCACHED: u64 = 4;
 
-pub use super::stats::{median, stats, Stats};
+pub(crate) use super::stats::{median, stats, Stats};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CaseSummary {
-    pub case: String,
+pub(crate) struct CaseSummary {
+    pub(crate) case: String,
     #[serde(default)]
-    pub cache: CacheMode,
-    pub samples: usize,
-    pub failed: usize,
+    pub(crate) cache: CacheMode,
+    pub(crate) samples: usize,
+    pub(crate) failed: usize,
     /// Measured requests sent a second time after a transport error before any byte.
     #[serde(default)]
-    pub retried: usize,
+    pub(crate) retried: usize,
     /// TTFT (first token of any kind).
-    pub ttft_ms: Option<Stats>,
+    pub(crate) ttft_ms: Option<Stats>,
     /// TTFO (first output: content or tool call).
     #[serde(default)]
-    pub ttfo_ms: Option<Stats>,
+    pub(crate) ttfo_ms: Option<Stats>,
     /// TTFT p50 per turn (multi-turn growth).
-    pub ttft_p50_per_turn_ms: Vec<f64>,
-    pub ttfr_ms: Option<Stats>,
+    pub(crate) ttft_p50_per_turn_ms: Vec<f64>,
+    pub(crate) ttfr_ms: Option<Stats>,
     #[serde(default)]
-    pub tpot_ms: Option<Stats>,
-    pub decode_tps: Option<Stats>,
-    pub itl_ms: Option<Stats>,
-    pub e2e_ms: Option<Stats>,
-    pub cold_start_ttft_ms: Option<f64>,
+    pub(crate) tpot_ms: Option<Stats>,
+    pub(crate) decode_tps: Option<Stats>,
+    pub(crate) itl_ms: Option<Stats>,
+    pub(crate) e2e_ms: Option<Stats>,
+    pub(crate) cold_start_ttft_ms: Option<f64>,
     #[serde(default)]
-    pub prompt_tokens: Option<Stats>,
+    pub(crate) prompt_tokens: Option<Stats>,
     /// Prompt tokens the server reported as served from its cache.
     #[serde(default)]
-    pub cached_tokens: Option<Stats>,
+    pub(crate) cached_tokens: Option<Stats>,
     /// Measured TTFTs whose prompt was a near-full cache hit.
     #[serde(default)]
-    pub near_full_cache_hits: usize,
+    pub(crate) near_full_cache_hits: usize,
     /// Mean tokens per token-bearing chunk.
     #[serde(default)]
-    pub tokens_per_chunk: Option<f64>,
+    pub(crate) tokens_per_chunk: Option<f64>,
     /// Streams the server delivered in bursts (no per-token figures from them).
     #[serde(default)]
-    pub bursts: usize,
+    pub(crate) bursts: usize,
     /// Samples whose decode speed the memory bandwidth cannot deliver (excluded).
     #[serde(default)]
-    pub impossible: usize,
+    pub(crate) impossible: usize,
     /// The server's own decode speed (llama-server `timings.predicted_per_second`).
     #[serde(default)]
-    pub server_decode_tps: Option<Stats>,
+    pub(crate) server_decode_tps: Option<Stats>,
     /// Median of (client − server) / server decode speed, %.
     #[serde(default)]
-    pub decode_vs_server_pct: Option<f64>,
+    pub(crate) decode_vs_server_pct: Option<f64>,
     /// Median of client TTFT − the server's prompt time (llama-server `prompt_ms`): what
     /// the client saw beyond the server's own prompt processing.
     #[serde(default)]
-    pub ttft_minus_server_prompt_ms: Option<f64>,
+    pub(crate) ttft_minus_server_prompt_ms: Option<f64>,
     /// Check → % of this case's answers (leak rate for thinking_leak, pass rate otherwise).
-    pub checks: BTreeMap<String, f64>,
+    pub(crate) checks: BTreeMap<String, f64>,
 }
 
 /// What a benchmark concludes. `Inconclusive` never promotes and never blames the
 /// candidate: the evidence cannot decide (client or network faults, a gate without data).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     /// A gate failed.
     Fail,
@@ -101,72 +101,72 @@ impl std::fmt::Display for Verdict {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct BenchResult {
-    pub sparkctl_version: String,
-    pub host: String,
-    pub time: String,
-    pub target: Target,
-    pub suite: String,
-    pub warmup: usize,
-    pub runs: usize,
+pub(crate) struct BenchResult {
+    pub(crate) sparkctl_version: String,
+    pub(crate) host: String,
+    pub(crate) time: String,
+    pub(crate) target: Target,
+    pub(crate) suite: String,
+    pub(crate) warmup: usize,
+    pub(crate) runs: usize,
     /// Runs of the whole suite (confidence intervals need two or more).
     #[serde(default = "one")]
-    pub repeat: usize,
-    pub cases: Vec<CaseSummary>,
+    pub(crate) repeat: usize,
+    pub(crate) cases: Vec<CaseSummary>,
     /// Fixed load levels (closed-loop concurrency, open-loop rate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub load: Vec<super::load::LoadRun>,
+    pub(crate) load: Vec<super::load::LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<super::sweep::SweepResult>,
+    pub(crate) sweep: Option<super::sweep::SweepResult>,
     /// The same question behind prior contexts of several depths, cold and warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub depth: Vec<super::depth::DepthPoint>,
+    pub(crate) depth: Vec<super::depth::DepthPoint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slo: Option<super::slo::Slo>,
+    pub(crate) slo: Option<super::slo::Slo>,
     /// The server's metrics and the host's memory around the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_side: Option<super::scrape::ServerSide>,
+    pub(crate) server_side: Option<super::scrape::ServerSide>,
     /// Check → % over all measured answers it applies to.
-    pub quality: BTreeMap<String, f64>,
-    pub ttft_p50_ms: Option<f64>,
+    pub(crate) quality: BTreeMap<String, f64>,
+    pub(crate) ttft_p50_ms: Option<f64>,
     #[serde(default)]
-    pub ttfo_p50_ms: Option<f64>,
-    pub decode_tps_p50: Option<f64>,
+    pub(crate) ttfo_p50_ms: Option<f64>,
+    pub(crate) decode_tps_p50: Option<f64>,
     /// Every metric over the measured requests of the suite (per-token ones over decoding
     /// streams only), for the percentile gates.
     #[serde(default)]
-    pub latency: BTreeMap<Metric, Stats>,
+    pub(crate) latency: BTreeMap<Metric, Stats>,
     /// Each metric's per-run p50 over `--repeat` runs: mean, CV and 95% interval.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub confidence: BTreeMap<Metric, Interval>,
+    pub(crate) confidence: BTreeMap<Metric, Interval>,
     /// The best goodput of the load levels, against the SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub goodput: Option<GoodputFigure>,
+    pub(crate) goodput: Option<GoodputFigure>,
     /// Decode p50 as a share of the memory-bandwidth bound, where the model size is known
     /// and the figure is possible.
-    pub roofline_share: Option<f64>,
+    pub(crate) roofline_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roofline: Option<super::roofline::Roofline>,
-    pub usage_estimated: bool,
-    pub gates: Vec<GateResult>,
-    pub verdict: Verdict,
+    pub(crate) roofline: Option<super::roofline::Roofline>,
+    pub(crate) usage_estimated: bool,
+    pub(crate) gates: Vec<GateResult>,
+    pub(crate) verdict: Verdict,
     /// Why the verdict is what it is, in one line.
     #[serde(default)]
-    pub verdict_reason: String,
+    pub(crate) verdict_reason: String,
     /// Failed requests, one line each.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// How far the figures can be trusted: cache hits, estimates, bursts, retries.
     #[serde(default)]
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// A replay of captured traffic: its source, pace and prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<super::replay::Replay>,
-    pub samples: Vec<Sample>,
+    pub(crate) replay: Option<super::replay::Replay>,
+    pub(crate) samples: Vec<Sample>,
 }
 
 impl BenchResult {
     /// What the gates judge, from this result.
-    pub fn measures(&self) -> Measures {
+    pub(crate) fn measures(&self) -> Measures {
         let mut stats = self.latency.clone();
         // Results written before per-metric statistics kept only the p50s.
         let only_p50 = |v: f64| Stats {
@@ -198,7 +198,7 @@ impl BenchResult {
 
     /// Why this result cannot serve as the baseline of relative gates, if it cannot: a
     /// baseline must be a complete measurement, not a run that broke half-way.
-    pub fn unusable_as_baseline(&self) -> Option<String> {
+    pub(crate) fn unusable_as_baseline(&self) -> Option<String> {
         let failed = self.samples.iter().filter(|s| !s.warmup && !s.ok).count();
         if failed > 0 {
             Some(format!(
@@ -226,7 +226,7 @@ fn measured<'a>(samples: &'a [Sample], case: &str) -> Vec<&'a Sample> {
 }
 
 /// Whether a sample's per-token figures (decode, TPOT, ITL) describe decoding.
-pub fn per_token_valid(s: &Sample) -> bool {
+pub(crate) fn per_token_valid(s: &Sample) -> bool {
     !s.burst && !s.impossible
 }
 
@@ -252,7 +252,7 @@ fn per_turn(ok: &[&Sample], turns: usize) -> Vec<f64> {
 }
 
 /// One case's statistics over its measured samples.
-pub fn summarize_case(
+pub(crate) fn summarize_case(
     case: &super::suite::Case,
     samples: &[Sample],
     checks: BTreeMap<String, f64>,
@@ -318,7 +318,7 @@ pub fn summarize_case(
 }
 
 /// The caveats a reader needs before trusting the figures.
-pub fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<String> {
+pub(crate) fn notes(cases: &[CaseSummary], samples: &[Sample], target: &Target) -> Vec<String> {
     let mut notes = Vec::new();
     for c in cases {
         case_notes(c, target, &mut notes);
@@ -421,7 +421,7 @@ fn sample_notes(samples: &[Sample], notes: &mut Vec<String>) {
 }
 
 /// The verdict, from failed samples and gate outcomes, and why.
-pub fn verdict(samples: &[Sample], gates: &[GateResult]) -> (Verdict, String) {
+pub(crate) fn verdict(samples: &[Sample], gates: &[GateResult]) -> (Verdict, String) {
     let failed: Vec<&Sample> = samples.iter().filter(|s| !s.warmup && !s.ok).collect();
     let blamed: Vec<&&Sample> = failed
         .iter()

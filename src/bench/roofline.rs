@@ -13,12 +13,12 @@ use super::stats::median;
 use super::target::Target;
 
 /// The context a sample's decode read on average: its prompt and half its answer.
-pub fn depth_of(prompt: Option<u64>, completion: Option<u64>) -> f64 {
+pub(crate) fn depth_of(prompt: Option<u64>, completion: Option<u64>) -> f64 {
     prompt.unwrap_or(0) as f64 + completion.unwrap_or(0) as f64 / 2.0
 }
 
 /// Bytes read per decoded token at `depth` tokens of context, where the model's size is known.
-pub fn bytes_per_token(target: &Target, depth: f64) -> Option<f64> {
+pub(crate) fn bytes_per_token(target: &Target, depth: f64) -> Option<f64> {
     let weights = target
         .active_weights_bytes
         .or(target.weights_bytes)
@@ -29,7 +29,7 @@ pub fn bytes_per_token(target: &Target, depth: f64) -> Option<f64> {
 /// The highest single-stream decode speed the memory bandwidth allows at `depth` tokens of
 /// context (each token reads the active weights once, plus the KV cache where declared),
 /// where the model size and the device's bandwidth are known.
-pub fn tps_at(target: &Target, depth: f64) -> Option<f64> {
+pub(crate) fn tps_at(target: &Target, depth: f64) -> Option<f64> {
     Some(target.bandwidth_bytes_per_s()? / bytes_per_token(target, depth)?)
 }
 
@@ -38,36 +38,40 @@ pub fn tps_at(target: &Target, depth: f64) -> Option<f64> {
 const AGREE: f64 = 0.10;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Roofline {
+pub(crate) struct Roofline {
     /// The bound's bandwidth, GB/s, and where it comes from.
     #[serde(default)]
-    pub bandwidth_gb_per_s: f64,
+    pub(crate) bandwidth_gb_per_s: f64,
     #[serde(default)]
-    pub bandwidth_from: String,
+    pub(crate) bandwidth_from: String,
     /// The weights read per token (active ones for MoE), bytes.
-    pub weights_bytes: u64,
+    pub(crate) weights_bytes: u64,
     /// KV-cache bytes per token of context, when the recipe declares it.
-    pub kv_bytes_per_token: Option<u64>,
+    pub(crate) kv_bytes_per_token: Option<u64>,
     /// Median context of the decoding samples, tokens.
-    pub depth_tokens: f64,
-    pub bytes_per_token: f64,
+    pub(crate) depth_tokens: f64,
+    pub(crate) bytes_per_token: f64,
     /// The bandwidth over bytes per token.
-    pub bound_tps: f64,
-    pub measured_tps: Option<f64>,
+    pub(crate) bound_tps: f64,
+    pub(crate) measured_tps: Option<f64>,
     /// The server's own decode speed over the same samples (llama-server
     /// `timings.predicted_per_second`), when it sends one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_tps: Option<f64>,
+    pub(crate) server_tps: Option<f64>,
     /// measured / bound, when it is possible (≤ 1).
-    pub share: Option<f64>,
-    pub impossible: bool,
+    pub(crate) share: Option<f64>,
+    pub(crate) impossible: bool,
     /// Per depth of the depth sweep: (depth, bound tok/s).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub per_depth: Vec<(usize, f64)>,
+    pub(crate) per_depth: Vec<(usize, f64)>,
 }
 
 impl Roofline {
-    pub fn of(target: &Target, samples: &[Sample], depths: &[DepthPoint]) -> Option<Roofline> {
+    pub(crate) fn of(
+        target: &Target,
+        samples: &[Sample],
+        depths: &[DepthPoint],
+    ) -> Option<Roofline> {
         let bandwidth = target.bandwidth.as_ref()?;
         let bytes_per_s = bandwidth.gb_per_s * 1e9;
         let ok: Vec<&Sample> = samples
@@ -134,7 +138,7 @@ impl Roofline {
 
     /// What a reader must know: an impossible figure and what the evidence says caused it,
     /// or a bound without KV reads.
-    pub fn note(&self) -> Option<String> {
+    pub(crate) fn note(&self) -> Option<String> {
         if self.impossible {
             return Some(format!(
                 "decode p50 {:.0} tok/s is above the {:.0} tok/s that {} GB/s ({}) allows for \

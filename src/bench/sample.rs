@@ -7,7 +7,7 @@ use serde_json::Value;
 /// Why a request yielded no complete answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Failure {
+pub(crate) enum Failure {
     /// No response byte arrived, even after one retry on a fresh connection: refused,
     /// reset or closed. The client's or the network's problem as far as the evidence goes.
     Transport,
@@ -21,7 +21,7 @@ pub enum Failure {
 
 impl Failure {
     /// Whether the server is to blame (not the client or the network).
-    pub fn blames_server(self) -> bool {
+    pub(crate) fn blames_server(self) -> bool {
         !matches!(self, Failure::Transport)
     }
 }
@@ -29,7 +29,7 @@ impl Failure {
 /// Where a sample's token count comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum TokenSource {
+pub(crate) enum TokenSource {
     /// The server's `usage` (or llama-server's `timings.predicted_n`).
     #[default]
     Usage,
@@ -40,7 +40,7 @@ pub enum TokenSource {
 /// How the tokens of a sample are spread over its chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ChunkTokens {
+pub(crate) enum ChunkTokens {
     /// Every chunk carried a running count (llama-server `timings_per_token`, vLLM and
     /// SGLang `continuous_usage_stats`): per-token figures are exact.
     #[default]
@@ -53,15 +53,15 @@ pub enum ChunkTokens {
 
 /// llama-server's own measurements of a request (`timings`), typed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServerTimings {
+pub(crate) struct ServerTimings {
     /// Prompt tokens reused from the server's cache.
-    pub cache_n: Option<u64>,
+    pub(crate) cache_n: Option<u64>,
     /// Prompt tokens evaluated for this request.
-    pub prompt_n: Option<u64>,
-    pub prompt_ms: Option<f64>,
-    pub predicted_n: Option<u64>,
-    pub predicted_ms: Option<f64>,
-    pub predicted_per_second: Option<f64>,
+    pub(crate) prompt_n: Option<u64>,
+    pub(crate) prompt_ms: Option<f64>,
+    pub(crate) predicted_n: Option<u64>,
+    pub(crate) predicted_ms: Option<f64>,
+    pub(crate) predicted_per_second: Option<f64>,
 }
 
 impl ServerTimings {
@@ -81,14 +81,14 @@ impl ServerTimings {
 /// retry's send when the first attempt never reached the server).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Sample {
-    pub case: String,
-    pub run: usize,
+    pub(crate) case: String,
+    pub(crate) run: usize,
     /// 1-based turn of a multi-turn case.
-    pub turn: usize,
-    pub warmup: bool,
+    pub(crate) turn: usize,
+    pub(crate) warmup: bool,
     /// Which of the `--repeat` runs of the suite it belongs to (0-based).
     #[serde(default)]
-    pub repeat: usize,
+    pub(crate) repeat: usize,
     pub ok: bool,
     /// The response's `id` (to find it in the server's log).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,69 +96,69 @@ pub struct Sample {
     /// When the request was sent, Unix µs: lines the sample up with server-side timestamps.
     pub sent_unix_us: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<Failure>,
+    pub(crate) failure: Option<Failure>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The first attempt's transport error, when the request was sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retried_after: Option<String>,
-    pub status: Option<u16>,
+    pub(crate) retried_after: Option<String>,
+    pub(crate) status: Option<u16>,
     /// TTFT: time to the first token of any kind (reasoning, content or tool call).
     pub ttft_ms: Option<f64>,
     /// TTFO: time to the first output token (content or tool call; reasoning does not count).
     #[serde(default)]
-    pub ttfo_ms: Option<f64>,
+    pub(crate) ttfo_ms: Option<f64>,
     /// Time to the first reasoning token.
-    pub ttfr_ms: Option<f64>,
+    pub(crate) ttfr_ms: Option<f64>,
     /// E2EL: until the stream ended.
-    pub e2e_ms: f64,
+    pub(crate) e2e_ms: f64,
     /// TPOT: (E2EL − TTFT) / (tokens − 1), as vLLM's benchmark defines it.
     #[serde(default)]
-    pub tpot_ms: Option<f64>,
+    pub(crate) tpot_ms: Option<f64>,
     /// ITL: per-token inter-token latency (a chunk's gap over the tokens it carried).
     pub itl_ms: Vec<f64>,
     /// When each token-bearing chunk arrived, and the tokens it carried (see `chunk_tokens`).
     #[serde(default)]
     pub chunk_at_ms: Vec<f64>,
     #[serde(default)]
-    pub chunk_token_counts: Vec<f64>,
+    pub(crate) chunk_token_counts: Vec<f64>,
     #[serde(default)]
-    pub chunk_tokens: ChunkTokens,
-    pub content_deltas: usize,
-    pub reasoning_deltas: usize,
-    pub prompt_tokens: Option<u64>,
+    pub(crate) chunk_tokens: ChunkTokens,
+    pub(crate) content_deltas: usize,
+    pub(crate) reasoning_deltas: usize,
+    pub(crate) prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
-    pub reasoning_tokens: Option<u64>,
+    pub(crate) reasoning_tokens: Option<u64>,
     /// Prompt tokens the server served from its cache (`usage.prompt_tokens_details.
     /// cached_tokens`, or llama-server's `timings.cache_n`).
-    pub cached_tokens: Option<u64>,
+    pub(crate) cached_tokens: Option<u64>,
     /// Decode speed: tokens after the first chunk, over the time from the first chunk to
     /// the last.
     pub decode_tps: Option<f64>,
     #[serde(default)]
-    pub token_source: TokenSource,
+    pub(crate) token_source: TokenSource,
     /// True when no `usage` came and token counts are estimated from chunks.
-    pub usage_estimated: bool,
+    pub(crate) usage_estimated: bool,
     /// Most tokens arrived within a few ms: the server buffered the stream, so per-token
     /// figures say nothing about decoding.
     #[serde(default)]
-    pub burst: bool,
+    pub(crate) burst: bool,
     /// Its decode speed is above what the memory bandwidth allows for the model's size.
     #[serde(default)]
-    pub impossible: bool,
+    pub(crate) impossible: bool,
     /// llama-server's own `timings`, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_timings: Option<ServerTimings>,
-    pub content: String,
-    pub reasoning: String,
-    pub tool_calls: Vec<ToolCall>,
-    pub finish_reason: Option<String>,
+    pub(crate) server_timings: Option<ServerTimings>,
+    pub(crate) content: String,
+    pub(crate) reasoning: String,
+    pub(crate) tool_calls: Vec<ToolCall>,
+    pub(crate) finish_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ToolCall {
-    pub name: String,
-    pub arguments: String,
+pub(crate) struct ToolCall {
+    pub(crate) name: String,
+    pub(crate) arguments: String,
 }
 
 impl Sample {

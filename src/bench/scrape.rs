@@ -46,7 +46,7 @@ const NAMES: &[(&str, Figure)] = &[
 /// What the server reports, whatever the engine calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Figure {
+pub(crate) enum Figure {
     Running,
     Waiting,
     /// KV-cache use, 0..1.
@@ -63,16 +63,16 @@ pub enum Figure {
 
 /// One scrape: when (ms from the run's start) and what.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub at_ms: f64,
-    pub figures: BTreeMap<Figure, f64>,
+pub(crate) struct Snapshot {
+    pub(crate) at_ms: f64,
+    pub(crate) figures: BTreeMap<Figure, f64>,
     /// The host's MemAvailable then, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_available: Option<u64>,
+    pub(crate) mem_available: Option<u64>,
 }
 
 /// The known figures of an exposition text.
-pub fn parse(text: &str) -> BTreeMap<Figure, f64> {
+pub(crate) fn parse(text: &str) -> BTreeMap<Figure, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((name_labels, value)) = line.rsplit_once(' ') else {
@@ -91,7 +91,10 @@ pub fn parse(text: &str) -> BTreeMap<Figure, f64> {
 
 /// Scrapes `url` once; why not, when it cannot (no endpoint, not Prometheus text, none of
 /// the names an engine uses).
-pub async fn scrape(client: &reqwest::Client, url: &str) -> Result<BTreeMap<Figure, f64>, String> {
+pub(crate) async fn scrape(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<BTreeMap<Figure, f64>, String> {
     let r = client
         .get(url)
         .timeout(Duration::from_secs(5))
@@ -117,7 +120,7 @@ pub async fn scrape(client: &reqwest::Client, url: &str) -> Result<BTreeMap<Figu
 
 /// Every `every` until `stop` turns true: the server's metrics (when `url` is given) and
 /// the host's available memory; the snapshots, timed from `epoch`.
-pub async fn watch(
+pub(crate) async fn watch(
     client: reqwest::Client,
     url: Option<String>,
     every: Duration,
@@ -145,22 +148,22 @@ pub async fn watch(
 
 /// What the server reported while one load level ran.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct During {
+pub(crate) struct During {
     /// Scrapes that returned the server's metrics.
-    pub scrapes: usize,
+    pub(crate) scrapes: usize,
     /// The least memory the host had available while the level ran, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_available_min: Option<u64>,
-    pub waiting_mean: Option<f64>,
-    pub waiting_max: Option<f64>,
-    pub running_max: Option<f64>,
-    pub kv_usage_max: Option<f64>,
+    pub(crate) host_available_min: Option<u64>,
+    pub(crate) waiting_mean: Option<f64>,
+    pub(crate) waiting_max: Option<f64>,
+    pub(crate) running_max: Option<f64>,
+    pub(crate) kv_usage_max: Option<f64>,
     /// Counters' growth between the first and the last scrape.
-    pub generation_tokens: Option<f64>,
-    pub prefix_hit_pct: Option<f64>,
+    pub(crate) generation_tokens: Option<f64>,
+    pub(crate) prefix_hit_pct: Option<f64>,
 }
 
-pub fn during(snaps: &[Snapshot]) -> During {
+pub(crate) fn during(snaps: &[Snapshot]) -> During {
     let series = |f: Figure| -> Vec<f64> {
         snaps
             .iter()
@@ -191,27 +194,30 @@ pub fn during(snaps: &[Snapshot]) -> During {
 
 /// The server's metrics endpoint over the whole benchmark: before, after, or why none.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ServerSide {
-    pub url: String,
+pub(crate) struct ServerSide {
+    pub(crate) url: String,
     /// Why the server's metrics are missing from this result, when they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<String>,
+    pub(crate) unavailable: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub before: Option<BTreeMap<Figure, f64>>,
+    pub(crate) before: Option<BTreeMap<Figure, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<BTreeMap<Figure, f64>>,
+    pub(crate) after: Option<BTreeMap<Figure, f64>>,
     /// The server's own mean time to first token over the benchmark (its histogram's sum
     /// and count, after less before), beside the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttft_mean_ms: Option<f64>,
+    pub(crate) ttft_mean_ms: Option<f64>,
     /// The host's memory before, after, and the least available seen between.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_memory: Option<HostMemory>,
+    pub(crate) host_memory: Option<HostMemory>,
 }
 
 /// The server's mean time to first token between two scrapes, ms; None when it reports
 /// none or served no request between them.
-pub fn ttft_mean_ms(before: &BTreeMap<Figure, f64>, after: &BTreeMap<Figure, f64>) -> Option<f64> {
+pub(crate) fn ttft_mean_ms(
+    before: &BTreeMap<Figure, f64>,
+    after: &BTreeMap<Figure, f64>,
+) -> Option<f64> {
     let grew = |f: Figure| Some(after.get(&f)? - before.get(&f).copied().unwrap_or(0.0));
     let (sum, count) = (grew(Figure::TtftSecondsSum)?, grew(Figure::TtftCount)?);
     (count > 0.0).then(|| sum / count * 1e3)
@@ -219,13 +225,13 @@ pub fn ttft_mean_ms(before: &BTreeMap<Figure, f64>, after: &BTreeMap<Figure, f64
 
 /// `/proc/meminfo`, in bytes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct HostMemory {
-    pub total: u64,
-    pub available_before: u64,
-    pub available_after: u64,
+pub(crate) struct HostMemory {
+    pub(crate) total: u64,
+    pub(crate) available_before: u64,
+    pub(crate) available_after: u64,
     /// The least seen while load levels ran (scraped every 200 ms with the metrics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub available_min: Option<u64>,
+    pub(crate) available_min: Option<u64>,
 }
 
 impl std::fmt::Display for HostMemory {
@@ -244,7 +250,7 @@ impl std::fmt::Display for HostMemory {
 }
 
 /// (MemTotal, MemAvailable) in bytes, when /proc/meminfo can be read.
-pub fn meminfo() -> Option<(u64, u64)> {
+pub(crate) fn meminfo() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let field = |name: &str| {
         text.lines()

@@ -10,10 +10,10 @@ use crate::error::{Error, Result};
 
 /// What a server said about itself.
 #[derive(Debug, Clone)]
-pub struct ServerInfo {
-    pub model: String,
-    pub kind: ServerKind,
-    pub version: Option<String>,
+pub(crate) struct ServerInfo {
+    pub(crate) model: String,
+    pub(crate) kind: ServerKind,
+    pub(crate) version: Option<String>,
 }
 
 async fn get_json(client: &reqwest::Client, url: &str, path: &str) -> Option<Value> {
@@ -41,7 +41,7 @@ fn kind_from_owner(owned_by: &str) -> ServerKind {
 
 /// Asks the server at `url` what it serves. `known` is the kind the recipe's engine says,
 /// which wins over what the server's answers suggest. An error when it does not answer.
-pub async fn probe(
+pub(crate) async fn probe(
     client: &reqwest::Client,
     url: &str,
     known: Option<ServerKind>,

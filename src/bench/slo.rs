@@ -14,13 +14,13 @@ use crate::units::HumanDuration;
 pub struct Slo {
     /// Time to first token, from the request's scheduled send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttft: Option<HumanDuration>,
+    pub(crate) ttft: Option<HumanDuration>,
     /// Time per output token after the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tpot: Option<HumanDuration>,
+    pub(crate) tpot: Option<HumanDuration>,
     /// End-to-end latency, from the scheduled send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub e2el: Option<HumanDuration>,
+    pub(crate) e2el: Option<HumanDuration>,
 }
 
 fn ms(d: Option<HumanDuration>) -> Option<f64> {
@@ -28,13 +28,13 @@ fn ms(d: Option<HumanDuration>) -> Option<f64> {
 }
 
 impl Slo {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ttft.is_none() && self.tpot.is_none() && self.e2el.is_none()
     }
 
     /// Whether a complete request with these figures (ms) meets every objective set. A
     /// figure the objective needs but the request lacks (one token: no TPOT) does not meet it.
-    pub fn met(&self, ttft: Option<f64>, tpot: Option<f64>, e2el: f64) -> bool {
+    pub(crate) fn met(&self, ttft: Option<f64>, tpot: Option<f64>, e2el: f64) -> bool {
         let within = |limit: Option<f64>, v: Option<f64>| match limit {
             None => true,
             Some(l) => v.is_some_and(|v| v <= l),

@@ -3,14 +3,14 @@
 
 /// Collects bytes and yields each complete event's data.
 #[derive(Default)]
-pub struct Parser {
+pub(crate) struct Parser {
     line: Vec<u8>,
     data: Vec<String>,
 }
 
 impl Parser {
     /// Feeds a chunk; returns the events it completed (their `data`, lines joined by `\n`).
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
         let mut events = Vec::new();
         for &b in chunk {
             if b != b'\n' {
@@ -37,7 +37,7 @@ impl Parser {
     }
 
     /// Whether bytes of an unfinished event are waiting (a stream cut mid-event).
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         !self.line.is_empty() || !self.data.is_empty()
     }
 }

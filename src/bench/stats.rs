@@ -3,25 +3,25 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Stats {
-    pub n: usize,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub min: f64,
-    pub max: f64,
+pub(crate) struct Stats {
+    pub(crate) n: usize,
+    pub(crate) p50: f64,
+    pub(crate) p90: f64,
+    pub(crate) p99: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 /// Which percentile of a `Stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Pct {
+pub(crate) enum Pct {
     P50,
     P90,
     P99,
 }
 
 impl Stats {
-    pub fn at(&self, p: Pct) -> f64 {
+    pub(crate) fn at(&self, p: Pct) -> f64 {
         match p {
             Pct::P50 => self.p50,
             Pct::P90 => self.p90,
@@ -31,7 +31,7 @@ impl Stats {
 }
 
 /// Nearest-rank percentiles; None for no values.
-pub fn stats(values: &[f64]) -> Option<Stats> {
+pub(crate) fn stats(values: &[f64]) -> Option<Stats> {
     if values.is_empty() {
         return None;
     }
@@ -48,27 +48,27 @@ pub fn stats(values: &[f64]) -> Option<Stats> {
     })
 }
 
-pub fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     stats(values).map(|s| s.p50)
 }
 
 /// A figure measured once per repeated run: its mean, spread and 95% interval.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Interval {
+pub(crate) struct Interval {
     /// Runs it was measured in.
-    pub n: usize,
-    pub mean: f64,
+    pub(crate) n: usize,
+    pub(crate) mean: f64,
     /// Sample standard deviation (n − 1).
-    pub sd: f64,
+    pub(crate) sd: f64,
     /// Coefficient of variation: sd / mean.
-    pub cv: f64,
+    pub(crate) cv: f64,
     /// 95% confidence interval of the mean (Student's t, n − 1 degrees of freedom).
-    pub low: f64,
-    pub high: f64,
+    pub(crate) low: f64,
+    pub(crate) high: f64,
 }
 
 /// The two-sided 95% quantile of Student's t with `df` degrees of freedom.
-pub fn t975(df: usize) -> f64 {
+pub(crate) fn t975(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
         12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
@@ -84,7 +84,7 @@ pub fn t975(df: usize) -> f64 {
 }
 
 /// The interval of `values` (one per run); None for fewer than two runs.
-pub fn interval(values: &[f64]) -> Option<Interval> {
+pub(crate) fn interval(values: &[f64]) -> Option<Interval> {
     let n = values.len();
     if n < 2 {
         return None;
@@ -105,7 +105,7 @@ pub fn interval(values: &[f64]) -> Option<Interval> {
 
 /// The 95% interval of `a`'s mean minus `b`'s, as % of `b`'s mean (Welch's t, for runs
 /// of unequal spread). None when either side has fewer than two runs or b's mean is 0.
-pub fn relative_difference(a: &Interval, b: &Interval) -> Option<(f64, f64, f64)> {
+pub(crate) fn relative_difference(a: &Interval, b: &Interval) -> Option<(f64, f64, f64)> {
     if a.n < 2 || b.n < 2 || b.mean == 0.0 {
         return None;
     }

@@ -22,35 +22,35 @@ const BUILT_IN: [(&str, &str); 3] = [
 ];
 
 /// The built-in suites: (name, the file's text).
-pub fn built_in() -> impl Iterator<Item = (&'static str, &'static str)> {
+pub(crate) fn built_in() -> impl Iterator<Item = (&'static str, &'static str)> {
     BUILT_IN.iter().copied()
 }
 
 /// The suite a recipe gets when it names none (built in): the seeds' voice-assistant workload.
-pub const DEFAULT_SUITE: &str = "voice-assistant";
+pub(crate) const DEFAULT_SUITE: &str = "voice-assistant";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Suite {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// Runs per case before measuring; reported as cold start, never in the statistics.
     #[serde(default = "one")]
-    pub warmup: usize,
+    pub(crate) warmup: usize,
     /// Measured runs per case (at least 5).
     #[serde(default = "five")]
-    pub runs: usize,
+    pub(crate) runs: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
+    pub(crate) system: Option<String>,
     /// Tool definitions (OpenAI format) by name; cases pick them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tools: BTreeMap<String, Value>,
-    pub cases: Vec<Case>,
+    pub(crate) tools: BTreeMap<String, Value>,
+    pub(crate) cases: Vec<Case>,
     /// Captured traffic (where it came from): each case is a captured request, sent once
     /// as it came (`bench::replay`).
     #[serde(skip)]
-    pub replay: Option<String>,
+    pub(crate) replay: Option<String>,
 }
 
 fn one() -> usize {
@@ -65,46 +65,46 @@ fn default_max_tokens() -> u32 {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Case {
-    pub name: String,
+pub(crate) struct Case {
+    pub(crate) name: String,
     /// User messages, one per turn; the server's answers are kept between turns.
-    pub turns: Vec<String>,
+    pub(crate) turns: Vec<String>,
     #[serde(default = "default_max_tokens")]
-    pub max_tokens: u32,
+    pub(crate) max_tokens: u32,
     /// Sent as `chat_template_kwargs.enable_thinking` (Qwen3 chat templates).
     #[serde(default)]
-    pub enable_thinking: bool,
+    pub(crate) enable_thinking: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<String>,
+    pub(crate) tools: Vec<String>,
     /// Text the answer must contain (case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expect: Option<String>,
+    pub(crate) expect: Option<String>,
     /// The tool the answer must call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expect_tool: Option<String>,
+    pub(crate) expect_tool: Option<String>,
     /// The answer checks that apply (default: all that the case's fields allow:
     /// non_empty, no_markdown, thinking_leak, no_loop, finished, plus expected_answer /
     /// tool_calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checks: Option<Vec<Check>>,
+    pub(crate) checks: Option<Vec<Check>>,
     /// Pads the system prompt to about this many tokens (4 characters each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_tokens: Option<usize>,
+    pub(crate) system_tokens: Option<usize>,
     /// What the server may take from its prompt cache (see `CacheMode`).
     #[serde(default)]
-    pub cache: CacheMode,
+    pub(crate) cache: CacheMode,
     /// A captured request, sent as it came (a replay's case).
     #[serde(skip)]
-    pub body: Option<Value>,
+    pub(crate) body: Option<Value>,
     /// When it arrived, ms after the first captured request.
     #[serde(skip)]
-    pub at_ms: Option<u64>,
+    pub(crate) at_ms: Option<u64>,
 }
 
 /// A per-answer check a case may ask for (suites name them; gates judge their rates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Check {
+pub(crate) enum Check {
     NonEmpty,
     ExpectedAnswer,
     NoMarkdown,
@@ -118,7 +118,7 @@ pub enum Check {
 }
 
 impl Check {
-    pub const ALL: [Check; 7] = [
+    pub(crate) const ALL: [Check; 7] = [
         Check::NonEmpty,
         Check::ExpectedAnswer,
         Check::NoMarkdown,
@@ -128,7 +128,7 @@ impl Check {
         Check::Finished,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Check::NonEmpty => "non_empty",
             Check::ExpectedAnswer => "expected_answer",
@@ -161,7 +161,7 @@ impl std::str::FromStr for Check {
 /// an identical prompt: servers cache prompts, and a repeated one measures the cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum CacheMode {
+pub(crate) enum CacheMode {
     /// The shared system prompt (and earlier turns of the same conversation) may be
     /// cached; the user turn is new on every run. A voice assistant's real case.
     #[default]
@@ -174,7 +174,7 @@ pub enum CacheMode {
 /// What the server is, as far as requests are shaped for it and its answers read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ServerKind {
+pub(crate) enum ServerKind {
     LlamaServer,
     Vllm,
     Sglang,
@@ -185,15 +185,15 @@ pub enum ServerKind {
 /// Which request this is: makes its prompt unique (`nonce` is one per benchmark run, so
 /// a second benchmark against the same server does not hit the first one's cache).
 #[derive(Debug, Clone, Copy)]
-pub struct Tag<'a> {
-    pub nonce: &'a str,
-    pub run: usize,
-    pub turn: usize,
+pub(crate) struct Tag<'a> {
+    pub(crate) nonce: &'a str,
+    pub(crate) run: usize,
+    pub(crate) turn: usize,
 }
 
 impl Suite {
     /// `voice-assistant` (built in), a name in `suites_dir`, or a path to a YAML file.
-    pub fn load(spec: &str, suites_dir: &Path) -> Result<Suite> {
+    pub(crate) fn load(spec: &str, suites_dir: &Path) -> Result<Suite> {
         let as_path = Path::new(spec);
         let in_dir = suites_dir.join(format!("{spec}.yaml"));
         let (file, text) = if as_path.is_file() {
@@ -258,7 +258,7 @@ impl Suite {
     }
 
     /// The system prompt for a case (padded for `system_tokens`).
-    pub fn system_for(&self, case: &Case) -> Option<String> {
+    pub(crate) fn system_for(&self, case: &Case) -> Option<String> {
         let base = self.system.clone();
         let Some(tokens) = case.system_tokens else {
             return base;
@@ -274,7 +274,7 @@ impl Suite {
         Some(text)
     }
 
-    pub fn tools_for(&self, case: &Case) -> Vec<Value> {
+    pub(crate) fn tools_for(&self, case: &Case) -> Vec<Value> {
         case.tools
             .iter()
             .filter_map(|t| self.tools.get(t).cloned())
@@ -283,7 +283,7 @@ impl Suite {
 
     /// The request body for one turn, given the conversation so far (its user and
     /// assistant messages, as sent and answered).
-    pub fn request(
+    pub(crate) fn request(
         &self,
         model: &str,
         case: &Case,
@@ -353,7 +353,7 @@ fn read(path: &Path) -> Result<String> {
 
 /// A captured body as it is sent again: the target's model, streamed with usage (and the
 /// engine's per-chunk counts); messages, tools and sampling as captured.
-pub fn captured_request(body: &Value, model: &str, server: ServerKind) -> Value {
+pub(crate) fn captured_request(body: &Value, model: &str, server: ServerKind) -> Value {
     let mut b = body.clone();
     b["model"] = json!(model);
     b["stream"] = json!(true);

@@ -7,12 +7,12 @@ use super::load::{LoadRun, Sweep, SweepKind};
 
 /// Where a sweep found the server saturated.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Knee {
+pub(crate) struct Knee {
     /// The last level whose extra load still bought throughput.
-    pub level: f64,
+    pub(crate) level: f64,
     /// The level past it, where throughput stopped growing and latency (or the queue) grew.
-    pub saturated_at: f64,
-    pub why: String,
+    pub(crate) saturated_at: f64,
+    pub(crate) why: String,
 }
 
 /// Throughput must grow by this share of the added load to count as growing.
@@ -22,7 +22,7 @@ const TTFT_GROWTH: f64 = 1.5;
 
 /// Whether level `b` (after `a`) saturated: throughput grew by less than a quarter of what
 /// the added load would give a server with room, while TTFT (or the server's queue) grew.
-pub fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
+pub(crate) fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
     let offered = b.profile.level() / a.profile.level().max(1e-9);
     let gained = b.output_tps / a.output_tps.max(1e-9);
     let room = 1.0 + GROWTH_SHARE * (offered - 1.0);
@@ -53,18 +53,18 @@ pub fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
 
 /// A sweep's levels, and where it found the knee.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SweepResult {
-    pub kind: SweepKind,
-    pub asked: Vec<f64>,
-    pub levels: Vec<LoadRun>,
+pub(crate) struct SweepResult {
+    pub(crate) kind: SweepKind,
+    pub(crate) asked: Vec<f64>,
+    pub(crate) levels: Vec<LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub knee: Option<Knee>,
+    pub(crate) knee: Option<Knee>,
     /// How the sweep ended, in one line.
-    pub outcome: String,
+    pub(crate) outcome: String,
 }
 
 impl SweepResult {
-    pub fn new(sweep: &Sweep, levels: Vec<LoadRun>, knee: Option<Knee>) -> SweepResult {
+    pub(crate) fn new(sweep: &Sweep, levels: Vec<LoadRun>, knee: Option<Knee>) -> SweepResult {
         let outcome = match &knee {
             Some(k) => format!(
                 "saturated at {}; knee at {}: {}",

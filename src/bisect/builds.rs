@@ -14,7 +14,10 @@ use crate::lock::Source;
 use crate::recipe::LoadedRecipe;
 
 /// The builds as a history (digest: the sha256), and where each is.
-pub fn history(loaded: &LoadedRecipe, dir: &Path) -> Result<(History, BTreeMap<String, PathBuf>)> {
+pub(crate) fn history(
+    loaded: &LoadedRecipe,
+    dir: &Path,
+) -> Result<(History, BTreeMap<String, PathBuf>)> {
     let r = &loaded.recipe;
     let binary = match (&r.binary, r.runtime()) {
         (Some(b), crate::recipe::Runtime::Process) => PathBuf::from(crate::recipe::expand_home(b)),
@@ -91,7 +94,7 @@ pub fn history(loaded: &LoadedRecipe, dir: &Path) -> Result<(History, BTreeMap<S
 }
 
 /// A REF that names a build by its path stands for its sha256; others are left as they are.
-pub fn ref_of(paths: &BTreeMap<String, PathBuf>, text: &str) -> String {
+pub(crate) fn ref_of(paths: &BTreeMap<String, PathBuf>, text: &str) -> String {
     let given = std::fs::canonicalize(text).ok();
     paths
         .iter()

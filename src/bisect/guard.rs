@@ -12,7 +12,7 @@ use crate::history::{Outcome, RunRecord};
 /// stopped for its step, the front door's watch takes the lock again and again trying to
 /// bring production back (which the leftover candidate's memory may prevent); the next
 /// bisect gets in between, stops the leftover and brings production back itself.
-pub async fn lock_waiting(
+pub(crate) async fn lock_waiting(
     state: &crate::state::StateDir,
     what: &str,
     say: &dyn Fn(&str),
@@ -40,7 +40,7 @@ pub async fn lock_waiting(
 
 /// A candidate a killed bisect left running is stopped before anything starts, and a
 /// production it had stopped for its step (its requests held) is brought back.
-pub async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
+pub(crate) async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
     let candidate = candidate_name(name);
     let left = ctx
         .rt()
@@ -87,7 +87,7 @@ async fn put_back(ctx: &Ctx<'_>, mut t: Touched, name: &str, say: &dyn Fn(&str))
 
 /// After an error or an interrupt: what the step changed is put back, the bisect is kept
 /// as recorded (resumable) and the error says where it stands.
-pub async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
+pub(crate) async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
     let ctx = env.ctx;
     let state = ctx.state();
     let t = std::mem::take(&mut *env.touched.lock().expect("touched"));

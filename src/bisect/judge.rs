@@ -13,7 +13,7 @@ use crate::bench::stats::{relative_difference, t975, Interval};
 /// What each digest is judged on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Criterion {
+pub(crate) enum Criterion {
     /// A metric's p50 per run, nearer the good end's or the bad end's (`--metric ttft_p50`).
     Metric(Metric),
     /// A gate as written (`--gate 'decode_tps_p50=>= 30'`): pass is good, fail is bad.
@@ -24,7 +24,7 @@ pub enum Criterion {
 
 /// `ttft`, `ttft_p50`, `ttft_p50_ms`, `decode_tps_p50`: a metric's p50 (the figure each
 /// repeated run measures once).
-pub fn parse_metric(text: &str) -> Result<Metric, String> {
+pub(crate) fn parse_metric(text: &str) -> Result<Metric, String> {
     let base = text
         .strip_suffix("_ms")
         .or_else(|| text.strip_suffix("_tps"))
@@ -56,7 +56,7 @@ pub fn parse_metric(text: &str) -> Result<Metric, String> {
 
 impl Criterion {
     /// The gate, parsed (checked when the bisect began).
-    pub fn gate(&self) -> Option<GateRule> {
+    pub(crate) fn gate(&self) -> Option<GateRule> {
         match self {
             Criterion::Gate(text) => text.parse().ok(),
             _ => None,
@@ -64,7 +64,7 @@ impl Criterion {
     }
 
     /// Checks a gate for a bisect: it must parse and judge the candidate alone.
-    pub fn check_gate(text: &str) -> Result<Criterion, String> {
+    pub(crate) fn check_gate(text: &str) -> Result<Criterion, String> {
         let rule: GateRule = text.parse().map_err(|e: gates::GateError| e.to_string())?;
         if rule.is_relative() {
             return Err(format!(
@@ -76,7 +76,7 @@ impl Criterion {
         Ok(Criterion::Gate(text.to_string()))
     }
 
-    pub fn describe(&self, chosen: Option<Metric>) -> String {
+    pub(crate) fn describe(&self, chosen: Option<Metric>) -> String {
         match (self, chosen) {
             (Criterion::Metric(m), _) => format!("{} p50", m.name()),
             (Criterion::Gate(g), _) => format!("gate {g}"),
@@ -92,7 +92,7 @@ impl Criterion {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Good,
     Bad,
     /// The evidence cannot decide: measured again (up to the bound), never guessed.
@@ -101,18 +101,18 @@ pub enum Verdict {
 
 /// A verdict, the figure it rests on and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Judgement {
-    pub verdict: Verdict,
+pub(crate) struct Judgement {
+    pub(crate) verdict: Verdict,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<f64>,
+    pub(crate) value: Option<f64>,
     /// The figure's 95% interval over every run measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<(f64, f64)>,
-    pub detail: String,
+    pub(crate) interval: Option<(f64, f64)>,
+    pub(crate) detail: String,
 }
 
 impl Judgement {
-    pub fn inconclusive(detail: String) -> Judgement {
+    pub(crate) fn inconclusive(detail: String) -> Judgement {
         Judgement {
             verdict: Verdict::Inconclusive,
             value: None,
@@ -123,7 +123,7 @@ impl Judgement {
 }
 
 /// An interval of `n` runs with this mean and sample sd.
-pub fn interval_of(n: usize, mean: f64, sd: f64) -> Interval {
+pub(crate) fn interval_of(n: usize, mean: f64, sd: f64) -> Interval {
     let half = if n >= 2 {
         t975(n - 1) * sd / (n as f64).sqrt()
     } else {
@@ -141,7 +141,7 @@ pub fn interval_of(n: usize, mean: f64, sd: f64) -> Interval {
 
 /// One interval over all the runs of several (each from its own runs of the same figure):
 /// the mean and the sample sd of the pooled runs, exactly.
-pub fn pool(parts: &[&Interval]) -> Option<Interval> {
+pub(crate) fn pool(parts: &[&Interval]) -> Option<Interval> {
     let n: usize = parts.iter().map(|p| p.n).sum();
     if n < 2 {
         return None;
@@ -157,7 +157,7 @@ pub fn pool(parts: &[&Interval]) -> Option<Interval> {
 }
 
 /// Each metric pooled over the rounds' intervals.
-pub fn pool_all(rounds: &[&BTreeMap<Metric, Interval>]) -> BTreeMap<Metric, Interval> {
+pub(crate) fn pool_all(rounds: &[&BTreeMap<Metric, Interval>]) -> BTreeMap<Metric, Interval> {
     Metric::ALL
         .into_iter()
         .filter_map(|m| {
@@ -178,7 +178,7 @@ fn unit(m: Metric) -> &'static str {
 /// Whether `c` sits on the good or the bad side of the midpoint between the ends: the 95%
 /// interval of (c − midpoint), with the ends' own uncertainty in it (Welch–Satterthwaite
 /// degrees of freedom), must lie wholly on one side.
-pub fn against_ends(m: Metric, c: &Interval, good: &Interval, bad: &Interval) -> Judgement {
+pub(crate) fn against_ends(m: Metric, c: &Interval, good: &Interval, bad: &Interval) -> Judgement {
     let mid = (good.mean + bad.mean) / 2.0;
     let d = c.mean - mid;
     let var = |i: &Interval, w: f64| w * i.sd.powi(2) / i.n.max(1) as f64;
@@ -234,13 +234,13 @@ pub fn against_ends(m: Metric, c: &Interval, good: &Interval, bad: &Interval) ->
 
 /// The bad end's difference from the good end, % (and its 95% interval), when it is beyond
 /// the noise.
-pub fn ends_differ(good: &Interval, bad: &Interval) -> Option<(f64, f64, f64)> {
+pub(crate) fn ends_differ(good: &Interval, bad: &Interval) -> Option<(f64, f64, f64)> {
     relative_difference(bad, good).filter(|(_, lo, hi)| *lo > 0.0 || *hi < 0.0)
 }
 
 /// The metric whose difference between the ends is largest (relative), among those beyond
 /// the noise.
-pub fn most_different(
+pub(crate) fn most_different(
     good: &BTreeMap<Metric, Interval>,
     bad: &BTreeMap<Metric, Interval>,
 ) -> Option<(Metric, f64)> {
@@ -254,7 +254,7 @@ pub fn most_different(
 }
 
 /// A gate's outcome as a verdict: pass is good, fail is bad, inconclusive is measured again.
-pub fn by_gate(rule: &GateRule, now: &Measures) -> Judgement {
+pub(crate) fn by_gate(rule: &GateRule, now: &Measures) -> Judgement {
     let gates = gates::Gates::from([(rule.name.clone(), rule.clone())]);
     let r = gates::evaluate(&gates, now, Err("a bisect has no production baseline"))
         .pop()

@@ -8,17 +8,16 @@
 mod builds;
 mod guard;
 mod judge;
-pub mod record;
+pub(crate) mod record;
 mod search;
 mod step;
 mod verdict;
 
 use std::sync::{Arc, Mutex};
 
-pub use judge::{parse_metric, Criterion, Judgement, Verdict};
-pub use record::{Answer, Bisect, Measurement, Plan, Role, Status};
-pub use search::steps_for;
-pub use step::candidate_name;
+pub(crate) use judge::{parse_metric, Criterion, Verdict};
+pub(crate) use record::{Answer, Bisect, Measurement, Plan, Role, Status};
+pub(crate) use search::steps_for;
 
 use crate::bench::result::BenchResult;
 use crate::deploy::switch::{self, Ctx, Touched};
@@ -29,34 +28,34 @@ use search::Next;
 use step::Env;
 
 /// How a bisect runs, as asked.
-pub struct Options<'a> {
-    pub good: Option<String>,
-    pub bad: Option<String>,
-    pub criterion: Criterion,
-    pub suite: Option<String>,
-    pub runs: Option<usize>,
-    pub warmup: Option<usize>,
+pub(crate) struct Options<'a> {
+    pub(crate) good: Option<String>,
+    pub(crate) bad: Option<String>,
+    pub(crate) criterion: Criterion,
+    pub(crate) suite: Option<String>,
+    pub(crate) runs: Option<usize>,
+    pub(crate) warmup: Option<usize>,
     /// Runs of the suite per round (at least 2: an interval needs two).
-    pub repeat: usize,
+    pub(crate) repeat: usize,
     /// Rounds a digest gets (per session) before it is left inconclusive.
-    pub rounds: usize,
-    pub allow_swap: bool,
+    pub(crate) rounds: usize,
+    pub(crate) allow_swap: bool,
     /// A process recipe's builds to walk (its binary's name in DIR or right below it).
-    pub builds: Option<std::path::PathBuf>,
-    pub resume: bool,
+    pub(crate) builds: Option<std::path::PathBuf>,
+    pub(crate) resume: bool,
     /// Abandon an unfinished bisect of the recipe and start over.
-    pub fresh: bool,
-    pub dry_run: bool,
-    pub confirm: &'a dyn Fn(&str) -> bool,
-    pub say: &'a dyn Fn(&str),
+    pub(crate) fresh: bool,
+    pub(crate) dry_run: bool,
+    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
+    pub(crate) say: &'a dyn Fn(&str),
 }
 
 /// What a bisect found (or planned, for a dry run).
-pub struct Report {
-    pub bisect: Bisect,
-    pub history: History,
+pub(crate) struct Report {
+    pub(crate) bisect: Bisect,
+    pub(crate) history: History,
     /// What changed between the last good and the first bad digest, or why it is not known.
-    pub diff: Option<std::result::Result<crate::images::ImageDiff, String>>,
+    pub(crate) diff: Option<std::result::Result<crate::images::ImageDiff, String>>,
 }
 
 /// What the candidates are: the digests of the recipe's image, or (`--builds`) the builds
@@ -100,7 +99,7 @@ fn image_of(loaded: &LoadedRecipe) -> Result<String> {
     }
 }
 
-pub async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Report> {
+pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Report> {
     let loaded = ctx.recipes.get(name)?;
     let state = ctx.state();
     // A resumed bisect walks what it began with.

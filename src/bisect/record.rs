@@ -16,7 +16,7 @@ use crate::state::{self, StateDir};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Status {
+pub(crate) enum Status {
     Running,
     /// Ctrl-C (or a signal): resumable.
     Interrupted,
@@ -30,23 +30,23 @@ pub enum Status {
 
 /// How every digest is measured: the same for all of them, fixed when the bisect began.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
-    pub suite: String,
+pub(crate) struct Plan {
+    pub(crate) suite: String,
     /// Measured runs per case per repeat [default: the suite's].
-    pub runs: Option<usize>,
-    pub warmup: Option<usize>,
+    pub(crate) runs: Option<usize>,
+    pub(crate) warmup: Option<usize>,
     /// Runs of the whole suite per round: the interval's runs.
-    pub repeat: usize,
+    pub(crate) repeat: usize,
     /// Rounds a digest gets before it is left inconclusive.
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// Production may be held and stopped for a step that needs its memory.
-    pub allow_swap: bool,
+    pub(crate) allow_swap: bool,
 }
 
 /// Which part a measurement plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Role {
+pub(crate) enum Role {
     GoodEnd,
     BadEnd,
     Step,
@@ -54,54 +54,54 @@ pub enum Role {
 
 /// One digest in the range, in history order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Candidate {
-    pub digest: String,
+pub(crate) struct Candidate {
+    pub(crate) digest: String,
     /// A build's file (`--builds`); images have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created: Option<String>,
-    pub first_seen: String,
+    pub(crate) created: Option<String>,
+    pub(crate) first_seen: String,
 }
 
 /// One benchmark of a digest (`repeat` runs of the suite).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Round {
-    pub run_id: String,
-    pub bench: PathBuf,
+pub(crate) struct Round {
+    pub(crate) run_id: String,
+    pub(crate) bench: PathBuf,
     /// Each metric's per-run p50 over this round's runs.
-    pub confidence: BTreeMap<Metric, Interval>,
-    pub seconds: f64,
+    pub(crate) confidence: BTreeMap<Metric, Interval>,
+    pub(crate) seconds: f64,
 }
 
 /// Everything measured of one digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Measurement {
-    pub role: Role,
+pub(crate) struct Measurement {
+    pub(crate) role: Role,
     /// The step's number (1, 2, …); 0 for the ends.
-    pub step: usize,
-    pub rounds: Vec<Round>,
+    pub(crate) step: usize,
+    pub(crate) rounds: Vec<Round>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judgement: Option<Judgement>,
+    pub(crate) judgement: Option<Judgement>,
     /// Why it could not be measured (pull or start failed): passed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
+    pub(crate) skipped: Option<String>,
     /// Wall time spent on it: image, start, rounds, stop.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 impl Measurement {
-    pub fn verdict(&self) -> Option<Verdict> {
+    pub(crate) fn verdict(&self) -> Option<Verdict> {
         self.judgement.as_ref().map(|j| j.verdict)
     }
 
     /// Good or bad: nothing more to measure.
-    pub fn decided(&self) -> bool {
+    pub(crate) fn decided(&self) -> bool {
         self.skipped.is_some() || matches!(self.verdict(), Some(Verdict::Good | Verdict::Bad))
     }
 
     /// Each metric pooled over every round.
-    pub fn pooled(&self) -> BTreeMap<Metric, Interval> {
+    pub(crate) fn pooled(&self) -> BTreeMap<Metric, Interval> {
         let rounds: Vec<&BTreeMap<Metric, Interval>> =
             self.rounds.iter().map(|r| &r.confidence).collect();
         super::judge::pool_all(&rounds)
@@ -110,65 +110,65 @@ impl Measurement {
 
 /// The answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Answer {
-    pub last_good: String,
-    pub first_bad: String,
+pub(crate) struct Answer {
+    pub(crate) last_good: String,
+    pub(crate) first_bad: String,
     /// Digests between the two that could not be measured: the change is in one of them
     /// or in the first bad.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unmeasured: Vec<String>,
+    pub(crate) unmeasured: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Bisect {
-    pub id: String,
-    pub recipe: String,
+pub(crate) struct Bisect {
+    pub(crate) id: String,
+    pub(crate) recipe: String,
     /// The image as the recipe names it.
-    pub reference: String,
-    pub started_at: String,
+    pub(crate) reference: String,
+    pub(crate) started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    pub status: Status,
+    pub(crate) finished_at: Option<String>,
+    pub(crate) status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub why_stopped: Option<String>,
-    pub criterion: Criterion,
+    pub(crate) why_stopped: Option<String>,
+    pub(crate) criterion: Criterion,
     /// The metric `Differs` chose once the ends were measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chosen: Option<Metric>,
-    pub plan: Plan,
+    pub(crate) chosen: Option<Metric>,
+    pub(crate) plan: Plan,
     /// The model every digest serves: a bisect over a changed model compares nothing.
-    pub model_fingerprint: Option<String>,
+    pub(crate) model_fingerprint: Option<String>,
     /// The directory of builds walked (`--builds`), for a process recipe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub builds: Option<PathBuf>,
-    pub order: Order,
+    pub(crate) builds: Option<PathBuf>,
+    pub(crate) order: Order,
     /// The good end first, the bad end last, the digests between in history order.
-    pub digests: Vec<Candidate>,
+    pub(crate) digests: Vec<Candidate>,
     /// By digest.
-    pub measurements: BTreeMap<String, Measurement>,
+    pub(crate) measurements: BTreeMap<String, Measurement>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<Answer>,
+    pub(crate) answer: Option<Answer>,
 }
 
 impl Bisect {
-    pub fn path(&self, state: &StateDir) -> Result<PathBuf> {
+    pub(crate) fn path(&self, state: &StateDir) -> Result<PathBuf> {
         Ok(state.bisect_dir()?.join(format!("{}.json", self.id)))
     }
 
     /// Where its rounds' benchmark results go.
-    pub fn rounds_dir(&self, state: &StateDir) -> Result<PathBuf> {
+    pub(crate) fn rounds_dir(&self, state: &StateDir) -> Result<PathBuf> {
         let dir = state.bisect_dir()?.join(&self.id);
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         Ok(dir)
     }
 
-    pub fn save(&self, state: &StateDir) -> Result<()> {
+    pub(crate) fn save(&self, state: &StateDir) -> Result<()> {
         state::write_json(&self.path(state)?, self)
     }
 
     /// How people know a candidate: a build's path, or the image's `repo@digest`.
-    pub fn label(&self, h: &crate::images::history::History, digest: &str) -> String {
+    pub(crate) fn label(&self, h: &crate::images::history::History, digest: &str) -> String {
         let path = self.digests.iter().find(|c| c.digest == digest);
         match path.and_then(|c| c.path.as_ref()) {
             Some(p) => format!("{} ({})", p.display(), crate::units::short_digest(digest)),
@@ -176,16 +176,16 @@ impl Bisect {
         }
     }
 
-    pub fn good_end(&self) -> &str {
+    pub(crate) fn good_end(&self) -> &str {
         &self.digests[0].digest
     }
 
-    pub fn bad_end(&self) -> &str {
+    pub(crate) fn bad_end(&self) -> &str {
         &self.digests[self.digests.len() - 1].digest
     }
 
     /// What is known of each digest, in order (the search's input).
-    pub fn known(&self) -> Vec<Known> {
+    pub(crate) fn known(&self) -> Vec<Known> {
         self.digests
             .iter()
             .map(|c| match self.measurements.get(&c.digest) {
@@ -201,7 +201,7 @@ impl Bisect {
     }
 
     /// Steps measured (the ends not counted).
-    pub fn steps(&self) -> usize {
+    pub(crate) fn steps(&self) -> usize {
         self.measurements
             .values()
             .filter(|m| m.role == Role::Step)
@@ -209,7 +209,7 @@ impl Bisect {
     }
 
     /// The metric the steps are judged on, when a metric (not a gate).
-    pub fn metric(&self) -> Option<Metric> {
+    pub(crate) fn metric(&self) -> Option<Metric> {
         match &self.criterion {
             Criterion::Metric(m) => Some(*m),
             Criterion::Differs => self.chosen,
@@ -219,7 +219,7 @@ impl Bisect {
 }
 
 /// The newest bisect of `recipe` that has not finished (nor been abandoned).
-pub fn unfinished(state: &StateDir, recipe: &str) -> Result<Option<Bisect>> {
+pub(crate) fn unfinished(state: &StateDir, recipe: &str) -> Result<Option<Bisect>> {
     let dir = state.bisect_dir()?;
     let files = state::json_files(&dir, |_| true)?;
     let (all, damaged) = state::read_json_files::<Bisect>(files);
@@ -234,7 +234,7 @@ pub fn unfinished(state: &StateDir, recipe: &str) -> Result<Option<Bisect>> {
 }
 
 /// A round's benchmark result file: `bisect/ID/NN-DIGEST-rR.json`.
-pub fn round_file(dir: &Path, index: usize, digest: &str, round: usize) -> PathBuf {
+pub(crate) fn round_file(dir: &Path, index: usize, digest: &str, round: usize) -> PathBuf {
     dir.join(format!(
         "{index:02}-{}-r{round}.json",
         crate::units::short_id(digest)

@@ -6,7 +6,7 @@ use crate::images::history::History;
 
 /// What is known of one digest in the range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Known {
+pub(crate) enum Known {
     Good,
     Bad,
     /// Could not be measured (not pullable, did not start): passed over.
@@ -16,7 +16,7 @@ pub enum Known {
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Measure the digest at this index.
     Measure(usize),
     /// The last good and the first bad digest; indices between them could not be measured.
@@ -26,7 +26,7 @@ pub enum Next {
 /// The next digest to measure: the unknown one nearest the middle of the range between the
 /// newest good digest and the oldest bad one after it. `known[0]` is the good end, the
 /// last the bad end.
-pub fn next(known: &[Known]) -> Next {
+pub(crate) fn next(known: &[Known]) -> Next {
     let first_bad = known
         .iter()
         .position(|k| *k == Known::Bad)
@@ -47,14 +47,14 @@ pub fn next(known: &[Known]) -> Next {
 }
 
 /// How many measurements a range of `candidates` digests between the ends needs at most.
-pub fn steps_for(candidates: usize) -> usize {
+pub(crate) fn steps_for(candidates: usize) -> usize {
     (usize::BITS - candidates.leading_zeros()) as usize
 }
 
 /// The history index a REF names: a run id (the digest that run used), a date (what this
 /// machine had pinned, pulled or run last by then: `2026-05-01` is up to the end of that
 /// day), or a digest (a unique prefix will do).
-pub fn resolve(h: &History, text: &str) -> Result<usize> {
+pub(crate) fn resolve(h: &History, text: &str) -> Result<usize> {
     if let Some(i) = h
         .entries
         .iter()

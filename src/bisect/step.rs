@@ -22,27 +22,27 @@ use crate::state::RunFile;
 
 /// The name a bisect's candidate runs under: never the recipe's own, so production of the
 /// same recipe keeps serving and `status` says what it is.
-pub fn candidate_name(recipe: &str) -> String {
+pub(crate) fn candidate_name(recipe: &str) -> String {
     format!("{recipe}-bisect")
 }
 
 /// What every measurement shares.
-pub struct Env<'a, 'b> {
-    pub ctx: &'a Ctx<'b>,
-    pub loaded: &'a LoadedRecipe,
-    pub history: &'a History,
-    pub suite: &'a Suite,
-    pub say: &'a dyn Fn(&str),
+pub(crate) struct Env<'a, 'b> {
+    pub(crate) ctx: &'a Ctx<'b>,
+    pub(crate) loaded: &'a LoadedRecipe,
+    pub(crate) history: &'a History,
+    pub(crate) suite: &'a Suite,
+    pub(crate) say: &'a dyn Fn(&str),
     /// Asked before production is stopped for a step; false refuses.
-    pub confirm: &'a dyn Fn(&str) -> bool,
+    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// What the step in progress changed, for the way back after Ctrl-C.
-    pub touched: Arc<Mutex<Touched>>,
+    pub(crate) touched: Arc<Mutex<Touched>>,
     /// The step in progress's run record, saved as interrupted after Ctrl-C.
-    pub current: Arc<Mutex<Option<RunRecord>>>,
+    pub(crate) current: Arc<Mutex<Option<RunRecord>>>,
 }
 
 /// Judges a measurement after each round (with that round's full result).
-pub type JudgeFn<'j> = &'j dyn Fn(&Bisect, &Measurement, &BenchResult) -> Judgement;
+pub(crate) type JudgeFn<'j> = &'j dyn Fn(&Bisect, &Measurement, &BenchResult) -> Judgement;
 
 fn label(m: &Measurement) -> String {
     match m.role {
@@ -55,7 +55,7 @@ fn label(m: &Measurement) -> String {
 /// Measures the digest at `index` until it is decided or `rounds` more rounds are spent;
 /// the measurement is in `b` (saved) afterwards. Errors are what stops the bisect itself;
 /// a digest that cannot be pulled or started is recorded as skipped.
-pub async fn measure(
+pub(crate) async fn measure(
     env: &Env<'_, '_>,
     b: &mut Bisect,
     index: usize,
@@ -353,7 +353,7 @@ fn lock_for(derived: &LoadedRecipe, h: &History, digest: &str) -> Lock {
         Pin {
             reference: h.reference.clone(),
             digest: digest.to_string(),
-            source: if h.from_registry(digest) {
+            source: if h.is_registry_digest(digest) {
                 crate::lock::Source::Registry
             } else {
                 crate::lock::Source::Local

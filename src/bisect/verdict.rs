@@ -9,7 +9,7 @@ use crate::bench::result::BenchResult;
 use crate::error::{Error, Result};
 
 /// A step left inconclusive at the bound: the bisect stops there, with the range so far.
-pub fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
+pub(crate) fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
     let known = b.known();
     let good = known[..i]
         .iter()
@@ -38,7 +38,7 @@ pub fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
 }
 
 /// Each end must be what it is called, beyond the noise; else there is nothing to bisect.
-pub fn check_end(b: &Bisect, digest: &str, role: Role) -> Result<()> {
+pub(crate) fn check_end(b: &Bisect, digest: &str, role: Role) -> Result<()> {
     let m = &b.measurements[digest];
     let what = if role == Role::GoodEnd { "good" } else { "bad" };
     let short = crate::units::short_digest(digest);
@@ -63,7 +63,7 @@ pub fn check_end(b: &Bisect, digest: &str, role: Role) -> Result<()> {
 }
 
 /// The verdict on a measurement after a round.
-pub fn judge_one(b: &Bisect, m: &Measurement, last: &BenchResult) -> Judgement {
+pub(crate) fn judge_one(b: &Bisect, m: &Measurement, last: &BenchResult) -> Judgement {
     let pooled = m.pooled();
     if let Some(rule) = b.criterion.gate() {
         let mut now = last.measures();

@@ -4,13 +4,13 @@ use super::Output;
 use crate::adopt::{Handover, Options, Way};
 use crate::error::Result;
 
-pub struct AdoptArgs {
-    pub yes: bool,
-    pub dry_run: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct AdoptArgs {
+    pub(crate) yes: bool,
+    pub(crate) dry_run: bool,
+    pub(crate) allow_unpinned: bool,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: &crate::context::Context,
     recipes: &crate::recipe::RecipeSet,
     name: &str,

@@ -14,75 +14,75 @@ use crate::recipe::RecipeSet;
 
 /// `sparkctl bench`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Recipe name (its running deployment) or base URL (http://127.0.0.1:8003).
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     #[command(subcommand)]
-    pub compare: Option<BenchCommand>,
+    pub(crate) compare: Option<BenchCommand>,
     /// Suite: built-in voice-assistant, a name in recipes/suites/, a file, or `captured`
     /// (production's captured traffic).
     #[arg(long, value_name = "SUITE")]
-    pub suite: Option<String>,
+    pub(crate) suite: Option<String>,
     /// Replay captured traffic instead of a suite: `captured` (what the front door
     /// captured, `frontdoor capture on`) or a capture file. Each request is sent once as it
     /// came, with the gaps it arrived with, or at --concurrency/--rate when given.
     #[arg(long, value_name = "FILE|captured", conflicts_with = "suite")]
-    pub replay: Option<String>,
+    pub(crate) replay: Option<String>,
     /// Measured runs per case (the suite says; at least 5).
     #[arg(long, value_name = "N")]
-    pub runs: Option<usize>,
+    pub(crate) runs: Option<usize>,
     /// Warm-up runs per case, reported as cold start.
     #[arg(long, value_name = "N")]
-    pub warmup: Option<usize>,
+    pub(crate) warmup: Option<usize>,
     /// Run the whole suite N times: each figure's p50 gets a CV and a 95% interval, and a
     /// gate whose interval holds its threshold is inconclusive.
     /// [default: the recipe's bench.load.repeat, else 1]
     #[arg(long, value_name = "N")]
-    pub repeat: Option<usize>,
+    pub(crate) repeat: Option<usize>,
     /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
     #[arg(long, value_delimiter = ',', value_name = "N,N")]
-    pub concurrency: Vec<usize>,
+    pub(crate) concurrency: Vec<usize>,
     /// An open-loop load level: requests per second, sent on schedule whatever the server does.
     #[arg(long, value_name = "REQ/S")]
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// Arrivals of open-loop levels: poisson (seeded exponential gaps) or constant.
     #[arg(long, value_name = "KIND", value_parser = parse_arrival)]
-    pub arrival: Option<engine::load::Arrival>,
+    pub(crate) arrival: Option<engine::load::Arrival>,
     /// Seed of the Poisson arrivals (the same seed sends at the same times) [default: 1].
     #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Requests per load level [default: 40].
     #[arg(long, value_name = "N")]
-    pub requests: Option<usize>,
+    pub(crate) requests: Option<usize>,
     /// Step the load until the server saturates, and name the knee: concurrency:1,2,4,8
     /// or rate:1,2,4,8.
     #[arg(long, value_name = "KIND:LEVELS", value_parser = parse_sweep)]
-    pub sweep: Option<engine::load::Sweep>,
+    pub(crate) sweep: Option<engine::load::Sweep>,
     /// Objectives a request must meet to count toward goodput: ttft=500ms,tpot=50ms
     /// (e2el too) [default: the recipe's bench.slo].
     #[arg(long, value_name = "KEY=DURATION,…", value_parser = parse_slo)]
-    pub slo: Option<engine::slo::Slo>,
+    pub(crate) slo: Option<engine::slo::Slo>,
     /// Ask one question behind prior contexts of these many tokens, cold and warm (e.g. 0,4096,16384).
     #[arg(long, value_delimiter = ',', value_name = "TOKENS,…")]
-    pub depth: Vec<usize>,
+    pub(crate) depth: Vec<usize>,
     /// A gate, as in recipes (`thinking_leak='== 0%'`); adds to or overrides the recipe's.
     #[arg(long = "gate", value_name = "NAME=RULE")]
-    pub gates: Vec<String>,
+    pub(crate) gates: Vec<String>,
     /// The production backend's result, for the vs_production_* gates.
     #[arg(long, value_name = "FILE")]
-    pub baseline: Option<PathBuf>,
+    pub(crate) baseline: Option<PathBuf>,
     /// Peak memory bandwidth of the device that serves, GB/s: the roofline's bound, over
     /// the recipe's, the host's and the GPU's (a URL on another machine has none without it).
     #[arg(long, value_name = "GB/S")]
-    pub bandwidth_gbps: Option<f64>,
+    pub(crate) bandwidth_gbps: Option<f64>,
     /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json]; the HTML
     /// report, per-request JSONL and CSV go beside it.
     #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// Compare benchmark results side by side (the first is the reference).
     Compare {
         #[arg(required = true, num_args = 2.., value_name = "RESULT.json")]
@@ -167,7 +167,12 @@ fn options(
     .with_recipe_load(crate::deploy::recipe_load(recipes, target).as_ref()))
 }
 
-pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) -> Result<()> {
+pub(crate) async fn run(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    args: BenchArgs,
+    out: &Output,
+) -> Result<()> {
     let target_name = args.target.clone().ok_or_else(|| {
         Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
     })?;
@@ -410,7 +415,7 @@ fn render_phases(out: &Output, r: &BenchResult) {
     }
 }
 
-pub fn compare(
+pub(crate) fn compare(
     paths: &[PathBuf],
     svg: Option<&Path>,
     html: Option<&Path>,

@@ -8,61 +8,66 @@ use crate::recipe::RecipeSet;
 use crate::units::short_digest;
 
 #[derive(Debug, clap::Args)]
-pub struct BisectArgs {
+pub(crate) struct BisectArgs {
     /// The recipe whose image regressed.
-    pub name: String,
+    pub(crate) name: String,
     /// A digest that was good: a digest (a unique prefix will do), a run id, or a date
     /// (what this machine had by then).
     #[arg(long, value_name = "REF", required_unless_present = "resume")]
-    pub good: Option<String>,
+    pub(crate) good: Option<String>,
     /// A later digest that is bad (same forms as --good).
     #[arg(long, value_name = "REF", required_unless_present = "resume")]
-    pub bad: Option<String>,
+    pub(crate) bad: Option<String>,
     /// Judge each digest on this metric's p50, nearer the good end's or the bad end's
     /// (ttft_p50, ttfo_p50, tpot_p50, itl_p50, e2el_p50, decode_tps_p50) [default: the
     /// metric that differs most between the ends, beyond the noise].
     #[arg(long, value_name = "METRIC", conflicts_with = "gate")]
-    pub metric: Option<String>,
+    pub(crate) metric: Option<String>,
     /// Judge each digest on a gate: pass is good, fail is bad ('decode_tps_p50=>= 30').
     #[arg(long, value_name = "NAME=RULE")]
-    pub gate: Option<String>,
+    pub(crate) gate: Option<String>,
     /// The benchmark suite [default: the recipe's bench.suite].
     #[arg(long)]
-    pub suite: Option<String>,
+    pub(crate) suite: Option<String>,
     /// Measured runs per case in each run of the suite [default: the suite's].
     #[arg(long, value_name = "N")]
-    pub runs: Option<usize>,
+    pub(crate) runs: Option<usize>,
     /// Warm-up runs per case, excluded [default: the suite's].
     #[arg(long, value_name = "N")]
-    pub warmup: Option<usize>,
+    pub(crate) warmup: Option<usize>,
     /// Runs of the whole suite per round: each round's 95% interval is over them.
     #[arg(long, default_value_t = 3, value_name = "N")]
-    pub repeat: usize,
+    pub(crate) repeat: usize,
     /// Rounds a digest gets before it is left inconclusive (the bisect stops there, and
     /// --resume measures it again).
     #[arg(long, default_value_t = 4, value_name = "N")]
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// When a step needs production's memory, hold production's requests at the front door
     /// and stop it while the step runs (it serves again between steps).
     #[arg(long)]
-    pub allow_swap: bool,
+    pub(crate) allow_swap: bool,
     /// Walk the builds of a process recipe's binary instead of image digests: every
     /// executable with the binary's file name in DIR or a directory right below it, known by
     /// its sha256, oldest first by modification time (REFs may name a build by its path).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
-    pub builds: Option<std::path::PathBuf>,
+    pub(crate) builds: Option<std::path::PathBuf>,
     /// Go on with this recipe's unfinished bisect from its recorded measurements.
     #[arg(long, conflicts_with_all = ["good", "bad", "fresh", "metric", "gate"])]
-    pub resume: bool,
+    pub(crate) resume: bool,
     /// Abandon this recipe's unfinished bisect and start over.
     #[arg(long)]
-    pub fresh: bool,
+    pub(crate) fresh: bool,
     /// Show the digests in the range and how many steps it takes; start nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
-pub async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output) -> Result<()> {
+pub(crate) async fn run(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    args: BisectArgs,
+    out: &Output,
+) -> Result<()> {
     let criterion = match (&args.metric, &args.gate) {
         (Some(m), _) => Criterion::Metric(bisect::parse_metric(m).map_err(Error::Usage)?),
         (_, Some(g)) => Criterion::check_gate(g).map_err(Error::Usage)?,

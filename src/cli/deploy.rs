@@ -68,14 +68,14 @@ fn render_plan(out: &Output, plan: &StartPlan) {
 }
 
 /// `sparkctl start`'s flags.
-pub struct StartArgs {
-    pub dry_run: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct StartArgs {
+    pub(crate) dry_run: bool,
+    pub(crate) allow_unpinned: bool,
     /// Overrides the recipe's readiness timeout.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
 }
 
-pub async fn start(
+pub(crate) async fn start(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,
@@ -143,7 +143,7 @@ pub async fn start(
     Ok(())
 }
 
-pub async fn status(ctx: &Context, out: &Output) -> Result<()> {
+pub(crate) async fn status(ctx: &Context, out: &Output) -> Result<()> {
     let status = deploy::status::status(ctx).await?;
     for w in &status.warnings {
         out.warn(w);
@@ -247,7 +247,7 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     out.print_table(&t);
 }
 
-pub async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Result<()> {
+pub(crate) async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Result<()> {
     match ctx.runtimes.find(name).await? {
         Some(d) => ctx.runtimes.logs(&d, view, &mut out.log_sink()).await,
         None => Err(Error::NeverRan {
@@ -258,7 +258,7 @@ pub async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Res
 }
 
 /// `logs NAME --node NODE`: a multi-node deployment's containers on one node.
-pub async fn node_logs(
+pub(crate) async fn node_logs(
     ctx: &Context,
     name: &str,
     node: &str,
@@ -275,7 +275,7 @@ pub async fn node_logs(
     crate::runtime::group::logs(docker, &d, node, view, &mut out.log_sink()).await
 }
 
-pub async fn down(
+pub(crate) async fn down(
     ctx: &Context,
     name: &str,
     dry_run: bool,
@@ -305,14 +305,14 @@ pub async fn down(
 }
 
 /// Flags of `up`, as typed.
-pub struct UpArgs {
-    pub dry_run: bool,
-    pub no_promote: bool,
-    pub yes: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct UpArgs {
+    pub(crate) dry_run: bool,
+    pub(crate) no_promote: bool,
+    pub(crate) yes: bool,
+    pub(crate) allow_unpinned: bool,
 }
 
-pub async fn up(
+pub(crate) async fn up(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,
@@ -358,7 +358,7 @@ pub async fn up(
     Ok(())
 }
 
-pub async fn rollback(
+pub(crate) async fn rollback(
     ctx: &Context,
     recipes: &RecipeSet,
     to: Option<&str>,
@@ -383,7 +383,7 @@ pub async fn rollback(
     Ok(())
 }
 
-pub fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
+pub(crate) fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
     if let Some(run) = run {
         // A job run's id names its record in jobs/ (the lineage `history` points at).
         let job = ctx.state.job_record_file(run)?;

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::frontdoor::{self, Config, DoorStatus, Launch};
 
 #[derive(Debug, Subcommand)]
-pub enum FrontdoorCommand {
+pub(crate) enum FrontdoorCommand {
     /// Start the front door in the background (`up` and `rollback` do when it is not running).
     Start,
     /// Stop it: the port closes, the answers in flight finish (within
@@ -53,7 +53,7 @@ pub enum FrontdoorCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum CaptureCommand {
+pub(crate) enum CaptureCommand {
     /// Start capturing (kept across restarts of the front door).
     On {
         /// The most the capture keeps on disk; the oldest half goes as it fills.
@@ -76,7 +76,7 @@ fn max_size(text: &str) -> std::result::Result<crate::units::ByteSize, String> {
     Ok(crate::units::ByteSize(size))
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: Context,
     recipes: PathBuf,
     command: FrontdoorCommand,
@@ -223,7 +223,7 @@ fn print_status(s: &DoorStatus, out: &Output) {
 }
 
 /// One line: port, upstream, in flight, waiting.
-pub fn line(s: &DoorStatus) -> String {
+pub(crate) fn line(s: &DoorStatus) -> String {
     let in_flight: usize = s.in_flight.values().sum();
     format!(
         "front door {}:{} (pid {}) → {} · {in_flight} in flight · {} waiting",
@@ -246,7 +246,7 @@ pub fn line(s: &DoorStatus) -> String {
 
 /// Production's live quality: the checks over its recent answers, its live gates, its
 /// last golden round.
-pub fn live_lines(s: &DoorStatus) -> Vec<String> {
+pub(crate) fn live_lines(s: &DoorStatus) -> Vec<String> {
     use crate::bench::gates::GateOutcome;
     let Some(l) = &s.live else { return Vec::new() };
     let rates: Vec<String> = l
@@ -300,7 +300,7 @@ pub fn live_lines(s: &DoorStatus) -> Vec<String> {
 }
 
 /// `logs frontdoor`: the supervisor's and server's output, newest run.
-pub async fn logs(ctx: &Context, view: crate::runtime::LogView, out: &Output) -> Result<()> {
+pub(crate) async fn logs(ctx: &Context, view: crate::runtime::LogView, out: &Output) -> Result<()> {
     let crate::runtime::LogView { tail, follow } = view;
     let Some(path) = ctx.state.latest_log("frontdoor") else {
         return Err(Error::Usage("the front door has not run yet".into()));

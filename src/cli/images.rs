@@ -14,7 +14,7 @@ use crate::state::StateDir;
 use crate::units::short_digest;
 
 #[derive(Debug, Subcommand)]
-pub enum ImagesCommand {
+pub(crate) enum ImagesCommand {
     /// Resolve tags to digests and write images.lock.
     Pin {
         name: Option<String>,
@@ -56,11 +56,11 @@ pub enum ImagesCommand {
 }
 
 /// What every `images` subcommand works on.
-pub struct At<'a> {
-    pub recipes: &'a RecipeSet,
-    pub lock_path: &'a Path,
-    pub docker: &'a bollard::Docker,
-    pub state: &'a StateDir,
+pub(crate) struct At<'a> {
+    pub(crate) recipes: &'a RecipeSet,
+    pub(crate) lock_path: &'a Path,
+    pub(crate) docker: &'a bollard::Docker,
+    pub(crate) state: &'a StateDir,
 }
 
 impl At<'_> {
@@ -124,7 +124,7 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
     }
 }
 
-pub async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
+pub(crate) async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
     let (recipes, lock_path, docker) = (at.recipes, at.lock_path, at.docker);
     match command {
         ImagesCommand::Pin { name, all, offline } => {

@@ -9,22 +9,22 @@ use crate::import::{self, Machine, Seen, Source};
 /// Where the recipe comes from: exactly one.
 #[derive(Debug, Clone, clap::Args)]
 #[group(required = true, multiple = false)]
-pub struct From {
+pub(crate) struct From {
     /// A running host process.
     #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// The host process listening on this port.
     #[arg(long, value_name = "PORT")]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// A running container (id or name); its image digest is pinned into images.lock.
     #[arg(long, value_name = "ID")]
-    pub container: Option<String>,
+    pub(crate) container: Option<String>,
     /// A pasted `docker run …` line (split like a shell splits it; nothing is run).
     #[arg(long = "docker-run", value_name = "LINE")]
-    pub docker_run: Option<String>,
+    pub(crate) docker_run: Option<String>,
     /// A pasted host command line (`~/llama.cpp/build/bin/llama-server -m … --port 8003`).
     #[arg(long, value_name = "LINE")]
-    pub command: Option<String>,
+    pub(crate) command: Option<String>,
 }
 
 impl From {
@@ -48,17 +48,17 @@ impl From {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// Name of the recipe [default: the served model name, else the model's].
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[command(flatten)]
-    pub from: From,
+    pub(crate) from: From,
     /// Replace a recipe of that name.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Show the recipe; write nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 /// What `--json` prints.
@@ -72,7 +72,7 @@ struct Report<'a> {
     recipe: &'a str,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     recipes_dir: PathBuf,
     lock_path: PathBuf,
     state: &crate::state::StateDir,

@@ -16,7 +16,7 @@ fn tilde(path: &Path) -> String {
     }
 }
 
-pub fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()> {
+pub(crate) fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()> {
     let root = dir.unwrap_or_else(crate::places::config_dir);
     let report = crate::places::init(&root)?;
     if out.json {

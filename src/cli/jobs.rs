@@ -9,14 +9,14 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
 
-pub struct RunArgs {
-    pub dry_run: bool,
-    pub detach: bool,
-    pub yes: bool,
-    pub allow_unpinned: bool,
+pub(crate) struct RunArgs {
+    pub(crate) dry_run: bool,
+    pub(crate) detach: bool,
+    pub(crate) yes: bool,
+    pub(crate) allow_unpinned: bool,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: &Context,
     recipes: &Path,
     name: &str,
@@ -39,7 +39,6 @@ pub async fn run(
     let confirm = move |q: &str| yes || out.confirm(q);
     let say = |line: &str| out.note(line);
     let opts = job::run::RunOptions {
-        allow_unpinned: args.allow_unpinned,
         confirm: &confirm,
         say: &say,
     };
@@ -212,7 +211,7 @@ fn print_outcome(rec: &JobRecord, out: &Output) {
     }
 }
 
-pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
+pub(crate) async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
     let none = || format!("no job runs yet (state dir {})", ctx.state.root().display());
@@ -253,7 +252,7 @@ pub async fn list(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn stop(
+pub(crate) async fn stop(
     ctx: &Context,
     name: &str,
     grace: Duration,
@@ -288,7 +287,7 @@ pub async fn stop(
     Ok(())
 }
 
-pub async fn logs(
+pub(crate) async fn logs(
     ctx: &Context,
     name: &str,
     view: crate::runtime::LogView,

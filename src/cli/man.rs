@@ -41,7 +41,7 @@ fn write_pages(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Re
 }
 
 /// `sparkctl man`: sparkctl(1) on stdout; with `--dir`, every command's page into DIR.
-pub fn run(dir: Option<PathBuf>, out: &Output) -> Result<()> {
+pub(crate) fn run(dir: Option<PathBuf>, out: &Output) -> Result<()> {
     let Some(dir) = dir else {
         use std::io::Write;
         let page = render(command())?;

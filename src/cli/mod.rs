@@ -24,7 +24,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::error::{Error, Result};
 use crate::sim::SimConfig;
-pub use output::Output;
+pub(crate) use output::Output;
 use setup::{
     context, in_context, init_tracing, load_recipes, lock_path, recipes_in, runtime, self_exe,
     server_runtime, state_root, with_recipes,
@@ -38,36 +38,36 @@ use setup::{
     propagate_version = true,
     max_term_width = 100
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
-    pub globals: Globals,
+    pub(crate) globals: Globals,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Globals {
+pub(crate) struct Globals {
     /// Directory of recipes [default: ./recipes when it exists, else
     /// $XDG_CONFIG_HOME/sparkctl/recipes].
     #[arg(long, global = true, env = "SPARKCTL_RECIPES", value_name = "DIR")]
-    pub recipes: Option<PathBuf>,
+    pub(crate) recipes: Option<PathBuf>,
     /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
     #[arg(long, global = true, env = "SPARKCTL_STATE_DIR", value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// The image lock [default: images.lock beside the recipes dir].
     #[arg(long, global = true, env = "SPARKCTL_LOCK", value_name = "FILE")]
-    pub lock: Option<PathBuf>,
+    pub(crate) lock: Option<PathBuf>,
     /// Machine-readable JSON output (read commands).
     #[arg(long, global = true)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// More log output on stderr (-v info, -vv debug); SPARKCTL_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Plan, pin-check, patch, start, health-check, benchmark, gate, then promote or roll back.
     Up {
         name: String,
@@ -255,12 +255,12 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum HistoryCommand {
+pub(crate) enum HistoryCommand {
     Show { run: String },
 }
 
 #[derive(Debug, Subcommand)]
-pub enum RecipesCommand {
+pub(crate) enum RecipesCommand {
     /// One line per recipe.
     List,
     /// The fully resolved recipe and the exact container or command it would run.
@@ -510,7 +510,7 @@ fn job_command(g: &Globals, command: Command, out: &Output) -> Result<()> {
 }
 
 /// What a shell reports for a command that SIGPIPE ended: `sparkctl … | head -1`.
-pub const BROKEN_PIPE_EXIT: i32 = 128 + libc::SIGPIPE;
+pub(crate) const BROKEN_PIPE_EXIT: i32 = 128 + libc::SIGPIPE;
 
 /// Parses the command line, runs it, prints any error; returns the process exit code.
 pub fn main() -> i32 {

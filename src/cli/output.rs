@@ -26,16 +26,16 @@ enum Stream {
     Err,
 }
 
-pub struct Output {
-    pub json: bool,
-    pub color: bool,
+pub(crate) struct Output {
+    pub(crate) json: bool,
+    pub(crate) color: bool,
     /// What unit tests read back instead of the terminal.
     #[cfg(test)]
     said: std::sync::Mutex<Vec<(Stream, String)>>,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool) -> Self {
         Output {
             json,
             color: color_for(&std::io::stdout()),
@@ -60,31 +60,31 @@ impl Output {
     }
 
     /// A line on stdout.
-    pub fn say(&self, line: impl Display) {
+    pub(crate) fn say(&self, line: impl Display) {
         self.put(Stream::Out, &format!("{}\n", printable(&line.to_string())));
     }
 
     /// Text on stdout as it is laid out (a YAML document, a diff, a log's tail): no
     /// newline is added.
-    pub fn text(&self, text: impl Display) {
+    pub(crate) fn text(&self, text: impl Display) {
         self.put(Stream::Out, &printable(&text.to_string()));
     }
 
     /// A line on stdout in bold (a section's title).
-    pub fn title(&self, title: impl Display) {
+    pub(crate) fn title(&self, title: impl Display) {
         let title = self.bold(&printable(&title.to_string()));
         self.put(Stream::Out, &format!("{title}\n"));
     }
 
     /// A line on stdout whose first words are bold: `plan for NAME`, `# recipe FILE`.
-    pub fn titled(&self, head: impl Display, rest: impl Display) {
+    pub(crate) fn titled(&self, head: impl Display, rest: impl Display) {
         let head = self.bold(&printable(&head.to_string()));
         let rest = printable(&rest.to_string()).into_owned();
         self.put(Stream::Out, &format!("{head} {rest}\n"));
     }
 
     /// `warning: …` on stderr.
-    pub fn warn(&self, what: impl Display) {
+    pub(crate) fn warn(&self, what: impl Display) {
         self.put(
             Stream::Err,
             &format!("warning: {}\n", printable(&what.to_string())),
@@ -93,11 +93,11 @@ impl Output {
 
     /// A line on stderr: how a long command is getting on (`==> …`), kept apart from its
     /// result on stdout.
-    pub fn note(&self, line: impl Display) {
+    pub(crate) fn note(&self, line: impl Display) {
         self.put(Stream::Err, &format!("{}\n", printable(&line.to_string())));
     }
 
-    pub fn print_json(&self, value: &impl Serialize) {
+    pub(crate) fn print_json(&self, value: &impl Serialize) {
         let text = serde_json::to_string_pretty(value).expect("output types serialize");
         self.put(Stream::Out, &format!("{}\n", json_safe(&text)));
     }
@@ -105,7 +105,7 @@ impl Output {
     /// The start of every list of records: a warning per damaged record, then the records
     /// as JSON, or `none` when there are none. True when that said it all and no table is
     /// left to print.
-    pub fn list_said_all<T: Serialize>(
+    pub(crate) fn list_said_all<T: Serialize>(
         &self,
         rows: &[T],
         damaged: &[impl Display],
@@ -133,11 +133,11 @@ impl Output {
 
     /// Prints a table without the padding comfy-table leaves at line ends. Its cells are
     /// escaped as laid out (the library fills some tables); a cell that needed it is wider.
-    pub fn print_table(&self, table: &comfy_table::Table) {
+    pub(crate) fn print_table(&self, table: &comfy_table::Table) {
         self.say(table.trim_fmt());
     }
 
-    pub fn table(&self) -> comfy_table::Table {
+    pub(crate) fn table(&self) -> comfy_table::Table {
         let mut t = comfy_table::Table::new();
         t.load_style(comfy_table::presets::NOTHING);
         if !self.color {
@@ -148,7 +148,7 @@ impl Output {
 
     /// Asks `question` on a terminal (default no); anywhere else (a script, CI) the answer
     /// is no, and the flag that says yes (`--yes`) is the way.
-    pub fn confirm(&self, question: &str) -> bool {
+    pub(crate) fn confirm(&self, question: &str) -> bool {
         std::io::stdin().is_terminal()
             && dialoguer::Confirm::new()
                 .with_prompt(printable(question))
@@ -158,14 +158,14 @@ impl Output {
     }
 
     /// A spinner on stderr (none when stderr is not a terminal) until `finish`.
-    pub fn spinner(&self) -> Progress {
+    pub(crate) fn spinner(&self) -> Progress {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(Duration::from_millis(100));
         Progress(bar)
     }
 
     /// A bar on stderr drawn by `template` (indicatif's), set with `Progress::at`.
-    pub fn bar(&self, template: &str) -> Progress {
+    pub(crate) fn bar(&self, template: &str) -> Progress {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"));
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -173,45 +173,45 @@ impl Output {
     }
 
     /// A bar drawn nowhere until `Progress::draw`: for output that may never have any.
-    pub fn hidden_bar(&self) -> Progress {
+    pub(crate) fn hidden_bar(&self) -> Progress {
         Progress(indicatif::ProgressBar::hidden())
     }
 
     /// Whether a bar would be seen (stderr is a terminal); elsewhere progress is better
     /// told in lines (`note`).
-    pub fn draws_progress(&self) -> bool {
+    pub(crate) fn draws_progress(&self) -> bool {
         std::io::stderr().is_terminal()
     }
 
     /// Where a container's or a process's output is copied to (`logs`): stdout, escaped.
-    pub fn log_sink(&self) -> Escaping<std::io::Stdout> {
+    pub(crate) fn log_sink(&self) -> Escaping<std::io::Stdout> {
         Escaping::new(std::io::stdout(), false)
     }
 
     /// Bytes sparkctl generates from its own definitions (shell completions, the man
     /// page), written as they are: nothing in them came from outside.
-    pub fn generated(&self) -> std::io::Stdout {
+    pub(crate) fn generated(&self) -> std::io::Stdout {
         std::io::stdout()
     }
 }
 
 /// A spinner or a progress bar on stderr; its messages are escaped.
-pub struct Progress(indicatif::ProgressBar);
+pub(crate) struct Progress(indicatif::ProgressBar);
 
 impl Progress {
     /// The words beside the bar (a container's last log line, a case's name).
-    pub fn message(&self, message: impl Display) {
+    pub(crate) fn message(&self, message: impl Display) {
         self.0
             .set_message(printable(&message.to_string()).into_owned());
     }
 
-    pub fn at(&self, done: u64, total: u64) {
+    pub(crate) fn at(&self, done: u64, total: u64) {
         self.0.set_length(total);
         self.0.set_position(done);
     }
 
     /// Draws a hidden bar on stderr from now on, by `template`.
-    pub fn draw(&self, template: &str) {
+    pub(crate) fn draw(&self, template: &str) {
         self.0
             .set_draw_target(indicatif::ProgressDrawTarget::stderr());
         self.0.set_style(
@@ -220,17 +220,17 @@ impl Progress {
     }
 
     /// Steps done before sparkctl looked took no time of its clock.
-    pub fn reset_eta(&self) {
+    pub(crate) fn reset_eta(&self) {
         self.0.reset_eta();
     }
 
     /// Runs `f` (which prints) with the bar cleared, then draws it again.
-    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
         self.0.suspend(f)
     }
 
     /// Clears it off the terminal.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.0.finish_and_clear();
     }
 }
@@ -239,7 +239,7 @@ impl Progress {
 /// on its way to `inner`. Bytes that are not UTF-8 become U+FFFD; a character split
 /// between two writes waits for its rest. `keep_esc` lets ESC through for a writer whose
 /// every ESC is its own (see `log_records`).
-pub struct Escaping<W: Write> {
+pub(crate) struct Escaping<W: Write> {
     inner: W,
     pending: Vec<u8>,
     keep_esc: bool,
@@ -316,7 +316,7 @@ impl<W: Write> Drop for Escaping<W> {
 /// terminal (the bool). tracing-subscriber escapes ESC, BEL, BS, FF, DEL and C1 in the
 /// records' values itself, so every ESC left is its own colour; the rest that `printable`
 /// escapes (CR, the other C0 controls, the bidirectional overrides) is escaped here.
-pub fn log_records() -> (bool, impl Fn() -> Escaping<std::io::Stderr> + Send + Sync) {
+pub(crate) fn log_records() -> (bool, impl Fn() -> Escaping<std::io::Stderr> + Send + Sync) {
     let color = color_for(&std::io::stderr());
     (color, move || Escaping::new(std::io::stderr(), color))
 }
@@ -373,7 +373,7 @@ fn json_safe(text: &str) -> Cow<'_, str> {
 /// the reader's choice, not a fault: exit at once, silently, as a command ended by SIGPIPE
 /// would. SIGPIPE itself stays ignored (Rust's default): restoring it would also kill
 /// sparkctl mid-`up` when the Docker Engine's socket closes under a write.
-pub fn exit_quietly_on_broken_pipe() {
+pub(crate) fn exit_quietly_on_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let text = info
@@ -390,7 +390,7 @@ pub fn exit_quietly_on_broken_pipe() {
 }
 
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
-pub fn print_error(err: &Error, json: bool) {
+pub(crate) fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {
         let diagnostics = match err {
             Error::Invalid(d) => d.clone(),

@@ -43,12 +43,12 @@ fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
 }
 
 /// `sparkctl patch`'s flags.
-pub struct Args {
-    pub dry_run: bool,
-    pub revert: bool,
+pub(crate) struct Args {
+    pub(crate) dry_run: bool,
+    pub(crate) revert: bool,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     recipes: &RecipeSet,
     state: &StateDir,
     runtimes: &Runtimes,

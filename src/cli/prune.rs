@@ -4,14 +4,14 @@ use super::Output;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 
-pub struct Args {
-    pub keep: Option<usize>,
+pub(crate) struct Args {
+    pub(crate) keep: Option<usize>,
     /// Newest digests of each recipe's image kept.
-    pub keep_images: Option<usize>,
-    pub yes: bool,
+    pub(crate) keep_images: Option<usize>,
+    pub(crate) yes: bool,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: &crate::context::Context,
     recipes: &RecipeSet,
     args: Args,

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::places::RecipesDir;
 use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
 
-pub fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
+pub(crate) fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
     let dir = found.path.as_path();
     match command {
         RecipesCommand::List if found.absent() => {

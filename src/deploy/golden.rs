@@ -17,12 +17,12 @@ use crate::production::Upstream;
 
 /// What a recipe's `live.golden` asks, resolved.
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub every: Duration,
-    pub failures: u32,
-    pub suite: Suite,
-    pub cases: Vec<Case>,
-    pub kind: Option<ServerKind>,
+pub(crate) struct Plan {
+    pub(crate) every: Duration,
+    pub(crate) failures: u32,
+    pub(crate) suite: Suite,
+    pub(crate) cases: Vec<Case>,
+    pub(crate) kind: Option<ServerKind>,
 }
 
 #[derive(Default)]
@@ -37,13 +37,13 @@ struct State {
 
 /// The golden rounds of production's instance.
 #[derive(Clone, Default)]
-pub struct Rounds {
+pub(crate) struct Rounds {
     state: Arc<Mutex<State>>,
 }
 
 impl Rounds {
     /// Starts a round when one is due; a breach once `failures` rounds failed in a row.
-    pub fn look(&self, u: &Upstream, plan: &Plan, live: &Arc<Live>) -> Option<Breach> {
+    pub(crate) fn look(&self, u: &Upstream, plan: &Plan, live: &Arc<Live>) -> Option<Breach> {
         let mut s = self.state.lock().expect("golden");
         if s.deployment != u.deployment {
             // A new instance: its first round at once, nothing held against it.
@@ -97,7 +97,7 @@ impl Rounds {
 }
 
 /// One round: each golden case asked of `u` (its turns in order), its last answer checked.
-pub async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
+pub(crate) async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
     let mut out = GoldenRound {
         cases: plan.cases.len(),
         ..GoldenRound::default()

@@ -22,15 +22,15 @@ const RELOAD: Duration = Duration::from_secs(30);
 
 /// Why production is brought back, and how.
 #[derive(Debug, Clone, Default)]
-pub struct Cause {
-    pub why: String,
+pub(crate) struct Cause {
+    pub(crate) why: String,
     /// It still answers (badly): the answers in flight finish before it is stopped.
-    pub drain: bool,
+    pub(crate) drain: bool,
     /// Straight to the fallback: a restart was tried already.
-    pub fallback_now: bool,
+    pub(crate) fallback_now: bool,
     /// What showed it (the offending answers), for the run record.
-    pub evidence: Vec<String>,
-    pub gates: Vec<GateResult>,
+    pub(crate) evidence: Vec<String>,
+    pub(crate) gates: Vec<GateResult>,
 }
 
 impl Cause {
@@ -59,7 +59,7 @@ struct Settings {
     has_fallback: bool,
 }
 
-pub struct Judge {
+pub(crate) struct Judge {
     recipes_dir: PathBuf,
     door: Arc<Door>,
     settings: Mutex<Option<Arc<Settings>>>,
@@ -69,7 +69,7 @@ pub struct Judge {
 }
 
 impl Judge {
-    pub fn new(recipes_dir: PathBuf, door: Arc<Door>) -> Judge {
+    pub(crate) fn new(recipes_dir: PathBuf, door: Arc<Door>) -> Judge {
         Judge {
             recipes_dir,
             door,
@@ -80,7 +80,7 @@ impl Judge {
     }
 
     /// Judges `u` (production, answering): why it must be brought back, if it must.
-    pub async fn look(&self, u: &Upstream) -> Option<Cause> {
+    pub(crate) async fn look(&self, u: &Upstream) -> Option<Cause> {
         let s = self.settings_for(u).await?;
         let baseline = s.baseline.as_ref().map_err(String::as_str);
         let breach = self

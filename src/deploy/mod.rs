@@ -3,13 +3,13 @@
 
 mod golden;
 mod judge;
-pub mod plan;
-pub mod rollback;
+pub(crate) mod plan;
+pub(crate) mod rollback;
 mod start;
-pub mod status;
-pub mod switch;
-pub mod up;
-pub mod watch;
+pub(crate) mod status;
+pub(crate) mod switch;
+pub(crate) mod up;
+pub(crate) mod watch;
 
 use std::time::Duration;
 
@@ -17,17 +17,16 @@ use serde::Serialize;
 
 use crate::context::Settings;
 use crate::error::{Error, Result};
-pub use crate::memory::MemoryPlan;
 use crate::recipe::Runtime;
-pub use crate::runtime::STOP_GRACE;
+pub(crate) use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes};
-pub use plan::PortOwner;
-pub use start::{plan_start, start, StartOptions, StartPlan, StartReport};
+pub(crate) use plan::PortOwner;
+pub(crate) use start::{plan_start, start, StartOptions, StartPlan};
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Role {
+pub(crate) enum Role {
     /// The front door routes production to it.
     Production,
     /// A replaced production kept running for an instant rollback.
@@ -38,7 +37,7 @@ pub enum Role {
 
 impl Role {
     /// `d`'s role, as the front door (when it runs) says.
-    pub fn of(d: &Deployment, door: Option<&crate::frontdoor::DoorStatus>) -> Role {
+    pub(crate) fn of(d: &Deployment, door: Option<&crate::frontdoor::DoorStatus>) -> Role {
         let routed = door
             .and_then(|s| s.upstream.as_ref())
             .is_some_and(|u| u.deployment == d.id);
@@ -58,7 +57,11 @@ impl Role {
 }
 
 /// Who listens on `port` now, if anyone.
-pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Option<PortOwner> {
+pub(crate) async fn port_owner(
+    rt: &Runtimes,
+    port: u16,
+    known: &[Deployment],
+) -> Option<PortOwner> {
     if let Some(d) = known.iter().find(|d| d.running() && d.port == port) {
         return Some(PortOwner::Deployment {
             name: d.name.clone(),
@@ -75,7 +78,7 @@ pub async fn port_owner(rt: &Runtimes, port: u16, known: &[Deployment]) -> Optio
 }
 
 /// Refuses to change what a running server reads (its model dir) underneath it.
-pub async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Result<()> {
+pub(crate) async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Result<()> {
     match rt.find(name).await? {
         Some(d) if d.running() => Err(Error::Usage(format!(
             "{name} is running ({} {}) and reads this model dir; `sparkctl down {name}` before you {doing}",
@@ -88,7 +91,7 @@ pub async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Resul
 
 /// What `bench NAME|URL` measures: a URL as is, or a recipe's running deployment with its
 /// context (recipe hash, image, model fingerprint, size). Also the recipe's gates and suite.
-pub async fn bench_target(
+pub(crate) async fn bench_target(
     rt: &Runtimes,
     recipes: &crate::recipe::RecipeSet,
     target: &str,
@@ -138,7 +141,7 @@ pub async fn bench_target(
 
 /// What a benchmark of `recipe`'s running deployment `d` records about it, with the
 /// roofline's bound: the device that serves it.
-pub async fn target_of(
+pub(crate) async fn target_of(
     recipe: &crate::recipe::Recipe,
     d: &Deployment,
 ) -> crate::bench::result::Target {
@@ -164,7 +167,7 @@ pub async fn target_of(
 }
 
 /// The recipe's goodput objectives, when `target` names a recipe that sets them.
-pub fn recipe_slo(
+pub(crate) fn recipe_slo(
     recipes: &crate::recipe::RecipeSet,
     target: &str,
 ) -> Option<crate::bench::slo::Slo> {
@@ -172,7 +175,7 @@ pub fn recipe_slo(
 }
 
 /// The recipe's load phases (`bench.load`), when `target` names a recipe that sets them.
-pub fn recipe_load(
+pub(crate) fn recipe_load(
     recipes: &crate::recipe::RecipeSet,
     target: &str,
 ) -> Option<crate::bench::load::LoadSpec> {
@@ -189,7 +192,7 @@ pub fn recipe_load(
 /// State files a read command should mention although it does not need them:
 /// `production.json`, which `up` and `rollback` read, and which `up` tells users to check
 /// with `status`.
-pub fn state_warnings(state: &crate::state::StateDir) -> Vec<String> {
+pub(crate) fn state_warnings(state: &crate::state::StateDir) -> Vec<String> {
     crate::state::damage_of::<crate::production::Production>(&state.production_file())
         .map(|d| {
             format!(
@@ -204,7 +207,7 @@ pub fn state_warnings(state: &crate::state::StateDir) -> Vec<String> {
 /// A name `down` may act on: a recipe here (loaded or broken), or one that has run under
 /// this state dir (its recipe file may be gone). Anything else is a typo: exit 2 with the
 /// nearest name, instead of "not running; nothing to stop".
-pub async fn ensure_known(
+pub(crate) async fn ensure_known(
     rt: &Runtimes,
     recipes: &crate::recipe::RecipeSet,
     name: &str,
@@ -230,7 +233,7 @@ pub async fn ensure_known(
 /// Production behind the front door is stopped only with `force`: the production port then
 /// answers 503 until a `rollback` or `up` (the watch does not bring it back: it is no
 /// longer production, but the top of the rollback stack).
-pub async fn down(
+pub(crate) async fn down(
     rt: &Runtimes,
     name: &str,
     dry_run: bool,

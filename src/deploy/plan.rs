@@ -8,7 +8,7 @@ use crate::host::Listener;
 /// Who holds a port.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum PortOwner {
+pub(crate) enum PortOwner {
     /// One of sparkctl's deployments.
     Deployment {
         name: String,

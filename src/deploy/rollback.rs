@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Upstream};
 
-pub async fn rollback(
+pub(crate) async fn rollback(
     ctx: &Ctx<'_>,
     to: Option<&str>,
     dry_run: bool,

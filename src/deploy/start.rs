@@ -16,50 +16,50 @@ use crate::runtime::{Deployment, Runtimes, StartSpec, Started};
 
 /// Everything decided before a start, shown by `--dry-run`.
 #[derive(Debug, Clone, Serialize)]
-pub struct StartPlan {
-    pub name: String,
-    pub runtime: Runtime,
-    pub recipe_hash: String,
+pub(crate) struct StartPlan {
+    pub(crate) name: String,
+    pub(crate) runtime: Runtime,
+    pub(crate) recipe_hash: String,
     /// sha256 over the model's files (cached by size, mtime and inode).
-    pub model_fingerprint: Option<String>,
+    pub(crate) model_fingerprint: Option<String>,
     /// The job that made the model (`model.produced_by`), checked before the start.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub produced_by: Option<crate::job::lineage::Lineage>,
+    pub(crate) produced_by: Option<crate::job::lineage::Lineage>,
     /// A container image run without a pin (`--allow-unpinned`).
-    pub unpinned: bool,
+    pub(crate) unpinned: bool,
     /// The image as the recipe names it; `command` runs it by digest.
-    pub image_ref: Option<String>,
+    pub(crate) image_ref: Option<String>,
     /// Image id the container will run, or the binary.
-    pub artifact: String,
-    pub url: String,
-    pub command: Vec<String>,
-    pub memory: MemoryPlan,
-    pub health_timeout: Duration,
+    pub(crate) artifact: String,
+    pub(crate) url: String,
+    pub(crate) command: Vec<String>,
+    pub(crate) memory: MemoryPlan,
+    pub(crate) health_timeout: Duration,
     /// This recipe's exited containers beyond the newest `SPARKCTL_KEEP_EXITED`, removed
     /// just before the start.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub old_containers: Vec<crate::prune::Old>,
+    pub(crate) old_containers: Vec<crate::prune::Old>,
     /// A multi-node recipe's group: what runs on each node, the image on each.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<crate::node::start::GroupStart>,
+    pub(crate) group: Option<crate::node::start::GroupStart>,
     /// The run id the instance carries (its container label, its pid record): a flow sets
     /// its own, so that its way back stops only what this very run started.
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// What to know before it starts (a vLLM venv on SM 12.1); repeated if the start fails.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     #[serde(skip)]
     resolved: Resolved,
 }
 
 /// How a start may go: the lock it runs images from, and whether an unpinned one may run.
-pub struct StartOptions<'a> {
-    pub lock: &'a crate::lock::Lock,
-    pub allow_unpinned: bool,
+pub(crate) struct StartOptions<'a> {
+    pub(crate) lock: &'a crate::lock::Lock,
+    pub(crate) allow_unpinned: bool,
 }
 
 /// Checks everything that can fail cheaply; changes nothing.
-pub async fn plan_start(
+pub(crate) async fn plan_start(
     ctx: &Context,
     loaded: &LoadedRecipe,
     opts: &StartOptions<'_>,
@@ -256,21 +256,21 @@ async fn memory_plan(
 
 /// A started, ready deployment.
 #[derive(Debug, Clone, Serialize)]
-pub struct StartReport {
-    pub deployment: Deployment,
-    pub ready_after_ms: f64,
+pub(crate) struct StartReport {
+    pub(crate) deployment: Deployment,
+    pub(crate) ready_after_ms: f64,
     /// Unix time in microseconds when readiness was noticed.
-    pub ready_noticed_at_us: u128,
-    pub model: String,
+    pub(crate) ready_noticed_at_us: u128,
+    pub(crate) model: String,
     /// What it holds once ready, measured, against its declared `memory_gb`.
-    pub memory_observed: memory::MemoryObserved,
+    pub(crate) memory_observed: memory::MemoryObserved,
     /// What the caller should tell the user (e.g. it holds more than it declared).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Starts a planned recipe and waits until it serves. On failure the server is stopped
 /// (container and logs kept) and the error explains what happened.
-pub async fn start(
+pub(crate) async fn start(
     rt: &Runtimes,
     plan: &StartPlan,
     timeout: Option<Duration>,

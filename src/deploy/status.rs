@@ -14,31 +14,31 @@ use crate::runtime::Deployment;
 
 /// One recipe's latest deployment (`status --json` prints these).
 #[derive(Debug, Serialize)]
-pub struct StatusRow {
+pub(crate) struct StatusRow {
     #[serde(flatten)]
-    pub deployment: Deployment,
-    pub health: String,
-    pub production: bool,
-    pub role: Role,
-    pub uptime_s: Option<u64>,
+    pub(crate) deployment: Deployment,
+    pub(crate) health: String,
+    pub(crate) production: bool,
+    pub(crate) role: Role,
+    pub(crate) uptime_s: Option<u64>,
     /// A multi-node deployment's containers, node by node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<Placed>,
+    pub(crate) nodes: Vec<Placed>,
     /// What it holds now (GPU memory per nvidia-smi, resident memory), beside its
     /// declaration; running deployments only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<crate::memory::Held>,
+    pub(crate) memory: Option<crate::memory::Held>,
 }
 
-pub struct Status {
-    pub rows: Vec<StatusRow>,
+pub(crate) struct Status {
+    pub(crate) rows: Vec<StatusRow>,
     /// What the front door says, when it runs.
-    pub door: Option<DoorStatus>,
+    pub(crate) door: Option<DoorStatus>,
     /// Records that could not be read, nodes that could not be reached.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
-pub async fn status(ctx: &Context) -> Result<Status> {
+pub(crate) async fn status(ctx: &Context) -> Result<Status> {
     let (deployments, mut warnings) = ctx.runtimes.latest_per_recipe().await?;
     // Each request carries its own limit (health_now bounds health and generation apart);
     // connecting on loopback is instant or refused.

@@ -17,12 +17,12 @@ use crate::state::StateDir;
 
 /// What the flows need: the commands' shared context, the recipes, the lock as it was when
 /// the flow began (every start in it runs the same digests) and the front door.
-pub struct Ctx<'a> {
-    pub shared: &'a Context,
-    pub recipes: &'a RecipeSet,
-    pub lock: Lock,
-    pub door: Remote,
-    pub door_config: frontdoor::Config,
+pub(crate) struct Ctx<'a> {
+    pub(crate) shared: &'a Context,
+    pub(crate) recipes: &'a RecipeSet,
+    pub(crate) lock: Lock,
+    pub(crate) door: Remote,
+    pub(crate) door_config: frontdoor::Config,
     /// A dry run: the front door is asked, never started.
     dry_run: bool,
 }
@@ -31,7 +31,7 @@ impl<'a> Ctx<'a> {
     /// Reaches the front door, starting it when it is not running (a dry run only asks it,
     /// so it starts nothing and plans even while another server holds the production
     /// port), and reads the lock.
-    pub async fn open(
+    pub(crate) async fn open(
         shared: &'a Context,
         recipes: &'a RecipeSet,
         dry_run: bool,
@@ -57,7 +57,7 @@ impl<'a> Ctx<'a> {
 
     /// Production as the front door holds it; for a dry run with no front door running,
     /// as the front door would start with it (production.json).
-    pub async fn production(&self) -> Result<Production> {
+    pub(crate) async fn production(&self) -> Result<Production> {
         match self.door.status().await {
             Ok(s) => Ok(s.production),
             Err(_) if self.dry_run && frontdoor::supervisor::running(self.state()).is_none() => {
@@ -67,15 +67,15 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn rt(&self) -> &'a Runtimes {
+    pub(crate) fn rt(&self) -> &'a Runtimes {
         &self.shared.runtimes
     }
 
-    pub fn state(&self) -> &'a StateDir {
+    pub(crate) fn state(&self) -> &'a StateDir {
         &self.shared.state
     }
 
-    pub fn settings(&self) -> &'a Settings {
+    pub(crate) fn settings(&self) -> &'a Settings {
         &self.shared.settings
     }
 
@@ -89,7 +89,7 @@ impl<'a> Ctx<'a> {
 
 /// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed SSH session): all three stop a flow
 /// the same way, through its restore path.
-pub async fn interrupted() {
+pub(crate) async fn interrupted() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).ok();
     let mut hup = signal(SignalKind::hangup()).ok();
@@ -101,7 +101,7 @@ pub async fn interrupted() {
 }
 
 /// The front door's address for a running deployment.
-pub fn upstream_of(d: &Deployment) -> Upstream {
+pub(crate) fn upstream_of(d: &Deployment) -> Upstream {
     Upstream {
         recipe: d.name.clone(),
         deployment: d.id.clone(),
@@ -110,7 +110,7 @@ pub fn upstream_of(d: &Deployment) -> Upstream {
 }
 
 /// What the front door routes to, for records and messages.
-pub async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
+pub(crate) async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
     let s = ctx.door.status().await.ok()?;
     s.upstream.map(|u| {
         format!(
@@ -128,7 +128,7 @@ const RUN_FILES_ROOM: u64 = 16 << 20;
 /// Before a flow changes anything: its record is written now (as interrupted, until it says
 /// otherwise: a run killed outright still shows in `history`) and the room its files will
 /// take is free. A full disk then fails the flow at once, with nothing started.
-pub fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
+pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
     let cannot = |why: String| {
         Error::Failed(format!(
             "the state dir {} cannot take this run's records ({why}); nothing was changed: free \
@@ -166,7 +166,7 @@ fn free_bytes(dir: &std::path::Path) -> Option<u64> {
 }
 
 /// Runs one named phase and records it.
-pub async fn timed<T>(
+pub(crate) async fn timed<T>(
     record: &mut RunRecord,
     name: PhaseName,
     f: impl std::future::Future<Output = Result<T>>,
@@ -183,7 +183,11 @@ pub async fn timed<T>(
 }
 
 /// Starts `name` on its own port and waits until it serves; the front door's upstream for it.
-pub async fn start_instance(ctx: &Ctx<'_>, name: &str, allow_unpinned: bool) -> Result<Deployment> {
+pub(crate) async fn start_instance(
+    ctx: &Ctx<'_>,
+    name: &str,
+    allow_unpinned: bool,
+) -> Result<Deployment> {
     let loaded = ctx.recipes.get(name)?;
     refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     let plan = plan_start(ctx.shared, loaded, &ctx.start_options(allow_unpinned)).await?;
@@ -191,7 +195,7 @@ pub async fn start_instance(ctx: &Ctx<'_>, name: &str, allow_unpinned: bool) -> 
 }
 
 /// The front door owns the production port: a backend needs its own.
-pub fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Result<()> {
+pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Result<()> {
     if port == settings.production_port {
         return Err(Error::Usage(format!(
             "{name}: server.port is the production port {port}, which the front door owns; give \
@@ -202,7 +206,7 @@ pub fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Res
 }
 
 /// Stops the very instance `u` names, if it still runs.
-pub async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
+pub(crate) async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
     if let Some(d) = ctx.rt().find(&u.recipe).await? {
         if d.running() && d.id == u.deployment {
             ctx.rt().stop(&d, STOP_GRACE).await?;
@@ -214,7 +218,7 @@ pub async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
 /// Records a flow that failed or was interrupted (the outcome it reached — rejected,
 /// inconclusive — is kept) and says in one message what failed, what was put back and
 /// what serves now. A record that cannot be written is said, not hidden.
-pub async fn failed(
+pub(crate) async fn failed(
     ctx: &Ctx<'_>,
     record: &mut RunRecord,
     e: Error,
@@ -253,20 +257,20 @@ pub async fn failed(
 
 /// What a flow changed, for the way back.
 #[derive(Default)]
-pub struct Touched {
+pub(crate) struct Touched {
     /// The flow's run id: what it starts carries it (label, pid record), and the way back
     /// stops nothing else.
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// Started by this flow (never production before it).
-    pub started: Option<Deployment>,
+    pub(crate) started: Option<Deployment>,
     /// Production stopped to make room (swap): what served, to be started again.
-    pub production_stopped: Option<Upstream>,
+    pub(crate) production_stopped: Option<Upstream>,
     /// The front door was told to hold.
-    pub held: bool,
+    pub(crate) held: bool,
 }
 
 impl Touched {
-    pub fn of_run(run_id: &str) -> Touched {
+    pub(crate) fn of_run(run_id: &str) -> Touched {
         Touched {
             run_id: run_id.to_string(),
             ..Touched::default()
@@ -277,7 +281,7 @@ impl Touched {
 /// Puts things back after a failure or an interrupt: whatever the front door routes to
 /// keeps running; what the flow started otherwise stops (logs kept); production stopped to
 /// make room starts again and the front door is switched back to it. Returns what was done.
-pub async fn restore(
+pub(crate) async fn restore(
     ctx: &Ctx<'_>,
     mut t: Touched,
     recipe: &str,

@@ -16,20 +16,20 @@ use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
 use crate::state::{self, RunFile};
 
-pub struct UpOptions<'a> {
-    pub dry_run: bool,
-    pub no_promote: bool,
-    pub allow_unpinned: bool,
-    pub suite: Option<String>,
-    pub runs: Option<usize>,
+pub(crate) struct UpOptions<'a> {
+    pub(crate) dry_run: bool,
+    pub(crate) no_promote: bool,
+    pub(crate) allow_unpinned: bool,
+    pub(crate) suite: Option<String>,
+    pub(crate) runs: Option<usize>,
     /// Asked before production is stopped; false refuses.
-    pub confirm: &'a dyn Fn(&str) -> bool,
+    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// Progress lines for people.
-    pub say: &'a dyn Fn(&str),
+    pub(crate) say: &'a dyn Fn(&str),
 }
 
 /// `sparkctl up NAME`.
-pub async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
+pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
     let _lock = ctx.state().lock(&format!("up {name}"))?;
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;

@@ -40,7 +40,7 @@ const RESTARTS: u32 = 3;
 /// `sparkctl frontdoor serve`: the front door's proxy and control socket, and this watch
 /// beside them; returns when the server is told to stop (after its drain) or the watch
 /// ends (the supervisor restarts the process).
-pub async fn serve_frontdoor(
+pub(crate) async fn serve_frontdoor(
     mut ctx: Context,
     recipes_dir: PathBuf,
     config: Config,
@@ -59,7 +59,7 @@ pub async fn serve_frontdoor(
         .await
 }
 
-pub struct Watch {
+pub(crate) struct Watch {
     ctx: Context,
     /// Read again at each restart: production's recipe may have been fixed meanwhile.
     recipes_dir: PathBuf,
@@ -78,7 +78,7 @@ enum Look {
 }
 
 impl Watch {
-    pub fn new(ctx: Context, recipes_dir: PathBuf, door: Arc<Door>) -> Watch {
+    pub(crate) fn new(ctx: Context, recipes_dir: PathBuf, door: Arc<Door>) -> Watch {
         let client = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(1))
@@ -93,7 +93,10 @@ impl Watch {
         }
     }
 
-    pub async fn run(self, mut unreachable: mpsc::UnboundedReceiver<Upstream>) -> Result<()> {
+    pub(crate) async fn run(
+        self,
+        mut unreachable: mpsc::UnboundedReceiver<Upstream>,
+    ) -> Result<()> {
         let mut failed = 0u32;
         loop {
             tokio::select! {

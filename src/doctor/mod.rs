@@ -18,7 +18,7 @@ use crate::state::StateDir;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     /// Works, with a limit worth knowing (no GPU, a port taken).
     Warn,
@@ -29,15 +29,15 @@ pub enum Verdict {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub verdict: Verdict,
-    pub detail: String,
+pub(crate) struct Check {
+    pub(crate) name: String,
+    pub(crate) verdict: Verdict,
+    pub(crate) detail: String,
 }
 
 impl Verdict {
     /// How a check's line is marked.
-    pub fn mark(self) -> &'static str {
+    pub(crate) fn mark(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
             Verdict::Warn => "warn",
@@ -48,7 +48,7 @@ impl Verdict {
 }
 
 /// Ok unless a check failed: then how many did.
-pub fn outcome(checks: &[Check]) -> Result<()> {
+pub(crate) fn outcome(checks: &[Check]) -> Result<()> {
     match checks.iter().filter(|c| c.verdict == Verdict::Fail).count() {
         0 => Ok(()),
         n => Err(crate::error::Error::Failed(format!(
@@ -67,7 +67,7 @@ fn check(name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) -
 
 /// What `doctor` checks beyond the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope<'a> {
+pub(crate) enum Scope<'a> {
     /// Production, its fallbacks, what runs and what `production.json` names.
     InUse,
     /// These recipes, deeply, whether in use or not.
@@ -76,7 +76,11 @@ pub enum Scope<'a> {
 
 /// Every check, in the order `doctor` prints them: the machine, then each recipe in scope.
 /// Other recipes are not checked (one line says which, and how to check one).
-pub async fn run(ctx: &Context, recipes: &RecipeSet, scope: Scope<'_>) -> Result<Vec<Check>> {
+pub(crate) async fn run(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    scope: Scope<'_>,
+) -> Result<Vec<Check>> {
     let deployments = ctx
         .runtimes
         .list()

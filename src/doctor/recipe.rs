@@ -14,9 +14,9 @@ use crate::runtime::Deployment;
 
 /// A recipe to check deeply, and why it is checked.
 pub(super) struct Subject<'a> {
-    pub loaded: &'a LoadedRecipe,
+    pub(crate) loaded: &'a LoadedRecipe,
     /// Its running deployment, if one serves now.
-    pub running: Option<&'a Deployment>,
+    pub(crate) running: Option<&'a Deployment>,
 }
 
 pub(super) async fn checks(

@@ -9,11 +9,11 @@
 
 /// A log signature that means the server will not come up, and what to do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fatal {
+pub(crate) struct Fatal {
     /// Matched anywhere in a line, ignoring ASCII case (vLLM says "Address already in use",
     /// Docker "address already in use").
-    pub sign: &'static str,
-    pub hint: &'static str,
+    pub(crate) sign: &'static str,
+    pub(crate) hint: &'static str,
 }
 
 const fn fatal(sign: &'static str, hint: &'static str) -> Fatal {
@@ -119,7 +119,7 @@ pub(super) fn find(table: &[Fatal], line: &str) -> Option<Fatal> {
 
 /// How sure a line is to be an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// Logged at error level (`ERROR`, llama.cpp's ` E `, `error:`).
     Logged,
     /// A Python exception (`RuntimeError: …`, `torch.OutOfMemoryError: …`): the cause a
@@ -129,7 +129,7 @@ pub enum ErrorKind {
 
 /// Whether `line` is an error in the server's own words. A line logged at warning level or
 /// below never is, whatever it quotes (vLLM warns "fd limit errors like `OSError: …`").
-pub fn error_kind(line: &str) -> Option<ErrorKind> {
+pub(crate) fn error_kind(line: &str) -> Option<ErrorKind> {
     let level = level(line);
     if matches!(
         level,
@@ -201,7 +201,7 @@ fn exception_text(line: &str) -> &str {
 /// The first error line of an output as it is read, with its line number (from 1): the first
 /// Python exception when there is one, else the first error-level line.
 #[derive(Debug, Clone, Default)]
-pub struct FirstError {
+pub(crate) struct FirstError {
     seen: usize,
     exception: Option<ErrorLine>,
     logged: Option<ErrorLine>,
@@ -211,12 +211,12 @@ pub struct FirstError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorLine {
     /// 1 for the first line the server wrote in this run (`sparkctl logs NAME` shows them).
-    pub number: usize,
-    pub text: String,
+    pub(crate) number: usize,
+    pub(crate) text: String,
 }
 
 impl FirstError {
-    pub fn see(&mut self, line: &str) {
+    pub(crate) fn see(&mut self, line: &str) {
         self.seen += 1;
         if self.exception.is_some() {
             return;
@@ -234,7 +234,7 @@ impl FirstError {
         });
     }
 
-    pub fn get(&self) -> Option<ErrorLine> {
+    pub(crate) fn get(&self) -> Option<ErrorLine> {
         self.exception.clone().or_else(|| self.logged.clone())
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 mod fatal;
 
-pub use fatal::{error_kind, ErrorKind, ErrorLine, Fatal, FirstError};
+pub(crate) use fatal::{ErrorLine, Fatal, FirstError};
 use fatal::{GPU_FATAL, LLAMA_FATAL, SGLANG_FATAL, VLLM_FATAL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -35,7 +35,7 @@ pub enum Runtime {
 }
 
 impl Runtime {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Runtime::Docker => "docker",
             Runtime::Process => "process",
@@ -45,7 +45,7 @@ impl Runtime {
 
 /// How an engine takes one setting on its command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flag {
+pub(crate) enum Flag {
     /// `--name VALUE`
     Named(&'static str),
     /// Not passed (the engine has no such setting, or the recipe's args carry it).
@@ -54,31 +54,31 @@ pub enum Flag {
 
 /// One engine's defaults. Recipes override any of them.
 #[derive(Debug, Clone, Copy)]
-pub struct Profile {
+pub(crate) struct Profile {
     /// Readiness: answers 2xx once the server can take requests.
-    pub health_path: &'static str,
-    pub health_timeout_secs: u64,
+    pub(crate) health_path: &'static str,
+    pub(crate) health_timeout_secs: u64,
     /// The engine's own endpoint that runs a generation, used by `status` after health
     /// said ok (instead of sparkctl's one-token completion). See `Engine::Sglang`.
-    pub liveness_path: Option<&'static str>,
+    pub(crate) liveness_path: Option<&'static str>,
     /// Port the server listens on inside its container.
-    pub container_port: u16,
-    pub port_flag: Flag,
-    pub host_flag: Flag,
-    pub model_flag: Flag,
-    pub served_name_flag: Flag,
+    pub(crate) container_port: u16,
+    pub(crate) port_flag: Flag,
+    pub(crate) host_flag: Flag,
+    pub(crate) model_flag: Flag,
+    pub(crate) served_name_flag: Flag,
     /// Command that starts the server when the image's entrypoint does not.
-    pub docker_command: &'static [&'static str],
+    pub(crate) docker_command: &'static [&'static str],
     /// Runtimes sparkctl can run this engine under, the first being the default.
-    pub runtimes: &'static [Runtime],
+    pub(crate) runtimes: &'static [Runtime],
     /// Why the engine is limited to those runtimes (shown when a recipe asks for another).
-    pub runtime_note: &'static str,
+    pub(crate) runtime_note: &'static str,
     /// Log lines that mean the server will not come up; found early instead of at timeout.
     /// The engine's own first, then those any CUDA engine prints.
-    pub fatal_lines: &'static [&'static [Fatal]],
+    pub(crate) fatal_lines: &'static [&'static [Fatal]],
     /// The module a Python launcher runs (`python -m MODULE`, recipe key `python:`), for
     /// engines served from a venv.
-    pub python_module: Option<&'static str>,
+    pub(crate) python_module: Option<&'static str>,
 }
 
 /// How long readiness's one-token completion may take once health says ok, unless the
@@ -86,12 +86,12 @@ pub struct Profile {
 /// health generation (SGLANG_HEALTH_CHECK_TIMEOUT) and the limit proposed for vLLM's GPU
 /// health check: a loaded, warmed-up engine that has produced no token in 20 s is wedged,
 /// where the old 30 s client limit let a wedged engine hold `start` until health.timeout.
-pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl Profile {
     /// The completion timeout a recipe gets by default: `COMPLETION_TIMEOUT`, but at most
     /// half of `health_timeout`, so a short health timeout still leaves time for retries.
-    pub fn completion_timeout(&self, health_timeout: Duration) -> Duration {
+    pub(crate) fn completion_timeout(&self, health_timeout: Duration) -> Duration {
         COMPLETION_TIMEOUT.min(health_timeout / 2)
     }
 }
@@ -101,7 +101,8 @@ const EITHER_PROCESS_FIRST: &[Runtime] = &[Runtime::Process, Runtime::Docker];
 const EITHER_DOCKER_FIRST: &[Runtime] = &[Runtime::Docker, Runtime::Process];
 
 impl Engine {
-    pub const ALL: [Engine; 6] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Engine; 6] = [
         Engine::Vllm,
         Engine::Sglang,
         Engine::Trtllm,
@@ -110,7 +111,7 @@ impl Engine {
         Engine::Sim,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Engine::Vllm => "vllm",
             Engine::Sglang => "sglang",
@@ -121,7 +122,7 @@ impl Engine {
         }
     }
 
-    pub fn profile(self) -> Profile {
+    pub(crate) fn profile(self) -> Profile {
         let gpu_container = |port, model_flag, served, command: &'static [&'static str]| Profile {
             health_path: "/health",
             health_timeout_secs: 600,
@@ -230,7 +231,7 @@ impl Engine {
     }
 
     /// The known fatal signature in one log line, if any.
-    pub fn fatal(self, line: &str) -> Option<Fatal> {
+    pub(crate) fn fatal(self, line: &str) -> Option<Fatal> {
         self.profile()
             .fatal_lines
             .iter()
@@ -241,7 +242,11 @@ impl Engine {
     /// and SGLang installed on bare metal failed on SM 12.1 (GB10) in the seeds (a CPU-only
     /// torch, ABI mismatches) where their containers served. Said, never refused: a venv
     /// with a CUDA 13 torch built for sm_121 serves.
-    pub fn host_warning(self, runtime: Runtime, gpus: &[crate::nvidia::Gpu]) -> Option<String> {
+    pub(crate) fn host_warning(
+        self,
+        runtime: Runtime,
+        gpus: &[crate::nvidia::Gpu],
+    ) -> Option<String> {
         if runtime != Runtime::Process || !matches!(self, Engine::Vllm | Engine::Sglang) {
             return None;
         }
@@ -253,11 +258,6 @@ impl Engine {
              load means it is not)",
             gpu.name
         ))
-    }
-
-    /// The first fatal line found in `log`, if any.
-    pub fn fatal_line(self, log: &str) -> Option<&str> {
-        log.lines().find(|line| self.fatal(line).is_some())
     }
 }
 
@@ -273,13 +273,9 @@ mod tests {
 
     #[test]
     fn fatal_lines_from_the_seeds_are_recognised() {
-        let log = "INFO loading\n\
-                   torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n";
-        assert!(Engine::Vllm
-            .fatal_line(log)
-            .unwrap()
-            .contains("no kernel image"));
-        assert_eq!(Engine::Vllm.fatal_line("INFO all good\n"), None);
+        let line = "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device";
+        assert!(Engine::Vllm.fatal(line).is_some());
+        assert!(Engine::Vllm.fatal("INFO all good").is_none());
     }
 
     #[test]

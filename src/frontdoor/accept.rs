@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 
 /// A socket that hands out connections.
-pub trait Listener: Send + 'static {
+pub(crate) trait Listener: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept(&self) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
 }
@@ -43,17 +43,17 @@ impl Listener for tokio::net::UnixListener {
 
 /// What one accept loop allows.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections open at once; beyond it new ones wait in the kernel's backlog.
-    pub connections: usize,
+    pub(crate) connections: usize,
     /// How long a request's head may take to arrive, and an idle kept-alive connection
     /// may wait for the next one.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
 }
 
 /// The connections of one accept loop: how many, which are idle, how to close them.
 #[derive(Clone)]
-pub struct Conns {
+pub(crate) struct Conns {
     inner: Arc<Mutex<Registry>>,
     /// A connection ended (room for the next, or the last one of a drain).
     freed: Arc<Notify>,
@@ -77,7 +77,7 @@ struct Conn {
 }
 
 impl Conns {
-    pub fn new(limit: usize) -> Conns {
+    pub(crate) fn new(limit: usize) -> Conns {
         Conns {
             inner: Arc::default(),
             freed: Arc::new(Notify::new()),
@@ -90,7 +90,7 @@ impl Conns {
     }
 
     /// Open connections, and those answering a request now.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let r = self.registry();
         (r.live.len(), r.live.values().filter(|c| c.busy > 0).count())
     }
@@ -150,7 +150,7 @@ impl Conns {
     }
 
     /// Waits until no connection is left, at most until `deadline`; returns how many are.
-    pub async fn drained(&self, deadline: tokio::time::Instant) -> usize {
+    pub(crate) async fn drained(&self, deadline: tokio::time::Instant) -> usize {
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -182,7 +182,7 @@ impl Drop for Busy {
 }
 
 /// A response body that keeps its connection counted busy until it is done.
-pub struct Guarded<B> {
+pub(crate) struct Guarded<B> {
     inner: B,
     _busy: Busy,
 }
@@ -250,7 +250,7 @@ fn backoff(previous: Duration, e: &std::io::Error) -> Duration {
 /// Serves HTTP/1 on `listener` with `handle` until `stop` turns true; then the listener
 /// is dropped (closed here) and every connection is asked to finish its answer and close.
 /// `Conns::drained` tells when they have.
-pub async fn serve<L, H, F, B>(
+pub(crate) async fn serve<L, H, F, B>(
     listener: L,
     what: &'static str,
     limits: Limits,

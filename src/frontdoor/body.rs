@@ -16,7 +16,7 @@ use hyper::HeaderMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Larger requests are refused (413): a chat request is kilobytes; images may be MBs.
-pub const MAX_REQUEST: usize = 64 << 20;
+pub(crate) const MAX_REQUEST: usize = 64 << 20;
 /// What all the bodies being read or held at once may take, KiB by KiB.
 const BUDGET: usize = 256 << 20;
 /// Below this a body is not accounted (a typical request; the cost is not worth it).
@@ -30,7 +30,7 @@ const FOR_ROOM: Duration = Duration::from_secs(60);
 
 /// Why a body was not read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Over `MAX_REQUEST` (413).
     TooLarge,
     /// Too slow (408).
@@ -42,7 +42,7 @@ pub enum Refused {
 }
 
 impl Refused {
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Refused::TooLarge => format!("the request body is over {MAX_REQUEST} bytes"),
             Refused::TimedOut => format!(
@@ -57,8 +57,8 @@ impl Refused {
 }
 
 /// A body read whole, holding its share of the budget until dropped.
-pub struct Read {
-    pub bytes: Bytes,
+pub(crate) struct Read {
+    pub(crate) bytes: Bytes,
     _room: Option<OwnedSemaphorePermit>,
 }
 
@@ -72,7 +72,7 @@ impl Drop for Read {
 
 /// The shared budget (one per front door).
 #[derive(Clone)]
-pub struct Budget {
+pub(crate) struct Budget {
     kib: Arc<Semaphore>,
 }
 
@@ -95,7 +95,11 @@ fn declared_length(headers: &HeaderMap) -> Option<usize> {
 
 impl Budget {
     /// Reads `body` whole within the bounds above.
-    pub async fn read(&self, headers: &HeaderMap, mut body: Incoming) -> Result<Read, Refused> {
+    pub(crate) async fn read(
+        &self,
+        headers: &HeaderMap,
+        mut body: Incoming,
+    ) -> Result<Read, Refused> {
         let declared = declared_length(headers);
         if declared.is_some_and(|n| n > MAX_REQUEST) {
             return Err(Refused::TooLarge);
@@ -158,7 +162,7 @@ const TRIM_ABOVE: usize = 1 << 20;
 
 /// Large buffers come straight from the system and go straight back (glibc otherwise
 /// raises its threshold after the first one and keeps the next ones in its heap).
-pub fn tune_allocator() {
+pub(crate) fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes the allocator's parameters.
     unsafe {

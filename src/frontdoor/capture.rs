@@ -17,20 +17,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use crate::captured::{dir, files, read, Captured};
+pub(crate) use crate::captured::{dir, files, Captured};
 use crate::error::{Error, Result};
 use crate::secrets::REDACTED;
 
 /// What capture is asked to do (`STATE/frontdoor/capture.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Settings {
-    pub on: bool,
+pub(crate) struct Settings {
+    pub(crate) on: bool,
     /// The most the captured files take together, bytes.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
 }
 
 /// The default bound: 64 MiB, some tens of thousands of requests.
-pub const DEFAULT_MAX: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX: u64 = 64 << 20;
 
 /// Requests waiting to be written; more are dropped (and counted).
 const QUEUE: usize = 1024;
@@ -63,21 +63,21 @@ const KEPT: &[&str] = &[
 
 /// The capture's settings, where it writes, and what it wrote since the front door started.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CaptureStatus {
-    pub settings: Settings,
-    pub dir: PathBuf,
+pub(crate) struct CaptureStatus {
+    pub(crate) settings: Settings,
+    pub(crate) dir: PathBuf,
     /// What the capture files hold now.
-    pub bytes: u64,
-    pub written: u64,
-    pub dropped: u64,
+    pub(crate) bytes: u64,
+    pub(crate) written: u64,
+    pub(crate) dropped: u64,
 }
 
-pub fn settings_file(state: &crate::state::StateDir) -> PathBuf {
+pub(crate) fn settings_file(state: &crate::state::StateDir) -> PathBuf {
     super::dir(state).join("capture.json")
 }
 
 /// The settings as written, or capture off.
-pub fn read_settings(state: &crate::state::StateDir) -> Settings {
+pub(crate) fn read_settings(state: &crate::state::StateDir) -> Settings {
     crate::state::read_json(&settings_file(state)).unwrap_or(Settings {
         on: false,
         max_bytes: DEFAULT_MAX,
@@ -85,16 +85,16 @@ pub fn read_settings(state: &crate::state::StateDir) -> Settings {
 }
 
 /// The front door's capture: the settings in force and the queue to its writer.
-pub struct Capture {
+pub(crate) struct Capture {
     settings: Mutex<Settings>,
     queue: mpsc::Sender<(u64, String, Bytes)>,
-    pub written: Arc<AtomicU64>,
-    pub dropped: Arc<AtomicU64>,
+    pub(crate) written: Arc<AtomicU64>,
+    pub(crate) dropped: Arc<AtomicU64>,
 }
 
 impl Capture {
     /// Starts the writer for `dir` (a task of the current runtime).
-    pub fn start(dir: PathBuf, settings: Settings, api_key: Option<String>) -> Arc<Capture> {
+    pub(crate) fn start(dir: PathBuf, settings: Settings, api_key: Option<String>) -> Arc<Capture> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let c = Arc::new(Capture {
             settings: Mutex::new(settings),
@@ -114,7 +114,7 @@ impl Capture {
     }
 
     /// What `frontdoor capture status` shows.
-    pub fn status(&self, dir: &Path) -> CaptureStatus {
+    pub(crate) fn status(&self, dir: &Path) -> CaptureStatus {
         let bytes = files(dir)
             .iter()
             .filter_map(|f| std::fs::metadata(f).ok())
@@ -130,7 +130,7 @@ impl Capture {
     }
 
     /// The capture's counters, in Prometheus' text format.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         super::metrics::head(
             out,
@@ -151,17 +151,17 @@ impl Capture {
         );
     }
 
-    pub fn settings(&self) -> Settings {
+    pub(crate) fn settings(&self) -> Settings {
         *self.settings.lock().expect("capture")
     }
 
-    pub fn set(&self, s: Settings) {
+    pub(crate) fn set(&self, s: Settings) {
         *self.settings.lock().expect("capture") = s;
     }
 
     /// Queues a request for writing, when capture is on and it is a chat completion; the
     /// body is shared, not copied.
-    pub fn offer(&self, method: &hyper::Method, path: &str, body: &Bytes) {
+    pub(crate) fn offer(&self, method: &hyper::Method, path: &str, body: &Bytes) {
         if !self.settings().on
             || method != hyper::Method::POST
             || !path.ends_with("/chat/completions")
@@ -369,7 +369,7 @@ fn scrub_value(v: Value, secret: Option<&str>) -> Value {
 }
 
 /// The request as it is kept: only the fields a replay sends, secrets replaced.
-pub fn redact(body: Value, secret: Option<&str>) -> Value {
+pub(crate) fn redact(body: Value, secret: Option<&str>) -> Value {
     let Value::Object(fields) = body else {
         return Value::Null;
     };

@@ -4,53 +4,53 @@
 /// The parts of a streamed chunk the metrics read, borrowed where the text allows: a typed
 /// parse costs a fraction of a generic `Value` on every token of every stream.
 #[derive(serde::Deserialize)]
-pub struct Chunk<'a> {
+pub(crate) struct Chunk<'a> {
     #[serde(default, borrow)]
-    pub choices: Vec<ChunkChoice<'a>>,
+    pub(crate) choices: Vec<ChunkChoice<'a>>,
     #[serde(default)]
-    pub timings: Option<RunningCount>,
+    pub(crate) timings: Option<RunningCount>,
     #[serde(default)]
-    pub usage: Option<RunningUsage>,
+    pub(crate) usage: Option<RunningUsage>,
     /// An error event in place of a chunk.
     #[serde(default)]
-    pub error: Option<serde::de::IgnoredAny>,
+    pub(crate) error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
-pub struct ChunkChoice<'a> {
+pub(crate) struct ChunkChoice<'a> {
     #[serde(default, borrow)]
-    pub delta: ChunkDelta<'a>,
+    pub(crate) delta: ChunkDelta<'a>,
     #[serde(default)]
-    pub finish_reason: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) finish_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize, Default)]
-pub struct ChunkDelta<'a> {
+pub(crate) struct ChunkDelta<'a> {
     #[serde(default)]
-    pub role: Option<serde::de::IgnoredAny>,
+    pub(crate) role: Option<serde::de::IgnoredAny>,
     #[serde(default, borrow)]
-    pub content: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
-    pub reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) reasoning_content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
-    pub reasoning: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) reasoning: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
-    pub tool_calls: Option<Vec<serde::de::IgnoredAny>>,
+    pub(crate) tool_calls: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 #[derive(serde::Deserialize)]
-pub struct RunningCount {
-    pub predicted_n: Option<u64>,
+pub(crate) struct RunningCount {
+    pub(crate) predicted_n: Option<u64>,
 }
 
 #[derive(serde::Deserialize)]
-pub struct RunningUsage {
-    pub completion_tokens: Option<u64>,
+pub(crate) struct RunningUsage {
+    pub(crate) completion_tokens: Option<u64>,
 }
 
 impl ChunkChoice<'_> {
     /// The same rule as the benchmark's (`bench::client::bears_token`).
-    pub fn bears_token(&self) -> bool {
+    pub(crate) fn bears_token(&self) -> bool {
         let d = &self.delta;
         let texts = [&d.content, &d.reasoning_content, &d.reasoning];
         let calls = d.tool_calls.as_ref().is_some_and(|c| !c.is_empty());

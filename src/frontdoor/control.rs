@@ -150,7 +150,7 @@ fn inode(path: &Path) -> Option<u64> {
 /// Answers the control socket until `stop` turns true. The socket file is looked at every
 /// 2 s: gone, or left by a server that died (a restart onto a binary that failed), it is
 /// bound again; while another server answers there (a restart), it is that one's.
-pub fn listen(
+pub(crate) fn listen(
     path: &Path,
     door: Arc<Door>,
     limits: Limits,
@@ -218,12 +218,12 @@ pub fn listen(
 
 /// The CLI's side of the control socket.
 #[derive(Debug, Clone)]
-pub struct Remote {
+pub(crate) struct Remote {
     socket: PathBuf,
 }
 
 impl Remote {
-    pub fn new(socket: PathBuf) -> Remote {
+    pub(crate) fn new(socket: PathBuf) -> Remote {
         Remote { socket }
     }
 
@@ -280,7 +280,7 @@ impl Remote {
             .map_err(|_| unreachable(format!("no answer within {} s", limit.as_secs())))?
     }
 
-    pub async fn status(&self) -> Result<DoorStatus> {
+    pub(crate) async fn status(&self) -> Result<DoorStatus> {
         let v = self
             .call(Method::GET, "/state", None, Duration::from_secs(5))
             .await?;
@@ -290,7 +290,7 @@ impl Remote {
 
     /// New requests wait until the next switch; returns once those in flight finished (or
     /// `drain` passed).
-    pub async fn hold(&self, drain: Duration) -> Result<()> {
+    pub(crate) async fn hold(&self, drain: Duration) -> Result<()> {
         let owner = ProcessId::of(std::process::id());
         let body = serde_json::json!({"drain_ms": drain.as_millis() as u64, "owner": owner});
         self.call(
@@ -304,7 +304,7 @@ impl Remote {
     }
 
     /// Rewrites production.json (a new baseline, say) without changing the route.
-    pub async fn update(&self, production: &Production) -> Result<()> {
+    pub(crate) async fn update(&self, production: &Production) -> Result<()> {
         let body = serde_json::to_value(production).expect("production serializes");
         self.call(Method::POST, "/update", Some(body), Duration::from_secs(10))
             .await
@@ -312,7 +312,7 @@ impl Remote {
     }
 
     /// Capture's settings and counters; with `set`, new settings first.
-    pub async fn capture(
+    pub(crate) async fn capture(
         &self,
         set: Option<super::capture::Settings>,
     ) -> Result<super::capture::CaptureStatus> {
@@ -337,7 +337,11 @@ impl Remote {
     }
 
     /// Makes `production` current; returns once the old upstream drained (or `drain` passed).
-    pub async fn switch(&self, production: &Production, drain: Duration) -> Result<SwitchReport> {
+    pub(crate) async fn switch(
+        &self,
+        production: &Production,
+        drain: Duration,
+    ) -> Result<SwitchReport> {
         let body = serde_json::to_value(SwitchRequest {
             production: production.clone(),
             drain_ms: drain.as_millis() as u64,

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 const BACKLOG: i32 = 4096;
 
 /// Binds `host:port` for the front door, close-on-exec.
-pub fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
+pub(crate) fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
     let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
         let who = crate::host::listener_on(port)
             .and_then(|l| l.pid)
@@ -33,7 +33,7 @@ pub fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
 }
 
 /// Sets or clears close-on-exec on `fd`.
-pub fn set_cloexec(fd: RawFd, on: bool) {
+pub(crate) fn set_cloexec(fd: RawFd, on: bool) {
     // SAFETY: fcntl on a descriptor number; an invalid one fails harmlessly.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
@@ -49,7 +49,7 @@ pub fn set_cloexec(fd: RawFd, on: bool) {
 }
 
 /// For `pre_exec`: the child keeps `fd` across its exec (the parent's stays close-on-exec).
-pub fn inherit(fd: RawFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+pub(crate) fn inherit(fd: RawFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
     move || {
         // SAFETY: fcntl is async-signal-safe; it changes only the child's descriptor.
         unsafe {
@@ -63,7 +63,7 @@ pub fn inherit(fd: RawFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync +
 }
 
 /// Whether `fd` is open, and a listening TCP socket.
-pub fn is_listening_socket(fd: RawFd) -> bool {
+pub(crate) fn is_listening_socket(fd: RawFd) -> bool {
     let mut accepting: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `accepting`.
@@ -81,7 +81,7 @@ pub fn is_listening_socket(fd: RawFd) -> bool {
 
 /// Raises the soft limit on open descriptors to the hard one (systemd's default soft limit
 /// is 1,024: a few hundred clients); returns the soft limit in force.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -107,7 +107,7 @@ pub fn raise_fd_limit() -> u64 {
 /// How many client connections the production port may hold with `fd_limit` descriptors:
 /// each may need two (the client's and the upstream's), beside a reserve for the control
 /// socket, logs, the Docker Engine and children's pipes.
-pub fn connection_cap(fd_limit: u64) -> usize {
+pub(crate) fn connection_cap(fd_limit: u64) -> usize {
     const RESERVE: u64 = 96;
     (fd_limit.saturating_sub(RESERVE) / 2).clamp(16, 1 << 20) as usize
 }

@@ -22,10 +22,10 @@ const INSTANCES: usize = 8;
 
 /// How the live gates are judged for one instance (the recipe's `live` section).
 #[derive(Debug, Clone, Copy)]
-pub struct Judging {
-    pub window: usize,
-    pub min_answers: usize,
-    pub sustain: Duration,
+pub(crate) struct Judging {
+    pub(crate) window: usize,
+    pub(crate) min_answers: usize,
+    pub(crate) sustain: Duration,
 }
 
 impl Default for Judging {
@@ -41,12 +41,12 @@ impl Default for Judging {
 
 /// A breach that lasted: production is unhealthy.
 #[derive(Debug, Clone)]
-pub struct Breach {
+pub(crate) struct Breach {
     /// One line: which gates failed, for how long, over how many answers.
-    pub why: String,
+    pub(crate) why: String,
     /// The offending answers (trimmed, escaped), one per failed check.
-    pub evidence: Vec<String>,
-    pub gates: Vec<GateResult>,
+    pub(crate) evidence: Vec<String>,
+    pub(crate) gates: Vec<GateResult>,
 }
 
 struct Window {
@@ -79,41 +79,41 @@ struct State {
 
 /// One round of golden prompts: how many were asked, and each failure with its answer.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GoldenRound {
-    pub cases: usize,
-    pub failed: Vec<String>,
+pub(crate) struct GoldenRound {
+    pub(crate) cases: usize,
+    pub(crate) failed: Vec<String>,
 }
 
 /// The last golden round, as `status` shows it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GoldenLast {
-    pub at: String,
-    pub cases: usize,
-    pub failed: Vec<String>,
+pub(crate) struct GoldenLast {
+    pub(crate) at: String,
+    pub(crate) cases: usize,
+    pub(crate) failed: Vec<String>,
 }
 
 /// What `status` shows of production's live quality.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LiveStatus {
-    pub recipe: String,
-    pub deployment: String,
+pub(crate) struct LiveStatus {
+    pub(crate) recipe: String,
+    pub(crate) deployment: String,
     /// Answers in the window now.
-    pub answers: usize,
+    pub(crate) answers: usize,
     /// Check → % of the window's answers (leaking, for thinking_leak; passing otherwise).
-    pub rates: BTreeMap<String, f64>,
-    pub gates: Vec<GateResult>,
+    pub(crate) rates: BTreeMap<String, f64>,
+    pub(crate) gates: Vec<GateResult>,
     /// How long a gate has been failing, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failing_for_s: Option<f64>,
+    pub(crate) failing_for_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub golden: Option<GoldenLast>,
+    pub(crate) golden: Option<GoldenLast>,
 }
 
 /// The front door's live judge, shared by the proxy (which records) and the watch (which
 /// judges).
 pub struct Live {
     /// `SPARKCTL_FRONTDOOR_QUALITY=off` turns the classifier off (to measure its cost).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     state: Mutex<State>,
 }
 
@@ -135,7 +135,7 @@ struct Request {
 }
 
 impl Live {
-    pub fn from_env() -> Live {
+    pub(crate) fn from_env() -> Live {
         let off = std::env::var("SPARKCTL_FRONTDOOR_QUALITY")
             .is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
         Live {
@@ -202,7 +202,7 @@ impl Live {
     /// Judges `deployment`'s most recent answers by `gates`; a breach when a gate has been
     /// failing for `sustain`. `baseline` is the instance's own benchmark (for
     /// `vs_production_*`), or why there is none.
-    pub fn judge(
+    pub(crate) fn judge(
         &self,
         deployment: &str,
         gates: &Gates,
@@ -264,7 +264,7 @@ impl Live {
     }
 
     /// The live summary of `deployment`, as last judged.
-    pub fn status(&self, deployment: &str) -> Option<LiveStatus> {
+    pub(crate) fn status(&self, deployment: &str) -> Option<LiveStatus> {
         let s = self.state.lock().expect("live");
         let w = s.windows.get(deployment)?;
         Some(LiveStatus {
@@ -280,7 +280,7 @@ impl Live {
 
     /// By recipe: answers judged so far, and how many of them were faulty (the live page's
     /// quality chart takes differences).
-    pub fn counts(&self) -> BTreeMap<String, (u64, u64)> {
+    pub(crate) fn counts(&self) -> BTreeMap<String, (u64, u64)> {
         let s = self.state.lock().expect("live");
         s.totals
             .iter()
@@ -289,7 +289,7 @@ impl Live {
     }
 
     /// A golden round of `recipe`'s, done.
-    pub fn golden(&self, recipe: &str, round: &GoldenRound) {
+    pub(crate) fn golden(&self, recipe: &str, round: &GoldenRound) {
         let mut s = self.state.lock().expect("live");
         let g = s.golden.entry(recipe.to_string()).or_default();
         match round.failed.is_empty() {
@@ -304,7 +304,7 @@ impl Live {
     }
 
     /// The live series, in Prometheus' text format.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let s = self.state.lock().expect("live");
         head(
             out,

@@ -61,17 +61,17 @@ struct PerUpstream {
 /// One upstream's running totals: requests, and the sums and counts of the TTFT and
 /// per-token histograms (seconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Totals {
-    pub requests: u64,
-    pub ttft_sum: f64,
-    pub ttft_n: u64,
-    pub itl_sum: f64,
-    pub itl_n: u64,
+pub(crate) struct Totals {
+    pub(crate) requests: u64,
+    pub(crate) ttft_sum: f64,
+    pub(crate) ttft_n: u64,
+    pub(crate) itl_sum: f64,
+    pub(crate) itl_n: u64,
 }
 
 /// Events outside any one upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Event {
+pub(crate) enum Event {
     /// A request waited for an upstream (a swap, a restart).
     Held,
     /// A request got 503: the wait was over its bound or the queue full.
@@ -106,7 +106,7 @@ impl Event {
 }
 
 #[derive(Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     inner: Mutex<Inner>,
 }
 
@@ -127,7 +127,7 @@ impl Metrics {
         f(i.upstreams.get_mut(upstream).expect("inserted above"));
     }
 
-    pub fn started(&self, upstream: &str) {
+    pub(crate) fn started(&self, upstream: &str) {
         self.with(upstream, |u| {
             u.in_flight += 1;
             u.last_activity = Some(std::time::Instant::now());
@@ -135,14 +135,14 @@ impl Metrics {
     }
 
     /// A response body of `upstream` moved (a frame, its end).
-    pub fn active(&self, upstream: &str) {
+    pub(crate) fn active(&self, upstream: &str) {
         self.with(upstream, |u| {
             u.last_activity = Some(std::time::Instant::now())
         });
     }
 
     /// How long no response body of `upstream` moved.
-    pub fn quiet_for(&self, upstream: &str) -> Option<std::time::Duration> {
+    pub(crate) fn quiet_for(&self, upstream: &str) -> Option<std::time::Duration> {
         let i = self.inner.lock().expect("metrics");
         i.upstreams
             .get(upstream)
@@ -150,23 +150,23 @@ impl Metrics {
             .map(|t| t.elapsed())
     }
 
-    pub fn finished(&self, upstream: &str) {
+    pub(crate) fn finished(&self, upstream: &str) {
         self.with(upstream, |u| u.in_flight -= 1);
     }
 
-    pub fn status(&self, upstream: &str, code: u16) {
+    pub(crate) fn status(&self, upstream: &str, code: u16) {
         self.with(upstream, |u| *u.requests.entry(code).or_default() += 1);
     }
 
-    pub fn error(&self, upstream: &str, kind: &'static str) {
+    pub(crate) fn error(&self, upstream: &str, kind: &'static str) {
         self.with(upstream, |u| *u.errors.entry(kind).or_default() += 1);
     }
 
-    pub fn ttft(&self, upstream: &str, seconds: f64) {
+    pub(crate) fn ttft(&self, upstream: &str, seconds: f64) {
         self.with(upstream, |u| u.ttft.observe(TTFT_BUCKETS, seconds));
     }
 
-    pub fn itl(&self, upstream: &str, seconds: f64, tokens: usize) {
+    pub(crate) fn itl(&self, upstream: &str, seconds: f64, tokens: usize) {
         self.with(upstream, |u| {
             u.last_activity = Some(std::time::Instant::now());
             for _ in 0..tokens.max(1) {
@@ -176,7 +176,7 @@ impl Metrics {
     }
 
     /// Each upstream's running totals, for the live page's charts (it takes differences).
-    pub fn totals(&self) -> BTreeMap<String, Totals> {
+    pub(crate) fn totals(&self) -> BTreeMap<String, Totals> {
         let i = self.inner.lock().expect("metrics");
         i.upstreams
             .iter()
@@ -193,7 +193,7 @@ impl Metrics {
             .collect()
     }
 
-    pub fn event(&self, e: Event) {
+    pub(crate) fn event(&self, e: Event) {
         *self
             .inner
             .lock()
@@ -204,7 +204,7 @@ impl Metrics {
     }
 
     /// Prometheus' text format: per upstream, then the events, then the upstream in service.
-    pub fn render(&self, route: &Route) -> String {
+    pub(crate) fn render(&self, route: &Route) -> String {
         let i = self.inner.lock().expect("metrics");
         let mut out = String::new();
         render_upstreams(&mut out, &i);

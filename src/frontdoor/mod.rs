@@ -16,21 +16,21 @@ macro_rules! say {
 }
 pub(crate) use say;
 
-pub mod accept;
-pub mod body;
-pub mod capture;
-pub mod chunk;
-pub mod control;
-pub mod handover;
-pub mod live;
-pub mod metrics;
-pub mod page;
-pub mod proxy;
-pub mod quality;
-pub mod route;
-pub mod serve;
-pub mod supervisor;
-pub mod unit;
+pub(crate) mod accept;
+pub(crate) mod body;
+pub(crate) mod capture;
+pub(crate) mod chunk;
+pub(crate) mod control;
+pub(crate) mod handover;
+pub(crate) mod live;
+pub(crate) mod metrics;
+pub(crate) mod page;
+pub(crate) mod proxy;
+pub(crate) mod quality;
+pub(crate) mod route;
+pub(crate) mod serve;
+pub(crate) mod supervisor;
+pub(crate) mod unit;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -47,26 +47,26 @@ use route::{Route, Table};
 
 /// How the front door behaves; from the environment, with defaults a user rarely changes.
 #[derive(Debug, Clone, Serialize)]
-pub struct Config {
+pub(crate) struct Config {
     /// `SPARKCTL_FRONTDOOR_HOST` (default 127.0.0.1; 0.0.0.0 to serve the LAN).
-    pub host: String,
-    pub port: u16,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// How long a request may wait for a backend (`SPARKCTL_FRONTDOOR_HOLD`, default 2m:
     /// longer than the simulated and llama-server loads, shorter than most clients' timeouts).
-    pub hold: Duration,
+    pub(crate) hold: Duration,
     /// Requests that may wait at once (`SPARKCTL_FRONTDOOR_QUEUE`, default 256).
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// How long a switch lets the old upstream's streams finish (`SPARKCTL_FRONTDOOR_DRAIN`,
     /// default 2m).
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// How long a replaced production stays warm for an instant rollback, when memory allows
     /// (`SPARKCTL_WARM_GRACE`, default 10m; 0s stops it at once).
-    pub warm_grace: Duration,
+    pub(crate) warm_grace: Duration,
     /// Whether an API key is required (the key itself is never kept here, nor printed).
-    pub api_key_required: bool,
+    pub(crate) api_key_required: bool,
     /// Client connections at once (`SPARKCTL_FRONTDOOR_CONNECTIONS`; default: what the
     /// open-file limit allows); beyond it they wait in the kernel's backlog.
-    pub max_connections: Option<usize>,
+    pub(crate) max_connections: Option<usize>,
 }
 
 fn env_duration(name: &str, default: Duration) -> Result<Duration> {
@@ -79,7 +79,7 @@ fn env_duration(name: &str, default: Duration) -> Result<Duration> {
 
 /// The API key: `SPARKCTL_FRONTDOOR_API_KEY`, or the first line of the file
 /// `SPARKCTL_FRONTDOOR_API_KEY_FILE` names.
-pub fn api_key() -> Result<Option<String>> {
+pub(crate) fn api_key() -> Result<Option<String>> {
     if let Ok(k) = std::env::var("SPARKCTL_FRONTDOOR_API_KEY") {
         if !k.is_empty() {
             return Ok(Some(k));
@@ -110,7 +110,7 @@ pub fn api_key() -> Result<Option<String>> {
 }
 
 impl Config {
-    pub fn from_env(port: u16) -> Result<Config> {
+    pub(crate) fn from_env(port: u16) -> Result<Config> {
         let count = |name: &str, what: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
                 Ok(v) if !v.trim().is_empty() => match v.trim().parse() {
@@ -141,72 +141,72 @@ impl Config {
 }
 
 /// Whether `u`'s very instance still runs.
-pub async fn alive(rt: &crate::runtime::Runtimes, u: &Upstream) -> bool {
+pub(crate) async fn alive(rt: &crate::runtime::Runtimes, u: &Upstream) -> bool {
     matches!(rt.instance(&u.recipe, &u.deployment).await, Ok(Some(d)) if d.running())
 }
 
 /// Where the front door keeps its files.
-pub fn dir(state: &StateDir) -> PathBuf {
+pub(crate) fn dir(state: &StateDir) -> PathBuf {
     state.root().join("frontdoor")
 }
 
-pub fn control_socket(state: &StateDir) -> PathBuf {
+pub(crate) fn control_socket(state: &StateDir) -> PathBuf {
     dir(state).join("control.sock")
 }
 
 /// What the front door says about itself (`GET /state`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DoorStatus {
-    pub pid: u32,
-    pub host: String,
-    pub port: u16,
+pub(crate) struct DoorStatus {
+    pub(crate) pid: u32,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// Where new requests go; None while holding or without production.
-    pub upstream: Option<Upstream>,
+    pub(crate) upstream: Option<Upstream>,
     /// Requests wait for production to come back (a swap, a restart); otherwise, without an
     /// upstream, there is no production and requests get 503 at once.
     #[serde(default)]
-    pub holding: bool,
+    pub(crate) holding: bool,
     /// Requests waiting for a backend.
-    pub waiting: usize,
+    pub(crate) waiting: usize,
     /// In flight per deployment.
-    pub in_flight: std::collections::BTreeMap<String, usize>,
-    pub production: Production,
+    pub(crate) in_flight: std::collections::BTreeMap<String, usize>,
+    pub(crate) production: Production,
     /// State files the front door could not write for want of space, kept in memory until
     /// there is room.
     #[serde(default)]
-    pub pending_writes: usize,
+    pub(crate) pending_writes: usize,
     /// Production's live quality, as last judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub live: Option<live::LiveStatus>,
+    pub(crate) live: Option<live::LiveStatus>,
 }
 
 /// What a switch did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SwitchReport {
+pub(crate) struct SwitchReport {
     /// The upstream new requests went to before.
-    pub replaced: Option<Upstream>,
+    pub(crate) replaced: Option<Upstream>,
     /// Its requests still in flight when the drain gave up (0: all finished).
-    pub left_in_flight: usize,
+    pub(crate) left_in_flight: usize,
 }
 
 /// The serve process's shared state: the table, the metrics, production as last written.
-pub struct Door {
-    pub state: StateDir,
-    pub config: Config,
-    pub table: Table,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct Door {
+    pub(crate) state: StateDir,
+    pub(crate) config: Config,
+    pub(crate) table: Table,
+    pub(crate) metrics: Arc<Metrics>,
     /// Production judged on what it answers.
-    pub live: Arc<live::Live>,
+    pub(crate) live: Arc<live::Live>,
     /// Production's requests kept for a replay, when asked.
-    pub capture: Arc<capture::Capture>,
+    pub(crate) capture: Arc<capture::Capture>,
     /// The live page's series.
-    pub page: page::Page,
+    pub(crate) page: page::Page,
     production: Mutex<Production>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
     held_by: Mutex<Option<ProcessId>>,
     /// State writes that found the disk full.
-    pub deferred: crate::state::Deferred,
+    pub(crate) deferred: crate::state::Deferred,
     /// One change of production at a time: its write, then its route.
     changing: tokio::sync::Mutex<()>,
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
@@ -216,10 +216,15 @@ pub struct Door {
 
 /// A recovery that a command's switch or hold overtook: production is the command's now.
 #[derive(Debug)]
-pub struct Superseded;
+pub(crate) struct Superseded;
 
 impl Door {
-    pub fn new(state: StateDir, config: Config, production: Production, route: Route) -> Door {
+    pub(crate) fn new(
+        state: StateDir,
+        config: Config,
+        production: Production,
+        route: Route,
+    ) -> Door {
         Door {
             table: Table::new(route, config.queue),
             metrics: Arc::new(Metrics::default()),
@@ -241,21 +246,21 @@ impl Door {
     }
 
     /// Whether a command that asked for the hold in force still runs.
-    pub fn held_by_a_command(&self) -> bool {
+    pub(crate) fn held_by_a_command(&self) -> bool {
         self.held_by
             .lock()
             .expect("held_by")
             .is_some_and(|p| p.alive())
     }
 
-    pub fn production(&self) -> Production {
+    pub(crate) fn production(&self) -> Production {
         self.production.lock().expect("production").clone()
     }
 
     /// Makes `new` production: written first (a write that fails changes nothing), then new
     /// requests go to its upstream (or wait, if it has none), then the old upstream's
     /// requests finish, for up to `drain`.
-    pub async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
+    pub(crate) async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
         let changing = self.changing.lock().await;
         crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
         let old = self.route_to(new);
@@ -264,7 +269,7 @@ impl Door {
     }
 
     /// Switches and holds so far (see `recover_to`).
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
@@ -272,7 +277,7 @@ impl Door {
     /// now, unless a command switched or held since `generation` (then nothing changes).
     /// Production must serve again even on a full disk: production.json is then kept in
     /// memory until there is room.
-    pub async fn recover_to(
+    pub(crate) async fn recover_to(
         &self,
         generation: u64,
         change: impl FnOnce(&mut Production),
@@ -334,7 +339,7 @@ impl Door {
     }
 
     /// Writes `new` without changing where requests go (a warm production stopped).
-    pub async fn update(&self, new: Production) -> Result<()> {
+    pub(crate) async fn update(&self, new: Production) -> Result<()> {
         let _changing = self.changing.lock().await;
         crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
         *self.production.lock().expect("production") = new;
@@ -344,7 +349,7 @@ impl Door {
     /// New requests wait (a swap, a restart) until the next switch; the requests in flight
     /// finish first, for up to `drain`, so what is stopped next cuts no stream. Returns how
     /// many were still in flight when the drain gave up.
-    pub async fn hold(&self, drain: Duration, owner: Option<ProcessId>) -> usize {
+    pub(crate) async fn hold(&self, drain: Duration, owner: Option<ProcessId>) -> usize {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.held_by.lock().expect("held_by") = owner;
@@ -357,7 +362,7 @@ impl Door {
         }
     }
 
-    pub fn status(&self) -> DoorStatus {
+    pub(crate) fn status(&self) -> DoorStatus {
         let (waiting, in_flight) = self.table.counts();
         DoorStatus {
             pid: std::process::id(),
@@ -381,5 +386,5 @@ impl Door {
     }
 }
 
-pub use control::Remote;
-pub use supervisor::{answering, ensure, Launch, Takeover};
+pub(crate) use control::Remote;
+pub(crate) use supervisor::{answering, ensure, Launch, Takeover};

@@ -27,7 +27,7 @@ use super::Door;
 use crate::state::StateDir;
 
 /// Where the page lives on the production port.
-pub const PREFIX: &str = "/_sparkctl";
+pub(crate) const PREFIX: &str = "/_sparkctl";
 /// How often the charts' series take a point.
 const EVERY: Duration = Duration::from_secs(1);
 /// Points kept: 15 minutes at one a second.
@@ -47,25 +47,25 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 
 /// One upstream's traffic over one interval.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Figures {
-    pub requests: u64,
+pub(crate) struct Figures {
+    pub(crate) requests: u64,
     /// Mean time to the first token of the answers that began, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttft_ms: Option<f64>,
+    pub(crate) ttft_ms: Option<f64>,
     /// Mean gap per token, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tpot_ms: Option<f64>,
+    pub(crate) tpot_ms: Option<f64>,
     /// Answers judged, and the share that passed every check.
-    pub answers: u64,
+    pub(crate) answers: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub good_pct: Option<f64>,
+    pub(crate) good_pct: Option<f64>,
 }
 
 /// One point of the charts: unix ms, and each upstream that moved in the interval.
 #[derive(Debug, Clone, Serialize)]
-pub struct Point {
-    pub t: u64,
-    pub by: BTreeMap<String, Figures>,
+pub(crate) struct Point {
+    pub(crate) t: u64,
+    pub(crate) by: BTreeMap<String, Figures>,
 }
 
 #[derive(Default)]
@@ -123,14 +123,14 @@ impl Series {
 }
 
 /// The page's state: whether it is served, and the charts' series.
-pub struct Page {
+pub(crate) struct Page {
     /// `SPARKCTL_FRONTDOOR_PAGE=off` neither samples nor serves (to measure its cost).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     series: Mutex<Series>,
 }
 
 impl Page {
-    pub fn from_env() -> Page {
+    pub(crate) fn from_env() -> Page {
         let off = std::env::var("SPARKCTL_FRONTDOOR_PAGE")
             .is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
         Page {
@@ -146,7 +146,7 @@ impl Page {
 }
 
 /// Takes a point of the charts every second until `stopped` turns true.
-pub async fn sample(door: Arc<Door>, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn sample(door: Arc<Door>, mut stopped: watch::Receiver<bool>) {
     if !door.page.enabled {
         return;
     }
@@ -168,7 +168,7 @@ pub async fn sample(door: Arc<Door>, mut stopped: watch::Receiver<bool>) {
 }
 
 /// Whether `path` is the page's (its root, its data, a report).
-pub fn owns(path: &str) -> bool {
+pub(crate) fn owns(path: &str) -> bool {
     path == PREFIX || path.starts_with("/_sparkctl/")
 }
 
@@ -190,7 +190,11 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 /// Answers a request for one of the page's paths. `authorized`: the door has no API key,
 /// or the request carries it. Without it the page comes as an empty shell (401) that asks
 /// for the key and fetches its data with it; data and reports are refused.
-pub async fn respond(door: &Arc<Door>, path: &str, authorized: bool) -> Response<Full<Bytes>> {
+pub(crate) async fn respond(
+    door: &Arc<Door>,
+    path: &str,
+    authorized: bool,
+) -> Response<Full<Bytes>> {
     if !door.page.enabled {
         return error(
             StatusCode::NOT_FOUND,

@@ -28,7 +28,7 @@ use super::metrics::{Event, Metrics};
 use super::quality::{Answer, Asked, Delta, Verdict};
 use super::route::{Lease, Refusal, Table, Upstream};
 
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: &[&str] = &[
@@ -43,21 +43,21 @@ const HOP_BY_HOP: &[&str] = &[
     "host",
 ];
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// For the live page (`page`): production, its status and the state dir.
     door: Arc<super::Door>,
-    pub table: Table,
-    pub metrics: Arc<Metrics>,
+    pub(crate) table: Table,
+    pub(crate) metrics: Arc<Metrics>,
     /// Judges the answers on their way.
-    pub live: Arc<Live>,
+    pub(crate) live: Arc<Live>,
     /// Keeps production's requests for a replay, when asked.
-    pub capture: Arc<super::capture::Capture>,
+    pub(crate) capture: Arc<super::capture::Capture>,
     /// A new connection per request: a kept-alive one the upstream closed meanwhile
     /// (llama-server does) would leave it unknown whether the request was taken, and a
     /// request is never sent twice. A connect costs microseconds; an answer, seconds.
     client: Client<HttpConnector, Full<Bytes>>,
     /// How long a request may wait for an upstream.
-    pub hold: Duration,
+    pub(crate) hold: Duration,
     /// `Authorization: Bearer KEY` required when set; never logged.
     api_key: Option<String>,
     /// The watch hears of an upstream that did not answer.
@@ -68,7 +68,7 @@ pub struct Proxy {
 
 impl Proxy {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         door: Arc<super::Door>,
         table: Table,
         metrics: Arc<Metrics>,
@@ -100,7 +100,7 @@ impl Proxy {
 }
 
 /// Serves the production port until `stop` turns true.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     limits: Limits,

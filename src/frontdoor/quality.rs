@@ -26,7 +26,7 @@ const LINE_DECIDES: usize = 24;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Asked {
     /// Tools were offered: a tool call left in the content is a fault.
-    pub tools: bool,
+    pub(crate) tools: bool,
 }
 
 /// The text-side state: marks found, the current line, the degenerate-output scanner.
@@ -132,7 +132,7 @@ impl Text {
 
 /// Control characters (an ANSI escape in a model's answer, say) shown as escapes, never
 /// sent to a terminal as they are.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -147,27 +147,25 @@ pub fn escape(text: &str) -> String {
 /// How one answer went, as the live window keeps it.
 #[derive(Debug, Clone)]
 pub struct Verdict {
-    pub at: Instant,
     /// The server failed it (an error status, a stream cut or ended by an error event).
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Each check that applied, and whether it passed (for thinking_leak: whether it
     /// leaked, as the benchmark counts it).
-    pub checks: Vec<(Check, bool)>,
-    pub degenerate: Option<Degeneracy>,
-    pub ttft_ms: Option<f64>,
-    pub ttfo_ms: Option<f64>,
-    pub e2el_ms: f64,
-    pub tpot_ms: Option<f64>,
-    pub decode_tps: Option<f64>,
+    pub(crate) checks: Vec<(Check, bool)>,
+    pub(crate) degenerate: Option<Degeneracy>,
+    pub(crate) ttft_ms: Option<f64>,
+    pub(crate) ttfo_ms: Option<f64>,
+    pub(crate) e2el_ms: f64,
+    pub(crate) tpot_ms: Option<f64>,
+    pub(crate) decode_tps: Option<f64>,
     /// The answer's text (start and end, escaped), kept when a check failed.
-    pub evidence: Option<String>,
+    pub(crate) evidence: Option<String>,
 }
 
 impl Verdict {
     /// A request the server failed.
-    pub fn failed(arrived: Instant, why: String) -> Verdict {
+    pub(crate) fn failed(arrived: Instant, why: String) -> Verdict {
         Verdict {
-            at: Instant::now(),
             error: Some(why),
             checks: Vec::new(),
             degenerate: None,
@@ -181,7 +179,7 @@ impl Verdict {
     }
 
     /// Whether `check` applied and failed.
-    pub fn fails(&self, check: Check) -> bool {
+    pub(crate) fn fails(&self, check: Check) -> bool {
         self.checks
             .iter()
             .any(|(c, passed)| *c == check && (*passed == (check == Check::ThinkingLeak)))
@@ -268,7 +266,6 @@ impl Answer {
             _ => None,
         };
         let mut v = Verdict {
-            at: Instant::now(),
             error: None,
             degenerate,
             ttft_ms: self.first_token.map(|t| ms(self.arrived, t)),

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use crate::production::Upstream;
+pub(crate) use crate::production::Upstream;
 
 /// What the table says now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     Serving(Upstream),
     /// Production dropped a request it had taken without answering (a dying server): new
     /// requests wait until the watch has looked at it — serving again, or brought back.
@@ -26,7 +26,7 @@ pub enum Route {
 
 /// Why a request got no upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Too many requests already waiting.
     QueueFull,
     /// Waited the whole bound.
@@ -37,7 +37,7 @@ pub enum Refusal {
 
 /// The routing table, shared by the proxy, the control API and the watch.
 #[derive(Clone)]
-pub struct Table {
+pub(crate) struct Table {
     route: watch::Sender<Route>,
     inner: Arc<Mutex<Counts>>,
     max_waiting: usize,
@@ -53,8 +53,8 @@ struct Counts {
 }
 
 /// A request's claim on an upstream: counted in flight until dropped.
-pub struct Lease {
-    pub upstream: Upstream,
+pub(crate) struct Lease {
+    pub(crate) upstream: Upstream,
     table: Table,
 }
 
@@ -87,7 +87,7 @@ impl Drop for WaitSlot<'_> {
 }
 
 impl Table {
-    pub fn new(route: Route, max_waiting: usize) -> Table {
+    pub(crate) fn new(route: Route, max_waiting: usize) -> Table {
         Table {
             route: watch::Sender::new(route),
             inner: Arc::default(),
@@ -95,17 +95,17 @@ impl Table {
         }
     }
 
-    pub fn route(&self) -> Route {
+    pub(crate) fn route(&self) -> Route {
         self.route.borrow().clone()
     }
 
     /// Sends new requests to `route` from now on; returns what it replaced.
-    pub fn set(&self, route: Route) -> Route {
+    pub(crate) fn set(&self, route: Route) -> Route {
         self.route.send_replace(route)
     }
 
     /// `u` failed a request it had taken: new requests wait for the watch's look.
-    pub fn suspect(&self, u: &Upstream) {
+    pub(crate) fn suspect(&self, u: &Upstream) {
         self.route.send_if_modified(|r| match r {
             Route::Serving(now) if now.deployment == u.deployment => {
                 *r = Route::Suspect(now.clone());
@@ -116,7 +116,7 @@ impl Table {
     }
 
     /// The watch found `u` well: it serves again (unless the route changed meanwhile).
-    pub fn clear_suspicion(&self, u: &Upstream) {
+    pub(crate) fn clear_suspicion(&self, u: &Upstream) {
         self.route.send_if_modified(|r| match r {
             Route::Suspect(now) if now.deployment == u.deployment => {
                 *r = Route::Serving(now.clone());
@@ -128,7 +128,11 @@ impl Table {
 
     /// An upstream for one request: now, or once one is set, within `bound`. `avoid` is a
     /// deployment that just failed this request: it waits for another one.
-    pub async fn lease(&self, bound: Duration, avoid: Option<&str>) -> Result<Lease, Refusal> {
+    pub(crate) async fn lease(
+        &self,
+        bound: Duration,
+        avoid: Option<&str>,
+    ) -> Result<Lease, Refusal> {
         let usable = |r: &Route| match r {
             Route::Serving(u) if Some(u.deployment.as_str()) != avoid => Some(u.clone()),
             _ => None,
@@ -188,13 +192,13 @@ impl Table {
     }
 
     /// Requests waiting for an upstream, and in flight per deployment.
-    pub fn counts(&self) -> (usize, HashMap<String, usize>) {
+    pub(crate) fn counts(&self) -> (usize, HashMap<String, usize>) {
         let c = self.inner.lock().expect("route counts");
         (c.waiting, c.in_flight.clone())
     }
 
     /// Waits until nothing is in flight to `deployment`, at most `bound`. Returns what is left.
-    pub async fn drain(&self, deployment: &str, bound: Duration) -> usize {
+    pub(crate) async fn drain(&self, deployment: &str, bound: Duration) -> usize {
         let notify = {
             let mut c = self.inner.lock().expect("route counts");
             if c.in_flight.get(deployment).copied().unwrap_or(0) == 0 {

@@ -29,9 +29,9 @@ const CONTROL_CONNECTIONS: usize = 64;
 
 /// The serving front door: its shared state, what its proxy reports of upstreams that did
 /// not answer (for the watch), and how to end it.
-pub struct Opened {
-    pub door: Arc<Door>,
-    pub unreachable: UnboundedReceiver<Upstream>,
+pub(crate) struct Opened {
+    pub(crate) door: Arc<Door>,
+    pub(crate) unreachable: UnboundedReceiver<Upstream>,
     stop: watch::Sender<bool>,
     proxy_conns: Conns,
     listen_fd: i32,
@@ -39,7 +39,7 @@ pub struct Opened {
 
 /// Starts proxying on `listen_fd` (the production port's socket) and answering the control
 /// socket; they run until `Opened::run` ends them.
-pub async fn open(
+pub(crate) async fn open(
     state: &StateDir,
     runtimes: &Runtimes,
     config: Config,
@@ -131,7 +131,7 @@ pub async fn open(
 impl Opened {
     /// Runs `watch` beside the proxy until SIGTERM/SIGINT (then drains and returns Ok) or
     /// until the watch ends (its error ends the process; the supervisor starts another).
-    pub async fn run<W, F>(self, state: &StateDir, launch: &Launch, watch: W) -> Result<()>
+    pub(crate) async fn run<W, F>(self, state: &StateDir, launch: &Launch, watch: W) -> Result<()>
     where
         W: FnOnce(UnboundedReceiver<Upstream>) -> F,
         F: Future<Output = Result<()>> + Send + 'static,

@@ -21,16 +21,16 @@ use crate::state::{self, StateDir};
 
 /// How to run sparkctl again as the front door: its own binary with the CLI's paths.
 #[derive(Debug, Clone)]
-pub struct Launch {
-    pub self_exe: String,
-    pub recipes: PathBuf,
-    pub lock: PathBuf,
+pub(crate) struct Launch {
+    pub(crate) self_exe: String,
+    pub(crate) recipes: PathBuf,
+    pub(crate) lock: PathBuf,
 }
 
 impl Launch {
     /// The front door runs from wherever the service manager starts it: its paths are
     /// absolute.
-    pub fn new(self_exe: &str, recipes: &std::path::Path, lock: &std::path::Path) -> Launch {
+    pub(crate) fn new(self_exe: &str, recipes: &std::path::Path, lock: &std::path::Path) -> Launch {
         Launch {
             self_exe: self_exe.to_string(),
             recipes: std::path::absolute(recipes).unwrap_or_else(|_| recipes.to_path_buf()),
@@ -59,25 +59,25 @@ impl Launch {
 
 /// `STATE/frontdoor/supervisor.json`: who holds the production port.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
-    pub pid: u32,
-    pub start_ticks: u64,
-    pub host: String,
-    pub port: u16,
-    pub started_at: u64,
-    pub log_file: PathBuf,
+pub(crate) struct Record {
+    pub(crate) pid: u32,
+    pub(crate) start_ticks: u64,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) started_at: u64,
+    pub(crate) log_file: PathBuf,
     /// The process group holding the supervisor and its server (a supervisor that adopted
     /// a server joins the server's group).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pgid: Option<i32>,
+    pub(crate) pgid: Option<i32>,
 }
 
-pub fn record_path(state: &StateDir) -> PathBuf {
+pub(crate) fn record_path(state: &StateDir) -> PathBuf {
     dir(state).join("supervisor.json")
 }
 
 /// The supervisor's record, when its process still runs.
-pub fn running(state: &StateDir) -> Option<Record> {
+pub(crate) fn running(state: &StateDir) -> Option<Record> {
     let r: Record = state::read_json(&record_path(state)).ok()?;
     let id = crate::host::ProcessId {
         pid: r.pid,
@@ -88,7 +88,7 @@ pub fn running(state: &StateDir) -> Option<Record> {
 
 /// The front door's control socket when the front door answers on it (and serves the
 /// production port); None when nothing answers.
-pub async fn answering(state: &StateDir, config: &Config) -> Result<Option<Remote>> {
+pub(crate) async fn answering(state: &StateDir, config: &Config) -> Result<Option<Remote>> {
     let remote = Remote::new(control_socket(state));
     let Ok(s) = remote.status().await else {
         return Ok(None);
@@ -104,7 +104,7 @@ pub async fn answering(state: &StateDir, config: &Config) -> Result<Option<Remot
 }
 
 /// The front door's control socket, starting the front door first when nothing answers.
-pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Result<Remote> {
+pub(crate) async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Result<Remote> {
     if let Some(remote) = answering(state, config).await? {
         return Ok(remote);
     }
@@ -133,7 +133,7 @@ pub async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -> Resul
 
 /// Waits (15 s at most) until a front door just spawned as `child` answers on its control
 /// socket; an exit or silence is an error quoting its log.
-pub async fn until_answering(
+pub(crate) async fn until_answering(
     remote: &Remote,
     mut child: std::process::Child,
     log_file: &std::path::Path,
@@ -175,12 +175,12 @@ fn tail(path: &std::path::Path) -> String {
 /// server (the default); or it inherits both (`--listen-fd`, `--server`: it was exec'd in
 /// place for a restart, or started by a server whose supervisor died).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Takeover {
-    pub listen_fd: Option<i32>,
+pub(crate) struct Takeover {
+    pub(crate) listen_fd: Option<i32>,
     /// A server already serving on that socket.
-    pub server: Option<u32>,
+    pub(crate) server: Option<u32>,
     /// Start a new server, then drain `server` (a restart); otherwise keep `server`.
-    pub upgrade: bool,
+    pub(crate) upgrade: bool,
 }
 
 /// What asked for a restart, and onto which binary (`STATE/frontdoor/restart.json`).
@@ -271,7 +271,7 @@ fn socket(config: &Config, takeover: &Takeover) -> Result<std::net::TcpListener>
 
 /// `sparkctl frontdoor run`: hold the socket, record, keep a server running; stop
 /// gracefully on SIGTERM/SIGINT, restart in place on SIGHUP.
-pub async fn run(
+pub(crate) async fn run(
     state: &StateDir,
     config: &Config,
     launch: &Launch,
@@ -475,7 +475,7 @@ fn stop_bound(drain: Duration) -> Duration {
 /// `sparkctl frontdoor stop`: SIGTERM to the supervisor, which closes the port and lets
 /// its server finish the answers in flight; a server left without a supervisor is asked
 /// directly. Returns the pid it stopped.
-pub async fn stop(state: &StateDir, drain: Duration) -> Result<Option<u32>> {
+pub(crate) async fn stop(state: &StateDir, drain: Duration) -> Result<Option<u32>> {
     let target = match running(state) {
         Some(r) => ProcessId {
             pid: r.pid,
@@ -515,7 +515,7 @@ pub async fn stop(state: &StateDir, drain: Duration) -> Result<Option<u32>> {
 /// `sparkctl frontdoor restart`: the running front door restarts in place onto this
 /// binary, handing its socket over (no connection refused, no stream cut); one is started
 /// when none runs. Returns the old server's pid and the new status.
-pub async fn restart(
+pub(crate) async fn restart(
     state: &StateDir,
     config: &Config,
     launch: &Launch,

@@ -7,7 +7,7 @@ use super::{Config, Launch};
 use crate::error::{Error, Result};
 use crate::state::StateDir;
 
-pub fn path() -> Result<PathBuf> {
+pub(crate) fn path() -> Result<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
@@ -49,7 +49,7 @@ fn quoted(word: &str, in_command: bool) -> String {
 /// only the key file's path, when one is used. `systemctl --user stop` ends only the
 /// supervisor (`KillMode=process`), which drains its server and leaves production running;
 /// `systemctl --user reload` restarts it in place (`frontdoor restart`'s SIGHUP).
-pub fn text(state: &StateDir, config: &Config, launch: &Launch) -> String {
+pub(crate) fn text(state: &StateDir, config: &Config, launch: &Launch) -> String {
     let mut env = vec![
         format!("SPARKCTL_PRODUCTION_PORT={}", config.port),
         format!("SPARKCTL_FRONTDOOR_HOST={}", config.host),
@@ -91,7 +91,7 @@ pub fn text(state: &StateDir, config: &Config, launch: &Launch) -> String {
 const NOFILE: u32 = 65536;
 
 /// Writes the unit (atomically); returns its path.
-pub fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<PathBuf> {
+pub(crate) fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<PathBuf> {
     if config.api_key_required && std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE").is_none() {
         return Err(Error::Usage(
             "the API key comes from SPARKCTL_FRONTDOOR_API_KEY, which a unit file would have to \
@@ -109,7 +109,7 @@ pub fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<Pat
 }
 
 /// The unit, when one is installed.
-pub fn installed() -> Option<PathBuf> {
+pub(crate) fn installed() -> Option<PathBuf> {
     path().ok().filter(|p| p.is_file())
 }
 

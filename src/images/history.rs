@@ -16,7 +16,7 @@ use crate::state::{self, StateDir};
 /// What happened to a digest on this machine, remembered in the state dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Pinned,
     Pulled,
     /// Retained for good (`images keep`, or the pair a bisect found).
@@ -38,21 +38,21 @@ impl EventKind {
 
 /// One event of one digest: `STATE/images/RECIPE/TIME-KIND.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Event {
-    pub kind: EventKind,
-    pub digest: String,
+pub(crate) struct Event {
+    pub(crate) kind: EventKind,
+    pub(crate) digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
+    pub(crate) image_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created: Option<String>,
-    pub at: String,
+    pub(crate) created: Option<String>,
+    pub(crate) at: String,
     /// Why (a keep's reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 impl Event {
-    pub fn now(kind: EventKind, digest: &str, note: Option<String>) -> Event {
+    pub(crate) fn now(kind: EventKind, digest: &str, note: Option<String>) -> Event {
         Event {
             kind,
             digest: digest.to_string(),
@@ -66,14 +66,14 @@ impl Event {
 
 /// Remembers `event` of `recipe`'s image; each event is a file of its own, written whole,
 /// so two commands recording at once never lose one.
-pub fn record(state: &StateDir, recipe: &str, event: &Event) -> Result<()> {
+pub(crate) fn record(state: &StateDir, recipe: &str, event: &Event) -> Result<()> {
     let dir = state.image_events_dir(recipe)?;
     let file = format!("{}-{}.json", state::new_run_id(), event.kind.as_str());
     state::write_json(&dir.join(file), event)
 }
 
 /// The events of `recipe`'s image, oldest first, and the files that could not be read.
-pub fn events(state: &StateDir, recipe: &str) -> Result<(Vec<Event>, Vec<state::Damaged>)> {
+pub(crate) fn events(state: &StateDir, recipe: &str) -> Result<(Vec<Event>, Vec<state::Damaged>)> {
     let dir = state.image_events_dir(recipe)?;
     let files = state::json_files(&dir, |_| true)?;
     let (events, damaged) = state::read_json_files::<Event>(files);
@@ -83,7 +83,7 @@ pub fn events(state: &StateDir, recipe: &str) -> Result<(Vec<Event>, Vec<state::
 /// How a digest came to this machine's knowledge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Seen {
+pub(crate) enum Seen {
     Pinned,
     Pulled,
     Ran,
@@ -91,50 +91,50 @@ pub enum Seen {
 
 /// A run that used an image, as the run records tell it (`crate::history::image_uses`).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RunUse {
-    pub run_id: String,
+pub(crate) struct RunUse {
+    pub(crate) run_id: String,
     /// `up`, `rollback`, `bisect`, …
-    pub command: String,
+    pub(crate) command: String,
     /// `promoted`, `rejected`, `good`, …
-    pub outcome: String,
-    pub at: String,
+    pub(crate) outcome: String,
+    pub(crate) at: String,
     /// It served production: promoted, rolled back to, or brought back by the front
     /// door's watch (production's fallback included).
-    pub served: bool,
+    pub(crate) served: bool,
     #[serde(skip)]
-    pub recipe: String,
+    pub(crate) recipe: String,
     /// The image as the recipe named it then.
     #[serde(skip)]
-    pub image: String,
+    pub(crate) image: String,
     /// The image id that ran.
     #[serde(skip)]
-    pub image_id: String,
+    pub(crate) image_id: String,
 }
 
 /// One digest of a recipe's image.
 #[derive(Debug, Clone, Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The registry digest (a local image id for an image built here).
-    pub digest: String,
+    pub(crate) digest: String,
     /// `digest` is a registry's: `repo@digest` pulls it (else it is an image id, of an
     /// image built here or of a run whose registry digest is unknown).
-    pub registry: bool,
+    pub(crate) registry: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
+    pub(crate) image_id: Option<String>,
     /// When the image was built, where known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub created: Option<String>,
-    pub first_seen: String,
-    pub last_seen: String,
-    pub seen: Vec<Seen>,
+    pub(crate) created: Option<String>,
+    pub(crate) first_seen: String,
+    pub(crate) last_seen: String,
+    pub(crate) seen: Vec<Seen>,
     /// What images.lock pins now.
-    pub pinned: bool,
-    pub runs: Vec<RunUse>,
+    pub(crate) pinned: bool,
+    pub(crate) runs: Vec<RunUse>,
     /// Kept for good, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kept: Option<String>,
+    pub(crate) kept: Option<String>,
     /// On this machine now.
-    pub present: bool,
+    pub(crate) present: bool,
 }
 
 impl Entry {
@@ -168,7 +168,7 @@ impl Entry {
 
     /// The run in which it served production (promoted, rolled back to, or brought back
     /// by the front door's watch), if any.
-    pub fn served(&self) -> Option<&RunUse> {
+    pub(crate) fn served(&self) -> Option<&RunUse> {
         self.runs.iter().find(|r| r.served)
     }
 }
@@ -176,7 +176,7 @@ impl Entry {
 /// How the entries are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Order {
+pub(crate) enum Order {
     /// By the image's build time: every entry has one.
     Created,
     /// By when this machine first saw each digest (some build time is unknown).
@@ -185,21 +185,21 @@ pub enum Order {
 
 /// A recipe's image history, oldest first.
 #[derive(Debug, Clone, Serialize)]
-pub struct History {
-    pub recipe: String,
+pub(crate) struct History {
+    pub(crate) recipe: String,
     /// The image as the recipe names it.
-    pub reference: String,
-    pub source: Source,
-    pub order: Order,
-    pub entries: Vec<Entry>,
+    pub(crate) reference: String,
+    pub(crate) source: Source,
+    pub(crate) order: Order,
+    pub(crate) entries: Vec<Entry>,
     /// Run records and event files that could not be read (left out, named).
-    pub damaged: Vec<String>,
+    pub(crate) damaged: Vec<String>,
 }
 
 impl History {
     /// What the engine knows this digest as: `repo@digest`, or a local image id.
-    pub fn run_reference(&self, digest: &str) -> String {
-        if self.from_registry(digest) {
+    pub(crate) fn run_reference(&self, digest: &str) -> String {
+        if self.is_registry_digest(digest) {
             format!("{}@{digest}", repository(&self.reference))
         } else {
             digest.to_string()
@@ -207,7 +207,7 @@ impl History {
     }
 
     /// Whether `digest` is a registry's (pullable), not an image id.
-    pub fn from_registry(&self, digest: &str) -> bool {
+    pub(crate) fn is_registry_digest(&self, digest: &str) -> bool {
         self.source == Source::Registry
             && self
                 .entries
@@ -216,13 +216,13 @@ impl History {
                 .is_none_or(|e| e.registry)
     }
 
-    pub fn position(&self, digest: &str) -> Option<usize> {
+    pub(crate) fn position(&self, digest: &str) -> Option<usize> {
         self.entries.iter().position(|e| e.digest == digest)
     }
 
     /// The entry a digest or a unique prefix of one (`sha256:` optional, 6 characters at
     /// least) names.
-    pub fn lookup(&self, text: &str) -> Result<&Entry> {
+    pub(crate) fn lookup(&self, text: &str) -> Result<&Entry> {
         let want = text.strip_prefix("sha256:").unwrap_or(text);
         let hex = want.len() >= 6 && want.chars().all(|c| c.is_ascii_hexdigit());
         let found: Vec<&Entry> = self
@@ -253,17 +253,17 @@ impl History {
 }
 
 /// What a history is assembled from.
-pub struct Sources<'a> {
-    pub pin: Option<&'a Pin>,
-    pub events: &'a [Event],
-    pub runs: &'a [RunUse],
+pub(crate) struct Sources<'a> {
+    pub(crate) pin: Option<&'a Pin>,
+    pub(crate) events: &'a [Event],
+    pub(crate) runs: &'a [RunUse],
     /// Image id → registry digest, for the image ids run records hold.
-    pub ids: &'a BTreeMap<String, String>,
+    pub(crate) ids: &'a BTreeMap<String, String>,
 }
 
 /// The history of `recipe`'s image `reference` from the lock, the events and the runs
 /// (entries unordered, nothing asked of the engine).
-pub fn assemble(recipe: &str, reference: &str, src: &Sources<'_>) -> History {
+pub(crate) fn assemble(recipe: &str, reference: &str, src: &Sources<'_>) -> History {
     let source = src.pin.map_or(Source::Registry, |p| p.source);
     let mut by: BTreeMap<String, Entry> = BTreeMap::new();
     fn touch<'m>(
@@ -375,7 +375,7 @@ fn sort(entries: &mut [Entry]) -> Order {
 
 /// `recipe`'s image history, with what this machine has of each digest. `runs`: every
 /// run that used an image (`crate::history::image_uses`).
-pub async fn of(
+pub(crate) async fn of(
     docker: &Docker,
     state: &StateDir,
     lock: &Lock,

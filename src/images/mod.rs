@@ -3,8 +3,8 @@
 //! the lock, pulling by digest, and what changed between two digests. `history` is every
 //! digest a recipe's image had; `retain` which of them stay on this machine.
 
-pub mod history;
-pub mod retain;
+pub(crate) mod history;
+pub(crate) mod retain;
 
 use std::collections::BTreeMap;
 
@@ -19,22 +19,22 @@ use crate::runtime::docker::{engine_error, is_not_found};
 
 /// What this machine knows about one image.
 #[derive(Debug, Clone, Serialize)]
-pub struct LocalImage {
-    pub id: String,
-    pub repo_digests: Vec<String>,
-    pub created: Option<String>,
-    pub platform: String,
-    pub labels: BTreeMap<String, String>,
-    pub env: Vec<String>,
-    pub layers: usize,
+pub(crate) struct LocalImage {
+    pub(crate) id: String,
+    pub(crate) repo_digests: Vec<String>,
+    pub(crate) created: Option<String>,
+    pub(crate) platform: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) env: Vec<String>,
+    pub(crate) layers: usize,
     /// The layers' content digests, bottom first.
-    pub layer_ids: Vec<String>,
-    pub size: i64,
+    pub(crate) layer_ids: Vec<String>,
+    pub(crate) size: i64,
 }
 
 impl LocalImage {
     /// Its registry digest for `repo`, if it came from (or went to) that repository.
-    pub fn digest_in(&self, repo: &str) -> Option<String> {
+    pub(crate) fn digest_in(&self, repo: &str) -> Option<String> {
         self.repo_digests.iter().find_map(|rd| {
             rd.split_once('@')
                 .filter(|(r, _)| *r == repo)
@@ -44,7 +44,7 @@ impl LocalImage {
 }
 
 /// The engine's platform (`linux/arm64` on a Spark).
-pub async fn platform(docker: &Docker) -> Result<String> {
+pub(crate) async fn platform(docker: &Docker) -> Result<String> {
     let v = docker
         .version()
         .await
@@ -57,7 +57,7 @@ pub async fn platform(docker: &Docker) -> Result<String> {
 }
 
 /// The local image `reference` names (a tag, `repo@digest` or an id), if present.
-pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage>> {
+pub(crate) async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage>> {
     match docker.inspect_image(reference).await {
         Ok(i) => {
             let config = i.config.unwrap_or_default();
@@ -84,7 +84,10 @@ pub async fn local(docker: &Docker, reference: &str) -> Result<Option<LocalImage
 }
 
 /// What the registry says `reference` points to now: (digest, media type).
-pub async fn registry_digest(docker: &Docker, reference: &str) -> Result<(String, Option<String>)> {
+pub(crate) async fn registry_digest(
+    docker: &Docker,
+    reference: &str,
+) -> Result<(String, Option<String>)> {
     match docker.inspect_registry_image(reference, None).await {
         Ok(d) => Ok((
             d.descriptor.digest.unwrap_or_default(),
@@ -108,7 +111,12 @@ pub async fn registry_digest(docker: &Docker, reference: &str) -> Result<(String
 
 /// A pin for `reference` as it stands now. Images built here and never pushed are
 /// pinned by image id; `offline` takes the registry digest this machine recorded at pull.
-pub async fn resolve(docker: &Docker, reference: &str, offline: bool, at: &str) -> Result<Pin> {
+pub(crate) async fn resolve(
+    docker: &Docker,
+    reference: &str,
+    offline: bool,
+    at: &str,
+) -> Result<Pin> {
     let here = local(docker, reference).await?;
     let platform = platform(docker).await?;
     let repo = repository(reference);
@@ -150,7 +158,7 @@ pub async fn resolve(docker: &Docker, reference: &str, offline: bool, at: &str) 
 
 /// What `start` runs for a recipe image: the locked digest (present here), or with
 /// `allow_unpinned` the tag as it is. Returns the reference and whether it was pinned.
-pub async fn run_reference(
+pub(crate) async fn run_reference(
     docker: &Docker,
     recipe: &str,
     reference: &str,
@@ -193,18 +201,18 @@ pub async fn run_reference(
 
 /// One recipe's new pin, and the digest it replaced.
 #[derive(Debug, Clone, Serialize)]
-pub struct PinChange {
-    pub recipe: String,
-    pub old: Option<String>,
-    pub new: String,
+pub(crate) struct PinChange {
+    pub(crate) recipe: String,
+    pub(crate) old: Option<String>,
+    pub(crate) new: String,
     /// Shown to people; `--json` keeps the three fields it always had.
     #[serde(skip)]
-    pub source: crate::lock::Source,
+    pub(crate) source: crate::lock::Source,
 }
 
 /// Resolves every target's digest, then writes them into the lock at `lock_path` at once:
 /// a registry that is down or a tag that does not exist changes nothing.
-pub async fn pin(
+pub(crate) async fn pin(
     docker: &bollard::Docker,
     lock_path: &std::path::Path,
     targets: &[(String, String)],
@@ -246,25 +254,25 @@ pub async fn pin(
 
 /// One recipe's audit.
 #[derive(Debug, Clone, Serialize)]
-pub struct AuditRow {
-    pub recipe: String,
-    pub reference: String,
-    pub pinned: Option<String>,
-    pub pinned_created: Option<String>,
+pub(crate) struct AuditRow {
+    pub(crate) recipe: String,
+    pub(crate) reference: String,
+    pub(crate) pinned: Option<String>,
+    pub(crate) pinned_created: Option<String>,
     /// The pinned image is on this machine.
-    pub present: bool,
+    pub(crate) present: bool,
     /// What the tag points to in the registry now (None when unknown).
-    pub registry: Option<String>,
-    pub registry_created: Option<String>,
-    pub registry_error: Option<String>,
+    pub(crate) registry: Option<String>,
+    pub(crate) registry_created: Option<String>,
+    pub(crate) registry_error: Option<String>,
     /// What the tag is on this machine, when it differs from the pin.
-    pub local_differs: Option<String>,
-    pub findings: Vec<Finding>,
+    pub(crate) local_differs: Option<String>,
+    pub(crate) findings: Vec<Finding>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Finding {
+pub(crate) enum Finding {
     /// The recipe's image has no pin.
     NotPinned,
     /// The recipe now names another image than the pin's.
@@ -281,7 +289,7 @@ pub enum Finding {
 
 impl Finding {
     /// Whether cron/CI should fail on it.
-    pub fn fails(self) -> bool {
+    pub(crate) fn fails(self) -> bool {
         matches!(
             self,
             Finding::NotPinned | Finding::ReferenceChanged | Finding::Drift | Finding::LocalDiffers
@@ -290,15 +298,19 @@ impl Finding {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Audit {
-    pub rows: Vec<AuditRow>,
+pub(crate) struct Audit {
+    pub(crate) rows: Vec<AuditRow>,
     /// Lock entries for recipes that no longer exist.
-    pub stale: Vec<String>,
-    pub ok: bool,
+    pub(crate) stale: Vec<String>,
+    pub(crate) ok: bool,
 }
 
 /// Audits every (recipe, image reference) against the lock, this machine and the registry.
-pub async fn audit(docker: &Docker, recipes: &[(String, String)], lock: &Lock) -> Result<Audit> {
+pub(crate) async fn audit(
+    docker: &Docker,
+    recipes: &[(String, String)],
+    lock: &Lock,
+) -> Result<Audit> {
     let mut rows = Vec::new();
     for (recipe, reference) in recipes {
         let pin = lock.images.get(recipe);
@@ -374,7 +386,7 @@ pub async fn audit(docker: &Docker, recipes: &[(String, String)], lock: &Lock) -
 }
 
 /// Pulls `reference` (a `repo@digest`), reporting (layers done, layers, bytes done, bytes).
-pub async fn pull(
+pub(crate) async fn pull(
     docker: &Docker,
     reference: &str,
     mut progress: impl FnMut(usize, usize, u64, u64),
@@ -412,14 +424,14 @@ pub async fn pull(
 
 /// Pulls `digest` of `recipe`'s image and remembers it. A registry that no longer holds
 /// the digest is said plainly: nothing can bring it back from there.
-pub async fn pull_digest(
+pub(crate) async fn pull_digest(
     docker: &Docker,
     state: &crate::state::StateDir,
     h: &history::History,
     digest: &str,
     progress: impl FnMut(usize, usize, u64, u64),
 ) -> Result<()> {
-    if !h.from_registry(digest) {
+    if !h.is_registry_digest(digest) {
         return Err(Error::Usage(format!(
             "{digest} of {} is an image id, not a registry digest (an image built here, or one \
              whose registry digest is unknown): no registry can give it back",
@@ -447,15 +459,15 @@ pub async fn pull_digest(
 
 /// What changed between two local images.
 #[derive(Debug, Clone, Serialize)]
-pub struct ImageDiff {
-    pub old: LocalImage,
-    pub new: LocalImage,
+pub(crate) struct ImageDiff {
+    pub(crate) old: LocalImage,
+    pub(crate) new: LocalImage,
     /// label → (old, new); None where absent.
-    pub labels: BTreeMap<String, (Option<String>, Option<String>)>,
-    pub env: BTreeMap<String, (Option<String>, Option<String>)>,
+    pub(crate) labels: BTreeMap<String, (Option<String>, Option<String>)>,
+    pub(crate) env: BTreeMap<String, (Option<String>, Option<String>)>,
     /// Layers only the old image has, and only the new one.
-    pub layers_only_old: Vec<String>,
-    pub layers_only_new: Vec<String>,
+    pub(crate) layers_only_old: Vec<String>,
+    pub(crate) layers_only_new: Vec<String>,
 }
 
 fn changed(
@@ -478,7 +490,7 @@ fn env_map(env: &[String]) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub async fn diff(docker: &Docker, old_ref: &str, new_ref: &str) -> Result<ImageDiff> {
+pub(crate) async fn diff(docker: &Docker, old_ref: &str, new_ref: &str) -> Result<ImageDiff> {
     let get = |r: String| async move {
         local(docker, &r).await?.ok_or_else(|| {
             Error::Failed(format!(

@@ -15,17 +15,17 @@ use crate::error::Result;
 use crate::lock::Source;
 
 /// Digests kept per recipe beyond the others retained, unless `SPARKCTL_KEEP_IMAGES` says.
-pub const DEFAULT_KEEP_IMAGES: usize = 3;
+pub(crate) const DEFAULT_KEEP_IMAGES: usize = 3;
 
 /// `SPARKCTL_KEEP_IMAGES`: how many of each recipe's newest digests stay.
-pub fn keep_from_env() -> Result<usize> {
+pub(crate) fn keep_from_env() -> Result<usize> {
     crate::context::env_count("SPARKCTL_KEEP_IMAGES", DEFAULT_KEEP_IMAGES)
 }
 
 /// Why a digest stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Why {
+pub(crate) enum Why {
     /// images.lock pins it: what `start` runs.
     Pinned,
     /// Among the newest `SPARKCTL_KEEP_IMAGES`.
@@ -51,7 +51,7 @@ impl std::fmt::Display for Why {
 }
 
 /// Each digest of `h` that stays, and why (digests not named go).
-pub fn retained(h: &History, newest: usize) -> BTreeMap<String, Vec<Why>> {
+pub(crate) fn retained(h: &History, newest: usize) -> BTreeMap<String, Vec<Why>> {
     let mut out: BTreeMap<String, Vec<Why>> = BTreeMap::new();
     let n = h.entries.len();
     for (i, e) in h.entries.iter().enumerate() {
@@ -77,36 +77,40 @@ pub fn retained(h: &History, newest: usize) -> BTreeMap<String, Vec<Why>> {
 
 /// One image `prune` would remove.
 #[derive(Debug, Clone, Serialize)]
-pub struct OldImage {
-    pub recipe: String,
+pub(crate) struct OldImage {
+    pub(crate) recipe: String,
     /// `repo@digest`: what is removed (the image goes once nothing else names it).
-    pub reference: String,
-    pub digest: String,
+    pub(crate) reference: String,
+    pub(crate) digest: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub created: Option<String>,
+    pub(crate) created: Option<String>,
 }
 
 /// One digest that stays, and why.
 #[derive(Debug, Clone, Serialize)]
-pub struct KeptImage {
-    pub recipe: String,
-    pub digest: String,
-    pub present: bool,
-    pub why: Vec<Why>,
+pub(crate) struct KeptImage {
+    pub(crate) recipe: String,
+    pub(crate) digest: String,
+    pub(crate) present: bool,
+    pub(crate) why: Vec<Why>,
 }
 
 /// What `prune` decided about images; nothing removed yet.
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct ImagePlan {
-    pub keep_newest: usize,
-    pub remove: Vec<OldImage>,
-    pub kept: Vec<KeptImage>,
+pub(crate) struct ImagePlan {
+    pub(crate) keep_newest: usize,
+    pub(crate) remove: Vec<OldImage>,
+    pub(crate) kept: Vec<KeptImage>,
 }
 
 /// Over every recipe's history: the digests on this machine that no rule keeps, nor a
 /// container uses (`in_use`: image id → container). A digest two recipes share stays when
 /// either keeps it.
-pub fn plan(histories: &[History], newest: usize, in_use: &BTreeMap<String, String>) -> ImagePlan {
+pub(crate) fn plan(
+    histories: &[History],
+    newest: usize,
+    in_use: &BTreeMap<String, String>,
+) -> ImagePlan {
     let mut plan = ImagePlan {
         keep_newest: newest,
         ..Default::default()
@@ -158,15 +162,18 @@ pub fn plan(histories: &[History], newest: usize, in_use: &BTreeMap<String, Stri
 
 /// What became of one removal.
 #[derive(Debug, Clone, Serialize)]
-pub struct Removed {
-    pub reference: String,
+pub(crate) struct Removed {
+    pub(crate) reference: String,
     /// The image itself is gone (else only this name of it: another still holds it).
-    pub deleted: bool,
+    pub(crate) deleted: bool,
 }
 
 /// Removes each image's `repo@digest`, never forced: the engine refuses an image a
 /// container (running or stopped) still uses. Returns what was removed and what was not.
-pub async fn apply(docker: &Docker, old: &[OldImage]) -> (Vec<Removed>, Vec<(OldImage, String)>) {
+pub(crate) async fn apply(
+    docker: &Docker,
+    old: &[OldImage],
+) -> (Vec<Removed>, Vec<(OldImage, String)>) {
     let (mut done, mut failed) = (Vec::new(), Vec::new());
     for o in old {
         let opts = RemoveImageOptionsBuilder::new().force(false).build();

@@ -15,7 +15,7 @@ use crate::units::ByteSize;
 /// Docker's /dev/shm when none is asked for.
 const DEFAULT_SHM: i64 = 64 << 20;
 
-pub async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observed> {
+pub(crate) async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observed> {
     let info = match docker.inspect_container(id, None).await {
         Ok(i) => i,
         Err(e) if is_not_found(&e) => {
@@ -178,7 +178,7 @@ fn gpus(host: &bollard::models::HostConfig) -> Option<Gpus> {
 }
 
 /// Pins what the container runs: the registry digest its image came with, else its id.
-pub async fn pin(
+pub(crate) async fn pin(
     docker: &bollard::Docker,
     lock_path: &std::path::Path,
     recipe: &str,

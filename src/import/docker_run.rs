@@ -44,7 +44,7 @@ const IRRELEVANT: &[&str] = &[
     "--hostname",
 ];
 
-pub async fn observe(line: &str, docker: Option<&bollard::Docker>) -> Result<Observed> {
+pub(crate) async fn observe(line: &str, docker: Option<&bollard::Docker>) -> Result<Observed> {
     let words = words::split(line).map_err(|e| Error::Usage(format!("--docker-run: {e}")))?;
     let (mut seen, env_names, dropped) = parse(&words)?;
     // The image's entrypoint, when the image is here: what the command is appended to.
@@ -66,7 +66,7 @@ pub async fn observe(line: &str, docker: Option<&bollard::Docker>) -> Result<Obs
 type Parsed = (ContainerSeen, Vec<String>, Vec<String>);
 
 /// The container, the environment's names, and what a recipe cannot carry.
-pub fn parse(words: &[String]) -> Result<Parsed> {
+pub(crate) fn parse(words: &[String]) -> Result<Parsed> {
     let rest = after_run(words)?;
     let mut seen = ContainerSeen::default();
     let (mut env, mut dropped) = (Vec::new(), Vec::new());

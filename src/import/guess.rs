@@ -5,7 +5,7 @@
 use crate::engine::Engine;
 
 /// The engine, and what gave it away (said in the recipe's comments).
-pub fn engine(image: Option<&str>, argv: &[String]) -> (Engine, String) {
+pub(crate) fn engine(image: Option<&str>, argv: &[String]) -> (Engine, String) {
     if let Some(found) = by_program(argv) {
         return found;
     }

@@ -9,10 +9,10 @@ mod docker_run;
 mod guess;
 mod model_dir;
 mod process;
-pub mod record;
+pub(crate) mod record;
 mod render;
 mod shape;
-pub mod words;
+pub(crate) mod words;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,11 +21,11 @@ use crate::error::{Error, Result};
 use crate::recipe::{ExtraMount, Gpus, Ipc, LoadedRecipe, Recipe};
 use crate::units::ByteSize;
 
-pub use record::Origin;
+pub(crate) use record::Origin;
 
 /// Where the recipe comes from, as the user named it.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub(crate) enum Source {
     Pid(u32),
     Port(u16),
     Container(String),
@@ -37,22 +37,22 @@ pub enum Source {
 
 /// What was seen of a server, before it is a recipe.
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// Said in the recipe's first comment: where it came from.
-    pub from: String,
-    pub launch: Seen,
+    pub(crate) from: String,
+    pub(crate) launch: Seen,
     /// Variable names the server had set (values are never read).
-    pub env_names: Vec<String>,
+    pub(crate) env_names: Vec<String>,
     /// Things seen that a recipe cannot carry, said in its comments.
-    pub dropped: Vec<String>,
+    pub(crate) dropped: Vec<String>,
     /// The running server, for `adopt`; None for a pasted line.
-    pub origin: Option<Origin>,
+    pub(crate) origin: Option<Origin>,
     /// Resident memory of the process (bytes), where it could be read.
-    pub rss: Option<u64>,
+    pub(crate) rss: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
-pub enum Seen {
+pub(crate) enum Seen {
     Process {
         /// argv[0] as a path (`~/` for the home dir).
         program: String,
@@ -64,57 +64,57 @@ pub enum Seen {
 
 /// A container as `docker run` would create it.
 #[derive(Debug, Clone, Default)]
-pub struct ContainerSeen {
+pub(crate) struct ContainerSeen {
     /// The image as the user named it (a tag).
-    pub image: String,
+    pub(crate) image: String,
     /// The image id the container runs (running containers only).
-    pub image_id: Option<String>,
+    pub(crate) image_id: Option<String>,
     /// `--entrypoint`, or the image's; None: not known (a pasted line, image absent).
-    pub entrypoint: Option<Vec<String>>,
+    pub(crate) entrypoint: Option<Vec<String>>,
     /// Whether `entrypoint` was set by the user rather than the image.
-    pub entrypoint_given: bool,
-    pub cmd: Vec<String>,
-    pub mounts: Vec<ExtraMount>,
-    pub ports: Vec<Published>,
-    pub network_host: bool,
-    pub gpus: Option<Gpus>,
-    pub ipc: Option<Ipc>,
-    pub shm_size: Option<ByteSize>,
-    pub ulimits: BTreeMap<String, i64>,
-    pub user: Option<String>,
+    pub(crate) entrypoint_given: bool,
+    pub(crate) cmd: Vec<String>,
+    pub(crate) mounts: Vec<ExtraMount>,
+    pub(crate) ports: Vec<Published>,
+    pub(crate) network_host: bool,
+    pub(crate) gpus: Option<Gpus>,
+    pub(crate) ipc: Option<Ipc>,
+    pub(crate) shm_size: Option<ByteSize>,
+    pub(crate) ulimits: BTreeMap<String, i64>,
+    pub(crate) user: Option<String>,
 }
 
 /// One `-p [IP:]HOST:CONTAINER`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    pub host_ip: String,
-    pub host_port: u16,
-    pub container_port: u16,
+pub(crate) struct Published {
+    pub(crate) host_ip: String,
+    pub(crate) host_port: u16,
+    pub(crate) container_port: u16,
 }
 
 /// A recipe made from what was seen, with what the file says around it.
 #[derive(Debug, Clone)]
-pub struct Draft {
-    pub recipe: Recipe,
+pub(crate) struct Draft {
+    pub(crate) recipe: Recipe,
     /// What could not be inferred or carried: comments at the top of the file.
-    pub unknown: Vec<String>,
+    pub(crate) unknown: Vec<String>,
     /// How what was seen became this recipe (port moved, host narrowed, …).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Patch steps the model dir looks like it needs, as YAML lines to uncomment.
-    pub suggested_patches: Vec<model_dir::Suggestion>,
-    pub origin: Option<Origin>,
+    pub(crate) suggested_patches: Vec<model_dir::Suggestion>,
+    pub(crate) origin: Option<Origin>,
     /// The port the server was seen on: the production port `adopt` hands over.
-    pub seen_port: Option<u16>,
+    pub(crate) seen_port: Option<u16>,
 }
 
 /// What sparkctl knows about the machine while shaping a recipe.
-pub struct Machine {
-    pub production_port: u16,
+pub(crate) struct Machine {
+    pub(crate) production_port: u16,
 }
 
 /// Reads what `source` names. Containers go through the Docker Engine API; a pasted line is
 /// only split into words, never run.
-pub async fn observe(source: &Source, docker: Option<&bollard::Docker>) -> Result<Observed> {
+pub(crate) async fn observe(source: &Source, docker: Option<&bollard::Docker>) -> Result<Observed> {
     match source {
         Source::Pid(pid) => process::observe_pid(*pid),
         Source::Port(port) => process::observe_port(*port),
@@ -132,20 +132,20 @@ pub async fn observe(source: &Source, docker: Option<&bollard::Docker>) -> Resul
 }
 
 /// The recipe `observed` describes, named `name`.
-pub fn draft(name: &str, observed: Observed, machine: &Machine) -> Result<Draft> {
+pub(crate) fn draft(name: &str, observed: Observed, machine: &Machine) -> Result<Draft> {
     shape::shape(name, observed, machine)
 }
 
 /// The file text: comments, then the recipe; checked with the recipe loader as if it were
 /// already `path` (a recipe that does not load is a bug here, reported in full).
-pub fn render(draft: &Draft, path: &Path) -> Result<(String, LoadedRecipe)> {
+pub(crate) fn render(draft: &Draft, path: &Path) -> Result<(String, LoadedRecipe)> {
     let text = render::file(draft)?;
     let loaded = crate::recipe::parse_recipe(path, text.as_bytes())?;
     Ok((text, loaded))
 }
 
 /// Writes the recipe file (temp + rename); an existing file is kept unless `force`.
-pub fn write(path: &Path, text: &str, force: bool) -> Result<()> {
+pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if path.exists() && !force {
         return Err(Error::Usage(format!(
             "{} exists; choose another name with --name, or pass --force to replace it",
@@ -161,7 +161,7 @@ pub fn write(path: &Path, text: &str, force: bool) -> Result<()> {
 
 /// Pins the image a running container runs into the lock, under the recipe's name: its
 /// registry digest when it came from one, else its image id. Returns the digest.
-pub async fn pin_image(
+pub(crate) async fn pin_image(
     docker: &bollard::Docker,
     lock_path: &Path,
     recipe: &str,
@@ -189,7 +189,7 @@ pub(crate) fn tilde(path: &str) -> String {
 
 /// A recipe name when none is given: the served name, else the model's file or dir name,
 /// else the engine's, in the characters recipe names allow.
-pub fn default_name(recipe: &Recipe) -> String {
+pub(crate) fn default_name(recipe: &Recipe) -> String {
     let model = recipe.model.as_ref();
     let raw = model
         .and_then(|m| m.served_name.clone())

@@ -10,9 +10,9 @@ use serde_json::Value;
 
 /// One suggested step: why, and the YAML list item that does it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Suggestion {
-    pub why: String,
-    pub step: String,
+pub(crate) struct Suggestion {
+    pub(crate) why: String,
+    pub(crate) step: String,
 }
 
 fn read_json(path: &Path) -> Option<Value> {
@@ -20,7 +20,7 @@ fn read_json(path: &Path) -> Option<Value> {
 }
 
 /// What the model dir at `dir` (already `~`-expanded) suggests.
-pub fn suggest(dir: &Path) -> Vec<Suggestion> {
+pub(crate) fn suggest(dir: &Path) -> Vec<Suggestion> {
     let mut out = Vec::new();
     let Some(config) = read_json(&dir.join("config.json")) else {
         return out;

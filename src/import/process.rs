@@ -44,7 +44,7 @@ const SHELL_PREFIXES: &[&str] = &[
     "LC_", "XDG_", "SSH_", "SUDO_", "GPG_", "WAYLAND_", "VSCODE_",
 ];
 
-pub fn observe_port(port: u16) -> Result<Observed> {
+pub(crate) fn observe_port(port: u16) -> Result<Observed> {
     let listener = crate::host::listener_on(port)
         .ok_or_else(|| Error::Usage(format!("nothing listens on port {port}")))?;
     let pid = listener.pid.ok_or_else(|| {
@@ -63,7 +63,7 @@ pub fn observe_port(port: u16) -> Result<Observed> {
     observe_pid(pid)
 }
 
-pub fn observe_pid(pid: u32) -> Result<Observed> {
+pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     let id = crate::host::ProcessId::of(pid)
         .ok_or_else(|| Error::Usage(format!("no process with pid {pid}")))?;
@@ -117,7 +117,7 @@ pub fn observe_pid(pid: u32) -> Result<Observed> {
 }
 
 /// A pasted host command line: `VAR=… ` prefixes give names, the rest is argv.
-pub fn observe_line(line: &str) -> Result<Observed> {
+pub(crate) fn observe_line(line: &str) -> Result<Observed> {
     let words = words::split(line).map_err(|e| Error::Usage(format!("--command: {e}")))?;
     let mut env_names = Vec::new();
     let mut rest = words.as_slice();

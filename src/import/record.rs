@@ -13,7 +13,7 @@ use crate::state::StateDir;
 /// The running server a recipe was imported from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A host process: pid and start time (a reused pid is another process).
     Process {
         process: ProcessId,
@@ -28,13 +28,13 @@ pub enum Origin {
 
 impl Origin {
     /// The port it serves on the host.
-    pub fn port(&self) -> Option<u16> {
+    pub(crate) fn port(&self) -> Option<u16> {
         match self {
             Origin::Process { port, .. } | Origin::Container { port, .. } => *port,
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Origin::Process { process, .. } => format!(
                 "pid {} ({})",
@@ -50,17 +50,17 @@ impl Origin {
 
 /// One import of a running server.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Imported {
-    pub recipe: String,
-    pub origin: Origin,
-    pub imported_at: String,
+pub(crate) struct Imported {
+    pub(crate) recipe: String,
+    pub(crate) origin: Origin,
+    pub(crate) imported_at: String,
 }
 
 fn path(state: &StateDir, recipe: &str) -> PathBuf {
     state.root().join("imports").join(format!("{recipe}.json"))
 }
 
-pub fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()> {
+pub(crate) fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()> {
     let p = path(state, recipe);
     if let Some(dir) = p.parent() {
         std::fs::create_dir_all(dir)
@@ -77,7 +77,7 @@ pub fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()> {
 }
 
 /// The import of `recipe`, if it was imported from a running server.
-pub fn load(state: &StateDir, recipe: &str) -> Result<Option<Imported>> {
+pub(crate) fn load(state: &StateDir, recipe: &str) -> Result<Option<Imported>> {
     let p = path(state, recipe);
     if !p.exists() {
         return Ok(None);
@@ -86,6 +86,6 @@ pub fn load(state: &StateDir, recipe: &str) -> Result<Option<Imported>> {
 }
 
 /// Forgets it once adopted: the server it names is gone.
-pub fn remove(state: &StateDir, recipe: &str) {
+pub(crate) fn remove(state: &StateDir, recipe: &str) {
     let _ = std::fs::remove_file(path(state, recipe));
 }

@@ -16,7 +16,7 @@ fn comment_items(out: &mut String, title: &str, items: &[String]) {
     }
 }
 
-pub fn file(draft: &Draft) -> Result<String> {
+pub(crate) fn file(draft: &Draft) -> Result<String> {
     let mut out = String::new();
     out.push_str(&format!(
         "# Written by `sparkctl import` on {}. Review it, then `sparkctl start {}` or `sparkctl \

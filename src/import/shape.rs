@@ -76,7 +76,7 @@ fn backend_port(seen: u16, profile: &Profile, machine: &Machine) -> u16 {
     p
 }
 
-pub fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft> {
+pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft> {
     let mut unknown = Vec::new();
     let mut notes = Vec::new();
     let (image, argv) = match &observed.launch {

@@ -5,7 +5,7 @@
 
 /// Why a pasted line cannot be split.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WordsError {
+pub(crate) enum WordsError {
     UnclosedQuote(char),
     /// Shell syntax sparkctl will not interpret, e.g. `|`, `;`, `$(`.
     Shell(String),
@@ -26,7 +26,7 @@ impl std::fmt::Display for WordsError {
 
 /// The words of `line`. `~` stays as written (recipes expand `~/`), `$VAR` outside single
 /// quotes is refused rather than guessed.
-pub fn split(line: &str) -> Result<Vec<String>, WordsError> {
+pub(crate) fn split(line: &str) -> Result<Vec<String>, WordsError> {
     let mut words = Vec::new();
     let mut word = String::new();
     // A word has begun even when it is empty so far (`''`).

@@ -14,22 +14,22 @@ use crate::runtime::docker::{copy_logs, engine_error, is_not_found, label, resou
 use crate::runtime::{Exit, LogView};
 
 /// Label naming the job a container runs (serving containers carry `io.sparkctl.recipe`).
-pub const JOB_LABEL: &str = "io.sparkctl.job";
+pub(crate) const JOB_LABEL: &str = "io.sparkctl.job";
 
 /// What the container needs beyond the recipe.
-pub struct Spec<'a> {
-    pub recipe: &'a JobRecipe,
-    pub image: &'a str,
-    pub image_ref: &'a str,
-    pub run_id: &'a str,
-    pub state_id: &'a str,
-    pub user: &'a str,
+pub(crate) struct Spec<'a> {
+    pub(crate) recipe: &'a JobRecipe,
+    pub(crate) image: &'a str,
+    pub(crate) image_ref: &'a str,
+    pub(crate) run_id: &'a str,
+    pub(crate) state_id: &'a str,
+    pub(crate) user: &'a str,
     /// `NAME=value` of the `env_from_host` names, read now; never logged.
-    pub host_env: Vec<String>,
+    pub(crate) host_env: Vec<String>,
 }
 
 /// Host path → container path binds: inputs read-only, outputs and caches read-write.
-pub fn binds(r: &JobRecipe) -> Vec<String> {
+pub(crate) fn binds(r: &JobRecipe) -> Vec<String> {
     let ro = r
         .inputs
         .iter()
@@ -43,7 +43,7 @@ pub fn binds(r: &JobRecipe) -> Vec<String> {
     ro.chain(rw).collect()
 }
 
-pub fn body(spec: &Spec) -> ContainerCreateBody {
+pub(crate) fn body(spec: &Spec) -> ContainerCreateBody {
     let r = spec.recipe;
     let env: Vec<String> = r
         .env
@@ -79,7 +79,7 @@ pub fn body(spec: &Spec) -> ContainerCreateBody {
 }
 
 /// The command a person could type for the same container, for review. Secrets by name.
-pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String> {
+pub(crate) fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String> {
     let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
     v.extend(r.resources().run_flags());
     v.extend(["--user".into(), user.to_string()]);
@@ -101,7 +101,10 @@ pub fn equivalent_command(r: &JobRecipe, image: &str, user: &str) -> Vec<String>
 
 /// How the container stands: None while it runs, its exit once it ended; Err(None) when
 /// the engine no longer has it.
-pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Option<Exit>, ()>> {
+pub(crate) async fn ended(
+    docker: &Docker,
+    id: &str,
+) -> Result<std::result::Result<Option<Exit>, ()>> {
     match docker.inspect_container(id, None).await {
         Ok(info) => {
             let s = info.state.unwrap_or_default();
@@ -120,7 +123,7 @@ pub async fn ended(docker: &Docker, id: &str) -> Result<std::result::Result<Opti
 }
 
 /// The container's whole output so far.
-pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
+pub(crate) async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     copy_logs(docker, id, LogView::default(), &mut out, |e| {
         engine_error("reading the job's output", e)
@@ -130,7 +133,7 @@ pub async fn output(docker: &Docker, id: &str) -> Result<Vec<u8>> {
 }
 
 /// The last `n` lines of the container's output ("" when it cannot be read).
-pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
+pub(crate) async fn tail(docker: &Docker, id: &str, n: usize) -> String {
     let view = LogView {
         tail: Some(n),
         follow: false,
@@ -145,7 +148,7 @@ pub async fn tail(docker: &Docker, id: &str, n: usize) -> String {
 }
 
 /// Whether the container carries this state dir's labels for `job`: nothing else is stopped.
-pub async fn is_ours(docker: &Docker, id: &str, state_id: &str, job: &str) -> bool {
+pub(crate) async fn is_ours(docker: &Docker, id: &str, state_id: &str, job: &str) -> bool {
     let Ok(info) = docker.inspect_container(id, None).await else {
         return false;
     };

@@ -46,7 +46,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
 ];
 
 /// The known lines in `log`, each cause once, with the first line that showed it.
-pub fn scan(log: &str) -> Vec<Finding> {
+pub(crate) fn scan(log: &str) -> Vec<Finding> {
     let mut found: Vec<Finding> = Vec::new();
     for line in log.lines() {
         for (needle, cause, fix) in KNOWN {
@@ -63,7 +63,7 @@ pub fn scan(log: &str) -> Vec<Finding> {
 }
 
 /// How a job ended, in words. `stop_requested`: `sparkctl stop` sent the signal.
-pub fn explain(exit: &Exit, stop_requested: bool) -> String {
+pub(crate) fn explain(exit: &Exit, stop_requested: bool) -> String {
     if exit.oom_killed {
         return format!(
             "out of memory: the kernel's OOM killer ended it (OOMKilled, exit code {}); stop \

@@ -17,7 +17,7 @@ use crate::patch::owner::{self, Owner};
 use crate::state::{self, StateDir};
 
 /// The marker in an output dir whose contents are not (yet) a verified result.
-pub const INCOMPLETE: &str = ".sparkctl-incomplete.json";
+pub(crate) const INCOMPLETE: &str = ".sparkctl-incomplete.json";
 
 #[derive(Debug, Serialize)]
 struct Marker<'a> {
@@ -28,7 +28,7 @@ struct Marker<'a> {
 
 /// Creates an output dir (given to `owner`, so a container running as that user can
 /// write and the user keeps the files) and marks it incomplete until the run is verified.
-pub fn prepare_output(path: &Path, owner: Owner, job: &str, run_id: &str) -> Result<()> {
+pub(crate) fn prepare_output(path: &Path, owner: Owner, job: &str, run_id: &str) -> Result<()> {
     let mut missing = Vec::new();
     let mut probe = path.to_path_buf();
     while !probe.exists() {
@@ -61,7 +61,7 @@ fn mark(dir: &Path, job: &str, run_id: &str, reason: &str) -> Result<()> {
 }
 
 /// Whether `dir` holds partial outputs, and why.
-pub fn incomplete_reason(dir: &Path) -> Option<String> {
+pub(crate) fn incomplete_reason(dir: &Path) -> Option<String> {
     let v: serde_json::Value = state::read_json(&dir.join(INCOMPLETE)).ok()?;
     Some(format!(
         "{} (job {}, run {})",
@@ -88,7 +88,7 @@ fn lock_run(state: &StateDir, run_id: &str) -> Result<std::fs::File> {
 }
 
 /// Finalizes `rec` if its container has ended; returns it as it stands now.
-pub async fn finalize(
+pub(crate) async fn finalize(
     docker: &bollard::Docker,
     state: &StateDir,
     rec: JobRecord,
@@ -239,7 +239,7 @@ async fn settle_outputs(state: &StateDir, rec: &mut JobRecord) -> Result<()> {
 
 /// Every job run, newest first, with the ones whose container has ended finalized now;
 /// and the records that could not be read (one damaged record hides no other).
-pub async fn refresh(
+pub(crate) async fn refresh(
     docker: &bollard::Docker,
     state: &StateDir,
 ) -> Result<(Vec<JobRecord>, Vec<crate::state::Damaged>)> {

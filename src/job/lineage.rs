@@ -14,16 +14,16 @@ use crate::state::StateDir;
 
 /// Which job made a model, from what, with what.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Lineage {
-    pub job: String,
-    pub run_id: String,
-    pub image: String,
-    pub image_digest: String,
-    pub inputs: Vec<InputPrint>,
-    pub output: PathBuf,
+pub(crate) struct Lineage {
+    pub(crate) job: String,
+    pub(crate) run_id: String,
+    pub(crate) image: String,
+    pub(crate) image_digest: String,
+    pub(crate) inputs: Vec<InputPrint>,
+    pub(crate) output: PathBuf,
     /// The output as the job left it (a serving recipe's patches may change it since).
-    pub output_fingerprint: Option<String>,
-    pub finished_at: Option<String>,
+    pub(crate) output_fingerprint: Option<String>,
+    pub(crate) finished_at: Option<String>,
 }
 
 impl std::fmt::Display for Lineage {
@@ -43,7 +43,7 @@ impl std::fmt::Display for Lineage {
 }
 
 /// The lineage of the model at `model` produced by `job`, or why it may not serve.
-pub async fn check(
+pub(crate) async fn check(
     docker: &bollard::Docker,
     state: &StateDir,
     job: &str,

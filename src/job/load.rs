@@ -6,13 +6,13 @@ use super::recipe::{JobRecipe, LoadedJob};
 use crate::error::{Diagnostic, Error, Result};
 
 /// `recipes/jobs/`, beside the serving recipes.
-pub fn jobs_dir(recipes: &Path) -> PathBuf {
+pub(crate) fn jobs_dir(recipes: &Path) -> PathBuf {
     recipes.join("jobs")
 }
 
 /// Every job recipe of `dir`, and the diagnostics of those that did not load. A missing
 /// directory has none.
-pub fn load_jobs(dir: &Path) -> Result<(Vec<LoadedJob>, Vec<Diagnostic>)> {
+pub(crate) fn load_jobs(dir: &Path) -> Result<(Vec<LoadedJob>, Vec<Diagnostic>)> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
@@ -37,7 +37,7 @@ pub fn load_jobs(dir: &Path) -> Result<(Vec<LoadedJob>, Vec<Diagnostic>)> {
 }
 
 /// The job recipe called `name` in `dir`; an unknown name suggests the nearest.
-pub fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
+pub(crate) fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
     let path = dir.join(format!("{name}.yaml"));
     if path.is_file() {
         return load_job(&path);
@@ -65,7 +65,7 @@ pub fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
 }
 
 /// Parses and checks one job recipe file.
-pub fn load_job(path: &Path) -> Result<LoadedJob> {
+pub(crate) fn load_job(path: &Path) -> Result<LoadedJob> {
     let bytes = std::fs::read(path).map_err(|e| {
         Error::Invalid(vec![Diagnostic::at(
             path,

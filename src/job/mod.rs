@@ -6,15 +6,15 @@
 //! once the container ends, `lineage` what `up` asks of a model's producer.
 
 mod check;
-pub mod container;
-pub mod fatal;
-pub mod finalize;
-pub mod lineage;
-pub mod load;
-pub mod progress;
-pub mod recipe;
-pub mod record;
-pub mod run;
+pub(crate) mod container;
+pub(crate) mod fatal;
+pub(crate) mod finalize;
+pub(crate) mod lineage;
+pub(crate) mod load;
+pub(crate) mod progress;
+pub(crate) mod recipe;
+pub(crate) mod record;
+pub(crate) mod run;
 
 use std::time::Duration;
 
@@ -24,11 +24,11 @@ use futures_util::StreamExt;
 use crate::error::{Error, Result};
 use crate::runtime::{LineBuffer, LogSink, LogView};
 use crate::state::StateDir;
-pub use record::{JobRecord, JobState};
+pub(crate) use record::{JobRecord, JobState};
 
 /// What following a job ended with.
 #[derive(Debug)]
-pub enum Followed {
+pub(crate) enum Followed {
     /// The container ended; the run is finalized.
     Ended(JobRecord),
     /// Ctrl-C: the job keeps running, detached.
@@ -36,7 +36,7 @@ pub enum Followed {
 }
 
 /// What a follower sees.
-pub enum FollowEvent<'a> {
+pub(crate) enum FollowEvent<'a> {
     Line(&'a str),
     /// The recipe's progress pattern matched: (done, total).
     Progress(u64, u64),
@@ -44,14 +44,14 @@ pub enum FollowEvent<'a> {
 
 /// The job runs of one state dir on one engine: what `stop`, `logs`, `jobs` and the
 /// memory plan work on.
-pub struct Runs<'a> {
-    pub docker: &'a bollard::Docker,
-    pub state: &'a StateDir,
+pub(crate) struct Runs<'a> {
+    pub(crate) docker: &'a bollard::Docker,
+    pub(crate) state: &'a StateDir,
 }
 
 impl<'a> Runs<'a> {
     /// The runs of the context's state dir on its Docker Engine (an error without one).
-    pub fn of(ctx: &'a crate::context::Context) -> Result<Runs<'a>> {
+    pub(crate) fn of(ctx: &'a crate::context::Context) -> Result<Runs<'a>> {
         Ok(Runs {
             docker: ctx.runtimes.docker()?.client(),
             state: &ctx.state,
@@ -60,7 +60,7 @@ impl<'a> Runs<'a> {
 
     /// Streams the job's output until its container ends (then finalizes it) or Ctrl-C
     /// (then leaves it running). `tail`: lines of the past to show first (None: all).
-    pub async fn follow(
+    pub(crate) async fn follow(
         &self,
         rec: JobRecord,
         tail: Option<usize>,
@@ -96,7 +96,7 @@ impl<'a> Runs<'a> {
     }
 
     /// The newest run of `job`, finalized if its container has ended.
-    pub async fn latest(&self, job: &str) -> Result<JobRecord> {
+    pub(crate) async fn latest(&self, job: &str) -> Result<JobRecord> {
         let rec = record::latest(self.state, job)?.ok_or_else(|| {
             Error::Usage(format!(
                 "job {job} has not run here; `sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
@@ -107,7 +107,7 @@ impl<'a> Runs<'a> {
 
     /// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
     /// partial outputs (marked incomplete) stay.
-    pub async fn stop(&self, job: &str, grace: Duration) -> Result<JobRecord> {
+    pub(crate) async fn stop(&self, job: &str, grace: Duration) -> Result<JobRecord> {
         let mut rec = self.latest(job).await?;
         if rec.state.is_final() {
             return Err(Error::Usage(format!(
@@ -145,7 +145,12 @@ impl<'a> Runs<'a> {
 
     /// `sparkctl logs JOB`: the container's output while the engine has it, else the copy in
     /// the run record.
-    pub async fn logs(&self, job: &str, view: LogView, out: &mut LogSink) -> Result<JobRecord> {
+    pub(crate) async fn logs(
+        &self,
+        job: &str,
+        view: LogView,
+        out: &mut LogSink,
+    ) -> Result<JobRecord> {
         let LogView {
             tail,
             follow: follow_it,
@@ -184,7 +189,7 @@ impl<'a> Runs<'a> {
     }
 
     /// The runs whose containers run now (their records as they stand).
-    pub async fn running(&self) -> Vec<JobRecord> {
+    pub(crate) async fn running(&self) -> Vec<JobRecord> {
         let Ok((runs, _)) = record::all(self.state) else {
             return Vec::new();
         };
@@ -201,7 +206,7 @@ impl<'a> Runs<'a> {
     }
 
     /// Running jobs and the memory they declared (GB), for the servers' memory plan.
-    pub async fn running_memory(&self) -> Vec<(String, f64)> {
+    pub(crate) async fn running_memory(&self) -> Vec<(String, f64)> {
         self.running()
             .await
             .into_iter()
@@ -213,7 +218,7 @@ impl<'a> Runs<'a> {
 /// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
 /// newest `keep` (their output is already copied into the run; records, logs and outputs
 /// stay). Never a running one; only containers still carrying this state dir's job labels.
-pub async fn prune_plan(
+pub(crate) async fn prune_plan(
     docker: &bollard::Docker,
     state: &StateDir,
     keep: usize,
@@ -240,6 +245,6 @@ pub async fn prune_plan(
 }
 
 /// Whether `name` has job runs in this state dir (so `logs NAME` means the job).
-pub fn has_runs(state: &StateDir, name: &str) -> bool {
+pub(crate) fn has_runs(state: &StateDir, name: &str) -> bool {
     record::latest(state, name).ok().flatten().is_some()
 }

@@ -1,18 +1,18 @@
 //! Progress from a job's log: the recipe's pattern (`step (\d+)/(\d+)`) read on each line.
 
 /// The recipe's pattern, compiled; matched lines give (done, total).
-pub struct Progress {
+pub(crate) struct Progress {
     re: regex::Regex,
 }
 
 impl Progress {
     /// None when the recipe has no pattern (or, after `check`, never: a bad one).
-    pub fn new(pattern: Option<&str>) -> Option<Progress> {
+    pub(crate) fn new(pattern: Option<&str>) -> Option<Progress> {
         regex::Regex::new(pattern?).ok().map(|re| Progress { re })
     }
 
     /// (done, total) when `line` matches with two numbers.
-    pub fn read(&self, line: &str) -> Option<(u64, u64)> {
+    pub(crate) fn read(&self, line: &str) -> Option<(u64, u64)> {
         let caps = self.re.captures(line)?;
         let done = caps.get(1)?.as_str().parse().ok()?;
         let total = caps.get(2)?.as_str().parse().ok()?;
@@ -23,12 +23,12 @@ impl Progress {
 /// Time left at the rate seen since the first reading (which may come mid-job, when a
 /// follower attaches late: the steps before it are not counted as done in no time).
 #[derive(Default)]
-pub struct Eta {
+pub(crate) struct Eta {
     first: Option<(std::time::Instant, u64)>,
 }
 
 impl Eta {
-    pub fn update(&mut self, done: u64, total: u64) -> Option<std::time::Duration> {
+    pub(crate) fn update(&mut self, done: u64, total: u64) -> Option<std::time::Duration> {
         let now = std::time::Instant::now();
         let (t0, d0) = *self.first.get_or_insert((now, done));
         let steps = done.checked_sub(d0).filter(|s| *s > 0)?;
@@ -40,7 +40,7 @@ impl Eta {
 }
 
 /// The last (done, total) in `log`.
-pub fn last_in(pattern: Option<&str>, log: &str) -> Option<(u64, u64)> {
+pub(crate) fn last_in(pattern: Option<&str>, log: &str) -> Option<(u64, u64)> {
     let p = Progress::new(pattern)?;
     log.lines().rev().find_map(|l| p.read(l))
 }

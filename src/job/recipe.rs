@@ -16,36 +16,36 @@ with_container_settings! {
     /// One job recipe file.
     #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
-    pub struct JobRecipe {
+    pub(crate) struct JobRecipe {
         /// Must equal the file name without `.yaml`; what users type (`sparkctl run NAME`).
-        pub name: String,
+        pub(crate) name: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub description: Option<String>,
+        pub(crate) description: Option<String>,
         /// Container image as written (a tag); the digest that runs comes from images.lock.
-        pub image: String,
+        pub(crate) image: String,
         /// Replaces the image's entrypoint (left out: the image's own, e.g. NGC's setup script).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub entrypoint: Vec<String>,
+        pub(crate) entrypoint: Vec<String>,
         /// The command, one argv entry each. sparkctl never builds a shell string; a recipe
         /// that wants a shell says so: `[bash, -c, "pip install … && python3 x.py"]`.
-        pub argv: Vec<String>,
+        pub(crate) argv: Vec<String>,
         /// Working directory inside the container.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub workdir: Option<String>,
+        pub(crate) workdir: Option<String>,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        pub env: BTreeMap<String, String>,
+        pub(crate) env: BTreeMap<String, String>,
         /// Names of host variables passed through (HF_TOKEN); never printed or stored.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub env_from_host: Vec<String>,
+        pub(crate) env_from_host: Vec<String>,
         /// Mounted read-only; fingerprinted into the job's lineage.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub inputs: Vec<Input>,
+        pub(crate) inputs: Vec<Input>,
         /// Mounted read-write, created (owned by the invoking user) before the start, verified
         /// and fingerprinted after it.
-        pub outputs: Vec<Output>,
+        pub(crate) outputs: Vec<Output>,
         /// Read-write mounts that are neither inputs nor results (a Hugging Face cache).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub caches: Vec<Input>,
+        pub(crate) caches: Vec<Input>,
     }
     then {
         // Left undescribed, as the job schema has always had them.
@@ -58,28 +58,28 @@ with_container_settings! {
         /// A regex with two groups, done and total, matched against each log line
         /// (e.g. `step (\d+)/(\d+)`): a progress bar with an ETA.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub progress: Option<String>,
+        pub(crate) progress: Option<String>,
     }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Input {
+pub(crate) struct Input {
     /// Host path (`~` is expanded).
-    pub path: String,
+    pub(crate) path: String,
     /// Where it appears inside the container.
-    pub mount: String,
+    pub(crate) mount: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Output {
+pub(crate) struct Output {
     /// Host directory (`~` is expanded); created if missing.
-    pub path: String,
-    pub mount: String,
+    pub(crate) path: String,
+    pub(crate) mount: String,
     /// What the job will write here: the free-disk check refuses before anything starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<ByteSize>,
+    pub(crate) size: Option<ByteSize>,
     /// What must hold once the job ends, as patch expectations (`expect`, `expect-files`,
     /// `expect-safetensors`).
     #[serde(
@@ -88,13 +88,13 @@ pub struct Output {
         with = "serde_yaml_ng::with::singleton_map_recursive"
     )]
     #[schemars(with = "Vec<PatchStep>")]
-    pub expect: Vec<PatchStep>,
+    pub(crate) expect: Vec<PatchStep>,
 }
 
 /// Who the container runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum RunAs {
+pub(crate) enum RunAs {
     /// The invoking user (behind sudo, the sudo user).
     InvokingUser,
     /// Root inside the container; outputs are chowned back afterwards.
@@ -103,11 +103,11 @@ pub enum RunAs {
 }
 
 impl JobRecipe {
-    pub fn resources(&self) -> Resources {
+    pub(crate) fn resources(&self) -> Resources {
         Resources::of(self.gpus.as_ref(), self.ipc, self.shm_size, &self.ulimits)
     }
 
-    pub fn run_as(&self) -> RunAs {
+    pub(crate) fn run_as(&self) -> RunAs {
         match self.user.as_deref() {
             None | Some("invoking-user") => RunAs::InvokingUser,
             Some("root") | Some("0") | Some("0:0") => RunAs::Root,
@@ -120,7 +120,7 @@ impl JobRecipe {
 
     /// `UID:GID` the container runs as, and who owns the outputs afterwards (the invoking
     /// user: behind sudo, the sudo user).
-    pub fn users(&self) -> Result<(String, crate::patch::owner::Owner)> {
+    pub(crate) fn users(&self) -> Result<(String, crate::patch::owner::Owner)> {
         let owner = crate::patch::owner::resolve("invoking-user").map_err(Error::Failed)?;
         let user = match self.run_as() {
             RunAs::InvokingUser => owner.to_string(),
@@ -131,7 +131,7 @@ impl JobRecipe {
     }
 
     /// sha256 of the recipe as written (canonical JSON): any change to what runs changes it.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         use sha2::{Digest, Sha256};
         let canonical = serde_json::to_vec(self).expect("job recipes serialize");
         format!("sha256:{}", crate::units::hex(&Sha256::digest(&canonical)))
@@ -140,26 +140,31 @@ impl JobRecipe {
 
 /// A parsed, checked job recipe and where it came from.
 #[derive(Debug, Clone)]
-pub struct LoadedJob {
-    pub recipe: JobRecipe,
-    pub path: PathBuf,
-    pub source: String,
+pub(crate) struct LoadedJob {
+    pub(crate) recipe: JobRecipe,
+    pub(crate) path: PathBuf,
+    pub(crate) source: String,
 }
 
 impl LoadedJob {
-    pub fn diagnostic(&self, key: &str, message: String, help: Option<String>) -> Diagnostic {
+    pub(crate) fn diagnostic(
+        &self,
+        key: &str,
+        message: String,
+        help: Option<String>,
+    ) -> Diagnostic {
         crate::recipe::diag_at(&self.path, &self.source, key, message, help)
     }
 }
 
 /// A recipe's host path as the engine needs it: `~` expanded, and absolute (a relative
 /// path in a bind would name a Docker volume instead of a directory).
-pub fn host_path(path: &str) -> PathBuf {
+pub(crate) fn host_path(path: &str) -> PathBuf {
     let p = PathBuf::from(crate::recipe::expand_home(path));
     std::path::absolute(&p).unwrap_or(p)
 }
 
 /// The JSON Schema of job recipes, for editors.
-pub fn json_schema() -> serde_json::Value {
+pub(crate) fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(JobRecipe)).expect("a schema is always JSON")
 }

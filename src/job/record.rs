@@ -15,7 +15,7 @@ use crate::state::{self, StateDir};
 /// Where a job run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum JobState {
+pub(crate) enum JobState {
     /// Its container runs (or ran, and nobody has looked since).
     Running,
     /// Exit 0 and every output verified and fingerprinted.
@@ -31,7 +31,7 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         self != JobState::Running
     }
 }
@@ -51,86 +51,86 @@ impl std::fmt::Display for JobState {
 
 /// A log line sparkctl knows, with what it means and the fix.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Finding {
-    pub line: String,
-    pub cause: String,
-    pub fix: String,
+pub(crate) struct Finding {
+    pub(crate) line: String,
+    pub(crate) cause: String,
+    pub(crate) fix: String,
 }
 
 /// An input as the job read it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InputPrint {
-    pub path: PathBuf,
-    pub fingerprint: String,
+pub(crate) struct InputPrint {
+    pub(crate) path: PathBuf,
+    pub(crate) fingerprint: String,
 }
 
 /// An output as the job left it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OutputResult {
-    pub path: PathBuf,
+pub(crate) struct OutputResult {
+    pub(crate) path: PathBuf,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub checks: Vec<Check>,
+    pub(crate) checks: Vec<Check>,
     /// Set only when the run succeeded: a fingerprint is never taken of partial outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
+    pub(crate) fingerprint: Option<String>,
     /// Marked with `.sparkctl-incomplete.json`: partial, never mistaken for a result.
-    pub incomplete: bool,
+    pub(crate) incomplete: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub run_id: String,
-    pub job: String,
-    pub recipe_hash: String,
-    pub recipe_file: PathBuf,
+pub(crate) struct JobRecord {
+    pub(crate) run_id: String,
+    pub(crate) job: String,
+    pub(crate) recipe_hash: String,
+    pub(crate) recipe_file: PathBuf,
     /// The recipe as it ran.
-    pub recipe: JobRecipe,
-    pub image: String,
+    pub(crate) recipe: JobRecipe,
+    pub(crate) image: String,
     /// The image id the container ran.
-    pub image_digest: String,
-    pub unpinned: bool,
-    pub container: String,
-    pub container_name: String,
+    pub(crate) image_digest: String,
+    pub(crate) unpinned: bool,
+    pub(crate) container: String,
+    pub(crate) container_name: String,
     /// `UID:GID` the container ran as.
-    pub user: String,
+    pub(crate) user: String,
     /// Who the outputs belong to afterwards.
-    pub owner: String,
-    pub started_at: String,
+    pub(crate) owner: String,
+    pub(crate) started_at: String,
     /// Unix seconds, for comparing with the inputs' modification times.
-    pub started_unix: u64,
+    pub(crate) started_unix: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    pub state: JobState,
+    pub(crate) finished_at: Option<String>,
+    pub(crate) state: JobState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit: Option<Exit>,
+    pub(crate) exit: Option<Exit>,
     /// How it ended, in words (exit code, OOM, who stopped it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub explanation: Option<String>,
+    pub(crate) explanation: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub findings: Vec<Finding>,
-    pub inputs: Vec<InputPrint>,
-    pub outputs: Vec<OutputResult>,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) inputs: Vec<InputPrint>,
+    pub(crate) outputs: Vec<OutputResult>,
     /// The container's output, copied when it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<PathBuf>,
+    pub(crate) log: Option<PathBuf>,
     /// Paths given back to the owner after a root container wrote them.
     #[serde(default)]
-    pub chowned: usize,
+    pub(crate) chowned: usize,
     /// `sparkctl stop` asked for the end (so a SIGKILL exit is not blamed on memory).
     #[serde(default)]
-    pub stop_requested: bool,
+    pub(crate) stop_requested: bool,
     /// Servers stopped to make room before the start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stopped_for_memory: Vec<String>,
+    pub(crate) stopped_for_memory: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Progress last parsed from the log (done, total).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<(u64, u64)>,
+    pub(crate) progress: Option<(u64, u64)>,
 }
 
 impl JobRecord {
-    pub fn save(&self, state: &StateDir) -> Result<PathBuf> {
+    pub(crate) fn save(&self, state: &StateDir) -> Result<PathBuf> {
         let path = state.job_record_file(&self.run_id)?;
         state::write_json(&path, self)?;
         Ok(path)
@@ -138,7 +138,7 @@ impl JobRecord {
 }
 
 /// Every job run, newest first, and the records that could not be read.
-pub fn all(state: &StateDir) -> Result<(Vec<JobRecord>, Vec<state::Damaged>)> {
+pub(crate) fn all(state: &StateDir) -> Result<(Vec<JobRecord>, Vec<state::Damaged>)> {
     // Read without creating `jobs/`: `start` of a server asks too, on state dirs with no jobs.
     let dir = state.root().join("jobs");
     let (mut runs, damaged) = state::read_json_dir::<JobRecord>(&dir, |_| true)?;
@@ -147,6 +147,6 @@ pub fn all(state: &StateDir) -> Result<(Vec<JobRecord>, Vec<state::Damaged>)> {
 }
 
 /// The newest run of `job`.
-pub fn latest(state: &StateDir, job: &str) -> Result<Option<JobRecord>> {
+pub(crate) fn latest(state: &StateDir, job: &str) -> Result<Option<JobRecord>> {
     Ok(all(state)?.0.into_iter().find(|r| r.job == job))
 }

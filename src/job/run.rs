@@ -17,45 +17,48 @@ use crate::memory::MemoryPlan;
 use crate::patch::owner::Owner;
 
 /// How a run may go, and how it talks to people.
-pub struct RunOptions<'a> {
-    pub allow_unpinned: bool,
+pub(crate) struct RunOptions<'a> {
     /// Asked before production is stopped to make room; false refuses.
-    pub confirm: &'a dyn Fn(&str) -> bool,
-    pub say: &'a dyn Fn(&str),
+    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
+    pub(crate) say: &'a dyn Fn(&str),
 }
 
 /// One output's free-disk check.
 #[derive(Debug, Clone, Serialize)]
-pub struct DiskCheck {
-    pub output: PathBuf,
-    pub needs: u64,
-    pub free: u64,
+pub(crate) struct DiskCheck {
+    pub(crate) output: PathBuf,
+    pub(crate) needs: u64,
+    pub(crate) free: u64,
 }
 
 /// Everything decided before a job starts; `--dry-run` shows it.
 #[derive(Debug, Clone, Serialize)]
-pub struct JobPlan {
-    pub job: String,
-    pub recipe_file: PathBuf,
-    pub recipe_hash: String,
-    pub image_ref: String,
+pub(crate) struct JobPlan {
+    pub(crate) job: String,
+    pub(crate) recipe_file: PathBuf,
+    pub(crate) recipe_hash: String,
+    pub(crate) image_ref: String,
     /// What runs: the pinned digest (or the tag, unpinned).
-    pub image: String,
-    pub image_id: String,
-    pub unpinned: bool,
+    pub(crate) image: String,
+    pub(crate) image_id: String,
+    pub(crate) unpinned: bool,
     /// `UID:GID` the container runs as, and who owns the outputs afterwards.
-    pub user: String,
-    pub owner: Owner,
-    pub command: Vec<String>,
-    pub memory: MemoryPlan,
-    pub production: Option<String>,
-    pub disk: Vec<DiskCheck>,
+    pub(crate) user: String,
+    pub(crate) owner: Owner,
+    pub(crate) command: Vec<String>,
+    pub(crate) memory: MemoryPlan,
+    pub(crate) production: Option<String>,
+    pub(crate) disk: Vec<DiskCheck>,
     #[serde(skip)]
     loaded: LoadedJob,
 }
 
 /// Checks everything; changes nothing.
-pub async fn plan(ctx: &Context, loaded: &LoadedJob, allow_unpinned: bool) -> Result<JobPlan> {
+pub(crate) async fn plan(
+    ctx: &Context,
+    loaded: &LoadedJob,
+    allow_unpinned: bool,
+) -> Result<JobPlan> {
     let r = &loaded.recipe;
     let (image, pinned, image_id) = resolve_image(ctx, loaded, allow_unpinned).await?;
     refuse_if_running(ctx, &r.name).await?;
@@ -271,7 +274,11 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
 
 /// Makes room, creates the outputs, starts the container and records the run. The caller
 /// holds the state lock.
-pub async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<JobRecord> {
+pub(crate) async fn start(
+    ctx: &Context,
+    plan: &JobPlan,
+    opts: &RunOptions<'_>,
+) -> Result<JobRecord> {
     let r = &plan.loaded.recipe;
     // Read before anything changes: a missing secret refuses the run, not half of it.
     let host_env = host_env(r)?;

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 mod measure;
 mod plan;
-pub mod pools;
+pub(crate) mod pools;
 
-pub use plan::{for_server, MemoryPlan};
+pub(crate) use plan::{for_server, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};
@@ -32,17 +32,17 @@ use measure::{gpu_figure, holdings};
 /// The plan counts in decimal GB (`memory_gb` against MemTotal / 1e9); so does this.
 const GB: f64 = 1e9;
 
-pub fn format_gb(bytes: u64) -> String {
+pub(crate) fn format_gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / GB)
 }
 
 /// What the machine looked like just before a start.
 #[derive(Debug, Clone, Copy)]
-pub struct Before {
+pub(crate) struct Before {
     meminfo: Option<MemInfo>,
 }
 
-pub fn before_start() -> Before {
+pub(crate) fn before_start() -> Before {
     Before {
         meminfo: host::meminfo(),
     }
@@ -51,7 +51,7 @@ pub fn before_start() -> Before {
 /// How the deployment's processes were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PidSource {
+pub(crate) enum PidSource {
     /// The process deployment's session (/proc: same session, or descended from it).
     ProcessSession,
     /// The Engine API's `top` (the processes of the container's cgroup, as host pids).
@@ -63,17 +63,17 @@ pub enum PidSource {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Processes {
+pub(crate) struct Processes {
     /// Host pids (what nvidia-smi lists).
-    pub pids: Vec<u32>,
-    pub found_by: PidSource,
-    pub detail: String,
+    pub(crate) pids: Vec<u32>,
+    pub(crate) found_by: PidSource,
+    pub(crate) detail: String,
 }
 
 /// Which instrument a figure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Method {
+pub(crate) enum Method {
     /// `nvidia-smi --query-compute-apps=pid,used_memory`, summed over the deployment's pids.
     NvidiaSmiComputeApps,
     /// The container's cgroup memory (Engine API one-shot stats), less inactive page cache.
@@ -84,12 +84,12 @@ pub enum Method {
 
 /// One measured figure, or why there is none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Figure {
-    pub method: Method,
+pub(crate) struct Figure {
+    pub(crate) method: Method,
     /// None: not measured (`how` says why). Never a guess.
-    pub bytes: Option<u64>,
+    pub(crate) bytes: Option<u64>,
     /// How it was measured, or why it could not be.
-    pub how: String,
+    pub(crate) how: String,
 }
 
 impl Figure {
@@ -112,20 +112,20 @@ impl Figure {
 
 /// MemAvailable (/proc/meminfo) just before the start and after readiness.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MemAvailableDelta {
-    pub before_bytes: Option<u64>,
-    pub after_bytes: Option<u64>,
+pub(crate) struct MemAvailableDelta {
+    pub(crate) before_bytes: Option<u64>,
+    pub(crate) after_bytes: Option<u64>,
     /// before − after: what the machine lost meanwhile (negative: memory was freed).
-    pub drop_bytes: Option<i64>,
+    pub(crate) drop_bytes: Option<i64>,
     /// Always true: other processes and the page cache move MemAvailable as well.
-    pub noisy: bool,
-    pub how: String,
+    pub(crate) noisy: bool,
+    pub(crate) how: String,
 }
 
 /// The measure the declaration is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Measure {
+pub(crate) enum Measure {
     GpuPlusResident,
     Resident,
     Gpu,
@@ -133,30 +133,30 @@ pub enum Measure {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Best {
-    pub measure: Measure,
-    pub bytes: u64,
+pub(crate) struct Best {
+    pub(crate) measure: Measure,
+    pub(crate) bytes: u64,
     /// The measure in words, with its limits.
-    pub what: String,
+    pub(crate) what: String,
 }
 
 /// What a deployment holds once ready, next to what it declared.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MemoryObserved {
+pub(crate) struct MemoryObserved {
     /// `server.memory_gb`, what the memory plan counts for it.
-    pub declared_gb: Option<f64>,
-    pub processes: Processes,
-    pub gpu: Figure,
-    pub resident: Figure,
-    pub mem_available: MemAvailableDelta,
+    pub(crate) declared_gb: Option<f64>,
+    pub(crate) processes: Processes,
+    pub(crate) gpu: Figure,
+    pub(crate) resident: Figure,
+    pub(crate) mem_available: MemAvailableDelta,
     /// The most reliable measure taken; None when nothing could be measured.
-    pub best: Option<Best>,
+    pub(crate) best: Option<Best>,
     /// `best` above `declared_gb`; None when either is missing.
-    pub exceeds_declared: Option<bool>,
+    pub(crate) exceeds_declared: Option<bool>,
 }
 
 /// Measures what `d`, just turned ready, holds.
-pub async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObserved {
+pub(crate) async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObserved {
     // First, so the work below moves it as little as possible.
     let after = host::meminfo();
     let ((processes, resident), apps) =
@@ -178,17 +178,17 @@ pub async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> MemoryObs
 
 /// What a running deployment holds now, beside what it declared (`status` shows it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Held {
-    pub declared_gb: Option<f64>,
+pub(crate) struct Held {
+    pub(crate) declared_gb: Option<f64>,
     /// Its processes' GPU memory (nvidia-smi), or why it is not known.
-    pub gpu: Figure,
+    pub(crate) gpu: Figure,
     /// Its processes' resident memory (VmRSS, or the container's cgroup).
-    pub resident: Figure,
+    pub(crate) resident: Figure,
 }
 
 impl Held {
     /// `GPU 3.47 GB + RSS 0.52 GB (declared 7.1 GB)`, with `-` for what is not known.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let fig = |f: &Figure| f.bytes.map_or("-".into(), format_gb);
         format!(
             "GPU {} + RSS {} ({})",
@@ -201,7 +201,7 @@ impl Held {
 }
 
 /// What each of `running` holds now: one nvidia-smi query for all of them.
-pub async fn held(rt: &Runtimes, running: &[&Deployment]) -> Vec<Held> {
+pub(crate) async fn held(rt: &Runtimes, running: &[&Deployment]) -> Vec<Held> {
     let apps = crate::nvidia::compute_apps().await;
     let mut out = Vec::new();
     for d in running {
@@ -221,7 +221,7 @@ fn exceeds(best: Option<&Best>, declared_gb: Option<f64>) -> Option<bool> {
 
 impl MemoryObserved {
     /// One line for people: the best figure against the declaration.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let declared = self
             .declared_gb
             .map(|g| format!("declared {g} GB"))
@@ -236,7 +236,7 @@ impl MemoryObserved {
     }
 
     /// What the person who starts `name` should know: it holds more than the plan counts.
-    pub fn warnings(&self, name: &str) -> Vec<String> {
+    pub(crate) fn warnings(&self, name: &str) -> Vec<String> {
         let Some(best) = &self.best else {
             return Vec::new();
         };

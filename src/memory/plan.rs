@@ -12,26 +12,26 @@ use crate::runtime::{Deployment, Runtimes};
 
 /// Which running deployments must stop for a candidate to fit.
 #[derive(Debug, Clone, Serialize)]
-pub struct MemoryPlan {
+pub(crate) struct MemoryPlan {
     /// The pool the candidate's memory comes from.
-    pub pool: Pool,
+    pub(crate) pool: Pool,
     /// That pool in words, with where its size comes from.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub pool_what: String,
-    pub budget_gb: f64,
+    pub(crate) pool_what: String,
+    pub(crate) budget_gb: f64,
     /// The candidate's declared need (`server.memory_gb`); none declared counts as 0.
-    pub need_gb: Option<f64>,
+    pub(crate) need_gb: Option<f64>,
     /// Running deployments and what they declared.
-    pub running: Vec<(String, Option<f64>)>,
+    pub(crate) running: Vec<(String, Option<f64>)>,
     /// To stop, in this order, before the candidate starts.
-    pub must_stop: Vec<String>,
+    pub(crate) must_stop: Vec<String>,
     /// Whether the candidate fits once `must_stop` have stopped.
-    pub fits: bool,
+    pub(crate) fits: bool,
 }
 
 impl MemoryPlan {
     /// Candidates (not production) go first, biggest first; production only if still needed.
-    pub fn new(
+    pub(crate) fn new(
         budget_gb: f64,
         need_gb: Option<f64>,
         running: &[Deployment],
@@ -71,7 +71,7 @@ impl MemoryPlan {
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let need = self
             .need_gb
             .map(|g| format!("{g} GB"))
@@ -103,7 +103,7 @@ impl MemoryPlan {
 /// GPUs when one of its processes holds GPU memory (by its declaration, or what it holds
 /// when that is more), in host RAM otherwise. An error: the recipe asks for GPUs this
 /// machine does not have.
-pub async fn for_server(
+pub(crate) async fn for_server(
     rt: &Runtimes,
     recipe: &Recipe,
     host_gb: f64,

@@ -14,7 +14,7 @@ const GB: f64 = 1e9;
 /// Where a server's declared memory is counted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Pool {
+pub(crate) enum Pool {
     /// The machine's one pool: unified memory (a GB10), or host RAM with no GPU at all.
     Unified,
     /// Host RAM beside GPUs with memory of their own: servers that use no GPU.
@@ -25,17 +25,17 @@ pub enum Pool {
 
 /// A pool and its size.
 #[derive(Debug, Clone, Serialize)]
-pub struct Budget {
-    pub pool: Pool,
-    pub gb: f64,
+pub(crate) struct Budget {
+    pub(crate) pool: Pool,
+    pub(crate) gb: f64,
     /// The pool in words, with where its size comes from.
-    pub what: String,
+    pub(crate) what: String,
 }
 
 /// The budget a server using `use_` is planned against. `host_gb` is the host's budget
 /// (MemTotal or SPARKCTL_MEMORY_GB, less the reserve). An error: the recipe asks for GPUs
 /// this machine does not have.
-pub fn budget(devices: &Devices, host_gb: f64, use_: &GpuUse) -> Result<Budget, String> {
+pub(crate) fn budget(devices: &Devices, host_gb: f64, use_: &GpuUse) -> Result<Budget, String> {
     match devices.kind() {
         Kind::NoGpu => Ok(Budget {
             pool: Pool::Unified,
@@ -101,7 +101,7 @@ fn gpu_budget(devices: &Devices, use_: &GpuUse) -> Result<Budget, String> {
 /// machine with discrete GPUs, every GPU pool shares the deployments on GPUs (which GPU
 /// each one holds is not tracked: counting all of them errs toward stopping one too many,
 /// never toward an out-of-memory crash).
-pub fn counts_in(pool: &Pool, on_gpu: bool) -> bool {
+pub(crate) fn counts_in(pool: &Pool, on_gpu: bool) -> bool {
     match pool {
         Pool::Unified => true,
         Pool::HostRam => !on_gpu,

@@ -17,14 +17,14 @@ use crate::state::StateDir;
 
 /// Where the Ray head and the API server share Ray's session dir (its sockets): vLLM's
 /// driver must find the head node's raylet, and they are two containers.
-pub fn ray_session_dir(state: &StateDir, run_id: &str) -> std::path::PathBuf {
+pub(crate) fn ray_session_dir(state: &StateDir, run_id: &str) -> std::path::PathBuf {
     state.root().join("ray").join(run_id)
 }
 
 /// The container body of one member: the recipe's container (image, mounts, GPUs, IPC,
 /// shm, ulimits, user) with the member's command and environment, on the host's network
 /// — NCCL and Ray need the node's real interfaces, not a bridge.
-pub fn member_body(
+pub(crate) fn member_body(
     spec: &StartSpec,
     artifact: &str,
     state_id: &str,
@@ -73,7 +73,7 @@ pub fn member_body(
 }
 
 /// Creates and starts one member; its container name says run, node and role.
-pub async fn create_and_start(
+pub(crate) async fn create_and_start(
     conn: &Connected,
     spec: &StartSpec,
     member: &Member,

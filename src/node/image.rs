@@ -13,7 +13,7 @@ use crate::runtime::remote::Connected;
 /// What happened to the image on one node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Presence {
+pub(crate) enum Presence {
     /// It had the image already.
     Present,
     /// Copied from the head; the id checked.
@@ -32,7 +32,7 @@ async fn has_image(docker: &Docker, id: &str) -> Result<Option<String>> {
 
 /// Makes sure `node` holds image `id` (as the head's engine names it), copying it from
 /// `head` when it does not.
-pub async fn ensure(head: &Connected, node: &Connected, id: &str) -> Result<Presence> {
+pub(crate) async fn ensure(head: &Connected, node: &Connected, id: &str) -> Result<Presence> {
     if has_image(&node.docker, id).await?.as_deref() == Some(id) {
         return Ok(Presence::Present);
     }

@@ -5,9 +5,9 @@
 //! node (`start`, `ray`). Finding and stopping a group's containers again is
 //! `runtime::group`'s: every command that stops a deployment stops its whole group.
 
-pub mod create;
-pub mod image;
-pub mod model;
-pub mod plan;
-pub mod ray;
-pub mod start;
+pub(crate) mod create;
+pub(crate) mod image;
+pub(crate) mod model;
+pub(crate) mod plan;
+pub(crate) mod ray;
+pub(crate) mod start;

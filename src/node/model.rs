@@ -39,14 +39,14 @@ fn paths(head: &BTreeMap<String, String>, mount: &str, single_file: bool) -> Vec
 }
 
 /// What to hash on a node.
-pub struct ModelCheck<'a> {
-    pub engine: Engine,
-    pub image: &'a str,
-    pub host_path: &'a str,
-    pub mount: &'a str,
-    pub single_file: bool,
-    pub state_id: &'a str,
-    pub run_id: &'a str,
+pub(crate) struct ModelCheck<'a> {
+    pub(crate) engine: Engine,
+    pub(crate) image: &'a str,
+    pub(crate) host_path: &'a str,
+    pub(crate) mount: &'a str,
+    pub(crate) single_file: bool,
+    pub(crate) state_id: &'a str,
+    pub(crate) run_id: &'a str,
 }
 
 /// Runs the hashing container on `node`; its `HASH  PATH` lines by path.
@@ -121,7 +121,7 @@ async fn hashes_on(
 }
 
 /// Refuses when `node`'s copy differs from the head's (`head`: sha256 by relative path).
-pub async fn ensure_same(
+pub(crate) async fn ensure_same(
     node: &Connected,
     check: &ModelCheck<'_>,
     head: &BTreeMap<String, String>,

@@ -17,32 +17,32 @@ use crate::runtime::group::Role;
 
 /// One container of the group.
 #[derive(Debug, Clone, Serialize)]
-pub struct Member {
-    pub node: String,
-    pub role: Role,
+pub(crate) struct Member {
+    pub(crate) node: String,
+    pub(crate) role: Role,
     /// Replaces the image's entrypoint (empty: the image's own, e.g. vLLM's API server).
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub env: BTreeMap<String, String>,
+    pub(crate) entrypoint: Vec<String>,
+    pub(crate) cmd: Vec<String>,
+    pub(crate) env: BTreeMap<String, String>,
 }
 
 /// The whole group.
 #[derive(Debug, Clone, Serialize)]
-pub struct GroupPlan {
+pub(crate) struct GroupPlan {
     /// `HEAD_ADDRESS:RAY_PORT`, where workers and the API server find Ray.
-    pub ray_address: String,
-    pub nodes: usize,
-    pub gpus: u32,
+    pub(crate) ray_address: String,
+    pub(crate) nodes: usize,
+    pub(crate) gpus: u32,
     /// Ray head first, then the workers, then the API server: the order they start in.
-    pub members: Vec<Member>,
+    pub(crate) members: Vec<Member>,
     /// What asks Ray how many nodes and GPUs it has, run inside the Ray head's container.
-    pub status_command: Vec<String>,
+    pub(crate) status_command: Vec<String>,
 }
 
 /// The per-node environment: every collective library on the high-speed interface, and
 /// Ray and vLLM told the node's own address on it (else they pick the first interface,
 /// usually the management LAN, and NCCL crawls or hangs).
-pub fn node_env(node: &Node) -> BTreeMap<String, String> {
+pub(crate) fn node_env(node: &Node) -> BTreeMap<String, String> {
     let mut env = BTreeMap::from([
         ("NCCL_SOCKET_IFNAME".to_string(), node.interface.clone()),
         ("GLOO_SOCKET_IFNAME".to_string(), node.interface.clone()),
@@ -189,7 +189,7 @@ fn api_cmd(recipe: &Recipe, plan: &GroupPlan, model_mount: Option<&str>) -> Vec<
 impl GroupPlan {
     /// The group a recipe with `nodes:` runs; an error for recipes without, or engines
     /// that do not run on Ray.
-    pub fn new(recipe: &Recipe) -> Result<GroupPlan> {
+    pub(crate) fn new(recipe: &Recipe) -> Result<GroupPlan> {
         let nodes = recipe.nodes.as_ref().ok_or_else(|| {
             Error::Usage(format!(
                 "{} has no nodes: it runs on one engine",
@@ -253,7 +253,7 @@ impl GroupPlan {
 
     /// The equivalent commands a person could type, each after `[NODE ROLE]`, for review
     /// (the recipe's mounts, GPUs and IPC apply to every one).
-    pub fn command_lines(&self, image: &str) -> Vec<String> {
+    pub(crate) fn command_lines(&self, image: &str) -> Vec<String> {
         let mut v = Vec::new();
         for m in &self.members {
             v.push(format!("[{} {}]", m.node, m.role.as_str()));

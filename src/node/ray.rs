@@ -3,14 +3,14 @@
 
 /// Nodes and GPUs a `ray status` report shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Cluster {
-    pub nodes: usize,
-    pub gpus: u32,
+pub(crate) struct Cluster {
+    pub(crate) nodes: usize,
+    pub(crate) gpus: u32,
 }
 
 /// Reads `ray status` output: one ` 1 node_…` line per active node under `Active:`, and
 /// the ` USED/TOTAL GPU` line under `Usage:`. None when it is not such a report.
-pub fn parse_status(text: &str) -> Option<Cluster> {
+pub(crate) fn parse_status(text: &str) -> Option<Cluster> {
     let mut in_active = false;
     let mut seen_active = false;
     let mut cluster = Cluster::default();

@@ -29,13 +29,13 @@ const MEMBER_ENDED: &str = "sparkctl group: ";
 
 /// Everything a group start needs, decided and checked in the plan.
 #[derive(Debug, Clone, Serialize)]
-pub struct GroupStart {
-    pub plan: GroupPlan,
-    pub nodes: Nodes,
+pub(crate) struct GroupStart {
+    pub(crate) plan: GroupPlan,
+    pub(crate) nodes: Nodes,
     /// The image on each node: already there, or to be copied from the head.
-    pub images: Vec<(String, bool)>,
+    pub(crate) images: Vec<(String, bool)>,
     #[serde(skip)]
-    pub conns: Vec<Connected>,
+    pub(crate) conns: Vec<Connected>,
 }
 
 impl GroupStart {
@@ -55,7 +55,7 @@ impl GroupStart {
 
 /// Starts the group; the `Started` is the API server's, its events joined by every other
 /// member's end (a worker exiting ends the group's readiness wait as the server's would).
-pub async fn start(
+pub(crate) async fn start(
     g: &GroupStart,
     spec: &StartSpec,
     artifact: &str,
@@ -334,7 +334,7 @@ fn watch(
 /// Checks a multi-node recipe's group before anything starts: every engine answers, the
 /// image is on every node or can be copied from the head, each node's memory holds the
 /// recipe's share. Changes nothing.
-pub async fn prepare(
+pub(crate) async fn prepare(
     recipe: &crate::recipe::Recipe,
     artifact: &str,
     fallback_budget_gb: f64,
@@ -438,7 +438,7 @@ async fn held_on(docker: &Docker, recipe: &str) -> Vec<(String, f64)> {
 /// Why a started group failed, after it was stopped: the member that ended first when it
 /// was not the API server (its line, which `watch` put in the server's output), else the
 /// server's own fault; then every member's last lines.
-pub async fn explain_fault(
+pub(crate) async fn explain_fault(
     g: &GroupStart,
     fault: &crate::runtime::ready::Fault,
     name: &str,

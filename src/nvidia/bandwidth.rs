@@ -12,10 +12,10 @@
 /// editions share their memory), its peak memory bandwidth, and whether its memory is
 /// the system's (a GB10 shares LPDDR5X with the CPU).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Known {
-    pub name: &'static str,
-    pub gb_per_s: f64,
-    pub unified: bool,
+pub(crate) struct Known {
+    pub(crate) name: &'static str,
+    pub(crate) gb_per_s: f64,
+    pub(crate) unified: bool,
 }
 
 const fn gpu(name: &'static str, gb_per_s: f64) -> Known {
@@ -27,7 +27,7 @@ const fn gpu(name: &'static str, gb_per_s: f64) -> Known {
 }
 
 /// Longest name first wins (`NVIDIA H200 NVL` before `NVIDIA H200`).
-pub const KNOWN: &[Known] = &[
+pub(crate) const KNOWN: &[Known] = &[
     // DGX Spark: 128 GB LPDDR5X shared by CPU and GPU, 273 GB/s (the project's reference
     // figure since its first roofline).
     Known {
@@ -68,7 +68,7 @@ pub const KNOWN: &[Known] = &[
 /// The known GPU a name nvidia-smi printed is, if any: the longest known name it begins
 /// with as whole words (case and surrounding blanks ignored): `NVIDIA H200 NVL` is an
 /// `NVIDIA H200`, an `NVIDIA GB100` is no `NVIDIA GB10`.
-pub fn lookup(name: &str) -> Option<&'static Known> {
+pub(crate) fn lookup(name: &str) -> Option<&'static Known> {
     let name = name.trim().to_ascii_lowercase();
     KNOWN
         .iter()

@@ -8,16 +8,16 @@ use super::{Gpu, SmiError};
 
 /// The machine's GPUs as nvidia-smi listed them (in its index order), or why it listed none.
 #[derive(Debug, Clone)]
-pub struct Devices {
-    pub gpus: Vec<Gpu>,
+pub(crate) struct Devices {
+    pub(crate) gpus: Vec<Gpu>,
     /// Why there is no list: no driver, nvidia-smi failed.
-    pub unknown: Option<SmiError>,
+    pub(crate) unknown: Option<SmiError>,
 }
 
 /// How memory is laid out on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// CPU and GPU allocate from one pool, the memory /proc/meminfo counts (a GB10:
     /// nvidia-smi reports `[N/A]` for its memory).
     Unified,
@@ -28,7 +28,7 @@ pub enum Kind {
 }
 
 impl Devices {
-    pub async fn probe() -> Devices {
+    pub(crate) async fn probe() -> Devices {
         match super::gpus().await {
             Ok(gpus) => Devices {
                 gpus,
@@ -41,7 +41,7 @@ impl Devices {
         }
     }
 
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         if self.gpus.is_empty() {
             Kind::NoGpu
         } else if self.gpus.iter().all(Gpu::shares_system_memory) {
@@ -52,7 +52,7 @@ impl Devices {
     }
 
     /// The GPUs `use_` names that exist here, with their indices.
-    pub fn given<'a>(&'a self, use_: &GpuUse) -> Vec<(usize, &'a Gpu)> {
+    pub(crate) fn given<'a>(&'a self, use_: &GpuUse) -> Vec<(usize, &'a Gpu)> {
         let all = self.gpus.iter().enumerate();
         match use_ {
             GpuUse::None { .. } => Vec::new(),
@@ -63,7 +63,7 @@ impl Devices {
     }
 
     /// Why no GPU is known, in words.
-    pub fn why_none(&self) -> String {
+    pub(crate) fn why_none(&self) -> String {
         match &self.unknown {
             Some(e) => e.to_string(),
             None => "nvidia-smi lists no GPU".into(),
@@ -74,7 +74,7 @@ impl Devices {
 /// Which GPUs a server uses, as its recipe says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "gpus", rename_all = "snake_case")]
-pub enum GpuUse {
+pub(crate) enum GpuUse {
     /// None: its memory is host RAM.
     None {
         why: String,
@@ -89,7 +89,7 @@ pub enum GpuUse {
 impl Devices {
     /// GPUs as nvidia-smi would list them, by name and MiB (None: `[N/A]`), for tests.
     #[cfg(test)]
-    pub fn listed(gpus: &[(&str, Option<u64>)]) -> Devices {
+    pub(crate) fn listed(gpus: &[(&str, Option<u64>)]) -> Devices {
         Devices {
             gpus: gpus
                 .iter()
@@ -105,7 +105,7 @@ impl Devices {
 }
 
 impl GpuUse {
-    pub fn uses_gpu(&self) -> bool {
+    pub(crate) fn uses_gpu(&self) -> bool {
         !matches!(self, GpuUse::None { .. })
     }
 }

@@ -7,8 +7,8 @@
 //! (`--query-compute-apps`) is still reported. So every memory figure here is an Option:
 //! None means "the driver gives no figure", never zero.
 
-pub mod bandwidth;
-pub mod device;
+pub(crate) mod bandwidth;
+pub(crate) mod device;
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 
 /// Names the program run instead of `nvidia-smi` on PATH: a driver installed elsewhere, or
 /// (in tests, on machines without a GPU) a script that prints a recorded answer.
-pub const SMI_ENV: &str = "SPARKCTL_NVIDIA_SMI";
+pub(crate) const SMI_ENV: &str = "SPARKCTL_NVIDIA_SMI";
 
 /// What `gpus()` asks; `parse_gpus` reads the fields in this order.
 const GPU_QUERY: [&str; 2] = [
@@ -34,7 +34,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why nvidia-smi gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SmiError {
+pub(crate) enum SmiError {
     #[error("nvidia-smi is not on PATH (no NVIDIA driver on this machine?)")]
     NotInstalled,
     #[error("nvidia-smi did not run: {0}")]
@@ -49,17 +49,17 @@ pub enum SmiError {
 
 /// One GPU as nvidia-smi reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Gpu {
-    pub name: String,
+pub(crate) struct Gpu {
+    pub(crate) name: String,
     /// The GPU's own memory; None when the driver reports none (`[N/A]` on a GB10, whose GPU
     /// shares the system's memory).
-    pub memory_total_bytes: Option<u64>,
-    pub compute_capability: String,
+    pub(crate) memory_total_bytes: Option<u64>,
+    pub(crate) compute_capability: String,
 }
 
 impl Gpu {
     /// No memory of its own to report: on a Spark, the unified pool /proc/meminfo counts.
-    pub fn shares_system_memory(&self) -> bool {
+    pub(crate) fn shares_system_memory(&self) -> bool {
         self.memory_total_bytes.is_none()
     }
 }
@@ -67,19 +67,19 @@ impl Gpu {
 /// One process using a GPU, from `--query-compute-apps`. A process on several GPUs has one
 /// row per GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ComputeApp {
-    pub pid: u32,
+pub(crate) struct ComputeApp {
+    pub(crate) pid: u32,
     /// None when nvidia-smi prints `[N/A]` for it (e.g. without permission to see it).
-    pub used_bytes: Option<u64>,
+    pub(crate) used_bytes: Option<u64>,
 }
 
 /// The GPUs nvidia-smi lists.
-pub async fn gpus() -> Result<Vec<Gpu>, SmiError> {
+pub(crate) async fn gpus() -> Result<Vec<Gpu>, SmiError> {
     parse_gpus(&query(&GPU_QUERY).await?)
 }
 
 /// GPU memory per process, on every GPU.
-pub async fn compute_apps() -> Result<Vec<ComputeApp>, SmiError> {
+pub(crate) async fn compute_apps() -> Result<Vec<ComputeApp>, SmiError> {
     parse_compute_apps(&query(&APPS_QUERY).await?)
 }
 

@@ -12,24 +12,16 @@ use super::safetensors;
 use crate::recipe::PatchStep;
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Check {
-    pub step: usize,
-    pub what: String,
-    pub ok: bool,
-    pub detail: String,
-}
-
-/// Whether a step is an expectation (checks only, writes nothing).
-pub fn is_expectation(step: &PatchStep) -> bool {
-    matches!(
-        step,
-        PatchStep::Expect { .. } | PatchStep::ExpectFiles { .. } | PatchStep::ExpectSafetensors {}
-    )
+pub(crate) struct Check {
+    pub(crate) step: usize,
+    pub(crate) what: String,
+    pub(crate) ok: bool,
+    pub(crate) detail: String,
 }
 
 /// The expectation steps of `steps` checked against `dir` as it is on disk. Other kinds
 /// of step are skipped (a job recipe's check refuses them at load).
-pub fn verify(dir: &Path, steps: &[PatchStep]) -> Vec<Check> {
+pub(crate) fn verify(dir: &Path, steps: &[PatchStep]) -> Vec<Check> {
     let root = match std::fs::canonicalize(dir) {
         Ok(r) => r,
         Err(e) => {

@@ -16,7 +16,7 @@ use crate::state;
 use crate::units::hex;
 
 /// Files a fingerprint leaves out: sparkctl's own bookkeeping in the model dir.
-pub fn is_bookkeeping(rel: &str) -> bool {
+pub(crate) fn is_bookkeeping(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     name == super::MANIFEST
         || name.ends_with(super::BACKUP_SUFFIX)
@@ -39,13 +39,6 @@ pub struct Fingerprint {
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1e3)
-}
-
-impl Fingerprint {
-    /// The first 12 hex digits, for tables.
-    pub fn short(&self) -> &str {
-        crate::units::short_id(&self.digest)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,7 +95,7 @@ fn walk(root: &Path) -> Result<Vec<(String, PathBuf, std::fs::Metadata)>> {
 }
 
 /// sha256 of one file, read in large blocks.
-pub fn sha256_file(path: &Path) -> Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     let mut file = std::fs::File::open(path)
         .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
     let mut hasher = Sha256::new();
@@ -227,7 +220,7 @@ fn hash_parallel(
 /// Each file's sha256 by its path relative to the model (a one-file model: its name), from
 /// a fingerprint taken now (cheap when the cache holds them): what another node's copy is
 /// compared with, file by file.
-pub fn file_hashes(
+pub(crate) fn file_hashes(
     model: &Path,
     cache_dir: &Path,
     threads: usize,

@@ -8,7 +8,7 @@ use crate::recipe::JsonOp;
 /// Wraps a text-only config (`qwen3_5_text`, `…ForCausalLM`) into the VL form older
 /// transformers load: `{architectures, model_type, quantization_config, text_config}`.
 /// None when it is wrapped already.
-pub fn wrap_vl(
+pub(crate) fn wrap_vl(
     cfg: &Value,
     model_type: Option<&str>,
     architecture: Option<&str>,
@@ -67,7 +67,7 @@ pub fn wrap_vl(
 }
 
 /// One JSON edit; an edit already made is not an error (idempotence).
-pub fn apply_op(value: &mut Value, op: &JsonOp) -> std::result::Result<(), String> {
+pub(crate) fn apply_op(value: &mut Value, op: &JsonOp) -> std::result::Result<(), String> {
     match op {
         JsonOp::Set {
             pointer,

@@ -4,13 +4,13 @@
 //! what was backed up or created, written before each change, so `--revert` restores
 //! the originals byte for byte even after an interrupted run.
 
-pub mod expect;
-pub mod fingerprint;
+pub(crate) mod expect;
+pub(crate) mod fingerprint;
 mod json_edit;
 mod overlay;
-pub mod owner;
-pub mod plan;
-pub mod safetensors;
+pub(crate) mod owner;
+pub(crate) mod plan;
+pub(crate) mod safetensors;
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -21,12 +21,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::recipe::LoadedRecipe;
 use crate::state::{self, StateDir};
-pub use fingerprint::Fingerprint;
-pub use plan::{Content, Plan};
+pub(crate) use fingerprint::Fingerprint;
+pub(crate) use plan::{Content, Plan};
 
 /// sparkctl's record in a patched model dir.
-pub const MANIFEST: &str = ".sparkctl-patch.json";
-pub const BACKUP_SUFFIX: &str = ".orig";
+pub(crate) const MANIFEST: &str = ".sparkctl-patch.json";
+pub(crate) const BACKUP_SUFFIX: &str = ".orig";
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Manifest {
@@ -52,12 +52,12 @@ fn read_manifest(root: &Path) -> Result<Option<Manifest>> {
 }
 
 /// Where `patches/` lives: beside the recipes dir (the checkout, or the config dir).
-pub fn repo_dir(loaded: &LoadedRecipe) -> PathBuf {
+pub(crate) fn repo_dir(loaded: &LoadedRecipe) -> PathBuf {
     crate::places::patches_root(&loaded.path)
 }
 
 /// How owner changes will be made (for the plan's display).
-pub fn chown_method(loaded: &LoadedRecipe) -> String {
+pub(crate) fn chown_method(loaded: &LoadedRecipe) -> String {
     if owner::can_chown_directly() {
         "directly (sparkctl runs as root)".into()
     } else {
@@ -71,12 +71,12 @@ pub fn chown_method(loaded: &LoadedRecipe) -> String {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Applied {
-    pub plan: Plan,
-    pub written: Vec<String>,
-    pub backed_up: Vec<String>,
-    pub owners_changed: usize,
-    pub fingerprint: Fingerprint,
+pub(crate) struct Applied {
+    pub(crate) plan: Plan,
+    pub(crate) written: Vec<String>,
+    pub(crate) backed_up: Vec<String>,
+    pub(crate) owners_changed: usize,
+    pub(crate) fingerprint: Fingerprint,
 }
 
 fn cache_dir(state: &StateDir) -> PathBuf {
@@ -87,14 +87,13 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The model's fingerprint (cached by size, mtime and inode in the state dir).
-pub fn fingerprint_of(model: &Path, state: &StateDir) -> Result<Fingerprint> {
-    fingerprint::fingerprint(model, &cache_dir(state), threads())
-}
-
-/// The same, on the blocking pool: hashing a multi-GB model must not stop the async side
-/// (a Ctrl-C, a spinner, the front door's control socket) while it runs.
-pub async fn fingerprint_in_background(model: &Path, state: &StateDir) -> Result<Fingerprint> {
+/// The model's fingerprint (cached by size, mtime and inode in the state dir), on the
+/// blocking pool: hashing a multi-GB model must not stop the async side (a Ctrl-C, a
+/// spinner, the front door's control socket) while it runs.
+pub(crate) async fn fingerprint_in_background(
+    model: &Path,
+    state: &StateDir,
+) -> Result<Fingerprint> {
     let (model, cache) = (model.to_path_buf(), cache_dir(state));
     tokio::task::spawn_blocking(move || fingerprint::fingerprint(&model, &cache, threads()))
         .await
@@ -102,7 +101,7 @@ pub async fn fingerprint_in_background(model: &Path, state: &StateDir) -> Result
 }
 
 /// Each model file's sha256 (see `fingerprint::file_hashes`), off the async threads.
-pub async fn file_hashes_in_background(
+pub(crate) async fn file_hashes_in_background(
     model: &Path,
     state: &StateDir,
 ) -> Result<std::collections::BTreeMap<String, String>> {
@@ -133,7 +132,7 @@ fn preflight(plan: &Plan) -> Result<()> {
 }
 
 /// Applies a plan. `docker` is needed only when owners change and sparkctl is not root.
-pub async fn apply(
+pub(crate) async fn apply(
     loaded: &LoadedRecipe,
     plan: Plan,
     state: &StateDir,
@@ -332,14 +331,14 @@ fn write_file(root: &Path, path: &Path, content: &Content) -> std::io::Result<()
 }
 
 #[derive(Debug, Serialize)]
-pub struct Reverted {
-    pub restored: Vec<String>,
-    pub removed: Vec<String>,
+pub(crate) struct Reverted {
+    pub(crate) restored: Vec<String>,
+    pub(crate) removed: Vec<String>,
 }
 
 /// Puts every original back (renaming `FILE.orig` over `FILE`) and removes the files the
 /// patch created. Without a manifest there is nothing to revert.
-pub fn revert(loaded: &LoadedRecipe) -> Result<Reverted> {
+pub(crate) fn revert(loaded: &LoadedRecipe) -> Result<Reverted> {
     let dir = plan::model_dir(loaded)?;
     let root = std::fs::canonicalize(&dir)
         .map_err(|e| Error::io(format!("cannot resolve {}", dir.display()), e))?;

@@ -12,26 +12,26 @@ use crate::error::{Error, Result};
 
 /// New content for one file.
 #[derive(Debug, Clone)]
-pub enum Content {
+pub(crate) enum Content {
     Bytes(Vec<u8>),
     /// A donor file, copied as is (may be large: never read into memory).
     CopyOf(PathBuf),
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct FileChange {
+pub(crate) struct FileChange {
     /// Path relative to the model dir.
-    pub rel: String,
+    pub(crate) rel: String,
     /// Steps (0-based) that changed it.
-    pub steps: Vec<usize>,
-    pub existed: bool,
+    pub(crate) steps: Vec<usize>,
+    pub(crate) existed: bool,
     #[serde(skip)]
-    pub before: Option<Vec<u8>>,
+    pub(crate) before: Option<Vec<u8>>,
     #[serde(skip)]
-    pub after: Content,
+    pub(crate) after: Content,
     /// For copies: where from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub from: Option<PathBuf>,
+    pub(crate) from: Option<PathBuf>,
 }
 
 /// Pending contents over the model dir.

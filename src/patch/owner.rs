@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::runtime::docker::label;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Owner {
-    pub uid: u32,
-    pub gid: u32,
+pub(crate) struct Owner {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
 }
 
 impl std::fmt::Display for Owner {
@@ -30,7 +30,7 @@ impl std::fmt::Display for Owner {
 }
 
 /// `invoking-user` (the user behind sudo when there is one) or `UID:GID`.
-pub fn resolve(to: &str) -> std::result::Result<Owner, String> {
+pub(crate) fn resolve(to: &str) -> std::result::Result<Owner, String> {
     if to == "invoking-user" {
         let id = |var: &str| std::env::var(var).ok().and_then(|v| v.parse().ok());
         // SAFETY: getters without side effects.
@@ -54,7 +54,7 @@ pub fn resolve(to: &str) -> std::result::Result<Owner, String> {
 }
 
 /// Paths under `root` (and "." for root itself) whose owner differs from `owner`.
-pub fn not_owned_by(root: &Path, owner: Owner) -> std::result::Result<Vec<String>, String> {
+pub(crate) fn not_owned_by(root: &Path, owner: Owner) -> std::result::Result<Vec<String>, String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(path) = stack.pop() {
@@ -80,13 +80,13 @@ pub fn not_owned_by(root: &Path, owner: Owner) -> std::result::Result<Vec<String
 
 /// Whether this process may chown by itself. `SPARKCTL_CHOWN_HELPER=always` forces the
 /// helper container even as root (for root-squashed mounts, and to test that path).
-pub fn can_chown_directly() -> bool {
+pub(crate) fn can_chown_directly() -> bool {
     // SAFETY: a getter without side effects.
     let root = unsafe { libc::geteuid() } == 0;
     root && std::env::var("SPARKCTL_CHOWN_HELPER").as_deref() != Ok("always")
 }
 
-pub fn chown_direct(root: &Path, paths: &[String], owner: Owner) -> Result<()> {
+pub(crate) fn chown_direct(root: &Path, paths: &[String], owner: Owner) -> Result<()> {
     for rel in paths {
         let path = root.join(rel);
         std::os::unix::fs::lchown(&path, Some(owner.uid), Some(owner.gid))
@@ -97,7 +97,7 @@ pub fn chown_direct(root: &Path, paths: &[String], owner: Owner) -> Result<()> {
 
 /// Runs `chown -h UID:GID /model/...` in a container of `image` with the model dir
 /// mounted, waits for it, and removes it (its output goes into the error if it fails).
-pub async fn chown_via_container(
+pub(crate) async fn chown_via_container(
     docker: &bollard::Docker,
     image: &str,
     state_id: &str,

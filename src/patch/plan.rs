@@ -7,53 +7,53 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::expect;
-pub use super::expect::Check;
+pub(crate) use super::expect::Check;
 use super::overlay::Overlay;
-pub use super::overlay::{Content, FileChange};
+pub(crate) use super::overlay::{Content, FileChange};
 use super::owner::{self, Owner};
 use crate::error::{Error, Result};
 use crate::recipe::{expand_home, JsonOp, LoadedRecipe, PatchStep};
 
-pub use super::json_edit::{apply_op, wrap_vl};
+pub(crate) use super::json_edit::{apply_op, wrap_vl};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct OwnerChange {
-    pub step: usize,
-    pub owner: Owner,
+pub(crate) struct OwnerChange {
+    pub(crate) step: usize,
+    pub(crate) owner: Owner,
     /// Relative paths ("." for the model dir itself) not owned by `owner` now.
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
 }
 
 /// One line per step for people.
 #[derive(Debug, Clone, Serialize)]
-pub struct StepSummary {
-    pub step: usize,
-    pub kind: &'static str,
-    pub summary: String,
+pub(crate) struct StepSummary {
+    pub(crate) step: usize,
+    pub(crate) kind: &'static str,
+    pub(crate) summary: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub recipe: String,
-    pub model_dir: PathBuf,
-    pub steps: Vec<StepSummary>,
-    pub files: Vec<FileChange>,
-    pub owners: Vec<OwnerChange>,
-    pub checks: Vec<Check>,
+pub(crate) struct Plan {
+    pub(crate) recipe: String,
+    pub(crate) model_dir: PathBuf,
+    pub(crate) steps: Vec<StepSummary>,
+    pub(crate) files: Vec<FileChange>,
+    pub(crate) owners: Vec<OwnerChange>,
+    pub(crate) checks: Vec<Check>,
 }
 
 impl Plan {
     /// Nothing to write and nobody's files to give back.
-    pub fn changes_nothing(&self) -> bool {
+    pub(crate) fn changes_nothing(&self) -> bool {
         self.files.is_empty() && self.owners.iter().all(|o| o.paths.is_empty())
     }
 
-    pub fn failed_checks(&self) -> Vec<&Check> {
+    pub(crate) fn failed_checks(&self) -> Vec<&Check> {
         self.checks.iter().filter(|c| !c.ok).collect()
     }
 
     /// Unified diffs of the text files that change; one line for each copy.
-    pub fn diff(&self) -> String {
+    pub(crate) fn diff(&self) -> String {
         let mut out = String::new();
         for f in &self.files {
             match &f.after {
@@ -99,7 +99,7 @@ impl Plan {
 }
 
 /// The model dir a recipe's patches apply to.
-pub fn model_dir(loaded: &LoadedRecipe) -> Result<PathBuf> {
+pub(crate) fn model_dir(loaded: &LoadedRecipe) -> Result<PathBuf> {
     let model = loaded.recipe.model.as_ref().ok_or_else(|| {
         Error::Invalid(vec![loaded.diagnostic(
             "model",
@@ -120,7 +120,7 @@ pub fn model_dir(loaded: &LoadedRecipe) -> Result<PathBuf> {
 
 /// What the steps would do now. Errors are bad input (missing donor, malformed JSON,
 /// a path leaving the model dir) and name the step; nothing is changed either way.
-pub fn plan(loaded: &LoadedRecipe, repo_dir: &Path) -> Result<Plan> {
+pub(crate) fn plan(loaded: &LoadedRecipe, repo_dir: &Path) -> Result<Plan> {
     let dir = model_dir(loaded)?;
     let root = std::fs::canonicalize(&dir)
         .map_err(|e| Error::io(format!("cannot resolve {}", dir.display()), e))?;

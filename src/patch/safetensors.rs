@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 /// Tensors in one file, or why the file is not usable.
-pub fn tensor_count(path: &Path) -> Result<usize, String> {
+pub(crate) fn tensor_count(path: &Path) -> Result<usize, String> {
     let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let size = file
         .metadata()

@@ -88,7 +88,7 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Every shipped file: its path relative to the layout's root, and its text.
-pub fn shipped() -> Vec<(String, &'static str)> {
+pub(crate) fn shipped() -> Vec<(String, &'static str)> {
     let mut all: Vec<(String, &'static str)> = FILES
         .iter()
         .map(|(path, text)| (path.to_string(), *text))
@@ -104,7 +104,7 @@ pub fn shipped() -> Vec<(String, &'static str)> {
 /// What `init` did with one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum FileOutcome {
+pub(crate) enum FileOutcome {
     Written,
     /// There already, as shipped.
     Kept,
@@ -113,13 +113,13 @@ pub enum FileOutcome {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct InitReport {
-    pub root: PathBuf,
-    pub files: Vec<(String, FileOutcome)>,
+pub(crate) struct InitReport {
+    pub(crate) root: PathBuf,
+    pub(crate) files: Vec<(String, FileOutcome)>,
 }
 
 impl InitReport {
-    pub fn count(&self, outcome: FileOutcome) -> usize {
+    pub(crate) fn count(&self, outcome: FileOutcome) -> usize {
         self.files.iter().filter(|(_, o)| *o == outcome).count()
     }
 }
@@ -127,7 +127,7 @@ impl InitReport {
 /// Writes the shipped files under `root` that are not there yet (each whole: temp file and
 /// rename), creating the directories. Checks first that every file can go where it must,
 /// so a root that is a file, or a path taken by a directory, changes nothing.
-pub fn init(root: &Path) -> Result<InitReport> {
+pub(crate) fn init(root: &Path) -> Result<InitReport> {
     if root.exists() && !root.is_dir() {
         return Err(Error::Usage(format!(
             "{} exists and is not a directory; give `sparkctl init` another place (--dir)",

@@ -7,10 +7,10 @@ mod init;
 
 use std::path::{Path, PathBuf};
 
-pub use init::{init, shipped, FileOutcome, InitReport};
+pub(crate) use init::{init, FileOutcome};
 
 /// `$XDG_CONFIG_HOME/sparkctl`, else `~/.config/sparkctl`.
-pub fn config_dir() -> PathBuf {
+pub(crate) fn config_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -23,15 +23,15 @@ pub fn config_dir() -> PathBuf {
 
 /// Where recipes are, and whether the user said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecipesDir {
-    pub path: PathBuf,
+pub(crate) struct RecipesDir {
+    pub(crate) path: PathBuf,
     /// Named by `--recipes` or `SPARKCTL_RECIPES`: it must exist.
-    pub given: bool,
+    pub(crate) given: bool,
 }
 
 impl RecipesDir {
     /// `given`, else `./recipes` if it is a directory, else `config_dir()/recipes`.
-    pub fn find(given: Option<&Path>) -> RecipesDir {
+    pub(crate) fn find(given: Option<&Path>) -> RecipesDir {
         if let Some(path) = given {
             return RecipesDir {
                 path: path.to_path_buf(),
@@ -49,7 +49,7 @@ impl RecipesDir {
 
     /// Found by looking, and nothing is there: commands that need no recipe (`bench URL`,
     /// `status`) go on with none.
-    pub fn absent(&self) -> bool {
+    pub(crate) fn absent(&self) -> bool {
         !self.given && !self.path.is_dir()
     }
 }
@@ -57,7 +57,7 @@ impl RecipesDir {
 /// The directory that holds a recipes dir and what sits beside it (`patches/`,
 /// `images.lock`): the checkout's root, or the config dir. A bare `recipes` gives the empty
 /// path, which joins as the current directory.
-pub fn root_of(recipes_dir: &Path) -> PathBuf {
+pub(crate) fn root_of(recipes_dir: &Path) -> PathBuf {
     recipes_dir
         .parent()
         .map(Path::to_path_buf)
@@ -65,12 +65,12 @@ pub fn root_of(recipes_dir: &Path) -> PathBuf {
 }
 
 /// The image lock that goes with a recipes dir: `images.lock` beside it.
-pub fn lock_path(recipes_dir: &Path) -> PathBuf {
+pub(crate) fn lock_path(recipes_dir: &Path) -> PathBuf {
     root_of(recipes_dir).join(crate::lock::LOCK_FILE)
 }
 
 /// Where a recipe file's `write-file` steps find `patches/…`: beside its recipes dir.
-pub fn patches_root(recipe_file: &Path) -> PathBuf {
+pub(crate) fn patches_root(recipe_file: &Path) -> PathBuf {
     root_of(recipe_file.parent().unwrap_or(Path::new("recipes")))
 }
 

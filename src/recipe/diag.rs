@@ -8,13 +8,13 @@ use crate::error::Diagnostic;
 
 /// The problems found in one file, each at its key's line.
 pub(crate) struct Report<'a> {
-    pub path: &'a Path,
-    pub src: &'a str,
-    pub diags: Vec<Diagnostic>,
+    pub(crate) path: &'a Path,
+    pub(crate) src: &'a str,
+    pub(crate) diags: Vec<Diagnostic>,
 }
 
 impl<'a> Report<'a> {
-    pub fn new(path: &'a Path, src: &'a str) -> Report<'a> {
+    pub(crate) fn new(path: &'a Path, src: &'a str) -> Report<'a> {
         Report {
             path,
             src,
@@ -23,7 +23,7 @@ impl<'a> Report<'a> {
     }
 
     /// A problem at `key`; an empty `help` is none.
-    pub fn bad(&mut self, key: &str, message: String, help: &str) {
+    pub(crate) fn bad(&mut self, key: &str, message: String, help: &str) {
         let help = (!help.is_empty()).then(|| help.to_string());
         self.diags
             .push(diag_at(self.path, self.src, key, message, help));
@@ -58,7 +58,7 @@ fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Opt
 }
 
 /// "did you mean `x`? LABEL: a, b" — or just the list when nothing is close.
-pub fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
+pub(crate) fn suggest(word: &str, candidates: &[&str], label: &str) -> String {
     let list = format!("{label}: {}", candidates.join(", "));
     match nearest(word, candidates.iter().copied()) {
         Some(best) => format!("did you mean `{best}`? {list}"),

@@ -11,7 +11,7 @@ impl Recipe {
     /// (`-ngl 0`) runs on the CPU; one that does not say counts as offloading, as every
     /// recent llama.cpp build does by default: a refusal fixed by `-ngl 0` costs less than
     /// an out-of-memory crash.
-    pub fn gpu_use(&self) -> GpuUse {
+    pub(crate) fn gpu_use(&self) -> GpuUse {
         let (recipe, server) = (self, &self.server);
         match server.gpus {
             Some(Gpus::None) => {

@@ -7,10 +7,10 @@ use oci_spec::distribution::{ParseError, Reference};
 
 /// What is wrong with a reference: where in the text (a byte offset), what, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub offset: usize,
-    pub message: String,
-    pub help: String,
+pub(crate) struct Problem {
+    pub(crate) offset: usize,
+    pub(crate) message: String,
+    pub(crate) help: String,
 }
 
 fn parses(text: &str) -> Result<(), ParseError> {
@@ -18,7 +18,7 @@ fn parses(text: &str) -> Result<(), ParseError> {
 }
 
 /// None when `image` is a valid reference.
-pub fn problem(image: &str) -> Option<Problem> {
+pub(crate) fn problem(image: &str) -> Option<Problem> {
     let err = parses(image).err()?;
     // Split as the grammar does: NAME[:TAG][@DIGEST]; a `:` before the last `/` is a port.
     let (name_tag, digest) = match image.split_once('@') {

@@ -15,56 +15,56 @@ use crate::bench::suite::Check;
 use crate::units::HumanDuration;
 
 /// Answers judged together by default: the most recent ones.
-pub const DEFAULT_WINDOW: usize = 20;
+pub(crate) const DEFAULT_WINDOW: usize = 20;
 /// How long a live gate stays failed before production counts as unhealthy, by default.
-pub const DEFAULT_SUSTAIN: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SUSTAIN: Duration = Duration::from_secs(30);
 /// Golden rounds failed in a row before production counts as unhealthy, by default.
-pub const DEFAULT_GOLDEN_FAILURES: u32 = 2;
+pub(crate) const DEFAULT_GOLDEN_FAILURES: u32 = 2;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Live {
+pub(crate) struct Live {
     /// Gate name → rule, judged on production's most recent answers as they stream through
     /// the front door, in the words of `bench.gates`: `no_loop: ">= 90%"`, `thinking_leak:
     /// "== 0%"`, `tool_calls: ">= 60%"`, `errors_pct: "<= 5%"`, `ttft_p90_ms: "<= 2000"`,
     /// `vs_production_decode: ">= -50%"` (against its own benchmark). None by default: the
     /// signals are measured and shown, and judged only where a gate is set.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gates: BTreeMap<String, String>,
+    pub(crate) gates: BTreeMap<String, String>,
     /// Answers judged together: the most recent this many (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<usize>,
+    pub(crate) window: Option<usize>,
     /// Answers needed before a gate is judged (default: half the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_answers: Option<usize>,
+    pub(crate) min_answers: Option<usize>,
     /// How long a gate must stay failed before production counts as unhealthy: restarted,
     /// then replaced by its `fallback` (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sustain: Option<HumanDuration>,
+    pub(crate) sustain: Option<HumanDuration>,
     /// Known questions sent to production on a schedule, their answers checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub golden: Option<Golden>,
+    pub(crate) golden: Option<Golden>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Golden {
+pub(crate) struct Golden {
     /// How often a round of golden prompts is sent, e.g. `5m`.
-    pub every: HumanDuration,
+    pub(crate) every: HumanDuration,
     /// The suite's cases to send (default: every case with `expect` or `expect_tool`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cases: Vec<String>,
+    pub(crate) cases: Vec<String>,
     /// The suite they come from (default: `bench.suite`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suite: Option<String>,
+    pub(crate) suite: Option<String>,
     /// Rounds failed in a row before production counts as unhealthy (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failures: Option<u32>,
+    pub(crate) failures: Option<u32>,
 }
 
 /// Whether a gate can be judged on live answers (nothing is expected of them, and no
 /// load level runs).
-pub fn judged_live(g: Gate) -> bool {
+pub(crate) fn judged_live(g: Gate) -> bool {
     match g {
         Gate::Quality(c) => c != Check::ExpectedAnswer,
         Gate::Percentile(..) | Gate::VsProduction(_) => true,
@@ -74,22 +74,22 @@ pub fn judged_live(g: Gate) -> bool {
 }
 
 impl Live {
-    pub fn window(&self) -> usize {
+    pub(crate) fn window(&self) -> usize {
         self.window.unwrap_or(DEFAULT_WINDOW)
     }
 
-    pub fn min_answers(&self) -> usize {
+    pub(crate) fn min_answers(&self) -> usize {
         self.min_answers.unwrap_or(self.window().div_ceil(2))
     }
 
-    pub fn sustain(&self) -> Duration {
+    pub(crate) fn sustain(&self) -> Duration {
         self.sustain.map_or(DEFAULT_SUSTAIN, |d| d.0)
     }
 }
 
 /// The live gates of a recipe (`live.gates`). Checked when the recipe was loaded; a gate
 /// that does not parse is left out.
-pub fn gates_of(r: &Recipe) -> Gates {
+pub(crate) fn gates_of(r: &Recipe) -> Gates {
     r.live
         .iter()
         .flat_map(|l| l.gates.iter())
@@ -205,7 +205,7 @@ fn check_golden(out: &mut Report, r: &Recipe, g: &Golden) {
 }
 
 /// The suite golden prompts come from.
-pub fn suite_of(r: &Recipe) -> String {
+pub(crate) fn suite_of(r: &Recipe) -> String {
     r.live
         .as_ref()
         .and_then(|l| l.golden.as_ref())
@@ -215,7 +215,7 @@ pub fn suite_of(r: &Recipe) -> String {
 }
 
 /// The golden cases of `suite`: those named, or every case whose answer is known.
-pub fn golden_cases<'a>(
+pub(crate) fn golden_cases<'a>(
     suite: &'a crate::bench::suite::Suite,
     named: &[String],
 ) -> Vec<&'a crate::bench::suite::Case> {

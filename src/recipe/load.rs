@@ -12,13 +12,18 @@ use crate::error::{Diagnostic, Error, Result};
 #[derive(Debug, Clone)]
 pub struct LoadedRecipe {
     pub recipe: Recipe,
-    pub path: PathBuf,
-    pub source: String,
+    pub(crate) path: PathBuf,
+    pub(crate) source: String,
 }
 
 impl LoadedRecipe {
     /// A problem found later (at plan time) at `key` of this recipe, with its line.
-    pub fn diagnostic(&self, key: &str, message: String, help: Option<String>) -> Diagnostic {
+    pub(crate) fn diagnostic(
+        &self,
+        key: &str,
+        message: String,
+        help: Option<String>,
+    ) -> Diagnostic {
         diag_at(&self.path, &self.source, key, message, help)
     }
 }
@@ -30,18 +35,18 @@ impl LoadedRecipe {
 /// well-formed (the emergency exit works with the recipes it needs).
 #[derive(Debug, Clone)]
 pub struct RecipeSet {
-    pub dir: PathBuf,
-    pub recipes: Vec<LoadedRecipe>,
-    pub broken: Vec<BrokenRecipe>,
+    pub(crate) dir: PathBuf,
+    pub(crate) recipes: Vec<LoadedRecipe>,
+    pub(crate) broken: Vec<BrokenRecipe>,
 }
 
 /// A recipe file that did not load, with every problem found in it.
 #[derive(Debug, Clone)]
-pub struct BrokenRecipe {
-    pub path: PathBuf,
+pub(crate) struct BrokenRecipe {
+    pub(crate) path: PathBuf,
     /// The names it may stand for: its file name, and the `name:` it declares if that parsed.
-    pub names: Vec<String>,
-    pub diagnostics: Vec<Diagnostic>,
+    pub(crate) names: Vec<String>,
+    pub(crate) diagnostics: Vec<Diagnostic>,
 }
 
 impl std::fmt::Display for BrokenRecipe {
@@ -88,7 +93,7 @@ impl RecipeSet {
     }
 
     /// Every name a user may type here: loaded recipes and broken files.
-    pub fn names(&self) -> Vec<&str> {
+    pub(crate) fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .recipes
             .iter()
@@ -105,13 +110,13 @@ impl RecipeSet {
     }
 
     /// Whether `name` is a recipe here, loaded or broken.
-    pub fn knows(&self, name: &str) -> bool {
+    pub(crate) fn knows(&self, name: &str) -> bool {
         self.names().contains(&name)
     }
 
     /// "no recipe named `x`": with the did-you-mean over every known name.
     /// No recipes: where sparkctl looked holds no recipes directory.
-    pub fn empty(dir: PathBuf) -> RecipeSet {
+    pub(crate) fn empty(dir: PathBuf) -> RecipeSet {
         RecipeSet {
             dir,
             recipes: Vec::new(),
@@ -119,7 +124,7 @@ impl RecipeSet {
         }
     }
 
-    pub fn unknown(&self, name: &str) -> Error {
+    pub(crate) fn unknown(&self, name: &str) -> Error {
         if !self.dir.is_dir() {
             return Error::NoRecipesDir {
                 name: name.into(),
@@ -134,7 +139,7 @@ impl RecipeSet {
     }
 
     /// For commands that read every recipe (`recipes validate`): all problems of all files.
-    pub fn require_all(&self) -> Result<()> {
+    pub(crate) fn require_all(&self) -> Result<()> {
         let diags: Vec<Diagnostic> = self
             .broken
             .iter()
@@ -247,7 +252,7 @@ pub fn load_dir(dir: &Path) -> Result<RecipeSet> {
 }
 
 /// Parses and checks one recipe file.
-pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
+pub(crate) fn load_file(path: &Path) -> Result<LoadedRecipe> {
     load_one(path).map_err(|(_, diagnostics)| Error::Invalid(diagnostics))
 }
 

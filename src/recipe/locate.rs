@@ -70,7 +70,7 @@ pub(super) fn key_of(text: &str) -> Option<&str> {
 }
 
 /// 1-based (line, column) of `path` in `src`, or of its nearest ancestor found.
-pub fn locate(src: &str, path: &str) -> Option<(usize, usize)> {
+pub(crate) fn locate(src: &str, path: &str) -> Option<(usize, usize)> {
     let mut block = lines(src);
     let mut found: Option<(usize, usize)> = None;
     for seg in segments(path) {

@@ -9,10 +9,10 @@ mod diag;
 mod gpus;
 mod image_ref;
 mod launcher;
-pub mod live;
+pub(crate) mod live;
 mod load;
 mod locate;
-pub mod nodes;
+pub(crate) mod nodes;
 mod resolve;
 
 use std::collections::BTreeMap;
@@ -24,19 +24,20 @@ use crate::engine::Engine;
 use crate::units::{ByteSize, HumanDuration};
 
 pub(crate) use check::{check_name, env_name_ok, inside, ULIMITS};
-pub use diag::suggest as did_you_mean;
+pub(crate) use diag::suggest as did_you_mean;
 pub(crate) use diag::{diag_at, from_yaml_error, Report};
 pub(crate) use image_ref::problem as image_problem;
-pub use load::{load_dir, load_file, parse_recipe, BrokenRecipe, LoadedRecipe, RecipeSet};
-pub use resolve::{
-    expand_home, run_tail, shell_quote, ContainerLaunch, Launch, Mount, Resolved, Resources,
+pub use load::{load_dir, parse_recipe};
+pub(crate) use load::{load_file, LoadedRecipe, RecipeSet};
+pub(crate) use resolve::{
+    expand_home, run_tail, shell_quote, ContainerLaunch, Launch, Resolved, Resources,
 };
 
-pub use crate::bench::suite::DEFAULT_SUITE;
-pub use crate::engine::Runtime;
+pub(crate) use crate::bench::suite::DEFAULT_SUITE;
+pub(crate) use crate::engine::Runtime;
 
 /// Words joined for display, each quoted for a POSIX shell where needed.
-pub fn resolve_shell_line(words: &[String]) -> String {
+pub(crate) fn resolve_shell_line(words: &[String]) -> String {
     words
         .iter()
         .map(|w| shell_quote(w))
@@ -49,68 +50,68 @@ pub fn resolve_shell_line(words: &[String]) -> String {
 #[serde(deny_unknown_fields)]
 pub struct Recipe {
     /// Must equal the file name without `.yaml`; it is what users type (`sparkctl up NAME`).
-    pub name: String,
+    pub(crate) name: String,
     /// One line for `recipes list`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    pub engine: Engine,
+    pub(crate) description: Option<String>,
+    pub(crate) engine: Engine,
     /// How the server runs; defaults to the engine's usual runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<Runtime>,
+    pub(crate) runtime: Option<Runtime>,
     /// Container image as written (a tag); the digest that runs comes from images.lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Host binary for the process runtime (`~` is expanded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary: Option<String>,
+    pub(crate) binary: Option<String>,
     /// For the process runtime, instead of `binary`: a venv's directory (its `bin/python`
     /// runs) or a Python interpreter, which runs the engine's server module —
     /// `python -m vllm.entrypoints.openai.api_server` (vllm), `python -m
     /// sglang.launch_server` (sglang) — with the recipe's args (`~` is expanded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<String>,
+    pub(crate) python: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<Model>,
-    pub server: Server,
+    pub(crate) model: Option<Model>,
+    pub(crate) server: Server,
     #[serde(default)]
-    pub health: Health,
+    pub(crate) health: Health,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bench: Option<Bench>,
+    pub(crate) bench: Option<Bench>,
     /// Nodes of a multi-node group (vLLM tensor parallel over Ray); the first is the head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<nodes::Nodes>,
+    pub(crate) nodes: Option<nodes::Nodes>,
     /// The recipe the front door switches to when this one, as production, cannot be
     /// brought back (e.g. `llama-server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<String>,
+    pub(crate) fallback: Option<String>,
     /// How the front door judges it as production on what it answers: live gates, golden
     /// prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub live: Option<live::Live>,
+    pub(crate) live: Option<live::Live>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Model {
+pub(crate) struct Model {
     /// Model directory or file on the host (`~` is expanded).
-    pub path: String,
+    pub(crate) path: String,
     /// Where the model is mounted inside the container (docker runtime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mount: Option<String>,
+    pub(crate) mount: Option<String>,
     /// Name the server answers to in `/v1/models` (`--served-model-name`, `--alias`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_name: Option<String>,
+    pub(crate) served_name: Option<String>,
     /// Model size in bytes of weights, for roofline context in benchmarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weights: Option<ByteSize>,
+    pub(crate) weights: Option<ByteSize>,
     /// Weights read per generated token when fewer than all are (MoE: the active experts),
     /// for the roofline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_weights: Option<ByteSize>,
+    pub(crate) active_weights: Option<ByteSize>,
     /// KV-cache bytes per token of context (2 × layers × KV heads × head dim × bytes per
     /// value), for the roofline at depth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_bytes_per_token: Option<ByteSize>,
+    pub(crate) kv_bytes_per_token: Option<ByteSize>,
     /// Steps that make the directory servable, applied in order by `sparkctl patch`.
     // Each step is a one-key map (`- copy-from: {...}`), not a YAML tag: that is what
     // people write and what editors complete from the JSON Schema.
@@ -120,17 +121,17 @@ pub struct Model {
         with = "serde_yaml_ng::with::singleton_map_recursive"
     )]
     #[schemars(with = "Vec<PatchStep>")]
-    pub patches: Vec<PatchStep>,
+    pub(crate) patches: Vec<PatchStep>,
     /// The job (`recipes/jobs/NAME.yaml`) that writes this model: `up` refuses the model
     /// when that job's newest run failed or is older than its inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub produced_by: Option<String>,
+    pub(crate) produced_by: Option<String>,
 }
 
 /// One model-directory patch step. Paths are relative to the model dir and may not leave it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub enum PatchStep {
+pub(crate) enum PatchStep {
     /// Wrap a text-only config.json (`qwen3_5_text`) into the VL form older transformers load.
     WrapVlConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,7 +168,7 @@ pub enum PatchStep {
 }
 
 impl PatchStep {
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             PatchStep::WrapVlConfig { .. } => "wrap-vl-config",
             PatchStep::JsonEdit { .. } => "json-edit",
@@ -184,7 +185,7 @@ impl PatchStep {
 /// One JSON edit: exactly one of set / rename / delete.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub enum JsonOp {
+pub(crate) enum JsonOp {
     Set {
         pointer: String,
         value: serde_json::Value,
@@ -210,38 +211,38 @@ pub enum JsonOp {
 macro_rules! with_container_settings {
     (
         $(#[$attr:meta])*
-        pub struct $name:ident {
-            $($(#[$a:meta])* pub $before:ident: $bt:ty,)*
+        pub(crate) struct $name:ident {
+            $($(#[$a:meta])* pub(crate) $before:ident: $bt:ty,)*
         }
         then {
             $(#[$gpus:meta])* gpus;
             $(#[$ipc:meta])* ipc;
             $(#[$user:meta])* user;
             $(#[$memory:meta])* memory_gb;
-            $($(#[$b:meta])* pub $after:ident: $at:ty,)*
+            $($(#[$b:meta])* pub(crate) $after:ident: $at:ty,)*
         }
     ) => {
         $(#[$attr])*
-        pub struct $name {
-            $($(#[$a])* pub $before: $bt,)*
+        pub(crate) struct $name {
+            $($(#[$a])* pub(crate) $before: $bt,)*
             $(#[$gpus])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub gpus: Option<$crate::recipe::Gpus>,
+            pub(crate) gpus: Option<$crate::recipe::Gpus>,
             $(#[$ipc])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub ipc: Option<$crate::recipe::Ipc>,
+            pub(crate) ipc: Option<$crate::recipe::Ipc>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub shm_size: Option<$crate::units::ByteSize>,
+            pub(crate) shm_size: Option<$crate::units::ByteSize>,
             /// Ulimits by name; -1 means unlimited.
             #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-            pub ulimits: BTreeMap<String, i64>,
+            pub(crate) ulimits: BTreeMap<String, i64>,
             $(#[$user])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub user: Option<String>,
+            pub(crate) user: Option<String>,
             $(#[$memory])*
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub memory_gb: Option<f64>,
-            $($(#[$b])* pub $after: $at,)*
+            pub(crate) memory_gb: Option<f64>,
+            $($(#[$b])* pub(crate) $after: $at,)*
         }
     };
 }
@@ -250,21 +251,21 @@ pub(crate) use with_container_settings;
 with_container_settings! {
     #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
-    pub struct Server {
+    pub(crate) struct Server {
         /// Port on the host where the server answers.
-        pub port: u16,
+        pub(crate) port: u16,
         /// Host address to bind; loopback unless the recipe opens it up.
         #[serde(default = "default_host")]
-        pub host: String,
+        pub(crate) host: String,
         /// Extra server arguments, one argv entry each (never a shell string).
         #[serde(default)]
-        pub args: Vec<String>,
+        pub(crate) args: Vec<String>,
         /// Environment for the server.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        pub env: BTreeMap<String, String>,
+        pub(crate) env: BTreeMap<String, String>,
         /// Names of host variables passed through (secrets such as HF_TOKEN); never printed.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub env_from_host: Vec<String>,
+        pub(crate) env_from_host: Vec<String>,
     }
     then {
         /// GPU request: `all`, a count, or `none`.
@@ -277,24 +278,24 @@ with_container_settings! {
         memory_gb;
         /// Port the server listens on inside the container; defaults to the engine's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub container_port: Option<u16>,
+        pub(crate) container_port: Option<u16>,
         /// Bind mounts beside the model's (a Hugging Face cache, a config dir); docker only.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        pub mounts: Vec<ExtraMount>,
+        pub(crate) mounts: Vec<ExtraMount>,
     }
 }
 
 /// One more bind mount of a docker recipe: what `docker run -v HOST:CONTAINER[:ro]` asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ExtraMount {
+pub(crate) struct ExtraMount {
     /// Host path (`~` is expanded).
-    pub host: String,
+    pub(crate) host: String,
     /// Where it appears inside the container (absolute).
-    pub container: String,
+    pub(crate) container: String,
     /// Mounted read-only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 fn default_host() -> String {
@@ -303,7 +304,7 @@ fn default_host() -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[schemars(untagged)]
-pub enum Gpus {
+pub(crate) enum Gpus {
     All,
     None,
     Count(u32),
@@ -337,7 +338,7 @@ impl<'de> Deserialize<'de> for Gpus {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Ipc {
+pub(crate) enum Ipc {
     Host,
     Private,
     Shareable,
@@ -345,7 +346,7 @@ pub enum Ipc {
 
 impl Ipc {
     /// As `docker run --ipc` and the Engine API's IpcMode take it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Ipc::Host => "host",
             Ipc::Private => "private",
@@ -356,38 +357,38 @@ impl Ipc {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Health {
+pub(crate) struct Health {
     /// Readiness path; defaults to the engine's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// How long loading may take before the start counts as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<HumanDuration>,
+    pub(crate) timeout: Option<HumanDuration>,
     /// How long the one-token chat completion may take once health says ok; no answer by
     /// then means generation is wedged and the start fails. Shorter than `timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_timeout: Option<HumanDuration>,
+    pub(crate) completion_timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Bench {
+pub(crate) struct Bench {
     /// Suite name (built in or recipes/suites/NAME.yaml) or a path.
     #[serde(default = "default_suite")]
-    pub suite: String,
+    pub(crate) suite: String,
     /// Gate name → rule, e.g. `thinking_leak: "== 0%"`, `ttft_p50_ms: "<= 1500"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gates: BTreeMap<String, String>,
+    pub(crate) gates: BTreeMap<String, String>,
     /// Objectives for goodput: `{ttft: 500ms, tpot: 50ms}` (e2el too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slo: Option<crate::bench::slo::Slo>,
+    pub(crate) slo: Option<crate::bench::slo::Slo>,
     /// Load levels, a sweep, context depths and repeats, run beside the suite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load: Option<crate::bench::load::LoadSpec>,
+    pub(crate) load: Option<crate::bench::load::LoadSpec>,
     /// Peak memory bandwidth of the device that serves this recipe, GB/s: the roofline's
     /// bound, over the host's (`SPARKCTL_BANDWIDTH_GBPS`) and the GPU's known figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bandwidth_gbps: Option<f64>,
+    pub(crate) bandwidth_gbps: Option<f64>,
 }
 
 fn default_suite() -> String {
@@ -395,7 +396,7 @@ fn default_suite() -> String {
 }
 
 /// The JSON Schema of the recipe format, for editors (yaml-language-server and the like).
-pub fn json_schema() -> serde_json::Value {
+pub(crate) fn json_schema() -> serde_json::Value {
     let schema = schemars::schema_for!(Recipe);
     serde_json::to_value(schema).expect("a schema is always JSON")
 }

@@ -18,18 +18,18 @@ use crate::units::HumanDuration;
 /// there).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Nodes {
+pub(crate) struct Nodes {
     /// Port of Ray's head (GCS) on the head's high-speed address.
     #[serde(default = "default_ray_port")]
-    pub ray_port: u16,
+    pub(crate) ray_port: u16,
     /// GPUs each node brings to Ray (a Spark has one).
     #[serde(default = "default_gpus")]
-    pub gpus_per_node: u32,
+    pub(crate) gpus_per_node: u32,
     /// How long every worker may take to join Ray before the start fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub join_timeout: Option<HumanDuration>,
+    pub(crate) join_timeout: Option<HumanDuration>,
     /// The nodes, head first.
-    pub members: Vec<Node>,
+    pub(crate) members: Vec<Node>,
 }
 
 fn default_ray_port() -> u16 {
@@ -43,32 +43,32 @@ fn default_gpus() -> u32 {
 /// One node.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Node {
+pub(crate) struct Node {
     /// What users type (`sparkctl logs NAME --node spark-b`).
-    pub name: String,
+    pub(crate) name: String,
     /// Its Docker Engine: `local` (DOCKER_HOST or the default socket), `unix:///path`,
     /// `tcp://host:port`, or `ssh://user@host`.
-    pub engine: String,
+    pub(crate) engine: String,
     /// A directory with ca.pem, cert.pem and key.pem for a `tcp://` engine (as docker's
     /// DOCKER_CERT_PATH).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<String>,
+    pub(crate) tls: Option<String>,
     /// Its address on the high-speed interface: Ray, NCCL and the other nodes use it.
-    pub address: String,
+    pub(crate) address: String,
     /// The high-speed interface's name (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, UCX).
-    pub interface: String,
+    pub(crate) interface: String,
     /// The RDMA device for NCCL (NCCL_IB_HCA), e.g. `rocep1s0f1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ib_hca: Option<String>,
+    pub(crate) ib_hca: Option<String>,
     /// Memory this node may give the group, in GB (default: sparkctl's budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_gb: Option<f64>,
+    pub(crate) memory_gb: Option<f64>,
 }
 
 /// How sparkctl reaches a node's Docker Engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     Local,
     Unix { path: PathBuf },
     Tcp { addr: String, tls: Option<PathBuf> },
@@ -77,7 +77,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// Parses a node's `engine` (and `tls`); the error says what is accepted.
-    pub fn parse(engine: &str, tls: Option<&str>) -> std::result::Result<Endpoint, String> {
+    pub(crate) fn parse(engine: &str, tls: Option<&str>) -> std::result::Result<Endpoint, String> {
         let endpoint = if engine == "local" {
             Endpoint::Local
         } else if let Some(path) = engine.strip_prefix("unix://") {
@@ -116,7 +116,7 @@ impl Endpoint {
 
     /// Why this sparkctl cannot use the endpoint, if it cannot: its Engine API client is
     /// built without the ssh and TLS transports (they would add a TLS stack to every build).
-    pub fn unsupported(&self) -> Option<String> {
+    pub(crate) fn unsupported(&self) -> Option<String> {
         match self {
             Endpoint::Ssh { target } => Some(format!(
                 "ssh://{target}: this sparkctl has no SSH transport yet; forward the node's \
@@ -145,7 +145,7 @@ impl std::fmt::Display for Endpoint {
 }
 
 impl Node {
-    pub fn endpoint(&self) -> Result<Endpoint> {
+    pub(crate) fn endpoint(&self) -> Result<Endpoint> {
         Endpoint::parse(&self.engine, self.tls.as_deref())
             .map_err(|e| Error::Usage(format!("node {}: engine: {e}", self.name)))
     }
@@ -153,7 +153,7 @@ impl Node {
 
 /// Environment names sparkctl sets per node; a recipe's `server.env` may not set them
 /// (one value cannot be right for two nodes whose interfaces differ).
-pub const PER_NODE_ENV: &[&str] = &[
+pub(crate) const PER_NODE_ENV: &[&str] = &[
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
     "UCX_NET_DEVICES",

@@ -12,22 +12,22 @@ use crate::units::{ByteSize, HumanDuration};
 /// Everything a runtime needs to start a recipe, decided before anything runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Resolved {
-    pub name: String,
-    pub engine: Engine,
-    pub runtime: Runtime,
-    pub port: u16,
-    pub host: String,
-    pub health_path: String,
-    pub health_timeout: HumanDuration,
+    pub(crate) name: String,
+    pub(crate) engine: Engine,
+    pub(crate) runtime: Runtime,
+    pub(crate) port: u16,
+    pub(crate) host: String,
+    pub(crate) health_path: String,
+    pub(crate) health_timeout: HumanDuration,
     /// How long readiness's one-token completion may take once health says ok.
-    pub completion_timeout: HumanDuration,
-    pub memory_gb: Option<f64>,
-    pub launch: Launch,
+    pub(crate) completion_timeout: HumanDuration,
+    pub(crate) memory_gb: Option<f64>,
+    pub(crate) launch: Launch,
 }
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "runtime", rename_all = "lowercase")]
-pub enum Launch {
+pub(crate) enum Launch {
     Docker(ContainerLaunch),
     Process {
         program: String,
@@ -38,38 +38,38 @@ pub enum Launch {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ContainerLaunch {
+pub(crate) struct ContainerLaunch {
     /// As written in the recipe; the digest from images.lock replaces the tag at start.
-    pub image: String,
+    pub(crate) image: String,
     /// Replaces the image's entrypoint when the engine's image has no server entrypoint
     /// (empty: keep the image's).
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub mounts: Vec<Mount>,
-    pub host_ip: String,
-    pub host_port: u16,
-    pub container_port: u16,
-    pub env: BTreeMap<String, String>,
+    pub(crate) entrypoint: Vec<String>,
+    pub(crate) cmd: Vec<String>,
+    pub(crate) mounts: Vec<Mount>,
+    pub(crate) host_ip: String,
+    pub(crate) host_port: u16,
+    pub(crate) container_port: u16,
+    pub(crate) env: BTreeMap<String, String>,
     /// Names only: values are read from the host when the container starts.
-    pub env_from_host: Vec<String>,
+    pub(crate) env_from_host: Vec<String>,
     #[serde(flatten)]
-    pub resources: Resources,
-    pub user: Option<String>,
+    pub(crate) resources: Resources,
+    pub(crate) user: Option<String>,
 }
 
 /// What a container asks of the engine beside its command — GPUs, IPC, shared memory,
 /// ulimits — read alike from a recipe's `server:` and from a job recipe.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Resources {
+pub(crate) struct Resources {
     /// `all` or a count, as `docker run --gpus` takes it; none asked: `None`.
-    pub gpus: Option<String>,
-    pub ipc: Option<String>,
-    pub shm_size: Option<ByteSize>,
-    pub ulimits: BTreeMap<String, i64>,
+    pub(crate) gpus: Option<String>,
+    pub(crate) ipc: Option<String>,
+    pub(crate) shm_size: Option<ByteSize>,
+    pub(crate) ulimits: BTreeMap<String, i64>,
 }
 
 impl Resources {
-    pub fn of(
+    pub(crate) fn of(
         gpus: Option<&Gpus>,
         ipc: Option<Ipc>,
         shm_size: Option<ByteSize>,
@@ -88,7 +88,7 @@ impl Resources {
     }
 
     /// The `docker run` flags that ask for the same, for review.
-    pub fn run_flags(&self) -> Vec<String> {
+    pub(crate) fn run_flags(&self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(g) = &self.gpus {
             v.extend(["--gpus".into(), g.clone()]);
@@ -107,14 +107,14 @@ impl Resources {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Mount {
-    pub host: String,
-    pub container: String,
-    pub read_only: bool,
+pub(crate) struct Mount {
+    pub(crate) host: String,
+    pub(crate) container: String,
+    pub(crate) read_only: bool,
 }
 
 /// `~/x` → `$HOME/x`; other paths unchanged.
-pub fn expand_home(path: &str) -> String {
+pub(crate) fn expand_home(path: &str) -> String {
     match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => PathBuf::from(home).join(rest).display().to_string(),
         _ => path.to_string(),
@@ -129,7 +129,7 @@ fn push_flag(argv: &mut Vec<String>, flag: Flag, value: &str) {
 }
 
 impl Recipe {
-    pub fn runtime(&self) -> Runtime {
+    pub(crate) fn runtime(&self) -> Runtime {
         self.runtime.unwrap_or(self.engine.profile().runtimes[0])
     }
 
@@ -279,7 +279,7 @@ fn python_interpreter(path: &str) -> String {
 }
 
 /// Quotes one word for a POSIX shell, for display only: sparkctl never runs a shell.
-pub fn shell_quote(word: &str) -> String {
+pub(crate) fn shell_quote(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .chars()
@@ -293,7 +293,7 @@ pub fn shell_quote(word: &str) -> String {
 
 /// The end of a `docker run` line, for servers and jobs alike: the environment (host
 /// variables by name only: their values are secrets), then the image and its command.
-pub fn run_tail(
+pub(crate) fn run_tail(
     env: &BTreeMap<String, String>,
     env_from_host: &[String],
     entrypoint: &[String],
@@ -321,7 +321,7 @@ pub fn run_tail(
 
 impl Launch {
     /// The equivalent command line a person could type, for review. Secrets appear by name only.
-    pub fn equivalent_command(&self) -> Vec<String> {
+    pub(crate) fn equivalent_command(&self) -> Vec<String> {
         match self {
             Launch::Docker(c) => {
                 let mut v: Vec<String> = vec!["docker".into(), "run".into(), "-d".into()];
@@ -360,7 +360,7 @@ impl Launch {
 
 impl Recipe {
     /// The recipe as it will be used: every default the engine supplies written out.
-    pub fn with_defaults(&self) -> Recipe {
+    pub(crate) fn with_defaults(&self) -> Recipe {
         let profile = self.engine.profile();
         let mut r = self.clone();
         let runtime = self.runtime();

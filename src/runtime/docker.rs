@@ -26,26 +26,26 @@ use crate::recipe::{ContainerLaunch, Launch, Resolved, Resources, Runtime};
 use crate::state::StateDir;
 
 /// Label keys on every container sparkctl creates.
-pub mod label {
+pub(crate) mod label {
     /// `true`: sparkctl made it. Nothing without it is ever stopped or removed.
-    pub const MANAGED: &str = "io.sparkctl.managed";
+    pub(crate) const MANAGED: &str = "io.sparkctl.managed";
     /// The state dir that owns it (two state dirs never touch each other's containers).
-    pub const STATE: &str = "io.sparkctl.state";
-    pub const RECIPE: &str = "io.sparkctl.recipe";
-    pub const RECIPE_HASH: &str = "io.sparkctl.recipe-hash";
-    pub const RUN_ID: &str = "io.sparkctl.run-id";
-    pub const ENGINE: &str = "io.sparkctl.engine";
-    pub const IMAGE_REF: &str = "io.sparkctl.image";
-    pub const HOST: &str = "io.sparkctl.host";
-    pub const PORT: &str = "io.sparkctl.port";
-    pub const HEALTH: &str = "io.sparkctl.health";
-    pub const MEMORY_GB: &str = "io.sparkctl.memory-gb";
-    pub const MODEL_FINGERPRINT: &str = "io.sparkctl.model-fingerprint";
+    pub(crate) const STATE: &str = "io.sparkctl.state";
+    pub(crate) const RECIPE: &str = "io.sparkctl.recipe";
+    pub(crate) const RECIPE_HASH: &str = "io.sparkctl.recipe-hash";
+    pub(crate) const RUN_ID: &str = "io.sparkctl.run-id";
+    pub(crate) const ENGINE: &str = "io.sparkctl.engine";
+    pub(crate) const IMAGE_REF: &str = "io.sparkctl.image";
+    pub(crate) const HOST: &str = "io.sparkctl.host";
+    pub(crate) const PORT: &str = "io.sparkctl.port";
+    pub(crate) const HEALTH: &str = "io.sparkctl.health";
+    pub(crate) const MEMORY_GB: &str = "io.sparkctl.memory-gb";
+    pub(crate) const MODEL_FINGERPRINT: &str = "io.sparkctl.model-fingerprint";
     /// `true` when the image ran without a pin in images.lock (`--allow-unpinned`).
-    pub const UNPINNED: &str = "io.sparkctl.unpinned";
+    pub(crate) const UNPINNED: &str = "io.sparkctl.unpinned";
 }
 
-pub struct DockerRuntime {
+pub(crate) struct DockerRuntime {
     docker: Docker,
     state_id: String,
 }
@@ -56,7 +56,7 @@ pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
 }
 
 /// Connects to the local engine (DOCKER_HOST or the default socket) and agrees on an API version.
-pub async fn connect() -> Result<Docker> {
+pub(crate) async fn connect() -> Result<Docker> {
     let unreachable = |e: bollard::errors::Error| Error::EngineUnreachable {
         cause: e.to_string(),
     };
@@ -78,24 +78,24 @@ pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
 }
 
 impl DockerRuntime {
-    pub async fn connect(state: &StateDir) -> Result<Self> {
+    pub(crate) async fn connect(state: &StateDir) -> Result<Self> {
         Ok(DockerRuntime {
             docker: connect().await?,
             state_id: state.id(),
         })
     }
 
-    pub fn client(&self) -> &Docker {
+    pub(crate) fn client(&self) -> &Docker {
         &self.docker
     }
 
     /// The state dir's id its containers are labelled with.
-    pub fn state_id(&self) -> &str {
+    pub(crate) fn state_id(&self) -> &str {
         &self.state_id
     }
 
     /// Whether the engine has the NVIDIA runtime that `--gpus` needs.
-    pub async fn has_nvidia_runtime(&self) -> Result<bool> {
+    pub(crate) async fn has_nvidia_runtime(&self) -> Result<bool> {
         let info = self
             .docker
             .info()
@@ -117,7 +117,7 @@ impl DockerRuntime {
 
     /// This state dir's container `id`, if the engine still has it: one container asked
     /// for, not the whole list (the watch asks every few seconds).
-    pub async fn by_id(&self, id: &str) -> Result<Option<Deployment>> {
+    pub(crate) async fn by_id(&self, id: &str) -> Result<Option<Deployment>> {
         let mut filters = self.filters(None);
         filters.insert("id", vec![id.to_string()]);
         Ok(self
@@ -146,7 +146,7 @@ impl DockerRuntime {
     }
 
     /// A running container publishing `port` on the host, as (name, sparkctl recipe if ours).
-    pub async fn publisher_of(&self, port: u16) -> Result<Option<(String, Option<String>)>> {
+    pub(crate) async fn publisher_of(&self, port: u16) -> Result<Option<(String, Option<String>)>> {
         let opts = ListContainersOptionsBuilder::new().build();
         let list = self
             .docker
@@ -175,7 +175,7 @@ impl DockerRuntime {
 
 impl DockerRuntime {
     /// Fills in how an exited container ended (exit code, OOMKilled).
-    pub async fn exit_details(&self, d: &mut Deployment) {
+    pub(crate) async fn exit_details(&self, d: &mut Deployment) {
         if let RunState::Exited { exit: exit @ None } = &mut d.state {
             *exit = exit_of(&self.docker, &d.id).await.ok();
         }

@@ -22,20 +22,20 @@ use crate::recipe::Recipe;
 use crate::state::StateDir;
 
 /// Label keys of group containers (beside `io.sparkctl.managed`, `.state`, `.run-id`).
-pub mod label {
+pub(crate) mod label {
     /// The recipe whose group it belongs to.
-    pub const GROUP: &str = "io.sparkctl.group";
-    pub const NODE: &str = "io.sparkctl.node";
-    pub const ROLE: &str = "io.sparkctl.role";
+    pub(crate) const GROUP: &str = "io.sparkctl.group";
+    pub(crate) const NODE: &str = "io.sparkctl.node";
+    pub(crate) const ROLE: &str = "io.sparkctl.role";
     /// On the API server: the recipe's `nodes:` (JSON), so any later command can reach
     /// every node of the group without the recipe file.
-    pub const NODES: &str = "io.sparkctl.nodes";
+    pub(crate) const NODES: &str = "io.sparkctl.nodes";
 }
 
 /// A container's part in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Role {
+pub(crate) enum Role {
     /// `ray start --head` on the head node.
     RayHead,
     /// `ray start --address HEAD:PORT` on every other node.
@@ -45,7 +45,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::RayHead => "ray-head",
             Role::RayWorker => "ray-worker",
@@ -53,7 +53,7 @@ impl Role {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Role> {
+    pub(crate) fn parse(text: &str) -> Option<Role> {
         [Role::RayHead, Role::RayWorker, Role::Api]
             .into_iter()
             .find(|r| r.as_str() == text)
@@ -62,13 +62,13 @@ impl Role {
 
 /// One container of a running or ended group.
 #[derive(Debug, Clone, Serialize)]
-pub struct Placed {
-    pub node: String,
-    pub role: Role,
-    pub id: String,
-    pub running: bool,
+pub(crate) struct Placed {
+    pub(crate) node: String,
+    pub(crate) role: Role,
+    pub(crate) id: String,
+    pub(crate) running: bool,
     #[serde(skip)]
-    pub docker: Option<Docker>,
+    pub(crate) docker: Option<Docker>,
 }
 
 fn run_filter(state_id: &str, run_id: &str) -> HashMap<&'static str, Vec<String>> {
@@ -83,7 +83,7 @@ fn run_filter(state_id: &str, run_id: &str) -> HashMap<&'static str, Vec<String>
 }
 
 /// Every container of one run on the nodes that answer, with the nodes that do not.
-pub async fn placed(conns: &[Connected], state_id: &str, run_id: &str) -> Vec<Placed> {
+pub(crate) async fn placed(conns: &[Connected], state_id: &str, run_id: &str) -> Vec<Placed> {
     let mut out = Vec::new();
     for c in conns {
         let opts = ListContainersOptionsBuilder::new()
@@ -120,7 +120,7 @@ pub async fn placed(conns: &[Connected], state_id: &str, run_id: &str) -> Vec<Pl
 }
 
 /// The last `n` lines a member wrote.
-pub async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
+pub(crate) async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
     let Some(docker) = &p.docker else {
         return Vec::new();
     };
@@ -143,7 +143,7 @@ pub async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
 /// Stops every container of the run on every node that answers, keeps each one's full
 /// output under the run (`runs/RUN/nodes/NODE-ROLE.log`), and returns every member's last
 /// lines for the summary.
-pub async fn stop_run(
+pub(crate) async fn stop_run(
     conns: &[Connected],
     state: Option<&StateDir>,
     state_id: &str,
@@ -180,7 +180,7 @@ fn keep_log(state: &StateDir, run_id: &str, p: &Placed, lines: &[String]) {
 }
 
 /// Every member's last lines, for an error that explains a group's failure.
-pub fn summary(stopped: &[(Placed, Vec<String>)]) -> String {
+pub(crate) fn summary(stopped: &[(Placed, Vec<String>)]) -> String {
     let mut text = String::from("\n  every node's last output:");
     for (p, lines) in stopped {
         text.push_str(&format!("\n  [{} {}]", p.node, p.role.as_str()));
@@ -192,7 +192,7 @@ pub fn summary(stopped: &[(Placed, Vec<String>)]) -> String {
 }
 
 /// The nodes a group's API server container names (its `io.sparkctl.nodes` label).
-pub async fn nodes_of(docker: &Docker, container: &str) -> Option<Nodes> {
+pub(crate) async fn nodes_of(docker: &Docker, container: &str) -> Option<Nodes> {
     group_of(docker, container).await.map(|(nodes, _)| nodes)
 }
 
@@ -207,7 +207,7 @@ async fn group_of(docker: &Docker, container: &str) -> Option<(Nodes, String)> {
 /// When `container` is a group's API server: stops the rest of its group on every node
 /// (Ray head and workers), keeping their logs. What `down`, `rollback` and a failed `up`
 /// call through the runtime's stop. Nodes that cannot be reached are named.
-pub async fn stop_rest(
+pub(crate) async fn stop_rest(
     docker: &Docker,
     container: &str,
     state: Option<&StateDir>,
@@ -223,7 +223,7 @@ pub async fn stop_rest(
 
 /// `logs NAME --node NODE`: the output of the group's containers on that node (the Ray
 /// head and the API server on the head node), each under a header.
-pub async fn logs(
+pub(crate) async fn logs(
     docker: &DockerRuntime,
     d: &Deployment,
     node: &str,
@@ -268,7 +268,7 @@ pub async fn logs(
 /// Stops what earlier runs of recipe `name` left running on these nodes (a group whose API
 /// server ended leaves Ray's head and workers behind, holding the Ray port and memory), and
 /// says what it stopped. Only this state dir's containers of that recipe are touched.
-pub async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> Vec<String> {
+pub(crate) async fn stop_leftovers(conns: &[Connected], state_id: &str, name: &str) -> Vec<String> {
     stop_leftovers_of(conns, state_id, name, None).await
 }
 
@@ -334,7 +334,7 @@ async fn stop_leftovers_of(
 
 /// A group deployment's containers on every node that answers (empty for one-engine
 /// deployments), for `status`; unreachable nodes are named in the notes.
-pub async fn members_of(rt: &Runtimes, d: &Deployment) -> (Vec<Placed>, Vec<String>) {
+pub(crate) async fn members_of(rt: &Runtimes, d: &Deployment) -> (Vec<Placed>, Vec<String>) {
     let Ok(docker) = rt.docker() else {
         return (Vec::new(), Vec::new());
     };
@@ -351,7 +351,11 @@ pub async fn members_of(rt: &Runtimes, d: &Deployment) -> (Vec<Placed>, Vec<Stri
 /// After an interrupted or failed flow: whatever of recipe's group that flow's run
 /// (`run_id`) still runs on its nodes (a start cut short before its server was known) is
 /// stopped, and named. Other runs' containers are not the flow's to stop.
-pub async fn stop_group_leftovers(rt: &Runtimes, recipe: &Recipe, run_id: &str) -> Vec<String> {
+pub(crate) async fn stop_group_leftovers(
+    rt: &Runtimes,
+    recipe: &Recipe,
+    run_id: &str,
+) -> Vec<String> {
     let (Some(nodes), Ok(docker)) = (&recipe.nodes, rt.docker()) else {
         return Vec::new();
     };
@@ -364,7 +368,12 @@ pub async fn stop_group_leftovers(rt: &Runtimes, recipe: &Recipe, run_id: &str) 
 /// Removes the Ray containers of this recipe's older ended runs on every node, beyond the
 /// newest `keep` ended runs (`SPARKCTL_KEEP_EXITED`, as `prune` keeps servers); each run's
 /// output was kept under `runs/RUN/nodes/` when it stopped. Returns what went.
-pub async fn prune_old_runs(conns: &[Connected], state_id: &str, name: &str, keep: usize) -> usize {
+pub(crate) async fn prune_old_runs(
+    conns: &[Connected],
+    state_id: &str,
+    name: &str,
+    keep: usize,
+) -> usize {
     let filters = HashMap::from([(
         "label",
         vec![

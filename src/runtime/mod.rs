@@ -2,11 +2,11 @@
 //! watches and stops it again. `docker` drives the Engine API; `process` supervises a
 //! host binary. Both answer to one trait, so the flows above never ask which one runs.
 
-pub mod docker;
-pub mod group;
-pub mod process;
+pub(crate) mod docker;
+pub(crate) mod group;
+pub(crate) mod process;
 pub mod ready;
-pub mod remote;
+pub(crate) mod remote;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,10 +19,10 @@ use crate::error::Result;
 use crate::recipe::{Resolved, Runtime};
 
 /// How long a stopped server gets between SIGTERM and SIGKILL.
-pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-pub use docker::DockerRuntime;
-pub use process::ProcessRuntime;
+pub(crate) use docker::DockerRuntime;
+pub(crate) use process::ProcessRuntime;
 
 /// What a start needs beyond the resolved recipe.
 #[derive(Debug, Clone)]
@@ -72,7 +72,12 @@ pub struct Deployment {
 
 impl Deployment {
     /// The deployment a start just made: what the spec says, running now.
-    pub fn started(spec: &StartSpec, runtime: Runtime, id: String, artifact: &str) -> Deployment {
+    pub(crate) fn started(
+        spec: &StartSpec,
+        runtime: Runtime,
+        id: String,
+        artifact: &str,
+    ) -> Deployment {
         let r = &spec.resolved;
         Deployment {
             name: r.name.clone(),
@@ -96,7 +101,7 @@ impl Deployment {
 }
 
 /// Where a client reaches a server bound to `host:port` (a wildcard bind over loopback).
-pub fn client_url(host: &str, port: u16) -> String {
+pub(crate) fn client_url(host: &str, port: u16) -> String {
     let host = match host {
         "0.0.0.0" | "::" | "" => "127.0.0.1",
         h => h,
@@ -109,11 +114,11 @@ pub fn client_url(host: &str, port: u16) -> String {
 }
 
 impl Deployment {
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         client_url(&self.host, self.port)
     }
 
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.state == RunState::Running
     }
 }
@@ -135,11 +140,11 @@ pub enum RunState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<i64>,
+    pub(crate) code: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
+    pub(crate) signal: Option<i32>,
     #[serde(default)]
-    pub oom_killed: bool,
+    pub(crate) oom_killed: bool,
 }
 
 impl std::fmt::Display for Exit {
@@ -195,17 +200,17 @@ pub struct Started {
 /// What `logs` shows: the last `tail` lines (all of them when `None`), then, while
 /// `follow`, new ones until the server stops.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LogView {
-    pub tail: Option<usize>,
-    pub follow: bool,
+pub(crate) struct LogView {
+    pub(crate) tail: Option<usize>,
+    pub(crate) follow: bool,
 }
 
 /// Where `logs` writes: the terminal, or the file a run keeps.
-pub type LogSink = dyn std::io::Write + Send;
+pub(crate) type LogSink = dyn std::io::Write + Send;
 
 /// The interface both runtimes implement.
 #[allow(async_fn_in_trait)]
-pub trait Supervisor {
+pub(crate) trait Supervisor {
     /// Checks what can be checked before anything changes (binary, image, GPU runtime);
     /// returns what will run (the image digest or the binary path).
     async fn preflight(&self, resolved: &Resolved) -> Result<String>;
@@ -221,13 +226,13 @@ pub trait Supervisor {
 
 /// Both runtimes, for commands that do not care which one a deployment uses. The Docker
 /// Engine is optional here: without it, process deployments still list, stop and log.
-pub struct Runtimes {
-    pub process: ProcessRuntime,
+pub(crate) struct Runtimes {
+    pub(crate) process: ProcessRuntime,
     docker: std::result::Result<DockerRuntime, String>,
 }
 
 impl Runtimes {
-    pub async fn open(state: &crate::state::StateDir) -> Runtimes {
+    pub(crate) async fn open(state: &crate::state::StateDir) -> Runtimes {
         Runtimes {
             process: ProcessRuntime::new(state.clone()),
             // The client's own words: `docker()` says them in the one message.
@@ -238,7 +243,7 @@ impl Runtimes {
         }
     }
 
-    pub fn docker(&self) -> Result<&DockerRuntime> {
+    pub(crate) fn docker(&self) -> Result<&DockerRuntime> {
         self.docker
             .as_ref()
             .map_err(|cause| crate::error::Error::EngineUnreachable {
@@ -246,14 +251,9 @@ impl Runtimes {
             })
     }
 
-    /// Why the Docker Engine is not available, if it is not.
-    pub fn docker_problem(&self) -> Option<&str> {
-        self.docker.as_ref().err().map(String::as_str)
-    }
-
     /// Every deployment, newest first; containers are missing (with a warning) when the
     /// engine cannot be reached, at the start or since.
-    pub async fn list(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
+    pub(crate) async fn list(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
         let (mut all, damaged) = self.process.list_records()?;
         let mut warnings: Vec<String> = damaged.iter().map(ToString::to_string).collect();
         // An engine that stopped answering since (dockerd restarting) is the same case as
@@ -280,7 +280,7 @@ impl Runtimes {
 
     /// One deployment per recipe, the one that matters: its running one, else its newest.
     /// Running ones first, then by name.
-    pub async fn latest_per_recipe(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
+    pub(crate) async fn latest_per_recipe(&self) -> Result<(Vec<Deployment>, Vec<String>)> {
         let (all, warnings) = self.list().await?;
         let mut rows: Vec<Deployment> = Vec::new();
         for d in all {
@@ -306,7 +306,7 @@ impl Runtimes {
     /// The very instance `id` of recipe `name`, if sparkctl knows it: a process from its
     /// record (no engine asked: the watch must see a process production while the Docker
     /// Engine does not answer), a container from the engine.
-    pub async fn instance(&self, name: &str, id: &str) -> Result<Option<Deployment>> {
+    pub(crate) async fn instance(&self, name: &str, id: &str) -> Result<Option<Deployment>> {
         if let Some(d) = self.process.find(name).filter(|d| d.id == id) {
             return Ok(Some(d));
         }
@@ -317,26 +317,26 @@ impl Runtimes {
         self.docker()?.by_id(id).await
     }
 
-    pub async fn find(&self, name: &str) -> Result<Option<Deployment>> {
+    pub(crate) async fn find(&self, name: &str) -> Result<Option<Deployment>> {
         let (rows, _) = self.latest_per_recipe().await?;
         Ok(rows.into_iter().find(|d| d.name == name))
     }
 
-    pub async fn preflight(&self, resolved: &Resolved) -> Result<String> {
+    pub(crate) async fn preflight(&self, resolved: &Resolved) -> Result<String> {
         match resolved.runtime {
             Runtime::Docker => self.docker()?.preflight(resolved).await,
             Runtime::Process => self.process.preflight(resolved).await,
         }
     }
 
-    pub async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
+    pub(crate) async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
         match spec.resolved.runtime {
             Runtime::Docker => self.docker()?.start(spec, artifact).await,
             Runtime::Process => self.process.start(spec, artifact).await,
         }
     }
 
-    pub async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
+    pub(crate) async fn stop(&self, deployment: &Deployment, grace: Duration) -> Result<()> {
         match deployment.runtime {
             Runtime::Docker => {
                 let docker = self.docker()?;
@@ -353,7 +353,7 @@ impl Runtimes {
         }
     }
 
-    pub async fn logs(
+    pub(crate) async fn logs(
         &self,
         deployment: &Deployment,
         view: LogView,

@@ -28,7 +28,7 @@ struct Record {
     args: Vec<String>,
 }
 
-pub struct ProcessRuntime {
+pub(crate) struct ProcessRuntime {
     state: StateDir,
     /// Where records go when the disk is full, in a process that must keep going (the
     /// front door); without it, a record that cannot be written fails the start.
@@ -37,7 +37,7 @@ pub struct ProcessRuntime {
 
 impl ProcessRuntime {
     /// The state dir it keeps records in.
-    pub fn state(&self) -> &StateDir {
+    pub(crate) fn state(&self) -> &StateDir {
         &self.state
     }
 }
@@ -46,7 +46,7 @@ impl ProcessRuntime {
 const POLL: Duration = Duration::from_millis(10);
 
 impl ProcessRuntime {
-    pub fn new(state: StateDir) -> Self {
+    pub(crate) fn new(state: StateDir) -> Self {
         ProcessRuntime {
             state,
             deferred: None,
@@ -54,7 +54,7 @@ impl ProcessRuntime {
     }
 
     /// Records that find the disk full are kept in `deferred` and written later.
-    pub fn defer_writes(&mut self, deferred: state::Deferred) {
+    pub(crate) fn defer_writes(&mut self, deferred: state::Deferred) {
         self.deferred = Some(deferred);
     }
 
@@ -74,7 +74,7 @@ impl ProcessRuntime {
 
     /// Every deployment record that reads, newest first, and the damaged ones (which
     /// `Runtimes::list` reports as warnings instead of failing `status` whole).
-    pub fn list_records(&self) -> Result<(Vec<Deployment>, Vec<state::Damaged>)> {
+    pub(crate) fn list_records(&self) -> Result<(Vec<Deployment>, Vec<state::Damaged>)> {
         let (mut records, damaged) =
             state::read_json_files::<Record>(self.state.deployment_records()?);
         if let Some(d) = &self.deferred {
@@ -96,7 +96,7 @@ impl ProcessRuntime {
     }
 
     /// Recipe `name`'s deployment, from its record alone.
-    pub fn find(&self, name: &str) -> Option<Deployment> {
+    pub(crate) fn find(&self, name: &str) -> Option<Deployment> {
         let record = self.read_record(&self.state.deployment_record(name)).ok()?;
         Some(Self::deployment_of(record))
     }

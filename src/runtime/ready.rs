@@ -29,7 +29,7 @@ mod ask;
 mod fault;
 
 use ask::{ask_health, completion, Generation};
-pub use ask::{health_now, server_message, Liveness};
+pub use ask::{health_now, Liveness};
 pub use fault::Fault;
 
 /// Between two health probes: small at first, so a quick start is noticed within a few ms;
@@ -52,7 +52,7 @@ const KEEP_LINES: usize = 12;
 /// health endpoint) gets `STATUS_GENERATION_TIMEOUT`. A warm server on a Spark answers a
 /// one-token completion in about 0.1 s (the seeds' TTFT), so 3 s is 30 times that; a busy
 /// one may be slower, which the status text says ("busy or wedged").
-pub const STATUS_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const STATUS_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 pub const STATUS_GENERATION_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What checks generation, after health said ok.
@@ -148,9 +148,9 @@ impl std::fmt::Display for Health {
 
 /// Progress while waiting, for the display.
 pub struct Waiting<'a> {
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     pub health: &'a Health,
-    pub last_line: Option<&'a str>,
+    pub(crate) last_line: Option<&'a str>,
 }
 
 #[derive(Debug, Clone)]
@@ -158,7 +158,7 @@ pub struct Ready {
     /// From the start of waiting to readiness noticed.
     pub after: Duration,
     /// When readiness was noticed (Unix time), for latency measurements.
-    pub noticed_at: Duration,
+    pub(crate) noticed_at: Duration,
     /// The model id the server answered the check completion with.
     pub model: String,
 }
@@ -419,7 +419,7 @@ impl Drop for AbortOnDrop {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::ask::server_message;
 
     #[test]
     fn servers_say_why_in_their_own_words() {

@@ -11,7 +11,7 @@ const ENGINE_TIMEOUT_SECS: u64 = 20;
 
 /// Connects to a node's engine and agrees on an API version; the error names the node
 /// and the address, and says what to check.
-pub async fn connect(node: &Node) -> Result<Docker> {
+pub(crate) async fn connect(node: &Node) -> Result<Docker> {
     let endpoint = node.endpoint()?;
     if let Some(why) = endpoint.unsupported() {
         return Err(Error::Usage(format!("node {}: {why}", node.name)));
@@ -44,14 +44,14 @@ pub async fn connect(node: &Node) -> Result<Docker> {
 
 /// A node and its connected engine.
 #[derive(Clone, Debug)]
-pub struct Connected {
-    pub node: Node,
-    pub docker: Docker,
+pub(crate) struct Connected {
+    pub(crate) node: Node,
+    pub(crate) docker: Docker,
 }
 
 /// Connects to every node at once; refuses (naming each) when any cannot be reached, so
 /// nothing starts on some nodes and not others.
-pub async fn connect_all(nodes: &Nodes) -> Result<Vec<Connected>> {
+pub(crate) async fn connect_all(nodes: &Nodes) -> Result<Vec<Connected>> {
     let tries = futures_util::future::join_all(nodes.members.iter().map(|n| async move {
         connect(n).await.map(|docker| Connected {
             node: n.clone(),
@@ -74,7 +74,7 @@ pub async fn connect_all(nodes: &Nodes) -> Result<Vec<Connected>> {
 }
 
 /// Connects to the nodes that answer; the others are named in the notes.
-pub async fn reach(nodes: &Nodes) -> (Vec<Connected>, Vec<String>) {
+pub(crate) async fn reach(nodes: &Nodes) -> (Vec<Connected>, Vec<String>) {
     let mut conns = Vec::new();
     let mut notes = Vec::new();
     for n in &nodes.members {

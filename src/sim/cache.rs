@@ -7,13 +7,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 /// Tokens per cache block.
-pub const BLOCK: usize = 16;
+pub(crate) const BLOCK: usize = 16;
 
 /// Blocks kept before the cache starts over: bounds the memory of a long-running sim.
 const MAX_BLOCKS: usize = 1 << 20;
 
 #[derive(Default)]
-pub struct PrefixCache {
+pub(crate) struct PrefixCache {
     blocks: Mutex<HashSet<u64>>,
 }
 
@@ -34,7 +34,7 @@ fn chain(tokens: &[u64]) -> Vec<u64> {
 impl PrefixCache {
     /// How many leading tokens of `tokens` are cached; then remembers all its blocks. At
     /// least the last token is always evaluated (its logits are needed), as real engines do.
-    pub fn lookup_and_insert(&self, tokens: &[u64]) -> usize {
+    pub(crate) fn lookup_and_insert(&self, tokens: &[u64]) -> usize {
         let keys = chain(tokens);
         let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         let hit = keys.iter().take_while(|k| blocks.contains(k)).count();

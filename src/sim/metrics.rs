@@ -14,17 +14,17 @@ const TTFT_BUCKETS: [f64; 22] = [
 
 /// Counters and gauges the simulator keeps while it serves.
 #[derive(Default)]
-pub struct Metrics {
-    pub running: AtomicU64,
-    pub waiting: AtomicU64,
+pub(crate) struct Metrics {
+    pub(crate) running: AtomicU64,
+    pub(crate) waiting: AtomicU64,
     /// KV-cache tokens held by running requests (prompt + completion).
-    pub kv_tokens: AtomicU64,
-    pub prompt_tokens: AtomicU64,
-    pub generation_tokens: AtomicU64,
+    pub(crate) kv_tokens: AtomicU64,
+    pub(crate) prompt_tokens: AtomicU64,
+    pub(crate) generation_tokens: AtomicU64,
     /// Prompt tokens looked up in the prefix cache, and those found there.
-    pub prefix_queries: AtomicU64,
-    pub prefix_hits: AtomicU64,
-    pub successes: AtomicU64,
+    pub(crate) prefix_queries: AtomicU64,
+    pub(crate) prefix_hits: AtomicU64,
+    pub(crate) successes: AtomicU64,
     /// Requests whose first token went out within each bound of `TTFT_BUCKETS` (not
     /// cumulative; summed when rendered), and all of them with their total in µs.
     ttft_buckets: [AtomicU64; TTFT_BUCKETS.len()],
@@ -34,7 +34,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// One request's time to its first token.
-    pub fn observe_ttft(&self, ttft: Duration) {
+    pub(crate) fn observe_ttft(&self, ttft: Duration) {
         let secs = ttft.as_secs_f64();
         if let Some(i) = TTFT_BUCKETS.iter().position(|b| secs <= *b) {
             self.ttft_buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -45,7 +45,7 @@ impl Metrics {
     }
 
     /// The exposition text; `kv_capacity` is the KV-cache size in tokens.
-    pub fn render(&self, model: &str, kv_capacity: u64) -> String {
+    pub(crate) fn render(&self, model: &str, kv_capacity: u64) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let usage = get(&self.kv_tokens) / kv_capacity.max(1) as f64;
         let rows: [(&str, &str, &str, f64); 8] = [

@@ -15,8 +15,7 @@ use clap::{Args, ValueEnum};
 
 use crate::units::{parse_duration, parse_size, ByteSize};
 
-pub use script::{Piece, Plan, Request};
-pub use server::serve;
+pub(crate) use server::serve;
 
 fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text)
@@ -35,7 +34,7 @@ fn size(text: &str) -> Result<ByteSize, String> {
 
 /// Whose wire the simulator follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mimic {
+pub(crate) enum Mimic {
     /// sparkctl's own: /health 503 while loading, `reasoning_content` deltas (as
     /// llama-server sends them), one chunk per token, usage with cached tokens.
     Generic,
@@ -48,7 +47,7 @@ pub enum Mimic {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReasoningAs {
+pub(crate) enum ReasoningAs {
     /// A delta field of its own, as an engine with a reasoning parser sends it:
     /// `reasoning_content` (llama-server; `--mimic generic`), `reasoning` (vLLM 0.32).
     Field,
@@ -57,7 +56,7 @@ pub enum ReasoningAs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ToolCallsAs {
+pub(crate) enum ToolCallsAs {
     /// `tool_calls` deltas, as a server with a matching tool-call parser sends them.
     Field,
     /// `<tool_call>` XML left in `content` (the seeds' qwen3_coder parser mismatch).
@@ -68,7 +67,7 @@ pub enum ToolCallsAs {
 
 /// What goes wrong while the model loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LoadFault {
+pub(crate) enum LoadFault {
     /// Print --fatal-line to stderr and exit with status 1.
     Crash,
     /// Die by SIGKILL (exit 137 in a container), as the kernel's OOM killer does.
@@ -80,149 +79,149 @@ pub enum LoadFault {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct SimConfig {
+pub(crate) struct SimConfig {
     /// Address to listen on.
     #[arg(long, env = "SIM_HOST", default_value = "127.0.0.1")]
-    pub host: String,
+    pub(crate) host: String,
     /// Port to listen on; 0 picks a free one (printed at start).
     #[arg(long, env = "SIM_PORT", default_value_t = 8000)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Whose wire to follow: `generic`, or `vllm` (vLLM 0.32's).
     #[arg(long, env = "SIM_MIMIC", value_enum, default_value = "generic")]
-    pub mimic: Mimic,
+    pub(crate) mimic: Mimic,
     /// Model id served in /v1/models.
     #[arg(long, env = "SIM_MODEL_NAME", default_value = "sim-model")]
-    pub model_name: String,
+    pub(crate) model_name: String,
     /// Time /health answers 503 before the model counts as loaded.
     #[arg(long, env = "SIM_LOAD_TIME", default_value = "0s", value_parser = duration)]
-    pub load_time: Duration,
+    pub(crate) load_time: Duration,
     /// Time from request to the first generated token (reasoning or content).
     #[arg(long, env = "SIM_TTFT", default_value = "50ms", value_parser = duration)]
-    pub ttft: Duration,
+    pub(crate) ttft: Duration,
     /// Noise on each request's TTFT: drawn evenly from ttft × (1 ± this fraction), 0 to 1
     /// (0: none). The draws follow the request number, so a run of a fresh server repeats.
     #[arg(long, env = "SIM_TTFT_JITTER", default_value_t = 0.0, value_parser = fraction)]
-    pub ttft_jitter: f64,
+    pub(crate) ttft_jitter: f64,
     /// Decode speed in tokens per second; tokens are spaced 1/rate apart.
     #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 50.0)]
-    pub token_rate: f64,
+    pub(crate) token_rate: f64,
     /// Content tokens per answer (capped by the request's max_tokens).
     #[arg(long, env = "SIM_TOKENS", default_value_t = 24)]
-    pub tokens: usize,
+    pub(crate) tokens: usize,
     /// Reasoning tokens generated before the content.
     #[arg(long, env = "SIM_REASONING_TOKENS", default_value_t = 0)]
-    pub reasoning_tokens: usize,
+    pub(crate) reasoning_tokens: usize,
     /// How reasoning reaches the client.
     #[arg(long, env = "SIM_REASONING_AS", value_enum, default_value = "field")]
-    pub reasoning_as: ReasoningAs,
+    pub(crate) reasoning_as: ReasoningAs,
     /// Answer with markdown (headers, bold, lists).
     #[arg(long, env = "SIM_MARKDOWN")]
-    pub markdown: bool,
+    pub(crate) markdown: bool,
     /// How tool calls are returned when the request offers tools.
     #[arg(long, env = "SIM_TOOL_CALLS", value_enum, default_value = "field")]
-    pub tool_calls: ToolCallsAs,
+    pub(crate) tool_calls: ToolCallsAs,
     /// Never send a usage block, even when asked.
     #[arg(long, env = "SIM_NO_USAGE")]
-    pub no_usage: bool,
+    pub(crate) no_usage: bool,
     /// Fault halfway through loading (see --fatal-line for the line printed).
     #[arg(long, env = "SIM_LOAD_FAULT", value_enum)]
-    pub load_fault: Option<LoadFault>,
+    pub(crate) load_fault: Option<LoadFault>,
     /// Fault: stay loading forever (/health is 503 for good).
     #[arg(long, env = "SIM_NEVER_READY")]
-    pub never_ready: bool,
+    pub(crate) never_ready: bool,
     /// Fault: every Nth chat request answers 500 (0 = never).
     #[arg(long, env = "SIM_FAIL_EVERY", default_value_t = 0)]
-    pub fail_every: u64,
+    pub(crate) fail_every: u64,
     /// Fault: stop sending after N tokens and hold the stream open.
     #[arg(long, env = "SIM_STALL_AFTER")]
-    pub stall_after: Option<usize>,
+    pub(crate) stall_after: Option<usize>,
     /// Fault: send an error event after N tokens and end the stream.
     #[arg(long, env = "SIM_ERROR_AFTER")]
-    pub error_after: Option<usize>,
+    pub(crate) error_after: Option<usize>,
     /// Fault: after N chat requests, answers turn to garbled text past their first tokens
     /// (replacement characters and fragments), while /health stays 200 and one-token
     /// answers stay correct — a server whose kernels or KV cache went bad.
     #[arg(long, env = "SIM_GARBAGE_AFTER", value_name = "N")]
-    pub garbage_after: Option<u64>,
+    pub(crate) garbage_after: Option<u64>,
     /// Fault: after N chat requests, answers loop past their first tokens (the same words
     /// over and over).
     #[arg(long, env = "SIM_LOOP_AFTER", value_name = "N")]
-    pub loop_after: Option<u64>,
+    pub(crate) loop_after: Option<u64>,
     /// Fault: after N chat requests, tool calls are left in the content as `<tool_call>`
     /// text (as `--tool-calls content` does from the start).
     #[arg(long, env = "SIM_TOOL_TEXT_AFTER", value_name = "N")]
-    pub tool_text_after: Option<u64>,
+    pub(crate) tool_text_after: Option<u64>,
     /// Allocate this much RAM (e.g. 512m, 2g) at startup, touch every page so it is really
     /// resident, and hold it while serving: a server that takes memory, as a real engine's
     /// weights and KV cache do.
     #[arg(long, env = "SIM_HOLD_MEMORY", value_parser = size, value_name = "SIZE")]
-    pub hold_memory: Option<ByteSize>,
+    pub(crate) hold_memory: Option<ByteSize>,
     /// Requests served at once; more wait in a queue, their TTFT clock already running
     /// (0 = no limit). A known saturation point for load sweeps.
     #[arg(long, env = "SIM_SLOTS", default_value_t = 0)]
-    pub slots: usize,
+    pub(crate) slots: usize,
     /// Prompt tokens evaluated per second: each uncached prompt token adds 1/rate to the
     /// TTFT (0 = prompts cost nothing).
     #[arg(long, env = "SIM_PREFILL_RATE", default_value_t = 0.0)]
-    pub prefill_rate: f64,
+    pub(crate) prefill_rate: f64,
     /// Keep evaluated prompt prefixes (in blocks of 16 tokens, as vLLM's prefix cache does):
     /// a repeated prefix is not evaluated again and is reported as cached tokens.
     #[arg(long, env = "SIM_PREFIX_CACHE")]
-    pub prefix_cache: bool,
+    pub(crate) prefix_cache: bool,
     /// KV-cache tokens per slot: the denominator of the kv-cache usage metric.
     #[arg(long, env = "SIM_CTX_SIZE", default_value_t = 8192)]
-    pub ctx_size: usize,
+    pub(crate) ctx_size: usize,
     /// Log line printed before a crash (a real engine's fatal line by default).
     #[arg(
         long,
         env = "SIM_FATAL_LINE",
         default_value = "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
     )]
-    pub fatal_line: String,
+    pub(crate) fatal_line: String,
     /// Ray's part in a multi-node group: play `ray start --head` listening on ADDR:PORT
     /// (no HTTP); workers join it, `--ray-status` asks it.
     #[arg(long, env = "SIM_RAY_HEAD", value_name = "ADDR:PORT")]
-    pub ray_head: Option<String>,
+    pub(crate) ray_head: Option<String>,
     /// Play `ray start --address HEAD:PORT --block`: join, keep the connection, end with
     /// status 1 when it drops.
     #[arg(long, env = "SIM_RAY_JOIN", value_name = "HEAD:PORT")]
-    pub ray_join: Option<String>,
+    pub(crate) ray_join: Option<String>,
     /// This node's address as it reports itself to the head (`--node-ip-address`).
     #[arg(long, env = "SIM_RAY_NODE_IP", value_name = "IP")]
-    pub ray_node_ip: Option<String>,
+    pub(crate) ray_node_ip: Option<String>,
     /// GPUs this node brings to the cluster.
     #[arg(long, env = "SIM_RAY_GPUS", default_value_t = 1)]
-    pub ray_gpus: u32,
+    pub(crate) ray_gpus: u32,
     /// Print the head's `ray status` (nodes, GPUs) and exit.
     #[arg(long, value_name = "HEAD:PORT")]
-    pub ray_status: Option<String>,
+    pub(crate) ray_status: Option<String>,
     /// The API server of a group: ready only once the Ray head at HEAD:PORT reports
     /// `--ray-nodes` nodes; ends with status 1 when a node leaves.
     #[arg(long, env = "SIM_RAY_ADDRESS", value_name = "HEAD:PORT")]
-    pub ray_address: Option<String>,
+    pub(crate) ray_address: Option<String>,
     /// Nodes the API server waits for (the tensor-parallel group's size in nodes).
     #[arg(long, env = "SIM_RAY_NODES", default_value_t = 1)]
-    pub ray_nodes: usize,
+    pub(crate) ray_nodes: usize,
     /// Print `sha256sum`-style lines (`HASH  FILE`) for these files and exit: what a
     /// group's model check runs on another node, where a FROM-scratch image has no coreutils.
     #[arg(long, num_args = 1.., value_name = "FILE")]
-    pub sha256_files: Vec<String>,
+    pub(crate) sha256_files: Vec<String>,
     /// Taken as vLLM takes it, so a group's API server has vLLM's argv; logged only.
     #[arg(long, value_name = "N")]
-    pub tensor_parallel_size: Option<u32>,
+    pub(crate) tensor_parallel_size: Option<u32>,
     /// Taken as vLLM takes it (`ray`); logged only.
     #[arg(long, value_name = "BACKEND")]
-    pub distributed_executor_backend: Option<String>,
+    pub(crate) distributed_executor_backend: Option<String>,
 }
 
 impl SimConfig {
     /// Interval between tokens.
-    pub fn itl(&self) -> Duration {
+    pub(crate) fn itl(&self) -> Duration {
         Duration::from_secs_f64(1.0 / self.token_rate.max(1e-3))
     }
 
     /// Request `n`'s time to first token, with its jitter (a splitmix64 draw of `n`).
-    pub fn ttft_for(&self, n: u64) -> Duration {
+    pub(crate) fn ttft_for(&self, n: u64) -> Duration {
         if self.ttft_jitter <= 0.0 {
             return self.ttft;
         }
@@ -236,7 +235,7 @@ impl SimConfig {
     }
 
     /// Time to evaluate `tokens` uncached prompt tokens.
-    pub fn prefill(&self, tokens: usize) -> Duration {
+    pub(crate) fn prefill(&self, tokens: usize) -> Duration {
         if self.prefill_rate > 0.0 {
             Duration::from_secs_f64(tokens as f64 / self.prefill_rate)
         } else {

@@ -67,7 +67,7 @@ fn node_ip(cfg: &SimConfig) -> String {
 }
 
 /// `ray start --head --port P --block`: accepts workers, drivers and status queries.
-pub async fn head(cfg: &SimConfig, addr: &str) -> Result<()> {
+pub(crate) async fn head(cfg: &SimConfig, addr: &str) -> Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| Error::io(format!("sim ray head: cannot listen on {addr}"), e))?;
@@ -168,7 +168,7 @@ async fn connect_patiently(addr: &str) -> Result<TcpStream> {
 
 /// `ray start --address HEAD:P --block`: joins, then lives as long as the connection.
 /// SIGTERM ends it at any point (as a container's pid 1 it would otherwise be ignored).
-pub async fn worker(cfg: &SimConfig, addr: &str) -> Result<()> {
+pub(crate) async fn worker(cfg: &SimConfig, addr: &str) -> Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("sim: cannot watch SIGTERM", e))?;
     tokio::select! {
@@ -202,7 +202,7 @@ async fn join_and_stay(cfg: &SimConfig, addr: &str) -> Result<()> {
 }
 
 /// `ray status --address HEAD:P`.
-pub async fn status(addr: &str) -> Result<()> {
+pub(crate) async fn status(addr: &str) -> Result<()> {
     let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| Error::io(format!("ray status: cannot reach {addr}"), e))?;
@@ -220,7 +220,7 @@ pub async fn status(addr: &str) -> Result<()> {
 
 /// The API server's side (vLLM's Ray executor): `ready` turns true once `nodes` nodes are
 /// in the cluster; a node leaving ends the process as a dead Ray actor ends vLLM.
-pub fn drive(addr: String, nodes: usize, ready: Arc<std::sync::atomic::AtomicBool>) {
+pub(crate) fn drive(addr: String, nodes: usize, ready: Arc<std::sync::atomic::AtomicBool>) {
     tokio::spawn(async move {
         let died = |why: String| -> ! {
             stdio::err(format_args!(

@@ -7,24 +7,24 @@ use super::{Mimic, ReasoningAs, SimConfig, ToolCallsAs};
 
 /// The parts of an OpenAI chat request the simulator looks at.
 #[derive(Debug, Clone, Default)]
-pub struct Request {
-    pub messages: Vec<Value>,
-    pub tools: Vec<Value>,
-    pub tool_choice_none: bool,
-    pub stream: bool,
-    pub include_usage: bool,
+pub(crate) struct Request {
+    pub(crate) messages: Vec<Value>,
+    pub(crate) tools: Vec<Value>,
+    pub(crate) tool_choice_none: bool,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
     /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
-    pub continuous_usage: bool,
+    pub(crate) continuous_usage: bool,
     /// `chat_template_kwargs.enable_thinking`: false closes the think block in the prompt
     /// (Qwen3's templates), so a model served by vLLM does not reason.
-    pub thinking: Option<bool>,
-    pub max_tokens: Option<usize>,
+    pub(crate) thinking: Option<bool>,
+    pub(crate) max_tokens: Option<usize>,
     /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
-    pub no_cache: bool,
+    pub(crate) no_cache: bool,
 }
 
 impl Request {
-    pub fn from_json(body: &Value) -> Result<Request, String> {
+    pub(crate) fn from_json(body: &Value) -> Result<Request, String> {
         let messages = body
             .get("messages")
             .and_then(Value::as_array)
@@ -82,13 +82,13 @@ impl Request {
     }
 
     /// The simulator's "tokenizer": whitespace-separated words.
-    pub fn prompt_tokens(&self) -> usize {
+    pub(crate) fn prompt_tokens(&self) -> usize {
         self.token_ids().len()
     }
 
     /// The prompt as token ids: per message, its role and three template tokens, then a
     /// hash per word. Equal prefixes give equal ids, which is all the prefix cache needs.
-    pub fn token_ids(&self) -> Vec<u64> {
+    pub(crate) fn token_ids(&self) -> Vec<u64> {
         use std::hash::{Hash, Hasher};
         let id = |x: &str| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -107,7 +107,7 @@ impl Request {
 
 /// One generated token.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Piece {
+pub(crate) enum Piece {
     Reasoning(String),
     Content(String),
     /// First token of a tool call: carries its id and function name.
@@ -123,12 +123,12 @@ pub enum Piece {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    pub pieces: Vec<Piece>,
-    pub finish_reason: &'static str,
-    pub prompt_tokens: usize,
+pub(crate) struct Plan {
+    pub(crate) pieces: Vec<Piece>,
+    pub(crate) finish_reason: &'static str,
+    pub(crate) prompt_tokens: usize,
     /// Prompt tokens served from the prefix cache (set once the request is admitted).
-    pub cached_tokens: usize,
+    pub(crate) cached_tokens: usize,
 }
 
 const REASONING: &str =
@@ -202,7 +202,7 @@ fn pick_tool<'a>(tools: &'a [Value], question: &str) -> Option<&'a Value> {
         .map(|(_, t)| t)
 }
 
-pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
+pub(crate) fn plan(cfg: &SimConfig, req: &Request) -> Plan {
     let budget = req.max_tokens.unwrap_or(usize::MAX);
     let question = req.last_user_text();
     let mut pieces = Vec::new();
@@ -290,7 +290,7 @@ pub fn plan(cfg: &SimConfig, req: &Request) -> Plan {
 
 /// How an answer goes bad (`--garbage-after`, `--loop-after`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Broken {
+pub(crate) enum Broken {
     Garbage,
     Loop,
 }
@@ -300,7 +300,7 @@ const STILL_RIGHT: usize = 2;
 
 /// Replaces the content past its first tokens with garbled text or a loop, as many tokens
 /// as there were; reasoning and tool calls are left as they were.
-pub fn break_answer(plan: &mut Plan, how: Broken) {
+pub(crate) fn break_answer(plan: &mut Plan, how: Broken) {
     const GARBLED: [&str; 8] = [
         "\u{fffd}\u{fffd}",
         " ĠĠ",

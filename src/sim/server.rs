@@ -128,7 +128,7 @@ fn log_handed(id: &str, handed: &[u128]) {
 }
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
-pub async fn serve(cfg: SimConfig) -> Result<()> {
+pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
     if let Some(done) = other_part(&cfg).await {
         return done;
     }

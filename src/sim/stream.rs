@@ -153,20 +153,20 @@ impl Count {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Wire {
     /// vLLM 0.32's field names, chunks and usage (`--mimic vllm`).
-    pub vllm: bool,
+    pub(crate) vllm: bool,
     /// A usage block at the end (asked with `stream_options.include_usage`, not refused by
     /// `--no-usage`).
-    pub usage: bool,
+    pub(crate) usage: bool,
     /// Usage in every chunk (vLLM's `continuous_usage_stats`, asked and honoured).
-    pub continuous: bool,
+    pub(crate) continuous: bool,
 }
 
 /// What every chunk of one answer repeats.
 pub(super) struct Meta {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
-    pub wire: Wire,
+    pub(crate) id: String,
+    pub(crate) created: u64,
+    pub(crate) model: String,
+    pub(crate) wire: Wire,
 }
 
 impl Meta {

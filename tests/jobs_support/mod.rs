@@ -125,8 +125,7 @@ pub fn model_job(j: &Jobs, name: &str, script: &str) -> PathBuf {
         "{\"quantization\": {\"quant_algo\": \"NVFP4\"}}\n",
     )
     .unwrap();
-    sparkctl::patch::safetensors::write_fixture(&input.join("model.safetensors"), &[("w", 64)])
-        .unwrap();
+    sparkctl::testkit::write_fixture(&input.join("model.safetensors"), &[("w", 64)]).unwrap();
     j.job(
         name,
         script,

@@ -3,7 +3,7 @@
 //! no font, no request to anywhere: it opens from a file on an air-gapped machine. A few
 //! lines of inline script check the charts drew and say so in `data-rendered`.
 
-pub mod svg;
+pub(crate) mod svg;
 
 use std::fmt::Write;
 
@@ -13,7 +13,7 @@ use super::suite::CacheMode;
 use svg::{escape, Chart, Series};
 
 /// What names a result in legends: its recipe, else its URL.
-pub fn name_of(r: &BenchResult) -> String {
+pub(crate) fn name_of(r: &BenchResult) -> String {
     r.target
         .recipe
         .clone()
@@ -29,7 +29,7 @@ const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-widt
 /// Checks every chart drew marks and the page has no missing chart; the test reads the marker.
 const SCRIPT: &str = "(function(){var charts=document.querySelectorAll('svg.chart');var empty=0;charts.forEach(function(c){if(!c.querySelector('[data-mark]'))empty++;});document.body.setAttribute('data-rendered',(empty===0&&charts.length>0?'ok:':'incomplete:')+charts.length);})();";
 
-pub fn report(results: &[&BenchResult]) -> String {
+pub(crate) fn report(results: &[&BenchResult]) -> String {
     let base: Vec<String> = results.iter().map(|r| name_of(r)).collect();
     // The same target twice (before and after a change): told apart by when they ran.
     let names: Vec<String> = base

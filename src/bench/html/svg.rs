@@ -4,32 +4,32 @@
 
 use std::fmt::Write;
 
-pub const COLORS: [&str; 6] = [
+pub(crate) const COLORS: [&str; 6] = [
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1",
 ];
 
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-pub struct Series {
-    pub name: String,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) points: Vec<(f64, f64)>,
     /// Dashed (a second kind of the same result, e.g. warm beside cold).
-    pub dashed: bool,
+    pub(crate) dashed: bool,
 }
 
-pub struct Chart<'a> {
-    pub id: &'a str,
-    pub title: &'a str,
-    pub x_label: &'a str,
-    pub y_label: &'a str,
-    pub series: Vec<Series>,
+pub(crate) struct Chart<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) title: &'a str,
+    pub(crate) x_label: &'a str,
+    pub(crate) y_label: &'a str,
+    pub(crate) series: Vec<Series>,
     /// Vertical markers: (x, label), e.g. the knee.
-    pub marks: Vec<(f64, String)>,
+    pub(crate) marks: Vec<(f64, String)>,
 }
 
 const W: f64 = 560.0;
@@ -136,7 +136,7 @@ fn legend(svg: &mut String, names: &[(String, bool)]) {
 }
 
 /// A line chart; None when there is nothing to draw.
-pub fn lines(c: &Chart) -> Option<String> {
+pub(crate) fn lines(c: &Chart) -> Option<String> {
     let all: Vec<(f64, f64)> = c
         .series
         .iter()
@@ -197,7 +197,7 @@ pub fn lines(c: &Chart) -> Option<String> {
 }
 
 /// Grouped bars: one group per label, one bar per series (None: no bar).
-pub fn bars(
+pub(crate) fn bars(
     id: &str,
     title: &str,
     y_label: &str,
@@ -253,7 +253,7 @@ pub fn bars(
 }
 
 /// The empirical CDF of `values`: (value, % at or below).
-pub fn cdf(values: &[f64]) -> Vec<(f64, f64)> {
+pub(crate) fn cdf(values: &[f64]) -> Vec<(f64, f64)> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len() as f64;

@@ -25,7 +25,7 @@ pub(super) async fn ask_health(client: &reqwest::Client, url: &str, within: Dura
 
 /// The server's own words in an error body: OpenAI-style `error.message` (llama-server,
 /// vLLM), FastAPI's `detail`, a `message` or `status` field, else the first line of text.
-pub fn server_message(body: &str) -> Option<String> {
+pub(crate) fn server_message(body: &str) -> Option<String> {
     const MAX: usize = 160;
     let text = match serde_json::from_str::<serde_json::Value>(body) {
         Ok(v) => ["/error/message", "/error", "/detail", "/message", "/status"]
