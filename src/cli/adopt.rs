@@ -1,22 +1,39 @@
 //! `sparkctl adopt NAME`: rendering over `adopt`.
 
-use super::Output;
+use super::{with_recipes, Globals, Output};
 use crate::adopt::{Handover, Options, Way};
 use crate::error::Result;
 
+/// `sparkctl adopt`'s flags.
+#[derive(Debug, clap::Args)]
 pub(crate) struct AdoptArgs {
-    pub(crate) yes: bool,
-    pub(crate) dry_run: bool,
-    pub(crate) allow_unpinned: bool,
+    name: String,
+    /// Stop the foreign server without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Say how it would go; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Run an image that has no digest in images.lock.
+    #[arg(long)]
+    allow_unpinned: bool,
 }
 
-pub(crate) async fn run(
+impl AdoptArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            run(ctx, recipes, self, out).await
+        })
+    }
+}
+
+async fn run(
     ctx: &crate::context::Context,
     recipes: &crate::recipe::RecipeSet,
-    name: &str,
     args: AdoptArgs,
     out: &Output,
 ) -> Result<()> {
+    let name = args.name.as_str();
     let json = out.json;
     let say = |line: &str| {
         if !json {

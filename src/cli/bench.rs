@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::Output;
+use super::{with_recipes, Globals, Output};
 use crate::bench as engine;
-use crate::bench::gates::{GateOutcome, GateRule, Gates};
+use crate::bench::gates::GateOutcome;
 use crate::bench::report;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::context::Context;
@@ -119,109 +119,62 @@ fn read_result(path: &Path) -> Result<BenchResult> {
     })
 }
 
-/// The gates of the recipe with the `--gate` ones over them; a bad one names itself.
-fn merge_gates(mut gates: Gates, extra: &[String]) -> Result<Gates> {
-    for g in extra {
-        let g: GateRule = g.parse().map_err(|e| Error::Usage(format!("--gate {e}")))?;
-        gates.insert(g.name.clone(), g);
+impl BenchArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        match self.compare {
+            Some(BenchCommand::Compare {
+                ref results,
+                ref svg,
+                ref html,
+            }) => compare(results, svg.as_deref(), html.as_deref(), out),
+            None => with_recipes(g, out, async |ctx, recipes| {
+                run(ctx, recipes, self, out).await
+            }),
+        }
     }
-    Ok(gates)
+
+    /// The flags over the recipe's bench section, as given.
+    fn overrides(&self) -> engine::Overrides {
+        engine::Overrides {
+            suite: self.suite.clone(),
+            replay: self.replay.clone(),
+            warmup: self.warmup,
+            runs: self.runs,
+            repeat: self.repeat,
+            concurrency: self.concurrency.clone(),
+            rate: self.rate,
+            arrival: self.arrival,
+            seed: self.seed,
+            requests: self.requests,
+            sweep: self.sweep.clone(),
+            slo: self.slo,
+            depths: self.depth.clone(),
+            gates: self.gates.clone(),
+            bandwidth_gbps: self.bandwidth_gbps,
+        }
+    }
 }
 
-/// The run's options from the flags (checked) and the recipe's SLO.
-fn options(
-    args: &BenchArgs,
-    gates: Gates,
-    recipes: &RecipeSet,
-    target: &str,
-) -> Result<engine::Options> {
-    if args.repeat == Some(0) {
-        return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
-    }
-    if args.concurrency.contains(&0) {
-        return Err(Error::Usage(
-            "--concurrency 0: a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
-        ));
-    }
-    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        return Err(Error::Usage(
-            "--rate: give a positive number of requests per second".into(),
-        ));
-    }
-    Ok(engine::Options {
-        warmup: args.warmup,
-        runs: args.runs,
-        concurrency: args.concurrency.clone(),
-        rate: args.rate,
-        arrival: args.arrival,
-        seed: args.seed,
-        requests: args.requests,
-        sweep: args.sweep.clone(),
-        slo: args
-            .slo
-            .or_else(|| crate::deploy::recipe_slo(recipes, target)),
-        depths: args.depth.clone(),
-        repeat: args.repeat,
-        gates,
-    }
-    .with_recipe_load(crate::deploy::recipe_load(recipes, target).as_ref()))
-}
-
-pub(crate) async fn run(
-    ctx: &Context,
-    recipes: &RecipeSet,
-    args: BenchArgs,
-    out: &Output,
-) -> Result<()> {
-    let target_name = args.target.clone().ok_or_else(|| {
+async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) -> Result<()> {
+    let target = args.target.as_deref().ok_or_else(|| {
         Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
     })?;
-    let (mut target, gates, suite_name) =
-        crate::deploy::bench_target(&ctx.runtimes, recipes, &target_name).await?;
-    if let Some(g) = args.bandwidth_gbps {
-        if !(g.is_finite() && g > 0.0) {
-            return Err(Error::Usage(
-                "--bandwidth-gbps: give the device's peak in GB/s, e.g. 3350".into(),
-            ));
-        }
-        use crate::bench::bound;
-        target.set_bound(Ok(bound::declared(
-            g,
-            bound::Source::Flag,
-            "--bandwidth-gbps",
-        )));
-    }
-    let mut gates = merge_gates(gates, &args.gates)?;
-    let suite = match &args.replay {
-        Some(from) => engine::replay::captured(from, &ctx.state)?,
-        None => engine::replay::load_suite(
-            args.suite.as_deref().unwrap_or(&suite_name),
-            &recipes.dir.join("suites"),
-            &ctx.state,
-        )?,
-    };
+    let mut plan =
+        crate::deploy::bench_plan(&ctx.runtimes, recipes, &ctx.state, target, args.overrides())
+            .await?;
     let baseline = args.baseline.as_deref().map(read_result).transpose()?;
-    // Alone, without a baseline, the relative gates have nothing to compare with: they
-    // are left out (and said so) rather than left undecided.
-    let skipped = if baseline.is_none() {
-        crate::bench::gates::take_relative(&mut gates)
-    } else {
-        Vec::new()
-    };
-    let opts = options(&args, gates, recipes, &target_name)?;
-    let name = target.recipe.clone().unwrap_or_else(|| "url".into());
+    let skipped = plan.leave_out_relative_gates(baseline.as_ref());
+    let name = plan.target.recipe.clone().unwrap_or_else(|| "url".into());
     let bar = out.bar("{bar:30} {pos}/{len} requests · {msg}");
-    let result = engine::run(
-        &suite,
-        target,
-        &opts,
-        baseline.as_ref().ok_or("no --baseline given"),
-        |done, total, case| {
-            bar.at(done as u64, total as u64);
-            bar.message(case);
-        },
-    )
-    .await;
+    let result = plan
+        .run(
+            baseline.as_ref().ok_or("no --baseline given"),
+            |done, total, case| {
+                bar.at(done as u64, total as u64);
+                bar.message(case);
+            },
+        )
+        .await;
     bar.finish();
     let result = result?;
     let path = match args.out {

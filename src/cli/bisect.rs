@@ -1,6 +1,6 @@
 //! `sparkctl bisect NAME --good REF --bad REF`: flags and rendering over `bisect`.
 
-use super::Output;
+use super::{with_recipes, Globals, Output};
 use crate::bisect::{self, Bisect, Criterion, Report, Role, Verdict};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -62,12 +62,15 @@ pub(crate) struct BisectArgs {
     pub(crate) dry_run: bool,
 }
 
-pub(crate) async fn run(
-    ctx: &Context,
-    recipes: &RecipeSet,
-    args: BisectArgs,
-    out: &Output,
-) -> Result<()> {
+impl BisectArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            run(ctx, recipes, self, out).await
+        })
+    }
+}
+
+async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output) -> Result<()> {
     let criterion = match (&args.metric, &args.gate) {
         (Some(m), _) => Criterion::Metric(bisect::parse_metric(m).map_err(Error::Usage)?),
         (_, Some(g)) => Criterion::check_gate(g).map_err(Error::Usage)?,

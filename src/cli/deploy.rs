@@ -1,8 +1,11 @@
-//! `start`, `status`/`ps`, `logs`, `down`: rendering over `deploy` and `runtime`.
+//! `up`, `start`, `rollback`, `status`/`ps`, `logs`, `down`: their flags, and rendering
+//! over `deploy` and `runtime`.
 
 use std::time::Duration;
 
-use super::Output;
+use clap::Args;
+
+use super::{in_context, with_recipes, Globals, Output};
 use crate::deploy::{self, Role, StartPlan};
 use crate::error::{Error, Result};
 use crate::recipe::{resolve_shell_line, RecipeSet};
@@ -68,25 +71,38 @@ fn render_plan(out: &Output, plan: &StartPlan) {
 }
 
 /// `sparkctl start`'s flags.
+#[derive(Debug, Args)]
 pub(crate) struct StartArgs {
-    pub(crate) dry_run: bool,
-    pub(crate) allow_unpinned: bool,
-    /// Overrides the recipe's readiness timeout.
-    pub(crate) timeout: Option<Duration>,
+    name: String,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Give up waiting for readiness after this long [default: the recipe's health.timeout].
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<crate::units::HumanDuration>,
+    /// Run an image that has no digest in images.lock (recorded on the container).
+    #[arg(long)]
+    allow_unpinned: bool,
 }
 
-pub(crate) async fn start(
-    ctx: &Context,
-    recipes: &RecipeSet,
-    name: &str,
-    args: StartArgs,
-    out: &Output,
-) -> Result<()> {
+impl StartArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            start(ctx, recipes, self, out).await
+        })
+    }
+}
+
+async fn start(ctx: &Context, recipes: &RecipeSet, args: StartArgs, out: &Output) -> Result<()> {
     let StartArgs {
+        name,
         dry_run,
-        allow_unpinned,
         timeout,
+        allow_unpinned,
     } = args;
+    let name = name.as_str();
+    // Unset: the recipe's health.timeout.
+    let timeout: Option<Duration> = timeout.map(|t| t.0);
     let loaded = recipes.get(name)?;
     let lock = crate::lock::Lock::load(&ctx.lock_path)?;
     let opts = deploy::StartOptions {
@@ -143,7 +159,22 @@ pub(crate) async fn start(
     Ok(())
 }
 
-pub(crate) async fn status(ctx: &Context, out: &Output) -> Result<()> {
+/// `sparkctl status` (and `ps`): no flags.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs;
+
+impl StatusArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        in_context(g, async |ctx| {
+            for w in crate::deploy::state_warnings(&ctx.state) {
+                out.warn(w);
+            }
+            status(ctx, out).await
+        })
+    }
+}
+
+async fn status(ctx: &Context, out: &Output) -> Result<()> {
     let status = deploy::status::status(ctx).await?;
     for w in &status.warnings {
         out.warn(w);
@@ -247,7 +278,46 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     out.print_table(&t);
 }
 
-pub(crate) async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Result<()> {
+/// `sparkctl logs`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    name: String,
+    #[arg(short, long)]
+    follow: bool,
+    #[arg(long, value_name = "N")]
+    tail: Option<usize>,
+    /// A multi-node recipe's containers on this node (its name in the recipe's nodes:).
+    #[arg(long, value_name = "NODE")]
+    node: Option<String>,
+}
+
+impl LogsArgs {
+    /// A node's containers, the front door's log, a job's run, or a deployment's output.
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        let LogsArgs {
+            name,
+            follow,
+            tail,
+            node,
+        } = self;
+        in_context(g, async |ctx| {
+            let view = LogView { tail, follow };
+            if let Some(node) = node {
+                node_logs(ctx, &name, &node, view, out).await
+            } else if name == "frontdoor" {
+                super::frontdoor::logs(ctx, view, out).await
+            } else if crate::job::has_runs(&ctx.state, &name)
+                && ctx.runtimes.find(&name).await?.is_none()
+            {
+                super::jobs::logs(ctx, &name, view, out).await
+            } else {
+                logs(ctx, &name, view, out).await
+            }
+        })
+    }
+}
+
+async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output) -> Result<()> {
     match ctx.runtimes.find(name).await? {
         Some(d) => ctx.runtimes.logs(&d, view, &mut out.log_sink()).await,
         None => Err(Error::NeverRan {
@@ -258,7 +328,7 @@ pub(crate) async fn logs(ctx: &Context, name: &str, view: LogView, out: &Output)
 }
 
 /// `logs NAME --node NODE`: a multi-node deployment's containers on one node.
-pub(crate) async fn node_logs(
+async fn node_logs(
     ctx: &Context,
     name: &str,
     node: &str,
@@ -275,13 +345,37 @@ pub(crate) async fn node_logs(
     crate::runtime::group::logs(docker, &d, node, view, &mut out.log_sink()).await
 }
 
-pub(crate) async fn down(
-    ctx: &Context,
-    name: &str,
+/// `sparkctl down`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct DownArgs {
+    name: String,
+    #[arg(long)]
     dry_run: bool,
+    /// Stop it even when it serves production (the production port then answers 503).
+    #[arg(long)]
     force: bool,
-    out: &Output,
-) -> Result<()> {
+}
+
+impl DownArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        let DownArgs {
+            name,
+            dry_run,
+            force,
+        } = self;
+        with_recipes(g, out, async |ctx, recipes| {
+            if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
+                return Err(Error::Usage(format!(
+                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
+                )));
+            }
+            crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
+            down(ctx, &name, dry_run, force, out).await
+        })
+    }
+}
+
+async fn down(ctx: &Context, name: &str, dry_run: bool, force: bool, out: &Output) -> Result<()> {
     let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
     let stopped = deploy::down(&ctx.runtimes, name, dry_run, Some(&door), force).await?;
     if out.json {
@@ -304,36 +398,52 @@ pub(crate) async fn down(
     Ok(())
 }
 
-/// Flags of `up`, as typed.
+/// `sparkctl up`'s flags.
+#[derive(Debug, Args)]
 pub(crate) struct UpArgs {
-    pub(crate) dry_run: bool,
-    pub(crate) no_promote: bool,
-    pub(crate) yes: bool,
-    pub(crate) allow_unpinned: bool,
+    name: String,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Stop after the gates; do not serve on the production port.
+    #[arg(long)]
+    no_promote: bool,
+    /// Do not ask before stopping the production backend.
+    #[arg(long)]
+    yes: bool,
+    /// Run an image that has no digest in images.lock (recorded in the run).
+    #[arg(long)]
+    allow_unpinned: bool,
 }
 
-pub(crate) async fn up(
-    ctx: &Context,
-    recipes: &RecipeSet,
-    name: &str,
-    args: UpArgs,
-    out: &Output,
-) -> Result<()> {
-    let flow = deploy::switch::Ctx::open(ctx, recipes, args.dry_run).await?;
-    let yes = args.yes;
+impl UpArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            up(ctx, recipes, self, out).await
+        })
+    }
+}
+
+async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> Result<()> {
+    let UpArgs {
+        name,
+        dry_run,
+        no_promote,
+        yes,
+        allow_unpinned,
+    } = args;
+    let flow = deploy::switch::Ctx::open(ctx, recipes, dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
     let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = deploy::up::UpOptions {
-        dry_run: args.dry_run,
-        no_promote: args.no_promote,
-        allow_unpinned: args.allow_unpinned,
-        suite: None,
-        runs: None,
+        dry_run,
+        no_promote,
+        allow_unpinned,
         confirm: &confirm,
         say: &say,
     };
-    let record = deploy::up::up(&flow, name, &opts).await?;
+    let record = deploy::up::up(&flow, &name, &opts).await?;
     if out.json {
         out.print_json(&record);
         return Ok(());
@@ -358,7 +468,25 @@ pub(crate) async fn up(
     Ok(())
 }
 
-pub(crate) async fn rollback(
+/// `sparkctl rollback`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct RollbackArgs {
+    /// Roll back to this recipe instead (e.g. the llama-server one).
+    #[arg(long, value_name = "NAME")]
+    to: Option<String>,
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl RollbackArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            rollback(ctx, recipes, self.to.as_deref(), self.dry_run, out).await
+        })
+    }
+}
+
+async fn rollback(
     ctx: &Context,
     recipes: &RecipeSet,
     to: Option<&str>,
@@ -379,72 +507,6 @@ pub(crate) async fn rollback(
             record.serving.clone().unwrap_or_else(|| "nothing".into()),
             record.run_id
         ));
-    }
-    Ok(())
-}
-
-pub(crate) fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
-    if let Some(run) = run {
-        // A job run's id names its record in jobs/ (the lineage `history` points at).
-        let job = ctx.state.job_record_file(run)?;
-        if job.is_file() {
-            let record: crate::job::JobRecord = crate::state::read_json(&job)?;
-            out.print_json(&record);
-            return Ok(());
-        }
-        let record = crate::history::run_record(&ctx.state, run)?;
-        out.print_json(&record);
-        return Ok(());
-    }
-    let (runs, damaged) = crate::history::history(&ctx.state)?;
-    let none = || format!("no runs yet (state dir {})", ctx.state.root().display());
-    if out.list_said_all(&runs, &damaged, none) {
-        return Ok(());
-    }
-    let mut t = out.table();
-    t.set_header(vec![
-        "RUN",
-        "COMMAND",
-        "RECIPE",
-        "OUTCOME",
-        "DIGEST",
-        "TTFT p50",
-        "DECODE p50",
-        "SERVING AFTER",
-    ]);
-    for r in &runs {
-        t.add_row(vec![
-            r.run_id.clone(),
-            r.command.to_string(),
-            r.recipe.clone(),
-            r.outcome.to_string(),
-            r.image_digest
-                .as_deref()
-                .map(|d| crate::units::short_id(d).to_string())
-                .unwrap_or_else(|| "-".into()),
-            r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
-            r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),
-            r.serving.clone().unwrap_or_else(|| "-".into()),
-        ]);
-    }
-    out.print_table(&t);
-    for r in runs.iter().filter(|r| r.produced_by.is_some()) {
-        if let Some(l) = &r.produced_by {
-            out.say(format_args!("{}: {}'s model {l}", r.run_id, r.recipe));
-        }
-    }
-    // What made the watch bring production back, with what it answered.
-    for r in runs.iter().filter(|r| !r.evidence.is_empty()) {
-        out.say(format_args!(
-            "{} {} {}: {}",
-            r.run_id,
-            r.command,
-            r.recipe,
-            r.error.as_deref().unwrap_or("-")
-        ));
-        for e in &r.evidence {
-            out.say(format_args!("  evidence: {e}"));
-        }
     }
     Ok(())
 }

@@ -4,12 +4,30 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
-use super::Output;
+use super::{context, runtime, server_runtime, Globals, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Config, DoorStatus, Launch};
+
+/// `sparkctl frontdoor`'s subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct FrontdoorArgs {
+    #[command(subcommand)]
+    command: FrontdoorCommand,
+}
+
+impl FrontdoorArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        let rt = if matches!(self.command, FrontdoorCommand::Serve { .. }) {
+            server_runtime()?
+        } else {
+            runtime()?
+        };
+        rt.block_on(async { run(context(g).await?, g.recipes_dir().path, self.command, out).await })
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum FrontdoorCommand {
@@ -76,7 +94,7 @@ fn max_size(text: &str) -> std::result::Result<crate::units::ByteSize, String> {
     Ok(crate::units::ByteSize(size))
 }
 
-pub(crate) async fn run(
+async fn run(
     ctx: Context,
     recipes: PathBuf,
     command: FrontdoorCommand,

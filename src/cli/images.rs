@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
-use super::Output;
+use super::{load_recipes, lock_path, runtime, state_root, Globals, Output};
 use crate::error::{Error, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::images::{self, Finding};
@@ -12,6 +12,30 @@ use crate::lock::Lock;
 use crate::recipe::RecipeSet;
 use crate::state::StateDir;
 use crate::units::short_digest;
+
+/// `sparkctl images`'s subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct ImagesArgs {
+    #[command(subcommand)]
+    command: ImagesCommand,
+}
+
+impl ImagesArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        runtime()?.block_on(async {
+            let recipes = load_recipes(g, out)?;
+            let docker = crate::runtime::docker::connect().await?;
+            let state = StateDir::open(&state_root(g))?;
+            let at = At {
+                recipes: &recipes,
+                lock_path: &lock_path(g),
+                docker: &docker,
+                state: &state,
+            };
+            run(&at, self.command, out).await
+        })
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ImagesCommand {
@@ -56,11 +80,11 @@ pub(crate) enum ImagesCommand {
 }
 
 /// What every `images` subcommand works on.
-pub(crate) struct At<'a> {
-    pub(crate) recipes: &'a RecipeSet,
-    pub(crate) lock_path: &'a Path,
-    pub(crate) docker: &'a bollard::Docker,
-    pub(crate) state: &'a StateDir,
+struct At<'a> {
+    recipes: &'a RecipeSet,
+    lock_path: &'a Path,
+    docker: &'a bollard::Docker,
+    state: &'a StateDir,
 }
 
 impl At<'_> {
@@ -124,7 +148,7 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
     }
 }
 
-pub(crate) async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
+async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
     let (recipes, lock_path, docker) = (at.recipes, at.lock_path, at.docker);
     match command {
         ImagesCommand::Pin { name, all, offline } => {

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::Output;
+use super::{lock_path, runtime, state_root, Globals, Output};
 use crate::error::Result;
 use crate::import::{self, Machine, Seen, Source};
 
@@ -72,7 +72,16 @@ struct Report<'a> {
     recipe: &'a str,
 }
 
-pub(crate) async fn run(
+impl ImportArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        runtime()?.block_on(async {
+            let state = crate::state::StateDir::open(&state_root(g))?;
+            run(g.recipes_dir().path, lock_path(g), &state, self, out).await
+        })
+    }
+}
+
+async fn run(
     recipes_dir: PathBuf,
     lock_path: PathBuf,
     state: &crate::state::StateDir,

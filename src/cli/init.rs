@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Output;
+use super::{Globals, Output};
 use crate::error::Result;
 use crate::places::{FileOutcome, RecipesDir};
 
@@ -16,7 +16,21 @@ fn tilde(path: &Path) -> String {
     }
 }
 
-pub(crate) fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()> {
+/// `sparkctl init`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct InitArgs {
+    /// Where [default: $XDG_CONFIG_HOME/sparkctl, else ~/.config/sparkctl].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl InitArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        run(self.dir, &g.recipes_dir(), out)
+    }
+}
+
+fn run(dir: Option<PathBuf>, found: &RecipesDir, out: &Output) -> Result<()> {
     let root = dir.unwrap_or_else(crate::places::config_dir);
     let report = crate::places::init(&root)?;
     if out.json {

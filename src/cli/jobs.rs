@@ -4,25 +4,70 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::Output;
+use clap::Args;
+
+use super::{in_context, Globals, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::job::{self, FollowEvent, Followed, JobRecord, JobState};
 
+/// `sparkctl run`'s flags.
+#[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    pub(crate) dry_run: bool,
-    pub(crate) detach: bool,
-    pub(crate) yes: bool,
-    pub(crate) allow_unpinned: bool,
+    name: String,
+    /// Print the plan (image, user, memory, disk, command) and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Start it and return at once.
+    #[arg(long)]
+    detach: bool,
+    /// Do not ask before stopping the production backend to make room.
+    #[arg(long)]
+    yes: bool,
+    /// Run an image that has no digest in images.lock (recorded in the run).
+    #[arg(long)]
+    allow_unpinned: bool,
 }
 
-pub(crate) async fn run(
-    ctx: &Context,
-    recipes: &Path,
-    name: &str,
-    args: RunArgs,
-    out: &Output,
-) -> Result<()> {
+impl RunArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        let recipes = g.recipes_dir().path;
+        in_context(g, async |ctx| run(ctx, &recipes, self, out).await)
+    }
+}
+
+/// `sparkctl jobs`: no flags.
+#[derive(Debug, Args)]
+pub(crate) struct JobsArgs;
+
+impl JobsArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        in_context(g, async |ctx| list(ctx, out).await)
+    }
+}
+
+/// `sparkctl stop`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct StopArgs {
+    name: String,
+    /// Time between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    grace: crate::units::HumanDuration,
+    /// Say what would be stopped; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl StopArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        in_context(g, async |ctx| {
+            stop(ctx, &self.name, self.grace.0, self.dry_run, out).await
+        })
+    }
+}
+
+async fn run(ctx: &Context, recipes: &Path, args: RunArgs, out: &Output) -> Result<()> {
+    let name = args.name.as_str();
     let loaded = job::load::find_job(&job::load::jobs_dir(recipes), name)?;
     let lock = ctx.state.lock(&format!("run {name}"))?;
     let plan = job::run::plan(ctx, &loaded, args.allow_unpinned).await?;
@@ -211,7 +256,7 @@ fn print_outcome(rec: &JobRecord, out: &Output) {
     }
 }
 
-pub(crate) async fn list(ctx: &Context, out: &Output) -> Result<()> {
+async fn list(ctx: &Context, out: &Output) -> Result<()> {
     let docker = ctx.runtimes.docker()?.client();
     let (runs, damaged) = job::finalize::refresh(docker, &ctx.state).await?;
     let none = || format!("no job runs yet (state dir {})", ctx.state.root().display());
@@ -252,7 +297,7 @@ pub(crate) async fn list(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub(crate) async fn stop(
+async fn stop(
     ctx: &Context,
     name: &str,
     grace: Duration,

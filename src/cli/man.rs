@@ -1,5 +1,5 @@
-//! `sparkctl man`: the manual page, generated from the same clap definitions as `--help` and
-//! the completions, so it cannot drift from the flags.
+//! `sparkctl man` and `sparkctl completions`: the manual page and the shell completions,
+//! generated from the same clap definitions as `--help`, so they cannot drift from the flags.
 
 use std::path::{Path, PathBuf};
 
@@ -40,8 +40,37 @@ fn write_pages(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Re
     Ok(())
 }
 
+/// `sparkctl man`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ManArgs {
+    /// Write a page for every command into DIR instead (sparkctl.1, sparkctl-up.1, …).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl ManArgs {
+    pub(super) fn exec(self, out: &Output) -> Result<()> {
+        run(self.dir, out)
+    }
+}
+
+/// `sparkctl completions`'s argument.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompletionsArgs {
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+impl CompletionsArgs {
+    pub(super) fn exec(self, out: &Output) -> Result<()> {
+        let mut cmd = Cli::command();
+        clap_complete::generate(self.shell, &mut cmd, "sparkctl", &mut out.generated());
+        Ok(())
+    }
+}
+
 /// `sparkctl man`: sparkctl(1) on stdout; with `--dir`, every command's page into DIR.
-pub(crate) fn run(dir: Option<PathBuf>, out: &Output) -> Result<()> {
+fn run(dir: Option<PathBuf>, out: &Output) -> Result<()> {
     let Some(dir) = dir else {
         use std::io::Write;
         let page = render(command())?;

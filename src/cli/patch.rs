@@ -1,6 +1,6 @@
 //! `sparkctl patch NAME [--dry-run|--revert]`: rendering over `patch`.
 
-use super::Output;
+use super::{with_recipes, Globals, Output};
 use crate::error::Result;
 use crate::patch::{self, plan::Plan};
 use crate::recipe::RecipeSet;
@@ -43,20 +43,38 @@ fn render_plan(out: &Output, plan: &Plan, chown_method: &str) {
 }
 
 /// `sparkctl patch`'s flags.
-pub(crate) struct Args {
-    pub(crate) dry_run: bool,
-    pub(crate) revert: bool,
+#[derive(Debug, clap::Args)]
+pub(crate) struct PatchArgs {
+    name: String,
+    /// Show the diff and the steps; change nothing.
+    #[arg(long, conflicts_with = "revert")]
+    dry_run: bool,
+    /// Restore the originals byte for byte.
+    #[arg(long)]
+    revert: bool,
 }
 
-pub(crate) async fn run(
+impl PatchArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            run(recipes, &ctx.state, &ctx.runtimes, self, out).await
+        })
+    }
+}
+
+async fn run(
     recipes: &RecipeSet,
     state: &StateDir,
     runtimes: &Runtimes,
-    name: &str,
-    args: Args,
+    args: PatchArgs,
     out: &Output,
 ) -> Result<()> {
-    let Args { dry_run, revert } = args;
+    let PatchArgs {
+        name,
+        dry_run,
+        revert,
+    } = args;
+    let name = name.as_str();
     let loaded = recipes.get(name)?;
     if !dry_run {
         let doing = if revert {

@@ -1,20 +1,35 @@
 //! `sparkctl prune`: what would go (the default), and `--yes` to remove it.
 
-use super::Output;
+use super::{with_recipes, Globals, Output};
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 
-pub(crate) struct Args {
-    pub(crate) keep: Option<usize>,
-    /// Newest digests of each recipe's image kept.
-    pub(crate) keep_images: Option<usize>,
-    pub(crate) yes: bool,
+/// `sparkctl prune`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PruneArgs {
+    /// Exited containers to keep per recipe [default: SPARKCTL_KEEP_EXITED, else 5].
+    #[arg(long, value_name = "N")]
+    keep: Option<usize>,
+    /// Newest image digests to keep per recipe [default: SPARKCTL_KEEP_IMAGES, else 3].
+    #[arg(long, value_name = "N")]
+    keep_images: Option<usize>,
+    /// Remove them (without it, only list what would go).
+    #[arg(long)]
+    yes: bool,
 }
 
-pub(crate) async fn run(
+impl PruneArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        with_recipes(g, out, async |ctx, recipes| {
+            run(ctx, recipes, self, out).await
+        })
+    }
+}
+
+async fn run(
     ctx: &crate::context::Context,
     recipes: &RecipeSet,
-    args: Args,
+    args: PruneArgs,
     out: &Output,
 ) -> Result<()> {
     let (state, runtimes) = (&ctx.state, &ctx.runtimes);

@@ -4,12 +4,43 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{Output, RecipesCommand};
+use clap::{Args, Subcommand};
+
+use super::{Globals, Output};
 use crate::error::{Error, Result};
 use crate::places::RecipesDir;
 use crate::recipe::{self, resolve_shell_line, Launch, LoadedRecipe};
 
-pub(crate) fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
+/// `sparkctl recipes`'s subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct RecipesArgs {
+    #[command(subcommand)]
+    command: RecipesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RecipesCommand {
+    /// One line per recipe.
+    List,
+    /// The fully resolved recipe and the exact container or command it would run.
+    Show { name: String },
+    /// Check recipes (all in the directory, or the names/files given).
+    Validate { targets: Vec<String> },
+    /// The JSON Schema of the recipe format, for editors.
+    Schema {
+        /// The schema of job recipes (recipes/jobs/*.yaml) instead.
+        #[arg(long)]
+        job: bool,
+    },
+}
+
+impl RecipesArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        run(&g.recipes_dir(), self.command, out)
+    }
+}
+
+fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
     let dir = found.path.as_path();
     match command {
         RecipesCommand::List if found.absent() => {

@@ -89,31 +89,27 @@ pub(crate) async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -
     }
 }
 
-/// What `bench NAME|URL` measures: a URL as is, or a recipe's running deployment with its
-/// context (recipe hash, image, model fingerprint, size). Also the recipe's gates and suite.
-pub(crate) async fn bench_target(
+/// The benchmark of `target`, a URL as is or a recipe's running deployment with its
+/// context (recipe hash, image, model fingerprint, size), with `over` over the recipe's
+/// bench section (its suite, gates, objectives and load): `bench NAME|URL` and `up`'s.
+pub(crate) async fn bench_plan(
     rt: &Runtimes,
     recipes: &crate::recipe::RecipeSet,
+    state: &crate::state::StateDir,
     target: &str,
-) -> Result<(
-    crate::bench::result::Target,
-    crate::bench::gates::Gates,
-    String,
-)> {
-    use crate::bench::{bound, result::Target};
+    over: crate::bench::Overrides,
+) -> Result<crate::bench::Plan> {
+    use crate::bench::{bound, result::Target, RecipeBench};
     // A bad host figure is an error before anything is measured.
     bound::host_setting().map_err(Error::Usage)?;
+    let suites = recipes.dir.join("suites");
     if target.starts_with("http://") || target.starts_with("https://") {
         let mut t = Target {
             url: target.trim_end_matches('/').to_string(),
             ..Default::default()
         };
         t.set_bound(bound::for_url(&t.url).await);
-        return Ok((
-            t,
-            Default::default(),
-            crate::bench::suite::DEFAULT_SUITE.into(),
-        ));
+        return crate::bench::Plan::new(t, RecipeBench::default(), over, &suites, state);
     }
     let loaded = recipes.get(target)?;
     let recipe = &loaded.recipe;
@@ -124,19 +120,19 @@ pub(crate) async fn bench_target(
         .ok_or_else(|| Error::NotRunning {
             name: target.into(),
         })?;
-    let (gates, suite) = match &recipe.bench {
+    let section = match &recipe.bench {
         // Checked when the recipe was loaded.
-        Some(b) => (
-            crate::bench::gates::parse_all(&b.gates)
+        Some(b) => RecipeBench {
+            suite: b.suite.clone(),
+            gates: crate::bench::gates::parse_all(&b.gates)
                 .map_err(|e| Error::Usage(format!("{}: bench.gates.{e}", loaded.path.display())))?,
-            b.suite.clone(),
-        ),
-        None => (
-            Default::default(),
-            crate::bench::suite::DEFAULT_SUITE.to_string(),
-        ),
+            slo: b.slo,
+            load: b.load.clone(),
+        },
+        None => RecipeBench::default(),
     };
-    Ok((target_of(recipe, &d).await, gates, suite))
+    let t = target_of(recipe, &d).await;
+    crate::bench::Plan::new(t, section, over, &suites, state)
 }
 
 /// What a benchmark of `recipe`'s running deployment `d` records about it, with the
@@ -164,29 +160,6 @@ pub(crate) async fn target_of(
     let declared = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps);
     t.set_bound(bound::for_recipe(&recipe.name, declared, &recipe.gpu_use()).await);
     t
-}
-
-/// The recipe's goodput objectives, when `target` names a recipe that sets them.
-pub(crate) fn recipe_slo(
-    recipes: &crate::recipe::RecipeSet,
-    target: &str,
-) -> Option<crate::bench::slo::Slo> {
-    recipes.get(target).ok()?.recipe.bench.as_ref()?.slo
-}
-
-/// The recipe's load phases (`bench.load`), when `target` names a recipe that sets them.
-pub(crate) fn recipe_load(
-    recipes: &crate::recipe::RecipeSet,
-    target: &str,
-) -> Option<crate::bench::load::LoadSpec> {
-    recipes
-        .get(target)
-        .ok()?
-        .recipe
-        .bench
-        .as_ref()?
-        .load
-        .clone()
 }
 
 /// State files a read command should mention although it does not need them:

@@ -20,8 +20,6 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) dry_run: bool,
     pub(crate) no_promote: bool,
     pub(crate) allow_unpinned: bool,
-    pub(crate) suite: Option<String>,
-    pub(crate) runs: Option<usize>,
     /// Asked before production is stopped; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// Progress lines for people.
@@ -299,21 +297,9 @@ impl Flow<'_, '_> {
             .ctx
             .state()
             .run_file(&self.record.run_id, RunFile::ProductionBench)?;
-        let ctx = self.ctx;
-        let (recipe, suite, runs) = (
-            current.recipe.clone(),
-            self.opts.suite.clone(),
-            self.opts.runs,
-        );
+        let (ctx, recipe) = (self.ctx, current.recipe.clone());
         let result = timed(self.record, PhaseName::MeasureProduction, async {
-            bench_recipe(
-                ctx,
-                &recipe,
-                suite,
-                runs,
-                Err("this is production's own measurement"),
-            )
-            .await
+            bench_recipe(ctx, &recipe, Err("this is production's own measurement")).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -342,16 +328,8 @@ impl Flow<'_, '_> {
             .state()
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
-        let (suite, runs) = (self.opts.suite.clone(), self.opts.runs);
         let result = timed(self.record, PhaseName::Bench, async {
-            bench_recipe(
-                ctx,
-                &name,
-                suite,
-                runs,
-                baseline.as_ref().map_err(String::as_str),
-            )
-            .await
+            bench_recipe(ctx, &name, baseline.as_ref().map_err(String::as_str)).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -528,26 +506,19 @@ fn production_baseline(production: &Production) -> std::result::Result<BenchResu
     }
 }
 
-/// Benchmarks a running recipe with its own suite and gates.
+/// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load.
 async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
-    suite: Option<String>,
-    runs: Option<usize>,
     baseline: std::result::Result<&BenchResult, &str>,
 ) -> Result<BenchResult> {
-    let (target, gates, suite_name) = super::bench_target(ctx.rt(), ctx.recipes, name).await?;
-    let suite = crate::bench::replay::load_suite(
-        suite.as_deref().unwrap_or(&suite_name),
-        &ctx.recipes.dir.join("suites"),
+    let plan = super::bench_plan(
+        ctx.rt(),
+        ctx.recipes,
         ctx.state(),
-    )?;
-    let opts = crate::bench::Options {
-        runs,
-        slo: super::recipe_slo(ctx.recipes, name),
-        gates,
-        ..Default::default()
-    }
-    .with_recipe_load(super::recipe_load(ctx.recipes, name).as_ref());
-    crate::bench::run(&suite, target, &opts, baseline, |_, _, _| {}).await
+        name,
+        crate::bench::Overrides::default(),
+    )
+    .await?;
+    plan.run(baseline, |_, _, _| {}).await
 }

@@ -1,0 +1,165 @@
+//! One benchmark, planned: what it measures, the suite, and how it runs. A recipe's bench
+//! section with the command line's flags over it, each flag the user did not give left
+//! `None` (or empty) until it is resolved here against the recipe's value, so a flag given
+//! wins whatever its value. `bench NAME|URL` and `up`'s benchmarks are both one.
+
+use std::path::Path;
+
+use super::gates::{self, GateRule, Gates};
+use super::load::{Arrival, LoadSpec, Sweep};
+use super::result::{BenchResult, Target};
+use super::slo::Slo;
+use super::suite::{Suite, DEFAULT_SUITE};
+use super::{bound, replay, Options};
+use crate::error::{Error, Result};
+use crate::state::StateDir;
+
+/// A recipe's bench section as the benchmark reads it (the recipe module owns its format).
+/// A URL has none: the built-in suite, no gates.
+pub(crate) struct RecipeBench {
+    /// The suite's spec: built in, a name in the suites dir, a file, or `captured`.
+    pub(crate) suite: String,
+    pub(crate) gates: Gates,
+    pub(crate) slo: Option<Slo>,
+    pub(crate) load: Option<LoadSpec>,
+}
+
+impl Default for RecipeBench {
+    fn default() -> Self {
+        RecipeBench {
+            suite: DEFAULT_SUITE.into(),
+            gates: Gates::default(),
+            slo: None,
+            load: None,
+        }
+    }
+}
+
+/// What the command line sets over a recipe's bench section; `None` or empty: not given.
+#[derive(Debug, Default)]
+pub(crate) struct Overrides {
+    pub(crate) suite: Option<String>,
+    /// `captured` or a capture file, sent instead of a suite.
+    pub(crate) replay: Option<String>,
+    pub(crate) warmup: Option<usize>,
+    pub(crate) runs: Option<usize>,
+    pub(crate) repeat: Option<usize>,
+    pub(crate) concurrency: Vec<usize>,
+    pub(crate) rate: Option<f64>,
+    pub(crate) arrival: Option<Arrival>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) requests: Option<usize>,
+    pub(crate) sweep: Option<Sweep>,
+    pub(crate) slo: Option<Slo>,
+    pub(crate) depths: Vec<usize>,
+    /// `NAME=RULE`, each over the recipe's gate of that name.
+    pub(crate) gates: Vec<String>,
+    /// The device's peak memory bandwidth, GB/s, over the recipe's and the machine's.
+    pub(crate) bandwidth_gbps: Option<f64>,
+}
+
+/// One benchmark, resolved: the target, the suite, the options.
+pub(crate) struct Plan {
+    pub(crate) target: Target,
+    pub(crate) suite: Suite,
+    pub(crate) options: Options,
+}
+
+impl Plan {
+    /// `over` over `recipe`'s bench section; a bad flag is an error naming it.
+    pub(crate) fn new(
+        mut target: Target,
+        recipe: RecipeBench,
+        over: Overrides,
+        suites_dir: &Path,
+        state: &StateDir,
+    ) -> Result<Plan> {
+        if let Some(g) = over.bandwidth_gbps {
+            if !(g.is_finite() && g > 0.0) {
+                return Err(Error::Usage(
+                    "--bandwidth-gbps: give the device's peak in GB/s, e.g. 3350".into(),
+                ));
+            }
+            target.set_bound(Ok(bound::declared(
+                g,
+                bound::Source::Flag,
+                "--bandwidth-gbps",
+            )));
+        }
+        let mut gates = recipe.gates;
+        for g in &over.gates {
+            let g: GateRule = g.parse().map_err(|e| Error::Usage(format!("--gate {e}")))?;
+            gates.insert(g.name.clone(), g);
+        }
+        let suite = match &over.replay {
+            Some(from) => replay::captured(from, state)?,
+            None => replay::load_suite(
+                over.suite.as_deref().unwrap_or(&recipe.suite),
+                suites_dir,
+                state,
+            )?,
+        };
+        over.check()?;
+        let options = Options {
+            warmup: over.warmup,
+            runs: over.runs,
+            concurrency: over.concurrency,
+            rate: over.rate,
+            arrival: over.arrival,
+            seed: over.seed,
+            requests: over.requests,
+            sweep: over.sweep,
+            slo: over.slo.or(recipe.slo),
+            depths: over.depths,
+            repeat: over.repeat,
+            gates,
+        }
+        .with_recipe_load(recipe.load.as_ref());
+        Ok(Plan {
+            target,
+            suite,
+            options,
+        })
+    }
+
+    /// Alone, without a baseline, the gates relative to production have nothing to compare
+    /// with: they are left out (their names returned, to be said) rather than left undecided.
+    pub(crate) fn leave_out_relative_gates(
+        &mut self,
+        baseline: Option<&BenchResult>,
+    ) -> Vec<String> {
+        match baseline {
+            Some(_) => Vec::new(),
+            None => gates::take_relative(&mut self.options.gates),
+        }
+    }
+
+    /// Runs it; `baseline` is production's result, or why there is none to trust.
+    pub(crate) async fn run(
+        self,
+        baseline: std::result::Result<&BenchResult, &str>,
+        progress: impl FnMut(usize, usize, &str),
+    ) -> Result<BenchResult> {
+        super::run(&self.suite, self.target, &self.options, baseline, progress).await
+    }
+}
+
+impl Overrides {
+    /// The load flags that cannot mean anything.
+    fn check(&self) -> Result<()> {
+        if self.repeat == Some(0) {
+            return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
+        }
+        if self.concurrency.contains(&0) {
+            return Err(Error::Usage(
+                "--concurrency 0: a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
+            ));
+        }
+        if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return Err(Error::Usage(
+                "--rate: give a positive number of requests per second".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! `sparkctl history [show RUN]`: rendering over `history` and the job records.
+
+use clap::{Args, Subcommand};
+
+use super::{in_context, Globals, Output};
+use crate::context::Context;
+use crate::error::Result;
+
+/// `sparkctl history`'s subcommand: none lists the runs.
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    #[command(subcommand)]
+    show: Option<HistoryCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HistoryCommand {
+    Show { run: String },
+}
+
+impl HistoryArgs {
+    pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
+        let run = self.show.map(|HistoryCommand::Show { run }| run);
+        in_context(g, async |ctx| history(ctx, run.as_deref(), out))
+    }
+}
+
+fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
+    if let Some(run) = run {
+        // A job run's id names its record in jobs/ (the lineage `history` points at).
+        let job = ctx.state.job_record_file(run)?;
+        if job.is_file() {
+            let record: crate::job::JobRecord = crate::state::read_json(&job)?;
+            out.print_json(&record);
+            return Ok(());
+        }
+        let record = crate::history::run_record(&ctx.state, run)?;
+        out.print_json(&record);
+        return Ok(());
+    }
+    let (runs, damaged) = crate::history::history(&ctx.state)?;
+    let none = || format!("no runs yet (state dir {})", ctx.state.root().display());
+    if out.list_said_all(&runs, &damaged, none) {
+        return Ok(());
+    }
+    let mut t = out.table();
+    t.set_header(vec![
+        "RUN",
+        "COMMAND",
+        "RECIPE",
+        "OUTCOME",
+        "DIGEST",
+        "TTFT p50",
+        "DECODE p50",
+        "SERVING AFTER",
+    ]);
+    for r in &runs {
+        t.add_row(vec![
+            r.run_id.clone(),
+            r.command.to_string(),
+            r.recipe.clone(),
+            r.outcome.to_string(),
+            r.image_digest
+                .as_deref()
+                .map(|d| crate::units::short_id(d).to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.ttft_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            r.decode_tps_p50.map_or("-".into(), |v| format!("{v:.1}")),
+            r.serving.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.print_table(&t);
+    for r in runs.iter().filter(|r| r.produced_by.is_some()) {
+        if let Some(l) = &r.produced_by {
+            out.say(format_args!("{}: {}'s model {l}", r.run_id, r.recipe));
+        }
+    }
+    // What made the watch bring production back, with what it answered.
+    for r in runs.iter().filter(|r| !r.evidence.is_empty()) {
+        out.say(format_args!(
+            "{} {} {}: {}",
+            r.run_id,
+            r.command,
+            r.recipe,
+            r.error.as_deref().unwrap_or("-")
+        ));
+        for e in &r.evidence {
+            out.say(format_args!("  evidence: {e}"));
+        }
+    }
+    Ok(())
+}
