@@ -195,3 +195,76 @@ ensure_vllm() {
     fi
   done
 }
+
+# Builds the test binaries and writes "name<TAB>path" for each to $1.
+build_test_binaries() {
+  cargo test --locked --target "$HOST_TRIPLE" --no-run --message-format=json-render-diagnostics \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    t = m["target"]
+    name = t["name"] if t["kind"] == ["test"] else t["name"] + "-" + t["kind"][0]
+    print(name + "\t" + m["executable"])
+' >"$1"
+  [ -s "$1" ] || { echo "cargo built no test binaries" >&2; return 1; }
+}
+
+# Runs the test binaries listed in $1 side by side, longest first (by their time in the
+# last run, kept in the cache; a new one first of all): most of a binary's time is spent
+# waiting on servers that start, stream and stop, so one at a time (as `cargo test` runs
+# them) leaves the cores idle. Every binary runs even when one fails, and each failed one's
+# output is shown. Jobs: SPARKCTL_TEST_JOBS (3). Further arguments go to every binary (a
+# test name filter, --nocapture).
+run_test_binaries() {
+  local binaries="$1" jobs="${SPARKCTL_TEST_JOBS:-3}" work times failed began=$SECONDS
+  shift
+  work="$(mktemp -d)"
+  times="$(cache_dir)/test-times"
+  mkdir -p "$(cache_dir)"
+  touch "$times"
+  echo "running $(wc -l <"$binaries") test binaries, $jobs at a time"
+  awk -F'\t' 'FILENAME == ARGV[1] { t[$1]=$2; next } { print ($1 in t ? t[$1] : 100000) "\t" $0 }' \
+    "$times" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
+    | SPARKCTL_TEST_WORK="$work" xargs -d '\n' -P "$jobs" -I{} bash -c 'one_test_binary "$@"' _ {} "$@" \
+    || true
+  # A binary that left no time behind did not pass, whatever stopped it.
+  failed="$(cut -f1 "$binaries" | while read -r name; do
+    [ -f "$work/$name.time" ] || echo "$name"
+  done)"
+  # Times for the next run's order: this run's, else the old ones.
+  cat "$work"/*.time "$times" 2>/dev/null | awk -F'\t' '!seen[$1]++' >"$times.tmp" \
+    && mv "$times.tmp" "$times"
+  if [ -n "$failed" ]; then
+    for name in $failed; do
+      echo "==== $name: its output" >&2
+      cat "$work/$name.log" >&2 2>/dev/null || echo "(it did not run)" >&2
+    done
+    echo "test binaries failed: $(echo $failed) ($((SECONDS - began)) s)" >&2
+    rm -rf "$work"
+    return 1
+  fi
+  echo "all $(wc -l <"$binaries") test binaries passed in $((SECONDS - began)) s"
+  rm -rf "$work"
+}
+
+one_test_binary() {
+  local name="${1%%$'\t'*}" exe="${1#*$'\t'}" began=$SECONDS rc=0 summary
+  shift
+  local work="$SPARKCTL_TEST_WORK"
+  "$exe" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  local took=$((SECONDS - began))
+  summary="$(grep -E '^test result:' "$work/$name.log" | tail -n 1 | sed 's/^test result: //; s/; finished in.*//')"
+  if [ "$rc" -eq 0 ]; then
+    echo "  ok      $name (${took} s: $summary)"
+    printf '%s\t%s\n' "$name" "$took" >"$work/$name.time"
+  else
+    echo "  FAILED  $name (${took} s, exit $rc: ${summary:-no summary})"
+  fi
+}
+export -f one_test_binary

@@ -461,7 +461,13 @@ async fn a_noisy_step_is_measured_again_and_an_interrupted_bisect_resumes() {
         text(&out.stderr)
     );
     assert!(!n.running("nightly-bisect"));
-    assert_eq!(n.serving().as_deref(), Some("prod"));
+    assert_eq!(
+        n.serving().as_deref(),
+        Some("prod"),
+        "{}\n{:?}",
+        text(&out.stderr),
+        n.deck.status()
+    );
     assert_eq!(n.record()["status"], "interrupted");
 
     // Killed outright during a step (production held and stopped for it): the next

@@ -639,7 +639,9 @@ fn ctrl_c_right_after_production_stopped_for_a_swap_brings_it_back() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Interrupted once it is under way (big loading), not while sparkctl itself still
+    // starts: a loaded machine can take longer than any fixed pause for that.
+    wait_state(&deck, "big", "running", Duration::from_secs(20));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));

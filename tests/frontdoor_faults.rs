@@ -568,10 +568,15 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     stalled
         .set_read_timeout(Some(Duration::from_secs(40)))
         .unwrap();
-    let n = stalled.read(&mut buf).unwrap_or(0);
+    let began = Instant::now();
+    let (n, failed) = match stalled.read(&mut buf) {
+        Ok(n) => (n, None),
+        Err(e) => (0, Some(e)),
+    };
     assert!(
         text(&buf[..n]).starts_with("HTTP/1.1 408"),
-        "{}",
+        "after {:?}: {:?} {failed:?}",
+        began.elapsed(),
         text(&buf[..n])
     );
     assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));

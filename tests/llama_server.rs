@@ -282,7 +282,7 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
     let knee = &r["sweep"]["knee"];
     assert_eq!(knee["level"], 1.0, "{}: {all}", r["sweep"]["outcome"]);
     // Depth, cold vs warm, proven by the server's cache_n.
-    let (r, all) = bench("depth", &["--depth", "0,512,1536"]);
+    let (r, all) = bench("depth", &["--depth", "0,256,768"]);
     let points = r["depth"].as_array().unwrap();
     let point = |d: u64, c: &str| {
         points
@@ -290,7 +290,7 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
             .find(|p| p["depth"] == d && p["cache"] == c)
             .unwrap()
     };
-    for d in [512, 1536] {
+    for d in [256, 768] {
         let (cold, warm) = (point(d, "cold"), point(d, "warm-prefix"));
         assert_eq!(cold["cached_tokens"]["max"], 0.0, "{cold}");
         let prompt = warm["prompt_tokens"]["p50"].as_f64().unwrap();

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::baseline::Baseline;
 use super::gates::{self, Metric};
 use super::load::LoadRun;
 use super::quality::rates;
@@ -281,7 +282,7 @@ pub(super) fn assemble(
     suite: &Suite,
     target: Target,
     opts: &Options,
-    production: std::result::Result<&BenchResult, &str>,
+    production: &Baseline<BenchResult>,
     samples: Vec<Sample>,
     ph: Phases,
     (warmup, runs): (usize, usize),
@@ -314,7 +315,7 @@ pub(super) fn assemble(
     };
     let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);
-    let gate_results = gates::evaluate(&opts.gates, &now, base.as_ref().map_err(|e| *e));
+    let gate_results = gates::evaluate(&opts.gates, &now, &base);
     let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
     let mut notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);

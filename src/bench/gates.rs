@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::baseline::Baseline;
 pub(crate) use super::metric::Metric;
 use super::stats::{relative_difference, Interval, Pct, Stats};
 use super::suite::Check;
@@ -300,15 +301,15 @@ struct Judged {
     detail: String,
 }
 
-fn judge_relative(m: Metric, now: &Measures, production: Result<&Measures, &str>) -> Judged {
+fn judge_relative(m: Metric, now: &Measures, production: &Baseline<Measures>) -> Judged {
     let none = |detail: String| Judged {
         value: None,
         interval: None,
         detail,
     };
     let base = match production {
-        Err(why) => return none(format!("no production baseline: {why}")),
-        Ok(b) => b,
+        Baseline::Missing(why) => return none(format!("no production baseline: {why}")),
+        Baseline::Measured(b) => b,
     };
     let (Some(c), Some(b)) = (now.stats.get(&m), base.stats.get(&m)) else {
         return none(format!("no {} p50 on one side", m.name()));
@@ -338,7 +339,7 @@ fn judge_relative(m: Metric, now: &Measures, production: Result<&Measures, &str>
     }
 }
 
-fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Judged {
+fn judge(gate: Gate, now: &Measures, production: &Baseline<Measures>) -> Judged {
     let plain = |value: Option<f64>, detail: String| Judged {
         value,
         interval: None,
@@ -397,7 +398,7 @@ fn judge(gate: Gate, now: &Measures, production: Result<&Measures, &str>) -> Jud
 pub(crate) fn evaluate(
     gates: &Gates,
     now: &Measures,
-    production: Result<&Measures, &str>,
+    production: &Baseline<Measures>,
 ) -> Vec<GateResult> {
     gates
         .values()
@@ -545,7 +546,11 @@ mod tests {
             ("tool_calls".to_string(), ">= 60%".to_string()),
         ]))
         .unwrap();
-        let r = evaluate(&gates, &now, Err("its run had 3 failed requests"));
+        let r = evaluate(
+            &gates,
+            &now,
+            &Baseline::missing("its run had 3 failed requests"),
+        );
         let outcome = |r: &[GateResult], g: &str| r.iter().find(|x| x.gate == g).unwrap().outcome;
         assert_eq!(
             outcome(&r, "vs_production_decode"),
@@ -553,8 +558,8 @@ mod tests {
         );
         assert_eq!(outcome(&r, "no_markdown"), GateOutcome::Pass);
         assert_eq!(outcome(&r, "tool_calls"), GateOutcome::Inconclusive);
-        let base = measures(40.0, &[]);
-        let r = evaluate(&gates, &now, Ok(&base));
+        let base = Baseline::Measured(measures(40.0, &[]));
+        let r = evaluate(&gates, &now, &base);
         let g = r.iter().find(|x| x.gate == "vs_production_decode").unwrap();
         assert_eq!((g.outcome, g.value), (GateOutcome::Fail, Some(-25.0)));
     }
@@ -568,13 +573,13 @@ mod tests {
         .unwrap();
         // Means 36 vs 40 (−10%) with a wide spread: the interval straddles −10%.
         let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
-        let base = measures(40.0, &[39.0, 41.0, 40.0, 38.0, 42.0]);
-        let g = &evaluate(&gates, &now, Ok(&base))[0];
+        let base = Baseline::Measured(measures(40.0, &[39.0, 41.0, 40.0, 38.0, 42.0]));
+        let g = &evaluate(&gates, &now, &base)[0];
         assert_eq!(g.outcome, GateOutcome::Inconclusive, "{g:?}");
         assert!(g.detail.contains("holds the threshold"), "{}", g.detail);
         // Tight runs well below: a clear fail.
         let now = measures(30.0, &[30.0, 30.5, 29.5, 30.2, 29.8]);
-        let g = &evaluate(&gates, &now, Ok(&base))[0];
+        let g = &evaluate(&gates, &now, &base)[0];
         assert_eq!(g.outcome, GateOutcome::Fail, "{g:?}");
         // An absolute gate too.
         let gates = parse_all(&BTreeMap::from([(
@@ -584,7 +589,7 @@ mod tests {
         .unwrap();
         let now = measures(36.0, &[30.0, 42.0, 36.0, 33.0, 39.0]);
         assert_eq!(
-            evaluate(&gates, &now, Err("-"))[0].outcome,
+            evaluate(&gates, &now, &Baseline::missing("-"))[0].outcome,
             GateOutcome::Inconclusive
         );
     }

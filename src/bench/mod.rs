@@ -6,6 +6,7 @@
 //! confidence intervals (`stats`), the server's metrics (`scrape`) and the roofline.
 
 mod assemble;
+mod baseline;
 pub(crate) mod bound;
 pub(crate) mod client;
 pub(crate) mod degenerate;
@@ -38,6 +39,7 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use assemble::{assemble, Phases};
+pub(crate) use baseline::Baseline;
 use client::Clients;
 use load::{Arrival, LoadRun, Profile, Sweep};
 pub(crate) use plan::{Overrides, Plan, RecipeBench};
@@ -210,7 +212,7 @@ pub(crate) async fn run(
     suite: &Suite,
     mut target: Target,
     opts: &Options,
-    production: std::result::Result<&BenchResult, &str>,
+    production: &Baseline<BenchResult>,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> Result<BenchResult> {
     let (b, before) = connect(suite, &mut target, opts).await?;

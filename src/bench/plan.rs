@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use super::baseline::Baseline;
 use super::gates::{self, GateRule, Gates};
 use super::load::{Arrival, LoadSpec, Sweep};
 use super::result::{BenchResult, Target};
@@ -126,18 +127,18 @@ impl Plan {
     /// with: they are left out (their names returned, to be said) rather than left undecided.
     pub(crate) fn leave_out_relative_gates(
         &mut self,
-        baseline: Option<&BenchResult>,
+        baseline: &Baseline<BenchResult>,
     ) -> Vec<String> {
         match baseline {
-            Some(_) => Vec::new(),
-            None => gates::take_relative(&mut self.options.gates),
+            Baseline::Measured(_) => Vec::new(),
+            Baseline::Missing(_) => gates::take_relative(&mut self.options.gates),
         }
     }
 
     /// Runs it; `baseline` is production's result, or why there is none to trust.
     pub(crate) async fn run(
         self,
-        baseline: std::result::Result<&BenchResult, &str>,
+        baseline: &Baseline<BenchResult>,
         progress: impl FnMut(usize, usize, &str),
     ) -> Result<BenchResult> {
         super::run(&self.suite, self.target, &self.options, baseline, progress).await

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::gates::{self, GateOutcome, GateRule, Measures, Metric};
 use crate::bench::stats::{relative_difference, t975, Interval};
+use crate::bench::Baseline;
 
 /// What each digest is judged on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,7 +257,8 @@ pub(crate) fn most_different(
 /// A gate's outcome as a verdict: pass is good, fail is bad, inconclusive is measured again.
 pub(crate) fn by_gate(rule: &GateRule, now: &Measures) -> Judgement {
     let gates = gates::Gates::from([(rule.name.clone(), rule.clone())]);
-    let r = gates::evaluate(&gates, now, Err("a bisect has no production baseline"))
+    let no_baseline = Baseline::missing("a bisect has no production baseline");
+    let r = gates::evaluate(&gates, now, &no_baseline)
         .pop()
         .expect("one gate, one result");
     Judgement {

@@ -13,6 +13,7 @@ mod search;
 mod step;
 mod verdict;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub(crate) use judge::{parse_metric, Criterion, Verdict};
@@ -155,10 +156,24 @@ pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Res
         confirm: opts.confirm,
         touched: Arc::new(Mutex::new(Touched::default())),
         current: Arc::new(Mutex::new(None)),
+        restoring: Arc::new(AtomicBool::new(false)),
     };
-    let outcome = tokio::select! {
-        r = drive(&env, &mut b) => r,
-        _ = switch::interrupted() => Err(Error::Interrupted("interrupted".into())),
+    let outcome = {
+        let driving = drive(&env, &mut b);
+        tokio::pin!(driving);
+        tokio::select! {
+            r = &mut driving => r,
+            _ = switch::interrupted() => {
+                // Production on its way back after a step arrives before the bisect stops.
+                while env.restoring.load(Ordering::SeqCst) {
+                    tokio::select! {
+                        _ = &mut driving => break,
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+                    }
+                }
+                Err(Error::Interrupted("interrupted".into()))
+            }
+        }
     };
     match outcome {
         Ok(()) => finish(ctx, b, history).await,

@@ -3,6 +3,7 @@
 //! benchmark in rounds until the verdict is decided or the rounds run out, its output kept,
 //! then stopped. Each measurement is a run record (`history`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -39,6 +40,25 @@ pub(crate) struct Env<'a, 'b> {
     pub(crate) touched: Arc<Mutex<Touched>>,
     /// The step in progress's run record, saved as interrupted after Ctrl-C.
     pub(crate) current: Arc<Mutex<Option<RunRecord>>>,
+    /// Production is being brought back after a step: Ctrl-C lets that finish, since a
+    /// restore cut short leaves a production started that nothing routes to or owns.
+    pub(crate) restoring: Arc<AtomicBool>,
+}
+
+/// Marks a restore under way for as long as it lives.
+struct Restoring<'r>(&'r AtomicBool);
+
+impl<'r> Restoring<'r> {
+    fn begin(flag: &'r AtomicBool) -> Restoring<'r> {
+        flag.store(true, Ordering::SeqCst);
+        Restoring(flag)
+    }
+}
+
+impl Drop for Restoring<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Judges a measurement after each round (with that round's full result).
@@ -303,8 +323,10 @@ async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchRes
         gates,
         ..Default::default()
     };
-    let no_baseline = Err("a bisect judges digests against each other, not production");
-    crate::bench::run(env.suite, target, &opts, no_baseline, |_, _, _| {}).await
+    let no_baseline = crate::bench::Baseline::missing(
+        "a bisect judges digests against each other, not production",
+    );
+    crate::bench::run(env.suite, target, &opts, &no_baseline, |_, _, _| {}).await
 }
 
 /// The digest's image on this machine: pulled by digest (and remembered) when it is not.
@@ -442,6 +464,7 @@ async fn put_back(env: &Env<'_, '_>, swapped: Option<crate::production::Upstream
     if swapped.is_none() {
         return;
     }
+    let _restoring = Restoring::begin(&env.restoring);
     let t = std::mem::take(&mut *env.touched.lock().expect("touched"));
     let name = candidate_name(&env.loaded.recipe.name);
     for note in switch::restore(env.ctx, t, &name, env.say).await {

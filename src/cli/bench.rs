@@ -162,18 +162,18 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) 
     let mut plan =
         crate::deploy::bench_plan(&ctx.runtimes, recipes, &ctx.state, target, args.overrides())
             .await?;
-    let baseline = args.baseline.as_deref().map(read_result).transpose()?;
-    let skipped = plan.leave_out_relative_gates(baseline.as_ref());
+    let baseline = match args.baseline.as_deref() {
+        Some(path) => engine::Baseline::Measured(read_result(path)?),
+        None => engine::Baseline::missing("no --baseline given"),
+    };
+    let skipped = plan.leave_out_relative_gates(&baseline);
     let name = plan.target.recipe.clone().unwrap_or_else(|| "url".into());
     let bar = out.bar("{bar:30} {pos}/{len} requests · {msg}");
     let result = plan
-        .run(
-            baseline.as_ref().ok_or("no --baseline given"),
-            |done, total, case| {
-                bar.at(done as u64, total as u64);
-                bar.message(case);
-            },
-        )
+        .run(&baseline, |done, total, case| {
+            bar.at(done as u64, total as u64);
+            bar.message(case);
+        })
         .await;
     bar.finish();
     let result = result?;
@@ -185,7 +185,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) 
     if out.json {
         out.print_json(&result);
     } else {
-        render(out, &result, baseline.as_ref());
+        render(out, &result, baseline.measured());
         if !skipped.is_empty() {
             out.say(format_args!(
                 "not judged without --baseline: {} (give production's result to compare)",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::golden::{self, Rounds};
 use crate::bench::gates::{GateResult, Gates, Measures};
+use crate::bench::Baseline;
 use crate::frontdoor::live::Judging;
 use crate::frontdoor::Door;
 use crate::production::Upstream;
@@ -54,7 +55,7 @@ struct Settings {
     gates: Gates,
     judging: Judging,
     /// Its own benchmark, for `vs_production_*`; or why there is none.
-    baseline: Result<Measures, String>,
+    baseline: Baseline<Measures>,
     golden: Option<golden::Plan>,
     has_fallback: bool,
 }
@@ -82,11 +83,10 @@ impl Judge {
     /// Judges `u` (production, answering): why it must be brought back, if it must.
     pub(crate) async fn look(&self, u: &Upstream) -> Option<Cause> {
         let s = self.settings_for(u).await?;
-        let baseline = s.baseline.as_ref().map_err(String::as_str);
         let breach = self
             .door
             .live
-            .judge(&u.deployment, &s.gates, s.judging, baseline)
+            .judge(&u.deployment, &s.gates, s.judging, &s.baseline)
             .or_else(|| {
                 let plan = s.golden.as_ref()?;
                 self.golden.look(u, plan, &self.door.live)
@@ -139,14 +139,16 @@ fn read_settings(dir: &std::path::Path, u: &Upstream, bench: Option<PathBuf>) ->
     let spec = r.live.clone().unwrap_or_default();
     let gates = crate::recipe::live::gates_of(r);
     let baseline = match bench {
-        None => Err("production has no benchmark result (started without `up`)".to_string()),
-        Some(path) => std::fs::read(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))
+        None => Baseline::missing("production has no benchmark result (started without `up`)"),
+        Some(path) => match std::fs::read(&path)
+            .map_err(|e| e.to_string())
             .and_then(|b| {
                 serde_json::from_slice::<crate::bench::result::BenchResult>(&b)
-                    .map_err(|e| format!("{}: {e}", path.display()))
-            })
-            .map(|r| r.measures()),
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(r) => Baseline::Measured(r.measures()),
+            Err(e) => Baseline::missing(format!("{}: {e}", path.display())),
+        },
     };
     let golden = spec.golden.as_ref().and_then(|g| {
         let name = crate::recipe::live::suite_of(r);

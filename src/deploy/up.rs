@@ -9,6 +9,7 @@ use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Tou
 use super::{plan_start, start, StartPlan};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
+use crate::bench::Baseline;
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Warm};
@@ -68,6 +69,15 @@ pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Resul
     Err(switch::failed(ctx, &mut record, e, &notes, &format!("up {name}")).await)
 }
 
+/// How the candidate takes production's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Production, if one runs, keeps serving beside the candidate until it passes.
+    BlueGreen,
+    /// Production stops first to make room; the front door holds requests meanwhile.
+    Swap,
+}
+
 struct Flow<'a, 'b> {
     ctx: &'a Ctx<'b>,
     opts: &'a UpOptions<'a>,
@@ -87,27 +97,26 @@ impl Flow<'_, '_> {
 
     async fn run(&mut self) -> Result<()> {
         let production = self.ctx.production().await?;
-        let Some((plan, swap)) = self.plan(&production).await? else {
+        let Some((plan, way)) = self.plan(&production).await? else {
             return Ok(());
         };
         self.patch().await?;
-        self.make_room(&plan, &production, swap).await?;
+        self.make_room(&plan, &production, way).await?;
         let candidate = self.start().await?;
-        let baseline = self.measure_production(&production, swap).await?;
+        let baseline = self.measure_production(&production, way).await?;
         let (result, bench_path) = self.bench(&baseline).await?;
         self.judge(&result, &candidate).await?;
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
-            return self.keep_production(swap, &candidate).await;
+            return self.keep_production(way, &candidate).await;
         }
-        self.switch(production, &candidate, bench_path, swap)
-            .await?;
+        self.switch(production, &candidate, bench_path, way).await?;
         self.record.outcome = Outcome::Promoted;
         Ok(())
     }
 
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
-    async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, bool)>> {
+    async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, Way)>> {
         let opts = self.ctx.start_options(self.opts.allow_unpinned);
         let plan = timed(
             self.record,
@@ -124,9 +133,10 @@ impl Flow<'_, '_> {
             self.say(&format!("model {l}"));
         }
         let prod = production.current.as_ref().map(|e| e.recipe.clone());
-        let swap = prod
-            .as_ref()
-            .is_some_and(|p| plan.memory.must_stop.contains(p));
+        let way = match &prod {
+            Some(p) if plan.memory.must_stop.contains(p) => Way::Swap,
+            _ => Way::BlueGreen,
+        };
         let serving = match production.serving() {
             Some(u) => crate::frontdoor::alive(self.ctx.rt(), u).await,
             None => false,
@@ -156,13 +166,13 @@ impl Flow<'_, '_> {
                 None => String::new(),
             },
             plan.memory.describe(),
-            match (&prod, swap, serving) {
-                (Some(p), true, _) => format!(
+            match (&prod, way, serving) {
+                (Some(p), Way::Swap, _) => format!(
                     "production {p} must stop first (swap: the front door holds requests meanwhile)"
                 ),
-                (Some(p), false, true) =>
+                (Some(p), Way::BlueGreen, true) =>
                     format!("production {p} keeps serving until the candidate passes (blue/green)"),
-                (Some(p), false, false) => format!(
+                (Some(p), Way::BlueGreen, false) => format!(
                     "production {p} is not running: the front door holds requests until one serves"
                 ),
                 (None, _, _) =>
@@ -173,7 +183,7 @@ impl Flow<'_, '_> {
             self.record.outcome = Outcome::Planned;
             return Ok(None);
         }
-        Ok(Some((plan, swap)))
+        Ok(Some((plan, way)))
     }
 
     /// The model dir's patch steps (idempotent; nothing to do when already patched).
@@ -204,7 +214,7 @@ impl Flow<'_, '_> {
         &mut self,
         plan: &StartPlan,
         production: &Production,
-        swap: bool,
+        way: Way,
     ) -> Result<()> {
         let prod = production.current.as_ref().map(|e| e.recipe.as_str());
         for victim in &plan.memory.must_stop {
@@ -229,7 +239,7 @@ impl Flow<'_, '_> {
             else {
                 continue;
             };
-            if is_prod && swap {
+            if is_prod && way == Way::Swap {
                 // Requests wait at the front door instead of finding nothing.
                 self.ctx.door.hold(self.ctx.door_config.drain).await?;
                 self.touched.lock().expect("touched").held = true;
@@ -277,10 +287,12 @@ impl Flow<'_, '_> {
     async fn measure_production(
         &mut self,
         production: &Production,
-        swap: bool,
-    ) -> Result<std::result::Result<BenchResult, String>> {
+        way: Way,
+    ) -> Result<Baseline<BenchResult>> {
         let baseline = production_baseline(production);
-        let (Some(current), false, Err(why)) = (&production.current, swap, &baseline) else {
+        let (Some(current), Way::BlueGreen, Baseline::Missing(why)) =
+            (&production.current, way, &baseline)
+        else {
             return Ok(baseline);
         };
         let Some(up) = current.upstream.clone() else {
@@ -299,7 +311,8 @@ impl Flow<'_, '_> {
             .run_file(&self.record.run_id, RunFile::ProductionBench)?;
         let (ctx, recipe) = (self.ctx, current.recipe.clone());
         let result = timed(self.record, PhaseName::MeasureProduction, async {
-            bench_recipe(ctx, &recipe, Err("this is production's own measurement")).await
+            let own = Baseline::missing("this is production's own measurement");
+            bench_recipe(ctx, &recipe, &own).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -311,16 +324,16 @@ impl Flow<'_, '_> {
                 }
                 // Kept for the next `up`; a failed write only costs a new measurement.
                 let _ = self.ctx.door.update(&next).await;
-                Ok(result)
+                Baseline::Measured(result)
             }
-            Some(why) => Err(format!("production's measurement is unusable: {why}")),
+            Some(why) => Baseline::missing(format!("production's measurement is unusable: {why}")),
         })
     }
 
     /// The candidate's benchmark against production's result.
     async fn bench(
         &mut self,
-        baseline: &std::result::Result<BenchResult, String>,
+        baseline: &Baseline<BenchResult>,
     ) -> Result<(BenchResult, std::path::PathBuf)> {
         self.say(&format!("benchmarking {}", self.name()));
         let path = self
@@ -329,7 +342,7 @@ impl Flow<'_, '_> {
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let result = timed(self.record, PhaseName::Bench, async {
-            bench_recipe(ctx, &name, baseline.as_ref().map_err(String::as_str)).await
+            bench_recipe(ctx, &name, baseline).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -339,7 +352,7 @@ impl Flow<'_, '_> {
             .ctx
             .state()
             .run_file(&self.record.run_id, RunFile::Report)?;
-        let shown: Vec<&BenchResult> = baseline.iter().chain([&result]).collect();
+        let shown: Vec<&BenchResult> = baseline.measured().into_iter().chain([&result]).collect();
         state::write_atomic(&report, crate::bench::html::report(&shown).as_bytes())?;
         self.record.report = Some(report);
         self.record.ttft_p50_ms = result.ttft_p50_ms;
@@ -414,8 +427,8 @@ impl Flow<'_, '_> {
 
     /// `--no-promote`: the candidate keeps its port; a production stopped for a swap serves
     /// again.
-    async fn keep_production(&mut self, swap: bool, candidate: &Deployment) -> Result<()> {
-        if !swap {
+    async fn keep_production(&mut self, way: Way, candidate: &Deployment) -> Result<()> {
+        if way == Way::BlueGreen {
             return Ok(());
         }
         self.ctx.rt().stop(candidate, super::STOP_GRACE).await?;
@@ -431,7 +444,7 @@ impl Flow<'_, '_> {
         production: Production,
         candidate: &Deployment,
         bench: std::path::PathBuf,
-        swap: bool,
+        way: Way,
     ) -> Result<()> {
         // Production as it is now: the watch may have restarted it meanwhile.
         let production = self.ctx.production().await.unwrap_or(production);
@@ -445,7 +458,9 @@ impl Flow<'_, '_> {
             upstream: Some(switch::upstream_of(candidate)),
         });
         let grace = self.ctx.door_config.warm_grace;
-        let keep_warm = old.as_ref().filter(|_| !swap && !grace.is_zero());
+        let keep_warm = old
+            .as_ref()
+            .filter(|_| way == Way::BlueGreen && !grace.is_zero());
         if let Some(u) = keep_warm {
             next.warm.retain(|w| w.upstream.recipe != u.recipe);
             next.warm.push(Warm {
@@ -491,18 +506,20 @@ impl Flow<'_, '_> {
 }
 
 /// Production's last result, when it is one the relative gates can trust; else why not.
-fn production_baseline(production: &Production) -> std::result::Result<BenchResult, String> {
+fn production_baseline(production: &Production) -> Baseline<BenchResult> {
     let Some(current) = &production.current else {
-        return Err("there is no production".into());
+        return Baseline::missing("there is no production");
     };
     let Some(path) = &current.bench else {
-        return Err(format!("production {} has no result yet", current.recipe));
+        return Baseline::missing(format!("production {} has no result yet", current.recipe));
     };
-    let result: BenchResult =
-        state::read_json(path).map_err(|e| format!("its last result cannot be read ({e})"))?;
+    let result: BenchResult = match state::read_json(path) {
+        Ok(r) => r,
+        Err(e) => return Baseline::missing(format!("its last result cannot be read ({e})")),
+    };
     match result.unusable_as_baseline() {
-        Some(why) => Err(format!("its last result is unusable: {why}")),
-        None => Ok(result),
+        Some(why) => Baseline::missing(format!("its last result is unusable: {why}")),
+        None => Baseline::Measured(result),
     }
 }
 
@@ -510,7 +527,7 @@ fn production_baseline(production: &Production) -> std::result::Result<BenchResu
 async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
-    baseline: std::result::Result<&BenchResult, &str>,
+    baseline: &Baseline<BenchResult>,
 ) -> Result<BenchResult> {
     let plan = super::bench_plan(
         ctx.rt(),

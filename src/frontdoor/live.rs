@@ -15,6 +15,7 @@ use super::quality::{Asked, Verdict};
 use crate::bench::gates::{self, GateOutcome, GateResult, Gates, Measures, Metric};
 use crate::bench::stats::stats;
 use crate::bench::suite::Check;
+use crate::bench::Baseline;
 use crate::production::Upstream;
 
 /// Instances whose windows are kept (the newest; older ones were replaced).
@@ -207,7 +208,7 @@ impl Live {
         deployment: &str,
         gates: &Gates,
         how: Judging,
-        baseline: Result<&Measures, &str>,
+        baseline: &Baseline<Measures>,
     ) -> Option<Breach> {
         let mut s = self.state.lock().expect("live");
         let w = s.windows.get_mut(deployment)?;
@@ -522,7 +523,9 @@ mod tests {
             live.record(&up("a"), answer("Tokyo is the capital of Japan."));
         }
         // Too few answers: nothing is judged.
-        assert!(live.judge("a", &gates, how, Err("-")).is_none());
+        assert!(live
+            .judge("a", &gates, how, &Baseline::missing("-"))
+            .is_none());
         assert!(live
             .status("a")
             .unwrap()
@@ -536,9 +539,13 @@ mod tests {
             );
         }
         // Failing, not yet for long enough.
-        assert!(live.judge("a", &gates, how, Err("-")).is_none());
+        assert!(live
+            .judge("a", &gates, how, &Baseline::missing("-"))
+            .is_none());
         std::thread::sleep(Duration::from_millis(60));
-        let b = live.judge("a", &gates, how, Err("-")).expect("a breach");
+        let b = live
+            .judge("a", &gates, how, &Baseline::missing("-"))
+            .expect("a breach");
         assert!(
             b.why.contains("no_loop 0.0 (rule >= 80%)") && b.why.contains("last 10 answers"),
             "{}",
@@ -556,7 +563,9 @@ mod tests {
             b.evidence
         );
         // Another instance starts with a clean slate; the metrics say both.
-        assert!(live.judge("b", &gates, how, Err("-")).is_none());
+        assert!(live
+            .judge("b", &gates, how, &Baseline::missing("-"))
+            .is_none());
         let mut text = String::new();
         live.render(&mut text);
         assert!(
@@ -574,7 +583,9 @@ mod tests {
         for _ in 0..10 {
             live.record(&up("a"), answer("Tokyo is the capital of Japan."));
         }
-        assert!(live.judge("a", &gates, how, Err("-")).is_none());
+        assert!(live
+            .judge("a", &gates, how, &Baseline::missing("-"))
+            .is_none());
         assert!(live.status("a").unwrap().failing_for_s.is_none());
     }
 }
