@@ -532,7 +532,8 @@ impl Deck {
         cmd
     }
 
-    /// The bare output of `sparkctl ARGS`; `sparkctl` is the way to assert on it.
+    /// The bare output of `sparkctl ARGS`, for the tests not yet on the builder (frontdoor,
+    /// frontdoor_faults, bisect, llama_server); `sparkctl` is the way to assert on a run.
     pub fn run(&self, args: &[&str]) -> Output {
         self.sparkctl(args).out
     }
