@@ -117,7 +117,17 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
+    /// SIGQUIT, nginx's graceful stop: the master takes its workers with it (SIGKILL to
+    /// the master alone left them running, holding CPU and ports after the bench).
     fn drop(&mut self) {
+        // SAFETY: a signal to the nginx master this bench started and still holds.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
+        for _ in 0..100 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -311,6 +321,7 @@ fn main() {
         .build()
         .unwrap();
     let clients = Clients::new().unwrap();
+    idle(&nginx, &doors);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "front doors vs {} (proxy_buffering off, kept-alive upstream), one sim each (TTFT 20 ms, 100 tok/s, 64 tokens), one client, interleaved; {cores} cores",
@@ -348,6 +359,29 @@ fn main() {
     let polls = polling.join().unwrap();
     println!("  (the page's data was polled {polls} times during the rounds)");
     page_alone(&doors[3]);
+}
+
+/// What each proxy spends with no traffic at all, over 10 s: the front door's watch rounds
+/// (each looks at production: its record, its process, a readiness probe when it is not
+/// streaming) and timers. Part of every per-token figure below is this, not the tokens.
+fn idle(nginx: &Nginx, doors: &[Door]) {
+    let names = ["door bare", "+quality", "+q +page", "+q +page/2s"];
+    let mut who: Vec<(&str, Vec<u32>)> = vec![("nginx", nginx.pids())];
+    who.extend(names.iter().copied().zip(doors.iter().map(Door::pids)));
+    let before: Vec<u64> = who.iter().map(|(_, p)| cpu_ns(p)).collect();
+    std::thread::sleep(Duration::from_secs(10));
+    let each: Vec<String> = who
+        .iter()
+        .zip(before)
+        .map(|((name, p), b)| {
+            let ms = cpu_ns(p).saturating_sub(b) as f64 / 1e6 / 10.0;
+            format!("{name} {ms:.2}")
+        })
+        .collect();
+    println!(
+        "  idle, no traffic, 10 s (ms of CPU per second): {}",
+        each.join(", ")
+    );
 }
 
 /// What one look at the page costs the door, with no traffic: its CPU over requests for
