@@ -237,9 +237,13 @@ run_test_binaries() {
   failed="$(cut -f1 "$binaries" | while read -r name; do
     [ -f "$work/$name.time" ] || echo "$name"
   done)"
-  # Times for the next run's order: this run's, else the old ones.
-  cat "$work"/*.time "$times" 2>/dev/null | awk -F'\t' '!seen[$1]++' >"$times.tmp" \
-    && mv "$times.tmp" "$times"
+  # Times for the next run's order: this run's, else the old ones; a failed binary's is
+  # dropped, so it goes first next time. A run of some tests only (arguments) keeps them.
+  if [ $# -eq 0 ]; then
+    cat "$work"/*.time "$times" 2>/dev/null \
+      | awk -F'\t' -v failed=" $(echo $failed) " 'index(failed, " " $1 " ") == 0 && !seen[$1]++' \
+        >"$times.tmp" && mv "$times.tmp" "$times"
+  fi
   if [ -n "$failed" ]; then
     for name in $failed; do
       echo "==== $name: its output" >&2
