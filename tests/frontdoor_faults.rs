@@ -59,6 +59,26 @@ fn pid_of(deck: &Deck, name: &str) -> i32 {
     rec["process"]["pid"].as_i64().unwrap() as i32
 }
 
+/// Waits until `pid` catches SIGINT (`SigCgt` in /proc/PID/status): a SIGINT sent earlier
+/// can land between fork and exec, where the test binary's own handler swallows it and
+/// the command then runs to its end uninterrupted (seen: an `up` that promoted).
+fn catches_sigint(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0);
+        if caught {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pid {pid} never caught SIGINT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(')')
@@ -262,6 +282,7 @@ fn start_then_up_leaves_the_running_instance_alone() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        catches_sigint(child.id());
         std::thread::sleep(Duration::from_millis(wait));
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let status = child.wait().unwrap();
