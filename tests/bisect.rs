@@ -501,9 +501,10 @@ async fn a_noisy_step_is_measured_again_and_an_interrupted_bisect_resumes() {
         ran.stdout()
     );
     let b = n.record();
-    // Judged on whatever differs most between the ends: the time to the first token.
+    // Judged on whatever differs most between the ends: the time to the first token, or
+    // the whole answer's time that carries it (on a loaded CPU the two run close).
     assert!(
-        ["ttft", "ttfo"].contains(&b["chosen"].as_str().unwrap()),
+        ["ttft", "ttfo", "e2el"].contains(&b["chosen"].as_str().unwrap()),
         "{b}"
     );
     let noisy = &b["measurements"][&n.digests[5]];

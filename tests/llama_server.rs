@@ -274,13 +274,20 @@ fn load_sweep_depth_and_metrics_hold_against_a_real_llama_server() {
                 > 0.0
         );
     }
-    // One slot: a second stream buys no throughput, it waits (llama-server's deferred queue).
+    // One slot: more streams buy no throughput, they wait (llama-server's deferred queue).
+    // A second stream may fill the slot's idle gaps between one stream's requests (a loaded
+    // CPU widens them), never more: the knee is at 1 or 2 and the sweep saturates.
     let (r, all) = bench(
         "sweep",
         &["--sweep", "concurrency:1,2,4", "--requests", "8"],
     );
     let knee = &r["sweep"]["knee"];
-    assert_eq!(knee["level"], 1.0, "{}: {all}", r["sweep"]["outcome"]);
+    let outcome = &r["sweep"]["outcome"];
+    assert!(
+        knee["level"].as_f64().is_some_and(|l| l <= 2.0),
+        "{outcome}: {all}"
+    );
+    assert!(knee["saturated_at"].as_f64().is_some(), "{outcome}: {all}");
     // Depth, cold vs warm, proven by the server's cache_n.
     let (r, all) = bench("depth", &["--depth", "0,256,768"]);
     let points = r["depth"].as_array().unwrap();
