@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::baseline::Baseline;
 use super::gates::{self, GateRule, Gates};
-use super::load::{Arrival, LoadSpec, Sweep};
+use super::load::LoadSpec;
 use super::result::{BenchResult, Target};
 use super::slo::Slo;
 use super::suite::{Suite, DEFAULT_SUITE};
@@ -37,22 +37,14 @@ impl Default for RecipeBench {
 }
 
 /// What the command line sets over a recipe's bench section; `None` or empty: not given.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Overrides {
     pub(crate) suite: Option<String>,
     /// `captured` or a capture file, sent instead of a suite.
     pub(crate) replay: Option<String>,
-    pub(crate) warmup: Option<usize>,
-    pub(crate) runs: Option<usize>,
-    pub(crate) repeat: Option<usize>,
-    pub(crate) concurrency: Vec<usize>,
-    pub(crate) rate: Option<f64>,
-    pub(crate) arrival: Option<Arrival>,
-    pub(crate) seed: Option<u64>,
-    pub(crate) requests: Option<usize>,
-    pub(crate) sweep: Option<Sweep>,
-    pub(crate) slo: Option<Slo>,
-    pub(crate) depths: Vec<usize>,
+    /// The load flags as given (their `gates` stay empty: the rules are `gates` below),
+    /// resolved against the recipe's `bench.load` by the plan.
+    pub(crate) options: Options,
     /// `NAME=RULE`, each over the recipe's gate of that name.
     pub(crate) gates: Vec<String>,
     /// The device's peak memory bandwidth, GB/s, over the recipe's and the machine's.
@@ -100,20 +92,11 @@ impl Plan {
                 state,
             )?,
         };
-        over.check()?;
+        over.options.check()?;
         let options = Options {
-            warmup: over.warmup,
-            runs: over.runs,
-            concurrency: over.concurrency,
-            rate: over.rate,
-            arrival: over.arrival,
-            seed: over.seed,
-            requests: over.requests,
-            sweep: over.sweep,
-            slo: over.slo.or(recipe.slo),
-            depths: over.depths,
-            repeat: over.repeat,
+            slo: over.options.slo.or(recipe.slo),
             gates,
+            ..over.options
         }
         .with_recipe_load(recipe.load.as_ref());
         Ok(Plan {
@@ -145,7 +128,7 @@ impl Plan {
     }
 }
 
-impl Overrides {
+impl Options {
     /// The load flags that cannot mean anything.
     fn check(&self) -> Result<()> {
         if self.repeat == Some(0) {
