@@ -591,7 +591,18 @@ bench:
     let r: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
     assert_eq!(r["decode_tps_p50"], Value::Null, "{}", ran.shown());
     assert_eq!(r["roofline_share"], Value::Null);
-    assert!(measured(&r).iter().all(|s| s["impossible"] == true));
+    // Every stream with a decode figure is impossible; one that arrived in a burst (a loaded
+    // CPU) has no figure and is set aside as a burst instead.
+    let timed: Vec<&Value> = measured(&r)
+        .into_iter()
+        .filter(|s| s["burst"] != true)
+        .collect();
+    assert!(!timed.is_empty(), "{}", ran.shown());
+    assert!(
+        timed.iter().all(|s| s["impossible"] == true),
+        "{}",
+        ran.shown()
+    );
     assert_eq!(case(&r, "factual")["decode_tps"], Value::Null);
     assert_eq!(r["gates"][0]["outcome"], "inconclusive");
     assert_eq!(r["verdict"], "inconclusive");
