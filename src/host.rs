@@ -3,7 +3,11 @@
 //! Linux only (read from /proc), as a DGX Spark is.
 
 use std::fs;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// This machine's name, for benchmark results.
 pub(crate) fn hostname() -> String {
@@ -314,6 +318,35 @@ impl ProcessId {
     /// Running (not gone, not a zombie waiting to be reaped, not a different process).
     pub(crate) fn alive(&self) -> bool {
         matches!(stat(self.pid), Some(s) if s.start == self.start_ticks && s.state != 'Z' && s.state != 'X')
+    }
+
+    /// Resolves once the process has ended. The kernel says when (a pidfd turns readable at
+    /// exit): a watcher of a long-lived process costs nothing while it lives, where polling
+    /// /proc woke its runtime several times a second for as long as it ran.
+    pub(crate) async fn ended(&self) {
+        if let Some(fd) = self.pidfd() {
+            if let Ok(fd) = AsyncFd::with_interest(fd, Interest::READABLE) {
+                let _ = fd.readable().await;
+                return;
+            }
+        }
+        // Kernels before 5.3 have no pidfd.
+        while self.alive() {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+
+    fn pidfd(&self) -> Option<OwnedFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor (close-on-exec)
+        // or -1; nothing else is touched.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just opened here and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // The pid may have gone to another process before it was opened.
+        self.alive().then_some(fd)
     }
 }
 

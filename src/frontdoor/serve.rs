@@ -191,16 +191,21 @@ async fn stay_supervised(
     state: StateDir,
     launch: Launch,
     listen_fd: i32,
-    stopping: watch::Receiver<bool>,
+    mut stopping: watch::Receiver<bool>,
 ) {
     // SAFETY: getppid cannot fail.
     let Some(mut supervisor) = ProcessId::of(unsafe { libc::getppid() } as u32) else {
         return;
     };
-    let mut adopters: Vec<tokio::process::Child> = Vec::new();
     loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        adopters.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+        tokio::select! {
+            _ = supervisor.ended() => {}
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
         if *stopping.borrow() {
             return;
         }
@@ -231,13 +236,21 @@ async fn stay_supervised(
                     "the front door's supervisor pid {} is gone; pid {pid} took over",
                     supervisor.pid
                 );
+                // Reaped when it ends, so that its end is seen (a zombie is not alive).
+                tokio::spawn(async move {
+                    let mut child = child;
+                    let _ = child.wait().await;
+                });
                 match ProcessId::of(pid) {
                     Some(p) => supervisor = p,
                     None => continue,
                 }
-                adopters.push(child);
             }
-            Err(e) => super::say!("the supervisor is gone and a new one did not start: {e}"),
+            Err(e) => {
+                super::say!("the supervisor is gone and a new one did not start: {e}");
+                // Not again at once: a spawn that failed would fail in a loop.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }

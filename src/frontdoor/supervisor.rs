@@ -233,9 +233,7 @@ impl Server {
 
 /// Waits until `p` ended, and reaps it when it is this process's child.
 async fn gone(p: ProcessId) {
-    while p.alive() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    p.ended().await;
     // SAFETY: waitpid on one pid, not blocking; ECHILD when it is not ours.
     unsafe { libc::waitpid(p.pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
 }
