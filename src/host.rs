@@ -325,7 +325,9 @@ impl ProcessId {
     /// /proc woke its runtime several times a second for as long as it ran.
     pub(crate) async fn ended(&self) {
         if let Some(fd) = self.pidfd() {
-            if let Ok(fd) = AsyncFd::with_interest(fd, Interest::READABLE) {
+            // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the same until
+            // both are dropped together.
+            if let Ok(fd) = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
                 let _ = fd.readable().await;
                 return;
             }
