@@ -130,6 +130,11 @@ pub(crate) struct StateLock {
     _file: std::fs::File,
 }
 
+/// The deployment records held (`StateDir::hold_deployment_records`) until dropped.
+pub(crate) struct RecordsHeld {
+    _dir: std::fs::File,
+}
+
 impl StateDir {
     pub(crate) fn lock(&self, what: &str) -> Result<StateLock> {
         use std::io::{Read, Seek};
@@ -158,6 +163,26 @@ impl StateDir {
         let _ = file.rewind();
         let _ = writeln!(file, "pid {} running `sparkctl {what}`", std::process::id());
         Ok(StateLock { _file: file })
+    }
+
+    /// Holds the deployment records still while a start checks that its recipe is not
+    /// running and records the process it spawns: two starters of one recipe (the front
+    /// door's watch and a command's way back) must not both spawn, the loser's record
+    /// hiding the winner's process. An `flock` on the directory itself, so that it needs
+    /// no new file on a full disk; blocking, as the section is a spawn and one write.
+    pub(crate) fn hold_deployment_records(&self) -> Result<RecordsHeld> {
+        use std::os::unix::io::AsRawFd;
+        let dir = self.root.join("deployments");
+        let file = fs::File::open(&dir)
+            .map_err(|e| Error::io(format!("cannot open {}", dir.display()), e))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(Error::io(
+                format!("cannot lock {}", dir.display()),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(RecordsHeld { _dir: file })
     }
 
     pub(crate) fn production_file(&self) -> PathBuf {

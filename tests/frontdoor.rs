@@ -705,8 +705,22 @@ fn a_relative_gate_without_a_usable_baseline_never_promotes() {
             .contains("no production baseline"),
         "{rel}"
     );
-    // Not promoted; production was brought back behind the front door.
-    assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
+    // Not promoted; production was brought back behind the front door, by its watch alone:
+    // the up's way back starting it too once left the loser's record naming a dead pid and
+    // the winner holding prod's port as "not sparkctl's".
+    assert!(
+        err.contains("the front door's watch brought prod back"),
+        "{err}"
+    );
+    let routed = door(&deck)["upstream"].clone();
+    assert_eq!(routed["recipe"], "prod");
+    let recorded = pid_of(&deck, "prod");
+    assert_eq!(routed["deployment"], recorded.to_string(), "{routed}");
+    assert_eq!(
+        unsafe { libc::kill(recorded, 0) },
+        0,
+        "prod's recorded pid runs"
+    );
     assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
 
     // A truncated result of production's is not a baseline either: it is measured again.

@@ -513,6 +513,51 @@ server:
     }
 }
 
+/// Two starters of one recipe at once (the front door's watch restarting production while
+/// a command's way back starts it too) once both spawned: the last one's record named a
+/// process that then lost the port and died, and the one that held the port was nobody's
+/// ("not sparkctl's"), stoppable by no `down`.
+#[test]
+fn concurrent_starts_of_one_recipe_run_one_server_and_it_is_the_recorded_one() {
+    let deck = Deck::new("rt-race");
+    let port = free_port();
+    deck.recipe("prod", &process_recipe(port, "--load-time, 500ms"));
+    let starts: Vec<_> = (0..4)
+        .map(|_| support::Ran::spawn(&mut deck.cmd(&["start", "prod"])))
+        .collect();
+    let ran: Vec<support::Ran> = starts.into_iter().map(|s| s.wait()).collect();
+    let shown: String = ran.iter().map(|r| r.shown()).collect();
+    let ok = ran.iter().filter(|r| r.code() == Some(0)).count();
+    assert_eq!(ok, 1, "one start succeeds: {shown}");
+    for r in ran.iter().filter(|r| r.code() != Some(0)) {
+        let err = r.stderr();
+        assert!(
+            err.contains("prod is already running")
+                || err.contains("is taken by sparkctl deployment prod"),
+            "a refused start says why: {err}"
+        );
+    }
+    let prod = deck.status_of("prod").expect("prod listed");
+    assert_eq!(prod["state"], "running", "{prod}");
+    let pid: i32 = prod["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        unsafe { libc::kill(pid, 0) },
+        0,
+        "the recorded pid {pid} runs"
+    );
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{port}"), "/health"),
+        Some(200)
+    );
+    // The recorded one is the one that serves: stopping it by name frees the port.
+    deck.ok(&["down", "prod"]);
+    assert_eq!(
+        http_status(&format!("http://127.0.0.1:{port}"), "/health"),
+        None,
+        "{shown}"
+    );
+}
+
 #[test]
 fn a_recipe_that_does_not_fit_in_memory_names_what_must_stop() {
     let deck = Deck::new("rt-memory");

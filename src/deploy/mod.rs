@@ -68,6 +68,15 @@ pub(crate) async fn port_owner(
         });
     }
     let listener = crate::host::listener_on(port)?;
+    // Started since `known` was read (another starter of the same recipe): its record
+    // names it by now, as it is written before the process can bind.
+    if let Ok((now, _)) = rt.process.list_records() {
+        if let Some(d) = now.iter().find(|d| d.running() && d.port == port) {
+            return Some(PortOwner::Deployment {
+                name: d.name.clone(),
+            });
+        }
+    }
     // A published container port is held by docker-proxy: name the container instead.
     if let Ok(docker) = rt.docker() {
         if let Ok(Some((container, _))) = docker.publisher_of(port).await {

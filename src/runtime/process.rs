@@ -203,6 +203,14 @@ impl Supervisor for ProcessRuntime {
                 Ok(())
             });
         }
+        let held = self.state.hold_deployment_records()?;
+        if let Some(d) = self.find(&resolved.name).filter(Deployment::running) {
+            return Err(Error::Failed(format!(
+                "{} is already running (pid {}), started meanwhile by another sparkctl; \
+                 `sparkctl status` shows it",
+                resolved.name, d.id
+            )));
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::io(format!("cannot start {artifact}"), e))?;
@@ -225,6 +233,7 @@ impl Supervisor for ProcessRuntime {
             let _ = child.start_kill();
             return Err(e);
         }
+        drop(held);
 
         let (tx, rx) = mpsc::channel(256);
         let lines = tx.clone();
