@@ -42,6 +42,12 @@ cases:
 /// Runs `bench URL` with the quick suite and extra args, insisting on exit `code`; returns
 /// the run and its result JSON (null where none was written).
 fn bench(deck: &Deck, url: &str, extra: &[&str], code: i32) -> (Ran, Value) {
+    let (ran, result) = bench_run(deck, url, extra);
+    (ran.exits(code), result)
+}
+
+/// `bench`, whatever it exits with.
+fn bench_run(deck: &Deck, url: &str, extra: &[&str]) -> (Ran, Value) {
     let suite = quick_suite(deck);
     let out_file = deck.dir.join(format!(
         "result-{}.json",
@@ -58,11 +64,35 @@ fn bench(deck: &Deck, url: &str, extra: &[&str], code: i32) -> (Ran, Value) {
         out_file.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let ran = deck.sparkctl(&args).exits(code);
+    let ran = deck.sparkctl(&args);
     let result = std::fs::read(&out_file)
         .map(|b| serde_json::from_slice(&b).unwrap())
         .unwrap_or(Value::Null);
     (ran, result)
+}
+
+/// Timings injected into the sim against what the bench measured, within a band: `check`
+/// runs the bench on a fresh sim and says which figure left its band. A loaded CI machine
+/// (three test binaries beside a real vLLM on two cores) can stall the client or the sim
+/// past a band for a whole run; a wrong formula leaves it on every run. So the band must
+/// hold on one of three runs, and every miss is shown if none does.
+fn within_bands_on_one_of_three(mut check: impl FnMut() -> Result<(), String>) {
+    let mut misses = Vec::new();
+    for _ in 0..3 {
+        match check() {
+            Ok(()) => return,
+            Err(miss) => misses.push(miss),
+        }
+    }
+    panic!("outside the band on three runs: {misses:#?}");
+}
+
+/// `Err` naming the figure when `v` is outside `band`.
+fn band(what: &str, v: f64, band: std::ops::Range<f64>) -> Result<(), String> {
+    match band.contains(&v) {
+        true => Ok(()),
+        false => Err(format!("{what} {v:.2} outside {band:?}")),
+    }
 }
 
 fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
@@ -77,8 +107,21 @@ fn case<'a>(r: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
     let deck = Deck::new("bench-metrics");
-    let sim = Sim::start(&["--ttft", "60ms", "--token-rate", "100", "--tokens", "12"]);
-    let (ran, r) = bench(&deck, &sim.url, &[], 0);
+    let mut last = None;
+    within_bands_on_one_of_three(|| {
+        let sim = Sim::start(&["--ttft", "60ms", "--token-rate", "100", "--tokens", "12"]);
+        let (ran, r) = bench(&deck, &sim.url, &[], 0);
+        let factual = case(&r, "factual");
+        let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
+        let decode = factual["decode_tps"]["p50"].as_f64().unwrap();
+        let itl = factual["itl_ms"]["p50"].as_f64().unwrap();
+        let bands = band("TTFT p50 (ms) for a 60 ms TTFT", ttft, 60.0..70.0)
+            .and(band("decode (tok/s) for 100 tok/s", decode, 90.0..110.0))
+            .and(band("ITL p50 (ms) for 10 ms", itl, 9.0..11.5));
+        last = Some((ran, r));
+        bands
+    });
+    let (ran, r) = last.unwrap();
     assert_eq!(r["verdict"], "pass");
     assert_eq!(r["warmup"], 1);
     assert_eq!(r["runs"], 5);
@@ -86,18 +129,6 @@ fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
     assert_eq!(r["samples"].as_array().unwrap().len(), 6 * 5);
     assert_eq!(measured(&r).len(), 5 * 5);
     let factual = case(&r, "factual");
-    let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
-    assert!(
-        (60.0..70.0).contains(&ttft),
-        "TTFT p50 {ttft} for a 60 ms TTFT"
-    );
-    let decode = factual["decode_tps"]["p50"].as_f64().unwrap();
-    assert!(
-        (90.0..110.0).contains(&decode),
-        "decode {decode} tok/s for 100 tok/s"
-    );
-    let itl = factual["itl_ms"]["p50"].as_f64().unwrap();
-    assert!((9.0..11.5).contains(&itl), "ITL p50 {itl} for 10 ms");
     assert!(factual["cold_start_ttft_ms"].as_f64().is_some());
     assert_eq!(factual["samples"], 5, "warm-ups are not in the statistics");
     assert_eq!(
@@ -129,34 +160,43 @@ fn metrics_follow_the_injected_timings_and_cold_starts_are_kept_apart() {
 #[test]
 fn reasoning_before_content_is_timed_apart_ttft_then_ttfo() {
     let deck = Deck::new("bench-reasoning");
-    let sim = Sim::start(&[
-        "--ttft",
-        "40ms",
-        "--token-rate",
-        "100",
-        "--tokens",
-        "8",
-        "--reasoning-tokens",
-        "10",
-        "--reasoning-as",
-        "field",
-    ]);
-    let (ran, r) = bench(&deck, &sim.url, &["--gate", "thinking_leak=== 0%"], 0);
-    let factual = case(&r, "factual");
-    let ttfr = factual["ttfr_ms"]["p50"].as_f64().unwrap();
-    let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
-    let ttfo = factual["ttfo_ms"]["p50"].as_f64().unwrap();
-    assert!(
-        (40.0..50.0).contains(&ttfr),
-        "first reasoning token at {ttfr}"
-    );
-    // TTFT is the first token of any kind (vLLM's and AIPerf's); TTFO, the first output,
-    // comes after ten reasoning tokens at 10 ms each.
-    assert_eq!(ttft, ttfr);
-    assert!(
-        ttfo >= ttfr + 90.0,
-        "TTFO {ttfo} must not count reasoning (reasoning at {ttfr})"
-    );
+    let mut last = None;
+    within_bands_on_one_of_three(|| {
+        let sim = Sim::start(&[
+            "--ttft",
+            "40ms",
+            "--token-rate",
+            "100",
+            "--tokens",
+            "8",
+            "--reasoning-tokens",
+            "10",
+            "--reasoning-as",
+            "field",
+        ]);
+        let (ran, r) = bench(&deck, &sim.url, &["--gate", "thinking_leak=== 0%"], 0);
+        let factual = case(&r, "factual");
+        let ttfr = factual["ttfr_ms"]["p50"].as_f64().unwrap();
+        let ttft = factual["ttft_ms"]["p50"].as_f64().unwrap();
+        let ttfo = factual["ttfo_ms"]["p50"].as_f64().unwrap();
+        // TTFT is the first token of any kind (vLLM's and AIPerf's): a definition, so
+        // exact on every run.
+        assert_eq!(ttft, ttfr);
+        // TTFO, the first output, comes after ten reasoning tokens at 10 ms each (a stall
+        // can only lengthen that wait; counting reasoning as output would shorten it).
+        assert!(
+            ttfo >= ttfr + 90.0,
+            "TTFO {ttfo} must not count reasoning (reasoning at {ttfr})"
+        );
+        let bands = band(
+            "first reasoning token (ms) for a 40 ms TTFT",
+            ttfr,
+            40.0..50.0,
+        );
+        last = Some((ran, r));
+        bands
+    });
+    let (ran, r) = last.unwrap();
     ran.says("TTFO p50");
     assert_eq!(r["quality"]["thinking_leak"], 0.0);
     let s = measured(&r)[0];
@@ -238,61 +278,73 @@ fn a_thinking_leak_markdown_and_a_tool_call_left_in_content_fail_their_gates() {
 #[test]
 fn speed_gates_and_gates_relative_to_production() {
     let deck = Deck::new("bench-speed");
-    let production = Sim::start(&["--ttft", "20ms", "--token-rate", "200", "--tokens", "16"]);
-    let (_, base) = bench(
-        &deck,
-        &production.url,
-        &[
-            "--gate",
-            "ttft_p50_ms=<= 100",
-            "--gate",
-            "decode_tps_p50=>= 150",
-        ],
-        0,
-    );
     let base_file = deck.dir.join("production.json");
-    std::fs::write(&base_file, serde_json::to_vec(&base).unwrap()).unwrap();
+    let mut last = None;
+    within_bands_on_one_of_three(|| {
+        let production = Sim::start(&["--ttft", "20ms", "--token-rate", "200", "--tokens", "16"]);
+        let (ran, base) = bench_run(
+            &deck,
+            &production.url,
+            &[
+                "--gate",
+                "ttft_p50_ms=<= 100",
+                "--gate",
+                "decode_tps_p50=>= 150",
+            ],
+        );
+        if ran.code() != Some(0) {
+            return Err(format!(
+                "production (200 tok/s) missed >= 150 tok/s: {}",
+                ran.shown()
+            ));
+        }
+        std::fs::write(&base_file, serde_json::to_vec(&base).unwrap()).unwrap();
 
-    // A candidate that decodes at half the speed: absolute gates can pass while the
-    // relative one catches it.
-    let slow = Sim::start(&["--ttft", "20ms", "--token-rate", "100", "--tokens", "16"]);
-    let (ran, r) = bench(
-        &deck,
-        &slow.url,
-        &[
-            "--baseline",
-            base_file.to_str().unwrap(),
-            "--gate",
-            "decode_tps_p50=>= 50",
-            "--gate",
-            "vs_production_decode=>= -10%",
-            "--gate",
-            "ttft_p50_ms=<= 10",
-        ],
-        1,
-    );
-    let gate = |name: &str| {
-        r["gates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["gate"] == name)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(gate("decode_tps_p50")["outcome"], "pass");
-    assert_eq!(
-        gate("ttft_p50_ms")["outcome"],
-        "fail",
-        "20 ms TTFT is over 10"
-    );
-    let rel = gate("vs_production_decode");
-    assert_eq!(rel["outcome"], "fail");
-    let change = rel["value"].as_f64().unwrap();
-    assert!(
-        (-55.0..-45.0).contains(&change),
-        "half the speed is about -50%, got {change}"
-    );
+        // A candidate that decodes at half the speed: absolute gates can pass while the
+        // relative one catches it.
+        let slow = Sim::start(&["--ttft", "20ms", "--token-rate", "100", "--tokens", "16"]);
+        let (ran, r) = bench(
+            &deck,
+            &slow.url,
+            &[
+                "--baseline",
+                base_file.to_str().unwrap(),
+                "--gate",
+                "decode_tps_p50=>= 50",
+                "--gate",
+                "vs_production_decode=>= -10%",
+                "--gate",
+                "ttft_p50_ms=<= 10",
+            ],
+            1,
+        );
+        let gate = |name: &str| {
+            r["gates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["gate"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(gate("decode_tps_p50")["outcome"], "pass");
+        assert_eq!(
+            gate("ttft_p50_ms")["outcome"],
+            "fail",
+            "20 ms TTFT is over 10"
+        );
+        let rel = gate("vs_production_decode");
+        assert_eq!(rel["outcome"], "fail");
+        let change = rel["value"].as_f64().unwrap();
+        let bands = band(
+            "half the speed (%) against production",
+            change,
+            -55.0..-45.0,
+        );
+        last = Some((ran, production, slow));
+        bands
+    });
+    let (ran, production, slow) = last.unwrap();
     // The side-by-side table names both.
     ran.says(&format!("DECODE {}", production.url));
 
@@ -331,20 +383,26 @@ fn speed_gates_and_gates_relative_to_production() {
 #[test]
 fn a_server_without_usage_gets_a_labelled_estimate() {
     let deck = Deck::new("bench-nousage");
-    let sim = Sim::start(&[
-        "--ttft",
-        "10ms",
-        "--token-rate",
-        "200",
-        "--tokens",
-        "10",
-        "--no-usage",
-    ]);
-    let (ran, r) = bench(&deck, &sim.url, &[], 0);
-    assert_eq!(r["usage_estimated"], true);
-    ran.says("ESTIMATED");
-    let decode = case(&r, "factual")["decode_tps"]["p50"].as_f64().unwrap();
-    assert!((150.0..250.0).contains(&decode), "{decode}");
+    within_bands_on_one_of_three(|| {
+        let sim = Sim::start(&[
+            "--ttft",
+            "10ms",
+            "--token-rate",
+            "200",
+            "--tokens",
+            "10",
+            "--no-usage",
+        ]);
+        let (ran, r) = bench(&deck, &sim.url, &[], 0);
+        assert_eq!(r["usage_estimated"], true);
+        ran.says("ESTIMATED");
+        let decode = case(&r, "factual")["decode_tps"]["p50"].as_f64().unwrap();
+        band(
+            "estimated decode (tok/s) for 200 tok/s",
+            decode,
+            150.0..250.0,
+        )
+    });
 }
 
 /// What a scripted server does with one request.
