@@ -216,7 +216,7 @@ for line in sys.stdin:
 }
 
 # Runs the test binaries listed in $1 side by side, longest first (by their time in the
-# last run, kept in the cache; else by .ci/test-times; a new one first of all): most of a binary's time is spent
+# last run, kept in the cache; a new one first of all): most of a binary's time is spent
 # waiting on servers that start, stream and stop, so one at a time (as `cargo test` runs
 # them) leaves the cores idle. Every binary runs even when one fails, and each failed one's
 # output is shown. Jobs: SPARKCTL_TEST_JOBS (3). Further arguments go to every binary (a
@@ -229,10 +229,8 @@ run_test_binaries() {
   mkdir -p "$(cache_dir)"
   touch "$times"
   echo "running $(wc -l <"$binaries") test binaries, $jobs at a time"
-  # The shipped times first: this machine's own, read after, win.
-  grep -hv '^#' .ci/test-times "$times" >"$work/order" || true
   awk -F'\t' 'FILENAME == ARGV[1] { t[$1]=$2; next } { print ($1 in t ? t[$1] : 100000) "\t" $0 }' \
-    "$work/order" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
+    "$times" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
     | SPARKCTL_TEST_WORK="$work" xargs -d '\n' -P "$jobs" -I{} bash -c 'one_test_binary "$@"' _ {} "$@" \
     || true
   # A binary that left no time behind did not pass, whatever stopped it.
