@@ -278,28 +278,6 @@ impl Touched {
     }
 }
 
-/// How long a failed flow waits to say that the watch brought production back.
-const WATCH_BACK: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Waits (bounded) for the front door's watch to route to a live production again.
-async fn watched_back(ctx: &Ctx<'_>, recipe: &str) -> String {
-    let deadline = Instant::now() + WATCH_BACK;
-    loop {
-        if let Some(u) = ctx.door.status().await.ok().and_then(|s| s.upstream) {
-            if crate::frontdoor::alive(ctx.rt(), &u).await {
-                return format!("the front door's watch brought {} back", u.recipe);
-            }
-        }
-        if Instant::now() >= deadline {
-            return format!(
-                "the front door's watch is still bringing {recipe} back (`sparkctl status`, \
-                 `sparkctl history`)"
-            );
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
-}
-
 /// Puts things back after a failure or an interrupt: whatever the front door routes to
 /// keeps running; what the flow started otherwise stops (logs kept); production stopped to
 /// make room starts again and the front door is switched back to it. Returns what was done.
@@ -368,19 +346,6 @@ pub(crate) async fn restore(
     };
     if serving_alive {
         return notes;
-    }
-    // Production went down on its own while this flow ran (the flow neither held nor
-    // stopped it): bringing it back is the front door's watch's, already under way; a
-    // start from here too would race it for the recipe's port.
-    if let (Some(_), None, false) = (&door, &t.production_stopped, t.held) {
-        if let Some(prod) = production.serving() {
-            say(&format!(
-                "production {} is down; the front door's watch brings it back",
-                prod.recipe
-            ));
-            notes.push(watched_back(ctx, &prod.recipe).await);
-            return notes;
-        }
     }
     // Nothing answers behind the front door: production back, as it was.
     if let Some(prod) = t.production_stopped.as_ref().or(production.serving()) {
