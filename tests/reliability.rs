@@ -171,12 +171,20 @@ fn recipe_text_reaches_the_terminal_with_control_characters_escaped() {
     );
 }
 
-/// Spawns `args` with stdout a pipe whose reading end is closed at once: the first write
-/// gets EPIPE.
+/// Runs `args` with stdout a pipe whose reading end is closed before sparkctl starts, so
+/// its first write gets EPIPE. (Closing it after the spawn raced: a loaded CI machine let a
+/// short `recipes validate` write into the open pipe first and exit 0.)
 fn with_closed_stdout(deck: &Deck, args: &[&str]) -> Ran {
-    let mut running = Ran::spawn(&mut deck.cmd(args));
-    drop(running.child.stdout.take());
-    running.wait()
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 fills `ends` with two new descriptors, each owned below exactly once.
+    assert_eq!(
+        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(read);
+    Ran::of(deck.cmd(args).stdout(std::process::Stdio::from(write)))
 }
 
 #[test]
