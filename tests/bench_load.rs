@@ -124,8 +124,10 @@ fn a_server_that_queues_cannot_hide_it_behind_a_slowed_client() {
         0,
     );
     let level = &r["load"][0];
+    // The rate rests on the first and the last send: ±5% leaves a loaded machine's late
+    // wake-up (±100 ms over the 2 s) and still catches a generator that drifts or bursts.
     assert!(
-        (f(&level["achieved_rps"]) - 20.0).abs() <= 0.4,
+        (f(&level["achieved_rps"]) - 20.0).abs() <= 1.0,
         "{}",
         level["achieved_rps"]
     );
@@ -600,7 +602,8 @@ fn a_rate_sweep_saturates_past_the_sims_capacity() {
     let levels = sweep["levels"].as_array().unwrap();
     for l in levels {
         let asked = f(&l["profile"]["rps"]);
-        assert!((f(&l["achieved_rps"]) - asked).abs() / asked <= 0.02, "{l}");
+        // ±5%, as above: at 32 req/s ±2% was ±24 ms over the whole run.
+        assert!((f(&l["achieved_rps"]) - asked).abs() / asked <= 0.05, "{l}");
     }
     let last = levels.last().unwrap();
     assert!(f(&last["request_rps"]) < 14.0, "{}", last["request_rps"]);

@@ -92,18 +92,18 @@ fn promotion_and_rollback_drop_no_request_and_the_benchmarked_instance_serves() 
     );
     deck.ok(&["rollback", "--to", "prod"]);
     let client = Traffic::start(&deck.door_url(), EVERY);
-    std::thread::sleep(Duration::from_millis(300));
+    client.answers(5, Duration::from_secs(30));
     let out = deck.ok(&["up", "cand", "--yes"]);
     assert!(out.contains("cand promoted"), "{out}");
     let promoted = history(&deck)[0].clone();
     let serving = door(&deck)["upstream"].clone();
-    std::thread::sleep(Duration::from_millis(300));
+    client.answers(5, Duration::from_secs(30));
     deck.ok(&["rollback"]);
-    std::thread::sleep(Duration::from_millis(300));
+    client.answers(5, Duration::from_secs(30));
     let report = client.stop();
     assert_eq!(report.failed(), 0, "{report:?}");
     assert_eq!(report.cut, 0, "{report:?}");
-    assert!(report.ok > 50, "{report:?}");
+    assert!(report.ok >= 15, "{report:?}");
     // The instance the front door switched to is the one that was started and benchmarked.
     let started = promoted["deployment"].as_str().unwrap();
     assert_eq!(serving["deployment"], started);
@@ -452,7 +452,7 @@ fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
     let sup = sup["pid"].as_i64().unwrap();
     let first = server_of(sup);
     let client = Traffic::start(&deck.door_url(), EVERY);
-    std::thread::sleep(Duration::from_millis(300));
+    client.answers(5, Duration::from_secs(30));
     unsafe { libc::kill(first, libc::SIGKILL) };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -469,14 +469,15 @@ fn the_front_door_survives_its_own_crash_without_refusing_a_connection() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Answers through the new server: counted, not assumed from a sleep.
+    client.answers(5, Duration::from_secs(30));
     let report = client.stop();
     assert_ne!(server_of(sup), first);
     // The listening socket never closed: connections waited in the backlog. Only a stream
     // in flight at the kill can have been cut.
     assert_eq!(report.refused(), 0, "{report:?}");
     assert!(report.failed() + report.cut <= 1, "{report:?}");
-    assert!(report.ok > 20, "{report:?}");
+    assert!(report.ok >= 10, "{report:?}");
 }
 
 #[test]

@@ -352,15 +352,17 @@ fn supervisor_pid_alive(deck: &Deck) -> bool {
 }
 
 /// Streams of 100 tokens at 5 a second (20 s each), `n` at once, on their own threads:
-/// how many ended with `[DONE]`, and the errors of the others.
+/// how many ended with `[DONE]`, and the errors of the others. `start` returns once every
+/// stream has its answer's headers (or failed to): all are in flight.
 struct LongStreams(Vec<std::thread::JoinHandle<Result<bool, String>>>);
 
 impl LongStreams {
     fn start(url: &str, n: usize) -> LongStreams {
-        LongStreams(
+        let (sent, in_flight) = std::sync::mpsc::channel();
+        let streams = LongStreams(
             (0..n)
                 .map(|_| {
-                    let url = url.to_string();
+                    let (url, sent) = (url.to_string(), sent.clone());
                     std::thread::spawn(move || {
                         support::block_on(async move {
                             let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -372,15 +374,22 @@ impl LongStreams {
                                 .post(format!("{url}/v1/chat/completions"))
                                 .json(&body)
                                 .send()
-                                .await
-                                .map_err(|e| format!("{e:?}"))?;
+                                .await;
+                            let _ = sent.send(());
+                            let r = r.map_err(|e| format!("{e:?}"))?;
                             let t = r.text().await.map_err(|e| format!("cut: {e:?}"))?;
                             Ok(t.contains("[DONE]") && t.matches("\"content\"").count() >= 100)
                         })
                     })
                 })
                 .collect(),
-        )
+        );
+        for _ in 0..n {
+            in_flight
+                .recv_timeout(Duration::from_secs(30))
+                .expect("every stream gets its headers within 30 s");
+        }
+        streams
     }
 
     fn finish(self) -> (usize, Vec<String>) {
@@ -410,11 +419,11 @@ fn long_streams_finish_through_stop_sigterm_and_restart() {
     // A restart: no connection refused, no stream cut, every request held or answered.
     let streams = LongStreams::start(&deck.door_url(), 4);
     let client = Traffic::start(&deck.door_url(), EVERY);
-    std::thread::sleep(Duration::from_secs(2));
+    client.answers(5, Duration::from_secs(30));
     let before = door(&deck)["pid"].clone();
     deck.ok(&["frontdoor", "restart"]);
     assert_ne!(door(&deck)["pid"], before);
-    std::thread::sleep(Duration::from_millis(500));
+    client.answers(5, Duration::from_secs(30));
     let report = client.stop();
     assert_eq!(report.failed(), 0, "{report:?}");
     assert_eq!(report.cut, 0, "{report:?}");
@@ -422,7 +431,6 @@ fn long_streams_finish_through_stop_sigterm_and_restart() {
     // SIGTERM to the front door, then `frontdoor stop`: the streams in flight finish.
     for how in ["SIGTERM", "stop"] {
         let streams = LongStreams::start(&deck.door_url(), 4);
-        std::thread::sleep(Duration::from_secs(2));
         match how {
             "SIGTERM" => {
                 let pid = supervisor(&deck)["pid"].as_i64().unwrap() as i32;

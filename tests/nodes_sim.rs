@@ -83,7 +83,7 @@ fn the_sim_api_server_serves_only_once_every_ray_node_joined_and_dies_when_one_l
     // A node leaving ends the API server, as a dead Ray actor ends vLLM.
     worker.kill().unwrap();
     let _ = worker.wait();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let code = loop {
         if let Some(s) = api.child.try_wait().unwrap() {
             break s.code();

@@ -136,12 +136,22 @@ fn a_hundred_thousand_deep_nesting_is_refused_within_a_second() {
     ] {
         let file = deck.dir.join(format!("recipes/{name}.yaml"));
         std::fs::write(&file, format!("name: {name}\n{body}\n")).unwrap();
-        let began = Instant::now();
-        deck.sparkctl(&["recipes", "validate", file.to_str().unwrap()])
-            .exits(2)
-            .warns("nesting deeper than 64 levels");
-        let took = began.elapsed();
-        assert!(took < Duration::from_secs(1), "{name} took {took:?}");
+        // The fastest of three runs: a parse that blows up is slow every time, a loaded
+        // machine's pause is not.
+        let took = (0..3)
+            .map(|_| {
+                let began = Instant::now();
+                deck.sparkctl(&["recipes", "validate", file.to_str().unwrap()])
+                    .exits(2)
+                    .warns("nesting deeper than 64 levels");
+                began.elapsed()
+            })
+            .min()
+            .unwrap();
+        assert!(
+            took < Duration::from_secs(1),
+            "{name} took {took:?} at best"
+        );
     }
 }
 

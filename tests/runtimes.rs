@@ -285,7 +285,7 @@ fn never_ready_times_out_with_what_health_said() {
     assert!(err.contains("never was not ready within 2 s"), "{err}");
     assert!(err.contains("still answers 503"), "{err}");
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(8),
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
         "{took:?}"
     );
     assert_eq!(deck.status_of("never").unwrap()["state"], "exited");
@@ -597,7 +597,7 @@ fn ctrl_c_while_waiting_stops_the_server_and_says_so() {
     deck.ok(&["images", "pin", "slow"]);
     let start = Ran::spawn(&mut deck.cmd(&["start", "slow"]));
     // Wait until the container exists, then interrupt.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while http_status(&format!("http://127.0.0.1:{port}"), "/health") != Some(503) {
         assert!(Instant::now() < deadline, "slow never answered 503");
         std::thread::sleep(Duration::from_millis(20));
@@ -714,15 +714,20 @@ fn logs_follow_new_output_until_the_server_stops() {
                 let _ = tx.send(line);
             }
         });
-        // Give the follower time to attach, then make the server write a line.
-        std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(
-            http_status(&format!("http://127.0.0.1:{port}"), "/v1/models"),
-            Some(200)
-        );
-        let line = rx
-            .recv_timeout(Duration::from_secs(5))
-            .expect("a new line arrives");
+        // The follower shows only lines written after it attaches, and nothing says when
+        // that is: each request writes a new line, so ask until one comes through.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let line = loop {
+            assert_eq!(
+                http_status(&format!("http://127.0.0.1:{port}"), "/v1/models"),
+                Some(200)
+            );
+            match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(line) => break line,
+                Err(_) if Instant::now() < deadline => continue,
+                Err(e) => panic!("{name}: no new line within 60 s ({e})"),
+            }
+        };
         assert!(line.contains("GET /v1/models"), "{name}: {line}");
         deck.ok(&["down", name]);
         let deadline = Instant::now() + Duration::from_secs(10);

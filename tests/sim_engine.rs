@@ -51,26 +51,23 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
     stream_chat(&client, &sim.url, &chat("hello")).await;
 
     let (mut ttft_err, mut itl_err, mut itl_max_err) = (Vec::new(), Vec::new(), 0f64);
+    let mut role_at = Vec::new();
     for _ in 0..5 {
         let (status, events) =
             stream_chat(&client, &sim.url, &chat("What is the capital of Japan?")).await;
         assert_eq!(status, 200);
         let evs = data_events(&events);
-        // First chunk is role-only and comes at once: it is not a token.
+        // First chunk is role-only: it is not a token.
         assert_eq!(
             evs[0].1.pointer("/choices/0/delta/role"),
             Some(&json!("assistant"))
-        );
-        assert!(
-            evs[0].0 < Duration::from_millis(50),
-            "role chunk at {:?}",
-            evs[0].0
         );
         let tokens: Vec<Duration> = evs
             .iter()
             .filter(|(_, v)| content_of(v).is_some_and(|c| !c.is_empty()))
             .map(|(at, _)| *at)
             .collect();
+        role_at.push(evs[0].0.as_secs_f64() * 1e3);
         assert_eq!(tokens.len(), 20);
         ttft_err.push((tokens[0].as_secs_f64() * 1e3 - 100.0).abs());
         for w in tokens.windows(2) {
@@ -94,18 +91,22 @@ async fn streams_with_the_timings_it_was_told_to_produce() {
     // it lands is the accuracy benchmark's to say (`cargo bench --bench client_accuracy`):
     // on a loaded 2-core machine a few ms of scheduling delay is not the sim's fault.
     assert!(ttft_p50 <= 10.0, "TTFT error p50 {ttft_p50:.3} ms");
+    // The role chunk goes out on arrival, not on the 100 ms schedule.
+    let role_p50 = percentile(&mut role_at, 50.0);
+    assert!(role_p50 < 50.0, "role chunk p50 at {role_p50:.3} ms");
     assert!(itl_p50 <= 10.0, "ITL error p50 {itl_p50:.3} ms");
 }
 
 #[tokio::test]
 async fn health_is_503_while_loading_then_200_and_models_lists_the_name() {
-    let sim = Sim::start(&["--load-time", "400ms", "--model-name", "demo-q4km"]);
+    // Loading lasts long enough that a loaded machine still asks twice while it does.
+    let sim = Sim::start(&["--load-time", "3s", "--model-name", "demo-q4km"]);
     let client = client();
     let health = get(&client, &sim.url, "/health").await;
     assert_eq!(health.status().as_u16(), 503);
     let models = get(&client, &sim.url, "/v1/models").await;
     assert_eq!(models.status().as_u16(), 503, "not serving while loading");
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    sim.wait_ready(Duration::from_secs(30));
     let health = get(&client, &sim.url, "/health").await;
     assert_eq!(health.status().as_u16(), 200);
     let models: Value = get(&client, &sim.url, "/v1/models")
@@ -237,7 +238,7 @@ fn crash_during_load_exits_with_the_fatal_line() {
         err.contains("no kernel image is available for execution on the device"),
         "{err}"
     );
-    assert!(sim.started.elapsed() < Duration::from_secs(2));
+    assert!(sim.started.elapsed() < Duration::from_secs(10));
 }
 
 #[tokio::test]

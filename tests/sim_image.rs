@@ -41,7 +41,8 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
                 "--port",
                 "8000",
                 "--load-time",
-                "300ms",
+                // Long enough that a busy dockerd or a descheduled test still sees it load.
+                "3s",
                 "--ttft",
                 "20ms",
                 "--tokens",
@@ -89,7 +90,7 @@ async fn sim_runs_from_a_scratch_image_and_streams() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut saw_loading = false;
     loop {
         match http_status(&url, "/health") {

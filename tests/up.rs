@@ -159,7 +159,7 @@ bench:
     /// `up NAME --yes` started in the background, returned once its candidate is loading.
     fn up_under_way(&self, name: &str) -> Running {
         let first = Ran::spawn(&mut self.deck.cmd(&["up", name, "--yes"]));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while !self
             .deck
             .status()

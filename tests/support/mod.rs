@@ -764,6 +764,8 @@ impl TrafficReport {
 /// thread, until stopped: a user of the production port while things change behind it.
 pub struct Traffic {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Complete answers so far, for a test to wait on traffic rather than sleep for it.
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     thread: Option<std::thread::JoinHandle<TrafficReport>>,
 }
 
@@ -776,17 +778,34 @@ impl Traffic {
     /// to any other).
     pub fn asking_for(url: &str, every: Duration, model: &str) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, url, model) = (stop.clone(), url.to_string(), model.to_string());
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (flag, count) = (stop.clone(), answered.clone());
+        let (url, model) = (url.to_string(), model.to_string());
         let thread = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(url, every, model, flag))
+                .block_on(traffic(url, every, model, flag, count))
         });
         Traffic {
             stop,
+            answered,
             thread: Some(thread),
+        }
+    }
+
+    /// Waits until `n` more requests have been answered completely; panics after `within`.
+    pub fn answers(&self, n: usize, within: Duration) {
+        let load = || self.answered.load(std::sync::atomic::Ordering::SeqCst);
+        let (target, deadline) = (load() + n, Instant::now() + within);
+        while load() < target {
+            assert!(
+                Instant::now() < deadline,
+                "{n} more answers did not come within {within:?} ({} of {target})",
+                load()
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -801,6 +820,7 @@ async fn traffic(
     every: Duration,
     model: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> TrafficReport {
     let client = ::reqwest::Client::builder()
         .no_proxy()
@@ -835,7 +855,10 @@ async fn traffic(
                     report.retry_after_on_503 = false;
                 }
                 match r.text().await {
-                    Ok(text) if status == 200 && text.contains("[DONE]") => report.ok += 1,
+                    Ok(text) if status == 200 && text.contains("[DONE]") => {
+                        report.ok += 1;
+                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     Ok(_) if status == 200 => report.cut += 1,
                     Ok(_) => report.http_errors.push(status),
                     Err(_) => report.cut += 1,

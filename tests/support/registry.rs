@@ -37,7 +37,7 @@ impl Registry {
             .stderr(Stdio::null())
             .spawn()
             .expect("docker-registry runs (Debian's docker-registry; `bash .ci/test` installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while super::http_status(&format!("http://{addr}"), "/v2/") != Some(200) {
             assert!(
                 Instant::now() < deadline,
