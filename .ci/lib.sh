@@ -215,90 +215,24 @@ for line in sys.stdin:
   [ -s "$1" ] || { echo "cargo built no test binaries" >&2; return 1; }
 }
 
-# Installs the real servers for the tests into the cache, in two stages, and tells
-# run_test_binaries (through the folder $1) what is ready: llama.env once llama-server and
-# its test model are there, vllm.env once vLLM is too (each holds the exports that find
-# them, everything ready so far); "failed" if an install failed. Its output goes to $1/log.
-# Run it in the background and write its pid to $1/pid: an install that is gone without
-# either answer failed too.
-install_servers() {
-  local dir="$1"
-  {
-    ensure_llama_server && ensure_test_gguf \
-      && publish_servers "$dir" llama SPARKCTL_TEST_LLAMA_SERVER SPARKCTL_TEST_GGUF \
-      && ensure_vllm \
-      && publish_servers "$dir" vllm SPARKCTL_TEST_LLAMA_SERVER SPARKCTL_TEST_GGUF \
-        SPARKCTL_TEST_VLLM_PYTHON SPARKCTL_TEST_VLLM_MODEL SPARKCTL_TEST_VLLM_MODEL_HD16
-  } >"$dir/log" 2>&1 || { touch "$dir/failed"; return 1; }
-}
-
-publish_servers() {
-  local dir="$1" stage="$2" var
-  shift 2
-  for var in "$@"; do
-    printf 'export %s=%q\n' "$var" "${!var}"
-  done >"$dir/$stage.env.tmp" && mv "$dir/$stage.env.tmp" "$dir/$stage.env"
-}
-
-# The stage of install_servers a test binary needs: the one whose variables its source
-# names (or the support helper that reads llama-server's). Only such a binary is given
-# them, so one that needs a server without saying so fails warm as it would cold.
-servers_needed() {
-  local src="tests/$1.rs"
-  if grep -qs 'SPARKCTL_TEST_VLLM' "$src"; then
-    echo vllm
-  elif grep -qsE 'SPARKCTL_TEST_(LLAMA_SERVER|GGUF)|llama_server_and_model' "$src"; then
-    echo llama
-  fi
-}
-
 # Runs the test binaries listed in $1 side by side, longest first (by their time in the
 # last run, kept in the cache; a new one first of all): most of a binary's time is spent
 # waiting on servers that start, stream and stop, so one at a time (as `cargo test` runs
-# them) leaves the cores idle. A binary that needs a real server waits, without taking a
-# place, until install_servers (folder $2) says it is ready; the others run meanwhile: on
-# a cold machine the servers take longer to build than the tests. Every binary runs even
-# when one fails, and each failed one's output is shown. Jobs: SPARKCTL_TEST_JOBS (3).
-# Further arguments go to every binary (a test name filter, --nocapture).
+# them) leaves the cores idle. Every binary runs even when one fails, and each failed one's
+# output is shown. Jobs: SPARKCTL_TEST_JOBS (3). Further arguments go to every binary (a
+# test name filter, --nocapture).
 run_test_binaries() {
-  local binaries="$1" servers="$2" jobs="${SPARKCTL_TEST_JOBS:-3}" work times failed
-  local began=$SECONDS queue=() i pick name stage pid
-  local -A running=()
-  shift 2
+  local binaries="$1" jobs="${SPARKCTL_TEST_JOBS:-3}" work times failed began=$SECONDS
+  shift
   work="$(mktemp -d)"
   times="$(cache_dir)/test-times"
   mkdir -p "$(cache_dir)"
   touch "$times"
   echo "running $(wc -l <"$binaries") test binaries, $jobs at a time"
-  mapfile -t queue < <(awk -F'\t' 'FILENAME == ARGV[1] { t[$1]=$2; next } { print ($1 in t ? t[$1] : 100000) "\t" $0 }' \
-    "$times" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2-)
-  while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
-    for pid in "${!running[@]}"; do
-      if [ -f "$work/${running[$pid]}.done" ] || ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid" || true
-        unset "running[$pid]"
-      fi
-    done
-    while [ ${#running[@]} -lt "$jobs" ]; do
-      pick=""
-      for i in "${!queue[@]}"; do
-        name="${queue[i]%%$'\t'*}"
-        stage="$(servers_needed "$name")"
-        if [ -z "$stage" ] || [ -f "$servers/$stage.env" ]; then
-          pick=$i
-          break
-        elif [ -f "$servers/failed" ] || ! kill -0 "$(cat "$servers/pid")" 2>/dev/null; then
-          echo "  FAILED  $name (not run: the real servers it needs did not install)"
-          unset "queue[i]"
-        fi
-      done
-      [ -n "$pick" ] || break
-      one_test_binary "$work" "$servers" "${queue[pick]}" "$@" &
-      running[$!]="${queue[pick]%%$'\t'*}"
-      unset "queue[pick]"
-    done
-    sleep 1
-  done
+  awk -F'\t' 'FILENAME == ARGV[1] { t[$1]=$2; next } { print ($1 in t ? t[$1] : 100000) "\t" $0 }' \
+    "$times" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
+    | SPARKCTL_TEST_WORK="$work" xargs -d '\n' -P "$jobs" -I{} bash -c 'one_test_binary "$@"' _ {} "$@" \
+    || true
   # A binary that left no time behind did not pass, whatever stopped it.
   failed="$(cut -f1 "$binaries" | while read -r name; do
     [ -f "$work/$name.time" ] || echo "$name"
@@ -324,11 +258,9 @@ run_test_binaries() {
 }
 
 one_test_binary() {
-  local work="$1" servers="$2" name="${3%%$'\t'*}" exe="${3#*$'\t'}" began=$SECONDS rc=0 stage summary
-  shift 3
-  stage="$(servers_needed "$name")"
-  # shellcheck disable=SC1090
-  [ -z "$stage" ] || . "$servers/$stage.env"
+  local name="${1%%$'\t'*}" exe="${1#*$'\t'}" began=$SECONDS rc=0 summary
+  shift
+  local work="$SPARKCTL_TEST_WORK"
   "$exe" "$@" >"$work/$name.log" 2>&1 || rc=$?
   local took=$((SECONDS - began))
   summary="$(grep -E '^test result:' "$work/$name.log" | tail -n 1 | sed 's/^test result: //; s/; finished in.*//')"
@@ -338,5 +270,5 @@ one_test_binary() {
   else
     echo "  FAILED  $name (${took} s, exit $rc: ${summary:-no summary})"
   fi
-  touch "$work/$name.done"
 }
+export -f one_test_binary
