@@ -203,7 +203,7 @@ fn a_production_the_watch_restarted_never_holds_the_production_port() {
     );
     let began = Instant::now();
     deck.ok(&["frontdoor", "start"]);
-    assert!(began.elapsed() < Duration::from_secs(10));
+    assert!(began.elapsed() < Duration::from_secs(30));
     assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
 }
@@ -710,8 +710,9 @@ fn an_up_on_a_full_state_disk_starts_nothing() {
         "{}",
         up.stderr()
     );
+    // Refused before any start or benchmark (no container below), so well within 30 s.
     assert!(
-        began.elapsed() < Duration::from_secs(10),
+        began.elapsed() < Duration::from_secs(30),
         "{:?}",
         began.elapsed()
     );

@@ -284,13 +284,25 @@ pub async fn build_image(docker: &bollard::Docker, tag: &str, files: &[(&str, &[
     }
 }
 
-/// A free loopback port (bound, then released for the server under test).
+/// A free loopback port (bound, then released for the server under test). Taken below
+/// Linux's default ephemeral range (32768 and up): there, any outgoing connection or bind
+/// to port 0 of the three test binaries running at once could take it in the seconds
+/// before the server binds. Each test process walks its own stretch of 20000..32000,
+/// starting at an offset from its pid.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(97) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(n < SPAN, "no free loopback port in {LOW}..{}", LOW + SPAN);
+        let port = (LOW + (start + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Runs `future` to completion on a short-lived runtime of its own thread: usable from
