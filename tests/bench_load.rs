@@ -544,7 +544,7 @@ bench:
     .succeeds();
     let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(r["load"][0]["profile"]["rps"], 4.0);
-    // Two slots: the knee is at 2. Each level is 16 answers of 140 ms (with 6 tokens of
+    // Two slots: the knee is at 2. Each level is 16 answers of 130 ms (with 6 tokens of
     // 5 ms, 8 answers made a level 0.2 s long, and a loaded CI machine's pause at level 2
     // read as throughput still growing at 4).
     assert_eq!(

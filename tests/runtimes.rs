@@ -724,6 +724,9 @@ fn logs_follow_new_output_until_the_server_stops() {
             );
             match rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(line) => break line,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("{name}: logs -f ended before a new line")
+                }
                 Err(_) if Instant::now() < deadline => continue,
                 Err(e) => panic!("{name}: no new line within 60 s ({e})"),
             }

@@ -107,6 +107,9 @@ async fn health_is_503_while_loading_then_200_and_models_lists_the_name() {
     let models = get(&client, &sim.url, "/v1/models").await;
     assert_eq!(models.status().as_u16(), 503, "not serving while loading");
     sim.wait_ready(Duration::from_secs(30));
+    // Loading lasted what it was told: not less (`started` is before the sim's own clock).
+    let loaded = sim.started.elapsed();
+    assert!(loaded >= Duration::from_secs(3), "ready after {loaded:?}");
     let health = get(&client, &sim.url, "/health").await;
     assert_eq!(health.status().as_u16(), 200);
     let models: Value = get(&client, &sim.url, "/v1/models")

@@ -287,20 +287,46 @@ pub async fn build_image(docker: &bollard::Docker, tag: &str, files: &[(&str, &[
 /// A free loopback port (bound, then released for the server under test). Taken below
 /// Linux's default ephemeral range (32768 and up): there, any outgoing connection or bind
 /// to port 0 of the three test binaries running at once could take it in the seconds
-/// before the server binds. Each test process walks its own stretch of 20000..32000,
-/// starting at an offset from its pid.
+/// before the server binds. Each test process hands out ports from blocks of its own: it
+/// claims a block of 20000..32000 by holding a listener on the block's first port for as
+/// long as it runs, so no other test process hands out that block's ports.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOW: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(97) % SPAN;
+    use std::net::TcpListener;
+    const LOW: u16 = 20_000;
+    const BLOCK: u16 = 100;
+    const BLOCKS: u16 = 120;
+    struct Claim {
+        _holder: TcpListener,
+        base: u16,
+        next: u16,
+    }
+    // Blocks tried so far (from a pid-based first one), and the block in use.
+    static CLAIM: std::sync::Mutex<(u16, Option<Claim>)> = std::sync::Mutex::new((0, None));
+    let mut guard = CLAIM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tried, claim) = &mut *guard;
+    let first = (std::process::id() % u32::from(BLOCKS)) as u16;
     loop {
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(n < SPAN, "no free loopback port in {LOW}..{}", LOW + SPAN);
-        let port = (LOW + (start + n) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+        if let Some(c) = claim.as_mut() {
+            while c.next < BLOCK {
+                let port = c.base + c.next;
+                c.next += 1;
+                if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                    return port;
+                }
+            }
+        }
+        assert!(
+            *tried < BLOCKS,
+            "no free block of loopback ports left in {LOW}..32000"
+        );
+        let base = LOW + (first + *tried) % BLOCKS * BLOCK;
+        *tried += 1;
+        if let Ok(holder) = TcpListener::bind(("127.0.0.1", base)) {
+            *claim = Some(Claim {
+                _holder: holder,
+                base,
+                next: 1,
+            });
         }
     }
 }
