@@ -44,6 +44,29 @@ fn bench(deck: &Deck, url: &str, tag: &str, extra: &[&str], code: i32) -> (Ran, 
     (ran, r, file)
 }
 
+/// The client sent a constant-rate level at the rate asked. Sends are judged by their
+/// median gap (the schedule plus each send's lag), within 2% of 1/rate: a drifting or
+/// bursting generator misses it, one late send does not. The achieved rate rests on the
+/// first and the last send alone, and a cold CI run's first send came 120 ms late and made
+/// 32 req/s read 35.4 over its 1.2 s: it must only be within 15%.
+fn kept_rate(level: &Value, asked: f64) {
+    let mut sends: Vec<f64> = level["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| f(&r["scheduled_ms"]) + f(&r["send_lag_ms"]))
+        .collect();
+    sends.sort_by(f64::total_cmp);
+    let mut gaps: Vec<f64> = sends.windows(2).map(|w| w[1] - w[0]).collect();
+    let (gap, due) = (support::percentile(&mut gaps, 50.0), 1000.0 / asked);
+    assert!(
+        (gap - due).abs() / due <= 0.02,
+        "median gap between sends {gap:.2} ms for {due:.2}: {level}"
+    );
+    let achieved = f(&level["achieved_rps"]);
+    assert!((achieved - asked).abs() / asked <= 0.15, "{level}");
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -124,13 +147,7 @@ fn a_server_that_queues_cannot_hide_it_behind_a_slowed_client() {
         0,
     );
     let level = &r["load"][0];
-    // The rate rests on the first and the last send: ±5% leaves a loaded machine's late
-    // wake-up (±100 ms over the 2 s) and still catches a generator that drifts or bursts.
-    assert!(
-        (f(&level["achieved_rps"]) - 20.0).abs() <= 1.0,
-        "{}",
-        level["achieved_rps"]
-    );
+    kept_rate(level, 20.0);
     let ttft = &level["ttft_ms"];
     assert!(
         f(&ttft["p99"]) > 1000.0,
@@ -604,9 +621,7 @@ fn a_rate_sweep_saturates_past_the_sims_capacity() {
     assert_eq!(sweep["knee"]["saturated_at"], 32.0);
     let levels = sweep["levels"].as_array().unwrap();
     for l in levels {
-        let asked = f(&l["profile"]["rps"]);
-        // ±5%, as above: at 32 req/s ±2% was ±24 ms over the whole run.
-        assert!((f(&l["achieved_rps"]) - asked).abs() / asked <= 0.05, "{l}");
+        kept_rate(l, f(&l["profile"]["rps"]));
     }
     let last = levels.last().unwrap();
     assert!(f(&last["request_rps"]) < 14.0, "{}", last["request_rps"]);
