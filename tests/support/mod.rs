@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod disk;
+pub mod lan;
 pub mod registry;
 
 use std::io::{BufRead, BufReader};
