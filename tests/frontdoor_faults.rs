@@ -553,7 +553,7 @@ fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
         let mut big = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
         big.write_all(
             format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
                 70 << 20
             )
             .as_bytes(),
@@ -590,7 +590,7 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     deck.ok(&["rollback", "--to", "prod"]);
     // Headers that never end: closed after the header timeout (15 s).
     let mut slow = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
-    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
     let began = Instant::now();
     slow.set_read_timeout(Some(Duration::from_secs(40)))
@@ -608,7 +608,7 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     let mut stalled = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
     stalled
         .write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"mo",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"mo",
         )
         .unwrap();
     stalled

@@ -329,13 +329,20 @@ fn a_key_in_a_pasted_line_reaches_no_file_and_no_output() {
                 args.insert(0, "--json");
             }
             args.extend(extra.iter().filter(|a| **a != "--json"));
-            shown.push_str(&deck.sparkctl(&args).succeeds().shown());
+            let ran = deck.sparkctl(&args).succeeds();
+            shown.push_str(&(ran.stdout() + &ran.stderr()));
         }
         let written =
             std::fs::read_to_string(deck.dir.join(format!("recipes/{name}.yaml"))).unwrap();
         assert!(written.contains("left out"), "{written}");
-        shown.push_str(&deck.sparkctl(&["recipes", "show", &name]).shown());
-        shown.push_str(&deck.sparkctl(&["--json", "recipes", "show", &name]).shown());
+        for json in [false, true] {
+            let mut args = vec!["recipes", "show", &name];
+            if json {
+                args.insert(0, "--json");
+            }
+            let ran = deck.sparkctl(&args).succeeds();
+            shown.push_str(&(ran.stdout() + &ran.stderr()));
+        }
     }
     // A docker option whose value cannot be read is refused without quoting its value.
     let bad = deck
@@ -346,7 +353,7 @@ fn a_key_in_a_pasted_line_reaches_no_file_and_no_output() {
             &format!("docker run --env 'MY KEY={KEY}' img"),
         ])
         .exits(2);
-    shown.push_str(&bad.shown());
+    shown.push_str(&(bad.stdout() + &bad.stderr()));
     assert!(!shown.contains(KEY), "{shown}");
     for dir in ["recipes", "state"] {
         let grep = Command::new("grep")

@@ -108,6 +108,7 @@ pub(crate) async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -
     if let Some(remote) = answering(state, config).await? {
         return Ok(remote);
     }
+    config.refuse_open()?;
     let remote = Remote::new(control_socket(state));
     let log_file = state.log_file("frontdoor", &state::new_run_id())?;
     let log = std::fs::File::create(&log_file)
@@ -284,6 +285,7 @@ pub(crate) async fn run(
             )));
         }
     }
+    config.refuse_open()?;
     let listener = socket(config, &takeover)?;
     let fd = listener.as_raw_fd();
     write_record(state, config)?;
