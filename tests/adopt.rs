@@ -499,12 +499,8 @@ fn a_keyed_server_on_every_interface_is_never_adopted_into_an_open_door() {
     assert_eq!(status_of(&from_lan, "/health", false, None), "200");
     // The key reached no file sparkctl wrote, nor its output.
     for dir in ["recipes", "state"] {
-        let grep = Command::new("grep")
-            .args(["-rl", KEY])
-            .arg(deck.dir.join(dir))
-            .output()
-            .unwrap();
-        assert!(grep.stdout.is_empty(), "{}", text(&grep.stdout));
+        let holding = support::files_holding(&deck.dir.join(dir), KEY);
+        assert!(holding.is_empty(), "{holding}");
     }
     assert!(!out.shown().contains(KEY));
 }

@@ -281,21 +281,6 @@ fn the_capture_stays_within_its_bound_as_it_rotates() {
     );
 }
 
-/// Peak and current resident memory of a process, bytes (/proc/PID/status).
-fn memory_of(pid: i64) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap()
-            * 1024
-    };
-    (kb("VmHWM:"), kb("VmRSS:"))
-}
-
 /// Issue 39 (4): bodies waiting to be captured count in the front door's memory budget for
 /// request bodies (256 MiB), and their queue is bounded in bytes: a writer that cannot keep
 /// up (here one that cannot write at all: the capture file is a FIFO nobody reads) costs
@@ -319,7 +304,7 @@ fn large_bodies_captured_faster_than_written_stay_within_the_body_budget() {
     deck.ok(&["frontdoor", "start"]);
     let status: Value = serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap();
     let server = status["pid"].as_i64().unwrap();
-    let (_, before) = memory_of(server);
+    let (_, before) = support::memory_of(server);
     let url = deck.door_url();
     // 24 chat requests of 20 MiB, one after the other (480 MiB in all); no production, so
     // each is answered 503 at once, after its body was read and offered to the capture.
@@ -345,7 +330,7 @@ fn large_bodies_captured_faster_than_written_stay_within_the_body_budget() {
         statuses
     });
     assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
-    let (peak, now) = memory_of(server);
+    let (peak, now) = support::memory_of(server);
     println!(
         "front door server: {} MiB resident before, {} MiB after, peak {} MiB (budget {} MiB)",
         before >> 20,

@@ -498,21 +498,6 @@ fn idle_connections_past_the_open_file_limit_leave_room_for_clients_and_control(
     assert!(complaints <= 10, "{complaints} lines about accept:\n{log}");
 }
 
-/// Peak and current resident memory of a process, bytes.
-fn memory_of(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap()
-            * 1024
-    };
-    (kb("VmHWM:"), kb("VmRSS:"))
-}
-
 #[test]
 fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
     let deck = deck("ff-bodies");
@@ -563,10 +548,10 @@ fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
         big.read_exact(&mut head).unwrap();
         assert_eq!(&head, b"HTTP/1.1 413");
     }
-    let (peak, _) = memory_of(server);
+    let (peak, _) = support::memory_of(server.into());
     assert!(peak < 700 << 20, "peak {} MB", peak >> 20);
     std::thread::sleep(Duration::from_secs(3));
-    let (_, now) = memory_of(server);
+    let (_, now) = support::memory_of(server.into());
     assert!(now < 150 << 20, "still {} MB 3 s later", now >> 20);
 }
 

@@ -356,12 +356,8 @@ fn a_key_in_a_pasted_line_reaches_no_file_and_no_output() {
     shown.push_str(&(bad.stdout() + &bad.stderr()));
     assert!(!shown.contains(KEY), "{shown}");
     for dir in ["recipes", "state"] {
-        let grep = Command::new("grep")
-            .args(["-rl", KEY])
-            .arg(deck.dir.join(dir))
-            .output()
-            .unwrap();
-        assert!(grep.stdout.is_empty(), "{}", text(&grep.stdout));
+        let holding = support::files_holding(&deck.dir.join(dir), KEY);
+        assert!(holding.is_empty(), "{holding}");
     }
 }
 

@@ -131,7 +131,8 @@ async fn run(
             ));
             if draft.left_out.access_key() {
                 out.say(format_args!(
-                    "it asked its callers for a key: the front door will too                      (SPARKCTL_FRONTDOOR_API_KEY_FILE names a file, mode 600, holding it)"
+                    "it asked its callers for a key: the front door will too \
+                     (SPARKCTL_FRONTDOOR_API_KEY_FILE names a file, mode 600, holding it)"
                 ));
             }
         }

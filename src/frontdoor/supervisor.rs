@@ -285,7 +285,12 @@ pub(crate) async fn run(
             )));
         }
     }
-    config.refuse_open()?;
+    // A socket of its own to bind: not on an open address without a key. One inherited is
+    // already served (a restart, an adoption that checked): its server refuses instead,
+    // and the one serving now keeps serving.
+    if takeover.listen_fd.is_none() {
+        config.refuse_open()?;
+    }
     let listener = socket(config, &takeover)?;
     let fd = listener.as_raw_fd();
     write_record(state, config)?;
