@@ -133,6 +133,7 @@ pub(crate) async fn adopt(
     let plan = plan_start(ctx, loaded, &start_opts).await?;
     let way = way_for(&plan);
     let host = crate::host::listener_on(port).map_or_else(|| "127.0.0.1".into(), |l| l.address);
+    door::refuse_open(&imported, &foreign.describe(), &host, port)?;
     (opts.say)(&describe(name, &foreign, port, way, &plan));
     let mut report = Report {
         recipe: name.to_string(),

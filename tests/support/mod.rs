@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod disk;
+pub mod lan;
 pub mod registry;
 
 use std::io::{BufRead, BufReader};
@@ -92,6 +93,31 @@ impl Sim {
 }
 
 /// Status code of a plain GET, with no async runtime (usable from any test).
+/// The files under `dir` that hold `needle`, one path a line (empty: none does).
+pub fn files_holding(dir: &Path, needle: &str) -> String {
+    let grep = Command::new("grep")
+        .args(["-rl", "--", needle])
+        .arg(dir)
+        .output()
+        .expect("grep runs");
+    text(&grep.stdout)
+}
+
+/// Peak and current resident memory of a process (VmHWM, VmRSS from /proc), bytes.
+pub fn memory_of(pid: i64) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    };
+    (kb("VmHWM:"), kb("VmRSS:"))
+}
+
 pub fn http_status(base: &str, path: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://");
