@@ -102,9 +102,7 @@ fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connect
     }
     let traffic = Traffic::asking_for(&deck.door_url(), Duration::from_millis(20), "tiny");
 
-    let out = deck
-        .sparkctl(&["import", "tiny", "--pid", &pid.to_string()])
-        .succeeds();
+    let out = deck.import("tiny", &["--pid", &pid.to_string()]);
     assert!(out.stdout().contains("adopt tiny"), "{}", out.stdout());
     // The recipe runs the same argv: the same binary, the same words, on its own port.
     let shown: Value =
@@ -227,8 +225,7 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
     let port = deck.door_port.to_string();
     // A foreign server sparkctl did not start: the simulator, run by hand.
     let by_hand = sim_by_hand(&deck, &[]);
-    deck.sparkctl(&["import", "handsim", "--port", &port])
-        .succeeds();
+    deck.import("handsim", &["--port", &port]);
     let written = std::fs::read_to_string(deck.dir.join("recipes/handsim.yaml")).unwrap();
     assert!(written.contains("engine: sim"), "{written}");
     Ran::of(deck.cmd(&["adopt", "handsim"]).stdin(Stdio::null()))
@@ -250,8 +247,7 @@ fn without_room_for_both_the_front_door_holds_requests_through_a_swap() {
     let deck = Deck::new("adopt-swap");
     let by_hand = sim_by_hand(&deck, &["--ttft", "5ms"]);
     let pid = by_hand.0.id();
-    deck.sparkctl(&["import", "handsim", "--pid", &pid.to_string()])
-        .succeeds();
+    deck.import("handsim", &["--pid", &pid.to_string()]);
     let shown: Value =
         serde_json::from_str(&deck.ok(&["--json", "recipes", "show", "handsim"])).unwrap();
     let need = shown["recipe"]["server"]["memory_gb"].as_f64().unwrap();
@@ -359,8 +355,7 @@ fn a_failed_adoption_puts_the_foreign_server_back() {
     let port = deck.door_port.to_string();
     let by_hand = sim_by_hand(&deck, &[]);
     let pid = by_hand.0.id();
-    deck.sparkctl(&["import", "broken", "--pid", &pid.to_string()])
-        .succeeds();
+    deck.import("broken", &["--pid", &pid.to_string()]);
     // The recipe as reviewed, with a mistake: the server will not start.
     let path = deck.dir.join("recipes/broken.yaml");
     let recipe = std::fs::read_to_string(&path).unwrap();

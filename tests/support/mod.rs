@@ -570,6 +570,28 @@ impl Deck {
         .unwrap();
     }
 
+    /// `sparkctl import NAME ARGS…`, then the recipe moved to a port of this test's own: an
+    /// import picks the engine's usual port (8000 for the sim) when the server it reads holds
+    /// the production port, and another test process may take that one before this test
+    /// starts the recipe.
+    pub fn import(&self, name: &str, args: &[&str]) -> Ran {
+        let mut all = vec!["import", name];
+        all.extend_from_slice(args);
+        let ran = self.sparkctl(&all).succeeds();
+        let path = self.dir.join(format!("recipes/{name}.yaml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let port = free_port();
+        let moved: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix("  port: ") {
+                Some(p) if p.parse::<u16>().is_ok() => format!("  port: {port}"),
+                _ => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&path, moved.join("\n") + "\n").unwrap();
+        ran
+    }
+
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = sparkctl();
         cmd.arg("--recipes")
