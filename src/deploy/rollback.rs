@@ -168,6 +168,8 @@ async fn start_target(
         say(&format!("stopping {victim} to make room"));
         ctx.rt().stop(&d, super::STOP_GRACE).await?;
     }
+    // What it was planned beside has stopped: the start is given the room as it is now.
+    plan.memory = plan.memory.after_stops();
     say(&format!("starting {target}"));
     let d = timed(
         record,

@@ -229,7 +229,7 @@ async fn memory_plan(
         recipe,
         ctx.settings.memory_budget_gb - jobs_gb,
         deployments,
-        ctx.settings.production_port,
+        crate::production::Production::current_recipe(&ctx.state).as_deref(),
     )
     .await
     .map_err(|why| {

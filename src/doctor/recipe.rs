@@ -208,7 +208,7 @@ async fn memory(ctx: &Context, subject: &Subject<'_>, deployments: &[Deployment]
         recipe,
         ctx.settings.memory_budget_gb,
         deployments,
-        ctx.settings.production_port,
+        crate::production::Production::current_recipe(&ctx.state).as_deref(),
     )
     .await
     {

@@ -74,7 +74,7 @@ pub(crate) async fn plan(
         ctx.settings.memory_budget_gb - jobs_gb,
         r.memory_gb,
         &deployments,
-        ctx.settings.production_port,
+        crate::production::Production::current_recipe(&ctx.state).as_deref(),
     );
     if !memory.fits {
         let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();

@@ -31,22 +31,23 @@ pub(crate) struct MemoryPlan {
 
 impl MemoryPlan {
     /// Candidates (not production) go first, biggest first; production only if still needed.
+    /// `production` is the recipe production.json names: production runs on a port of its
+    /// own behind the front door, so only that record says which deployment it is.
     pub(crate) fn new(
         budget_gb: f64,
         need_gb: Option<f64>,
         running: &[Deployment],
-        production_port: u16,
+        production: Option<&str>,
     ) -> MemoryPlan {
         let need = need_gb.unwrap_or(0.0);
         let mut order: Vec<&Deployment> = running.iter().filter(|d| d.running()).collect();
+        let is_production = |d: &Deployment| Some(d.name.as_str()) == production;
         order.sort_by(|a, b| {
-            (a.port == production_port)
-                .cmp(&(b.port == production_port))
-                .then(
-                    b.memory_gb
-                        .unwrap_or(0.0)
-                        .total_cmp(&a.memory_gb.unwrap_or(0.0)),
-                )
+            is_production(a).cmp(&is_production(b)).then(
+                b.memory_gb
+                    .unwrap_or(0.0)
+                    .total_cmp(&a.memory_gb.unwrap_or(0.0)),
+            )
         });
         let mut used: f64 = order.iter().map(|d| d.memory_gb.unwrap_or(0.0)).sum();
         let mut must_stop = Vec::new();
@@ -69,6 +70,15 @@ impl MemoryPlan {
             must_stop,
             fits: used + need <= budget_gb,
         }
+    }
+
+    /// The plan once `must_stop` have stopped: what still runs, nothing left to stop. What
+    /// a start is given after the room was made for it.
+    pub(crate) fn after_stops(&self) -> MemoryPlan {
+        let mut next = self.clone();
+        next.running.retain(|(n, _)| !self.must_stop.contains(n));
+        next.must_stop.clear();
+        next
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -108,7 +118,7 @@ pub(crate) async fn for_server(
     recipe: &Recipe,
     host_gb: f64,
     running: &[Deployment],
-    production_port: u16,
+    production: Option<&str>,
 ) -> Result<MemoryPlan, String> {
     let devices = Devices::probe().await;
     let budget = pools::budget(&devices, host_gb, &recipe.gpu_use())?;
@@ -121,12 +131,7 @@ pub(crate) async fn for_server(
             .collect(),
         _ => running.to_vec(),
     };
-    let mut plan = MemoryPlan::new(
-        budget.gb,
-        recipe.server.memory_gb,
-        &counted,
-        production_port,
-    );
+    let mut plan = MemoryPlan::new(budget.gb, recipe.server.memory_gb, &counted, production);
     plan.pool = budget.pool;
     plan.pool_what = budget.what;
     Ok(plan)
@@ -189,7 +194,7 @@ mod tests {
             120.0,
             Some(12.0),
             &[running("llama-server", 8003, 7.1)],
-            8003,
+            Some("llama-server"),
         );
         assert!(plan.fits);
         assert!(plan.must_stop.is_empty());
@@ -203,18 +208,27 @@ mod tests {
             running("big", 8002, 20.0),
         ];
         // 29.1 in use; 109 more needs 138.1 of 120: stopping big (20) is enough.
-        let plan = MemoryPlan::new(120.0, Some(109.0), &deps, 8003);
+        let prod = Some("llama-server");
+        let plan = MemoryPlan::new(120.0, Some(109.0), &deps, prod);
         assert_eq!(plan.must_stop, vec!["big"]);
         assert!(plan.fits);
         // 116 needs big, small and then production too.
-        let plan = MemoryPlan::new(120.0, Some(116.0), &deps, 8003);
+        let plan = MemoryPlan::new(120.0, Some(116.0), &deps, prod);
         assert_eq!(plan.must_stop, vec!["big", "small", "llama-server"]);
         assert!(plan.fits);
+        // Once they stopped, nothing is left to stop and the candidate still fits.
+        let after = plan.after_stops();
+        assert!(after.must_stop.is_empty() && after.fits);
+        assert!(after.running.is_empty(), "{:?}", after.running);
+        // Production is known by its record, not its port (it has one of its own): the
+        // biggest is not stopped before a smaller candidate when it is production.
+        let plan = MemoryPlan::new(120.0, Some(100.0), &deps, Some("big"));
+        assert_eq!(plan.must_stop, vec!["llama-server", "small"]);
     }
 
     #[test]
     fn a_candidate_bigger_than_the_budget_never_fits() {
-        let plan = MemoryPlan::new(100.0, Some(109.0), &[], 8003);
+        let plan = MemoryPlan::new(100.0, Some(109.0), &[], None);
         assert!(!plan.fits);
         assert!(plan
             .describe()
