@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::context::Context;
-use crate::deploy::{plan_start, start, StartOptions, StartPlan, STOP_GRACE};
+pub(crate) use crate::deploy::switch::Mode as Way;
+use crate::deploy::switch::{make_room, Hold, Plan};
+use crate::deploy::{start, StartOptions, StartPlan, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Launch, Remote};
 use crate::import::record;
@@ -33,16 +35,6 @@ pub(crate) struct Options<'a> {
     /// Asked before the foreign server is stopped; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     pub(crate) say: &'a dyn Fn(&str),
-}
-
-/// How the port changed hands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Way {
-    /// NAME served before the foreign server stopped.
-    BlueGreen,
-    /// The foreign server stopped first; the door held requests until NAME served.
-    Swap,
 }
 
 /// Whether the port closed at all.
@@ -130,10 +122,15 @@ pub(crate) async fn adopt(
         lock: &lock,
         allow_unpinned: opts.allow_unpinned,
     };
-    let plan = plan_start(ctx, loaded, &start_opts).await?;
-    let way = way_for(&plan);
+    // The one switch plan, with the foreign server as production: it is the same server, so
+    // it counts what its recipe declares. Blue/green: NAME serves before the foreign server
+    // stops; swap: the foreign server stops first and the door holds requests until NAME
+    // serves.
+    let mut plan = Plan::new(ctx, loaded, &start_opts).await?;
+    plan.beside_foreign(name, loaded.recipe.server.memory_gb);
+    let way = plan.mode;
     let host = crate::host::listener_on(port).map_or_else(|| "127.0.0.1".into(), |l| l.address);
-    (opts.say)(&describe(name, &foreign, port, way, &plan));
+    (opts.say)(&describe(name, &foreign, port, way, &plan.start));
     let mut report = Report {
         recipe: name.to_string(),
         port,
@@ -166,9 +163,12 @@ pub(crate) async fn adopt(
         host,
         touched: Touched::default(),
     };
-    let outcome = match way {
-        Way::BlueGreen => flow.blue_green(&plan, opts.say).await,
-        Way::Swap => flow.swap(&plan, opts.say).await,
+    // Other servers the plan names stop first (the foreign one is not sparkctl's: its
+    // port's hand-over stops it).
+    let outcome = match make_room(&ctx.runtimes, &mut plan, Hold::Held, None, opts.say).await {
+        Err(e) => Err(e),
+        Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.say).await,
+        Ok(()) => flow.swap(&plan.start, opts.say).await,
     };
     match outcome {
         Ok((handover, d)) => {
@@ -189,20 +189,6 @@ pub(crate) async fn adopt(
                 }
             )))
         }
-    }
-}
-
-/// Blue/green when the pool holds what runs, the recipe and the foreign server (which the
-/// recipe's declared need stands for: it is the same server); a need nobody declared
-/// cannot be planned, so the foreign server stops first.
-fn way_for(plan: &StartPlan) -> Way {
-    let m = &plan.memory;
-    let running: f64 = m.running.iter().filter_map(|(_, gb)| *gb).sum();
-    match m.need_gb {
-        Some(need) if m.fits && m.must_stop.is_empty() && running + 2.0 * need <= m.budget_gb => {
-            Way::BlueGreen
-        }
-        _ => Way::Swap,
     }
 }
 

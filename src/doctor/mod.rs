@@ -438,6 +438,8 @@ mod tests {
         let settings = Settings {
             memory_budget_gb: 120.0,
             production_port: 8003,
+            memory_reserve_gb: 8.0,
+            memory_declared: false,
         };
         let m = crate::host::MemInfo {
             total: 128_000_000_000,

@@ -52,20 +52,6 @@ pub(super) async fn holdings(rt: &Runtimes, d: &Deployment) -> (Processes, Figur
     }
 }
 
-/// The deployment's processes alone (host pids), as its runtime finds them.
-pub(super) async fn processes(rt: &Runtimes, d: &Deployment) -> Processes {
-    match d.runtime {
-        Runtime::Process => session_holdings(d).0,
-        Runtime::Docker => match (rt.docker(), remote_engine()) {
-            (Ok(docker), None) => container_processes(docker.client(), &d.id).await,
-            (Ok(_), Some(host)) => no_processes(format!(
-                "the Docker Engine is on another machine (DOCKER_HOST={host})"
-            )),
-            (Err(e), _) => no_processes(format!("the Docker Engine is not reachable: {e}")),
-        },
-    }
-}
-
 pub(super) fn no_processes(why: String) -> Processes {
     Processes {
         pids: Vec::new(),
@@ -202,6 +188,40 @@ async fn container_memory(docker: &bollard::Docker, id: &str) -> Figure {
         "the container's cgroup memory use less inactive page cache (Engine API stats, as \
          `docker stats` counts it)",
     )
+}
+
+/// What a running deployment holds, as the memory plan counts it: its processes' GPU memory,
+/// whether a GPU holds any of it, and its own resident memory with the page cache left out
+/// (a process's anonymous and shared pages; a container's cgroup less inactive page cache).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Share {
+    pub(crate) gpu: Option<u64>,
+    pub(crate) on_gpu: bool,
+    pub(crate) resident: Option<u64>,
+}
+
+pub(super) async fn share(rt: &Runtimes, d: &Deployment, apps: &[ComputeApp]) -> Share {
+    let (pids, resident) = match d.runtime {
+        Runtime::Process => {
+            let pids = session_holdings(d).0.pids;
+            let own: Vec<u64> = pids
+                .iter()
+                .filter_map(|p| host::own_rss_bytes(*p))
+                .collect();
+            let resident = (!own.is_empty()).then(|| own.iter().sum());
+            (pids, resident)
+        }
+        Runtime::Docker => {
+            let (processes, memory) = holdings(rt, d).await;
+            (processes.pids, memory.bytes)
+        }
+    };
+    let ours: Vec<&ComputeApp> = apps.iter().filter(|a| pids.contains(&a.pid)).collect();
+    Share {
+        gpu: (!ours.is_empty()).then(|| ours.iter().filter_map(|a| a.used_bytes).sum()),
+        on_gpu: !ours.is_empty(),
+        resident,
+    }
 }
 
 /// The GPU memory of `pids` in nvidia-smi's per-process list.

@@ -23,7 +23,7 @@ mod measure;
 mod plan;
 pub(crate) mod pools;
 
-pub(crate) use plan::{for_server, MemoryPlan};
+pub(crate) use plan::{for_server, Holder, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};
