@@ -201,26 +201,49 @@ pub(crate) struct Share {
 }
 
 pub(super) async fn share(rt: &Runtimes, d: &Deployment, apps: &[ComputeApp]) -> Share {
-    let (pids, resident) = match d.runtime {
+    let (processes, resident) = holdings(rt, d).await;
+    share_of(d, &processes, &resident, apps)
+}
+
+/// The share of a deployment whose processes and resident figure were measured already.
+pub(super) fn share_of(
+    d: &Deployment,
+    processes: &Processes,
+    resident: &Figure,
+    apps: &[ComputeApp],
+) -> Share {
+    let pids = &processes.pids;
+    let resident = match d.runtime {
         Runtime::Process => {
-            let pids = session_holdings(d).0.pids;
             let own: Vec<u64> = pids
                 .iter()
                 .filter_map(|p| host::own_rss_bytes(*p))
                 .collect();
-            let resident = (!own.is_empty()).then(|| own.iter().sum());
-            (pids, resident)
+            (!own.is_empty()).then(|| own.iter().sum())
         }
-        Runtime::Docker => {
-            let (processes, memory) = holdings(rt, d).await;
-            (processes.pids, memory.bytes)
-        }
+        Runtime::Docker => resident.bytes,
     };
     let ours: Vec<&ComputeApp> = apps.iter().filter(|a| pids.contains(&a.pid)).collect();
     Share {
         gpu: (!ours.is_empty()).then(|| ours.iter().filter_map(|a| a.used_bytes).sum()),
         on_gpu: !ours.is_empty(),
         resident,
+    }
+}
+
+impl Share {
+    /// What it holds in the pool it counts in, in GB: on a discrete GPU its GPU memory (or
+    /// its resident pages when no GPU holds any); in one unified pool both together.
+    pub(crate) fn gb(&self, discrete: bool) -> Option<f64> {
+        let bytes = match discrete {
+            true if self.on_gpu => self.gpu,
+            true => self.resident,
+            false => match (self.gpu, self.resident) {
+                (None, None) => None,
+                (g, r) => Some(g.unwrap_or(0) + r.unwrap_or(0)),
+            },
+        }?;
+        Some(bytes as f64 / 1e9)
     }
 }
 

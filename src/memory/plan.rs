@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::measure::{self, Share};
+use super::measure;
 use super::pools::{self, Pool};
 use crate::context::Settings;
 use crate::nvidia::device::{Devices, Kind};
@@ -255,7 +255,7 @@ pub(crate) async fn for_server(
         .zip(shares)
         .filter(|(_, s)| !discrete || pools::counts_in(&budget.pool, s.on_gpu))
         .map(|(d, s)| Holder {
-            measured_gb: measured_in(&budget.pool, discrete, &s),
+            measured_gb: s.gb(discrete),
             ..Holder::declared(d, production)
         })
         .collect();
@@ -285,20 +285,6 @@ pub(crate) async fn for_server(
 
 fn is_gpus(pool: &Pool) -> bool {
     matches!(pool, Pool::Gpus { .. })
-}
-
-/// A deployment's measured share in `pool`, in GB.
-fn measured_in(pool: &Pool, discrete: bool, s: &Share) -> Option<f64> {
-    let bytes = match (pool, discrete) {
-        (Pool::Gpus { .. }, _) => s.gpu,
-        (_, true) => s.resident,
-        // One pool: what the GPU holds for it comes out of the same memory as its pages.
-        (_, false) => match (s.gpu, s.resident) {
-            (None, None) => None,
-            (g, r) => Some(g.unwrap_or(0) + r.unwrap_or(0)),
-        },
-    }?;
-    Some(bytes as f64 / GB)
 }
 
 /// Available memory in `pool` now, and where the figure comes from: the GPUs' free memory
