@@ -36,12 +36,18 @@ pub(crate) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// Reaches the front door, starting it when it is not running (a dry run only asks it,
     /// so it starts nothing and plans even while another server holds the production
-    /// port), and reads the lock.
+    /// port), and reads the lock. `needs` are the recipes the flow names: each must load
+    /// first, so a name that is no recipe (or a broken one) starts nothing, not even the
+    /// front door.
     pub(crate) async fn open(
         shared: &'a Context,
         recipes: &'a RecipeSet,
+        needs: &[&str],
         dry_run: bool,
     ) -> Result<Ctx<'a>> {
+        for name in needs {
+            recipes.get(name)?;
+        }
         let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
         let door = if dry_run {
             frontdoor::answering(&shared.state, &door_config)
