@@ -23,6 +23,7 @@ use crate::deploy::switch::{make_room, Hold, Plan};
 use crate::deploy::{start, StartOptions, StartPlan, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Launch, Remote};
+use crate::history::{Command, Outcome, RunRecord};
 use crate::import::record;
 use crate::production::{Entry, Production, Upstream};
 use crate::recipe::RecipeSet;
@@ -163,6 +164,8 @@ pub(crate) async fn adopt(
         host,
         touched: Touched::default(),
     };
+    let mut run = RunRecord::new(Command::Adopt, name);
+    run.plan = serde_json::to_value(&plan.start).ok();
     // Other servers the plan names stop first (the foreign one is not sparkctl's: its
     // port's hand-over stops it).
     let outcome = match make_room(&ctx.runtimes, &mut plan, Hold::Held, None, opts.say).await {
@@ -170,9 +173,14 @@ pub(crate) async fn adopt(
         Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.say).await,
         Ok(()) => flow.swap(&plan.start, opts.say).await,
     };
+    run.finished_at = crate::units::now_utc();
     match outcome {
         Ok((handover, d)) => {
             record::remove(&ctx.state, name);
+            run.outcome = Outcome::Promoted;
+            run.deployment = Some(d.id.clone());
+            run.serving = Some(format!("{name} ({}, {})", d.id, d.url()));
+            run.save(&ctx.state)?;
             report.handover = handover;
             report.deployment = d.id;
             report.planned = false;
@@ -180,14 +188,20 @@ pub(crate) async fn adopt(
         }
         Err(e) => {
             let notes = flow.put_back().await;
-            Err(Error::Failed(format!(
-                "adopt {name} failed: {e}\n  put back: {}",
-                if notes.is_empty() {
-                    "nothing had changed".into()
-                } else {
-                    notes.join("; ")
-                }
-            )))
+            let notes = if notes.is_empty() {
+                "nothing had changed".into()
+            } else {
+                notes.join("; ")
+            };
+            let e = format!("adopt {name} failed: {e}\n  put back: {notes}");
+            run.error = Some(e.clone());
+            // The failure is what the user must hear; a record that cannot be written is
+            // a note on it.
+            let unsaved = run.save(&ctx.state).err();
+            Err(Error::Failed(match unsaved {
+                Some(w) => format!("{e}\n  run record not written: {w}"),
+                None => e,
+            }))
         }
     }
 }

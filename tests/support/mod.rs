@@ -812,9 +812,19 @@ impl Traffic {
         Traffic::asking_for(url, every, "any")
     }
 
+    /// As `start`, on a new connection for every request: a client whose kept-alive
+    /// connection to a server that is then stopped (`adopt`'s foreign one) cannot be cut.
+    pub fn fresh_connections(url: &str, every: Duration) -> Traffic {
+        Traffic::spawn(url, every, "any", false)
+    }
+
     /// As `start`, naming `model` (a server that checks the name, as vLLM does, answers 404
     /// to any other).
     pub fn asking_for(url: &str, every: Duration, model: &str) -> Traffic {
+        Traffic::spawn(url, every, model, true)
+    }
+
+    fn spawn(url: &str, every: Duration, model: &str, keep_alive: bool) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), answered.clone());
@@ -824,7 +834,7 @@ impl Traffic {
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(url, every, model, flag, count))
+                .block_on(traffic(url, every, model, keep_alive, flag, count))
         });
         Traffic {
             stop,
@@ -857,14 +867,17 @@ async fn traffic(
     url: String,
     every: Duration,
     model: String,
+    keep_alive: bool,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> TrafficReport {
-    let client = ::reqwest::Client::builder()
+    let mut builder = ::reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .unwrap();
+        .timeout(Duration::from_secs(300));
+    if !keep_alive {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    let client = builder.build().unwrap();
     let body = serde_json::json!({
         "model": model, "max_tokens": 1, "stream": true,
         "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
