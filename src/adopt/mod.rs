@@ -173,37 +173,11 @@ pub(crate) async fn adopt(
         Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.say).await,
         Ok(()) => flow.swap(&plan.start, opts.say).await,
     };
-    run.finished_at = crate::units::now_utc();
-    match outcome {
-        Ok((handover, d)) => {
-            record::remove(&ctx.state, name);
-            run.outcome = Outcome::Promoted;
-            run.deployment = Some(d.id.clone());
-            run.serving = Some(format!("{name} ({}, {})", d.id, d.url()));
-            run.save(&ctx.state)?;
-            report.handover = handover;
-            report.deployment = d.id;
-            report.planned = false;
-            Ok(report)
-        }
-        Err(e) => {
-            let notes = flow.put_back().await;
-            let notes = if notes.is_empty() {
-                "nothing had changed".into()
-            } else {
-                notes.join("; ")
-            };
-            let e = format!("adopt {name} failed: {e}\n  put back: {notes}");
-            run.error = Some(e.clone());
-            // The failure is what the user must hear; a record that cannot be written is
-            // a note on it.
-            let unsaved = run.save(&ctx.state).err();
-            Err(Error::Failed(match unsaved {
-                Some(w) => format!("{e}\n  run record not written: {w}"),
-                None => e,
-            }))
-        }
-    }
+    let (handover, d) = flow.finish(outcome, &mut run).await?;
+    report.handover = handover;
+    report.deployment = d.id;
+    report.planned = false;
+    Ok(report)
 }
 
 fn describe(name: &str, foreign: &Foreign, port: u16, way: Way, plan: &StartPlan) -> String {
@@ -226,6 +200,44 @@ fn describe(name: &str, foreign: &Foreign, port: u16, way: Way, plan: &StartPlan
 }
 
 impl Flow<'_> {
+    /// The run record of the hand-over, written whatever came of it; after a failure,
+    /// everything put back and said.
+    async fn finish(
+        &mut self,
+        outcome: Result<(Handover, Deployment)>,
+        run: &mut RunRecord,
+    ) -> Result<(Handover, Deployment)> {
+        let (state, name) = (&self.ctx.state, self.name.clone());
+        run.finished_at = crate::units::now_utc();
+        match outcome {
+            Ok((handover, d)) => {
+                record::remove(state, &name);
+                run.outcome = Outcome::Promoted;
+                run.deployment = Some(d.id.clone());
+                run.serving = Some(format!("{name} ({}, {})", d.id, d.url()));
+                run.save(state)?;
+                Ok((handover, d))
+            }
+            Err(e) => {
+                let notes = self.put_back().await;
+                let notes = if notes.is_empty() {
+                    "nothing had changed".into()
+                } else {
+                    notes.join("; ")
+                };
+                let e = format!("adopt {name} failed: {e}\n  put back: {notes}");
+                run.error = Some(e.clone());
+                // The failure is what the user must hear; a record that cannot be written
+                // is a note on it.
+                let unsaved = run.save(state).err();
+                Err(Error::Failed(match unsaved {
+                    Some(w) => format!("{e}\n  run record not written: {w}"),
+                    None => e,
+                }))
+            }
+        }
+    }
+
     async fn start_instance(&mut self, plan: &StartPlan) -> Result<Deployment> {
         let d = start(&self.ctx.runtimes, plan, None, |_| {})
             .await?
