@@ -69,17 +69,17 @@ fn history(deck: &Deck) -> Vec<Value> {
 /// new production has answered it.
 struct Cell<'a> {
     deck: &'a Deck,
-    path: &'static str,
-    mode: &'static str,
+    path: &'a str,
+    mode: &'a str,
     client: Traffic,
 }
 
 impl<'a> Cell<'a> {
-    fn open(deck: &'a Deck, path: &'static str, mode: &'static str) -> Cell<'a> {
+    fn open(deck: &'a Deck, path: &'a str, mode: &'a str) -> Cell<'a> {
         Cell::with(deck, path, mode, Traffic::start(&deck.door_url(), EVERY))
     }
 
-    fn with(deck: &'a Deck, path: &'static str, mode: &'static str, client: Traffic) -> Cell<'a> {
+    fn with(deck: &'a Deck, path: &'a str, mode: &'a str, client: Traffic) -> Cell<'a> {
         client.answers(3, Duration::from_secs(60));
         Cell {
             deck,
@@ -163,6 +163,9 @@ fn up_switches_blue_green_and_as_a_swap() {
     );
 }
 
+/// (path, mode, pool, arguments, what the plan line says, what serves afterwards)
+type RollbackCell<'a> = (&'a str, &'a str, &'a str, &'a [&'a str], &'a str, &'a str);
+
 #[test]
 fn rollback_and_rollback_to_switch_blue_green_and_as_a_swap() {
     let deck = deck("mx-rollback");
@@ -170,41 +173,52 @@ fn rollback_and_rollback_to_switch_blue_green_and_as_a_swap() {
         recipe(&deck, name, 6, SIM, "");
     }
     in_pool(&deck, BOTH, &["rollback", "--to", "a"]).succeeds();
-    let rolled = |deck: &Deck, to: &str| {
-        let run = &history(deck)[0];
+    let cells: [RollbackCell; 4] = [
+        (
+            "rollback --to",
+            "blue/green",
+            BOTH,
+            &["rollback", "--to", "b"],
+            "keeps serving until b serves (blue/green)",
+            "b",
+        ),
+        (
+            "rollback",
+            "blue/green",
+            BOTH,
+            &["rollback"],
+            "keeps serving until a serves (blue/green)",
+            "a",
+        ),
+        (
+            "rollback --to",
+            "swap",
+            ONE,
+            &["rollback", "--to", "c"],
+            "production a must stop first (swap",
+            "c",
+        ),
+        (
+            "rollback",
+            "swap",
+            ONE,
+            &["rollback"],
+            "production c must stop first (swap",
+            "a",
+        ),
+    ];
+    for (path, mode, pool, args, says, serves) in cells {
+        let cell = Cell::open(&deck, path, mode);
+        in_pool(&deck, pool, args)
+            .succeeds()
+            .warns(says)
+            .never_says("does not fit");
+        cell.close(serves, &[serves]);
+        let run = &history(&deck)[0];
         assert_eq!(run["command"], "rollback", "{run}");
         assert_eq!(run["outcome"], "rolled-back", "{run}");
-        assert_eq!(run["recipe"], to, "{run}");
-    };
-
-    let cell = Cell::open(&deck, "rollback --to", "blue/green");
-    in_pool(&deck, BOTH, &["rollback", "--to", "b"])
-        .succeeds()
-        .warns("keeps serving until b serves (blue/green)");
-    cell.close("b", &["b"]);
-    rolled(&deck, "b");
-
-    let cell = Cell::open(&deck, "rollback", "blue/green");
-    in_pool(&deck, BOTH, &["rollback"])
-        .succeeds()
-        .warns("keeps serving until a serves (blue/green)");
-    cell.close("a", &["a"]);
-    rolled(&deck, "a");
-
-    let cell = Cell::open(&deck, "rollback --to", "swap");
-    in_pool(&deck, ONE, &["rollback", "--to", "c"])
-        .succeeds()
-        .warns("production a must stop first (swap");
-    cell.close("c", &["c"]);
-    rolled(&deck, "c");
-
-    let cell = Cell::open(&deck, "rollback", "swap");
-    in_pool(&deck, ONE, &["rollback"])
-        .succeeds()
-        .warns("production c must stop first (swap")
-        .never_says("does not fit");
-    cell.close("a", &["a"]);
-    rolled(&deck, "a");
+        assert_eq!(run["recipe"], serves, "{run}");
+    }
 }
 
 /// The pid of a process deployment.
@@ -243,30 +257,46 @@ fn kill(deck: &Deck, name: &str) {
 // server must stop first while the door holds ("swap"). The front door (and its watch)
 // plans in a 10 GB pool: it is started by the first command, in that pool.
 
+/// One watch cell: `before_kill` (a recipe changed), production killed, the watch's
+/// `command` recorded as recovered, and `serves` alone running and serving afterwards.
+fn watch_cell(
+    deck: &Deck,
+    (path, mode): (&str, &str),
+    command: &str,
+    serves: &str,
+    before_kill: impl FnOnce(),
+) {
+    let cell = Cell::open(deck, path, mode);
+    let before = history(deck).len();
+    before_kill();
+    kill(deck, "prod");
+    let run = wait_record(deck, command, before);
+    assert_eq!(
+        (run["recipe"].as_str(), run["outcome"].as_str()),
+        (Some(serves), Some("recovered")),
+        "{run}"
+    );
+    cell.close_cut(serves, &[serves], 1);
+}
+
 #[test]
 fn the_watch_restarts_production_where_it_fits_and_where_room_must_be_made() {
     let deck = deck("mx-restart");
     recipe(&deck, "prod", 6, SIM, "");
     recipe(&deck, "side", 3, SIM, "");
     in_pool(&deck, ONE, &["rollback", "--to", "prod"]).succeeds();
-
-    let cell = Cell::open(&deck, "watch restart", "blue/green");
-    let before = history(&deck).len();
-    kill(&deck, "prod");
-    let run = wait_record(&deck, "restart", before);
-    assert_eq!(run["outcome"], "recovered", "{run}");
-    cell.close_cut("prod", &["prod"], 1);
-
+    watch_cell(
+        &deck,
+        ("watch restart", "blue/green"),
+        "restart",
+        "prod",
+        || {},
+    );
     // `side` runs beside production (6 + 3 of 10); production's recipe now needs 8 GB, so
     // its restart must stop `side` first.
     in_pool(&deck, ONE, &["start", "side"]).succeeds();
     recipe(&deck, "prod", 8, SIM, "");
-    let cell = Cell::open(&deck, "watch restart", "swap");
-    let before = history(&deck).len();
-    kill(&deck, "prod");
-    let run = wait_record(&deck, "restart", before);
-    assert_eq!(run["outcome"], "recovered", "{run}");
-    cell.close_cut("prod", &["prod"], 1);
+    watch_cell(&deck, ("watch restart", "swap"), "restart", "prod", || {});
 }
 
 #[test]
@@ -278,57 +308,29 @@ fn the_watch_fails_over_to_the_fallback_where_it_fits_and_where_room_must_be_mad
     recipe(&deck, "side", 3, SIM, "");
     in_pool(&deck, ONE, &["rollback", "--to", "prod"]).succeeds();
     let crashing = format!("{SIM}, --load-fault, crash");
-
-    let cell = Cell::open(&deck, "watch failover", "blue/green");
-    let before = history(&deck).len();
-    recipe(&deck, "prod", 6, &crashing, fallback);
-    kill(&deck, "prod");
-    let run = wait_record(&deck, "failover", before);
-    assert_eq!(
-        (run["recipe"].as_str(), run["outcome"].as_str()),
-        (Some("fb"), Some("recovered"))
+    let crash = || recipe(&deck, "prod", 6, &crashing, fallback);
+    watch_cell(
+        &deck,
+        ("watch failover", "blue/green"),
+        "failover",
+        "fb",
+        crash,
     );
-    cell.close_cut("fb", &["fb"], 1);
-
     // Back to a working prod, `side` beside it; the fallback now needs 8 GB: `side` stops.
     recipe(&deck, "prod", 6, SIM, fallback);
     in_pool(&deck, ONE, &["rollback", "--to", "prod"]).succeeds();
     in_pool(&deck, ONE, &["start", "side"]).succeeds();
     recipe(&deck, "fb", 8, SIM, "");
-    let cell = Cell::open(&deck, "watch failover", "swap");
-    let before = history(&deck).len();
-    recipe(&deck, "prod", 6, &crashing, fallback);
-    kill(&deck, "prod");
-    let run = wait_record(&deck, "failover", before);
-    assert_eq!(
-        (run["recipe"].as_str(), run["outcome"].as_str()),
-        (Some("fb"), Some("recovered"))
-    );
-    cell.close_cut("fb", &["fb"], 1);
+    watch_cell(&deck, ("watch failover", "swap"), "failover", "fb", crash);
 }
 
 #[test]
 fn bisect_steps_run_beside_production_or_hold_it_with_allow_swap() {
-    use std::os::unix::fs::PermissionsExt;
     let deck = deck("mx-bisect");
     // Three builds of a server: the third slower to its first token.
     let builds = deck.dir.join("builds");
-    let now = std::time::SystemTime::now();
-    let path = |i: usize| builds.join(format!("build-{i}/server"));
-    for i in 1..=3 {
-        std::fs::create_dir_all(path(i).parent().unwrap()).unwrap();
-        let ttft = if i >= 3 { "300ms" } else { "10ms" };
-        let script = format!(
-            "#!/bin/sh\nexec {} sim --ttft {ttft} \"$@\"\n",
-            env!("CARGO_BIN_EXE_sparkctl")
-        );
-        std::fs::write(path(i), script).unwrap();
-        let f = std::fs::File::options().write(true).open(path(i)).unwrap();
-        f.set_permissions(std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-        f.set_modified(now - Duration::from_secs(600 - 60 * i as u64))
-            .unwrap();
-    }
+    let paths = support::sim_builds(&builds, 3, 3, ("10ms", "300ms"));
+    let path = |i: usize| paths[i - 1].clone();
     deck.recipe(
         "bin",
         &format!(

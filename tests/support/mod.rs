@@ -922,6 +922,37 @@ async fn traffic(
     report
 }
 
+/// `n` "builds" of a server under `dir` (`build-I/server`, oldest first by mtime), each a
+/// script running this sparkctl's sim; from build `slow_from` on, with `slow_ttft` to the
+/// first token instead of `fast_ttft`: what `bisect --builds` searches. Their paths.
+pub fn sim_builds(
+    dir: &Path,
+    n: usize,
+    slow_from: usize,
+    (fast_ttft, slow_ttft): (&str, &str),
+) -> Vec<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let now = std::time::SystemTime::now();
+    (1..=n)
+        .map(|i| {
+            let path = dir.join(format!("build-{i}/server"));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let ttft = if i >= slow_from { slow_ttft } else { fast_ttft };
+            let script = format!(
+                "#!/bin/sh\n# build {i}\nexec {} sim --ttft {ttft} \"$@\"\n",
+                env!("CARGO_BIN_EXE_sparkctl")
+            );
+            std::fs::write(&path, script).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_permissions(std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            f.set_modified(now - Duration::from_secs(600 - 60 * i as u64))
+                .unwrap();
+            path
+        })
+        .collect()
+}
+
 /// The real CPU llama-server and the random-weight test model `.ci/test` builds and caches.
 /// No skipping: without them the test fails and says how to get them.
 pub fn llama_server_and_model() -> (PathBuf, PathBuf) {
