@@ -59,6 +59,15 @@ pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     )
 }
 
+/// What a process holds that the page cache does not: its anonymous and shared-memory pages
+/// (RssAnon + RssShmem of /proc/PID/status; a mapped model file's pages are page cache, which
+/// the kernel gives back, and are left out). None when it is gone or unreadable.
+pub(crate) fn own_rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let anon = kb_field(&status, "RssAnon:")?;
+    Some(anon + kb_field(&status, "RssShmem:").unwrap_or(0))
+}
+
 /// Something listening on a TCP port.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Listener {

@@ -115,6 +115,23 @@ pub(crate) async fn plan_start(
     })
 }
 
+impl StartPlan {
+    /// The model's fingerprint taken again: a patch changed the model since the plan.
+    pub(crate) async fn refingerprint(
+        &mut self,
+        ctx: &Context,
+        loaded: &LoadedRecipe,
+    ) -> Result<()> {
+        if let Some(model) = &loaded.recipe.model {
+            let path = crate::recipe::expand_home(&model.path);
+            let print =
+                crate::patch::fingerprint_in_background(Path::new(&path), &ctx.state).await?;
+            self.model_fingerprint = Some(print.digest);
+        }
+        Ok(())
+    }
+}
+
 /// Containers run the digest images.lock holds, never whatever the tag is today: the
 /// launch's image becomes that digest. Returns the image as named and whether it ran
 /// unpinned.
@@ -224,12 +241,14 @@ async fn memory_plan(
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
+    let production = crate::production::Production::current_recipe(&ctx.state);
     let memory = memory::for_server(
         &ctx.runtimes,
         recipe,
-        ctx.settings.memory_budget_gb - jobs_gb,
+        &ctx.settings,
+        jobs_gb,
         deployments,
-        ctx.settings.production_port,
+        production.as_deref(),
     )
     .await
     .map_err(|why| {
@@ -238,6 +257,13 @@ async fn memory_plan(
             recipe.name
         ))
     })?;
+    if memory.fits && !memory.above_floor() {
+        return Err(Error::DoesNotFit {
+            name: recipe.name.clone(),
+            plan: memory.describe(),
+            unfit: Unfit::UnderFloor,
+        });
+    }
     if memory.fits {
         return Ok(memory);
     }
