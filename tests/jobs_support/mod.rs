@@ -147,6 +147,8 @@ progress: 'step (\d+)/(\d+)'
 
 /// A serving recipe (the sim in a container) whose model is `model`, made by `job`.
 pub fn served_by(j: &Jobs, name: &str, job: &str, model: &Path) {
+    // The suite it names must be there: a recipe is checked with its suite when it loads.
+    write_suite(j);
     j.deck.recipe(
         name,
         &format!(
@@ -187,9 +189,13 @@ cases:
     max_tokens: 16
 "#;
 
-pub fn with_production(j: &Jobs) {
+fn write_suite(j: &Jobs) {
     std::fs::create_dir_all(j.deck.dir.join("recipes/suites")).unwrap();
     std::fs::write(j.deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+}
+
+pub fn with_production(j: &Jobs) {
+    write_suite(j);
     j.deck.recipe(
         "prod",
         &format!(
