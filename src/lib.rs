@@ -18,6 +18,7 @@ mod deploy;
 mod doctor;
 mod engine;
 mod error;
+mod eval;
 mod frontdoor;
 mod history;
 mod host;

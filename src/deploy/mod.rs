@@ -137,6 +137,12 @@ pub(crate) async fn bench_plan(
                 .map_err(|e| Error::Usage(format!("{}: bench.gates.{e}", loaded.path.display())))?,
             slo: b.slo,
             load: b.load.clone(),
+            eval: crate::eval::plan(&b.eval, &recipes.dir).map_err(|e| match e {
+                Error::Usage(why) => {
+                    Error::Usage(format!("{}: bench.eval: {why}", loaded.path.display()))
+                }
+                other => other,
+            })?,
         },
         None => RecipeBench::default(),
     };

@@ -26,6 +26,19 @@ impl LoadedRecipe {
     ) -> Diagnostic {
         diag_at(&self.path, &self.source, key, message, help)
     }
+
+    /// The problems of the evaluation sets `bench.eval` names, each at its own file, item and
+    /// key (loading checks only that they exist: a broken set fails the runs that ask it,
+    /// and `recipes validate`).
+    pub(crate) fn eval_set_problems(&self) -> Vec<Diagnostic> {
+        let names = self.recipe.bench.as_ref().map_or(&[][..], |b| &b.eval[..]);
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        match crate::eval::plan(names, dir) {
+            Ok(_) => Vec::new(),
+            Err(Error::Invalid(d)) => d,
+            Err(e) => vec![self.diagnostic("bench.eval", e.to_string(), None)],
+        }
+    }
 }
 
 /// Every recipe of one directory, sorted by name, and the files that did not load.

@@ -11,7 +11,6 @@ mod image_ref;
 mod launcher;
 pub(crate) mod live;
 mod load;
-mod locate;
 pub(crate) mod nodes;
 mod resolve;
 
@@ -389,6 +388,11 @@ pub(crate) struct Bench {
     /// bound, over the host's (`SPARKCTL_BANDWIDTH_GBPS`) and the GPU's known figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) bandwidth_gbps: Option<f64>,
+    /// Evaluation sets asked after the suite, their answers checked item by item: built in
+    /// (`arithmetic`, `json-shape`, `tool-calls`, `instructions`), `recipes/evals/NAME.yaml`,
+    /// or a path. What the `eval_accuracy` gate judges.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) eval: Vec<String>,
 }
 
 fn default_suite() -> String {

@@ -15,6 +15,8 @@
 //! `tests/bad-recipes/`) are written against; the depth was bounded up to that point and a
 //! cruder bracket count bounds what follows it.
 
+pub(crate) mod locate;
+
 use std::collections::HashMap;
 use std::path::Path;
 
