@@ -154,6 +154,9 @@ pub(crate) struct RunRecord {
     /// The bisect this run measured a digest for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) bisect: Option<BisectStep>,
+    /// The evaluation sets' answers item by item (the candidate's, production's beside).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eval: Option<crate::eval::gate::Record>,
     /// What showed a production unhealthy on what it answered (a watch's restart or
     /// failover): the offending answers, trimmed, control characters escaped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -8,11 +8,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{free_port, http_status, Deck, Sim};
+use support::{free_port, Deck, Sim};
 
 /// The built-in sets and their sizes.
 const SETS: [(&str, usize); 5] = [
@@ -183,7 +183,7 @@ fn a_malformed_evaluation_item_is_refused_with_its_file_item_and_key() {
         .exits(2)
         .stderr();
     assert!(
-        err.contains("mine.yaml:6:")
+        err.contains("mine.yaml:7:5:")
             && err.contains("items[1].check: the item expects a call of `set_timer`"),
         "{err}"
     );
@@ -195,7 +195,7 @@ fn a_malformed_evaluation_item_is_refused_with_its_file_item_and_key() {
         &format!("engine: sim\nserver:\n  port: {port}\nbench:\n  eval: [mine]\n  gates:\n    eval_accuracy: \">= production - 3\"\n"),
     );
     let err = deck.sparkctl(&["recipes", "validate"]).exits(2).stderr();
-    assert!(err.contains("mine.yaml:6:"), "{err}");
+    assert!(err.contains("mine.yaml:7:5:"), "{err}");
     deck.recipe(
         "cand",
         &format!("engine: sim\nserver:\n  port: {port}\nbench:\n  eval: [arithmetic, nosuch]\n"),
@@ -217,51 +217,8 @@ fn a_malformed_evaluation_item_is_refused_with_its_file_item_and_key() {
     );
 }
 
-/// A llama-server process serving `model` on a free port, killed on drop.
-struct Llama {
-    child: Child,
-    url: String,
-}
-
-impl Llama {
-    fn start(binary: &Path, model: &Path, extra: &[&str]) -> Llama {
-        let port = free_port();
-        let child = Command::new(binary)
-            .args([
-                "-m",
-                &model.display().to_string(),
-                "-t",
-                "1",
-                "-np",
-                "1",
-                "--host",
-                "127.0.0.1",
-            ])
-            .args(["--port", &port.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("llama-server starts");
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while http_status(&url, "/health") != Some(200) {
-            assert!(Instant::now() < deadline, "llama-server on {url} not ready");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Llama { child, url }
-    }
-}
-
-impl Drop for Llama {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The CPU llama-server and SmolLM2-135M-Instruct that `.ci/test` caches.
-pub fn llama_server_and_smollm() -> (PathBuf, PathBuf) {
+fn llama_server_and_smollm() -> (PathBuf, PathBuf) {
     let (server, _) = support::llama_server_and_model();
     let model = std::env::var_os("SPARKCTL_TEST_SMOLLM")
         .map(PathBuf::from)
@@ -270,14 +227,56 @@ pub fn llama_server_and_smollm() -> (PathBuf, PathBuf) {
     (server, model)
 }
 
+/// A recipe serving SmolLM2 on the CPU llama-server with `args` beside the usual ones;
+/// with `gate`, the evaluation gate against production.
+fn smollm_recipe(deck: &Deck, name: &str, (server, model): (&Path, &Path), args: &str, gate: bool) {
+    let gate = if gate {
+        "  eval: [facts]\n  gates:\n    eval_accuracy: \">= production - 3\"\n"
+    } else {
+        ""
+    };
+    deck.recipe(
+        name,
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: smollm\nserver:\n  port: {}\n  args: [--jinja, -t, \"1\", -c, \"2048\", -np, \"1\"{args}]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: tiny\n{gate}",
+            server.display(),
+            model.display(),
+            free_port()
+        ),
+    );
+}
+
 #[test]
 fn the_sets_on_a_real_model_and_a_broken_serving_of_it_that_the_gate_rejects() {
     let (server, model) = llama_server_and_smollm();
     let deck = Deck::new("eval-real");
-    let good = Llama::start(&server, &model, &["--jinja"]);
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), TINY_SUITE).unwrap();
+    let bin = (server.as_path(), model.as_path());
+    // Production first, without the gate: a gate against production needs one.
+    smollm_recipe(&deck, "good", bin, "", false);
+    // The same model served with its rope frequencies scaled by a quarter: it still
+    // answers every request fluently, and gets facts wrong.
+    smollm_recipe(&deck, "broken", bin, ", --rope-freq-scale, \"0.25\"", true);
+    deck.sparkctl(&["up", "good", "--yes"]).succeeds();
+
     // Every set on the real model: the figures docs/GUIDE.md gives.
     let v = deck
-        .sparkctl(&["--json", "eval", &good.url])
+        .sparkctl(&[
+            "--json",
+            "eval",
+            "good",
+            "--set",
+            "arithmetic",
+            "--set",
+            "json-shape",
+            "--set",
+            "tool-calls",
+            "--set",
+            "instructions",
+            "--set",
+            "facts",
+        ])
         .succeeds()
         .json();
     let e = &v["evaluation"]["candidate"];
@@ -309,33 +308,144 @@ fn the_sets_on_a_real_model_and_a_broken_serving_of_it_that_the_gate_rejects() {
         .iter()
         .all(|s| s["failed"] == 0));
 
-    // The same model served with its rope frequencies scaled by a quarter: it still
-    // answers every request fluently, and gets facts wrong.
-    let broken = Llama::start(&server, &model, &["--jinja", "--rope-freq-scale", "0.25"]);
-    let v = deck
-        .sparkctl(&[
-            "--json",
-            "eval",
-            &broken.url,
-            "--set",
-            "facts",
-            "--against",
-            &good.url,
-            "--gate",
-            ">= production - 3",
-        ])
-        .exits(1)
-        .json();
-    let p = &v["evaluation"]["paired"];
-    println!(
-        "broken serving (--rope-freq-scale 0.25) against the good one on facts: {}",
-        v["gate"]["detail"]
+    // `up broken`: production (good) is asked the facts, then the broken serving; the
+    // paired gate rejects it, and good keeps serving.
+    let err = deck.sparkctl(&["up", "broken", "--yes"]).exits(1).stderr();
+    assert!(
+        err.contains("broken did not pass: eval_accuracy >= production - 3")
+            && err.contains("item(s) production got right: facts#"),
+        "{err}"
     );
-    assert_eq!(v["gate"]["outcome"], "fail", "{}", v["gate"]);
-    assert!(p["lost"].as_array().unwrap().len() >= 5, "{p}");
-    assert!(v["evaluation"]["candidate"]["items"]
+    let run = &deck.sparkctl(&["--json", "history"]).succeeds().json()[0];
+    let g = &run["gates"][0];
+    println!(
+        "broken serving (--rope-freq-scale 0.25) against the good one: {}",
+        g["detail"]
+    );
+    assert_eq!(
+        (g["gate"].as_str(), g["outcome"].as_str()),
+        (Some("eval_accuracy"), Some("fail")),
+        "{g}"
+    );
+    assert!(
+        run["eval"]["lost"].as_array().unwrap().len() >= 5,
+        "{}",
+        run["eval"]
+    );
+    let bench: Value =
+        serde_json::from_slice(&std::fs::read(run["bench"].as_str().unwrap()).unwrap()).unwrap();
+    assert!(bench["eval"]["candidate"]["items"]
         .as_array()
         .unwrap()
         .iter()
         .all(|i| i["failed"].is_null() && !i["answer"].as_str().unwrap().is_empty()));
+    assert_eq!(deck.status_of("good").unwrap()["role"], "production");
+}
+
+/// A suite of one short question: `up`'s benchmark, kept small beside the evaluation.
+const TINY_SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 8\n";
+
+/// A sim recipe (a host process) on its own port, with `args` after the quick timings.
+fn sim_recipe(deck: &Deck, name: &str, args: &str, bench: &str) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--ttft, 2ms, --token-rate, \"2000\"{args}]\n  memory_gb: 1\nbench:\n  suite: tiny\n{bench}",
+            free_port()
+        ),
+    );
+}
+
+#[test]
+fn up_rejects_a_candidate_the_evaluation_gate_fails_and_its_report_shows_each_item() {
+    let deck = Deck::new("eval-up");
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), TINY_SUITE).unwrap();
+    let gate = "  eval: [arithmetic, facts]\n  gates:\n    eval_accuracy: \">= production - 3\"\n";
+    sim_recipe(&deck, "prod", "", "");
+    sim_recipe(&deck, "worse", ", --eval-wrong, 20%", gate);
+    sim_recipe(&deck, "same", "", gate);
+    deck.sparkctl(&["up", "prod", "--yes"])
+        .promoted("prod", deck.door_port);
+
+    // Production (no sets of its own) is asked the candidate's sets before it starts; the
+    // candidate misses a fifth of them: 10 of 50, each named.
+    let ran = deck
+        .sparkctl(&["up", "worse", "--yes"])
+        .exits(1)
+        .warns("asking production prod the evaluation sets first (50 items)");
+    let err = ran.stderr();
+    assert!(
+        err.contains("worse did not pass: eval_accuracy >= production - 3 (measured -20.0)")
+            && err.contains("it got wrong 10 item(s) production got right: "),
+        "{err}"
+    );
+    let history = deck.sparkctl(&["--json", "history"]).succeeds().json();
+    let run = &history[0];
+    assert_eq!(
+        (run["recipe"].as_str(), run["outcome"].as_str()),
+        (Some("worse"), Some("rejected"))
+    );
+    let lost: Vec<&str> = run["eval"]["lost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(lost.len(), 10);
+    assert!(lost.iter().all(|k| err.contains(k)), "{err}");
+    let items = run["eval"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 50);
+    assert!(items.iter().all(|i| i["production"] == true));
+    assert_eq!(items.iter().filter(|i| i["candidate"] == false).count(), 10);
+    let gate = &run["gates"][0];
+    assert_eq!(
+        (gate["gate"].as_str(), gate["outcome"].as_str()),
+        (Some("eval_accuracy"), Some("fail"))
+    );
+    assert_eq!(
+        deck.status_of("prod").unwrap()["role"],
+        "production",
+        "production keeps serving"
+    );
+
+    // The report shows item by item what each got right, in a real browser.
+    let report = PathBuf::from(run["report"].as_str().unwrap());
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("<h2>Evaluation: worse</h2>"),
+        "no evaluation section"
+    );
+    assert_eq!(html.matches("<tr data-key=").count(), 50);
+    let dom = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", report.display()))
+        .output()
+        .expect("chromium runs (Debian package `chromium`)");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for k in &lost {
+        let row = dom
+            .split(&format!("<tr data-key=\"{k}\">"))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_else(|| panic!("no row for {k} in the rendered page"));
+        assert!(
+            row.contains("data-right=\"0\"") && row.contains("data-right=\"1\""),
+            "{k}: {row}"
+        );
+    }
+
+    // A candidate that answers as production does passes the gate and is promoted; its
+    // record pairs every item.
+    deck.sparkctl(&["up", "same", "--yes"])
+        .promoted("same", deck.door_port);
+    let run = &deck.sparkctl(&["--json", "history"]).succeeds().json()[0];
+    assert_eq!(run["gates"][0]["outcome"], "pass");
+    assert!(run["eval"]["lost"].is_null(), "{}", run["eval"]);
 }

@@ -1,6 +1,7 @@
 //! Deployments: starting a recipe (`start`: checks first, then start, then ready),
 //! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
+mod evaluate;
 mod golden;
 mod judge;
 pub(crate) mod plan;

@@ -97,14 +97,19 @@ impl Flow<'_, '_> {
 
     async fn run(&mut self) -> Result<()> {
         let production = self.ctx.production().await?;
+        let sets = super::evaluate::sets(self.ctx, self.loaded)?;
         let Some((plan, way)) = self.plan(&production).await? else {
             return Ok(());
         };
+        let (ctx, loaded, say) = (self.ctx, self.loaded, self.opts.say);
+        let asked =
+            super::evaluate::production_answers(ctx, loaded, sets.as_ref(), &production, say);
+        let asked = asked.await?;
         self.patch().await?;
         self.make_room(&plan, &production, way).await?;
         let candidate = self.start().await?;
         let baseline = self.measure_production(&production, way).await?;
-        let (result, bench_path) = self.bench(&baseline).await?;
+        let (result, bench_path) = self.bench(&baseline, asked).await?;
         self.judge(&result, &candidate).await?;
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
@@ -312,7 +317,7 @@ impl Flow<'_, '_> {
         let (ctx, recipe) = (self.ctx, current.recipe.clone());
         let result = timed(self.record, PhaseName::MeasureProduction, async {
             let own = Baseline::missing("this is production's own measurement");
-            bench_recipe(ctx, &recipe, &own).await
+            bench_recipe(ctx, &recipe, &own, None).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -334,6 +339,7 @@ impl Flow<'_, '_> {
     async fn bench(
         &mut self,
         baseline: &Baseline<BenchResult>,
+        asked: Option<crate::eval::Report>,
     ) -> Result<(BenchResult, std::path::PathBuf)> {
         self.say(&format!("benchmarking {}", self.name()));
         let path = self
@@ -342,7 +348,7 @@ impl Flow<'_, '_> {
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let result = timed(self.record, PhaseName::Bench, async {
-            bench_recipe(ctx, &name, baseline).await
+            bench_recipe(ctx, &name, baseline, asked).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -358,6 +364,7 @@ impl Flow<'_, '_> {
         self.record.ttft_p50_ms = result.ttft_p50_ms;
         self.record.decode_tps_p50 = result.decode_tps_p50;
         self.record.gates = result.gates.clone();
+        self.record.eval = result.eval.as_ref().map(crate::eval::Evaluation::record);
         Ok((result, path))
     }
 
@@ -419,6 +426,12 @@ impl Flow<'_, '_> {
                     g.value.map_or("-".into(), |v| format!("{v:.1}"))
                 )
             })
+            .chain(
+                result
+                    .eval
+                    .iter()
+                    .filter_map(crate::eval::Evaluation::lost_line),
+            )
             .chain(result.problems.iter().take(3).cloned())
             .collect();
         self.record.outcome = Outcome::Rejected;
@@ -523,13 +536,15 @@ fn production_baseline(production: &Production) -> Baseline<BenchResult> {
     }
 }
 
-/// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load.
+/// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load,
+/// evaluation (beside production's answers `asked` just now, when there are any).
 async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
     baseline: &Baseline<BenchResult>,
+    asked: Option<crate::eval::Report>,
 ) -> Result<BenchResult> {
-    let plan = super::bench_plan(
+    let mut plan = super::bench_plan(
         ctx.rt(),
         ctx.recipes,
         ctx.state(),
@@ -537,5 +552,8 @@ async fn bench_recipe(
         crate::bench::Overrides::default(),
     )
     .await?;
+    if let (Some(e), Some(a)) = (plan.options.eval.as_mut(), asked) {
+        e.production = Some(Ok(a));
+    }
     plan.run(baseline, |_, _, _| {}).await
 }

@@ -47,6 +47,82 @@ impl Evaluation {
     }
 }
 
+/// What a run record keeps of an evaluation: each set's score on both sides, and item by
+/// item which answers were right.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub(crate) candidate: Vec<super::SetScore>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) production: Vec<super::SetScore>,
+    pub(crate) items: Vec<RecordItem>,
+    /// The items production got right and the candidate wrong.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) lost: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RecordItem {
+    pub(crate) key: String,
+    /// None: the server did not answer it.
+    pub(crate) candidate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) production: Option<bool>,
+}
+
+impl Evaluation {
+    pub(crate) fn record(&self) -> Record {
+        let theirs: std::collections::BTreeMap<&str, bool> = self
+            .production
+            .iter()
+            .flat_map(|p| p.items.iter())
+            .filter(|i| i.failed.is_none())
+            .map(|i| (i.key.as_str(), i.right))
+            .collect();
+        Record {
+            candidate: self.candidate.sets.clone(),
+            production: self
+                .production
+                .as_ref()
+                .map(|p| p.sets.clone())
+                .unwrap_or_default(),
+            items: self
+                .candidate
+                .items
+                .iter()
+                .map(|i| RecordItem {
+                    key: i.key.clone(),
+                    candidate: i.failed.is_none().then_some(i.right),
+                    production: theirs.get(i.key.as_str()).copied(),
+                })
+                .collect(),
+            lost: self
+                .paired
+                .as_ref()
+                .map(|p| p.lost.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The items production got right and the candidate missed, for a rejection's message.
+    pub(crate) fn lost_line(&self) -> Option<String> {
+        let lost = &self.paired.as_ref()?.lost;
+        if lost.is_empty() {
+            return None;
+        }
+        let shown: Vec<&str> = lost.iter().take(12).map(String::as_str).collect();
+        Some(format!(
+            "it got wrong {} item(s) production got right: {}{}",
+            lost.len(),
+            shown.join(", "),
+            if lost.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        ))
+    }
+}
+
 /// A gate's three outcomes, as the benchmark's gates have them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
