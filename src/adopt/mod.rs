@@ -129,6 +129,7 @@ pub(crate) async fn adopt(
     let start_opts = StartOptions {
         lock: &lock,
         allow_unpinned: opts.allow_unpinned,
+        replacing: None,
     };
     let plan = plan_start(ctx, loaded, &start_opts).await?;
     let way = way_for(&plan);

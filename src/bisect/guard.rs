@@ -17,25 +17,9 @@ pub(crate) async fn lock_waiting(
     what: &str,
     say: &dyn Fn(&str),
 ) -> Result<crate::state::StateLock> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut said = false;
-    loop {
-        match state.lock(what) {
-            Ok(lock) => return Ok(lock),
-            // Only a lock another process holds is waited for (that is its message).
-            Err(e)
-                if e.to_string().starts_with("another sparkctl")
-                    && std::time::Instant::now() < deadline =>
-            {
-                if !said {
-                    say(&format!("waiting (up to 60 s): {e}"));
-                    said = true;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    state
+        .lock_within(what, std::time::Duration::from_secs(60), say)
+        .await
 }
 
 /// A candidate a killed bisect left running is stopped before anything starts, and a

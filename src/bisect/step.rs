@@ -190,6 +190,7 @@ async fn run(
     let opts = StartOptions {
         lock: &lock,
         allow_unpinned: false,
+        replacing: None,
     };
     let plan = timed(
         record,

@@ -5,6 +5,7 @@ mod evaluate;
 mod golden;
 mod judge;
 pub(crate) mod plan;
+mod replace;
 pub(crate) mod rollback;
 mod start;
 pub(crate) mod status;

@@ -56,6 +56,9 @@ pub(crate) struct StartPlan {
 pub(crate) struct StartOptions<'a> {
     pub(crate) lock: &'a crate::lock::Lock,
     pub(crate) allow_unpinned: bool,
+    /// The running instance this start replaces (an upgrade of production's own recipe),
+    /// stopped before the start: neither its name, nor its port, nor its memory is in the way.
+    pub(crate) replacing: Option<&'a Deployment>,
 }
 
 /// Checks everything that can fail cheaply; changes nothing.
@@ -67,7 +70,8 @@ pub(crate) async fn plan_start(
     let recipe = &loaded.recipe;
     let mut resolved = recipe.resolve(&ctx.self_exe);
     let (image_ref, unpinned) = pin_image(ctx, recipe, &mut resolved, opts).await?;
-    let (deployments, _) = ctx.runtimes.list().await?;
+    let (mut deployments, _) = ctx.runtimes.list().await?;
+    deployments.retain(|d| opts.replacing.is_none_or(|r| r.id != d.id));
     refuse_running(&deployments, &recipe.name)?;
     let (model_fingerprint, produced_by) = check_model(ctx, loaded).await?;
     let artifact = ctx.runtimes.preflight(&resolved).await?;
@@ -78,7 +82,9 @@ pub(crate) async fn plan_start(
         ),
         None => None,
     };
-    refuse_taken_port(&ctx.runtimes, recipe, resolved.port, &deployments).await?;
+    if opts.replacing.is_none_or(|r| r.port != resolved.port) {
+        refuse_taken_port(&ctx.runtimes, recipe, resolved.port, &deployments).await?;
+    }
     let command = match &group {
         Some(g) => g.plan.command_lines(&artifact),
         None => resolved.launch.equivalent_command(),

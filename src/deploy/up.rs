@@ -12,6 +12,7 @@ use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
+use crate::lock::Lock;
 use crate::production::{Entry, Production, Warm};
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
@@ -25,14 +26,34 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// Progress lines for people.
     pub(crate) say: &'a dyn Fn(&str),
+    /// The pins the candidate runs from instead of images.lock's (an upgrade's new digest);
+    /// production, and every way back to it, keep images.lock's.
+    pub(crate) lock: Option<&'a Lock>,
+    /// The record this run writes (an upgrade's, carrying its digests); None: a new one.
+    pub(crate) record: Option<RunRecord>,
+    /// The candidate may be production's own recipe, whose instance it then replaces: a
+    /// swap, as one recipe runs one instance on one port.
+    pub(crate) replace: bool,
 }
 
 /// `sparkctl up NAME`.
 pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
     let _lock = ctx.state().lock(&format!("up {name}"))?;
+    up_locked(ctx, name, opts).await
+}
+
+/// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
+pub(crate) async fn up_locked(
+    ctx: &Ctx<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+) -> Result<RunRecord> {
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
-    let mut record = RunRecord::new(Command::Up, name);
+    let mut record = opts
+        .record
+        .clone()
+        .unwrap_or_else(|| RunRecord::new(Command::Up, name));
     if !opts.dry_run {
         switch::reserve_records(ctx.state(), &record)?;
     }
@@ -122,13 +143,16 @@ impl Flow<'_, '_> {
 
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
     async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, Way)>> {
-        let opts = self.ctx.start_options(self.opts.allow_unpinned);
-        let plan = timed(
-            self.record,
-            PhaseName::Plan,
-            plan_start(self.ctx.shared, self.loaded, &opts),
-        )
-        .await?;
+        let replacing =
+            super::replace::replaced(self.ctx, self.opts.replace, production, self.name());
+        let replacing = replacing.await?;
+        let opts = super::replace::start_options(
+            self.ctx,
+            (self.opts.lock, self.opts.allow_unpinned),
+            replacing.as_ref(),
+        );
+        let planned = plan_start(self.ctx.shared, self.loaded, &opts);
+        let plan = timed(self.record, PhaseName::Plan, planned).await?;
         self.record.plan = serde_json::to_value(&plan).ok();
         self.record.image = plan.image_ref.clone();
         self.record.unpinned = plan.unpinned;
@@ -139,6 +163,7 @@ impl Flow<'_, '_> {
         }
         let prod = production.current.as_ref().map(|e| e.recipe.clone());
         let way = match &prod {
+            _ if replacing.is_some() => Way::Swap,
             Some(p) if plan.memory.must_stop.contains(p) => Way::Swap,
             _ => Way::BlueGreen,
         };
@@ -222,7 +247,13 @@ impl Flow<'_, '_> {
         way: Way,
     ) -> Result<()> {
         let prod = production.current.as_ref().map(|e| e.recipe.as_str());
-        for victim in &plan.memory.must_stop {
+        // Production of the candidate's own recipe is replaced: it stops first (swap).
+        let replaced = (way == Way::Swap && prod == Some(self.name())).then(|| self.name());
+        let victims: Vec<String> = (plan.memory.must_stop.iter().map(String::as_str))
+            .chain(replaced)
+            .map(str::to_string)
+            .collect();
+        for victim in &victims {
             let is_prod = Some(victim.as_str()) == prod;
             if is_prod
                 && !(self.opts.confirm)(&format!(
@@ -259,7 +290,11 @@ impl Flow<'_, '_> {
     /// The candidate on its own port, until it serves.
     async fn start(&mut self) -> Result<Deployment> {
         // Planned again: the patch changed the model's fingerprint, making room the memory.
-        let opts = self.ctx.start_options(self.opts.allow_unpinned);
+        let opts = super::replace::start_options(
+            self.ctx,
+            (self.opts.lock, self.opts.allow_unpinned),
+            None,
+        );
         let mut plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
         // The instance carries this run's id: the way back stops it and nothing else.
         plan.run_id = self.record.run_id.clone();

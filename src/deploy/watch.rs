@@ -399,6 +399,7 @@ impl Watch {
             lock: &lock,
             // What served before may have been unpinned; leaving production dark is worse.
             allow_unpinned: true,
+            replacing: None,
         };
         let plan = plan_start(&self.ctx, loaded, &opts).await?;
         if !plan.memory.fits {

@@ -1,0 +1,319 @@
+//! `sparkctl upgrade` against a real local registry (Debian's `docker-registry`) and the
+//! simulated engine's image: each "night" a new image is pushed under the same tag, and
+//! the upgrade follows it — a good night promoted (the pin moved, the old digest kept), a
+//! night whose model gets 20 points fewer answers right rejected by the evaluation gate
+//! (the pin stays), an unchanged tag that runs nothing, and bad input refused.
+
+mod support;
+
+use serde_json::Value;
+use support::registry::{push, Registry};
+use support::{docker, free_port, Deck};
+
+const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 8\n";
+
+/// The registry, a deck with production (a sim host process, `prod`) and the recipe that
+/// follows the tag (`nightly`), and the nights pushed so far.
+struct Nights {
+    deck: Deck,
+    _registry: Registry,
+    repo: String,
+    base: String,
+    tag: String,
+    digests: Vec<String>,
+}
+
+impl Nights {
+    async fn new(tag: &str) -> Nights {
+        let docker = docker().await;
+        let registry = Registry::start(tag);
+        let deck = Deck::new(tag);
+        std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+        std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+        let repo = format!("{}/spark/sim", registry.addr);
+        deck.recipe(
+            "prod",
+            &format!(
+                "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--ttft, 2ms, --token-rate, \"2000\"]\n  memory_gb: 1\n",
+                free_port()
+            ),
+        );
+        deck.recipe(
+            "nightly",
+            &format!(
+                "engine: sim\nruntime: docker\nimage: {repo}:nightly\nserver:\n  port: {}\n  args: [--ttft, 2ms, --token-rate, \"2000\"]\n  memory_gb: 1\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n  eval: [arithmetic, facts]\n  gates:\n    eval_accuracy: \">= production - 3\"\n",
+                free_port()
+            ),
+        );
+        // Its own sim image: the shared test tag may hold another checkout's binary.
+        let base = format!("sparkctl-sim-{tag}:{}", std::process::id());
+        support::build_sim_image(&docker, &base).await;
+        let n = Nights {
+            deck,
+            _registry: registry,
+            repo,
+            base,
+            tag: tag.to_string(),
+            digests: Vec::new(),
+        };
+        n.deck
+            .sparkctl(&["up", "prod", "--yes"])
+            .promoted("prod", n.deck.door_port);
+        n
+    }
+
+    /// Tonight's image (`env`: its extra ENV lines) pushed under the tag; its digest.
+    async fn push(&mut self, env: &str) -> String {
+        let docker = docker().await;
+        let night = self.digests.len() + 1;
+        let local = format!(
+            "sparkctl-upgrade-{}-{night}:{}",
+            self.tag,
+            std::process::id()
+        );
+        let dockerfile = format!(
+            "FROM {}\nLABEL org.opencontainers.image.version=nightly-{night}\n{env}",
+            self.base
+        );
+        support::build_image(
+            &docker,
+            &local,
+            &[("Dockerfile", dockerfile.as_bytes(), 0o644)],
+        )
+        .await;
+        let digest = push(&docker, &local, &self.repo, "nightly").await;
+        // Nothing of it stays here under its build name: the upgrade pulls by digest.
+        let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
+        let _ = docker.remove_image(&local, Some(opts), None).await;
+        self.digests.push(digest.clone());
+        digest
+    }
+
+    fn pinned(&self) -> Value {
+        let lock = std::fs::read_to_string(self.deck.dir.join("images.lock")).unwrap_or_default();
+        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&lock).unwrap_or_default();
+        serde_json::to_value(&v["images"]["nightly"]).unwrap()
+    }
+
+    fn history(&self) -> Vec<Value> {
+        self.deck
+            .sparkctl(&["--json", "history"])
+            .succeeds()
+            .json()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Who the front door routes production to: (recipe, deployment id).
+    fn production(&self) -> (String, String) {
+        let d = self
+            .deck
+            .status()
+            .into_iter()
+            .find(|d| d["role"] == "production")
+            .expect("a production");
+        (
+            d["name"].as_str().unwrap().to_string(),
+            d["id"].as_str().unwrap().to_string(),
+        )
+    }
+}
+
+/// The digests go again, whatever happened (force: containers may still name them).
+impl Drop for Nights {
+    fn drop(&mut self) {
+        let mut refs: Vec<String> = self
+            .digests
+            .iter()
+            .map(|d| format!("{}@{d}", self.repo))
+            .collect();
+        refs.push(self.base.clone());
+        support::block_on(async move {
+            let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
+                return;
+            };
+            let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+                .force(true)
+                .build();
+            for r in refs {
+                let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
+    let mut n = Nights::new("upgrade-good").await;
+    let d1 = n.push("").await;
+    let ran = n
+        .deck
+        .sparkctl(&["--json", "upgrade", "nightly"])
+        .succeeds();
+    let r = ran.json();
+    assert_eq!(
+        (r["outcome"].as_str(), r["new"].as_str()),
+        (Some("promoted"), Some(d1.as_str())),
+        "{r}"
+    );
+    assert!(r["old"].is_null());
+    assert_eq!(n.pinned()["digest"], d1.as_str());
+    assert_eq!(n.production().0, "nightly");
+
+    // Nothing new tonight: nothing runs, and it is said and recorded.
+    let before = n.production();
+    let runs = n.history().len();
+    n.deck
+        .sparkctl(&["upgrade", "nightly"])
+        .succeeds()
+        .says("upgrade nightly unchanged: ")
+        .says("as pinned: nothing to do");
+    assert_eq!(n.production(), before, "the same instance serves");
+    let h = n.history();
+    assert_eq!(h.len(), runs + 1);
+    assert_eq!(
+        (h[0]["command"].as_str(), h[0]["outcome"].as_str()),
+        (Some("upgrade"), Some("unchanged"))
+    );
+    assert!(
+        h[0]["phases"].as_array().unwrap().is_empty(),
+        "nothing ran: {}",
+        h[0]
+    );
+
+    // The next good night: production's own recipe is replaced by the new digest.
+    let d2 = n.push("ENV VLLM_VERSION=0.11.2\n").await;
+    let dry = n
+        .deck
+        .sparkctl(&["upgrade", "nightly", "--dry-run"])
+        .succeeds();
+    assert!(
+        dry.stdout().contains("would pull and keep it"),
+        "{}",
+        dry.shown()
+    );
+    assert_eq!(
+        n.pinned()["digest"],
+        d1.as_str(),
+        "a dry run changes nothing"
+    );
+    let r = n
+        .deck
+        .sparkctl(&["--json", "upgrade", "nightly"])
+        .succeeds()
+        .json();
+    assert_eq!(
+        (r["outcome"].as_str(), r["old"].as_str(), r["new"].as_str()),
+        (Some("promoted"), Some(d1.as_str()), Some(d2.as_str())),
+        "{r}"
+    );
+    let pin = n.pinned();
+    assert_eq!(pin["digest"], d2.as_str());
+    assert_eq!(
+        pin["history"][0]["digest"],
+        d1.as_str(),
+        "the old digest stays in the lock"
+    );
+    let (who, id) = n.production();
+    assert_eq!(who, "nightly");
+    assert_ne!(id, before.1, "the new instance serves");
+    let run = &n.history()[0];
+    assert_eq!(run["command"], "upgrade");
+    assert_eq!(run["upgrade"]["pinned"], true);
+    assert_eq!(run["gates"][0]["outcome"], "pass", "{}", run["gates"]);
+    // The old digest stays here: it served production, as the image history says, and
+    // prune keeps it even with no newest digests kept.
+    let mut cmd = n.deck.cmd(&["--json", "images", "history", "nightly"]);
+    let h = support::Ran::of(cmd.env("SPARKCTL_KEEP_IMAGES", "0"))
+        .succeeds()
+        .json();
+    let old = h["history"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["digest"] == d1.as_str())
+        .expect("the old digest in the history")
+        .clone();
+    assert_eq!(old["present"], true, "{old}");
+    let why = h["retained"][d1.as_str()].to_string();
+    assert!(why.contains("served-production"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays() {
+    let mut n = Nights::new("upgrade-bad").await;
+    let d1 = n.push("").await;
+    n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
+    assert_eq!(n.pinned()["digest"], d1.as_str());
+    let before = n.production();
+    let d2 = n.push("ENV SIM_EVAL_WRONG=20%\n").await;
+    let ran = n.deck.sparkctl(&["upgrade", "nightly"]).exits(1);
+    let out = ran.shown();
+    assert!(
+        out.contains("upgrade nightly rejected: ")
+            && out.contains("eval_accuracy >= production - 3 (measured -20.0)")
+            && out.contains("it got wrong 10 item(s) production got right: "),
+        "{out}"
+    );
+    assert_eq!(n.pinned()["digest"], d1.as_str(), "the pin stays");
+    assert_eq!(
+        n.production().0,
+        "nightly",
+        "production serves again: {before:?}"
+    );
+    let run = &n.history()[0];
+    assert_eq!(
+        (run["command"].as_str(), run["outcome"].as_str()),
+        (Some("upgrade"), Some("rejected"))
+    );
+    assert_eq!(run["upgrade"]["new"], d2.as_str());
+    assert_eq!(run["upgrade"]["pinned"], false);
+    let lost = run["eval"]["lost"].as_array().unwrap();
+    assert_eq!(lost.len(), 10, "{}", run["eval"]);
+    for k in lost {
+        assert!(out.contains(k.as_str().unwrap()), "{k} named");
+    }
+}
+
+#[test]
+fn a_recipe_with_no_tag_to_follow_is_refused_naming_its_file_and_key() {
+    let deck = Deck::new("upgrade-notag");
+    deck.recipe(
+        "hand-built",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n",
+            free_port()
+        ),
+    );
+    let err = deck.sparkctl(&["upgrade", "hand-built"]).exits(2).stderr();
+    assert!(
+        err.contains(
+            "hand-built.yaml:3:1: runtime: hand-built runs a host process, which has no tag to follow"
+        ),
+        "{err}"
+    );
+    deck.recipe(
+        "pinned",
+        &format!(
+            "engine: sim\nruntime: docker\nimage: 127.0.0.1:5000/spark/sim@sha256:{}\nserver:\n  port: {}\n",
+            "a".repeat(64),
+            free_port()
+        ),
+    );
+    let err = deck.sparkctl(&["upgrade", "pinned"]).exits(2).stderr();
+    assert!(
+        err.contains("pinned.yaml:4:1: image: `127.0.0.1:5000/spark/sim@sha256:")
+            && err.contains("image: ")
+            && err.contains("names a digest, not a tag"),
+        "{err}"
+    );
+    assert!(
+        !deck.dir.join("state/runs").exists()
+            || std::fs::read_dir(deck.dir.join("state/runs"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing recorded for bad input"
+    );
+}
