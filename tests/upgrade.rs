@@ -6,6 +6,9 @@
 
 mod support;
 
+use std::process::Command;
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 use support::registry::{push, Registry};
 use support::{docker, free_port, Deck};
@@ -71,8 +74,14 @@ impl Nights {
             self.tag,
             std::process::id()
         );
+        // Built afresh each run (the stamp): a cached build would keep an earlier run's
+        // build date, and the history orders digests by it.
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
         let dockerfile = format!(
-            "FROM {}\nLABEL org.opencontainers.image.version=nightly-{night}\n{env}",
+            "FROM {}\nLABEL org.opencontainers.image.version=nightly-{night} test.run={stamp}\n{env}",
             self.base
         );
         support::build_image(
@@ -274,6 +283,134 @@ async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays()
     for k in lost {
         assert!(out.contains(k.as_str().unwrap()), "{k} named");
     }
+}
+
+/// Another process holding the state dir's lock (util-linux `flock`), until dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn take(state: &std::path::Path) -> Holder {
+        let lock = state.join("lock");
+        // No fork: the pid is sleep's own, so that killing it lets the lock go.
+        let child = Command::new("flock")
+            .arg("--no-fork")
+            .arg(&lock)
+            .args(["sleep", "120"])
+            .spawn()
+            .expect("flock runs (util-linux)");
+        // Held once a non-blocking try fails.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Command::new("flock")
+            .args(["-n"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+        {
+            assert!(Instant::now() < deadline, "the lock was not taken");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn short(d: &str) -> &str {
+    &d[..19]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_digest() {
+    let mut n = Nights::new("upgrade-skip").await;
+    let d1 = n.push("").await;
+    n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
+    // Night 2 (good): fetched and kept, not deployed.
+    let d2 = n.push("ENV VLLM_VERSION=0.11.2\n").await;
+    n.deck
+        .sparkctl(&["upgrade", "nightly", "--fetch-only"])
+        .succeeds()
+        .says("upgrade nightly skipped: --fetch-only");
+    // Night 3 (the model gets worse): another command holds the state dir; the upgrade
+    // waits its while, then fetches, keeps and skips.
+    let d3 = n.push("ENV SIM_EVAL_WRONG=20%\n").await;
+    let holder = Holder::take(&n.deck.state());
+    n.deck
+        .sparkctl(&["upgrade", "nightly", "--wait", "2s"])
+        .succeeds()
+        .warns("waiting (up to 2s): another sparkctl is changing state")
+        .says("upgrade nightly skipped: another sparkctl is changing state");
+    drop(holder);
+    // Night 4 (worse still): fetched only.
+    let d4 = n
+        .push("ENV SIM_EVAL_WRONG=20%\nENV VLLM_VERSION=0.11.4\n")
+        .await;
+    n.deck
+        .sparkctl(&["upgrade", "nightly", "--fetch-only"])
+        .succeeds();
+    let h = n.history();
+    assert!(
+        h[..3]
+            .iter()
+            .all(|r| r["outcome"] == "skipped" && r["upgrade"]["skipped"].is_string()),
+        "{h:?}"
+    );
+    // Night 5: rejected, and the bisect over what lies between names night 3.
+    let d5 = n
+        .push("ENV SIM_EVAL_WRONG=20%\nENV VLLM_VERSION=0.11.5\n")
+        .await;
+    let began = Instant::now();
+    let ran = n.deck.sparkctl(&["upgrade", "nightly"]).exits(1);
+    let out = ran.shown();
+    println!(
+        "{out}\n(the upgrade and its bisect: {:.1} s)",
+        began.elapsed().as_secs_f64()
+    );
+    assert!(
+        out.contains("3 digest(s) were fetched and kept since the last good")
+            && out.contains(&format!("first bad digest: {}", short(&d3))),
+        "{out}"
+    );
+    assert_eq!(n.pinned()["digest"], d1.as_str(), "the pin stays");
+    // Its measurements are runs of their own (command `bisect`), after the upgrade's.
+    let h = n.history();
+    let run = h.iter().find(|r| r["command"] == "upgrade").unwrap();
+    assert_eq!(run["outcome"], "rejected");
+    assert!(h.iter().take_while(|r| r["command"] == "bisect").count() >= 3);
+    let b = &run["upgrade"]["bisect"];
+    assert_eq!(b["first_bad"], d3.as_str(), "{b}");
+    assert_eq!(b["last_good"], d2.as_str(), "{b}");
+    assert!(
+        b["judged_on"]
+            .as_str()
+            .unwrap()
+            .starts_with("gate eval_accuracy=>= 97.0%"),
+        "{b}"
+    );
+    // The pair stays kept for good; the upgrade's own keeps are released.
+    let h = n
+        .deck
+        .sparkctl(&["--json", "images", "history", "nightly"])
+        .succeeds()
+        .json();
+    let kept = |d: &str| {
+        h["history"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["digest"] == d)
+            .map(|e| e["kept"].as_str().unwrap_or("").to_string())
+            .unwrap()
+    };
+    assert!(kept(&d2).ends_with("last good"), "{}", kept(&d2));
+    assert!(kept(&d3).ends_with("first bad"), "{}", kept(&d3));
+    assert_eq!((kept(&d4), kept(&d5)), (String::new(), String::new()));
 }
 
 #[test]

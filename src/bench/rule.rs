@@ -75,6 +75,18 @@ impl FromStr for Rule {
     }
 }
 
+impl Op {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Op::Eq => "==",
+            Op::Ge => ">=",
+            Op::Le => "<=",
+            Op::Lt => "<",
+            Op::Gt => ">",
+        }
+    }
+}
+
 impl Rule {
     pub(crate) fn holds(self, value: f64) -> bool {
         let t = self.threshold;

@@ -6,6 +6,7 @@
 //! another command holds the state dir, the upgrade waits a while, then skips the deploy
 //! and says so. Every run is a run record (`history`).
 
+mod bisect;
 mod follow;
 
 use std::time::Duration;
@@ -146,9 +147,89 @@ pub(crate) async fn upgrade(
         }
         Err(e) => return Err(e),
     };
-    let report = run.deploy(recipes, name, &pin).await;
+    let report = run.deploy(recipes, name, &pin).await?;
     drop(state_lock);
-    report
+    conclude(ctx, recipes, report, opts.say).await
+}
+
+/// After the deploy: the keeps on judged digests taken back; after a rejection with nights
+/// skipped, the bisect over the digests between the last good one and the rejected one
+/// (the state lock released first: the bisect takes it itself).
+async fn conclude(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    mut report: Report,
+    say: &dyn Fn(&str),
+) -> Result<Report> {
+    let (name, run_id) = (
+        report.recipe.clone(),
+        report.run_id.clone().unwrap_or_default(),
+    );
+    let judged = matches!(report.outcome, Outcome::Promoted | Outcome::Rejected);
+    let mut record = crate::history::run_record(&ctx.state, &run_id)?;
+    let mut note = record.upgrade.clone().unwrap_or_default();
+    let h = history_of(ctx, &name, &note.reference).await?;
+    let skipped = match (&note.old, report.outcome) {
+        (Some(old), Outcome::Rejected) => bisect::between(&h, old, &note.new).len(),
+        _ => 0,
+    };
+    let mut release = judged;
+    if skipped > 0 {
+        let old = note.old.clone().unwrap_or_default();
+        let found = match bisect::criterion(&record) {
+            Some(c) => {
+                say(&format!(
+                    "{skipped} digest(s) were fetched and kept since the last good {}: \
+                     bisecting them on {}",
+                    crate::units::short_digest(&old),
+                    c.describe(None)
+                ));
+                let flow = Ctx::open(ctx, recipes, false).await?;
+                bisect::run(&flow, &name, (&old, &note.new), c, say).await
+            }
+            None => crate::history::BisectNote {
+                error: Some("no failed gate a bisect can judge on".into()),
+                ..Default::default()
+            },
+        };
+        // Unanswered, the digests stay kept for a bisect by hand.
+        release = found.first_bad.is_some();
+        report.summary = match (&found.first_bad, &found.error) {
+            (Some(bad), _) => format!(
+                "{}; first bad digest: {}",
+                report.summary,
+                crate::units::short_digest(bad)
+            ),
+            (None, e) => format!(
+                "{}; the bisect over the skipped digests found no answer: {}",
+                report.summary,
+                e.as_deref().unwrap_or("-")
+            ),
+        };
+        say(&report.summary);
+        note.bisect = Some(found);
+    }
+    if release {
+        // As it stands now: the bisect's own keeps (its pair) are not the upgrade's.
+        let h = history_of(ctx, &name, &note.reference).await?;
+        follow::release_keeps(&h, &ctx.state)?;
+    }
+    record.upgrade = Some(note.clone());
+    record.save(&ctx.state)?;
+    report.upgrade = Some(note);
+    Ok(report)
+}
+
+/// `name`'s image history as it stands (the lock read afresh).
+async fn history_of(
+    ctx: &Context,
+    name: &str,
+    reference: &str,
+) -> Result<crate::images::history::History> {
+    let docker = ctx.runtimes.docker()?.client();
+    let lock = Lock::load(&ctx.lock_path)?;
+    let runs = crate::history::image_uses(&ctx.state)?;
+    crate::images::history::of(docker, &ctx.state, &lock, (name, reference), &runs).await
 }
 
 /// One upgrade's record and note, as it goes.
@@ -187,16 +268,6 @@ impl Run<'_> {
         })
     }
 
-    /// `name`'s image history as it stands (the lock read afresh).
-    async fn history(&self, name: &str) -> Result<crate::images::history::History> {
-        let ctx = self.ctx;
-        let docker = ctx.runtimes.docker()?.client();
-        let lock = Lock::load(&ctx.lock_path)?;
-        let runs = crate::history::image_uses(&ctx.state)?;
-        let reference = (name, self.note.reference.as_str());
-        crate::images::history::of(docker, &ctx.state, &lock, reference, &runs).await
-    }
-
     /// Fetched, not deployed: skipped, and why.
     fn skipped(mut self, why: String) -> Result<Report> {
         self.note.skipped = Some(why.clone());
@@ -212,7 +283,10 @@ impl Run<'_> {
         pin: &crate::lock::Pin,
     ) -> Result<Report> {
         let ctx = self.ctx;
-        let flow = Ctx::open(ctx, recipes, false).await?;
+        let flow = match Ctx::open(ctx, recipes, false).await {
+            Ok(f) => f,
+            Err(e) => return self.ended(Outcome::Failed, e.to_string()),
+        };
         let candidate = follow::candidate_lock(&flow.lock, name, pin);
         self.record.image = Some(self.note.reference.clone());
         self.record.upgrade = Some(self.note.clone());
@@ -236,16 +310,22 @@ impl Run<'_> {
             Err(e @ Error::Interrupted(_)) => return Err(e),
             Err(e) => Some(e.to_string()),
         };
-        let mut record = crate::history::run_record(&ctx.state, &run_id)?;
+        // A run refused before it began (the production port as its port) wrote no record.
+        let mut record = match crate::history::run_record(&ctx.state, &run_id) {
+            Ok(r) => r,
+            Err(_) => RunRecord {
+                outcome: Outcome::Failed,
+                error: error.clone(),
+                finished_at: crate::units::now_utc(),
+                ..self.record.clone()
+            },
+        };
         let mut note = record.upgrade.clone().unwrap_or_default();
         if record.outcome == Outcome::Promoted {
             follow::move_pin(&ctx.lock_path, &ctx.state, name, pin)?;
             note.pinned = true;
         }
-        if matches!(record.outcome, Outcome::Promoted | Outcome::Rejected) {
-            let h = self.history(name).await?;
-            follow::release_keeps(&h, &ctx.state)?;
-        }
+
         let summary = match (&error, record.outcome) {
             (None, _) => format!(
                 "{} promoted: the pin moved to {} ({} stays in its history)",
