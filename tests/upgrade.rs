@@ -7,6 +7,7 @@
 mod support;
 
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -24,6 +25,8 @@ struct Nights {
     base: String,
     tag: String,
     digests: Vec<String>,
+    /// The nightly recipe's port.
+    port: u16,
 }
 
 impl Nights {
@@ -41,13 +44,7 @@ impl Nights {
                 free_port()
             ),
         );
-        deck.recipe(
-            "nightly",
-            &format!(
-                "engine: sim\nruntime: docker\nimage: {repo}:nightly\nserver:\n  port: {}\n  args: [--ttft, 2ms, --token-rate, \"2000\"]\n  memory_gb: 1\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n  eval: [arithmetic, facts]\n  gates:\n    eval_accuracy: \">= production - 3\"\n",
-                free_port()
-            ),
-        );
+        let port = free_port();
         // Its own sim image: the shared test tag may hold another checkout's binary.
         let base = format!("sparkctl-sim-{tag}:{}", std::process::id());
         support::build_sim_image(&docker, &base).await;
@@ -58,11 +55,24 @@ impl Nights {
             base,
             tag: tag.to_string(),
             digests: Vec::new(),
+            port,
         };
+        n.recipe("");
         n.deck
             .sparkctl(&["up", "prod", "--yes"])
             .promoted("prod", n.deck.door_port);
         n
+    }
+
+    /// The recipe that follows the tag, with `more` (a `notify:` section) after it.
+    fn recipe(&self, more: &str) {
+        self.deck.recipe(
+            "nightly",
+            &format!(
+                "engine: sim\nruntime: docker\nimage: {}:nightly\nserver:\n  port: {}\n  args: [--ttft, 2ms, --token-rate, \"2000\"]\n  memory_gb: 1\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n  eval: [arithmetic, facts]\n  gates:\n    eval_accuracy: \">= production - 3\"\n{more}",
+                self.repo, self.port
+            ),
+        );
     }
 
     /// Tonight's image (`env`: its extra ENV lines) pushed under the tag; its digest.
@@ -152,14 +162,89 @@ impl Drop for Nights {
     }
 }
 
+/// A webhook receiver on a free loopback port: every request's head and body, kept; it
+/// answers 200, or (`silent`) holds the connection and never answers.
+struct Hook {
+    url: String,
+    got: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Hook {
+    fn start(silent: bool) -> Hook {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", free_port())).unwrap();
+        let url = format!("http://{}/hooks/spark", listener.local_addr().unwrap());
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let sink = sink.clone();
+                std::thread::spawn(move || Hook::serve(conn, &sink, silent));
+            }
+        });
+        Hook { url, got }
+    }
+
+    fn serve(mut conn: std::net::TcpStream, sink: &Mutex<Vec<(String, String)>>, silent: bool) {
+        use std::io::{Read, Write};
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let (head, body) = loop {
+            let Ok(n) = conn.read(&mut chunk) else { return };
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    break (head.to_string(), body.to_string());
+                }
+            }
+        };
+        sink.lock().unwrap().push((head, body));
+        if silent {
+            std::thread::sleep(Duration::from_secs(60));
+        } else {
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    }
+
+    fn received(&self) -> Vec<(String, Value)> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(h, b)| (h.clone(), serde_json::from_str(b).unwrap_or(Value::Null)))
+            .collect()
+    }
+}
+
+/// A token the webhook carries, from the environment: never printed, never recorded.
+const TOKEN: &str = "tok-9f8e7d6c5b4a";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
     let mut n = Nights::new("upgrade-good").await;
+    let hook = Hook::start(false);
+    let told = n.deck.dir.join("told.json");
+    n.recipe(&format!(
+        "notify:\n  webhook: \"{}?key=${{SPARKCTL_HOOK_TOKEN}}\"\n  headers:\n    Authorization: \"Bearer ${{SPARKCTL_HOOK_TOKEN}}\"\n  command: [tee, {}]\n",
+        hook.url,
+        told.display()
+    ));
     let d1 = n.push("").await;
-    let ran = n
-        .deck
-        .sparkctl(&["--json", "upgrade", "nightly"])
-        .succeeds();
+    let mut cmd = n.deck.cmd(&["--json", "upgrade", "nightly"]);
+    let ran = support::Ran::of(cmd.env("SPARKCTL_HOOK_TOKEN", TOKEN)).succeeds();
+    assert!(!ran.shown().contains(TOKEN), "the token is never printed");
     let r = ran.json();
     assert_eq!(
         (r["outcome"].as_str(), r["new"].as_str()),
@@ -169,6 +254,49 @@ async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
     assert!(r["old"].is_null());
     assert_eq!(n.pinned()["digest"], d1.as_str());
     assert_eq!(n.production().0, "nightly");
+    // The owner is told: the webhook (the token in its header and URL, from the
+    // environment) and the command (the same document on its stdin).
+    let got = hook.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (head, doc) = &got[0];
+    assert!(
+        head.starts_with(&format!("POST /hooks/spark?key={TOKEN} "))
+            && head.contains(&format!("authorization: Bearer {TOKEN}")),
+        "{head}"
+    );
+    assert_eq!(
+        (doc["outcome"].as_str(), doc["recipe"].as_str()),
+        (Some("promoted"), Some("nightly"))
+    );
+    assert_eq!(doc["digest"]["new"], d1.as_str());
+    assert!(doc["digest"]["old"].is_null());
+    assert_eq!(doc["run_id"], r["run_id"]);
+    let g = &doc["gates"][0];
+    assert_eq!(
+        (
+            g["gate"].as_str(),
+            g["outcome"].as_str(),
+            g["value"].as_f64()
+        ),
+        (Some("eval_accuracy"), Some("pass"), Some(0.0)),
+        "{g}"
+    );
+    assert_eq!(
+        doc["evaluation"]["candidate"]["accuracy_pct"], 100.0,
+        "{doc}"
+    );
+    assert_eq!(doc["evaluation"]["production"]["items"], 50, "{doc}");
+    let file: Value = serde_json::from_slice(&std::fs::read(&told).unwrap()).unwrap();
+    assert_eq!(file["run_id"], doc["run_id"]);
+    let record = n.history()[0].to_string();
+    assert!(
+        record.contains("\"notified\"") && !record.contains(TOKEN),
+        "{record}"
+    );
+    assert!(
+        record.contains("${SPARKCTL_HOOK_TOKEN}: sent (HTTP 200 OK)"),
+        "{record}"
+    );
 
     // Nothing new tonight: nothing runs, and it is said and recorded.
     let before = n.production();
@@ -178,6 +306,11 @@ async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
         .succeeds()
         .says("upgrade nightly unchanged: ")
         .says("as pinned: nothing to do");
+    assert_eq!(
+        hook.received().len(),
+        1,
+        "`unchanged` is not told by default"
+    );
     assert_eq!(n.production(), before, "the same instance serves");
     let h = n.history();
     assert_eq!(h.len(), runs + 1);
@@ -252,6 +385,12 @@ async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays() {
     let mut n = Nights::new("upgrade-bad").await;
+    // The owner's webhook never answers: the outcome stands, the failure is said and kept.
+    let hook = Hook::start(true);
+    n.recipe(&format!(
+        "notify:\n  webhook: {}\n  on: [rejected]\n  timeout: 2s\n",
+        hook.url
+    ));
     let d1 = n.push("").await;
     n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
     assert_eq!(n.pinned()["digest"], d1.as_str());
@@ -283,6 +422,13 @@ async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays()
     for k in lost {
         assert!(out.contains(k.as_str().unwrap()), "{k} named");
     }
+    let said = format!("webhook {}: NOT sent: no answer within 2s", hook.url);
+    assert!(out.contains(&format!("notify: {said}")), "{out}");
+    assert_eq!(run["upgrade"]["notified"][0], said.as_str());
+    let got = hook.received();
+    assert_eq!(got.len(), 1, "only `rejected` is told");
+    assert_eq!(got[0].1["outcome"], "rejected");
+    assert_eq!(got[0].1["evaluation"]["lost"].as_array().unwrap().len(), 10);
 }
 
 /// Another process holding the state dir's lock (util-linux `flock`), until dropped.

@@ -106,6 +106,7 @@ pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result
         nodes: None,
         fallback: None,
         live: None,
+        notify: None,
     };
     let (mut args, cwd, model_mount) = match &observed.launch {
         Seen::Process { program, args, cwd } => {

@@ -299,7 +299,8 @@ fn parse_one(path: &Path, bytes: &[u8]) -> std::result::Result<LoadedRecipe, Fai
     let source = prepared.text.to_string();
     let recipe: Recipe = serde_yaml_ng::from_str(&source)
         .map_err(|e| (None, vec![from_yaml_error(path, &source, &e)]))?;
-    let diags = check(path, &source, &recipe, &prepared.loose);
+    let mut diags = check(path, &source, &recipe, &prepared.loose);
+    diags.extend(super::notify::problems(path, &source, &recipe));
     if !diags.is_empty() {
         return Err((Some(recipe.name), diags));
     }

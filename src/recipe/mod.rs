@@ -12,6 +12,7 @@ mod launcher;
 pub(crate) mod live;
 mod load;
 pub(crate) mod nodes;
+pub(crate) mod notify;
 mod resolve;
 
 use std::collections::BTreeMap;
@@ -87,6 +88,9 @@ pub struct Recipe {
     /// prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) live: Option<live::Live>,
+    /// Who is told when `sparkctl upgrade` of it ends: a webhook and/or a command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) notify: Option<notify::Notify>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -8,6 +8,7 @@
 
 mod bisect;
 mod follow;
+mod notify;
 
 use std::time::Duration;
 
@@ -73,8 +74,47 @@ impl Report {
     }
 }
 
-/// `sparkctl upgrade NAME`.
+/// `sparkctl upgrade NAME`: the tag followed, then the owner told (the recipe's `notify`).
 pub(crate) async fn upgrade(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    name: &str,
+    opts: &Options<'_>,
+) -> Result<Report> {
+    let report = follow_tag(ctx, recipes, name, opts).await?;
+    let notify = recipes.get(name)?.recipe.notify.as_ref();
+    match (notify, report.run_id.clone()) {
+        (Some(n), Some(run_id)) => told(ctx, n, report, &run_id, opts.say).await,
+        _ => Ok(report),
+    }
+}
+
+/// Tells the notifiers; what each did goes into the run record and is said.
+async fn told(
+    ctx: &Context,
+    n: &crate::recipe::notify::Notify,
+    mut report: Report,
+    run_id: &str,
+    say: &dyn Fn(&str),
+) -> Result<Report> {
+    let mut record = crate::history::run_record(&ctx.state, run_id)?;
+    let lines = notify::tell(n, &record).await;
+    if lines.is_empty() {
+        return Ok(report);
+    }
+    for l in &lines {
+        say(&format!("notify: {l}"));
+    }
+    let mut note = record.upgrade.clone().unwrap_or_default();
+    note.notified = lines;
+    record.upgrade = Some(note.clone());
+    record.save(&ctx.state)?;
+    report.upgrade = Some(note);
+    Ok(report)
+}
+
+/// Today's digest of the tag: unchanged, fetched and skipped, or judged by `up`.
+async fn follow_tag(
     ctx: &Context,
     recipes: &RecipeSet,
     name: &str,
