@@ -475,6 +475,8 @@ fn short(d: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_digest() {
     let mut n = Nights::new("upgrade-skip").await;
+    let hook = Hook::start(false);
+    n.recipe(&format!("notify:\n  webhook: {}\n", hook.url));
     let d1 = n.push("").await;
     n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
     // Night 2 (good): fetched and kept, not deployed.
@@ -532,6 +534,21 @@ async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_
     let b = &run["upgrade"]["bisect"];
     assert_eq!(b["first_bad"], d3.as_str(), "{b}");
     assert_eq!(b["last_good"], d2.as_str(), "{b}");
+    // The owner is told which digest was the first bad one.
+    let got = hook.received();
+    let told = &got.last().unwrap().1;
+    assert_eq!(
+        (told["outcome"].as_str(), told["first_bad"].as_str()),
+        (Some("rejected"), Some(d3.as_str())),
+        "{told}"
+    );
+    assert_eq!(
+        got.iter()
+            .filter(|(_, d)| d["outcome"] == "skipped")
+            .count(),
+        3,
+        "each skipped night is told"
+    );
     assert!(
         b["judged_on"]
             .as_str()
