@@ -617,3 +617,100 @@ fn a_recipe_with_no_tag_to_follow_is_refused_naming_its_file_and_key() {
         "nothing recorded for bad input"
     );
 }
+
+#[test]
+fn the_schedule_is_a_systemd_user_timer_that_systemd_analyze_accepts() {
+    let deck = Deck::new("upgrade-schedule");
+    deck.recipe(
+        "nightly",
+        &format!(
+            "engine: sim\nruntime: docker\nimage: 127.0.0.1:5000/spark/sim:nightly\nserver:\n  port: {}\n",
+            free_port()
+        ),
+    );
+    let config = deck.dir.join("config");
+    let run = |args: &[&str]| {
+        let mut cmd = deck.cmd(args);
+        support::Ran::of(cmd.env("XDG_CONFIG_HOME", &config))
+    };
+    run(&["upgrade", "nightly", "--schedule", "03:30"])
+        .succeeds()
+        .says("upgrade nightly scheduled (OnCalendar=*-*-* 03:30:00)")
+        .says("systemd: ");
+    let dir = config.join("systemd/user");
+    let (service, timer) = (
+        dir.join("sparkctl-upgrade-nightly.service"),
+        dir.join("sparkctl-upgrade-nightly.timer"),
+    );
+    let unit = std::fs::read_to_string(&service).unwrap();
+    let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    let state = deck.state();
+    assert_eq!(
+        exec,
+        format!(
+            "ExecStart={} --state-dir {} --recipes {} --lock {} upgrade nightly",
+            env!("CARGO_BIN_EXE_sparkctl"),
+            state.display(),
+            deck.dir.join("recipes").display(),
+            deck.dir.join("images.lock").display()
+        ),
+        "this binary's argv, absolute paths, no shell"
+    );
+    assert!(
+        unit.contains("Type=oneshot\nKillMode=process\n")
+            && unit.contains(&format!(
+                "Environment=SPARKCTL_PRODUCTION_PORT={}",
+                deck.door_port
+            )),
+        "{unit}"
+    );
+    let t = std::fs::read_to_string(&timer).unwrap();
+    assert!(
+        t.contains(
+            "OnCalendar=*-*-* 03:30:00\nPersistent=true\nUnit=sparkctl-upgrade-nightly.service"
+        ),
+        "{t}"
+    );
+    // systemd's own reading of both units.
+    let verify = |paths: &[&std::path::Path]| {
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .args(paths)
+            .output()
+            .expect("systemd-analyze runs (Debian package `systemd`)")
+    };
+    let v = verify(&[&service, &timer]);
+    assert!(
+        v.status.success() && v.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    // The check can fail: a calendar systemd cannot read is refused.
+    let broken = deck.dir.join("sparkctl-upgrade-broken.timer");
+    std::fs::write(&broken, t.replace("03:30:00", "25:99:00")).unwrap();
+    assert!(!verify(&[&service, &broken]).status.success());
+    // Daily, and bad times refused before anything is written.
+    run(&["upgrade", "nightly", "--schedule", "daily"]).succeeds();
+    assert!(std::fs::read_to_string(&timer)
+        .unwrap()
+        .contains("OnCalendar=daily\n"));
+    run(&["upgrade", "nightly", "--schedule", "25:00"]).exits(2);
+    // Taken away, and said when there is nothing to take.
+    run(&["upgrade", "nightly", "--unschedule"])
+        .succeeds()
+        .says("upgrade nightly unscheduled");
+    assert!(!service.exists() && !timer.exists());
+    run(&["upgrade", "nightly", "--unschedule"])
+        .succeeds()
+        .says("no schedule of upgrade nightly is installed");
+    // A recipe with no tag to follow gets no timer.
+    deck.recipe(
+        "hand-built",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n",
+            free_port()
+        ),
+    );
+    run(&["upgrade", "hand-built", "--schedule", "daily"]).exits(2);
+    assert!(!dir.join("sparkctl-upgrade-hand-built.timer").exists());
+}

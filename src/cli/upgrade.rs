@@ -20,6 +20,14 @@ pub(crate) struct UpgradeArgs {
     /// deploy (the new digest is fetched and kept either way).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration)]
     wait: std::time::Duration,
+    /// Run it unattended: a systemd user timer, `daily` (midnight) or at HH:MM, and its
+    /// service (this binary, this state dir, recipes and lock); a missed run catches up at
+    /// the next boot. Nothing is upgraded now.
+    #[arg(long, value_name = "daily|HH:MM", conflicts_with_all = ["dry_run", "fetch_only"])]
+    schedule: Option<crate::upgrade::schedule::When>,
+    /// Take the timer and its service away.
+    #[arg(long, conflicts_with_all = ["dry_run", "fetch_only", "schedule"])]
+    unschedule: bool,
 }
 
 fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
@@ -35,6 +43,14 @@ impl UpgradeArgs {
 }
 
 async fn run(ctx: &Context, recipes: &RecipeSet, args: UpgradeArgs, out: &Output) -> Result<()> {
+    if let Some(when) = args.schedule {
+        let s = crate::upgrade::schedule(ctx, recipes, &args.name, when)?;
+        return show_schedule(out, &args.name, Some(s));
+    }
+    if args.unschedule {
+        let s = crate::upgrade::schedule::unschedule(&args.name)?;
+        return show_schedule(out, &args.name, s);
+    }
     let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = crate::upgrade::Options {
         dry_run: args.dry_run,
@@ -64,4 +80,34 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: UpgradeArgs, out: &Output
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+fn show_schedule(
+    out: &Output,
+    name: &str,
+    s: Option<crate::upgrade::schedule::Scheduled>,
+) -> Result<()> {
+    if out.json {
+        out.print_json(&s);
+        return Ok(());
+    }
+    match s {
+        None => out.say(format_args!("no schedule of upgrade {name} is installed")),
+        Some(s) => {
+            match &s.on_calendar {
+                Some(c) => out.say(format_args!(
+                    "upgrade {name} scheduled (OnCalendar={c}): {} and {}",
+                    s.timer.display(),
+                    s.service.display()
+                )),
+                None => out.say(format_args!(
+                    "upgrade {name} unscheduled: {} and {} removed",
+                    s.timer.display(),
+                    s.service.display()
+                )),
+            }
+            out.say(format_args!("systemd: {}", s.systemd));
+        }
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@
 mod bisect;
 mod follow;
 mod notify;
+pub(crate) mod schedule;
 
 use std::time::Duration;
 
@@ -72,6 +73,17 @@ impl Report {
             ))),
         }
     }
+}
+
+/// `upgrade NAME --schedule WHEN`: the recipe must have a tag to follow; then its timer.
+pub(crate) fn schedule(
+    ctx: &Context,
+    recipes: &RecipeSet,
+    name: &str,
+    when: schedule::When,
+) -> Result<schedule::Scheduled> {
+    follow::tag_of(recipes.get(name)?)?;
+    schedule::schedule(ctx, &recipes.dir, name, when)
 }
 
 /// `sparkctl upgrade NAME`: the tag followed, then the owner told (the recipe's `notify`).
