@@ -38,6 +38,17 @@ fn set_scores(report: &Value) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
+/// The keys of the items a report got wrong.
+fn wrong_keys(report: &Value) -> Vec<&str> {
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["right"] == false)
+        .map(|i| i["key"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn the_simulated_engine_answers_every_item_and_a_scripted_share_wrong() {
     let deck = Deck::new("eval-sim");
@@ -106,13 +117,7 @@ fn the_simulated_engine_answers_every_item_and_a_scripted_share_wrong() {
         wrong.iter().map(|w| w.2 - w.1).sum::<u64>()
     );
     assert!(paired["gained"].as_array().unwrap().is_empty());
-    let missed: Vec<&str> = c["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["right"] == false)
-        .map(|i| i["key"].as_str().unwrap())
-        .collect();
+    let missed = wrong_keys(c);
     assert_eq!(
         missed,
         lost.iter().map(|k| k.as_str().unwrap()).collect::<Vec<_>>()
@@ -124,14 +129,7 @@ fn the_simulated_engine_answers_every_item_and_a_scripted_share_wrong() {
         .sparkctl(&["--json", "eval", &bad.url])
         .succeeds()
         .json();
-    let again: Vec<&str> = again["evaluation"]["candidate"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["right"] == false)
-        .map(|i| i["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(again, missed);
+    assert_eq!(wrong_keys(&again["evaluation"]["candidate"]), missed);
     // The people's form names the items it missed.
     deck.sparkctl(&["eval", &bad.url, "--set", "facts"])
         .succeeds()
@@ -159,29 +157,19 @@ fn a_malformed_evaluation_item_is_refused_with_its_file_item_and_key() {
     sim.wait_ready(Duration::from_secs(10));
     let evals = deck.dir.join("recipes/evals");
     std::fs::create_dir_all(&evals).unwrap();
-    std::fs::write(
-        evals.join("mine.yaml"),
-        "name: mine\nitems:\n  - prompt: What is 2 and 3?\n    check: {number: 5}\n  - prompt: Name a colour.\n    check: {colour: blue}\n",
-    )
-    .unwrap();
-    let err = deck
-        .sparkctl(&["eval", &sim.url, "--set", "mine"])
-        .exits(2)
-        .stderr();
+    let refused = |set: &str| {
+        std::fs::write(evals.join("mine.yaml"), set).unwrap();
+        deck.sparkctl(&["eval", &sim.url, "--set", "mine"])
+            .exits(2)
+            .stderr()
+    };
+    let err = refused("name: mine\nitems:\n  - prompt: What is 2 and 3?\n    check: {number: 5}\n  - prompt: Name a colour.\n    check: {colour: blue}\n");
     assert!(
         err.contains("mine.yaml:6:") && err.contains("items[1].check") && err.contains("colour"),
         "{err}"
     );
     // What serde cannot see is named the same way: the item, its key, its line.
-    std::fs::write(
-        evals.join("mine.yaml"),
-        "name: mine\nmax_tokens: 16\nitems:\n  - prompt: What is 2 and 3?\n    check: {number: 5}\n  - prompt: Set a timer.\n    check: {tool_call: {name: set_timer, arguments: {minutes: 1}}}\n",
-    )
-    .unwrap();
-    let err = deck
-        .sparkctl(&["eval", &sim.url, "--set", "mine"])
-        .exits(2)
-        .stderr();
+    let err = refused("name: mine\nmax_tokens: 16\nitems:\n  - prompt: What is 2 and 3?\n    check: {number: 5}\n  - prompt: Set a timer.\n    check: {tool_call: {name: set_timer, arguments: {minutes: 1}}}\n");
     assert!(
         err.contains("mine.yaml:7:5:")
             && err.contains("items[1].check: the item expects a call of `set_timer`"),

@@ -32,11 +32,7 @@ struct Nights {
 impl Nights {
     async fn new(tag: &str) -> Nights {
         let docker = docker().await;
-        let registry = Registry::start(tag);
-        let deck = Deck::new(tag);
-        std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
-        std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
-        let repo = format!("{}/spark/sim", registry.addr);
+        let (registry, deck, repo) = support::registry::with_deck(tag, SUITE);
         deck.recipe(
             "prod",
             &format!(
@@ -148,17 +144,7 @@ impl Drop for Nights {
             .map(|d| format!("{}@{d}", self.repo))
             .collect();
         refs.push(self.base.clone());
-        support::block_on(async move {
-            let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
-                return;
-            };
-            let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
-                .force(true)
-                .build();
-            for r in refs {
-                let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
-            }
-        });
+        support::registry::remove_images(refs);
     }
 }
 
@@ -431,43 +417,6 @@ async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays()
     assert_eq!(got[0].1["evaluation"]["lost"].as_array().unwrap().len(), 10);
 }
 
-/// Another process holding the state dir's lock (util-linux `flock`), until dropped.
-struct Holder(std::process::Child);
-
-impl Holder {
-    fn take(state: &std::path::Path) -> Holder {
-        let lock = state.join("lock");
-        // No fork: the pid is sleep's own, so that killing it lets the lock go.
-        let child = Command::new("flock")
-            .arg("--no-fork")
-            .arg(&lock)
-            .args(["sleep", "120"])
-            .spawn()
-            .expect("flock runs (util-linux)");
-        // Held once a non-blocking try fails.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Command::new("flock")
-            .args(["-n"])
-            .arg(&lock)
-            .arg("true")
-            .status()
-            .unwrap()
-            .success()
-        {
-            assert!(Instant::now() < deadline, "the lock was not taken");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Holder(child)
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn short(d: &str) -> &str {
     &d[..19]
 }
@@ -488,7 +437,7 @@ async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_
     // Night 3 (the model gets worse): another command holds the state dir; the upgrade
     // waits its while, then fetches, keeps and skips.
     let d3 = n.push("ENV SIM_EVAL_WRONG=20%\n").await;
-    let holder = Holder::take(&n.deck.state());
+    let holder = support::LockHolder::take(&n.deck.state());
     n.deck
         .sparkctl(&["upgrade", "nightly", "--wait", "2s"])
         .succeeds()

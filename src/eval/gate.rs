@@ -71,13 +71,11 @@ pub(crate) struct RecordItem {
 
 impl Evaluation {
     pub(crate) fn record(&self) -> Record {
-        let theirs: std::collections::BTreeMap<&str, bool> = self
+        let theirs = self
             .production
-            .iter()
-            .flat_map(|p| p.items.iter())
-            .filter(|i| i.failed.is_none())
-            .map(|i| (i.key.as_str(), i.right))
-            .collect();
+            .as_ref()
+            .map(Report::answered)
+            .unwrap_or_default();
         Record {
             candidate: self.candidate.sets.clone(),
             production: self

@@ -133,6 +133,15 @@ impl Report {
         }
     }
 
+    /// Each item it answered (by key), and whether rightly: what is paired with another's.
+    pub(crate) fn answered(&self) -> std::collections::BTreeMap<&str, bool> {
+        self.items
+            .iter()
+            .filter(|i| i.failed.is_none())
+            .map(|i| (i.key.as_str(), i.right))
+            .collect()
+    }
+
     /// The items it got wrong or did not answer.
     pub(crate) fn missed(&self) -> impl Iterator<Item = &ItemResult> {
         self.items.iter().filter(|i| !i.right)

@@ -67,12 +67,7 @@ pub(crate) fn min_discordant() -> usize {
 
 /// Pairs the two reports by item key.
 pub(crate) fn pair(candidate: &Report, production: &Report) -> Paired {
-    let theirs: std::collections::BTreeMap<&str, bool> = production
-        .items
-        .iter()
-        .filter(|i| i.failed.is_none())
-        .map(|i| (i.key.as_str(), i.right))
-        .collect();
+    let theirs = production.answered();
     let mut per_item = Vec::new();
     for i in candidate.items.iter().filter(|i| i.failed.is_none()) {
         if let Some(&p) = theirs.get(i.key.as_str()) {

@@ -4,7 +4,7 @@
 //! and the key.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -84,21 +84,11 @@ pub(crate) struct Item {
 impl EvalSet {
     /// `name` (built in), a name in `dir` (the recipes dir's `evals/`), or a path.
     pub(crate) fn load(spec: &str, dir: &Path) -> Result<EvalSet> {
-        let as_path = Path::new(spec);
-        let in_dir = dir.join(format!("{spec}.yaml"));
-        let (file, text) = if spec.ends_with(".yaml") && as_path.is_file() {
-            (as_path.to_path_buf(), read(as_path)?)
-        } else if in_dir.is_file() {
-            (in_dir.clone(), read(&in_dir)?)
-        } else if let Some((_, text)) = BUILT_IN.iter().find(|(name, _)| *name == spec) {
-            (
-                PathBuf::from(format!("<built-in {spec}>")),
-                text.to_string(),
-            )
-        } else {
+        let as_path = spec.ends_with(".yaml");
+        let Some((file, text)) = crate::yaml::named(spec, dir, &BUILT_IN, as_path)? else {
             return Err(Error::Usage(format!(
                 "no evaluation set `{spec}`: not a .yaml file, not {}; built in: {}",
-                in_dir.display(),
+                dir.join(format!("{spec}.yaml")).display(),
                 built_in_names().join(", ")
             )));
         };
@@ -223,11 +213,6 @@ impl EvalSet {
         let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
         format!("{}#{i}@{hex}", self.name)
     }
-}
-
-fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 
 /// Every built-in set, parsed (the simulated engine looks answers up in them).

@@ -1,7 +1,6 @@
 //! The report's evaluation section: each set's score, and item by item which answers were
 //! right — the candidate's beside production's on the same items, when it was compared.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::svg::escape;
@@ -53,13 +52,11 @@ pub(super) fn section(h: &mut String, results: &[&BenchResult]) {
                 escape(why)
             );
         }
-        let theirs: BTreeMap<&str, bool> = e
+        let theirs = e
             .production
-            .iter()
-            .flat_map(|p| p.items.iter())
-            .filter(|i| i.failed.is_none())
-            .map(|i| (i.key.as_str(), i.right))
-            .collect();
+            .as_ref()
+            .map(crate::eval::Report::answered)
+            .unwrap_or_default();
         let compared = e.production.is_some();
         let _ = write!(
             h,
