@@ -24,6 +24,11 @@ pub(crate) struct Settings {
     pub(crate) memory_budget_gb: f64,
     /// Where the production backend answers (8003 in the seeds).
     pub(crate) production_port: u16,
+    /// `SPARKCTL_MEMORY_RESERVE_GB`: what no start may push available memory under.
+    pub(crate) memory_reserve_gb: f64,
+    /// The pool is `SPARKCTL_MEMORY_GB`, a size declared, not the machine's MemTotal: what is
+    /// available in it is then that pool less what runs, not MemAvailable.
+    pub(crate) memory_declared: bool,
 }
 
 /// Left to the OS, desktop and page cache when the budget comes from MemTotal.
@@ -58,7 +63,8 @@ impl Settings {
     pub(crate) fn from_env() -> Result<Settings> {
         // The pool is MemTotal, not nvidia-smi's memory.total: a GB10's GPU has no memory
         // of its own (nvidia-smi says [N/A]) and allocates from the memory MemTotal counts.
-        let total = match env_number::<f64>("SPARKCTL_MEMORY_GB")? {
+        let declared = env_number::<f64>("SPARKCTL_MEMORY_GB")?;
+        let total = match declared {
             Some(gb) => gb,
             None => {
                 crate::host::mem_total_bytes().ok_or_else(|| {
@@ -76,6 +82,8 @@ impl Settings {
         Ok(Settings {
             memory_budget_gb: (total - reserve).max(0.0),
             production_port: env_number("SPARKCTL_PRODUCTION_PORT")?.unwrap_or(8003),
+            memory_reserve_gb: reserve.max(0.0),
+            memory_declared: declared.is_some(),
         })
     }
 }

@@ -217,6 +217,8 @@ pub enum Unfit {
     /// A job: not even with every server stopped; the running jobs (`NAME N GB`) that hold
     /// the rest.
     JobAlone(Vec<String>),
+    /// It fits the budget, but would leave less available than `SPARKCTL_MEMORY_RESERVE_GB`.
+    UnderFloor,
 }
 
 impl Unfit {
@@ -226,6 +228,7 @@ impl Unfit {
             Unfit::BesideJobs(jobs) => format!(" while job(s) {} run", jobs.join(", ")),
             Unfit::MustStop(_) => String::new(),
             Unfit::JobAlone(_) => " even with every server stopped".into(),
+            Unfit::UnderFloor => " above the reserve".into(),
         }
     }
 
@@ -247,6 +250,10 @@ impl Unfit {
             }
             Unfit::JobAlone(held) if held.is_empty() => String::new(),
             Unfit::JobAlone(held) => format!("; running jobs hold {}", held.join(", ")),
+            Unfit::UnderFloor => "; nothing was stopped or started. Free memory held outside \
+                                  sparkctl's servers, lower its server.memory_gb, or lower \
+                                  SPARKCTL_MEMORY_RESERVE_GB if the machine can spare it"
+                .into(),
         }
     }
 }

@@ -44,6 +44,9 @@ pub(crate) enum Command {
     Failover,
     /// One measurement of a `bisect`: a digest started on its own port and benchmarked.
     Bisect,
+    /// `adopt`: the production port handed from a server sparkctl did not start to the
+    /// front door, serving its recipe.
+    Adopt,
     /// An `upgrade`: the tag's digest of today, judged by `up` when it is new.
     Upgrade,
 }
@@ -56,6 +59,7 @@ impl std::fmt::Display for Command {
             Command::Restart => "restart",
             Command::Failover => "failover",
             Command::Bisect => "bisect",
+            Command::Adopt => "adopt",
             Command::Upgrade => "upgrade",
         })
     }

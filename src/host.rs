@@ -59,6 +59,15 @@ pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     )
 }
 
+/// What a process holds that the page cache does not: its anonymous and shared-memory pages
+/// (RssAnon + RssShmem of /proc/PID/status; a mapped model file's pages are page cache, which
+/// the kernel gives back, and are left out). None when it is gone or unreadable.
+pub(crate) fn own_rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let anon = kb_field(&status, "RssAnon:")?;
+    Some(anon + kb_field(&status, "RssShmem:").unwrap_or(0))
+}
+
 /// Something listening on a TCP port.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Listener {
@@ -228,6 +237,38 @@ pub(crate) fn ports_of(pid: u32) -> Vec<u16> {
     let mut ports: Vec<u16> = listening_fds(pid).into_iter().map(|(_, p)| p).collect();
     ports.dedup();
     ports
+}
+
+/// A process's state letter (`R`, `S`, `D`, `T`, `Z`…).
+pub(crate) fn process_state(pid: u32) -> Option<char> {
+    stat(pid).map(|s| s.state)
+}
+
+/// The user a process runs as (its real uid).
+pub(crate) fn process_uid(pid: u32) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `name (uid N)` for a uid, the name from /etc/passwd when it is there.
+pub(crate) fn user(uid: u32) -> String {
+    let name = fs::read_to_string("/etc/passwd").ok().and_then(|text| {
+        text.lines().find_map(|l| {
+            let mut fields = l.split(':');
+            let name = fields.next()?;
+            (fields.nth(1)? == uid.to_string()).then(|| name.to_string())
+        })
+    });
+    match name {
+        Some(n) => format!("{n} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
 }
 
 pub(crate) fn command_name(pid: u32) -> Option<String> {

@@ -62,6 +62,12 @@ impl Production {
     }
 
     /// Makes `entry` production; the old one goes on the stack.
+    /// The recipe production.json names as production, if it can be read: what the memory
+    /// plan stops last.
+    pub(crate) fn current_recipe(state: &StateDir) -> Option<String> {
+        Production::load(state).ok()?.current.map(|e| e.recipe)
+    }
+
     pub(crate) fn promote(&mut self, entry: Entry) {
         if let Some(old) = self.current.take() {
             self.previous.push(old);

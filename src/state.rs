@@ -26,8 +26,11 @@ pub(crate) struct StateDir {
 }
 
 impl StateDir {
-    /// Opens (creating if needed) the state dir at `root`.
+    /// Opens (creating if needed) the state dir at `root`: its owner's alone (700), from
+    /// the moment it exists, as it holds run records with answers, logs and the front
+    /// door's control socket.
     pub(crate) fn open(root: &Path) -> Result<StateDir> {
+        private_dir(root)?;
         for sub in ["deployments", "logs"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(|e| {
@@ -98,6 +101,37 @@ impl StateDir {
         fs::remove_file(&probe)
             .map_err(|e| Error::io(format!("cannot remove {}", probe.display()), e))
     }
+}
+
+/// Makes `root` (its parents as usual) with mode 700, or narrows it to 700 when it exists
+/// wider (made by an older sparkctl, or by hand).
+fn private_dir(root: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let failed = |e| {
+        let what = format!(
+            "cannot create the state dir {} (set --state-dir or SPARKCTL_STATE_DIR to a writable place)",
+            root.display()
+        );
+        Error::io(what, e)
+    };
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(failed)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        made => return made.map_err(failed),
+    }
+    let mode = fs::metadata(root).map_err(failed)?.permissions().mode();
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    fs::set_permissions(root, fs::Permissions::from_mode(mode & 0o7700)).map_err(|e| {
+        let what = format!(
+            "cannot make the state dir {} private; `chmod 700` it",
+            root.display()
+        );
+        Error::io(what, e)
+    })
 }
 
 /// What a run keeps beside its record.

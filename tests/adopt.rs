@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -101,9 +102,7 @@ fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connect
     }
     let traffic = Traffic::asking_for(&deck.door_url(), Duration::from_millis(20), "tiny");
 
-    let out = deck
-        .sparkctl(&["import", "tiny", "--pid", &pid.to_string()])
-        .succeeds();
+    let out = deck.import("tiny", &["--pid", &pid.to_string()]);
     assert!(out.stdout().contains("adopt tiny"), "{}", out.stdout());
     // The recipe runs the same argv: the same binary, the same words, on its own port.
     let shown: Value =
@@ -226,8 +225,7 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
     let port = deck.door_port.to_string();
     // A foreign server sparkctl did not start: the simulator, run by hand.
     let by_hand = sim_by_hand(&deck, &[]);
-    deck.sparkctl(&["import", "handsim", "--port", &port])
-        .succeeds();
+    deck.import("handsim", &["--port", &port]);
     let written = std::fs::read_to_string(deck.dir.join("recipes/handsim.yaml")).unwrap();
     assert!(written.contains("engine: sim"), "{written}");
     Ran::of(deck.cmd(&["adopt", "handsim"]).stdin(Stdio::null()))
@@ -249,8 +247,7 @@ fn without_room_for_both_the_front_door_holds_requests_through_a_swap() {
     let deck = Deck::new("adopt-swap");
     let by_hand = sim_by_hand(&deck, &["--ttft", "5ms"]);
     let pid = by_hand.0.id();
-    deck.sparkctl(&["import", "handsim", "--pid", &pid.to_string()])
-        .succeeds();
+    deck.import("handsim", &["--pid", &pid.to_string()]);
     let shown: Value =
         serde_json::from_str(&deck.ok(&["--json", "recipes", "show", "handsim"])).unwrap();
     let need = shown["recipe"]["server"]["memory_gb"].as_f64().unwrap();
@@ -358,8 +355,7 @@ fn a_failed_adoption_puts_the_foreign_server_back() {
     let port = deck.door_port.to_string();
     let by_hand = sim_by_hand(&deck, &[]);
     let pid = by_hand.0.id();
-    deck.sparkctl(&["import", "broken", "--pid", &pid.to_string()])
-        .succeeds();
+    deck.import("broken", &["--pid", &pid.to_string()]);
     // The recipe as reviewed, with a mistake: the server will not start.
     let path = deck.dir.join("recipes/broken.yaml");
     let recipe = std::fs::read_to_string(&path).unwrap();
@@ -408,4 +404,157 @@ fn text_of_port(ss: &str, port: &str) -> String {
         .find(|l| l.contains(&format!(":{port} ")))
         .unwrap_or_default()
         .to_string()
+}
+
+/// `STATUS` of a request to `url` (curl): a chat request when `chat`, else a GET; with
+/// `Authorization: Bearer KEY` when a key is given.
+fn status_of(url: &str, path: &str, chat: bool, key: Option<&str>) -> String {
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "60"]);
+    if chat {
+        curl.args(["-H", "Content-Type: application/json", "-d"])
+            .arg(r#"{"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}"#);
+    }
+    if let Some(k) = key {
+        curl.arg("-H").arg(format!("Authorization: Bearer {k}"));
+    }
+    text(&curl.arg(format!("{url}{path}")).output().unwrap().stdout)
+}
+
+/// Issue 39 (1): a server that asked for a key and listened on every interface must not
+/// become an open API on the LAN when the front door takes its port. The "machine" is a
+/// network namespace of the test's own; the test's side of its link is the LAN.
+#[test]
+fn a_keyed_server_on_every_interface_is_never_adopted_into_an_open_door() {
+    const KEY: &str = "sk-live-adopt-Hq3Zr8Lm2Vx7Tb";
+    let (binary, model) = support::llama_server_and_model();
+    let lan = support::lan::Lan::new();
+    let deck = Deck::new("adopt-keyed");
+    let port = deck.door_port.to_string();
+    let mut by_hand = Command::new(&binary);
+    by_hand
+        .args(["-m", model.to_str().unwrap(), "--host", "0.0.0.0"])
+        .args(["--port", &port, "--api-key", KEY, "--alias", "tiny"])
+        .args(["-t", "1", "-c", "4096", "-np", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let by_hand = ByHand(lan.inside(&mut by_hand).spawn().unwrap());
+    let pid = by_hand.0.id().to_string();
+    let from_lan = lan.url(deck.door_port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while support::http_status(&from_lan, "/health") != Some(200) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "llama-server did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let chat = |key: Option<&str>| status_of(&from_lan, "/v1/chat/completions", true, key);
+    assert_eq!(chat(None), "401", "the server by hand wants its key");
+    Ran::of(lan.inside(&mut deck.cmd(&["import", "tiny", "--pid", &pid]))).succeeds();
+
+    // No key for the front door: refused before anything is touched, saying how to give one.
+    let refused = Ran::of(lan.inside(&mut deck.cmd(&["adopt", "tiny", "--yes"])));
+    assert_eq!(
+        chat(None),
+        "401",
+        "after `adopt` without a key, the LAN got an answer without one:\n{}",
+        refused.shown()
+    );
+    let refused = refused.exits(2).warns("SPARKCTL_FRONTDOOR_API_KEY_FILE");
+    assert!(refused.stderr().contains("600"), "{}", refused.shown());
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    assert!(!deck.dir.join("state/frontdoor/supervisor.json").exists());
+
+    // The key in a file that others can read is refused too; mode 600, adopted.
+    let key_file = deck.dir.join("door.key");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let adopt = |deck: &Deck| {
+        let mut cmd = deck.cmd(&["adopt", "tiny", "--yes"]);
+        cmd.env("SPARKCTL_FRONTDOOR_API_KEY_FILE", &key_file);
+        Ran::of(lan.inside(&mut cmd))
+    };
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    adopt(&deck).exits(2).warns("chmod 600");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = adopt(&deck).succeeds().says("never closed");
+    assert!(deck.dir.join("state/frontdoor/supervisor.json").exists());
+    // The LAN needs the key for everything but /health; with it, the recipe answers.
+    for path in ["/v1/models", "/metrics", "/_sparkctl/data", "/_sparkctl/"] {
+        assert_eq!(
+            status_of(&from_lan, path, false, None),
+            "401",
+            "{path}\n{}",
+            out.shown()
+        );
+    }
+    assert_eq!(chat(None), "401");
+    assert_eq!(chat(Some(KEY)), "200");
+    assert_eq!(status_of(&from_lan, "/health", false, None), "200");
+    // The key reached no file sparkctl wrote, nor its output.
+    for dir in ["recipes", "state"] {
+        let holding = support::files_holding(&deck.dir.join(dir), KEY);
+        assert!(holding.is_empty(), "{holding}");
+    }
+    assert!(!out.shown().contains(KEY));
+}
+
+/// Issue 39 (5): a server of another user's cannot be stopped (nor started again as it
+/// was): adopt says so at once and leaves the state lock free, where it used to wait for it
+/// forever holding the lock.
+#[test]
+fn adopting_another_users_server_ends_at_once_and_frees_the_state_lock() {
+    use std::os::unix::process::CommandExt;
+    const NOBODY: u32 = 65534;
+    let deck = Deck::new("adopt-other-user");
+    // The server runs as this test's user (root); sparkctl, as nobody.
+    let by_hand = sim_by_hand(&deck, &[]);
+    let pid = by_hand.0.id().to_string();
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(&deck.dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = deck.cmd(args);
+        cmd.uid(NOBODY).gid(NOBODY).env("HOME", &deck.dir);
+        cmd
+    };
+    Ran::of(&mut as_nobody(&["import", "handsim", "--pid", &pid])).succeeds();
+    let mut adopt = as_nobody(&["adopt", "handsim", "--yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while adopt.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            // Still running: is the state lock still held?
+            let later = deck.sparkctl(&["adopt", "handsim", "--yes"]);
+            let _ = adopt.kill();
+            let _ = adopt.wait();
+            panic!(
+                "adopt of another user's server still ran after 60 s; a later adopt:\n{}",
+                later.shown()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = Ran {
+        args: vec!["adopt".into(), "handsim".into(), "--yes".into()],
+        out: adopt.wait_with_output().unwrap(),
+    }
+    .exits(2)
+    .warns(&format!("pid {pid}"));
+    assert!(refused.stderr().contains("uid 0"), "{}", refused.shown());
+    // Untouched, and the lock is free: its own user adopts it.
+    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    deck.sparkctl(&["adopt", "handsim", "--yes"])
+        .succeeds()
+        .says("never closed");
+    assert_eq!(deck.status_of("handsim").unwrap()["role"], "production");
 }

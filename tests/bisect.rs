@@ -533,28 +533,13 @@ async fn a_noisy_step_is_measured_again_and_an_interrupted_bisect_resumes() {
 
 #[test]
 fn a_process_recipe_is_bisected_over_a_directory_of_builds() {
-    use std::os::unix::fs::PermissionsExt;
     let deck = Deck::new("bisect-builds");
     std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
     std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
     // Six "builds" of a server, oldest first: from the fourth on, slower to the first token.
     let builds = deck.dir.join("builds");
-    let now = std::time::SystemTime::now();
-    let path = |i: usize| builds.join(format!("build-{i}/server"));
-    for i in 1..=6 {
-        std::fs::create_dir_all(path(i).parent().unwrap()).unwrap();
-        let ttft = if i >= 4 { "400ms" } else { "50ms" };
-        let script = format!(
-            "#!/bin/sh\n# build {i}\nexec {} sim --ttft {ttft} \"$@\"\n",
-            env!("CARGO_BIN_EXE_sparkctl")
-        );
-        std::fs::write(path(i), script).unwrap();
-        let f = std::fs::File::options().write(true).open(path(i)).unwrap();
-        f.set_permissions(std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-        f.set_modified(now - Duration::from_secs(600 - 60 * i as u64))
-            .unwrap();
-    }
+    let paths = support::sim_builds(&builds, 6, 4, ("50ms", "400ms"));
+    let path = |i: usize| paths[i - 1].clone();
     deck.recipe(
         "bin",
         &format!(

@@ -280,3 +280,72 @@ fn the_capture_stays_within_its_bound_as_it_rotates() {
         "{metrics}"
     );
 }
+
+/// Issue 39 (4): bodies waiting to be captured count in the front door's memory budget for
+/// request bodies (256 MiB), and their queue is bounded in bytes: a writer that cannot keep
+/// up (here one that cannot write at all: the capture file is a FIFO nobody reads) costs
+/// dropped captures, never the door's memory.
+#[test]
+fn large_bodies_captured_faster_than_written_stay_within_the_body_budget() {
+    const BUDGET: u64 = 256 << 20;
+    let deck = Deck::new("capture-memory");
+    deck.sparkctl(&["frontdoor", "capture", "on", "--max-size", "1g"])
+        .succeeds();
+    std::fs::create_dir_all(capture_dir(&deck)).unwrap();
+    let fifo = std::ffi::CString::new(
+        capture_dir(&deck)
+            .join("requests.jsonl")
+            .display()
+            .to_string(),
+    )
+    .unwrap();
+    // SAFETY: mkfifo on a path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    deck.ok(&["frontdoor", "start"]);
+    let status: Value = serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap();
+    let server = status["pid"].as_i64().unwrap();
+    let (_, before) = support::memory_of(server);
+    let url = deck.door_url();
+    // 24 chat requests of 20 MiB, one after the other (480 MiB in all); no production, so
+    // each is answered 503 at once, after its body was read and offered to the capture.
+    let statuses = support::block_on(async move {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let body = bytes::Bytes::from(
+            json!({
+                "model": "any", "max_tokens": 1,
+                "messages": [{"role": "user", "content": "a".repeat(20 << 20)}],
+            })
+            .to_string(),
+        );
+        let mut statuses = Vec::new();
+        for _ in 0..24 {
+            let r = client
+                .post(format!("{url}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            statuses.push(r.map(|r| r.status().as_u16()).unwrap_or(0));
+        }
+        statuses
+    });
+    assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
+    let (peak, now) = support::memory_of(server);
+    println!(
+        "front door server: {} MiB resident before, {} MiB after, peak {} MiB (budget {} MiB)",
+        before >> 20,
+        now >> 20,
+        peak >> 20,
+        BUDGET >> 20
+    );
+    assert!(
+        peak.saturating_sub(before) < BUDGET,
+        "peak {} MiB over {} MiB before",
+        peak >> 20,
+        before >> 20
+    );
+    assert!(now.saturating_sub(before) < BUDGET);
+    let status: Value =
+        serde_json::from_str(&deck.ok(&["--json", "frontdoor", "capture", "status"])).unwrap();
+    assert!(status["dropped"].as_u64().unwrap() >= 16, "{status}");
+}

@@ -524,12 +524,26 @@ fn an_api_key_guards_the_front_door_and_is_never_printed_nor_written() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let key_file = deck.dir.join("key");
     std::fs::write(&key_file, format!("{key}\n")).unwrap();
-    let out = deck
-        .cmd(&["frontdoor", "install"])
-        .env("XDG_CONFIG_HOME", &config)
-        .env("SPARKCTL_FRONTDOOR_API_KEY_FILE", &key_file)
-        .output()
-        .unwrap();
+    let install = || {
+        deck.cmd(&["frontdoor", "install"])
+            .env("XDG_CONFIG_HOME", &config)
+            .env("SPARKCTL_FRONTDOOR_API_KEY_FILE", &key_file)
+            .output()
+            .unwrap()
+    };
+    // A key file others may read is no secret: refused, then made its owner's.
+    let out = install();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("chmod 600"),
+        "{}",
+        text(&out.stderr)
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let out = install();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let unit =
         std::fs::read_to_string(config.join("systemd/user/sparkctl-frontdoor.service")).unwrap();

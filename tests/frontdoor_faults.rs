@@ -498,21 +498,6 @@ fn idle_connections_past_the_open_file_limit_leave_room_for_clients_and_control(
     assert!(complaints <= 10, "{complaints} lines about accept:\n{log}");
 }
 
-/// Peak and current resident memory of a process, bytes.
-fn memory_of(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap()
-            * 1024
-    };
-    (kb("VmHWM:"), kb("VmRSS:"))
-}
-
 #[test]
 fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
     let deck = deck("ff-bodies");
@@ -553,7 +538,7 @@ fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
         let mut big = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
         big.write_all(
             format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
                 70 << 20
             )
             .as_bytes(),
@@ -563,10 +548,10 @@ fn large_bodies_at_once_stay_within_a_memory_bound_that_is_given_back() {
         big.read_exact(&mut head).unwrap();
         assert_eq!(&head, b"HTTP/1.1 413");
     }
-    let (peak, _) = memory_of(server);
+    let (peak, _) = support::memory_of(server.into());
     assert!(peak < 700 << 20, "peak {} MB", peak >> 20);
     std::thread::sleep(Duration::from_secs(3));
-    let (_, now) = memory_of(server);
+    let (_, now) = support::memory_of(server.into());
     assert!(now < 150 << 20, "still {} MB 3 s later", now >> 20);
 }
 
@@ -590,7 +575,7 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     deck.ok(&["rollback", "--to", "prod"]);
     // Headers that never end: closed after the header timeout (15 s).
     let mut slow = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
-    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
     let began = Instant::now();
     slow.set_read_timeout(Some(Duration::from_secs(40)))
@@ -608,7 +593,7 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
     let mut stalled = std::net::TcpStream::connect(("127.0.0.1", deck.door_port)).unwrap();
     stalled
         .write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"mo",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"mo",
         )
         .unwrap();
     stalled

@@ -287,3 +287,107 @@ impl Drop for Remove {
         let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
     }
 }
+
+/// Issue 39 (2): a key in a pasted line, in a flag or inside one word of it (`bash -c …`,
+/// `VAR=… server`), or in a docker option, reaches no file, no output, no `--json`.
+#[test]
+fn a_key_in_a_pasted_line_reaches_no_file_and_no_output() {
+    const KEY: &str = "sk-live-Qm7Zp2Vx9Lk4Tr8Nw";
+    let deck = Deck::new("import-secret");
+    let port = free_port();
+    let lines: Vec<(&str, String)> = vec![
+        (
+            "--command",
+            format!("llama-server -m /m.gguf --port {port} --api-key {KEY}"),
+        ),
+        (
+            "--command",
+            format!("bash -c 'exec llama-server -m /m.gguf --port {port} --api-key {KEY}'"),
+        ),
+        (
+            "--command",
+            format!("bash -c 'LLAMA_API_KEY={KEY} llama-server -m /m.gguf --port {port}'"),
+        ),
+        (
+            "--docker-run",
+            format!(
+                "docker run -p {port}:30000 lmsysorg/sglang:latest python -m sglang.launch_server \
+                 --model-path /m --api-key={KEY}"
+            ),
+        ),
+        (
+            "--docker-run",
+            format!("docker run --label token={KEY} -p {port}:8000 vllm/vllm-openai:latest --model /m --hf-auth {KEY}"),
+        ),
+    ];
+    let mut shown = String::new();
+    for (i, (how, line)) in lines.iter().enumerate() {
+        let name = format!("keyed-{i}");
+        for extra in [vec!["--dry-run"], vec!["--json", "--dry-run"], vec![]] {
+            let mut args = vec!["import", &name, how, line];
+            if extra.first() == Some(&"--json") {
+                args.insert(0, "--json");
+            }
+            args.extend(extra.iter().filter(|a| **a != "--json"));
+            let ran = deck.sparkctl(&args).succeeds();
+            shown.push_str(&(ran.stdout() + &ran.stderr()));
+        }
+        let written =
+            std::fs::read_to_string(deck.dir.join(format!("recipes/{name}.yaml"))).unwrap();
+        assert!(written.contains("left out"), "{written}");
+        for json in [false, true] {
+            let mut args = vec!["recipes", "show", &name];
+            if json {
+                args.insert(0, "--json");
+            }
+            let ran = deck.sparkctl(&args).succeeds();
+            shown.push_str(&(ran.stdout() + &ran.stderr()));
+        }
+    }
+    // A docker option whose value cannot be read is refused without quoting its value.
+    let bad = deck
+        .sparkctl(&[
+            "import",
+            "bad",
+            "--docker-run",
+            &format!("docker run --env 'MY KEY={KEY}' img"),
+        ])
+        .exits(2);
+    shown.push_str(&(bad.stdout() + &bad.stderr()));
+    assert!(!shown.contains(KEY), "{shown}");
+    for dir in ["recipes", "state"] {
+        let holding = support::files_holding(&deck.dir.join(dir), KEY);
+        assert!(holding.is_empty(), "{holding}");
+    }
+}
+
+/// Issue 39 (6): a pasted second line is a second command, never more arguments; a CRLF
+/// line continuation (a line copied from Windows) joins the lines as `\` + LF does.
+#[test]
+fn a_pasted_second_line_is_refused_and_a_crlf_continuation_joins() {
+    let deck = Deck::new("import-lines");
+    for line in [
+        "llama-server -m /m.gguf --port 9000\nrm -rf ~/models/*",
+        "llama-server -m /m.gguf --port 9000\r\nrm -rf ~/models/*\r\n",
+        "export X=1\nllama-server -m /m.gguf",
+    ] {
+        deck.sparkctl(&["import", "two", "--command", line])
+            .exits(2)
+            .warns("line 2");
+        assert!(!deck.dir.join("recipes/two.yaml").exists());
+    }
+    deck.sparkctl(&[
+        "import",
+        "crlf",
+        "--command",
+        "llama-server -m /m.gguf \\\r\n  --port 9000 -t 4 \\\r\n  --jinja\r\n# a comment\r\n",
+    ])
+    .succeeds();
+    let shown: Value =
+        serde_json::from_str(&deck.ok(&["--json", "recipes", "show", "crlf"])).unwrap();
+    assert_eq!(
+        shown["recipe"]["server"]["args"],
+        serde_json::json!(["-t", "4", "--jinja"]),
+        "{shown:#}"
+    );
+}

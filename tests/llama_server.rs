@@ -382,3 +382,76 @@ fn a_broken_model_file_is_named_by_llama_server_s_own_error() {
         "{err}"
     );
 }
+
+/// Two real llama-servers that fit once but not twice (1 GB each declared, a 1.5 GB pool):
+/// `up`, `rollback`, `rollback --to`, `rollback` each a swap, with a client streaming to the
+/// production port all along — none of its requests fails.
+#[test]
+fn two_real_llama_servers_that_fit_only_one_at_a_time_swap_back_and_forth() {
+    let _one = one_at_a_time();
+    let (deck, _) = deck("llama-swap");
+    let tiny = std::fs::read_to_string(deck.dir.join("recipes/tiny.yaml")).unwrap();
+    let other: Vec<String> = tiny
+        .lines()
+        .map(|l| match l {
+            "name: tiny" => "name: tiny2".to_string(),
+            l if l.starts_with("  port: ") => format!("  port: {}", free_port()),
+            l => l.to_string(),
+        })
+        .collect();
+    std::fs::write(deck.dir.join("recipes/tiny2.yaml"), other.join("\n") + "\n").unwrap();
+    let in_pool = |args: &[&str]| {
+        support::Ran::of(
+            deck.cmd(args)
+                .env("SPARKCTL_MEMORY_GB", "1.5")
+                .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+        )
+    };
+    in_pool(&["rollback", "--to", "tiny"]).succeeds();
+    let client = support::Traffic::asking_for(
+        &deck.door_url(),
+        std::time::Duration::from_millis(100),
+        "tiny",
+    );
+    client.answers(2, std::time::Duration::from_secs(120));
+    for (args, serves) in [
+        (&["up", "tiny2", "--yes"][..], "tiny2"),
+        (&["rollback"], "tiny"),
+        (&["rollback", "--to", "tiny2"], "tiny2"),
+        (&["rollback"], "tiny"),
+    ] {
+        let began = std::time::Instant::now();
+        in_pool(args).succeeds().warns("must stop first (swap");
+        client.answers(2, std::time::Duration::from_secs(120));
+        let row = deck
+            .status()
+            .into_iter()
+            .find(|d| d["role"] == "production")
+            .unwrap();
+        assert_eq!(row["name"], serves, "{args:?}");
+        let running: Vec<Value> = deck
+            .status()
+            .into_iter()
+            .filter(|d| d["state"] == "running")
+            .collect();
+        assert_eq!(running.len(), 1, "one server at a time: {running:?}");
+        println!(
+            "{args:?}: {serves} serves after {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
+    }
+    let report = client.stop();
+    let longest = report.latency_ms.iter().copied().fold(0.0, f64::max);
+    println!(
+        "client: {} answered, {} failed, {} cut; longest wait {longest:.0} ms",
+        report.ok,
+        report.failed(),
+        report.cut
+    );
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(report.cut, 0, "{report:?}");
+    assert!(
+        report.upstreams.last().unwrap().contains("tiny "),
+        "{report:?}"
+    );
+}

@@ -179,3 +179,119 @@ fn a_container_holding_more_than_it_declared_is_measured_by_its_cgroup_and_warne
     assert_over_declaration(observed, "cgroup");
     assert_warned(&report, &stderr, "boxed", "the container's cgroup memory");
 }
+
+/// A process recipe `name` of the sim with these args, declaring `gb`.
+fn process_recipe(deck: &Deck, name: &str, args: &str, gb: f64) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [{args}]\n  memory_gb: {gb}\nhealth:\n  timeout: 30s\n",
+            free_port()
+        ),
+    );
+}
+
+#[test]
+fn a_server_holding_more_than_it_declares_is_planned_with_what_it_holds_and_said_so() {
+    let deck = Deck::new("mem-truth");
+    // Production declares 0.1 GB and holds 600 MiB; the candidate declares 1 GB.
+    process_recipe(&deck, "prod", "--hold-memory, 600m", 0.1);
+    process_recipe(&deck, "cand", "--load-time, 200ms", 1.0);
+    deck.ok(&["rollback", "--to", "prod"]);
+
+    // status and doctor say so, with both figures.
+    let row = deck.status_of("prod").unwrap();
+    let held = &row["memory"];
+    assert_eq!(held["over_declared"], true, "{row}");
+    assert!(held["counted_gb"].as_f64().unwrap() >= 0.6, "{held}");
+    let shown = deck.ok(&["status"]);
+    assert!(
+        shown.contains("more than its declared 0.1 GB: planned at 0."),
+        "{shown}"
+    );
+    let doctor = deck.sparkctl(&["doctor"]).stdout();
+    assert!(doctor.contains("memory held"), "{doctor}");
+    assert!(doctor.contains("prod: GPU"), "{doctor}");
+    assert!(doctor.contains("more than its declared 0.1 GB"), "{doctor}");
+
+    // In a 1.5 GB pool the declarations fit together (0.1 + 1), what is held does not
+    // (0.6 + 1): the plan is a swap, and its line gives both figures.
+    let pool = |args: &[&str]| {
+        support::Ran::of(
+            deck.cmd(args)
+                .env("SPARKCTL_MEMORY_GB", "1.5")
+                .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+        )
+    };
+    pool(&["up", "cand", "--dry-run"])
+        .succeeds()
+        .warns("running: prod 0.6")
+        .warns("GB held, more than its declared 0.1 GB")
+        .warns("production prod must stop first (swap");
+    // Declared alone it would have been blue/green: with a bigger pool it is.
+    support::Ran::of(
+        deck.cmd(&["up", "cand", "--dry-run"])
+            .env("SPARKCTL_MEMORY_GB", "3")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+    )
+    .succeeds()
+    .warns("keeps serving until cand serves (blue/green)");
+}
+
+/// MemTotal in GB, as the plan counts (decimal).
+fn mem_total_gb() -> f64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: f64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    kb * 1024.0 / 1e9
+}
+
+#[test]
+fn a_start_that_would_leave_less_than_the_reserve_is_refused_before_anything_stops() {
+    let deck = Deck::new("mem-floor");
+    process_recipe(&deck, "prod", "--load-time, 100ms", 0.2);
+    process_recipe(&deck, "cand", "--load-time, 100ms", 0.2);
+    deck.ok(&["rollback", "--to", "prod"]);
+    // The machine's own pool (no SPARKCTL_MEMORY_GB) with a reserve of all but 0.3 GB: the
+    // budget holds one server of 0.2 GB (prod must stop for cand: a swap), but no machine
+    // has all but 0.1 GB of its memory available, so the floor refuses it.
+    let reserve = format!("{:.3}", mem_total_gb() - 0.3);
+    let on_host = |args: &[&str]| {
+        support::Ran::of(
+            deck.cmd(args)
+                .env_remove("SPARKCTL_MEMORY_GB")
+                .env("SPARKCTL_MEMORY_RESERVE_GB", &reserve),
+        )
+    };
+    on_host(&["up", "cand", "--yes"])
+        .exits(1)
+        .warns("cand does not fit in memory above the reserve")
+        .warns("GB available (MemAvailable)")
+        .warns(&format!("reserve {reserve} GB"))
+        .warns("nothing was stopped or started")
+        .never_says("stopping prod");
+    // Nothing stopped, nothing started: production serves as before.
+    let prod = deck.status_of("prod").unwrap();
+    assert_eq!(prod["role"], "production", "{prod}");
+    assert_eq!(prod["state"], "running", "{prod}");
+    assert!(deck.status_of("cand").is_none());
+    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    // `start` keeps the same floor.
+    on_host(&["start", "cand", "--dry-run"])
+        .exits(1)
+        .warns("above the reserve");
+    // Within the reserve, it is no more than a plan line.
+    support::Ran::of(
+        deck.cmd(&["up", "cand", "--dry-run"])
+            .env_remove("SPARKCTL_MEMORY_GB")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+    )
+    .succeeds()
+    .warns("GB available (MemAvailable)")
+    .warns("reserve 0 GB");
+}

@@ -363,3 +363,68 @@ fallback: {fallback}
     validate().succeeds();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A suite the benchmark would refuse (`runs: 3`) is found before anything loads: by
+/// `recipes validate`, `start --dry-run` and `up --dry-run`, naming the suite file and its
+/// key, and nothing starts (bad input: exit 2, as for every recipe problem).
+#[test]
+fn a_suite_a_run_would_refuse_is_refused_before_anything_loads() {
+    let deck = support::Deck::new("suite-runs");
+    fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    fs::write(
+        deck.dir.join("recipes/suites/short.yaml"),
+        "name: short\nwarmup: 1\nruns: 3\ncases:\n  - name: a\n    turns: [\"hi\"]\n",
+    )
+    .unwrap();
+    deck.recipe(
+        "big",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  memory_gb: 34\nbench:\n  suite: short\n",
+            support::free_port()
+        ),
+    );
+    let suite_key = "recipes/suites/short.yaml: runs: 3 measured runs are too few to report \
+                     p50/p90; use 5 or more";
+    for args in [
+        &["recipes", "validate"][..],
+        &["recipes", "validate", "big"],
+        &["start", "big", "--dry-run"],
+        &["up", "big", "--dry-run"],
+        &["up", "big", "--yes"],
+    ] {
+        deck.sparkctl(args)
+            .exits(2)
+            .warns("big.yaml:8:3: bench.suite: the suite `short` does not load: ")
+            .warns(suite_key);
+    }
+    assert!(deck.status_of("big").is_none(), "nothing started");
+    assert!(
+        !deck.dir.join("state/frontdoor/supervisor.json").exists(),
+        "no front door started"
+    );
+    // Fixed, it validates.
+    fs::write(
+        deck.dir.join("recipes/suites/short.yaml"),
+        "name: short\nwarmup: 1\nruns: 5\ncases:\n  - name: a\n    turns: [\"hi\"]\n",
+    )
+    .unwrap();
+    deck.sparkctl(&["recipes", "validate"]).succeeds();
+}
+
+/// A name that is no recipe starts nothing: no front door is left answering 503 on the
+/// production port.
+#[test]
+fn up_or_rollback_to_a_recipe_that_does_not_exist_starts_no_front_door() {
+    let deck = support::Deck::new("up-nosuch");
+    for args in [
+        &["up", "nosuch", "--yes"][..],
+        &["rollback", "--to", "nosuch"],
+    ] {
+        deck.sparkctl(args).exits(2).warns("nosuch");
+        assert!(
+            !deck.dir.join("state/frontdoor/supervisor.json").exists(),
+            "{args:?} started the front door"
+        );
+        assert_eq!(support::http_status(&deck.door_url(), "/health"), None);
+    }
+}

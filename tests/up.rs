@@ -431,3 +431,30 @@ fn ctrl_c_during_up_stops_the_candidate_and_leaves_production_serving() {
     // The lock is free again.
     f.deck.sparkctl(&["rollback", "--to", "prod"]).succeeds();
 }
+
+#[test]
+fn a_rollback_that_needs_production_s_memory_swaps_back() {
+    let f = Flow::new("up-swap-back");
+    f.candidate("cand", GOOD);
+    // Production's baseline first, measured while both fit.
+    f.deck.sparkctl(&["up", "cand", "--no-promote"]).succeeds();
+    f.deck.sparkctl(&["down", "cand"]).succeeds();
+    // 7 GB production + 12 GB candidate do not fit in 15: `up` swaps.
+    f.in_15_gb(&["up", "cand", "--yes"])
+        .succeeds()
+        .warns("must stop first (swap");
+    assert_eq!(f.serving().as_deref(), Some("cand"));
+    // Back the same way: the candidate stops (held), prod starts and serves.
+    f.in_15_gb(&["rollback"])
+        .succeeds()
+        .warns("stopping cand to make room")
+        .says("rolled back")
+        .never_says("does not fit");
+    assert_eq!(f.serving().as_deref(), Some("prod"));
+    let history = f.history();
+    assert_eq!(history[0]["command"], "rollback");
+    assert_eq!(history[0]["outcome"], "rolled-back");
+    let cand = f.deck.status_of("cand").expect("cand in status");
+    assert_eq!(cand["state"], "exited", "{cand}");
+    assert_eq!(f.production()["current"]["recipe"], "prod");
+}

@@ -7,7 +7,33 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::frontdoor::{handover, Config, Launch, Remote};
+use crate::import::record::Imported;
 use crate::state::StateDir;
+
+/// Refuses to hand the port to a front door without a key when the server guarded it with
+/// one (import left its `--api-key` out: it is in the record) or when others could reach
+/// it (it listened beyond loopback, and the door takes the same address): the door would
+/// serve, open, what the server served. Before anything is touched.
+pub(crate) fn refuse_open(imported: &Imported, foreign: &str, host: &str, port: u16) -> Result<()> {
+    if crate::frontdoor::api_key()?.is_some() {
+        return Ok(());
+    }
+    let why = match (imported.access_key(), crate::frontdoor::loopback_only(host)) {
+        (Some(flag), _) => format!(
+            "{foreign} asked its callers for a key ({flag}, which import left out of the \
+             recipe), and the front door would serve port {port} in its place"
+        ),
+        (None, false) => format!(
+            "{foreign} listened on {host}:{port}, beyond this machine, and the front door \
+             would serve that address in its place"
+        ),
+        (None, true) => return Ok(()),
+    };
+    Err(Error::Usage(format!(
+        "{}; then `sparkctl adopt` again (nothing was changed)",
+        crate::frontdoor::needs_a_key(&why)
+    )))
+}
 
 /// Connections the kernel keeps while the front door starts (as the front door binds).
 const BACKLOG: i32 = 4096;

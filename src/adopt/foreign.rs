@@ -37,6 +37,7 @@ impl Foreign {
                         process.pid
                     )));
                 }
+                same_user(process.pid)?;
                 let (argv, cwd, env) = relaunch_of(process.pid);
                 Ok(Foreign::Process {
                     id: *process,
@@ -143,8 +144,13 @@ impl Foreign {
             if held == 0 || Instant::now() >= deadline {
                 // SAFETY: as above.
                 unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
-                while id.alive() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                if !ended_within(id, AFTER_KILL).await {
+                    // Frozen, it takes no connection: the door serves the port meanwhile.
+                    tracing::warn!(
+                        "pid {} did not end within {} s of SIGKILL",
+                        id.pid,
+                        AFTER_KILL.as_secs()
+                    );
                 }
                 return held;
             }
@@ -155,6 +161,8 @@ impl Foreign {
     }
 
     /// Stops it: SIGTERM, then SIGKILL after `grace` (a process); `docker stop` (a container).
+    /// A process that cannot be signalled, or outlives SIGKILL (stuck in the kernel), is an
+    /// error after a bounded wait: adopt never waits for ever holding the state lock.
     pub(crate) async fn stop(
         &self,
         docker: Option<&bollard::Docker>,
@@ -165,20 +173,21 @@ impl Foreign {
                 if !id.alive() {
                     return Ok(());
                 }
-                // SAFETY: a signal to the process whose identity (pid + start time) was checked.
-                unsafe { libc::kill(id.pid as i32, libc::SIGTERM) };
-                let deadline = Instant::now() + grace;
-                while id.alive() && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                signal(id, libc::SIGTERM)?;
+                if ended_within(id, grace).await {
+                    return Ok(());
                 }
-                if id.alive() {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
-                    while id.alive() {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
+                signal(id, libc::SIGKILL)?;
+                if ended_within(id, AFTER_KILL).await {
+                    return Ok(());
                 }
-                Ok(())
+                Err(Error::Failed(format!(
+                    "pid {} did not end within {} s of SIGKILL (state {}: stuck in the kernel, \
+                     on a disk or a device); it still holds its port",
+                    id.pid,
+                    AFTER_KILL.as_secs(),
+                    crate::host::process_state(id.pid).unwrap_or('?')
+                )))
             }
             Foreign::Container { id, name } => {
                 let docker = docker.ok_or_else(|| {
@@ -246,6 +255,57 @@ impl Foreign {
                 Ok(format!("started container {name} again"))
             }
         }
+    }
+}
+
+/// How long a process may take to end once SIGKILL was sent.
+const AFTER_KILL: Duration = Duration::from_secs(10);
+
+/// Sends `sig` to the process; one already gone is no error, one that may not be signalled
+/// is.
+fn signal(id: &ProcessId, sig: i32) -> Result<()> {
+    // SAFETY: a signal to the process whose identity (pid + start time) was checked.
+    if unsafe { libc::kill(id.pid as i32, sig) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        return Ok(());
+    }
+    Err(Error::io(format!("cannot signal pid {}", id.pid), e))
+}
+
+/// Whether the process ended within `within`.
+async fn ended_within(id: &ProcessId, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while id.alive() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
+
+/// Refuses a process of another user's: adopt stops it and, when the adoption fails, starts
+/// it again as it was — which only its own user may (or should: root would start it again
+/// as root).
+fn same_user(pid: u32) -> Result<()> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    match crate::host::process_uid(pid) {
+        Some(uid) if uid == me => Ok(()),
+        Some(uid) => Err(Error::Usage(format!(
+            "pid {pid} runs as {}, and this sparkctl as {}: adopt stops the server it hands \
+             over and starts it again as it was if anything fails, which only its own user \
+             may do; run `sparkctl adopt` as {} (nothing was changed)",
+            crate::host::user(uid),
+            crate::host::user(me),
+            crate::host::user(uid)
+        ))),
+        None => Err(Error::Usage(format!(
+            "cannot read who runs pid {pid}; nothing to adopt"
+        ))),
     }
 }
 

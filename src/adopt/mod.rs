@@ -18,9 +18,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::context::Context;
-use crate::deploy::{plan_start, start, StartOptions, StartPlan, STOP_GRACE};
+pub(crate) use crate::deploy::switch::Mode as Way;
+use crate::deploy::switch::{make_room, Hold, Plan};
+use crate::deploy::{start, StartOptions, StartPlan, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Launch, Remote};
+use crate::history::{Command, Outcome, RunRecord};
 use crate::import::record;
 use crate::production::{Entry, Production, Upstream};
 use crate::recipe::RecipeSet;
@@ -33,16 +36,6 @@ pub(crate) struct Options<'a> {
     /// Asked before the foreign server is stopped; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     pub(crate) say: &'a dyn Fn(&str),
-}
-
-/// How the port changed hands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Way {
-    /// NAME served before the foreign server stopped.
-    BlueGreen,
-    /// The foreign server stopped first; the door held requests until NAME served.
-    Swap,
 }
 
 /// Whether the port closed at all.
@@ -131,10 +124,16 @@ pub(crate) async fn adopt(
         allow_unpinned: opts.allow_unpinned,
         replacing: None,
     };
-    let plan = plan_start(ctx, loaded, &start_opts).await?;
-    let way = way_for(&plan);
+    // The one switch plan, with the foreign server as production: it is the same server, so
+    // it counts what its recipe declares. Blue/green: NAME serves before the foreign server
+    // stops; swap: the foreign server stops first and the door holds requests until NAME
+    // serves.
+    let mut plan = Plan::new(ctx, loaded, &start_opts).await?;
+    plan.beside_foreign(name, loaded.recipe.server.memory_gb);
+    let way = plan.mode;
     let host = crate::host::listener_on(port).map_or_else(|| "127.0.0.1".into(), |l| l.address);
-    (opts.say)(&describe(name, &foreign, port, way, &plan));
+    door::refuse_open(&imported, &foreign.describe(), &host, port)?;
+    (opts.say)(&describe(name, &foreign, port, way, &plan.start));
     let mut report = Report {
         recipe: name.to_string(),
         port,
@@ -167,44 +166,20 @@ pub(crate) async fn adopt(
         host,
         touched: Touched::default(),
     };
-    let outcome = match way {
-        Way::BlueGreen => flow.blue_green(&plan, opts.say).await,
-        Way::Swap => flow.swap(&plan, opts.say).await,
+    let mut run = RunRecord::new(Command::Adopt, name);
+    run.plan = serde_json::to_value(&plan.start).ok();
+    // Other servers the plan names stop first (the foreign one is not sparkctl's: its
+    // port's hand-over stops it).
+    let outcome = match make_room(&ctx.runtimes, &mut plan, Hold::Held, None, opts.say).await {
+        Err(e) => Err(e),
+        Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.say).await,
+        Ok(()) => flow.swap(&plan.start, opts.say).await,
     };
-    match outcome {
-        Ok((handover, d)) => {
-            record::remove(&ctx.state, name);
-            report.handover = handover;
-            report.deployment = d.id;
-            report.planned = false;
-            Ok(report)
-        }
-        Err(e) => {
-            let notes = flow.put_back().await;
-            Err(Error::Failed(format!(
-                "adopt {name} failed: {e}\n  put back: {}",
-                if notes.is_empty() {
-                    "nothing had changed".into()
-                } else {
-                    notes.join("; ")
-                }
-            )))
-        }
-    }
-}
-
-/// Blue/green when the pool holds what runs, the recipe and the foreign server (which the
-/// recipe's declared need stands for: it is the same server); a need nobody declared
-/// cannot be planned, so the foreign server stops first.
-fn way_for(plan: &StartPlan) -> Way {
-    let m = &plan.memory;
-    let running: f64 = m.running.iter().filter_map(|(_, gb)| *gb).sum();
-    match m.need_gb {
-        Some(need) if m.fits && m.must_stop.is_empty() && running + 2.0 * need <= m.budget_gb => {
-            Way::BlueGreen
-        }
-        _ => Way::Swap,
-    }
+    let (handover, d) = flow.finish(outcome, &mut run).await?;
+    report.handover = handover;
+    report.deployment = d.id;
+    report.planned = false;
+    Ok(report)
 }
 
 fn describe(name: &str, foreign: &Foreign, port: u16, way: Way, plan: &StartPlan) -> String {
@@ -227,6 +202,44 @@ fn describe(name: &str, foreign: &Foreign, port: u16, way: Way, plan: &StartPlan
 }
 
 impl Flow<'_> {
+    /// The run record of the hand-over, written whatever came of it; after a failure,
+    /// everything put back and said.
+    async fn finish(
+        &mut self,
+        outcome: Result<(Handover, Deployment)>,
+        run: &mut RunRecord,
+    ) -> Result<(Handover, Deployment)> {
+        let (state, name) = (&self.ctx.state, self.name.clone());
+        run.finished_at = crate::units::now_utc();
+        match outcome {
+            Ok((handover, d)) => {
+                record::remove(state, &name);
+                run.outcome = Outcome::Promoted;
+                run.deployment = Some(d.id.clone());
+                run.serving = Some(format!("{name} ({}, {})", d.id, d.url()));
+                run.save(state)?;
+                Ok((handover, d))
+            }
+            Err(e) => {
+                let notes = self.put_back().await;
+                let notes = if notes.is_empty() {
+                    "nothing had changed".into()
+                } else {
+                    notes.join("; ")
+                };
+                let e = format!("adopt {name} failed: {e}\n  put back: {notes}");
+                run.error = Some(e.clone());
+                // The failure is what the user must hear; a record that cannot be written
+                // is a note on it.
+                let unsaved = run.save(state).err();
+                Err(Error::Failed(match unsaved {
+                    Some(w) => format!("{e}\n  run record not written: {w}"),
+                    None => e,
+                }))
+            }
+        }
+    }
+
     async fn start_instance(&mut self, plan: &StartPlan) -> Result<Deployment> {
         let d = start(&self.ctx.runtimes, plan, None, |_| {})
             .await?

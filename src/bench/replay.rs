@@ -47,6 +47,16 @@ pub(crate) fn load_suite(spec: &str, suites_dir: &Path, state: &StateDir) -> Res
     Suite::load(spec, suites_dir)
 }
 
+/// A recipe's `bench.suite` checked before anything loads: a suite loads and keeps every
+/// suite rule. Captured traffic is there only when a benchmark runs: not checked here.
+pub(crate) fn check_spec(spec: &str, suites_dir: &Path) -> Result<()> {
+    let path = Path::new(spec);
+    if spec == CAPTURED || (path.is_file() && is_capture(path)) {
+        return Ok(());
+    }
+    Suite::load(spec, suites_dir).map(|_| ())
+}
+
 /// `captured` (what the front door captured) or a capture file, as a suite.
 pub(crate) fn captured(from: &str, state: &StateDir) -> Result<Suite> {
     match from {

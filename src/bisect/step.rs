@@ -11,8 +11,8 @@ use super::judge::{Judgement, Verdict};
 use super::record::{round_file, Bisect, Measurement, Role, Round};
 use crate::bench::result::BenchResult;
 use crate::bench::suite::Suite;
-use crate::deploy::switch::{self, timed, upstream_of, Ctx, Touched};
-use crate::deploy::{plan_start, start, StartOptions, StartPlan, STOP_GRACE};
+use crate::deploy::switch::{self, timed, Ctx, Hold, Plan, Touched};
+use crate::deploy::{start, StartOptions, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::history::{BisectStep, Command, Outcome, PhaseName, RunRecord};
 use crate::images::history::History;
@@ -192,34 +192,29 @@ async fn run(
         allow_unpinned: false,
         replacing: None,
     };
-    let plan = timed(
+    let mut plan = timed(
         record,
         PhaseName::Plan,
-        plan_start(env.ctx.shared, &derived, &opts),
+        Plan::new(env.ctx.shared, &derived, &opts),
     )
     .await?;
-    if plan.model_fingerprint != b.model_fingerprint {
+    if plan.start.model_fingerprint != b.model_fingerprint {
         return Err(Error::Failed(format!(
             "{}'s model changed during the bisect (fingerprint {} now, {} when it began): the \
              digests would not be compared on one model; restore it, or start over with --fresh",
             b.recipe,
-            plan.model_fingerprint.as_deref().unwrap_or("none"),
+            plan.start.model_fingerprint.as_deref().unwrap_or("none"),
             b.model_fingerprint.as_deref().unwrap_or("none")
         )));
     }
-    let swapped = make_room(env, b, &plan).await?;
-    // Planned again once production is stopped: the memory plan changed.
-    let plan = match swapped {
-        Some(_) => plan_start(env.ctx.shared, &derived, &opts).await?,
-        None => plan,
-    };
+    let swapped = make_room(env, b, &mut plan).await?;
     // Ctrl-C during the start (before it returns the deployment): the way back finds the
     // candidate by this run id.
-    env.touched.lock().expect("touched").run_id = plan.run_id.clone();
+    env.touched.lock().expect("touched").run_id = plan.start.run_id.clone();
     let started = timed(
         record,
         PhaseName::Start,
-        start(env.ctx.rt(), &plan, None, |_| {}),
+        start(env.ctx.rt(), &plan.start, None, |_| {}),
     )
     .await;
     let d = match started {
@@ -395,45 +390,25 @@ fn lock_for(derived: &LoadedRecipe, h: &History, digest: &str) -> Lock {
     lock
 }
 
-/// Room for the candidate. Nothing but production is ever stopped, and production only
-/// with `--allow-swap` (or a yes on a terminal): the front door holds its requests, and it
-/// serves again after the step. Returns production's upstream when it was stopped.
-async fn make_room(
-    env: &Env<'_, '_>,
-    b: &Bisect,
-    plan: &StartPlan,
-) -> Result<Option<crate::production::Upstream>> {
-    let mem = &plan.memory;
-    if !mem.fits {
-        return Err(Error::DoesNotFit {
-            name: b.recipe.clone(),
-            plan: mem.describe(),
-            unfit: crate::error::Unfit::Alone,
-        });
-    }
-    if mem.must_stop.is_empty() {
-        return Ok(None);
-    }
-    let production = env.ctx.production().await?;
-    let prod = production.current.as_ref().map(|e| e.recipe.clone());
-    let others: Vec<&String> = mem
-        .must_stop
-        .iter()
-        .filter(|n| Some(*n) != prod.as_ref())
-        .collect();
-    if !others.is_empty() {
-        let names: Vec<&str> = others.iter().map(|s| s.as_str()).collect();
+/// Room for the candidate, by the switch plan. Nothing but production is ever stopped, and
+/// production only with `--allow-swap` (or a yes on a terminal): the front door holds its
+/// requests, and it serves again after the step. Whether production was stopped.
+async fn make_room(env: &Env<'_, '_>, b: &Bisect, plan: &mut Plan) -> Result<bool> {
+    let mem = &plan.start.memory;
+    let others = plan.stops_others();
+    if let Some(first) = others.first() {
         return Err(Error::Failed(format!(
-            "the candidate needs memory that {} hold(s): {}; stop them (`sparkctl down {}`) and \
-             `sparkctl bisect {} --resume` (a bisect stops nothing but production, and that only \
-             with --allow-swap)",
-            names.join(", "),
+            "the candidate needs memory that {} hold(s): {}; stop them (`sparkctl down {first}`) \
+             and `sparkctl bisect {} --resume` (a bisect stops nothing but production, and that \
+             only with --allow-swap)",
+            others.join(", "),
             mem.describe(),
-            names[0],
             b.recipe
         )));
     }
-    let prod = prod.expect("production is the one left to stop");
+    let Some(prod) = plan.stops_production().map(String::from) else {
+        return Ok(false);
+    };
     let question = format!(
         "this step needs production {prod}'s memory; hold production at the front door and stop \
          {prod} while it runs?"
@@ -447,25 +422,17 @@ async fn make_room(
             b.recipe
         )));
     }
-    let Some(d) = env.ctx.rt().find(&prod).await?.filter(Deployment::running) else {
-        return Ok(None);
-    };
-    env.ctx.door.hold(env.ctx.door_config.drain).await?;
-    {
-        let mut t = env.touched.lock().expect("touched");
-        t.held = true;
-        t.production_stopped = Some(upstream_of(&d));
-    }
     (env.say)(&format!(
         "holding production at the front door; stopping {prod} for this step"
     ));
-    env.ctx.rt().stop(&d, STOP_GRACE).await?;
-    Ok(Some(upstream_of(&d)))
+    let hold = Hold::Ask(&env.ctx.door, env.ctx.door_config.drain);
+    switch::make_room(env.ctx.rt(), plan, hold, Some(&*env.touched), env.say).await?;
+    Ok(true)
 }
 
 /// Production back after a step that stopped it.
-async fn put_back(env: &Env<'_, '_>, swapped: Option<crate::production::Upstream>) {
-    if swapped.is_none() {
+async fn put_back(env: &Env<'_, '_>, swapped: bool) {
+    if !swapped {
         return;
     }
     let _restoring = Restoring::begin(&env.restoring);

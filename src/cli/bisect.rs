@@ -77,7 +77,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
         _ => Criterion::Differs,
     };
     // Only asked of a running front door, never started: production is whatever serves.
-    let flow = crate::deploy::switch::Ctx::open(ctx, recipes, true).await?;
+    let flow = crate::deploy::switch::Ctx::open(ctx, recipes, &[], true).await?;
     let confirm = |question: &str| out.confirm(question);
     let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = bisect::Options {

@@ -433,7 +433,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         yes,
         allow_unpinned,
     } = args;
-    let flow = deploy::switch::Ctx::open(ctx, recipes, dry_run).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes, &[&name], dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
     let say = |line: &str| out.note(format_args!("==> {line}"));
@@ -497,7 +497,8 @@ async fn rollback(
     dry_run: bool,
     out: &Output,
 ) -> Result<()> {
-    let flow = deploy::switch::Ctx::open(ctx, recipes, dry_run).await?;
+    let needs: Vec<&str> = to.into_iter().collect();
+    let flow = deploy::switch::Ctx::open(ctx, recipes, &needs, dry_run).await?;
     let say = |line: &str| out.note(format_args!("==> {line}"));
     let record = deploy::rollback::rollback(&flow, to, dry_run, &say).await?;
     if out.json {

@@ -120,7 +120,7 @@ async fn run(
         _ => None,
     };
     if let Some(origin) = &draft.origin {
-        import::record::save(state, &name, origin)?;
+        import::record::save(state, &name, origin, &draft.left_out.flags)?;
     }
     show(out, &name, &path, true, pinned, &draft.unknown, &text)?;
     if !out.json {
@@ -129,6 +129,12 @@ async fn run(
                 "`sparkctl adopt {name}` hands port {port} from {} to the front door, serving {name}",
                 o.describe()
             ));
+            if draft.left_out.access_key() {
+                out.say(format_args!(
+                    "it asked its callers for a key: the front door will too \
+                     (SPARKCTL_FRONTDOOR_API_KEY_FILE names a file, mode 600, holding it)"
+                ));
+            }
         }
     }
     Ok(())

@@ -1,11 +1,22 @@
 //! `sparkctl rollback [--to NAME]`: the previous production (or NAME) serves again — a switch
-//! of the front door: at once when it is still warm, after starting it otherwise (production
-//! stopped first only when memory needs it, with the front door holding requests).
+//! of the front door: at once when it is still warm, after starting it otherwise, by the one
+//! switch plan (blue/green when both fit, a swap when they do not: production stops first,
+//! the front door holding requests).
 
-use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Touched};
+use std::sync::Mutex;
+
+use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Hold, Plan, Touched};
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Upstream};
+
+/// How the target comes to serve.
+enum Next {
+    /// Its instance runs already (kept warm, or started by hand): a switch alone.
+    Running(Upstream, &'static str),
+    /// It starts first, by this plan.
+    Start(Box<Plan>),
+}
 
 pub(crate) async fn rollback(
     ctx: &Ctx<'_>,
@@ -30,37 +41,34 @@ pub(crate) async fn rollback(
     switch::refuse_production_port(ctx.settings(), &target, loaded.recipe.server.port)?;
     let mut record = RunRecord::new(Command::Rollback, &target);
     let current = production.serving().cloned();
-    let warm = warm_instance(ctx, &production, &target).await;
+    let next = next_of(ctx, &production, &target, &mut record).await?;
     say(&format!(
         "rollback: the front door switches from {} to {target}{}",
         current
             .as_ref()
             .map_or("nothing".into(), |u| u.recipe.clone()),
-        if warm.is_some() {
-            " (warm: at once)"
-        } else {
-            ""
+        match &next {
+            Next::Running(_, why) => format!(" ({why}: at once)"),
+            Next::Start(plan) => format!(
+                "; {}; {}",
+                plan.start.memory.describe(),
+                plan.how(
+                    production.current.as_ref().map(|e| e.recipe.as_str()),
+                    current.is_some()
+                )
+            ),
         }
     ));
     if dry_run {
         record.outcome = Outcome::Planned;
         return Ok(record);
     }
-    let mut touched = Touched::of_run(&record.run_id);
+    let touched = Mutex::new(Touched::of_run(&record.run_id));
     let flow = async {
-        let up = match warm {
-            Some(u) => u,
-            None => {
-                start_target(
-                    ctx,
-                    &target,
-                    &current,
-                    &production,
-                    &mut record,
-                    &mut touched,
-                    say,
-                )
-                .await?
+        let up = match next {
+            Next::Running(u, _) => u,
+            Next::Start(mut plan) => {
+                start_target(ctx, &mut plan, &mut record, &touched, say).await?
             }
         };
         let next = next_production(&production, &target, up, &record.run_id, from_stack);
@@ -70,16 +78,8 @@ pub(crate) async fn rollback(
             ctx.door.switch(&next, ctx.door_config.drain),
         )
         .await?;
-        touched = Touched::of_run(&record.run_id);
-        if let Some(old) = &current {
-            if next
-                .serving()
-                .is_some_and(|u| u.deployment != old.deployment)
-            {
-                switch::stop_instance(ctx, old).await?;
-            }
-        }
-        Ok::<(), Error>(())
+        *touched.lock().expect("touched") = Touched::of_run(&record.run_id);
+        switch::retire(ctx.rt(), &next, current.as_ref()).await
     };
     let outcome = tokio::select! {
         r = flow => r,
@@ -94,11 +94,37 @@ pub(crate) async fn rollback(
             Ok(record)
         }
         Err(e) => {
-            let notes = switch::restore(ctx, touched, &target, say).await;
+            let t = std::mem::take(&mut *touched.lock().expect("touched"));
+            let notes = switch::restore(ctx, t, &target, say).await;
             let what = format!("rollback to {target}");
             Err(switch::failed(ctx, &mut record, e, &notes, &what).await)
         }
     }
+}
+
+/// The target's instance when it runs already, else the plan that starts it.
+async fn next_of(
+    ctx: &Ctx<'_>,
+    production: &Production,
+    target: &str,
+    record: &mut RunRecord,
+) -> Result<Next> {
+    if let Some(u) = warm_instance(ctx, production, target).await {
+        return Ok(Next::Running(u, "warm"));
+    }
+    if let Some(d) = ctx.rt().find(target).await?.filter(|d| d.running()) {
+        // Running already (e.g. started by hand with `sparkctl start`): that instance serves.
+        return Ok(Next::Running(upstream_of(&d), "running"));
+    }
+    let loaded = ctx.recipes.get(target)?;
+    let plan = timed(
+        record,
+        PhaseName::Plan,
+        Plan::new(ctx.shared, loaded, &ctx.start_options(true)),
+    )
+    .await?;
+    record.plan = serde_json::to_value(&plan.start).ok();
+    Ok(Next::Start(Box::new(plan)))
 }
 
 /// Production once `target` (instance `up`) serves: promoted over the current one, or,
@@ -137,48 +163,30 @@ async fn warm_instance(ctx: &Ctx<'_>, production: &Production, target: &str) -> 
         .then(|| w.upstream.clone())
 }
 
-/// Starts the target on its own port: beside production when both fit, after stopping it
-/// (the front door holding requests) when memory needs that.
+/// Starts the target on its own port by the switch plan: beside production when both fit,
+/// after stopping it (the front door holding requests) when they do not.
 async fn start_target(
     ctx: &Ctx<'_>,
-    target: &str,
-    current: &Option<Upstream>,
-    production: &Production,
+    plan: &mut Plan,
     record: &mut RunRecord,
-    touched: &mut Touched,
+    touched: &Mutex<Touched>,
     say: &dyn Fn(&str),
 ) -> Result<Upstream> {
-    if let Some(d) = ctx.rt().find(target).await?.filter(|d| d.running()) {
-        // Running already (e.g. started by hand with `sparkctl start`): that instance serves.
-        return Ok(upstream_of(&d));
-    }
-    let loaded = ctx.recipes.get(target)?;
-    let mut plan = super::plan_start(ctx.shared, loaded, &ctx.start_options(true)).await?;
-    plan.run_id = record.run_id.clone();
-    let prod = production.current.as_ref().map(|e| e.recipe.clone());
-    for victim in &plan.memory.must_stop {
-        let Some(d) = ctx.rt().find(victim).await?.filter(|d| d.running()) else {
-            continue;
-        };
-        if Some(victim) == prod.as_ref() {
-            ctx.door.hold(ctx.door_config.drain).await?;
-            touched.held = true;
-            touched.production_stopped = current.clone();
-        }
-        say(&format!("stopping {victim} to make room"));
-        ctx.rt().stop(&d, super::STOP_GRACE).await?;
-    }
-    say(&format!("starting {target}"));
-    let d = timed(
+    plan.start.run_id = record.run_id.clone();
+    let hold = Hold::Ask(&ctx.door, ctx.door_config.drain);
+    switch::make_room(ctx.rt(), plan, hold, Some(touched), say).await?;
+    say(&format!("starting {}", plan.start.name));
+    let report = timed(
         record,
         PhaseName::Start,
-        super::start(ctx.rt(), &plan, None, |_| {}),
+        super::start(ctx.rt(), &plan.start, None, |_| {}),
     )
-    .await?
-    .deployment;
-    touched.started = Some(d.clone());
+    .await?;
+    let d = report.deployment;
+    touched.lock().expect("touched").started = Some(d.clone());
     record.deployment = Some(d.id.clone());
     record.image_digest = (d.runtime == crate::recipe::Runtime::Docker).then(|| d.artifact.clone());
     record.model_fingerprint = d.model_fingerprint.clone();
+    record.memory_observed = Some(report.memory_observed);
     Ok(upstream_of(&d))
 }

@@ -56,8 +56,8 @@ pub(crate) struct StartPlan {
 pub(crate) struct StartOptions<'a> {
     pub(crate) lock: &'a crate::lock::Lock,
     pub(crate) allow_unpinned: bool,
-    /// The running instance this start replaces (an upgrade of production's own recipe),
-    /// stopped before the start: neither its name, nor its port, nor its memory is in the way.
+    /// The running instance this start replaces (an upgrade of production's own recipe):
+    /// neither its name nor its port is in the way, and the plan stops it (a swap).
     pub(crate) replacing: Option<&'a Deployment>,
 }
 
@@ -70,8 +70,11 @@ pub(crate) async fn plan_start(
     let recipe = &loaded.recipe;
     let mut resolved = recipe.resolve(&ctx.self_exe);
     let (image_ref, unpinned) = pin_image(ctx, recipe, &mut resolved, opts).await?;
-    let (mut deployments, _) = ctx.runtimes.list().await?;
-    deployments.retain(|d| opts.replacing.is_none_or(|r| r.id != d.id));
+    let (all, _) = ctx.runtimes.list().await?;
+    let deployments: Vec<Deployment> = (all.iter())
+        .filter(|d| opts.replacing.is_none_or(|r| r.id != d.id))
+        .cloned()
+        .collect();
     refuse_running(&deployments, &recipe.name)?;
     let (model_fingerprint, produced_by) = check_model(ctx, loaded).await?;
     let artifact = ctx.runtimes.preflight(&resolved).await?;
@@ -89,7 +92,7 @@ pub(crate) async fn plan_start(
         Some(g) => g.plan.command_lines(&artifact),
         None => resolved.launch.equivalent_command(),
     };
-    let memory = memory_plan(ctx, recipe, &deployments).await?;
+    let memory = memory_plan(ctx, recipe, &all, opts.replacing).await?;
     let warnings = match crate::nvidia::gpus().await {
         Ok(gpus) => recipe.engine.host_warning(resolved.runtime, &gpus),
         Err(_) => None,
@@ -119,6 +122,23 @@ pub(crate) async fn plan_start(
         warnings: warnings.into_iter().collect(),
         resolved,
     })
+}
+
+impl StartPlan {
+    /// The model's fingerprint taken again: a patch changed the model since the plan.
+    pub(crate) async fn refingerprint(
+        &mut self,
+        ctx: &Context,
+        loaded: &LoadedRecipe,
+    ) -> Result<()> {
+        if let Some(model) = &loaded.recipe.model {
+            let path = crate::recipe::expand_home(&model.path);
+            let print =
+                crate::patch::fingerprint_in_background(Path::new(&path), &ctx.state).await?;
+            self.model_fingerprint = Some(print.digest);
+        }
+        Ok(())
+    }
 }
 
 /// Containers run the digest images.lock holds, never whatever the tag is today: the
@@ -224,18 +244,21 @@ async fn memory_plan(
     ctx: &Context,
     recipe: &Recipe,
     deployments: &[Deployment],
+    replacing: Option<&Deployment>,
 ) -> Result<MemoryPlan> {
     let jobs = match crate::job::Runs::of(ctx) {
         Ok(runs) => runs.running_memory().await,
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let memory = memory::for_server(
+    let production = crate::production::Production::current_recipe(&ctx.state);
+    let mut memory = memory::for_server(
         &ctx.runtimes,
         recipe,
-        ctx.settings.memory_budget_gb - jobs_gb,
+        &ctx.settings,
+        jobs_gb,
         deployments,
-        ctx.settings.production_port,
+        production.as_deref(),
     )
     .await
     .map_err(|why| {
@@ -244,6 +267,16 @@ async fn memory_plan(
             recipe.name
         ))
     })?;
+    if let Some(r) = replacing {
+        memory.stop_also(&r.name);
+    }
+    if memory.fits && !memory.above_floor() {
+        return Err(Error::DoesNotFit {
+            name: recipe.name.clone(),
+            plan: memory.describe(),
+            unfit: Unfit::UnderFloor,
+        });
+    }
     if memory.fits {
         return Ok(memory);
     }

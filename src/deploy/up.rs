@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Touched};
-use super::{plan_start, start, StartPlan};
+use super::start;
+use super::switch::{self, interrupted, serving_now, timed, Ctx, Hold, Mode, Plan, Touched};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
@@ -90,15 +90,6 @@ pub(crate) async fn up_locked(
     Err(switch::failed(ctx, &mut record, e, &notes, &format!("up {name}")).await)
 }
 
-/// How the candidate takes production's place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Way {
-    /// Production, if one runs, keeps serving beside the candidate until it passes.
-    BlueGreen,
-    /// Production stops first to make room; the front door holds requests meanwhile.
-    Swap,
-}
-
 struct Flow<'a, 'b> {
     ctx: &'a Ctx<'b>,
     opts: &'a UpOptions<'a>,
@@ -119,16 +110,17 @@ impl Flow<'_, '_> {
     async fn run(&mut self) -> Result<()> {
         let production = self.ctx.production().await?;
         let sets = super::evaluate::sets(self.ctx, self.loaded)?;
-        let Some((plan, way)) = self.plan(&production).await? else {
+        let Some(mut plan) = self.plan(&production).await? else {
             return Ok(());
         };
+        let way = plan.mode;
         let (ctx, loaded, say) = (self.ctx, self.loaded, self.opts.say);
         let asked =
             super::evaluate::production_answers(ctx, loaded, sets.as_ref(), &production, say);
         let asked = asked.await?;
-        self.patch().await?;
-        self.make_room(&plan, &production, way).await?;
-        let candidate = self.start().await?;
+        let patched = self.patch().await?;
+        self.make_room(&mut plan).await?;
+        let candidate = self.start(plan, patched).await?;
         let baseline = self.measure_production(&production, way).await?;
         let (result, bench_path) = self.bench(&baseline, asked).await?;
         self.judge(&result, &candidate).await?;
@@ -142,7 +134,7 @@ impl Flow<'_, '_> {
     }
 
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
-    async fn plan(&mut self, production: &Production) -> Result<Option<(StartPlan, Way)>> {
+    async fn plan(&mut self, production: &Production) -> Result<Option<Plan>> {
         let replacing =
             super::replace::replaced(self.ctx, self.opts.replace, production, self.name());
         let replacing = replacing.await?;
@@ -151,38 +143,31 @@ impl Flow<'_, '_> {
             (self.opts.lock, self.opts.allow_unpinned),
             replacing.as_ref(),
         );
-        let planned = plan_start(self.ctx.shared, self.loaded, &opts);
-        let plan = timed(self.record, PhaseName::Plan, planned).await?;
-        self.record.plan = serde_json::to_value(&plan).ok();
-        self.record.image = plan.image_ref.clone();
-        self.record.unpinned = plan.unpinned;
-        self.record.model_fingerprint = plan.model_fingerprint.clone();
-        self.record.produced_by = plan.produced_by.clone();
-        if let Some(l) = &plan.produced_by {
+        let plan = timed(
+            self.record,
+            PhaseName::Plan,
+            Plan::new(self.ctx.shared, self.loaded, &opts),
+        )
+        .await?;
+        let start = &plan.start;
+        self.record.plan = serde_json::to_value(start).ok();
+        self.record.image = start.image_ref.clone();
+        self.record.unpinned = start.unpinned;
+        self.record.model_fingerprint = start.model_fingerprint.clone();
+        self.record.produced_by = start.produced_by.clone();
+        if let Some(l) = &start.produced_by {
             self.say(&format!("model {l}"));
         }
-        let prod = production.current.as_ref().map(|e| e.recipe.clone());
-        let way = match &prod {
-            _ if replacing.is_some() => Way::Swap,
-            Some(p) if plan.memory.must_stop.contains(p) => Way::Swap,
-            _ => Way::BlueGreen,
-        };
         let serving = match production.serving() {
             Some(u) => crate::frontdoor::alive(self.ctx.rt(), u).await,
             None => false,
         };
-        if !plan.memory.fits {
-            return Err(Error::DoesNotFit {
-                name: self.name().into(),
-                plan: plan.memory.describe(),
-                unfit: crate::error::Unfit::Alone,
-            });
-        }
+        let prod = production.current.as_ref().map(|e| e.recipe.as_str());
         self.say(&format!(
             "plan: {} ({}{}), {}; {}",
             self.name(),
-            plan.runtime.as_str(),
-            match &plan.group {
+            start.runtime.as_str(),
+            match &start.group {
                 Some(g) => format!(
                     ", {} nodes: {}",
                     g.plan.nodes,
@@ -195,29 +180,19 @@ impl Flow<'_, '_> {
                 ),
                 None => String::new(),
             },
-            plan.memory.describe(),
-            match (&prod, way, serving) {
-                (Some(p), Way::Swap, _) => format!(
-                    "production {p} must stop first (swap: the front door holds requests meanwhile)"
-                ),
-                (Some(p), Way::BlueGreen, true) =>
-                    format!("production {p} keeps serving until the candidate passes (blue/green)"),
-                (Some(p), Way::BlueGreen, false) => format!(
-                    "production {p} is not running: the front door holds requests until one serves"
-                ),
-                (None, _, _) =>
-                    "no production yet: the front door answers 503 until one passes".into(),
-            }
+            start.memory.describe(),
+            plan.how(prod, serving)
         ));
         if self.opts.dry_run {
             self.record.outcome = Outcome::Planned;
             return Ok(None);
         }
-        Ok(Some((plan, way)))
+        Ok(Some(plan))
     }
 
     /// The model dir's patch steps (idempotent; nothing to do when already patched).
-    async fn patch(&mut self) -> Result<()> {
+    /// Whether any ran.
+    async fn patch(&mut self) -> Result<bool> {
         let loaded = self.loaded;
         if loaded
             .recipe
@@ -225,7 +200,7 @@ impl Flow<'_, '_> {
             .as_ref()
             .is_none_or(|m| m.patches.is_empty())
         {
-            return Ok(());
+            return Ok(false);
         }
         let docker = self.ctx.rt().docker().ok().map(|d| d.client());
         let state = self.ctx.state();
@@ -236,73 +211,47 @@ impl Flow<'_, '_> {
         .await?;
         self.record.patch_diff = applied.plan.diff();
         self.record.patched = applied.written;
-        Ok(())
+        Ok(true)
     }
 
-    /// Stops what the memory plan names; production last, after the front door holds.
-    async fn make_room(
-        &mut self,
-        plan: &StartPlan,
-        production: &Production,
-        way: Way,
-    ) -> Result<()> {
-        let prod = production.current.as_ref().map(|e| e.recipe.as_str());
-        // Production of the candidate's own recipe is replaced: it stops first (swap).
-        let replaced = (way == Way::Swap && prod == Some(self.name())).then(|| self.name());
-        let victims: Vec<String> = (plan.memory.must_stop.iter().map(String::as_str))
-            .chain(replaced)
-            .map(str::to_string)
-            .collect();
-        for victim in &victims {
-            let is_prod = Some(victim.as_str()) == prod;
-            if is_prod
-                && !(self.opts.confirm)(&format!(
-                    "stop production {victim} to make room for {}?",
-                    self.name()
-                ))
-            {
+    /// Stops what the memory plan names; production last, after the front door holds, and
+    /// only when confirmed.
+    async fn make_room(&mut self, plan: &mut Plan) -> Result<()> {
+        if let Some(p) = plan.stops_production() {
+            let question = format!("stop production {p} to make room for {}?", self.name());
+            if !(self.opts.confirm)(&question) {
                 return Err(Error::Usage(format!(
-                    "{} needs production {victim} stopped first; confirm, or pass --yes",
+                    "{} needs production {p} stopped first; confirm, or pass --yes",
                     self.name()
                 )));
             }
-            let Some(d) = self
-                .ctx
-                .rt()
-                .find(victim)
-                .await?
-                .filter(Deployment::running)
-            else {
-                continue;
-            };
-            if is_prod && way == Way::Swap {
-                // Requests wait at the front door instead of finding nothing.
-                self.ctx.door.hold(self.ctx.door_config.drain).await?;
-                self.touched.lock().expect("touched").held = true;
-                self.touched.lock().expect("touched").production_stopped = Some(upstream_of(&d));
-            }
-            self.say(&format!("stopping {victim} to make room"));
-            self.ctx.rt().stop(&d, super::STOP_GRACE).await?;
         }
-        Ok(())
+        let hold = Hold::Ask(&self.ctx.door, self.ctx.door_config.drain);
+        switch::make_room(
+            self.ctx.rt(),
+            plan,
+            hold,
+            Some(&*self.touched),
+            self.opts.say,
+        )
+        .await
     }
 
     /// The candidate on its own port, until it serves.
-    async fn start(&mut self) -> Result<Deployment> {
-        // Planned again: the patch changed the model's fingerprint, making room the memory.
-        let opts = super::replace::start_options(
-            self.ctx,
-            (self.opts.lock, self.opts.allow_unpinned),
-            None,
-        );
-        let mut plan = plan_start(self.ctx.shared, self.loaded, &opts).await?;
+    async fn start(&mut self, mut plan: Plan, patched: bool) -> Result<Deployment> {
+        if patched {
+            // The patch changed the model: its fingerprint is taken again.
+            plan.start
+                .refingerprint(self.ctx.shared, self.loaded)
+                .await?;
+        }
         // The instance carries this run's id: the way back stops it and nothing else.
-        plan.run_id = self.record.run_id.clone();
+        plan.start.run_id = self.record.run_id.clone();
         self.say(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
             PhaseName::Start,
-            start(self.ctx.rt(), &plan, None, |_| {}),
+            start(self.ctx.rt(), &plan.start, None, |_| {}),
         )
         .await?;
         for w in &report.warnings {
@@ -327,10 +276,10 @@ impl Flow<'_, '_> {
     async fn measure_production(
         &mut self,
         production: &Production,
-        way: Way,
+        way: Mode,
     ) -> Result<Baseline<BenchResult>> {
         let baseline = production_baseline(production);
-        let (Some(current), Way::BlueGreen, Baseline::Missing(why)) =
+        let (Some(current), Mode::BlueGreen, Baseline::Missing(why)) =
             (&production.current, way, &baseline)
         else {
             return Ok(baseline);
@@ -475,8 +424,8 @@ impl Flow<'_, '_> {
 
     /// `--no-promote`: the candidate keeps its port; a production stopped for a swap serves
     /// again.
-    async fn keep_production(&mut self, way: Way, candidate: &Deployment) -> Result<()> {
-        if way == Way::BlueGreen {
+    async fn keep_production(&mut self, way: Mode, candidate: &Deployment) -> Result<()> {
+        if way == Mode::BlueGreen {
             return Ok(());
         }
         self.ctx.rt().stop(candidate, super::STOP_GRACE).await?;
@@ -492,7 +441,7 @@ impl Flow<'_, '_> {
         production: Production,
         candidate: &Deployment,
         bench: std::path::PathBuf,
-        way: Way,
+        way: Mode,
     ) -> Result<()> {
         // Production as it is now: the watch may have restarted it meanwhile.
         let production = self.ctx.production().await.unwrap_or(production);
@@ -508,7 +457,7 @@ impl Flow<'_, '_> {
         let grace = self.ctx.door_config.warm_grace;
         let keep_warm = old
             .as_ref()
-            .filter(|_| way == Way::BlueGreen && !grace.is_zero());
+            .filter(|_| way == Mode::BlueGreen && !grace.is_zero());
         if let Some(u) = keep_warm {
             next.warm.retain(|w| w.upstream.recipe != u.recipe);
             next.warm.push(Warm {
@@ -536,13 +485,13 @@ impl Flow<'_, '_> {
                 String::new()
             }
         ));
-        if let (Some(old), None) = (&old, keep_warm) {
-            if let Err(e) = switch::stop_instance(self.ctx, old).await {
-                self.record
-                    .warnings
-                    .push(format!("stopping the old production {}: {e}", old.recipe));
-            }
-        } else if let Some(old) = keep_warm {
+        if let Err(e) = switch::retire(self.ctx.rt(), &next, old.as_ref()).await {
+            let recipe = old.as_ref().map_or("", |u| u.recipe.as_str());
+            self.record
+                .warnings
+                .push(format!("stopping the old production {recipe}: {e}"));
+        }
+        if let Some(old) = keep_warm {
             self.say(&format!(
                 "{} stays warm for {} s: `sparkctl rollback` switches back at once",
                 old.recipe,

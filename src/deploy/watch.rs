@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::judge::{Cause, Judge};
-use super::{plan_start, start, StartOptions, STOP_GRACE};
+use super::switch::{self, Hold, Plan};
+use super::{start, StartOptions, STOP_GRACE};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::metrics::Event;
@@ -26,7 +27,6 @@ use crate::frontdoor::{Config, Door, Launch};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::production::{Entry, Upstream};
 use crate::runtime::ready::{health_now, Health, Liveness};
-use crate::runtime::Deployment;
 
 /// Between two looks at production.
 const EVERY: Duration = Duration::from_secs(2);
@@ -388,7 +388,7 @@ impl Watch {
             let is_wedged = wedged.is_some_and(|w| w.deployment == d.id);
             if !is_wedged && health_now(&self.client, &d).await == Liveness::Running(Health::Ready)
             {
-                return Ok(super::switch::upstream_of(&d));
+                return Ok(switch::upstream_of(&d));
             }
             if is_wedged {
                 self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
@@ -401,38 +401,27 @@ impl Watch {
             allow_unpinned: true,
             replacing: None,
         };
-        let plan = plan_start(&self.ctx, loaded, &opts).await?;
-        if !plan.memory.fits {
-            return Err(Error::DoesNotFit {
-                name: name.to_string(),
-                plan: plan.memory.describe(),
-                unfit: crate::error::Unfit::Alone,
-            });
-        }
-        self.make_room(name, &plan.memory.must_stop).await?;
-        let report = start(&self.ctx.runtimes, &plan, None, |_| {}).await?;
-        Ok(super::switch::upstream_of(&report.deployment))
+        let mut plan = Plan::new(&self.ctx, loaded, &opts).await?;
+        self.make_room(name, &mut plan).await?;
+        let report = start(&self.ctx.runtimes, &plan.start, None, |_| {}).await?;
+        Ok(switch::upstream_of(&report.deployment))
     }
 
-    /// Stops what the memory plan names — unless a command is running (it holds the state
-    /// lock): what it runs (a candidate under test) is not the watch's to stop.
-    async fn make_room(&self, name: &str, victims: &[String]) -> Result<()> {
-        if victims.is_empty() {
+    /// Makes the room the switch plan names (requests are held already) — unless a command
+    /// is running (it holds the state lock): what it runs (a candidate under test) is not
+    /// the watch's to stop.
+    async fn make_room(&self, name: &str, plan: &mut Plan) -> Result<()> {
+        if plan.start.memory.must_stop.is_empty() {
             return Ok(());
         }
         let Ok(_lock) = self.ctx.state.lock("frontdoor watch: making room") else {
             return Err(Error::Failed(format!(
                 "{name} needs {} stopped first, which a running command uses",
-                victims.join(", ")
+                plan.start.memory.must_stop.join(", ")
             )));
         };
-        for victim in victims {
-            let d = self.ctx.runtimes.find(victim).await?;
-            if let Some(d) = d.filter(Deployment::running) {
-                self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
-            }
-        }
-        Ok(())
+        let say = |line: &str| tracing::warn!("{line}");
+        switch::make_room(&self.ctx.runtimes, plan, Hold::Held, None, &say).await
     }
 
     /// Stops replaced productions whose grace is over.

@@ -102,6 +102,7 @@ pub(crate) async fn run(
         .any(|(r, _)| r.recipe.runtime() == Runtime::Docker);
     let mut machine = engine_checks(&ctx.runtimes, recipes, needs_docker).await;
     machine.extend(gpu_and_memory(&ctx.settings).await);
+    machine.extend(held_check(&ctx.runtimes, &deployments).await);
     // A recipe file that does not load is the user's to fix, not the machine's: a warning.
     for b in &recipes.broken {
         machine.push(check(
@@ -278,6 +279,41 @@ async fn engine_checks(rt: &Runtimes, recipes: &RecipeSet, needs_docker: bool) -
     vec![engine, nvidia]
 }
 
+/// Running servers that hold more than their recipes declare: the memory plan counts what
+/// they hold, and says so; both figures here.
+async fn held_check(rt: &Runtimes, deployments: &[crate::runtime::Deployment]) -> Option<Check> {
+    let running: Vec<&crate::runtime::Deployment> =
+        deployments.iter().filter(|d| d.running()).collect();
+    if running.is_empty() {
+        return None;
+    }
+    let held = crate::memory::held(rt, &running).await;
+    let over: Vec<String> = running
+        .iter()
+        .zip(&held)
+        .filter(|(_, h)| h.over_declared)
+        .map(|(d, h)| format!("{}: {}", d.name, h.summary()))
+        .collect();
+    Some(match over.is_empty() {
+        true => check(
+            "memory held",
+            Verdict::Ok,
+            format!(
+                "{} running server(s) within their declarations",
+                running.len()
+            ),
+        ),
+        false => check(
+            "memory held",
+            Verdict::Warn,
+            format!(
+                "{}; raise server.memory_gb in their recipes",
+                over.join("; ")
+            ),
+        ),
+    })
+}
+
 async fn gpu_and_memory(settings: &Settings) -> [Check; 2] {
     let meminfo = crate::host::meminfo();
     let gpus = crate::nvidia::gpus().await;
@@ -438,6 +474,8 @@ mod tests {
         let settings = Settings {
             memory_budget_gb: 120.0,
             production_port: 8003,
+            memory_reserve_gb: 8.0,
+            memory_declared: false,
         };
         let m = crate::host::MemInfo {
             total: 128_000_000_000,

@@ -203,35 +203,59 @@ async fn port(
 async fn memory(ctx: &Context, subject: &Subject<'_>, deployments: &[Deployment]) -> Check {
     let recipe = &subject.loaded.recipe;
     let label = format!("{} memory", recipe.name);
+    let production = crate::production::Production::current_recipe(&ctx.state);
     let plan = match crate::memory::for_server(
         &ctx.runtimes,
         recipe,
-        ctx.settings.memory_budget_gb,
+        &ctx.settings,
+        0.0,
         deployments,
-        ctx.settings.production_port,
+        production.as_deref(),
     )
     .await
     {
         Ok(plan) => plan,
         Err(why) => return check(label, Verdict::Fail, why),
     };
-    match (plan.fits, plan.must_stop.is_empty()) {
-        (true, true) => check(label, Verdict::Ok, plan.describe()),
-        (true, false) => check(
+    let over = plan.over_declared();
+    // Holding more than declared is a plan that undercounts: said with both figures.
+    let fine = match over.is_empty() {
+        true => Verdict::Ok,
+        false => Verdict::Warn,
+    };
+    let over = match over.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; {} (the plan counts what it holds: raise memory_gb in its recipe)",
+            over.join(", ")
+        ),
+    };
+    match (plan.fits, plan.above_floor(), plan.must_stop.is_empty()) {
+        (true, true, true) => check(label, fine, format!("{}{over}", plan.describe())),
+        (true, true, false) => check(
             label,
-            Verdict::Ok,
+            fine,
             format!(
-                "{}; `up` stops {} first (held through the front door)",
+                "{}{over}; `up` stops {} first (held through the front door)",
                 plan.describe(),
                 plan.must_stop.join(", ")
             ),
         ),
-        (false, _) => check(
+        (true, false, _) => check(
             label,
             Verdict::Fail,
             format!(
-                "{}; it does not fit even alone: lower its memory_gb, give it more GPUs, or \
-                 raise SPARKCTL_MEMORY_GB if the machine has more",
+                "{}{over}; it would leave less than SPARKCTL_MEMORY_RESERVE_GB available: a \
+                 start is refused",
+                plan.describe()
+            ),
+        ),
+        (false, _, _) => check(
+            label,
+            Verdict::Fail,
+            format!(
+                "{}{over}; it does not fit even alone: lower its memory_gb, give it more GPUs, \
+                 or raise SPARKCTL_MEMORY_GB if the machine has more",
                 plan.describe()
             ),
         ),

@@ -1,8 +1,9 @@
 //! One accept loop for the production port and the control socket. Connections are capped
 //! (the excess waits in the kernel's backlog: never refused here, never a crash), idle ones
 //! make room first when the cap is reached, a failing `accept` (out of descriptors) backs
-//! off instead of spinning, a request's head must arrive within a bound (slowloris), and
-//! the end is graceful: no new connection, answers in flight finish, idle ones close.
+//! off instead of spinning, a request's head must arrive within a bound (slowloris), an
+//! answer its client stops reading is cut after another, and the end is graceful: no new
+//! connection, answers in flight finish, idle ones close.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -49,6 +50,102 @@ pub(crate) struct Limits {
     /// How long a request's head may take to arrive, and an idle kept-alive connection
     /// may wait for the next one.
     pub(crate) header_timeout: Duration,
+    /// How long a write may wait for the client to read before the connection is closed.
+    pub(crate) send_timeout: Duration,
+}
+
+/// A connection whose writes must make progress: a client that reads nothing of its answer
+/// for `limit` (its buffers full) gets its connection closed, which ends the answer, its
+/// upstream's stream and what they hold. The clock runs only while a write waits.
+struct SendBound<IO> {
+    io: IO,
+    limit: Duration,
+    /// Since when a write has waited for the client to read.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<IO> SendBound<IO> {
+    fn new(io: IO, limit: Duration) -> SendBound<IO> {
+        SendBound {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// `r`, a write's outcome; a write still waiting past the limit fails.
+    fn track<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if r.is_ready() {
+            self.stalled = None;
+            return r;
+        }
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the client read nothing of its answer for {} s",
+                    limit.as_secs()
+                ),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for SendBound<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for SendBound<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.track(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.track(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        this.track(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.track(cx, r)
+    }
 }
 
 /// The connections of one accept loop: how many, which are idle, how to close them.
@@ -346,7 +443,10 @@ async fn connection<IO, H, F, B>(
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(io), service);
+        .serve_connection(
+            TokioIo::new(SendBound::new(io, limits.send_timeout)),
+            service,
+        );
     tokio::pin!(conn);
     let mut closing = false;
     if *stop.borrow() {

@@ -56,16 +56,34 @@ impl Refused {
     }
 }
 
-/// A body read whole, holding its share of the budget until dropped.
+/// A body read whole, holding its share of the budget until the last of its holders (the
+/// request, a capture waiting to be written) drops it.
 pub(crate) struct Read {
     pub(crate) bytes: Bytes,
-    _room: Option<OwnedSemaphorePermit>,
+    room: Arc<Room>,
 }
 
-impl Drop for Read {
+/// A body's share of the budget.
+struct Room {
+    _permit: Option<OwnedSemaphorePermit>,
+    len: usize,
+}
+
+impl Drop for Room {
     fn drop(&mut self) {
-        if self.bytes.len() >= TRIM_ABOVE {
+        if self.len >= TRIM_ABOVE {
             give_back_memory();
+        }
+    }
+}
+
+impl Read {
+    /// The body for another holder: its bytes (not copied) and its share of the budget,
+    /// which holds until both have let go.
+    pub(crate) fn share(&self) -> Read {
+        Read {
+            bytes: self.bytes.clone(),
+            room: self.room.clone(),
         }
     }
 }
@@ -138,9 +156,10 @@ impl Budget {
                 }
             }
         }
+        let len = buf.len();
         Ok(Read {
             bytes: buf.freeze(),
-            _room: room,
+            room: Arc::new(Room { _permit: room, len }),
         })
     }
 

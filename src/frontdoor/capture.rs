@@ -2,24 +2,27 @@
 //! front door when asked (`sparkctl frontdoor capture on`), for `bench --replay captured`.
 //! Local only (`STATE/frontdoor/capture/`, the directory 700, the files 600), bounded
 //! (two files of half the size each: the older is dropped as the newer fills), written
-//! off the request path (a full queue drops the entry and counts it). Nothing secret is
+//! off the request path (a full queue drops the entry and counts it). A body waiting to be
+//! written keeps its share of the door's memory budget for bodies (`body`), and the queue
+//! holds `QUEUE_BYTES` at most: a writer slower than the clients costs dropped captures,
+//! never memory, and never more than that share of the budget. Nothing secret is
 //! kept: no header (so no `Authorization`), only the request fields a replay needs
 //! (`metadata`, `user` and the like are dropped), values under secret-looking keys and
 //! secret-looking strings replaced, and the front door's own key wherever it appears.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::body::Read;
 pub(crate) use crate::captured::{dir, files, Captured};
 use crate::error::{Error, Result};
-use crate::secrets::REDACTED;
+use crate::secrets::{scrub, secret_key, REDACTED};
 
 /// What capture is asked to do (`STATE/frontdoor/capture.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +37,9 @@ pub(crate) const DEFAULT_MAX: u64 = 64 << 20;
 
 /// Requests waiting to be written; more are dropped (and counted).
 const QUEUE: usize = 1024;
+/// What their bodies may hold together (a quarter of the door's budget for bodies): the
+/// rest of the budget is the requests'.
+const QUEUE_BYTES: usize = 64 << 20;
 
 /// The request fields a replay sends again; every other field is dropped.
 const KEPT: &[&str] = &[
@@ -87,9 +93,19 @@ pub(crate) fn read_settings(state: &crate::state::StateDir) -> Settings {
 /// The front door's capture: the settings in force and the queue to its writer.
 pub(crate) struct Capture {
     settings: Mutex<Settings>,
-    queue: mpsc::Sender<(u64, String, Bytes)>,
+    queue: mpsc::Sender<Queued>,
+    /// The bytes of the bodies queued or being written.
+    queued: Arc<AtomicUsize>,
     pub(crate) written: Arc<AtomicU64>,
     pub(crate) dropped: Arc<AtomicU64>,
+}
+
+/// A request waiting to be written: when it came, its path, its body (with its share of
+/// the budget).
+struct Queued {
+    unix_ms: u64,
+    path: String,
+    body: Read,
 }
 
 impl Capture {
@@ -99,12 +115,14 @@ impl Capture {
         let c = Arc::new(Capture {
             settings: Mutex::new(settings),
             queue: tx,
+            queued: Arc::default(),
             written: Arc::default(),
             dropped: Arc::default(),
         });
         let writer = Writer {
             dir,
             secret: api_key,
+            queued: c.queued.clone(),
             written: c.written.clone(),
             dropped: c.dropped.clone(),
         };
@@ -160,40 +178,60 @@ impl Capture {
     }
 
     /// Queues a request for writing, when capture is on and it is a chat completion; the
-    /// body is shared, not copied.
-    pub(crate) fn offer(&self, method: &hyper::Method, path: &str, body: &Bytes) {
-        if !self.settings().on
-            || method != hyper::Method::POST
-            || !path.ends_with("/chat/completions")
-        {
+    /// body is shared, not copied. One that could never fit in a capture file (half the
+    /// bound), or finds the queue full, is dropped and counted.
+    pub(crate) fn offer(&self, method: &hyper::Method, path: &str, body: &Read) {
+        let settings = self.settings();
+        if !settings.on || method != hyper::Method::POST || !path.ends_with("/chat/completions") {
             return;
         }
-        let now = crate::units::unix_now().as_millis() as u64;
-        if self
-            .queue
-            .try_send((now, path.to_string(), body.clone()))
-            .is_err()
-        {
+        let len = body.bytes.len();
+        if len as u64 > settings.max_bytes / 2 || !self.reserve(len) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let queued = Queued {
+            unix_ms: crate::units::unix_now().as_millis() as u64,
+            path: path.to_string(),
+            body: body.share(),
+        };
+        if self.queue.try_send(queued).is_err() {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts `len` bytes into the queue's, when they fit.
+    fn reserve(&self, len: usize) -> bool {
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before + len > QUEUE_BYTES {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 }
 
 struct Writer {
     dir: PathBuf,
     secret: Option<String>,
+    queued: Arc<AtomicUsize>,
     written: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
 }
 
 impl Writer {
-    async fn run(self, mut rx: mpsc::Receiver<(u64, String, Bytes)>, capture: Arc<Capture>) {
+    async fn run(self, mut rx: mpsc::Receiver<Queued>, capture: Arc<Capture>) {
         let writer = Arc::new(self);
-        while let Some((unix_ms, path, body)) = rx.recv().await {
+        while let Some(q) = rx.recv().await {
             let max = capture.settings().max_bytes;
             let w = writer.clone();
+            let len = q.body.bytes.len();
             let wrote =
-                tokio::task::spawn_blocking(move || w.write(unix_ms, path, &body, max)).await;
+                tokio::task::spawn_blocking(move || w.write(q.unix_ms, q.path, &q.body.bytes, max))
+                    .await;
+            // The body is gone with the task: its bytes leave the queue's count.
+            writer.queued.fetch_sub(len, Ordering::AcqRel);
             match wrote {
                 Ok(Ok(true)) => writer.written.fetch_add(1, Ordering::Relaxed),
                 _ => writer.dropped.fetch_add(1, Ordering::Relaxed),
@@ -254,101 +292,6 @@ fn private_file(path: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// Whether an object key names a secret (`api_key`, `sessionToken`, `Authorization`): one
-/// of its words (split at `_`, `-`, `.` and case changes) is a secret's (`max_tokens` is not).
-fn secret_key(key: &str) -> bool {
-    const SECRET: &[&str] = &[
-        "key",
-        "apikey",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "pwd",
-        "authorization",
-        "auth",
-        "credential",
-        "credentials",
-        "cookie",
-        "session",
-        "bearer",
-    ];
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let mut prev_lower = false;
-    for c in key.chars() {
-        let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && prev_lower);
-        if boundary && !word.is_empty() {
-            words.push(std::mem::take(&mut word));
-        }
-        if c.is_ascii_alphanumeric() {
-            word.push(c.to_ascii_lowercase());
-        }
-        prev_lower = c.is_ascii_lowercase();
-    }
-    words.push(word);
-    words.iter().any(|w| SECRET.contains(&w.as_str()))
-}
-
-/// Whether a word looks like a credential: a known prefix, a bearer token, a JWT.
-fn secret_word(word: &str) -> bool {
-    let w =
-        word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-' && c != '.');
-    let long_after = |prefix: &str, n: usize| {
-        w.strip_prefix(prefix).is_some_and(|rest| {
-            rest.len() >= n
-                && rest
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        })
-    };
-    [
-        "sk-",
-        "sk_",
-        "hf_",
-        "ghp_",
-        "gho_",
-        "github_pat_",
-        "glpat-",
-        "xoxb-",
-        "xoxp-",
-        "AKIA",
-        "AIza",
-    ]
-    .iter()
-    .any(|p| long_after(p, 12))
-        || (w.starts_with("eyJ") && w.matches('.').count() == 2 && w.len() > 30)
-}
-
-/// A string with secret-looking words (and `after` a `Bearer`) replaced.
-fn scrub(text: &str, secret: Option<&str>) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut bearer = false;
-    for piece in text.split_inclusive(char::is_whitespace) {
-        let word = piece.trim_end();
-        // The word without the punctuation around it, which stays.
-        let core = word.trim_matches(|c: char| c.is_ascii_punctuation() && !"_-.".contains(c));
-        let core = core.trim_end_matches('.');
-        let hide = bearer && !core.is_empty()
-            || secret_word(core)
-            || secret.is_some_and(|s| !s.is_empty() && core.contains(s));
-        bearer = core.eq_ignore_ascii_case("bearer");
-        match hide {
-            true => {
-                let at = piece.find(core).unwrap_or(0);
-                out.push_str(&piece[..at]);
-                out.push_str(REDACTED);
-                out.push_str(&piece[at + core.len()..]);
-            }
-            false => out.push_str(piece),
-        }
-    }
-    match secret {
-        Some(s) if !s.is_empty() && out.contains(s) => out.replace(s, REDACTED),
-        _ => out,
-    }
-}
-
 fn scrub_value(v: Value, secret: Option<&str>) -> Value {
     match v {
         Value::String(s) => Value::String(scrub(&s, secret)),
@@ -383,6 +326,7 @@ pub(crate) fn redact(body: Value, secret: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::secret_word;
     use serde_json::json;
 
     #[test]

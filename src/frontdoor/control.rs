@@ -133,13 +133,15 @@ async fn set_capture(door: &Door, body: &[u8]) -> std::result::Result<Value, (St
 fn bind(path: &Path) -> Result<UnixListener> {
     // A socket left by a crashed predecessor: one server answers here at a time.
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path)
-        .map_err(|e| Error::io(format!("cannot listen on {}", path.display()), e))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-    }
-    Ok(listener)
+    // Created 600, never for a moment more open: the socket switches production. The mask
+    // is the process's; for the bind alone, and anything made meanwhile is only the more
+    // private for it.
+    // SAFETY: umask only swaps the process's file mode mask.
+    let before = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above, putting the mask back.
+    unsafe { libc::umask(before) };
+    bound.map_err(|e| Error::io(format!("cannot listen on {}", path.display()), e))
 }
 
 fn inode(path: &Path) -> Option<u64> {

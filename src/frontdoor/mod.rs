@@ -22,6 +22,7 @@ pub(crate) mod capture;
 pub(crate) mod chunk;
 pub(crate) mod control;
 pub(crate) mod handover;
+pub(crate) mod hosts;
 pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod page;
@@ -67,6 +68,13 @@ pub(crate) struct Config {
     /// Client connections at once (`SPARKCTL_FRONTDOOR_CONNECTIONS`; default: what the
     /// open-file limit allows); beyond it they wait in the kernel's backlog.
     pub(crate) max_connections: Option<usize>,
+    /// The names it answers to beside its addresses and `localhost`
+    /// (`SPARKCTL_FRONTDOOR_NAMES`, comma-separated; the machine's own name always).
+    pub(crate) names: Vec<String>,
+    /// How long a client may leave an answer unread before its connection is closed
+    /// (`SPARKCTL_FRONTDOOR_SEND_TIMEOUT`, default 60s): a client that stops reading would
+    /// otherwise hold its connection, its upstream stream and their buffers for ever.
+    pub(crate) send_timeout: Duration,
 }
 
 fn env_duration(name: &str, default: Duration) -> Result<Duration> {
@@ -103,13 +111,73 @@ pub(crate) fn api_key() -> Result<Option<String>> {
                     PathBuf::from(&path).display()
                 )));
             }
+            private_key_file(std::path::Path::new(&path))?;
             Ok(Some(key))
         }
         None => Ok(None),
     }
 }
 
+/// A key file others may read is no secret: refused, saying how to make it its owner's.
+fn private_key_file(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| {
+            Error::io(
+                format!("SPARKCTL_FRONTDOOR_API_KEY_FILE: {}", path.display()),
+                e,
+            )
+        })?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(Error::Usage(format!(
+            "SPARKCTL_FRONTDOOR_API_KEY_FILE: other users may read {} (mode {:o}); `chmod 600 {}`",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `host` (an address to listen on) is reachable from this machine only.
+pub(crate) fn loopback_only(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// What to say when the front door would face the network without a key: `what` it would
+/// do, and how to give it one.
+pub(crate) fn needs_a_key(what: &str) -> String {
+    format!(
+        "{what} without an API key: anyone who reaches this machine could use the API, the live \
+         page and /metrics. Put a key in a file only you can read and name it: \
+         `(umask 077; mkdir -p ~/.config/sparkctl; head -c 32 /dev/urandom | base64 > \
+         ~/.config/sparkctl/frontdoor.key)` (mode 600), then \
+         SPARKCTL_FRONTDOOR_API_KEY_FILE=~/.config/sparkctl/frontdoor.key; clients send \
+         `Authorization: Bearer <the key>`"
+    )
+}
+
 impl Config {
+    /// Refuses to serve an address others can reach without a key.
+    pub(crate) fn refuse_open(&self) -> Result<()> {
+        if self.api_key_required || loopback_only(&self.host) {
+            return Ok(());
+        }
+        Err(Error::Usage(format!(
+            "{}; or serve this machine only: SPARKCTL_FRONTDOOR_HOST=127.0.0.1",
+            needs_a_key(&format!(
+                "the front door would serve {}:{} to the network",
+                self.host, self.port
+            ))
+        )))
+    }
+
     pub(crate) fn from_env(port: u16) -> Result<Config> {
         let count = |name: &str, what: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
@@ -124,11 +192,13 @@ impl Config {
         };
         let queue = count("SPARKCTL_FRONTDOOR_QUEUE", "requests")?.unwrap_or(256);
         let max_connections = count("SPARKCTL_FRONTDOOR_CONNECTIONS", "connections")?;
+        let host = std::env::var("SPARKCTL_FRONTDOOR_HOST")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+            .unwrap_or_else(|| "127.0.0.1".into());
         Ok(Config {
-            host: std::env::var("SPARKCTL_FRONTDOOR_HOST")
-                .ok()
-                .filter(|h| !h.trim().is_empty())
-                .unwrap_or_else(|| "127.0.0.1".into()),
+            names: hosts::configured_names(&host),
+            host,
             port,
             hold: env_duration("SPARKCTL_FRONTDOOR_HOLD", Duration::from_secs(120))?,
             queue,
@@ -136,6 +206,7 @@ impl Config {
             warm_grace: env_duration("SPARKCTL_WARM_GRACE", Duration::from_secs(600))?,
             api_key_required: api_key()?.is_some(),
             max_connections,
+            send_timeout: env_duration("SPARKCTL_FRONTDOOR_SEND_TIMEOUT", Duration::from_secs(60))?,
         })
     }
 }

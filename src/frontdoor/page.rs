@@ -41,9 +41,16 @@ const LOG_TAIL: u64 = 16 << 10;
 const TRIM: usize = 240;
 
 const HTML: &str = include_str!("page.html");
-/// The page fetches its own data and nothing else; no script or style from elsewhere.
+/// The page fetches its own data and nothing else; no script or style from elsewhere; no
+/// other page may frame it (clickjacking the key form).
 const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
+                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+                   frame-ancestors 'none'";
+/// A report runs in an origin of its own (a sandbox): nothing in it can read the page's key
+/// or call the door in the page's name.
+const REPORT_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+                          style-src 'unsafe-inline'; img-src data:; base-uri 'none'; \
+                          form-action 'none'; frame-ancestors 'none'; sandbox allow-scripts";
 
 /// One upstream's traffic over one interval.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -403,7 +410,14 @@ async fn report(state: &StateDir, run: &str) -> Response<Full<Bytes>> {
     .ok()
     .flatten();
     match read {
-        Some(bytes) => reply(StatusCode::OK, "text/html; charset=utf-8", bytes),
+        Some(bytes) => {
+            let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", bytes);
+            r.headers_mut().insert(
+                CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(REPORT_CSP),
+            );
+            r
+        }
         None => error(StatusCode::NOT_FOUND, "that run has no report here"),
     }
 }

@@ -175,6 +175,10 @@ fn authorized(proxy: &Proxy, headers: &HeaderMap) -> bool {
 
 async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let arrived = Instant::now();
+    // Not the door's: another host's name (a rebound page), a target that is no path.
+    if let Some(why) = super::hosts::check(&req, &proxy.door.config.names) {
+        return error(why.status(), &why.message());
+    }
     let path = req.uri().path().to_string();
     let authorized = authorized(proxy, req.headers());
     // The live page decides itself what it shows without the key (a shell that asks it).
@@ -212,9 +216,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let asked = proxy
         .live
         .asked(&parts.method, parts.uri.path(), &body.bytes);
-    proxy
-        .capture
-        .offer(&parts.method, parts.uri.path(), &body.bytes);
+    proxy.capture.offer(&parts.method, parts.uri.path(), &body);
     // The upstream's own /metrics stays reachable under /upstream/metrics.
     let forward_path = match parts.uri.path_and_query().map(|p| p.as_str()) {
         Some(p) if p.starts_with("/upstream/metrics") => &p["/upstream".len()..],

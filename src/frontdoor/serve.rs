@@ -70,11 +70,13 @@ pub(crate) async fn open(
         Some(_) => Route::Holding,
         None => Route::Offline,
     };
+    config.refuse_open()?;
     let limits = Limits {
         connections: config
             .max_connections
             .unwrap_or_else(|| handover::connection_cap(fd_limit)),
         header_timeout: HEADER_TIMEOUT,
+        send_timeout: config.send_timeout,
     };
     super::say!(
         "front door server pid {} serving {}:{} → {} (at most {} connections at once)",
@@ -108,6 +110,7 @@ pub(crate) async fn open(
     let control_limits = Limits {
         connections: CONTROL_CONNECTIONS,
         header_timeout: HEADER_TIMEOUT,
+        send_timeout: door.config.send_timeout,
     };
     control::listen(&socket, door.clone(), control_limits, stopped.clone())?;
     tokio::spawn(super::page::sample(door.clone(), stopped.clone()));

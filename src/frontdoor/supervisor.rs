@@ -108,6 +108,7 @@ pub(crate) async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -
     if let Some(remote) = answering(state, config).await? {
         return Ok(remote);
     }
+    config.refuse_open()?;
     let remote = Remote::new(control_socket(state));
     let log_file = state.log_file("frontdoor", &state::new_run_id())?;
     let log = std::fs::File::create(&log_file)
@@ -283,6 +284,12 @@ pub(crate) async fn run(
                 r.pid, r.port
             )));
         }
+    }
+    // A socket of its own to bind: not on an open address without a key. One inherited is
+    // already served (a restart, an adoption that checked): its server refuses instead,
+    // and the one serving now keeps serving.
+    if takeover.listen_fd.is_none() {
+        config.refuse_open()?;
     }
     let listener = socket(config, &takeover)?;
     let fd = listener.as_raw_fd();

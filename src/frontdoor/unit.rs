@@ -59,6 +59,9 @@ pub(crate) fn text(state: &StateDir, config: &Config, launch: &Launch) -> String
         format!("SPARKCTL_PRODUCTION_PORT={}", config.port),
         format!("SPARKCTL_FRONTDOOR_HOST={}", config.host),
     ];
+    if let Ok(names) = std::env::var("SPARKCTL_FRONTDOOR_NAMES") {
+        env.push(format!("SPARKCTL_FRONTDOOR_NAMES={names}"));
+    }
     if let Some(f) = std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE") {
         env.push(format!(
             "SPARKCTL_FRONTDOOR_API_KEY_FILE={}",
@@ -97,6 +100,7 @@ const NOFILE: u32 = 65536;
 
 /// Writes the unit (atomically); returns its path.
 pub(crate) fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<PathBuf> {
+    config.refuse_open()?;
     if config.api_key_required && std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE").is_none() {
         return Err(Error::Usage(
             "the API key comes from SPARKCTL_FRONTDOOR_API_KEY, which a unit file would have to \

@@ -185,12 +185,23 @@ fn apply(
     value: Option<String>,
 ) -> Result<()> {
     let value = value.unwrap_or_default();
-    let bad = |what: &str| Error::Usage(format!("--docker-run: {flag} {value}: {what}"));
+    // What it quotes of the line has no secret in it (a value such as `token=…`).
+    let bad = |what: &str| {
+        Error::Usage(crate::secrets::scrub(
+            &format!("--docker-run: {flag} {value}: {what}"),
+            None,
+        ))
+    };
     match flag {
         "--env" => {
             let name = value.split('=').next().unwrap_or_default().to_string();
             if !crate::recipe::env_name_ok(&name) {
-                return Err(bad("not NAME or NAME=VALUE"));
+                // Not quoted: a value that is no NAME=VALUE may be the secret itself.
+                return Err(Error::Usage(
+                    "--docker-run: an --env value is not NAME or NAME=VALUE (not repeated \
+                     here: it may hold a secret)"
+                        .into(),
+                ));
             }
             env.push(name);
         }

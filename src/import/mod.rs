@@ -11,6 +11,7 @@ mod model_dir;
 mod process;
 pub(crate) mod record;
 mod render;
+pub(crate) mod secrets;
 mod shape;
 pub(crate) mod words;
 
@@ -105,6 +106,8 @@ pub(crate) struct Draft {
     pub(crate) origin: Option<Origin>,
     /// The port the server was seen on: the production port `adopt` hands over.
     pub(crate) seen_port: Option<u16>,
+    /// The secrets left out of the recipe (their values never written).
+    pub(crate) left_out: secrets::LeftOut,
 }
 
 /// What sparkctl knows about the machine while shaping a recipe.

@@ -1,5 +1,6 @@
 //! What `import` remembers of a running server it read, for `adopt`:
-//! `STATE/imports/NAME.json`. Identities and the port only — no command line, no
+//! `STATE/imports/NAME.json`. Identities, the port, and the names of the secret flags import
+//! left out (so `adopt` knows the server asked for a key) — no command line, no value, no
 //! environment (`adopt` reads those again from the running process when it needs them).
 
 use std::path::PathBuf;
@@ -54,13 +55,31 @@ pub(crate) struct Imported {
     pub(crate) recipe: String,
     pub(crate) origin: Origin,
     pub(crate) imported_at: String,
+    /// The flags (or variables) whose secret values import left out, names only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) secrets_left_out: Vec<String>,
+}
+
+impl Imported {
+    /// The flag that made the server ask its callers for a key, when one did.
+    pub(crate) fn access_key(&self) -> Option<&str> {
+        self.secrets_left_out
+            .iter()
+            .map(String::as_str)
+            .find(|f| super::secrets::access_key(f))
+    }
 }
 
 fn path(state: &StateDir, recipe: &str) -> PathBuf {
     state.root().join("imports").join(format!("{recipe}.json"))
 }
 
-pub(crate) fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()> {
+pub(crate) fn save(
+    state: &StateDir,
+    recipe: &str,
+    origin: &Origin,
+    secrets_left_out: &[String],
+) -> Result<()> {
     let p = path(state, recipe);
     if let Some(dir) = p.parent() {
         std::fs::create_dir_all(dir)
@@ -72,6 +91,7 @@ pub(crate) fn save(state: &StateDir, recipe: &str, origin: &Origin) -> Result<()
             recipe: recipe.to_string(),
             origin: origin.clone(),
             imported_at: crate::units::now_utc(),
+            secrets_left_out: secrets_left_out.to_vec(),
         },
     )
 }

@@ -62,7 +62,8 @@ pub(crate) fn file(draft: &Draft) -> Result<String> {
     if in_model && !draft.suggested_patches.is_empty() {
         patches_block(&mut out, draft);
     }
-    Ok(out)
+    // A value left out is nowhere in the file, whatever quoted it.
+    Ok(draft.left_out.known(&out))
 }
 
 fn patches_block(out: &mut String, draft: &Draft) {

@@ -1,8 +1,9 @@
 //! What was seen, as a recipe: the engine guessed, the flags sparkctl owns (model, served
 //! name, host, port) taken out of the arguments into their keys, the port moved off the
-//! production port (the front door owns it), secrets' flags dropped, the model dir's
-//! patches suggested.
+//! production port (the front door owns it), secrets left out (`secrets`) before anything
+//! reads the command line, the model dir's patches suggested.
 
+use super::secrets::{self, LeftOut};
 use super::{guess, model_dir, ContainerSeen, Draft, Machine, Observed, Seen};
 use crate::engine::{Engine, Flag, Profile};
 use crate::error::Result;
@@ -44,25 +45,6 @@ fn take(args: &mut Vec<String>, names: &[&str]) -> Option<String> {
     found
 }
 
-/// Flags whose value is a secret: dropped, with a word on how to pass them instead.
-fn drop_secrets(args: &mut Vec<String>, unknown: &mut Vec<String>) {
-    let secret = regex::Regex::new(r"(?i)^--?[a-z0-9-]*(api-key|token|secret|password)[a-z0-9-]*$")
-        .expect("a valid regex");
-    let flags: Vec<String> = args
-        .iter()
-        .map(|a| a.split('=').next().unwrap_or(a).to_string())
-        .filter(|f| secret.is_match(f))
-        .collect();
-    for flag in flags {
-        if take(args, &[flag.as_str()]).is_some() {
-            unknown.push(format!(
-                "{flag}: its value is a secret and was left out; give it through the \
-                 environment (server.env_from_host names the variable) if the engine reads one"
-            ));
-        }
-    }
-}
-
 /// A port for the recipe: the one seen, unless the front door owns it; then the engine's
 /// usual port, or the next free one.
 fn backend_port(seen: u16, profile: &Profile, machine: &Machine) -> u16 {
@@ -76,8 +58,9 @@ fn backend_port(seen: u16, profile: &Profile, machine: &Machine) -> u16 {
     p
 }
 
-pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result<Draft> {
-    let mut unknown = Vec::new();
+pub(crate) fn shape(name: &str, mut observed: Observed, machine: &Machine) -> Result<Draft> {
+    let left_out = leave_out_secrets(&mut observed.launch);
+    let mut unknown = left_out.notes();
     let mut notes = Vec::new();
     let (image, argv) = match &observed.launch {
         Seen::Process { program, args, .. } => {
@@ -122,7 +105,6 @@ pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result
             (args, None, Some(c))
         }
     };
-    drop_secrets(&mut args, &mut unknown);
     let model = take(&mut args, &aliases(engine, profile.model_flag, "model"))
         .or_else(|| positional_model(engine, &mut args));
     let served = take(
@@ -144,21 +126,7 @@ pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result
         // sparkctl passes no port: the server's own flag must say the recipe's port.
         rewrite_port(&mut args, seen_port, port);
     }
-    let wide = host_arg
-        .as_deref()
-        .is_some_and(|h| h != "127.0.0.1" && h != "localhost")
-        || model_mount.is_some_and(|c| {
-            c.ports
-                .iter()
-                .any(|p| p.host_ip.is_empty() || p.host_ip == "0.0.0.0")
-        });
-    if wide {
-        notes.push(
-            "it listened on every interface; the recipe binds loopback and the front door \
-             faces the LAN (SPARKCTL_FRONTDOOR_HOST=0.0.0.0)"
-                .into(),
-        );
-    }
+    notes.extend(wide_note(host_arg.as_deref(), model_mount));
     recipe.server.port = port;
     recipe.server.container_port = container_port.filter(|p| *p != profile.container_port);
     recipe.server.args = args;
@@ -185,14 +153,48 @@ pub(crate) fn shape(name: &str, observed: Observed, machine: &Machine) -> Result
             .iter()
             .map(|d| format!("not carried over: {d}")),
     );
+    // What the comments quote of the command line (`it ran …`, a docker option's value)
+    // has no secret left in it either.
+    let scrub = |items: Vec<String>| items.iter().map(|i| left_out.scrub(i)).collect();
     Ok(Draft {
         recipe,
-        unknown,
-        notes,
+        unknown: scrub(unknown),
+        notes: scrub(notes),
         suggested_patches: suggested,
         origin: observed.origin,
         seen_port: Some(seen_port),
+        left_out,
     })
+}
+
+/// What to say of a server that listened beyond loopback.
+fn wide_note(host_arg: Option<&str>, container: Option<&ContainerSeen>) -> Option<String> {
+    let wide = host_arg.is_some_and(|h| h != "127.0.0.1" && h != "localhost")
+        || container.is_some_and(|c| {
+            c.ports
+                .iter()
+                .any(|p| p.host_ip.is_empty() || p.host_ip == "0.0.0.0")
+        });
+    wide.then(|| {
+        "it listened on every interface; the recipe binds loopback and the front door faces \
+         the LAN (SPARKCTL_FRONTDOOR_HOST=0.0.0.0, with a key: SPARKCTL_FRONTDOOR_API_KEY_FILE)"
+            .into()
+    })
+}
+
+/// The secrets of the command line that was seen, taken out of it.
+fn leave_out_secrets(launch: &mut Seen) -> LeftOut {
+    let mut left = LeftOut::default();
+    match launch {
+        Seen::Process { args, .. } => secrets::drop_from(args, &mut left),
+        Seen::Container(c) => {
+            secrets::drop_from(&mut c.cmd, &mut left);
+            if let Some(entry) = c.entrypoint.as_mut() {
+                secrets::drop_from(entry, &mut left);
+            }
+        }
+    }
+    left
 }
 
 fn empty_server() -> Server {

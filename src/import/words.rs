@@ -9,6 +9,10 @@ pub(crate) enum WordsError {
     UnclosedQuote(char),
     /// Shell syntax sparkctl will not interpret, e.g. `|`, `;`, `$(`.
     Shell(String),
+    /// A second command on this line (from 1): a pasted second line, which a shell would
+    /// run after the first, never arguments of it. Its text is not quoted back: it may be
+    /// an `export TOKEN=…`.
+    SecondCommand(usize),
 }
 
 impl std::fmt::Display for WordsError {
@@ -20,23 +24,37 @@ impl std::fmt::Display for WordsError {
                 "`{what}` is shell syntax, and sparkctl never runs a shell; paste the one \
                  command alone, with variables written out"
             ),
+            WordsError::SecondCommand(line) => write!(
+                f,
+                "line {line} holds a second command (a line that does not end in `\\` \
+                 starts a new one); paste the one command alone"
+            ),
         }
     }
 }
 
 /// The words of `line`. `~` stays as written (recipes expand `~/`), `$VAR` outside single
-/// quotes is refused rather than guessed.
+/// quotes is refused rather than guessed. Line ends are a shell's: CRLF as LF (a line
+/// copied from Windows), `\` + line end joins two lines, a line end outside quotes ends the
+/// command (what follows may only be blank lines and comments).
 pub(crate) fn split(line: &str) -> Result<Vec<String>, WordsError> {
+    let line = line.replace("\r\n", "\n").replace('\r', "\n");
     let mut words = Vec::new();
     let mut word = String::new();
     // A word has begun even when it is empty so far (`''`).
     let mut started = false;
+    // The command ended at a line end: only blanks and comments may follow.
+    let mut ended = false;
+    let mut line_no = 1;
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
+        if ended && !c.is_whitespace() && c != '#' {
+            return Err(WordsError::SecondCommand(line_no));
+        }
         match c {
             '\\' => match chars.next() {
                 // A line continuation joins the lines.
-                Some('\n') => {}
+                Some('\n') => line_no += 1,
                 Some(next) => {
                     word.push(next);
                     started = true;
@@ -60,7 +78,7 @@ pub(crate) fn split(line: &str) -> Result<Vec<String>, WordsError> {
                         Some('"') => break,
                         Some('\\') => match chars.next() {
                             Some(ch @ ('"' | '\\' | '$' | '`')) => word.push(ch),
-                            Some('\n') => {}
+                            Some('\n') => line_no += 1,
                             Some(ch) => {
                                 word.push('\\');
                                 word.push(ch);
@@ -80,8 +98,13 @@ pub(crate) fn split(line: &str) -> Result<Vec<String>, WordsError> {
                     words.push(std::mem::take(&mut word));
                     started = false;
                 }
+                if c == '\n' {
+                    line_no += 1;
+                    ended = ended || !words.is_empty();
+                }
             }
-            '#' if !started => break,
+            // A comment runs to the line's end.
+            '#' if !started => while chars.next_if(|n| *n != '\n').is_some() {},
             '|' | ';' | '&' | '<' | '>' | '`' | '(' | ')' => {
                 return Err(WordsError::Shell(c.to_string()))
             }
@@ -154,5 +177,23 @@ mod tests {
         assert_eq!(split("a 'b"), Err(WordsError::UnclosedQuote('\'')));
         assert_eq!(split("a \"b"), Err(WordsError::UnclosedQuote('"')));
         assert_eq!(split("a '$HOME' # note").unwrap(), ["a", "$HOME"]);
+    }
+
+    #[test]
+    fn a_line_end_ends_the_command_and_crlf_is_a_line_end() {
+        assert_eq!(
+            split("a \\\r\n  -b 1 \\\r\n -c\r\n\r\n# done\r\n").unwrap(),
+            ["a", "-b", "1", "-c"]
+        );
+        assert_eq!(split("# first\na b # c\n\n").unwrap(), ["a", "b"]);
+        assert_eq!(
+            split("a b\nrm -rf ~/models/*"),
+            Err(WordsError::SecondCommand(2))
+        );
+        assert_eq!(
+            split("export T=x\r\n\r\nserver --x"),
+            Err(WordsError::SecondCommand(3))
+        );
+        assert_eq!(split("a 'b\nc'").unwrap(), ["a", "b\nc"]);
     }
 }

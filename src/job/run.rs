@@ -70,11 +70,16 @@ pub(crate) async fn plan(
     // Other running jobs keep what they declared: servers can be stopped, they are not.
     let jobs = super::Runs::of(ctx)?.running_memory().await;
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
+    let prod = crate::production::Production::current_recipe(&ctx.state);
+    let holders = deployments
+        .iter()
+        .filter(|d| d.running())
+        .map(|d| crate::memory::Holder::declared(d, prod.as_deref()))
+        .collect();
     let memory = MemoryPlan::new(
         ctx.settings.memory_budget_gb - jobs_gb,
         r.memory_gb,
-        &deployments,
-        ctx.settings.production_port,
+        holders,
     );
     if !memory.fits {
         let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();

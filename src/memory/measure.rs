@@ -52,20 +52,6 @@ pub(super) async fn holdings(rt: &Runtimes, d: &Deployment) -> (Processes, Figur
     }
 }
 
-/// The deployment's processes alone (host pids), as its runtime finds them.
-pub(super) async fn processes(rt: &Runtimes, d: &Deployment) -> Processes {
-    match d.runtime {
-        Runtime::Process => session_holdings(d).0,
-        Runtime::Docker => match (rt.docker(), remote_engine()) {
-            (Ok(docker), None) => container_processes(docker.client(), &d.id).await,
-            (Ok(_), Some(host)) => no_processes(format!(
-                "the Docker Engine is on another machine (DOCKER_HOST={host})"
-            )),
-            (Err(e), _) => no_processes(format!("the Docker Engine is not reachable: {e}")),
-        },
-    }
-}
-
 pub(super) fn no_processes(why: String) -> Processes {
     Processes {
         pids: Vec::new(),
@@ -202,6 +188,63 @@ async fn container_memory(docker: &bollard::Docker, id: &str) -> Figure {
         "the container's cgroup memory use less inactive page cache (Engine API stats, as \
          `docker stats` counts it)",
     )
+}
+
+/// What a running deployment holds, as the memory plan counts it: its processes' GPU memory,
+/// whether a GPU holds any of it, and its own resident memory with the page cache left out
+/// (a process's anonymous and shared pages; a container's cgroup less inactive page cache).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Share {
+    pub(crate) gpu: Option<u64>,
+    pub(crate) on_gpu: bool,
+    pub(crate) resident: Option<u64>,
+}
+
+pub(super) async fn share(rt: &Runtimes, d: &Deployment, apps: &[ComputeApp]) -> Share {
+    let (processes, resident) = holdings(rt, d).await;
+    share_of(d, &processes, &resident, apps)
+}
+
+/// The share of a deployment whose processes and resident figure were measured already.
+pub(super) fn share_of(
+    d: &Deployment,
+    processes: &Processes,
+    resident: &Figure,
+    apps: &[ComputeApp],
+) -> Share {
+    let pids = &processes.pids;
+    let resident = match d.runtime {
+        Runtime::Process => {
+            let own: Vec<u64> = pids
+                .iter()
+                .filter_map(|p| host::own_rss_bytes(*p))
+                .collect();
+            (!own.is_empty()).then(|| own.iter().sum())
+        }
+        Runtime::Docker => resident.bytes,
+    };
+    let ours: Vec<&ComputeApp> = apps.iter().filter(|a| pids.contains(&a.pid)).collect();
+    Share {
+        gpu: (!ours.is_empty()).then(|| ours.iter().filter_map(|a| a.used_bytes).sum()),
+        on_gpu: !ours.is_empty(),
+        resident,
+    }
+}
+
+impl Share {
+    /// What it holds in the pool it counts in, in GB: on a discrete GPU its GPU memory (or
+    /// its resident pages when no GPU holds any); in one unified pool both together.
+    pub(crate) fn gb(&self, discrete: bool) -> Option<f64> {
+        let bytes = match discrete {
+            true if self.on_gpu => self.gpu,
+            true => self.resident,
+            false => match (self.gpu, self.resident) {
+                (None, None) => None,
+                (g, r) => Some(g.unwrap_or(0) + r.unwrap_or(0)),
+            },
+        }?;
+        Some(bytes as f64 / 1e9)
+    }
 }
 
 /// The GPU memory of `pids` in nvidia-smi's per-process list.

@@ -23,7 +23,7 @@ mod measure;
 mod plan;
 pub(crate) mod pools;
 
-pub(crate) use plan::{for_server, MemoryPlan};
+pub(crate) use plan::{for_server, Holder, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};
@@ -184,14 +184,30 @@ pub(crate) struct Held {
     pub(crate) gpu: Figure,
     /// Its processes' resident memory (VmRSS, or the container's cgroup).
     pub(crate) resident: Figure,
+    /// What the memory plan counts it holding (its GPU memory, and on unified memory its
+    /// own resident pages, page cache left out); None: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) counted_gb: Option<f64>,
+    /// It holds more than it declares: the plan counts what it holds.
+    #[serde(default)]
+    pub(crate) over_declared: bool,
 }
 
 impl Held {
-    /// `GPU 3.47 GB + RSS 0.52 GB (declared 7.1 GB)`, with `-` for what is not known.
+    /// `GPU 3.47 GB + RSS 0.52 GB (declared 7.1 GB)`, with `-` for what is not known, and
+    /// both figures when it holds more than it declares.
     pub(crate) fn summary(&self) -> String {
         let fig = |f: &Figure| f.bytes.map_or("-".into(), format_gb);
+        let over = match (self.over_declared, self.counted_gb) {
+            (true, Some(gb)) => format!(
+                "; holds {gb:.2} GB, more than {}: planned at {gb:.2} GB",
+                self.declared_gb
+                    .map_or("none declared".into(), |g| format!("its declared {g} GB"))
+            ),
+            _ => String::new(),
+        };
         format!(
-            "GPU {} + RSS {} ({})",
+            "GPU {} + RSS {} ({}){over}",
             fig(&self.gpu),
             fig(&self.resident),
             self.declared_gb
@@ -202,14 +218,22 @@ impl Held {
 
 /// What each of `running` holds now: one nvidia-smi query for all of them.
 pub(crate) async fn held(rt: &Runtimes, running: &[&Deployment]) -> Vec<Held> {
-    let apps = crate::nvidia::compute_apps().await;
+    let (apps, devices) = tokio::join!(
+        crate::nvidia::compute_apps(),
+        crate::nvidia::device::Devices::probe()
+    );
+    let discrete = devices.kind() == crate::nvidia::device::Kind::Discrete;
+    let listed = apps.clone().unwrap_or_default();
     let mut out = Vec::new();
     for d in running {
         let (processes, resident) = holdings(rt, d).await;
+        let counted_gb = measure::share_of(d, &processes, &resident, &listed).gb(discrete);
         out.push(Held {
             declared_gb: d.memory_gb,
             gpu: gpu_figure(&processes.pids, apps.clone()),
             resident,
+            over_declared: counted_gb.is_some_and(|gb| gb > d.memory_gb.unwrap_or(0.0)),
+            counted_gb,
         });
     }
     out

@@ -1,14 +1,123 @@
-//! Room in the machine's memory for one more server: what must stop first, decided from
-//! what the running deployments declared, before anything is touched. The room is the pool
-//! the server's memory comes from (`pools`): the one unified pool of a Spark, or the GPUs a
-//! server on a discrete GPU is given.
+//! Room in the machine's memory for one more server: what must stop first, decided before
+//! anything is touched. The room is the pool the server's memory comes from (`pools`): the
+//! one unified pool of a Spark, or the GPUs a server on a discrete GPU is given. A running
+//! server counts with the larger of what its recipe declares and what it measurably holds
+//! (`Holder`); and no start may leave less available than the reserve (`Floor`).
 
 use serde::Serialize;
 
+use super::measure;
 use super::pools::{self, Pool};
+use crate::context::Settings;
 use crate::nvidia::device::{Devices, Kind};
 use crate::recipe::Recipe;
 use crate::runtime::{Deployment, Runtimes};
+
+const GB: f64 = 1e9;
+
+/// A running server as the plan counts it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Holder {
+    pub(crate) name: String,
+    /// `server.memory_gb` of its recipe.
+    pub(crate) declared_gb: Option<f64>,
+    /// What it holds in this pool now (None: not measured): GPU memory on a discrete GPU;
+    /// on unified memory or host RAM its GPU memory and its own resident pages, page cache
+    /// left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) measured_gb: Option<f64>,
+    /// What the front door routes production to: stopped last.
+    pub(crate) production: bool,
+}
+
+impl Holder {
+    /// A deployment counted by its declaration alone.
+    pub(crate) fn declared(d: &Deployment, production: Option<&str>) -> Holder {
+        Holder {
+            name: d.name.clone(),
+            declared_gb: d.memory_gb,
+            measured_gb: None,
+            production: Some(d.name.as_str()) == production,
+        }
+    }
+
+    /// What the plan counts: the larger of the declaration and the measure.
+    pub(crate) fn gb(&self) -> f64 {
+        self.declared_gb
+            .unwrap_or(0.0)
+            .max(self.measured_gb.unwrap_or(0.0))
+    }
+
+    /// It holds more than it declares.
+    pub(crate) fn over(&self) -> bool {
+        self.measured_gb
+            .is_some_and(|m| m > self.declared_gb.unwrap_or(0.0))
+    }
+
+    /// What stopping it gives back: what it measurably holds, else its declaration.
+    fn frees_gb(&self) -> f64 {
+        self.measured_gb.or(self.declared_gb).unwrap_or(0.0)
+    }
+
+    /// `prod 7 GB`, `prod ?`, or with both figures when it holds more than it declares.
+    pub(crate) fn describe(&self) -> String {
+        match (self.over(), self.measured_gb, self.declared_gb) {
+            (true, Some(m), Some(d)) => {
+                format!(
+                    "{} {m:.2} GB held, more than its declared {d} GB",
+                    self.name
+                )
+            }
+            (true, Some(m), None) => format!("{} {m:.2} GB held, none declared", self.name),
+            (_, _, Some(d)) => format!("{} {d} GB", self.name),
+            (_, _, None) => format!("{} ?", self.name),
+        }
+    }
+}
+
+/// What no start may push available memory under (`SPARKCTL_MEMORY_RESERVE_GB`): on a Spark
+/// a host out of memory hangs rather than failing the start.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Floor {
+    pub(crate) reserve_gb: f64,
+    /// Available now; None when it cannot be had (`what` says why).
+    pub(crate) available_gb: Option<f64>,
+    /// Where `available_gb` comes from.
+    pub(crate) what: String,
+    /// What the stops the plan makes give back.
+    pub(crate) freed_gb: f64,
+}
+
+impl Floor {
+    /// Available once the stops are made and the candidate holds `need_gb`.
+    pub(crate) fn left_gb(&self, need_gb: f64) -> Option<f64> {
+        Some(self.available_gb? + self.freed_gb - need_gb)
+    }
+
+    /// Whether the start leaves the reserve (true when available memory is not known: the
+    /// budget alone decides then, and the plan says so).
+    pub(crate) fn holds(&self, need_gb: f64) -> bool {
+        self.left_gb(need_gb)
+            .is_none_or(|left| left + 1e-9 >= self.reserve_gb)
+    }
+
+    fn describe(&self, need_gb: f64) -> String {
+        match self.left_gb(need_gb) {
+            Some(left) => format!(
+                "floor: {:.1} GB available ({}){} leaves {left:.1} GB once it runs, reserve {} GB",
+                self.available_gb.unwrap_or(0.0),
+                self.what,
+                if self.freed_gb > 0.0 {
+                    format!(", {:.1} GB freed by the stops,", self.freed_gb)
+                } else {
+                    String::new()
+                },
+                self.reserve_gb
+            ),
+            None => format!("floor not checked: {}", self.what),
+        }
+    }
+}
 
 /// Which running deployments must stop for a candidate to fit.
 #[derive(Debug, Clone, Serialize)]
@@ -21,54 +130,97 @@ pub(crate) struct MemoryPlan {
     pub(crate) budget_gb: f64,
     /// The candidate's declared need (`server.memory_gb`); none declared counts as 0.
     pub(crate) need_gb: Option<f64>,
-    /// Running deployments and what they declared.
-    pub(crate) running: Vec<(String, Option<f64>)>,
+    /// Running deployments in this pool, in the order they would stop.
+    pub(crate) running: Vec<Holder>,
     /// To stop, in this order, before the candidate starts.
     pub(crate) must_stop: Vec<String>,
-    /// Whether the candidate fits once `must_stop` have stopped.
+    /// Whether the candidate fits in the budget once `must_stop` have stopped.
     pub(crate) fits: bool,
+    /// Available memory once it runs, against the reserve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) floor: Option<Floor>,
 }
 
 impl MemoryPlan {
     /// Candidates (not production) go first, biggest first; production only if still needed.
-    pub(crate) fn new(
-        budget_gb: f64,
-        need_gb: Option<f64>,
-        running: &[Deployment],
-        production_port: u16,
-    ) -> MemoryPlan {
+    pub(crate) fn new(budget_gb: f64, need_gb: Option<f64>, running: Vec<Holder>) -> MemoryPlan {
         let need = need_gb.unwrap_or(0.0);
-        let mut order: Vec<&Deployment> = running.iter().filter(|d| d.running()).collect();
+        let mut order = running;
         order.sort_by(|a, b| {
-            (a.port == production_port)
-                .cmp(&(b.port == production_port))
-                .then(
-                    b.memory_gb
-                        .unwrap_or(0.0)
-                        .total_cmp(&a.memory_gb.unwrap_or(0.0)),
-                )
+            a.production
+                .cmp(&b.production)
+                .then(b.gb().total_cmp(&a.gb()))
         });
-        let mut used: f64 = order.iter().map(|d| d.memory_gb.unwrap_or(0.0)).sum();
+        let mut used: f64 = order.iter().map(Holder::gb).sum();
         let mut must_stop = Vec::new();
-        for d in &order {
+        for h in &order {
             if used + need <= budget_gb {
                 break;
             }
-            used -= d.memory_gb.unwrap_or(0.0);
-            must_stop.push(d.name.clone());
+            used -= h.gb();
+            must_stop.push(h.name.clone());
         }
         MemoryPlan {
             pool: Pool::Unified,
             pool_what: String::new(),
             budget_gb,
             need_gb,
-            running: order
-                .iter()
-                .map(|d| (d.name.clone(), d.memory_gb))
-                .collect(),
+            running: order,
             must_stop,
             fits: used + need <= budget_gb,
+            floor: None,
         }
+    }
+
+    /// `name` stops too, last (the instance a start replaces: production of the same
+    /// recipe, which one port and one name cannot run twice); what it holds is given back.
+    pub(crate) fn stop_also(&mut self, name: &str) {
+        if self.must_stop.iter().any(|n| n == name) {
+            return;
+        }
+        let gb = self
+            .running
+            .iter()
+            .find(|h| h.name == name)
+            .map_or(0.0, Holder::gb);
+        self.must_stop.push(name.to_string());
+        if let Some(f) = self.floor.as_mut() {
+            f.freed_gb += gb;
+        }
+        let left: f64 = (self.running.iter())
+            .filter(|h| !self.must_stop.contains(&h.name))
+            .map(Holder::gb)
+            .sum();
+        self.fits = left + self.need_gb.unwrap_or(0.0) <= self.budget_gb;
+    }
+
+    /// The plan once `must_stop` have stopped: what still runs, nothing left to stop, what
+    /// they gave back available. What a start is given after the room was made for it.
+    pub(crate) fn after_stops(&self) -> MemoryPlan {
+        let mut next = self.clone();
+        next.running.retain(|h| !self.must_stop.contains(&h.name));
+        next.must_stop.clear();
+        if let Some(f) = next.floor.as_mut() {
+            f.available_gb = f.available_gb.map(|a| a + f.freed_gb);
+            f.freed_gb = 0.0;
+        }
+        next
+    }
+
+    /// Whether the start leaves the reserve available (see `Floor`).
+    pub(crate) fn above_floor(&self) -> bool {
+        self.floor
+            .as_ref()
+            .is_none_or(|f| f.holds(self.need_gb.unwrap_or(0.0)))
+    }
+
+    /// Running servers that hold more than they declare, each with both figures.
+    pub(crate) fn over_declared(&self) -> Vec<String> {
+        self.running
+            .iter()
+            .filter(|h| h.over())
+            .map(Holder::describe)
+            .collect()
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -76,11 +228,7 @@ impl MemoryPlan {
             .need_gb
             .map(|g| format!("{g} GB"))
             .unwrap_or_else(|| "no declared memory".into());
-        let running: Vec<String> = self
-            .running
-            .iter()
-            .map(|(n, g)| format!("{n} {}", g.map(|g| format!("{g} GB")).unwrap_or("?".into())))
-            .collect();
+        let running: Vec<String> = self.running.iter().map(Holder::describe).collect();
         let running = if running.is_empty() {
             "nothing".to_string()
         } else {
@@ -91,133 +239,226 @@ impl MemoryPlan {
         } else {
             format!(" of {}", self.pool_what)
         };
+        let floor = self
+            .floor
+            .as_ref()
+            .map(|f| format!("; {}", f.describe(self.need_gb.unwrap_or(0.0))))
+            .unwrap_or_default();
         format!(
-            "needs {need} of a {:.1} GB budget{pool}; running: {running}",
+            "needs {need} of a {:.1} GB budget{pool}; running: {running}{floor}",
             self.budget_gb
         )
     }
 }
 
-/// The plan for a server `recipe` describes, in the pool its memory comes from. On a
-/// machine with discrete GPUs a running deployment counts where nvidia-smi sees it: on the
-/// GPUs when one of its processes holds GPU memory (by its declaration, or what it holds
-/// when that is more), in host RAM otherwise. An error: the recipe asks for GPUs this
-/// machine does not have.
+/// The plan for a server `recipe` describes, in the pool its memory comes from, beside
+/// `running` (`production` names production's recipe: it stops last), with `jobs_gb` held
+/// by running jobs. On a machine with discrete GPUs a running deployment counts where
+/// nvidia-smi sees it: on the GPUs when one of its processes holds GPU memory, in host RAM
+/// otherwise. An error: the recipe asks for GPUs this machine does not have.
 pub(crate) async fn for_server(
     rt: &Runtimes,
     recipe: &Recipe,
-    host_gb: f64,
+    settings: &Settings,
+    jobs_gb: f64,
     running: &[Deployment],
-    production_port: u16,
+    production: Option<&str>,
 ) -> Result<MemoryPlan, String> {
     let devices = Devices::probe().await;
+    let host_gb = settings.memory_budget_gb - jobs_gb;
     let budget = pools::budget(&devices, host_gb, &recipe.gpu_use())?;
-    let counted = match devices.kind() {
-        Kind::Discrete => on_gpus(rt, running)
-            .await
-            .into_iter()
-            .filter(|(_, on_gpu)| pools::counts_in(&budget.pool, *on_gpu))
-            .map(|(d, _)| d)
-            .collect(),
-        _ => running.to_vec(),
-    };
-    let mut plan = MemoryPlan::new(
-        budget.gb,
-        recipe.server.memory_gb,
-        &counted,
-        production_port,
-    );
+    let apps = crate::nvidia::compute_apps().await.unwrap_or_default();
+    let discrete = devices.kind() == Kind::Discrete;
+    let running: Vec<&Deployment> = running.iter().filter(|d| d.running()).collect();
+    let shares =
+        futures_util::future::join_all(running.iter().map(|d| measure::share(rt, d, &apps))).await;
+    let holders: Vec<Holder> = running
+        .iter()
+        .zip(shares)
+        .filter(|(_, s)| !discrete || pools::counts_in(&budget.pool, s.on_gpu))
+        .map(|(d, s)| Holder {
+            measured_gb: s.gb(discrete),
+            ..Holder::declared(d, production)
+        })
+        .collect();
+    let mut plan = MemoryPlan::new(budget.gb, recipe.server.memory_gb, holders);
+    let freed: f64 = plan
+        .running
+        .iter()
+        .filter(|h| plan.must_stop.contains(&h.name))
+        .map(
+            |h| match settings.memory_declared && !is_gpus(&budget.pool) {
+                true => h.gb(),
+                false => h.frees_gb(),
+            },
+        )
+        .sum();
+    let (available_gb, what) = available(&budget.pool, &devices, settings, jobs_gb, &plan).await;
+    plan.floor = Some(Floor {
+        reserve_gb: settings.memory_reserve_gb,
+        available_gb,
+        what,
+        freed_gb: freed,
+    });
     plan.pool = budget.pool;
     plan.pool_what = budget.what;
     Ok(plan)
 }
 
-/// Each running deployment, whether a GPU holds memory for it, and the figure it counts
-/// with (the measured GPU memory where above the declaration).
-async fn on_gpus(rt: &Runtimes, running: &[Deployment]) -> Vec<(Deployment, bool)> {
-    let apps = crate::nvidia::compute_apps().await.unwrap_or_default();
-    let mut out = Vec::new();
-    for d in running.iter().filter(|d| d.running()) {
-        let pids = super::measure::processes(rt, d).await.pids;
-        let held: u64 = apps
-            .iter()
-            .filter(|a| pids.contains(&a.pid))
-            .filter_map(|a| a.used_bytes)
-            .sum();
-        let on_gpu = apps.iter().any(|a| pids.contains(&a.pid));
-        let mut d = d.clone();
-        let measured = held as f64 / 1e9;
-        if on_gpu && d.memory_gb.is_none_or(|gb| gb < measured) {
-            d.memory_gb = Some(measured);
+fn is_gpus(pool: &Pool) -> bool {
+    matches!(pool, Pool::Gpus { .. })
+}
+
+/// Available memory in `pool` now, and where the figure comes from: the GPUs' free memory
+/// (nvidia-smi); MemAvailable for host memory; or, for a pool `SPARKCTL_MEMORY_GB` declares,
+/// that pool less what the plan counts running (MemAvailable is the real machine's, not
+/// the declared pool's).
+async fn available(
+    pool: &Pool,
+    devices: &Devices,
+    settings: &Settings,
+    jobs_gb: f64,
+    plan: &MemoryPlan,
+) -> (Option<f64>, String) {
+    match pool {
+        Pool::Gpus { indices } => match crate::nvidia::free_memory().await {
+            Ok(free) => {
+                let given: Vec<Option<u64>> = indices
+                    .iter()
+                    .map(|i| free.get(*i).copied().flatten())
+                    .collect();
+                match given.iter().all(Option::is_some) {
+                    true => (
+                        Some(given.iter().flatten().sum::<u64>() as f64 / GB),
+                        format!("free memory of GPU(s) {indices:?} by nvidia-smi"),
+                    ),
+                    false => (None, "nvidia-smi gives no free memory for the GPU".into()),
+                }
+            }
+            Err(e) => (None, format!("the GPUs' free memory is unknown: {e}")),
+        },
+        _ if settings.memory_declared => {
+            let total = settings.memory_budget_gb + settings.memory_reserve_gb;
+            let used: f64 = plan.running.iter().map(Holder::gb).sum::<f64>() + jobs_gb;
+            (
+                Some(total - used),
+                "the pool SPARKCTL_MEMORY_GB declares, less what runs in it".into(),
+            )
         }
-        out.push((d, on_gpu));
+        _ => match crate::host::meminfo() {
+            Some(m) => (Some(m.available as f64 / GB), "MemAvailable".into()),
+            None => (
+                None,
+                format!(
+                    "/proc/meminfo gives no MemAvailable ({})",
+                    devices.why_none()
+                ),
+            ),
+        },
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Engine;
-    use crate::recipe::Runtime;
-    use crate::runtime::RunState;
 
-    fn running(name: &str, port: u16, gb: f64) -> Deployment {
-        Deployment {
+    fn holder(name: &str, gb: f64, production: bool) -> Holder {
+        Holder {
             name: name.into(),
-            runtime: Runtime::Process,
-            engine: Engine::Sim,
-            id: "1".into(),
-            run_id: "r".into(),
-            recipe_hash: String::new(),
-            model_fingerprint: None,
-            artifact: String::new(),
-            image_ref: None,
-            host: "127.0.0.1".into(),
-            port,
-            health_path: "/health".into(),
-            memory_gb: Some(gb),
-            started_at: 0,
-            state: RunState::Running,
-            log_file: None,
+            declared_gb: Some(gb),
+            measured_gb: None,
+            production,
         }
     }
 
     #[test]
     fn a_candidate_that_fits_stops_nothing() {
-        let plan = MemoryPlan::new(
-            120.0,
-            Some(12.0),
-            &[running("llama-server", 8003, 7.1)],
-            8003,
-        );
+        let plan = MemoryPlan::new(120.0, Some(12.0), vec![holder("llama-server", 7.1, true)]);
         assert!(plan.fits);
         assert!(plan.must_stop.is_empty());
     }
 
     #[test]
     fn candidates_stop_before_production_and_biggest_first() {
-        let deps = [
-            running("llama-server", 8003, 7.1),
-            running("small", 8001, 2.0),
-            running("big", 8002, 20.0),
-        ];
+        let deps = |prod: &str| {
+            vec![
+                holder("llama-server", 7.1, prod == "llama-server"),
+                holder("small", 2.0, prod == "small"),
+                holder("big", 20.0, prod == "big"),
+            ]
+        };
         // 29.1 in use; 109 more needs 138.1 of 120: stopping big (20) is enough.
-        let plan = MemoryPlan::new(120.0, Some(109.0), &deps, 8003);
+        let plan = MemoryPlan::new(120.0, Some(109.0), deps("llama-server"));
         assert_eq!(plan.must_stop, vec!["big"]);
         assert!(plan.fits);
         // 116 needs big, small and then production too.
-        let plan = MemoryPlan::new(120.0, Some(116.0), &deps, 8003);
+        let plan = MemoryPlan::new(120.0, Some(116.0), deps("llama-server"));
         assert_eq!(plan.must_stop, vec!["big", "small", "llama-server"]);
         assert!(plan.fits);
+        // Once they stopped, nothing is left to stop and the candidate still fits.
+        let after = plan.after_stops();
+        assert!(after.must_stop.is_empty() && after.fits);
+        assert!(after.running.is_empty(), "{:?}", after.running);
+        // Production is known by its record, not its size: the biggest is not stopped
+        // before smaller candidates when it is production.
+        let plan = MemoryPlan::new(120.0, Some(100.0), deps("big"));
+        assert_eq!(plan.must_stop, vec!["llama-server", "small"]);
     }
 
     #[test]
     fn a_candidate_bigger_than_the_budget_never_fits() {
-        let plan = MemoryPlan::new(100.0, Some(109.0), &[], 8003);
+        let plan = MemoryPlan::new(100.0, Some(109.0), vec![]);
         assert!(!plan.fits);
         assert!(plan
             .describe()
             .contains("needs 109 GB of a 100.0 GB budget"));
+    }
+
+    #[test]
+    fn a_server_holding_more_than_it_declares_counts_with_what_it_holds() {
+        // Declared, 7 + 5 fits in 14; held, 9.5 + 5 does not: production must stop.
+        let mut prod = holder("prod", 7.0, true);
+        prod.measured_gb = Some(9.5);
+        let plan = MemoryPlan::new(14.0, Some(5.0), vec![prod.clone()]);
+        assert_eq!(plan.must_stop, vec!["prod"]);
+        assert_eq!(
+            plan.over_declared(),
+            vec!["prod 9.50 GB held, more than its declared 7 GB"]
+        );
+        assert!(plan.describe().contains("running: prod 9.50 GB held"));
+        // Holding less than declared: the declaration counts, and nothing is said.
+        prod.measured_gb = Some(0.2);
+        let plan = MemoryPlan::new(14.0, Some(5.0), vec![prod]);
+        assert!(plan.must_stop.is_empty() && plan.over_declared().is_empty());
+    }
+
+    #[test]
+    fn the_floor_counts_what_the_stops_free_and_refuses_under_the_reserve() {
+        let mut plan = MemoryPlan::new(100.0, Some(30.0), vec![holder("prod", 40.0, true)]);
+        plan.floor = Some(Floor {
+            reserve_gb: 8.0,
+            available_gb: Some(30.0),
+            what: "MemAvailable".into(),
+            freed_gb: 0.0,
+        });
+        // 30 available, 30 needed: 0 left, under the 8 GB reserve.
+        assert!(plan.fits && !plan.above_floor());
+        assert!(plan
+            .describe()
+            .contains("leaves 0.0 GB once it runs, reserve 8 GB"));
+        plan.floor.as_mut().unwrap().freed_gb = 40.0;
+        assert!(plan.above_floor());
+        let after = plan.after_stops();
+        assert_eq!(after.floor.as_ref().unwrap().available_gb, Some(70.0));
+        assert!(after.above_floor());
+        // Not known: the budget alone decides, and the plan says why.
+        plan.floor = Some(Floor {
+            reserve_gb: 8.0,
+            available_gb: None,
+            what: "no figure".into(),
+            freed_gb: 0.0,
+        });
+        assert!(plan.above_floor());
+        assert!(plan.describe().contains("floor not checked: no figure"));
     }
 }

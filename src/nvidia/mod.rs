@@ -29,6 +29,9 @@ const APPS_QUERY: [&str; 2] = [
     "--format=csv,noheader,nounits",
 ];
 
+/// What `free_memory()` asks: each GPU's free memory, in MiB.
+const FREE_QUERY: [&str; 2] = ["--query-gpu=memory.free", "--format=csv,noheader,nounits"];
+
 /// A wedged driver can make nvidia-smi hang; nothing sparkctl does should hang with it.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -81,6 +84,18 @@ pub(crate) async fn gpus() -> Result<Vec<Gpu>, SmiError> {
 /// GPU memory per process, on every GPU.
 pub(crate) async fn compute_apps() -> Result<Vec<ComputeApp>, SmiError> {
     parse_compute_apps(&query(&APPS_QUERY).await?)
+}
+
+/// Each GPU's free memory now, in nvidia-smi's index order; None where it reports no figure
+/// (`[N/A]` on a GB10, whose GPU has no memory of its own).
+pub(crate) async fn free_memory() -> Result<Vec<Option<u64>>, SmiError> {
+    query(&FREE_QUERY)
+        .await?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|line| memory_field(line).map_err(|why| unreadable(line, why)))
+        .collect()
 }
 
 async fn query(args: &[&str]) -> Result<String, SmiError> {

@@ -257,8 +257,26 @@ fn check_health(out: &mut Report, r: &Recipe, profile: &Profile) {
     }
 }
 
-/// Gate names and rules, and the load settings.
+/// The suite the benchmark runs loads and keeps every suite rule (runs ≥ 5, cases, turns,
+/// tools): no model loads for a mistake in it.
+fn check_suite(out: &mut Report, spec: &str) {
+    let suites = out
+        .path
+        .parent()
+        .map(|p| p.join("suites"))
+        .unwrap_or_default();
+    if let Err(e) = crate::bench::replay::check_spec(spec, &suites) {
+        out.bad(
+            "bench.suite",
+            format!("the suite `{spec}` does not load: {e}"),
+            "fix the suite, or name a built-in suite, one in recipes/suites/, or a file",
+        );
+    }
+}
+
+/// The suite, gate names and rules, and the load settings.
 fn check_bench(out: &mut Report, bench: &Bench) {
+    check_suite(out, &bench.suite);
     for (gate, rule) in &bench.gates {
         let key = format!("bench.gates.{gate}");
         match GateRule::new(gate, rule) {

@@ -121,7 +121,16 @@ struct ProcessLaunch<'a> {
     program: &'a str,
     args: &'a [String],
     env: &'a std::collections::BTreeMap<String, String>,
+    env_from_host: &'a [String],
 }
+
+/// The front door's own key, which its environment holds and no engine needs: a server
+/// started by the door (or by a command that has the key set) does not inherit it, unless
+/// its recipe names it.
+const DOOR_KEY_VARS: [&str; 2] = [
+    "SPARKCTL_FRONTDOOR_API_KEY",
+    "SPARKCTL_FRONTDOOR_API_KEY_FILE",
+];
 
 fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
     let Launch::Process {
@@ -144,7 +153,12 @@ fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
     {
         return Err(missing_host_var(&resolved.name, name));
     }
-    Ok(ProcessLaunch { program, args, env })
+    Ok(ProcessLaunch {
+        program,
+        args,
+        env,
+        env_from_host,
+    })
 }
 
 pub(crate) fn missing_host_var(recipe: &str, name: &str) -> Error {
@@ -175,7 +189,12 @@ impl Supervisor for ProcessRuntime {
 
     async fn start(&self, spec: &StartSpec, artifact: &str) -> Result<Started> {
         let resolved = &spec.resolved;
-        let ProcessLaunch { args, env, .. } = launch_parts(resolved)?;
+        let ProcessLaunch {
+            args,
+            env,
+            env_from_host,
+            ..
+        } = launch_parts(resolved)?;
         let log_path = self.state.log_file(&resolved.name, &spec.run_id)?;
         let log = OpenOptions::new()
             .create(true)
@@ -187,6 +206,11 @@ impl Supervisor for ProcessRuntime {
             .map_err(|e| Error::io("cannot share the log file", e))?;
 
         let mut cmd = tokio::process::Command::new(artifact);
+        for name in DOOR_KEY_VARS {
+            if !env_from_host.iter().any(|n| n == name) {
+                cmd.env_remove(name);
+            }
+        }
         cmd.args(args)
             .envs(env)
             .stdin(std::process::Stdio::null())

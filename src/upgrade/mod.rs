@@ -236,7 +236,7 @@ async fn conclude(
                     crate::units::short_digest(&old),
                     c.describe(None)
                 ));
-                let flow = Ctx::open(ctx, recipes, false).await?;
+                let flow = Ctx::open(ctx, recipes, &[&name], false).await?;
                 bisect::run(&flow, &name, (&old, &note.new), c, say).await
             }
             None => crate::history::BisectNote {
@@ -335,7 +335,7 @@ impl Run<'_> {
         pin: &crate::lock::Pin,
     ) -> Result<Report> {
         let ctx = self.ctx;
-        let flow = match Ctx::open(ctx, recipes, false).await {
+        let flow = match Ctx::open(ctx, recipes, &[name], false).await {
             Ok(f) => f,
             Err(e) => return self.ended(Outcome::Failed, e.to_string()),
         };

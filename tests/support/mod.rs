@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod disk;
+pub mod lan;
 pub mod registry;
 
 use std::io::{BufRead, BufReader};
@@ -92,6 +93,31 @@ impl Sim {
 }
 
 /// Status code of a plain GET, with no async runtime (usable from any test).
+/// The files under `dir` that hold `needle`, one path a line (empty: none does).
+pub fn files_holding(dir: &Path, needle: &str) -> String {
+    let grep = Command::new("grep")
+        .args(["-rl", "--", needle])
+        .arg(dir)
+        .output()
+        .expect("grep runs");
+    text(&grep.stdout)
+}
+
+/// Peak and current resident memory of a process (VmHWM, VmRSS from /proc), bytes.
+pub fn memory_of(pid: i64) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    };
+    (kb("VmHWM:"), kb("VmRSS:"))
+}
+
 pub fn http_status(base: &str, path: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://");
@@ -544,6 +570,28 @@ impl Deck {
         .unwrap();
     }
 
+    /// `sparkctl import NAME ARGS…`, then the recipe moved to a port of this test's own: an
+    /// import picks the engine's usual port (8000 for the sim) when the server it reads holds
+    /// the production port, and another test process may take that one before this test
+    /// starts the recipe.
+    pub fn import(&self, name: &str, args: &[&str]) -> Ran {
+        let mut all = vec!["import", name];
+        all.extend_from_slice(args);
+        let ran = self.sparkctl(&all).succeeds();
+        let path = self.dir.join(format!("recipes/{name}.yaml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let port = free_port();
+        let moved: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix("  port: ") {
+                Some(p) if p.parse::<u16>().is_ok() => format!("  port: {port}"),
+                _ => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&path, moved.join("\n") + "\n").unwrap();
+        ran
+    }
+
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = sparkctl();
         cmd.arg("--recipes")
@@ -812,9 +860,19 @@ impl Traffic {
         Traffic::asking_for(url, every, "any")
     }
 
+    /// As `start`, on a new connection for every request: a client whose kept-alive
+    /// connection to a server that is then stopped (`adopt`'s foreign one) cannot be cut.
+    pub fn fresh_connections(url: &str, every: Duration) -> Traffic {
+        Traffic::spawn(url, every, "any", false)
+    }
+
     /// As `start`, naming `model` (a server that checks the name, as vLLM does, answers 404
     /// to any other).
     pub fn asking_for(url: &str, every: Duration, model: &str) -> Traffic {
+        Traffic::spawn(url, every, model, true)
+    }
+
+    fn spawn(url: &str, every: Duration, model: &str, keep_alive: bool) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), answered.clone());
@@ -824,7 +882,7 @@ impl Traffic {
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(url, every, model, flag, count))
+                .block_on(traffic(url, every, model, keep_alive, flag, count))
         });
         Traffic {
             stop,
@@ -857,14 +915,17 @@ async fn traffic(
     url: String,
     every: Duration,
     model: String,
+    keep_alive: bool,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> TrafficReport {
-    let client = ::reqwest::Client::builder()
+    let mut builder = ::reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .unwrap();
+        .timeout(Duration::from_secs(300));
+    if !keep_alive {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    let client = builder.build().unwrap();
     let body = serde_json::json!({
         "model": model, "max_tokens": 1, "stream": true,
         "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
@@ -907,6 +968,37 @@ async fn traffic(
         tokio::time::sleep(every.saturating_sub(began.elapsed())).await;
     }
     report
+}
+
+/// `n` "builds" of a server under `dir` (`build-I/server`, oldest first by mtime), each a
+/// script running this sparkctl's sim; from build `slow_from` on, with `slow_ttft` to the
+/// first token instead of `fast_ttft`: what `bisect --builds` searches. Their paths.
+pub fn sim_builds(
+    dir: &Path,
+    n: usize,
+    slow_from: usize,
+    (fast_ttft, slow_ttft): (&str, &str),
+) -> Vec<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let now = std::time::SystemTime::now();
+    (1..=n)
+        .map(|i| {
+            let path = dir.join(format!("build-{i}/server"));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let ttft = if i >= slow_from { slow_ttft } else { fast_ttft };
+            let script = format!(
+                "#!/bin/sh\n# build {i}\nexec {} sim --ttft {ttft} \"$@\"\n",
+                env!("CARGO_BIN_EXE_sparkctl")
+            );
+            std::fs::write(&path, script).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_permissions(std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            f.set_modified(now - Duration::from_secs(600 - 60 * i as u64))
+                .unwrap();
+            path
+        })
+        .collect()
 }
 
 /// The real CPU llama-server and the random-weight test model `.ci/test` builds and caches.

@@ -1,10 +1,16 @@
-//! What `up` and `rollback` share: the context, the signals that interrupt them, and the one
-//! way back when they fail — never stop what the front door routes to; if production was
-//! stopped to make room, start it again and switch the front door back to it.
+//! What every change of production shares: the context, the signals that interrupt it, the
+//! one plan and execution of a switch (`plan`: blue/green or swap), and the one way back
+//! when it fails (`restore`).
+
+mod plan;
+mod restore;
 
 use std::time::Instant;
 
-use super::{plan_start, start, Settings, StartOptions, STOP_GRACE};
+pub(crate) use plan::{make_room, retire, Hold, Mode, Plan};
+pub(crate) use restore::restore;
+
+use super::{Settings, StartOptions};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Launch, Remote};
@@ -30,12 +36,18 @@ pub(crate) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// Reaches the front door, starting it when it is not running (a dry run only asks it,
     /// so it starts nothing and plans even while another server holds the production
-    /// port), and reads the lock.
+    /// port), and reads the lock. `needs` are the recipes the flow names: each must load
+    /// first, so a name that is no recipe (or a broken one) starts nothing, not even the
+    /// front door.
     pub(crate) async fn open(
         shared: &'a Context,
         recipes: &'a RecipeSet,
+        needs: &[&str],
         dry_run: bool,
     ) -> Result<Ctx<'a>> {
+        for name in needs {
+            recipes.get(name)?;
+        }
         let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
         let door = if dry_run {
             frontdoor::answering(&shared.state, &door_config)
@@ -183,18 +195,6 @@ pub(crate) async fn timed<T>(
     r
 }
 
-/// Starts `name` on its own port and waits until it serves; the front door's upstream for it.
-pub(crate) async fn start_instance(
-    ctx: &Ctx<'_>,
-    name: &str,
-    allow_unpinned: bool,
-) -> Result<Deployment> {
-    let loaded = ctx.recipes.get(name)?;
-    refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
-    let plan = plan_start(ctx.shared, loaded, &ctx.start_options(allow_unpinned)).await?;
-    Ok(start(ctx.rt(), &plan, None, |_| {}).await?.deployment)
-}
-
 /// The front door owns the production port: a backend needs its own.
 pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Result<()> {
     if port == settings.production_port {
@@ -202,16 +202,6 @@ pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16)
             "{name}: server.port is the production port {port}, which the front door owns; give \
              the recipe its own port (the front door sends production's requests there)"
         )));
-    }
-    Ok(())
-}
-
-/// Stops the very instance `u` names, if it still runs.
-pub(crate) async fn stop_instance(ctx: &Ctx<'_>, u: &Upstream) -> Result<()> {
-    if let Some(d) = ctx.rt().find(&u.recipe).await? {
-        if d.running() && d.id == u.deployment {
-            ctx.rt().stop(&d, STOP_GRACE).await?;
-        }
     }
     Ok(())
 }
@@ -277,103 +267,4 @@ impl Touched {
             ..Touched::default()
         }
     }
-}
-
-/// Puts things back after a failure or an interrupt: whatever the front door routes to
-/// keeps running; what the flow started otherwise stops (logs kept); production stopped to
-/// make room starts again and the front door is switched back to it. Returns what was done.
-pub(crate) async fn restore(
-    ctx: &Ctx<'_>,
-    mut t: Touched,
-    recipe: &str,
-    say: &dyn Fn(&str),
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    let door = ctx.door.status().await.ok();
-    let routed = door.as_ref().and_then(|s| s.upstream.clone());
-    // Interrupted before the start was recorded: an instance of this recipe carrying this
-    // run's id is this flow's (any other was started by someone else, and stays). A
-    // container only created may have its start request still on the way to the engine:
-    // watched a moment for that.
-    if t.started.is_none() && !t.run_id.is_empty() {
-        let deadline = Instant::now() + std::time::Duration::from_secs(2);
-        loop {
-            let not_routed = |d: &Deployment| routed.as_ref().is_none_or(|u| u.deployment != d.id);
-            let ours = ctx.rt().find(recipe).await.ok().flatten();
-            match ours.filter(|d| d.run_id == t.run_id) {
-                Some(d) if d.running() && not_routed(&d) => {
-                    t.started = Some(d);
-                    break;
-                }
-                Some(d)
-                    if d.state == crate::runtime::RunState::Created
-                        && Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                _ => break,
-            }
-        }
-    }
-    let serves = |c: &Deployment| routed.as_ref().is_some_and(|u| u.deployment == c.id);
-    if !t.started.as_ref().is_some_and(serves) {
-        // A multi-node start cut short leaves Ray's containers on other nodes.
-        if let Ok(loaded) = ctx.recipes.get(recipe) {
-            let leftovers =
-                crate::runtime::group::stop_group_leftovers(ctx.rt(), &loaded.recipe, &t.run_id);
-            for note in leftovers.await {
-                notes.push(format!("stopped {note}"));
-            }
-        }
-    }
-    if let Some(c) = &t.started {
-        if serves(c) {
-            notes.push(format!("{} serves production already; kept", c.name));
-        } else {
-            let _ = ctx.rt().stop(c, STOP_GRACE).await;
-            notes.push(format!(
-                "stopped {} (its logs: `sparkctl logs {}`)",
-                c.name, c.name
-            ));
-        }
-    }
-    let production = match &door {
-        Some(s) => s.production.clone(),
-        None => Production::load(ctx.state()).unwrap_or_default(),
-    };
-    let serving_alive = match &routed {
-        Some(u) => crate::frontdoor::alive(ctx.rt(), u).await,
-        None => false,
-    };
-    if serving_alive {
-        return notes;
-    }
-    // Nothing answers behind the front door: production back, as it was.
-    if let Some(prod) = t.production_stopped.as_ref().or(production.serving()) {
-        say(&format!("restoring production {}", prod.recipe));
-        match start_instance(ctx, &prod.recipe, true).await {
-            Ok(d) => {
-                let mut next = production.clone();
-                match next.current.as_mut() {
-                    Some(e) if e.recipe == prod.recipe => e.upstream = Some(upstream_of(&d)),
-                    _ => {}
-                }
-                match ctx.door.switch(&next, ctx.door_config.drain).await {
-                    Ok(_) => notes.push(format!("{} serves production again", prod.recipe)),
-                    Err(e) => notes.push(format!("switching back to {} failed: {e}", prod.recipe)),
-                }
-            }
-            // The front door's watch may have brought it back meanwhile (its port taken).
-            Err(e) => match ctx.door.status().await.ok().and_then(|s| s.upstream) {
-                Some(u) if crate::frontdoor::alive(ctx.rt(), &u).await => {
-                    notes.push(format!("the front door's watch brought {} back", u.recipe))
-                }
-                _ => notes.push(format!("restoring {} failed too: {e}", prod.recipe)),
-            },
-        }
-    } else if t.held {
-        // Held with nothing to go back to: let the front door answer 503 rather than wait.
-        let _ = ctx.door.switch(&production, ctx.door_config.drain).await;
-    }
-    notes
 }

@@ -1,0 +1,205 @@
+//! The one switch of production, whatever changes it — `up`, `rollback`, the front door's
+//! watch (a restart, the fallback), bisect's steps, `adopt`, the way back: one plan says
+//! blue/green (the next one fits beside production) or swap (production stops first, the
+//! front door holding its requests), and one execution makes the room: candidates stop
+//! first, production last, then the start is given the memory as it is once they stopped.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{upstream_of, Touched};
+use crate::context::Context;
+use crate::deploy::{plan_start, StartOptions, StartPlan, STOP_GRACE};
+use crate::error::Result;
+use crate::frontdoor::Remote;
+use crate::memory::{Holder, MemoryPlan};
+use crate::production::{Production, Upstream};
+use crate::recipe::LoadedRecipe;
+use crate::runtime::{Deployment, Runtimes};
+
+/// How the next production takes the current one's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Mode {
+    /// Both fit: the next one starts beside production, which serves until the switch.
+    BlueGreen,
+    /// They do not: production stops first; the front door holds requests meanwhile.
+    Swap,
+}
+
+impl Mode {
+    /// Swap when the memory plan must stop production to make room.
+    pub(crate) fn of(memory: &MemoryPlan) -> Mode {
+        match memory
+            .running
+            .iter()
+            .any(|h| h.production && memory.must_stop.contains(&h.name))
+        {
+            true => Mode::Swap,
+            false => Mode::BlueGreen,
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::BlueGreen => "blue/green",
+            Mode::Swap => "swap",
+        })
+    }
+}
+
+/// One switch, planned: the start (its memory plan made beside what runs now, `must_stop`
+/// in the order they stop) and the mode that follows from it.
+pub(crate) struct Plan {
+    pub(crate) start: StartPlan,
+    pub(crate) mode: Mode,
+}
+
+impl Plan {
+    /// Plans the start of `loaded` beside what runs now: every cheap check, nothing changed.
+    /// What can never fit, or would leave less than the reserve, is refused here, before
+    /// anything stops.
+    pub(crate) async fn new(
+        shared: &Context,
+        loaded: &LoadedRecipe,
+        opts: &StartOptions<'_>,
+    ) -> Result<Plan> {
+        let start = plan_start(shared, loaded, opts).await?;
+        Ok(Plan {
+            mode: Mode::of(&start.memory),
+            start,
+        })
+    }
+
+    /// Production's recipe, when the plan stops it.
+    pub(crate) fn stops_production(&self) -> Option<&str> {
+        let m = &self.start.memory;
+        m.running
+            .iter()
+            .find(|h| h.production && m.must_stop.contains(&h.name))
+            .map(|h| h.name.as_str())
+    }
+
+    /// What the plan stops that is not production.
+    pub(crate) fn stops_others(&self) -> Vec<&str> {
+        let prod = self.stops_production();
+        let m = &self.start.memory;
+        m.must_stop
+            .iter()
+            .map(String::as_str)
+            .filter(|n| Some(*n) != prod)
+            .collect()
+    }
+
+    /// How production fares, in words: `production` is the recipe the front door holds as
+    /// production, `serving` whether its instance answers.
+    pub(crate) fn how(&self, production: Option<&str>, serving: bool) -> String {
+        match (production, self.mode, serving) {
+            (Some(p), Mode::Swap, _) => format!(
+                "production {p} must stop first (swap: the front door holds requests meanwhile)"
+            ),
+            (Some(p), Mode::BlueGreen, true) => {
+                format!(
+                    "production {p} keeps serving until {} serves (blue/green)",
+                    self.start.name
+                )
+            }
+            (Some(p), Mode::BlueGreen, false) => format!(
+                "production {p} is not running: the front door holds requests until one serves"
+            ),
+            (None, _, _) => "no production yet: the front door answers 503 until one serves".into(),
+        }
+    }
+
+    /// When production is a server sparkctl does not run (`adopt`): it counts as
+    /// production holding `gb` (its recipe's declaration: it is the same server). A size
+    /// nobody declared cannot be planned beside: it stops first.
+    pub(crate) fn beside_foreign(&mut self, name: &str, gb: Option<f64>) {
+        let m = &self.start.memory;
+        let mut running = m.running.clone();
+        running.push(Holder {
+            name: name.to_string(),
+            declared_gb: gb,
+            measured_gb: None,
+            production: true,
+        });
+        let mut next = MemoryPlan::new(m.budget_gb, m.need_gb, running);
+        if gb.is_none() && !next.must_stop.iter().any(|n| n == name) {
+            next.must_stop.push(name.to_string());
+        }
+        next.pool = m.pool.clone();
+        next.pool_what = m.pool_what.clone();
+        next.floor = m.floor.clone();
+        self.mode = Mode::of(&next);
+        self.start.memory = next;
+    }
+}
+
+/// How production's requests wait while it is stopped.
+pub(crate) enum Hold<'a> {
+    /// A command asks the front door (over its socket), draining for this long.
+    Ask(&'a Remote, Duration),
+    /// The caller holds already (the front door's watch; `adopt`, whose door holds from its
+    /// first moment), or there is nothing to hold.
+    Held,
+}
+
+/// Makes the room the plan names: candidates stop first, then production, once the front
+/// door holds its requests. `touched` learns what the way back must undo. The plan's start
+/// is then given the memory as it is once they stopped.
+pub(crate) async fn make_room<F: Fn(&str) + ?Sized>(
+    rt: &Runtimes,
+    plan: &mut Plan,
+    hold: Hold<'_>,
+    touched: Option<&Mutex<Touched>>,
+    say: &F,
+) -> Result<()> {
+    let prod = plan.stops_production().map(String::from);
+    for victim in plan.start.memory.must_stop.clone() {
+        let Some(d) = rt.find(&victim).await?.filter(Deployment::running) else {
+            continue;
+        };
+        if Some(&victim) == prod.as_ref() {
+            if let Hold::Ask(door, drain) = &hold {
+                // Requests wait at the front door instead of finding nothing.
+                door.hold(*drain).await?;
+                if let Some(t) = touched {
+                    t.lock().expect("touched").held = true;
+                }
+            }
+            if let Some(t) = touched {
+                t.lock().expect("touched").production_stopped = Some(upstream_of(&d));
+            }
+        }
+        say(&format!("stopping {victim} to make room"));
+        rt.stop(&d, STOP_GRACE).await?;
+    }
+    plan.start.memory = plan.start.memory.after_stops();
+    Ok(())
+}
+
+/// After the front door switched to `next`: `old` (what it routed to before) stops unless
+/// `next` still routes to it or keeps it warm.
+pub(crate) async fn retire(rt: &Runtimes, next: &Production, old: Option<&Upstream>) -> Result<()> {
+    let Some(old) = old else { return Ok(()) };
+    let kept = next
+        .serving()
+        .is_some_and(|u| u.deployment == old.deployment)
+        || next
+            .warm
+            .iter()
+            .any(|w| w.upstream.deployment == old.deployment);
+    if kept {
+        return Ok(());
+    }
+    if let Some(d) = rt.find(&old.recipe).await? {
+        if d.running() && d.id == old.deployment {
+            rt.stop(&d, STOP_GRACE).await?;
+        }
+    }
+    Ok(())
+}
