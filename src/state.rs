@@ -199,33 +199,6 @@ impl StateDir {
         Ok(StateLock { _file: file })
     }
 
-    /// The lock, waited for up to `within` while another process holds it (`say` hears
-    /// once that it waits, and the holder); then the holder's error.
-    pub(crate) async fn lock_within(
-        &self,
-        what: &str,
-        within: std::time::Duration,
-        say: &dyn Fn(&str),
-    ) -> Result<StateLock> {
-        let deadline = std::time::Instant::now() + within;
-        let mut said = false;
-        loop {
-            match self.lock(what) {
-                Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
-                    if !said {
-                        say(&format!(
-                            "waiting (up to {}): {e}",
-                            crate::units::format_duration(within)
-                        ));
-                        said = true;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
     /// Holds the deployment records still while a start checks that its recipe is not
     /// running and records the process it spawns: two starters of one recipe (the front
     /// door's watch and a command's way back) must not both spawn, the loser's record

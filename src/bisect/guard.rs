@@ -17,9 +17,34 @@ pub(crate) async fn lock_waiting(
     what: &str,
     say: &dyn Fn(&str),
 ) -> Result<crate::state::StateLock> {
-    state
-        .lock_within(what, std::time::Duration::from_secs(60), say)
-        .await
+    lock_within(state, what, std::time::Duration::from_secs(60), say).await
+}
+
+/// The state lock, waited for up to `within` while another process holds it (`say` hears
+/// once that it waits, and the holder); then the holder's error (`upgrade` waits so).
+pub(crate) async fn lock_within(
+    state: &crate::state::StateDir,
+    what: &str,
+    within: std::time::Duration,
+    say: &dyn Fn(&str),
+) -> Result<crate::state::StateLock> {
+    let deadline = std::time::Instant::now() + within;
+    let mut said = false;
+    loop {
+        match state.lock(what) {
+            Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
+                if !said {
+                    say(&format!(
+                        "waiting (up to {}): {e}",
+                        crate::units::format_duration(within)
+                    ));
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A candidate a killed bisect left running is stopped before anything starts, and a

@@ -185,10 +185,8 @@ async fn follow_tag(
     if opts.fetch_only {
         return run.skipped("--fetch-only: fetched and kept; the next upgrade judges it".into());
     }
-    let state_lock = match ctx
-        .state
-        .lock_within(&format!("upgrade {name}"), opts.wait, opts.say)
-        .await
+    let what = format!("upgrade {name}");
+    let state_lock = match crate::bisect::lock_within(&ctx.state, &what, opts.wait, opts.say).await
     {
         Ok(l) => l,
         Err(e @ Error::LockHeld { .. }) => {
