@@ -134,7 +134,6 @@ async fn follow_tag(
 ) -> Result<Report> {
     let loaded = recipes.get(name)?;
     let reference = follow::tag_of(loaded)?;
-    let docker = ctx.runtimes.docker()?.client();
     let lock = Lock::load(&ctx.lock_path)?;
     let old = lock.pin(name)?.cloned();
     let mut run = Run {
@@ -146,6 +145,11 @@ async fn follow_tag(
             old: old.as_ref().map(|p| p.digest.clone()),
             ..Default::default()
         },
+    };
+    // A night the engine or the registry does not answer is a run too: recorded, failed.
+    let docker = match ctx.runtimes.docker() {
+        Ok(d) => d.client(),
+        Err(e) => return run.ended(Outcome::Failed, e.to_string()),
     };
     let today = match follow::today(docker, &reference).await {
         Ok(p) => p,
