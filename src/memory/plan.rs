@@ -406,6 +406,29 @@ mod tests {
     }
 
     #[test]
+    fn the_instance_a_start_replaces_stops_last_and_gives_its_memory_back() {
+        // Production of the candidate's own recipe, beside a smaller candidate: both fit, yet
+        // one recipe runs one instance, so it stops (last), and what it held counts freed.
+        let mut plan = MemoryPlan::new(
+            120.0,
+            Some(12.0),
+            vec![holder("nightly", 12.0, true), holder("small", 2.0, false)],
+        );
+        plan.floor = Some(Floor {
+            reserve_gb: 8.0,
+            available_gb: Some(10.0),
+            what: "MemAvailable".into(),
+            freed_gb: 0.0,
+        });
+        assert!(plan.must_stop.is_empty());
+        plan.stop_also("nightly");
+        plan.stop_also("nightly");
+        assert_eq!(plan.must_stop, vec!["nightly"]);
+        assert!(plan.fits && plan.above_floor(), "{}", plan.describe());
+        assert_eq!(plan.floor.as_ref().unwrap().freed_gb, 12.0);
+    }
+
+    #[test]
     fn a_candidate_bigger_than_the_budget_never_fits() {
         let plan = MemoryPlan::new(100.0, Some(109.0), vec![]);
         assert!(!plan.fits);
