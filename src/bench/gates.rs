@@ -345,7 +345,8 @@ fn judge(gate: Gate, now: &Measures, production: &Baseline<Measures>) -> Judged 
             None => plain(None, "no requests counted".into()),
         },
         Gate::VsProduction(m) => judge_relative(m, now, production),
-        Gate::EvalAccuracy => unreachable!("judged by eval_gate"),
+        // `evaluate` hands it to the evaluation's own judgement (`eval_gate`).
+        Gate::EvalAccuracy => plain(None, "judged by the evaluation".into()),
     }
 }
 
