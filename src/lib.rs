@@ -18,6 +18,7 @@ mod deploy;
 mod doctor;
 mod engine;
 mod error;
+mod eval;
 mod frontdoor;
 mod history;
 mod host;
@@ -40,6 +41,7 @@ mod sim;
 mod state;
 mod stdio;
 mod units;
+mod upgrade;
 mod yaml;
 
 /// The whole command line: parse, run, render; the exit code to end with.

@@ -27,11 +27,7 @@ impl Nightlies {
     /// `env(i)`: the extra ENV lines of build `i` (1-based).
     async fn build(tag: &str, env: impl Fn(usize) -> String) -> Nightlies {
         let docker = docker().await;
-        let registry = Registry::start(tag);
-        let deck = Deck::new(tag);
-        std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
-        std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
-        let repo = format!("{}/spark/sim", registry.addr);
+        let (registry, deck, repo) = support::registry::with_deck(tag, SUITE);
         deck.recipe(
             "prod",
             &format!(
@@ -148,17 +144,7 @@ impl Drop for Nightlies {
             .iter()
             .map(|d| format!("{}@{d}", self.repo))
             .collect();
-        support::block_on(async move {
-            let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
-                return;
-            };
-            let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
-                .force(true)
-                .build();
-            for r in refs {
-                let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
-            }
-        });
+        support::registry::remove_images(refs);
     }
 }
 

@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 use support::{free_port, Deck, Ran};
 
@@ -123,31 +121,13 @@ fn operation_kinds_exit_1() {
 fn a_held_state_lock_is_lock_held() {
     let deck = Deck::new("kinds-lock");
     deck.recipe("p", &process_recipe(free_port(), 1));
-    let lock = deck.state().join("lock");
-    // Another writer: util-linux's flock holds STATE/lock while its child sleeps.
-    let mut other = Command::new("flock")
-        .arg(&lock)
-        .args(["sleep", "60"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("flock runs");
-    while Command::new("flock")
-        .args(["-n"])
-        .arg(&lock)
-        .arg("true")
-        .status()
-        .unwrap()
-        .success()
-    {
-        std::thread::yield_now();
-    }
+    // Another writer: util-linux's flock holds STATE/lock.
+    let _other = support::LockHolder::take(&deck.state());
     let said = fails_as(deck.sparkctl(&json(&["up", "p"])), "lock_held", 1);
     assert!(
         said.contains("another sparkctl is changing state"),
         "{said}"
     );
-    other.kill().unwrap();
-    other.wait().unwrap();
 }
 
 /// A process sim with `args`, benchmarked with the quick suite under `gates`.

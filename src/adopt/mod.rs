@@ -122,6 +122,7 @@ pub(crate) async fn adopt(
     let start_opts = StartOptions {
         lock: &lock,
         allow_unpinned: opts.allow_unpinned,
+        replacing: None,
     };
     // The one switch plan, with the foreign server as production: it is the same server, so
     // it counts what its recipe declares. Blue/green: NAME serves before the foreign server

@@ -8,7 +8,7 @@ use super::baseline::Baseline;
 use super::gates::{self, Metric};
 use super::load::LoadRun;
 use super::quality::rates;
-use super::result::{self, BenchResult, CaseSummary, Target};
+use super::result::{self, BenchResult, CaseSummary, Target, Verdict};
 use super::sample::{Failure, Sample};
 use super::suite::Suite;
 use super::sweep::SweepResult;
@@ -22,6 +22,8 @@ pub(super) struct Phases {
     pub(crate) depth: Vec<depth::DepthPoint>,
     pub(crate) server_side: scrape::ServerSide,
     pub(crate) repeat: usize,
+    /// The evaluation sets' answers, when the run asked them.
+    pub(crate) eval: Option<crate::eval::Evaluation>,
 }
 
 /// Each metric over `samples` (per-token ones over the streams that describe decoding).
@@ -312,11 +314,13 @@ pub(super) fn assemble(
         confidence: confidence(&samples, ph.repeat),
         goodput: best_goodput(&ph.load, ph.sweep.as_ref()),
         errors_pct: errors_pct(&samples),
+        eval: ph.eval.clone(),
     };
     let p50 = |m: Metric| now.stats.get(&m).map(|s| s.p50);
     let base = production.map(BenchResult::measures);
     let gate_results = gates::evaluate(&opts.gates, &now, &base);
     let (verdict, verdict_reason) = under_load(result::verdict(&samples, &gate_results), &ph);
+    let (verdict, verdict_reason) = unanswered(verdict, verdict_reason, ph.eval.as_ref());
     let roofline = roofline::Roofline::of(&target, &samples, &ph.depth);
     let mut notes = notes(&cases, &samples, &target, roofline.as_ref(), &ph);
     if !opts.depths.is_empty() && ph.depth.is_empty() {
@@ -345,7 +349,10 @@ pub(super) fn assemble(
         confidence: now.confidence,
         goodput: now.goodput,
         slo: opts.slo,
-        problems: problems_of(&samples, &ph),
+        problems: problems_of(&samples, &ph)
+            .into_iter()
+            .chain(ph.eval.iter().flat_map(crate::eval::Evaluation::failures))
+            .collect(),
         load: ph.load,
         sweep: ph.sweep,
         depth: ph.depth,
@@ -355,7 +362,25 @@ pub(super) fn assemble(
         verdict_reason,
         notes,
         replay: None,
+        eval: ph.eval,
         samples,
+    }
+}
+
+/// Evaluation items the server failed to answer are failed requests: the verdict is an
+/// error, as for the suite's, whatever the gates said.
+fn unanswered(
+    verdict: Verdict,
+    reason: String,
+    eval: Option<&crate::eval::Evaluation>,
+) -> (Verdict, String) {
+    let failed = eval.map_or(0, |e| e.failures().len());
+    match verdict {
+        Verdict::Pass | Verdict::Fail if failed > 0 => (
+            Verdict::Error,
+            format!("the server failed {failed} evaluation request(s) (see problems)"),
+        ),
+        _ => (verdict, reason),
     }
 }
 
@@ -374,6 +399,7 @@ mod tests {
             depth,
             server_side: scrape::ServerSide::default(),
             repeat: 1,
+            eval: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Gate rules a recipe sets on the aggregate (`thinking_leak: "== 0%"`, `ttft_p99_ms:
 //! "<= 800"`, `goodput_rps: ">= 2"`, `vs_production_decode: ">= -10%"`), typed, and how
-//! each is judged: pass, fail, or inconclusive when the evidence cannot decide.
+//! each is judged: pass, fail, or inconclusive when the evidence cannot decide. The
+//! evaluation gate (`eval_accuracy`) is judged by `crate::eval::gate`.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -9,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::baseline::Baseline;
 pub(crate) use super::metric::Metric;
+pub(crate) use super::rule::Rule;
 use super::stats::{relative_difference, Interval, Pct, Stats};
 use super::suite::Check;
 
@@ -28,6 +30,9 @@ pub(crate) enum Gate {
     ErrorsPct,
     /// The metric's p50 against production's, % change: `vs_production_ttft`.
     VsProduction(Metric),
+    /// % of the evaluation sets' items answered right (`bench.eval`), or the points
+    /// between the candidate's and production's on the same items: `eval_accuracy`.
+    EvalAccuracy,
 }
 
 /// The gate names a typo is matched against (the percentile forms are said in words).
@@ -47,12 +52,13 @@ pub(crate) const GATE_NAMES: &[&str] = &[
     "goodput_pct",
     "vs_production_ttft",
     "vs_production_decode",
+    "eval_accuracy",
 ];
 
 const GATE_FORMS: &str = "a check (non_empty, expected_answer, no_markdown, thinking_leak, \
      tool_calls, no_loop, finished), METRIC_pNN_ms for ttft/ttfo/tpot/itl/e2el or \
-     decode_tps_pNN (NN: 50, 90, 99), goodput_rps, goodput_pct, errors_pct, or \
-     vs_production_METRIC";
+     decode_tps_pNN (NN: 50, 90, 99), goodput_rps, goodput_pct, errors_pct, \
+     vs_production_METRIC, or eval_accuracy";
 
 impl FromStr for Gate {
     type Err = String;
@@ -64,6 +70,7 @@ impl FromStr for Gate {
             "goodput_rps" => return Ok(Gate::GoodputRps),
             "goodput_pct" => return Ok(Gate::GoodputPct),
             "errors_pct" => return Ok(Gate::ErrorsPct),
+            "eval_accuracy" => return Ok(Gate::EvalAccuracy),
             _ => {}
         }
         if let Some(m) = s.strip_prefix("vs_production_") {
@@ -92,69 +99,6 @@ impl Gate {
     /// Gates that compare with production's result.
     pub(crate) fn is_relative(self) -> bool {
         matches!(self, Gate::VsProduction(_))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Eq,
-    Ge,
-    Le,
-    Lt,
-    Gt,
-}
-
-/// `OP NUMBER[%|ms]`: `>= 60%`, `== 0%`, `<= 200ms`, `>= 25`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Rule {
-    pub(crate) op: Op,
-    pub(crate) threshold: f64,
-}
-
-impl FromStr for Rule {
-    type Err = String;
-    fn from_str(rule: &str) -> Result<Rule, String> {
-        let bad = || {
-            format!(
-                "`{rule}` is not a gate rule: write an operator and a number, e.g. \"== 0%\", \
-                 \">= 60%\" or \"<= 1500ms\""
-            )
-        };
-        let r = rule.trim();
-        let (op, text) = [
-            ("==", Op::Eq),
-            (">=", Op::Ge),
-            ("<=", Op::Le),
-            ("<", Op::Lt),
-            (">", Op::Gt),
-        ]
-        .into_iter()
-        .find_map(|(t, op)| r.strip_prefix(t).map(|rest| (op, rest)))
-        .ok_or_else(bad)?;
-        let text = text.trim();
-        let number = text
-            .strip_suffix('%')
-            .or_else(|| text.strip_suffix("ms"))
-            .unwrap_or(text)
-            .trim();
-        let threshold: f64 = number.parse().map_err(|_| bad())?;
-        if !threshold.is_finite() {
-            return Err(bad());
-        }
-        Ok(Rule { op, threshold })
-    }
-}
-
-impl Rule {
-    pub(crate) fn holds(self, value: f64) -> bool {
-        let t = self.threshold;
-        match self.op {
-            Op::Eq => (value - t).abs() < 1e-9,
-            Op::Ge => value >= t - 1e-9,
-            Op::Le => value <= t + 1e-9,
-            Op::Lt => value < t,
-            Op::Gt => value > t,
-        }
     }
 }
 
@@ -200,6 +144,16 @@ impl GateRule {
         let parsed = rule
             .parse::<Rule>()
             .map_err(|e| GateError::Rule(name.to_string(), e))?;
+        if parsed.of_production && gate != Gate::EvalAccuracy {
+            return Err(GateError::Rule(
+                name.to_string(),
+                format!(
+                    "`{rule}`: only eval_accuracy is written against `production`; give this \
+                     gate a number, or compare with production through vs_production_* (a % \
+                     change, e.g. vs_production_ttft: \"<= 10%\")"
+                ),
+            ));
+        }
         Ok(GateRule {
             name: name.to_string(),
             gate,
@@ -210,7 +164,7 @@ impl GateRule {
 
     /// Compares with production's result.
     pub(crate) fn is_relative(&self) -> bool {
-        self.gate.is_relative()
+        self.gate.is_relative() || self.rule.of_production
     }
 }
 
@@ -292,6 +246,8 @@ pub(crate) struct Measures {
     pub(crate) goodput: Option<GoodputFigure>,
     /// % of requests the server failed.
     pub(crate) errors_pct: Option<f64>,
+    /// The evaluation sets' answers (and production's, for the relative form).
+    pub(crate) eval: Option<crate::eval::Evaluation>,
 }
 
 /// A value, its interval if any, and what it is.
@@ -389,6 +345,8 @@ fn judge(gate: Gate, now: &Measures, production: &Baseline<Measures>) -> Judged 
             None => plain(None, "no requests counted".into()),
         },
         Gate::VsProduction(m) => judge_relative(m, now, production),
+        // `evaluate` hands it to the evaluation's own judgement (`eval_gate`).
+        Gate::EvalAccuracy => plain(None, "judged by the evaluation".into()),
     }
 }
 
@@ -403,6 +361,9 @@ pub(crate) fn evaluate(
     gates
         .values()
         .map(|g| {
+            if g.gate == Gate::EvalAccuracy {
+                return eval_gate(g, now);
+            }
             let j = judge(g.gate, now, production);
             let threshold = g.rule.threshold;
             let straddles = j
@@ -432,6 +393,25 @@ pub(crate) fn evaluate(
             }
         })
         .collect()
+}
+
+/// `eval_accuracy`: the evaluation's own judgement (the paired test for the relative form).
+fn eval_gate(g: &GateRule, now: &Measures) -> GateResult {
+    use crate::eval::gate::{judge, Outcome};
+    let rule = g.rule;
+    let j = judge(now.eval.as_ref(), rule.of_production, &|v| rule.holds(v));
+    GateResult {
+        gate: g.name.clone(),
+        rule: g.text.clone(),
+        value: j.value,
+        interval: None,
+        outcome: match j.outcome {
+            Outcome::Pass => GateOutcome::Pass,
+            Outcome::Fail => GateOutcome::Fail,
+            Outcome::Inconclusive => GateOutcome::Inconclusive,
+        },
+        detail: j.detail,
+    }
 }
 
 #[cfg(test)]

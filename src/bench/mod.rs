@@ -23,6 +23,7 @@ pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod result;
 pub(crate) mod roofline;
+mod rule;
 pub(crate) mod sample;
 pub(crate) mod scrape;
 pub(crate) mod server;
@@ -71,6 +72,8 @@ pub(crate) struct Options {
     /// `bench.load.repeat`, else 1.
     pub(crate) repeat: Option<usize>,
     pub(crate) gates: gates::Gates,
+    /// Evaluation sets asked after the suite (a recipe's `bench.eval`).
+    pub(crate) eval: Option<crate::eval::Plan>,
 }
 
 impl Options {
@@ -235,6 +238,9 @@ pub(crate) async fn run(
         Some(_) => Phases::default(),
         None => run_phases(&b, opts, runs, &mut progress).await,
     };
+    if let Some(plan) = &opts.eval {
+        phases.eval = Some(evaluate(&b, plan, production, &mut progress).await);
+    }
     phases.server_side = server_side(&b, before, &phases).await;
     phases.repeat = repeat;
     let (warmup, runs) = match replayed {
@@ -252,6 +258,34 @@ pub(crate) async fn run(
     );
     result.replay = replayed;
     Ok(result)
+}
+
+/// The evaluation sets against the server, beside production's answers to them: those the
+/// plan brings (asked of production just now), else those of production's last result.
+async fn evaluate(
+    b: &Bench<'_>,
+    plan: &crate::eval::Plan,
+    production: &Baseline<BenchResult>,
+    progress: &mut impl FnMut(usize, usize, &str),
+) -> crate::eval::Evaluation {
+    let report = crate::eval::evaluate(
+        &b.clients.pooled,
+        &b.url,
+        &b.info.model,
+        &plan.sets,
+        |done, total, key| progress(done, total, &format!("evaluation {key}")),
+    )
+    .await;
+    let theirs = match (&plan.production, production) {
+        (Some(p), _) => p.clone(),
+        (None, Baseline::Measured(r)) => r
+            .eval
+            .as_ref()
+            .map(|e| e.candidate.clone())
+            .ok_or_else(|| "production's last result has no evaluation".to_string()),
+        (None, Baseline::Missing(why)) => Err(why.clone()),
+    };
+    crate::eval::Evaluation::new(report, theirs)
 }
 
 /// What the server said before the run: its metrics (or why none) and the host's memory.
@@ -362,6 +396,7 @@ async fn run_phases(
         depth,
         server_side: scrape::ServerSide::default(),
         repeat: 1,
+        eval: None,
     }
 }
 

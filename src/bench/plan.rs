@@ -23,6 +23,8 @@ pub(crate) struct RecipeBench {
     pub(crate) gates: Gates,
     pub(crate) slo: Option<Slo>,
     pub(crate) load: Option<LoadSpec>,
+    /// The evaluation sets (`bench.eval`), loaded.
+    pub(crate) eval: Option<crate::eval::Plan>,
 }
 
 impl Default for RecipeBench {
@@ -32,6 +34,7 @@ impl Default for RecipeBench {
             gates: Gates::default(),
             slo: None,
             load: None,
+            eval: None,
         }
     }
 }
@@ -95,6 +98,7 @@ impl Plan {
         over.options.check()?;
         let options = Options {
             slo: over.options.slo.or(recipe.slo),
+            eval: over.options.eval.or(recipe.eval),
             gates,
             ..over.options
         }

@@ -161,6 +161,9 @@ pub(crate) struct BenchResult {
     /// A replay of captured traffic: its source, pace and prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) replay: Option<super::replay::Replay>,
+    /// The evaluation sets' answers, item by item (and production's, when compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eval: Option<crate::eval::Evaluation>,
     pub(crate) samples: Vec<Sample>,
 }
 
@@ -193,6 +196,7 @@ impl BenchResult {
             confidence: self.confidence.clone(),
             goodput: self.goodput,
             errors_pct: None,
+            eval: self.eval.clone(),
         }
     }
 

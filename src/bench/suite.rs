@@ -3,7 +3,7 @@
 //! `recipes/suites/` or a path.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -194,18 +194,8 @@ pub(crate) struct Tag<'a> {
 impl Suite {
     /// `voice-assistant` (built in), a name in `suites_dir`, or a path to a YAML file.
     pub(crate) fn load(spec: &str, suites_dir: &Path) -> Result<Suite> {
-        let as_path = Path::new(spec);
-        let in_dir = suites_dir.join(format!("{spec}.yaml"));
-        let (file, text) = if as_path.is_file() {
-            (as_path.to_path_buf(), read(as_path)?)
-        } else if in_dir.is_file() {
-            (in_dir.clone(), read(&in_dir)?)
-        } else if let Some((_, text)) = BUILT_IN.iter().find(|(name, _)| *name == spec) {
-            (
-                PathBuf::from(format!("<built-in {spec}>")),
-                text.to_string(),
-            )
-        } else {
+        let Some((file, text)) = crate::yaml::named(spec, suites_dir, &BUILT_IN, true)? else {
+            let in_dir = suites_dir.join(format!("{spec}.yaml"));
             let names: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
             return Err(Error::Usage(format!(
                 "no suite `{spec}`: not a file, not {}; built in: {}",
@@ -344,11 +334,6 @@ impl Suite {
         }
         body
     }
-}
-
-fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 
 /// A captured body as it is sent again: the target's model, streamed with usage (and the

@@ -17,23 +17,32 @@ pub(crate) async fn lock_waiting(
     what: &str,
     say: &dyn Fn(&str),
 ) -> Result<crate::state::StateLock> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    lock_within(state, what, std::time::Duration::from_secs(60), say).await
+}
+
+/// The state lock, waited for up to `within` while another process holds it (`say` hears
+/// once that it waits, and the holder); then the holder's error (`upgrade` waits so).
+pub(crate) async fn lock_within(
+    state: &crate::state::StateDir,
+    what: &str,
+    within: std::time::Duration,
+    say: &dyn Fn(&str),
+) -> Result<crate::state::StateLock> {
+    let deadline = std::time::Instant::now() + within;
     let mut said = false;
     loop {
         match state.lock(what) {
-            Ok(lock) => return Ok(lock),
-            // Only a lock another process holds is waited for (that is its message).
-            Err(e)
-                if e.to_string().starts_with("another sparkctl")
-                    && std::time::Instant::now() < deadline =>
-            {
+            Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
                 if !said {
-                    say(&format!("waiting (up to 60 s): {e}"));
+                    say(&format!(
+                        "waiting (up to {}): {e}",
+                        crate::units::format_duration(within)
+                    ));
                     said = true;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
-            Err(e) => return Err(e),
+            other => return other,
         }
     }
 }

@@ -64,6 +64,23 @@ impl Criterion {
         }
     }
 
+    /// The evaluation sets each round asks, when the gate judges them (`eval_accuracy`):
+    /// the recipe's `bench.eval`.
+    pub(crate) fn eval_plan(
+        &self,
+        recipe: &crate::recipe::Recipe,
+        recipes_dir: &std::path::Path,
+    ) -> crate::error::Result<Option<crate::eval::Plan>> {
+        if !self
+            .gate()
+            .is_some_and(|g| g.gate == gates::Gate::EvalAccuracy)
+        {
+            return Ok(None);
+        }
+        let names = recipe.bench.as_ref().map_or(&[][..], |b| &b.eval[..]);
+        crate::eval::plan(names, recipes_dir)
+    }
+
     /// Checks a gate for a bisect: it must parse and judge the candidate alone.
     pub(crate) fn check_gate(text: &str) -> Result<Criterion, String> {
         let rule: GateRule = text.parse().map_err(|e: gates::GateError| e.to_string())?;

@@ -16,6 +16,7 @@ mod verdict;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub(crate) use guard::lock_within;
 pub(crate) use judge::{parse_metric, Criterion, Verdict};
 pub(crate) use record::{Answer, Bisect, Measurement, Plan, Role, Status};
 pub(crate) use search::steps_for;

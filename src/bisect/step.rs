@@ -190,6 +190,7 @@ async fn run(
     let opts = StartOptions {
         lock: &lock,
         allow_unpinned: false,
+        replacing: None,
     };
     let mut plan = timed(
         record,
@@ -316,6 +317,9 @@ async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchRes
         runs: b.plan.runs,
         repeat: Some(b.plan.repeat),
         gates,
+        eval: b
+            .criterion
+            .eval_plan(&env.loaded.recipe, &env.ctx.recipes.dir)?,
         ..Default::default()
     };
     let no_baseline = crate::bench::Baseline::missing(

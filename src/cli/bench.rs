@@ -151,6 +151,7 @@ impl BenchArgs {
                 slo: self.slo,
                 depths: self.depth.clone(),
                 gates: Default::default(),
+                eval: None,
             },
             gates: self.gates.clone(),
             bandwidth_gbps: self.bandwidth_gbps,

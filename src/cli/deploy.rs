@@ -108,6 +108,7 @@ async fn start(ctx: &Context, recipes: &RecipeSet, args: StartArgs, out: &Output
     let opts = deploy::StartOptions {
         lock: &lock,
         allow_unpinned,
+        replacing: None,
     };
     let plan = deploy::plan_start(ctx, loaded, &opts).await?;
     if dry_run {
@@ -442,6 +443,9 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         allow_unpinned,
         confirm: &confirm,
         say: &say,
+        lock: None,
+        record: None,
+        replace: false,
     };
     let record = deploy::up::up(&flow, &name, &opts).await?;
     if out.json {

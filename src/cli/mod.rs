@@ -8,6 +8,7 @@ mod bench;
 mod bisect;
 mod deploy;
 mod doctor;
+mod eval;
 mod frontdoor;
 mod history;
 mod images;
@@ -20,6 +21,7 @@ mod patch;
 mod prune;
 mod recipes;
 mod setup;
+mod upgrade;
 
 use std::path::PathBuf;
 
@@ -90,6 +92,12 @@ pub(crate) enum Command {
     /// The built-in benchmark against a running recipe or a URL.
     #[command(args_conflicts_with_subcommands = true)]
     Bench(bench::BenchArgs),
+    /// Follow a recipe's image tag: today's digest, if new, fetched, kept and judged by `up`
+    /// as the candidate; the pin moves only when it is promoted. Unchanged: nothing runs.
+    Upgrade(upgrade::UpgradeArgs),
+    /// Ask a running recipe or a URL the evaluation sets' items and score each answer;
+    /// `--against` pairs them with another server's answers to the same items.
+    Eval(eval::EvalArgs),
     /// Which digest of a recipe's image brought a regression: each digest between a good and a
     /// bad one started beside production, benchmarked until it is judged, binary-searched.
     Bisect(bisect::BisectArgs),
@@ -146,6 +154,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Down(args) => args.exec(g, &out),
         Command::History(args) => args.exec(g, &out),
         Command::Bench(args) => args.exec(g, &out),
+        Command::Eval(args) => args.exec(g, &out),
+        Command::Upgrade(args) => args.exec(g, &out),
         Command::Bisect(args) => args.exec(g, &out),
         Command::Patch(args) => args.exec(g, &out),
         Command::Images(args) => args.exec(g, &out),

@@ -397,6 +397,13 @@ fn validate_serving(dir: &Path, targets: &[String], out: &Output) -> Result<()> 
         }
         found
     };
+    let sets: Vec<_> = loaded
+        .iter()
+        .flat_map(LoadedRecipe::eval_set_problems)
+        .collect();
+    if !sets.is_empty() {
+        return Err(Error::Invalid(sets));
+    }
     if out.json {
         let rows: Vec<_> = loaded
             .iter()

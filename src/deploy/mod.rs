@@ -1,9 +1,11 @@
 //! Deployments: starting a recipe (`start`: checks first, then start, then ready),
 //! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
+mod evaluate;
 mod golden;
 mod judge;
 pub(crate) mod plan;
+mod replace;
 pub(crate) mod rollback;
 mod start;
 pub(crate) mod status;
@@ -137,6 +139,12 @@ pub(crate) async fn bench_plan(
                 .map_err(|e| Error::Usage(format!("{}: bench.gates.{e}", loaded.path.display())))?,
             slo: b.slo,
             load: b.load.clone(),
+            eval: crate::eval::plan(&b.eval, &recipes.dir).map_err(|e| match e {
+                Error::Usage(why) => {
+                    Error::Usage(format!("{}: bench.eval: {why}", loaded.path.display()))
+                }
+                other => other,
+            })?,
         },
         None => RecipeBench::default(),
     };

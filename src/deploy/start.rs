@@ -56,6 +56,9 @@ pub(crate) struct StartPlan {
 pub(crate) struct StartOptions<'a> {
     pub(crate) lock: &'a crate::lock::Lock,
     pub(crate) allow_unpinned: bool,
+    /// The running instance this start replaces (an upgrade of production's own recipe):
+    /// neither its name nor its port is in the way, and the plan stops it (a swap).
+    pub(crate) replacing: Option<&'a Deployment>,
 }
 
 /// Checks everything that can fail cheaply; changes nothing.
@@ -67,7 +70,11 @@ pub(crate) async fn plan_start(
     let recipe = &loaded.recipe;
     let mut resolved = recipe.resolve(&ctx.self_exe);
     let (image_ref, unpinned) = pin_image(ctx, recipe, &mut resolved, opts).await?;
-    let (deployments, _) = ctx.runtimes.list().await?;
+    let (all, _) = ctx.runtimes.list().await?;
+    let deployments: Vec<Deployment> = (all.iter())
+        .filter(|d| opts.replacing.is_none_or(|r| r.id != d.id))
+        .cloned()
+        .collect();
     refuse_running(&deployments, &recipe.name)?;
     let (model_fingerprint, produced_by) = check_model(ctx, loaded).await?;
     let artifact = ctx.runtimes.preflight(&resolved).await?;
@@ -78,12 +85,14 @@ pub(crate) async fn plan_start(
         ),
         None => None,
     };
-    refuse_taken_port(&ctx.runtimes, recipe, resolved.port, &deployments).await?;
+    if opts.replacing.is_none_or(|r| r.port != resolved.port) {
+        refuse_taken_port(&ctx.runtimes, recipe, resolved.port, &deployments).await?;
+    }
     let command = match &group {
         Some(g) => g.plan.command_lines(&artifact),
         None => resolved.launch.equivalent_command(),
     };
-    let memory = memory_plan(ctx, recipe, &deployments).await?;
+    let memory = memory_plan(ctx, recipe, &all, opts.replacing).await?;
     let warnings = match crate::nvidia::gpus().await {
         Ok(gpus) => recipe.engine.host_warning(resolved.runtime, &gpus),
         Err(_) => None,
@@ -235,6 +244,7 @@ async fn memory_plan(
     ctx: &Context,
     recipe: &Recipe,
     deployments: &[Deployment],
+    replacing: Option<&Deployment>,
 ) -> Result<MemoryPlan> {
     let jobs = match crate::job::Runs::of(ctx) {
         Ok(runs) => runs.running_memory().await,
@@ -242,7 +252,7 @@ async fn memory_plan(
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
     let production = crate::production::Production::current_recipe(&ctx.state);
-    let memory = memory::for_server(
+    let mut memory = memory::for_server(
         &ctx.runtimes,
         recipe,
         &ctx.settings,
@@ -257,6 +267,9 @@ async fn memory_plan(
             recipe.name
         ))
     })?;
+    if let Some(r) = replacing {
+        memory.stop_also(&r.name);
+    }
     if memory.fits && !memory.above_floor() {
         return Err(Error::DoesNotFit {
             name: recipe.name.clone(),

@@ -12,6 +12,7 @@ use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
+use crate::lock::Lock;
 use crate::production::{Entry, Production, Warm};
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
@@ -25,14 +26,34 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// Progress lines for people.
     pub(crate) say: &'a dyn Fn(&str),
+    /// The pins the candidate runs from instead of images.lock's (an upgrade's new digest);
+    /// production, and every way back to it, keep images.lock's.
+    pub(crate) lock: Option<&'a Lock>,
+    /// The record this run writes (an upgrade's, carrying its digests); None: a new one.
+    pub(crate) record: Option<RunRecord>,
+    /// The candidate may be production's own recipe, whose instance it then replaces: a
+    /// swap, as one recipe runs one instance on one port.
+    pub(crate) replace: bool,
 }
 
 /// `sparkctl up NAME`.
 pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
     let _lock = ctx.state().lock(&format!("up {name}"))?;
+    up_locked(ctx, name, opts).await
+}
+
+/// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
+pub(crate) async fn up_locked(
+    ctx: &Ctx<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+) -> Result<RunRecord> {
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
-    let mut record = RunRecord::new(Command::Up, name);
+    let mut record = opts
+        .record
+        .clone()
+        .unwrap_or_else(|| RunRecord::new(Command::Up, name));
     if !opts.dry_run {
         switch::reserve_records(ctx.state(), &record)?;
     }
@@ -88,15 +109,20 @@ impl Flow<'_, '_> {
 
     async fn run(&mut self) -> Result<()> {
         let production = self.ctx.production().await?;
+        let sets = super::evaluate::sets(self.ctx, self.loaded)?;
         let Some(mut plan) = self.plan(&production).await? else {
             return Ok(());
         };
         let way = plan.mode;
+        let (ctx, loaded, say) = (self.ctx, self.loaded, self.opts.say);
+        let asked =
+            super::evaluate::production_answers(ctx, loaded, sets.as_ref(), &production, say);
+        let asked = asked.await?;
         let patched = self.patch().await?;
         self.make_room(&mut plan).await?;
         let candidate = self.start(plan, patched).await?;
         let baseline = self.measure_production(&production, way).await?;
-        let (result, bench_path) = self.bench(&baseline).await?;
+        let (result, bench_path) = self.bench(&baseline, asked).await?;
         self.judge(&result, &candidate).await?;
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
@@ -109,7 +135,14 @@ impl Flow<'_, '_> {
 
     /// Every cheap check; nothing changed. Whether production must stop first (swap).
     async fn plan(&mut self, production: &Production) -> Result<Option<Plan>> {
-        let opts = self.ctx.start_options(self.opts.allow_unpinned);
+        let replacing =
+            super::replace::replaced(self.ctx, self.opts.replace, production, self.name());
+        let replacing = replacing.await?;
+        let opts = super::replace::start_options(
+            self.ctx,
+            (self.opts.lock, self.opts.allow_unpinned),
+            replacing.as_ref(),
+        );
         let plan = timed(
             self.record,
             PhaseName::Plan,
@@ -268,7 +301,7 @@ impl Flow<'_, '_> {
         let (ctx, recipe) = (self.ctx, current.recipe.clone());
         let result = timed(self.record, PhaseName::MeasureProduction, async {
             let own = Baseline::missing("this is production's own measurement");
-            bench_recipe(ctx, &recipe, &own).await
+            bench_recipe(ctx, &recipe, &own, None).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -290,6 +323,7 @@ impl Flow<'_, '_> {
     async fn bench(
         &mut self,
         baseline: &Baseline<BenchResult>,
+        asked: Option<crate::eval::Report>,
     ) -> Result<(BenchResult, std::path::PathBuf)> {
         self.say(&format!("benchmarking {}", self.name()));
         let path = self
@@ -298,7 +332,7 @@ impl Flow<'_, '_> {
             .run_file(&self.record.run_id, RunFile::Bench)?;
         let (ctx, name) = (self.ctx, self.name().to_string());
         let result = timed(self.record, PhaseName::Bench, async {
-            bench_recipe(ctx, &name, baseline).await
+            bench_recipe(ctx, &name, baseline, asked).await
         })
         .await?;
         state::write_json(&path, &result)?;
@@ -314,6 +348,7 @@ impl Flow<'_, '_> {
         self.record.ttft_p50_ms = result.ttft_p50_ms;
         self.record.decode_tps_p50 = result.decode_tps_p50;
         self.record.gates = result.gates.clone();
+        self.record.eval = result.eval.as_ref().map(crate::eval::Evaluation::record);
         Ok((result, path))
     }
 
@@ -375,6 +410,12 @@ impl Flow<'_, '_> {
                     g.value.map_or("-".into(), |v| format!("{v:.1}"))
                 )
             })
+            .chain(
+                result
+                    .eval
+                    .iter()
+                    .filter_map(crate::eval::Evaluation::lost_line),
+            )
             .chain(result.problems.iter().take(3).cloned())
             .collect();
         self.record.outcome = Outcome::Rejected;
@@ -479,13 +520,15 @@ fn production_baseline(production: &Production) -> Baseline<BenchResult> {
     }
 }
 
-/// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load.
+/// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load,
+/// evaluation (beside production's answers `asked` just now, when there are any).
 async fn bench_recipe(
     ctx: &Ctx<'_>,
     name: &str,
     baseline: &Baseline<BenchResult>,
+    asked: Option<crate::eval::Report>,
 ) -> Result<BenchResult> {
-    let plan = super::bench_plan(
+    let mut plan = super::bench_plan(
         ctx.rt(),
         ctx.recipes,
         ctx.state(),
@@ -493,5 +536,8 @@ async fn bench_recipe(
         crate::bench::Overrides::default(),
     )
     .await?;
+    if let (Some(e), Some(a)) = (plan.options.eval.as_mut(), asked) {
+        e.production = Some(Ok(a));
+    }
     plan.run(baseline, |_, _, _| {}).await
 }

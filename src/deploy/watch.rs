@@ -399,6 +399,7 @@ impl Watch {
             lock: &lock,
             // What served before may have been unpinned; leaving production dark is worse.
             allow_unpinned: true,
+            replacing: None,
         };
         let mut plan = Plan::new(&self.ctx, loaded, &opts).await?;
         self.make_room(name, &mut plan).await?;

@@ -8,18 +8,23 @@ use crate::error::{Error, Result};
 use crate::state::StateDir;
 
 pub(crate) fn path() -> Result<PathBuf> {
+    Ok(user_dir()?.join("sparkctl-frontdoor.service"))
+}
+
+/// Where systemd looks for this user's units (`systemctl --user`).
+pub(crate) fn user_dir() -> Result<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
         .ok_or_else(|| Error::Usage("neither XDG_CONFIG_HOME nor HOME is set".into()))?;
-    Ok(base.join("systemd/user/sparkctl-frontdoor.service"))
+    Ok(base.join("systemd/user"))
 }
 
 /// One word of a unit file's command line or assignment as systemd reads it: `%`
 /// (specifiers) doubled, `$` doubled where variables would be expanded (`ExecStart=`), and
 /// in double quotes, with `\\` and `"` escaped, when it holds a space, a quote, a
 /// backslash or a `;` (which would end the command).
-fn quoted(word: &str, in_command: bool) -> String {
+pub(crate) fn quoted(word: &str, in_command: bool) -> String {
     let plain = !word.is_empty()
         && !word
             .chars()

@@ -89,6 +89,7 @@ pub(crate) fn shape(name: &str, mut observed: Observed, machine: &Machine) -> Re
         nodes: None,
         fallback: None,
         live: None,
+        notify: None,
     };
     let (mut args, cwd, model_mount) = match &observed.launch {
         Seen::Process { program, args, cwd } => {

@@ -172,6 +172,28 @@ impl MemoryPlan {
         }
     }
 
+    /// `name` stops too, last (the instance a start replaces: production of the same
+    /// recipe, which one port and one name cannot run twice); what it holds is given back.
+    pub(crate) fn stop_also(&mut self, name: &str) {
+        if self.must_stop.iter().any(|n| n == name) {
+            return;
+        }
+        let gb = self
+            .running
+            .iter()
+            .find(|h| h.name == name)
+            .map_or(0.0, Holder::gb);
+        self.must_stop.push(name.to_string());
+        if let Some(f) = self.floor.as_mut() {
+            f.freed_gb += gb;
+        }
+        let left: f64 = (self.running.iter())
+            .filter(|h| !self.must_stop.contains(&h.name))
+            .map(Holder::gb)
+            .sum();
+        self.fits = left + self.need_gb.unwrap_or(0.0) <= self.budget_gb;
+    }
+
     /// The plan once `must_stop` have stopped: what still runs, nothing left to stop, what
     /// they gave back available. What a start is given after the room was made for it.
     pub(crate) fn after_stops(&self) -> MemoryPlan {
@@ -381,6 +403,29 @@ mod tests {
         // before smaller candidates when it is production.
         let plan = MemoryPlan::new(120.0, Some(100.0), deps("big"));
         assert_eq!(plan.must_stop, vec!["llama-server", "small"]);
+    }
+
+    #[test]
+    fn the_instance_a_start_replaces_stops_last_and_gives_its_memory_back() {
+        // Production of the candidate's own recipe, beside a smaller candidate: both fit, yet
+        // one recipe runs one instance, so it stops (last), and what it held counts freed.
+        let mut plan = MemoryPlan::new(
+            120.0,
+            Some(12.0),
+            vec![holder("nightly", 12.0, true), holder("small", 2.0, false)],
+        );
+        plan.floor = Some(Floor {
+            reserve_gb: 8.0,
+            available_gb: Some(10.0),
+            what: "MemAvailable".into(),
+            freed_gb: 0.0,
+        });
+        assert!(plan.must_stop.is_empty());
+        plan.stop_also("nightly");
+        plan.stop_also("nightly");
+        assert_eq!(plan.must_stop, vec!["nightly"]);
+        assert!(plan.fits && plan.above_floor(), "{}", plan.describe());
+        assert_eq!(plan.floor.as_ref().unwrap().freed_gb, 12.0);
     }
 
     #[test]

@@ -288,14 +288,22 @@ fn check_bench(out: &mut Report, bench: &Bench) {
                 );
                 out.bad(&key, format!("unknown gate `{gate}`"), &help);
             }
+            Err(GateError::Rule(..)) if production_rule(rule) => out.bad(
+                &key,
+                format!("`{rule}`: only eval_accuracy is judged against `production`"),
+                "give this gate a number, or compare with production through vs_production_* \
+                 (a % change, e.g. vs_production_ttft: \"<= 10%\")",
+            ),
             Err(GateError::Rule(..) | GateError::Form(_)) => out.bad(
                 &key,
                 format!("`{rule}` is not a gate rule"),
-                "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\"",
+                "write an operator and a number, e.g. \"== 0%\", \">= 60%\" or \"<= 1500ms\" \
+                 (eval_accuracy also takes \">= production - 3\")",
             ),
             Ok(_) => {}
         }
     }
+    check_eval(out, bench);
     for (key, message) in bench.load.iter().flat_map(|l| l.problems()) {
         out.bad(
             &format!("bench.load.{key}"),
@@ -311,6 +319,36 @@ fn check_bench(out: &mut Report, bench: &Bench) {
             "bench.bandwidth_gbps",
             "the memory bandwidth must be a positive number of GB/s".into(),
             "give the device's peak, e.g. 3350 for an H100 SXM, or leave it out",
+        );
+    }
+}
+
+fn production_rule(rule: &str) -> bool {
+    rule.parse::<crate::bench::gates::Rule>()
+        .is_ok_and(|r| r.of_production)
+}
+
+/// `bench.eval` names sets that exist (their items are checked when they are loaded, by
+/// `recipes validate` and before a run starts), and the evaluation gate has sets to judge.
+fn check_eval(out: &mut Report, bench: &Bench) {
+    let dir = out.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    for (i, name) in bench.eval.iter().enumerate() {
+        if let Err(why) = crate::eval::exists(name, &dir) {
+            out.bad(
+                &format!("bench.eval[{i}]"),
+                why,
+                "name a built-in set or a file in recipes/evals/ (`sparkctl eval --help`)",
+            );
+        }
+    }
+    if bench.gates.contains_key("eval_accuracy") && bench.eval.is_empty() {
+        out.bad(
+            "bench.gates.eval_accuracy",
+            "eval_accuracy judges the evaluation sets' answers, and bench.eval names none".into(),
+            &format!(
+                "add the sets under bench, e.g. `eval: [arithmetic, instructions]` (built in: {})",
+                crate::eval::built_in_names().join(", ")
+            ),
         );
     }
 }

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::locate::{key_of, locate};
 use crate::error::Diagnostic;
+use crate::yaml::locate::{key_of, locate};
 
 /// The problems found in one file, each at its key's line.
 pub(crate) struct Report<'a> {

@@ -69,7 +69,7 @@ pub(crate) fn judged_live(g: Gate) -> bool {
         Gate::Quality(c) => c != Check::ExpectedAnswer,
         Gate::Percentile(..) | Gate::VsProduction(_) => true,
         Gate::ErrorsPct => true,
-        Gate::GoodputRps | Gate::GoodputPct => false,
+        Gate::GoodputRps | Gate::GoodputPct | Gate::EvalAccuracy => false,
     }
 }
 

@@ -26,6 +26,19 @@ impl LoadedRecipe {
     ) -> Diagnostic {
         diag_at(&self.path, &self.source, key, message, help)
     }
+
+    /// The problems of the evaluation sets `bench.eval` names, each at its own file, item and
+    /// key (loading checks only that they exist: a broken set fails the runs that ask it,
+    /// and `recipes validate`).
+    pub(crate) fn eval_set_problems(&self) -> Vec<Diagnostic> {
+        let names = self.recipe.bench.as_ref().map_or(&[][..], |b| &b.eval[..]);
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        match crate::eval::plan(names, dir) {
+            Ok(_) => Vec::new(),
+            Err(Error::Invalid(d)) => d,
+            Err(e) => vec![self.diagnostic("bench.eval", e.to_string(), None)],
+        }
+    }
 }
 
 /// Every recipe of one directory, sorted by name, and the files that did not load.
@@ -286,7 +299,8 @@ fn parse_one(path: &Path, bytes: &[u8]) -> std::result::Result<LoadedRecipe, Fai
     let source = prepared.text.to_string();
     let recipe: Recipe = serde_yaml_ng::from_str(&source)
         .map_err(|e| (None, vec![from_yaml_error(path, &source, &e)]))?;
-    let diags = check(path, &source, &recipe, &prepared.loose);
+    let mut diags = check(path, &source, &recipe, &prepared.loose);
+    diags.extend(super::notify::problems(path, &source, &recipe));
     if !diags.is_empty() {
         return Err((Some(recipe.name), diags));
     }

@@ -11,8 +11,8 @@ mod image_ref;
 mod launcher;
 pub(crate) mod live;
 mod load;
-mod locate;
 pub(crate) mod nodes;
+pub(crate) mod notify;
 mod resolve;
 
 use std::collections::BTreeMap;
@@ -88,6 +88,9 @@ pub struct Recipe {
     /// prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) live: Option<live::Live>,
+    /// Who is told when `sparkctl upgrade` of it ends: a webhook and/or a command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) notify: Option<notify::Notify>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -389,6 +392,11 @@ pub(crate) struct Bench {
     /// bound, over the host's (`SPARKCTL_BANDWIDTH_GBPS`) and the GPU's known figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) bandwidth_gbps: Option<f64>,
+    /// Evaluation sets asked after the suite, their answers checked item by item: built in
+    /// (`arithmetic`, `json-shape`, `tool-calls`, `instructions`), `recipes/evals/NAME.yaml`,
+    /// or a path. What the `eval_accuracy` gate judges.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) eval: Vec<String>,
 }
 
 fn default_suite() -> String {

@@ -322,6 +322,15 @@ impl Runtimes {
         Ok(rows.into_iter().find(|d| d.name == name))
     }
 
+    /// Where `name`'s running deployment answers (what `eval NAME` asks).
+    pub(crate) async fn url_of(&self, name: &str) -> Result<String> {
+        self.find(name)
+            .await?
+            .filter(Deployment::running)
+            .map(|d| d.url())
+            .ok_or_else(|| crate::error::Error::NotRunning { name: name.into() })
+    }
+
     pub(crate) async fn preflight(&self, resolved: &Resolved) -> Result<String> {
         match resolved.runtime {
             Runtime::Docker => self.docker()?.preflight(resolved).await,

@@ -3,6 +3,7 @@
 //! `SIM_*` variables, which suit containers).
 
 mod cache;
+mod eval;
 mod metrics;
 mod ray;
 mod script;
@@ -151,6 +152,11 @@ pub(crate) struct SimConfig {
     /// text (as `--tool-calls content` does from the start).
     #[arg(long, env = "SIM_TOOL_TEXT_AFTER", value_name = "N")]
     pub(crate) tool_text_after: Option<u64>,
+    /// The built-in evaluation sets' items are answered right, except this share of each
+    /// set (`20%`), always the same items, answered fluently and wrong: a model that got
+    /// that many points worse.
+    #[arg(long, env = "SIM_EVAL_WRONG", default_value = "0", value_parser = eval::share, value_name = "SHARE")]
+    pub(crate) eval_wrong: f64,
     /// Allocate this much RAM (e.g. 512m, 2g) at startup, touch every page so it is really
     /// resident, and hold it while serving: a server that takes memory, as a real engine's
     /// weights and KV cache do.

@@ -72,6 +72,14 @@ impl Request {
         }
     }
 
+    /// The system prompt, if the request opens with one.
+    fn system_text(&self) -> Option<String> {
+        self.messages
+            .first()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+            .map(Self::text_of)
+    }
+
     fn last_user_text(&self) -> String {
         self.messages
             .iter()
@@ -234,7 +242,21 @@ pub(crate) fn plan(cfg: &SimConfig, req: &Request) -> Plan {
         .then(|| pick_tool(&req.tools, &question))
         .flatten();
     let mut finish_reason = "stop";
-    if let Some(tool) = tool {
+    let evaluated = super::eval::answer(req.system_text().as_deref(), &question, cfg.eval_wrong);
+    if let Some(a) = evaluated {
+        match a.tool_call {
+            Some((name, args)) => {
+                finish_reason = "tool_calls";
+                pieces.push(Piece::ToolStart {
+                    id: "call_sim_0".into(),
+                    name,
+                });
+                let chars: Vec<char> = args.chars().collect();
+                pieces.extend(chars.chunks(8).map(|c| Piece::ToolArgs(c.iter().collect())));
+            }
+            None => pieces.extend(words(&a.content).map(Piece::Content)),
+        }
+    } else if let Some(tool) = tool {
         let name = tool
             .pointer("/function/name")
             .and_then(Value::as_str)

@@ -1013,3 +1013,40 @@ pub fn llama_server_and_model() -> (PathBuf, PathBuf) {
     };
     (get("SPARKCTL_TEST_LLAMA_SERVER"), get("SPARKCTL_TEST_GGUF"))
 }
+
+/// Another process holding the state dir's lock (util-linux `flock`), until dropped.
+pub struct LockHolder(std::process::Child);
+
+impl LockHolder {
+    pub fn take(state: &Path) -> LockHolder {
+        let lock = state.join("lock");
+        // No fork: the pid is sleep's own, so that killing it lets the lock go.
+        let child = Command::new("flock")
+            .arg("--no-fork")
+            .arg(&lock)
+            .args(["sleep", "120"])
+            .spawn()
+            .expect("flock runs (util-linux)");
+        // Held once a non-blocking try fails.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Command::new("flock")
+            .args(["-n"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+        {
+            assert!(Instant::now() < deadline, "the lock was not taken");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        LockHolder(child)
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -57,6 +57,32 @@ impl Drop for Registry {
     }
 }
 
+/// A registry and a deck whose recipes dir holds the suite `tiny` (`suite`): where a test
+/// pushes nightly images to `repo` (returned) and follows them.
+pub fn with_deck(tag: &str, suite: &str) -> (Registry, super::Deck, String) {
+    let registry = Registry::start(tag);
+    let deck = super::Deck::new(tag);
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), suite).unwrap();
+    let repo = format!("{}/spark/sim", registry.addr);
+    (registry, deck, repo)
+}
+
+/// Removes these images (force: containers may still name them), whatever a test left.
+pub fn remove_images(refs: Vec<String>) {
+    super::block_on(async move {
+        let Ok(docker) = bollard::Docker::connect_with_local_defaults() else {
+            return;
+        };
+        let opts = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+            .force(true)
+            .build();
+        for r in refs {
+            let _ = docker.remove_image(&r, Some(opts.clone()), None).await;
+        }
+    });
+}
+
 /// Tags `image` as `repo:tag` and pushes it; returns the digest the registry stored.
 pub async fn push(docker: &bollard::Docker, image: &str, repo: &str, tag: &str) -> String {
     use bollard::query_parameters::{PushImageOptionsBuilder, TagImageOptionsBuilder};

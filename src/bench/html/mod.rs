@@ -3,6 +3,7 @@
 //! no font, no request to anywhere: it opens from a file on an air-gapped machine. A few
 //! lines of inline script check the charts drew and say so in `data-rendered`.
 
+mod eval;
 pub(crate) mod svg;
 
 use std::fmt::Write;
@@ -53,6 +54,7 @@ pub(crate) fn report(results: &[&BenchResult]) -> String {
         depth_table(&mut h, r);
         gates_table(&mut h, r);
     }
+    eval::section(&mut h, results);
     provenance(&mut h, results);
     let _ = writeln!(h, "<script>{SCRIPT}</script></body></html>");
     h

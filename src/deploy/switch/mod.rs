@@ -95,6 +95,7 @@ impl<'a> Ctx<'a> {
         StartOptions {
             lock: &self.lock,
             allow_unpinned,
+            replacing: None,
         }
     }
 }

@@ -63,7 +63,7 @@ fn is_item(text: &str) -> bool {
     text == "-" || text.starts_with("- ")
 }
 
-pub(super) fn key_of(text: &str) -> Option<&str> {
+pub(crate) fn key_of(text: &str) -> Option<&str> {
     let colon = text.find(':')?;
     let key = text[..colon].trim().trim_matches(|c| c == '"' || c == '\'');
     Some(key)
@@ -106,8 +106,15 @@ pub(crate) fn locate(src: &str, path: &str) -> Option<(usize, usize)> {
                 indent: line.indent + (line.text.len() - inner.len()),
                 text: inner,
             };
+            // The item is every line indented past its dash: the keys beside the first
+            // one too (`- prompt: …` then `check: …`).
             let mut item = vec![rest[0]];
-            item.extend(value_block(&rest));
+            item.extend(
+                block[i + 1..]
+                    .iter()
+                    .take_while(|l| l.indent > line.indent)
+                    .copied(),
+            );
             block = item;
         } else {
             block = value_block(&rest);
@@ -185,6 +192,13 @@ bench:
     fn falls_back_to_the_nearest_ancestor() {
         assert_eq!(locate(SRC, "server.user"), Some((3, 1)));
         assert_eq!(locate(SRC, "nothing"), None);
+    }
+
+    #[test]
+    fn keys_beside_an_items_first_key_are_found() {
+        let src = "items:\n  - prompt: a\n    check: {x: 1}\n  - prompt: b\n    check: {y: 2}\n";
+        assert_eq!(locate(src, "items[1].check"), Some((5, 5)));
+        assert_eq!(locate(src, "items[0].prompt"), Some((2, 5)));
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! `tests/bad-recipes/`) are written against; the depth was bounded up to that point and a
 //! cruder bracket count bounds what follows it.
 
+pub(crate) mod locate;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -106,6 +108,39 @@ pub(crate) fn prepare<'a>(file: &Path, bytes: &'a [u8]) -> Result<Prepared<'a>, 
     })?;
     let loose = Walk::new(file, text).run()?;
     Ok(Prepared { text, loose })
+}
+
+/// A YAML file by name, as suites and evaluation sets are found: `spec` itself when
+/// `as_path` says it names a file, else `dir/SPEC.yaml`, else the built-in text of that
+/// name. The file (or `<built-in NAME>`) and its text; None when none of them is there.
+pub(crate) fn named(
+    spec: &str,
+    dir: &Path,
+    built_in: &[(&str, &str)],
+    as_path: bool,
+) -> Result<Option<(std::path::PathBuf, String)>> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
+    };
+    let in_dir = dir.join(format!("{spec}.yaml"));
+    if as_path && Path::new(spec).is_file() {
+        return Ok(Some((
+            Path::new(spec).to_path_buf(),
+            read(Path::new(spec))?,
+        )));
+    }
+    if in_dir.is_file() {
+        return Ok(Some((in_dir.clone(), read(&in_dir)?)));
+    }
+    Ok(built_in
+        .iter()
+        .find(|(name, _)| *name == spec)
+        .map(|(_, text)| {
+            (
+                std::path::PathBuf::from(format!("<built-in {spec}>")),
+                text.to_string(),
+            )
+        }))
 }
 
 /// `prepare`, then serde: for files whose serde errors need no more than file:line:column

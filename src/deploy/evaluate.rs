@@ -1,0 +1,60 @@
+//! `up`'s evaluation of production: when the recipe's `eval_accuracy` gate compares with
+//! production, production is asked the same evaluation items while it still serves (before
+//! anything is stopped for a swap), so that both sides answer the very same items on the
+//! same day. The sets load here, at the plan: a malformed one fails before anything changes.
+
+use super::switch::Ctx;
+use crate::error::{Error, Result};
+use crate::production::Production;
+use crate::recipe::LoadedRecipe;
+
+/// The recipe's evaluation sets (None: it names none), loaded before anything else: a
+/// malformed set fails the run, a dry run too, before anything changes.
+pub(crate) fn sets(ctx: &Ctx<'_>, loaded: &LoadedRecipe) -> Result<Option<crate::eval::Plan>> {
+    let names = loaded
+        .recipe
+        .bench
+        .as_ref()
+        .map_or(&[][..], |b| &b.eval[..]);
+    crate::eval::plan(names, &ctx.recipes.dir).map_err(|e| match e {
+        Error::Usage(why) => Error::Usage(format!("{}: bench.eval: {why}", loaded.path.display())),
+        other => other,
+    })
+}
+
+/// Production's answers to those sets, asked now; None when no gate compares with them or
+/// production does not serve (its last result's answers are used then, if it has any).
+pub(crate) async fn production_answers(
+    ctx: &Ctx<'_>,
+    loaded: &LoadedRecipe,
+    sets: Option<&crate::eval::Plan>,
+    production: &Production,
+    say: &dyn Fn(&str),
+) -> Result<Option<crate::eval::Report>> {
+    use crate::bench::gates::{Gate, GateRule};
+    let compares = loaded
+        .recipe
+        .bench
+        .iter()
+        .flat_map(|b| &b.gates)
+        .any(|(name, rule)| {
+            GateRule::new(name, rule)
+                .is_ok_and(|g| g.gate == Gate::EvalAccuracy && g.rule.of_production)
+        });
+    let (Some(plan), true, Some(up)) = (sets, compares, production.serving()) else {
+        return Ok(None);
+    };
+    if !crate::frontdoor::alive(ctx.rt(), up).await {
+        return Ok(None);
+    }
+    let items: usize = plan.sets.iter().map(|s| s.items.len()).sum();
+    say(&format!(
+        "asking production {} the evaluation sets first ({items} items)",
+        up.recipe
+    ));
+    let client = crate::eval::client()?;
+    let model = crate::eval::model_at(&client, &up.url).await?;
+    Ok(Some(
+        crate::eval::evaluate(&client, &up.url, &model, &plan.sets, |_, _, _| {}).await,
+    ))
+}

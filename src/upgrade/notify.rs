@@ -1,0 +1,177 @@
+//! Telling the owner how an upgrade ended: the recipe's `notify` webhook (a POST of one
+//! JSON document) and/or command (argv, the same JSON on its stdin), for the outcomes it
+//! names. `${NAME}` takes an environment variable's value at send time only: what is said
+//! and recorded names the webhook and command as the recipe writes them, never a value. A
+//! notification that fails or times out is said and recorded; the outcome stands.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+use crate::history::RunRecord;
+use crate::recipe::notify::{references, Notify};
+
+/// `text` with each `${NAME}` replaced by its value, and the values (to keep them out of
+/// any message); or which variable is not set.
+fn resolve(text: &str) -> Result<(String, Vec<String>), String> {
+    let mut out = text.to_string();
+    let mut values = Vec::new();
+    for name in references(text)? {
+        let value = std::env::var(name)
+            .map_err(|_| format!("${{{name}}} is not set in the environment"))?;
+        out = out.replace(&format!("${{{name}}}"), &value);
+        values.push(value);
+    }
+    Ok((out, values))
+}
+
+/// `text` with every secret value in it replaced by a mark.
+fn scrub(text: String, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text, |t, s| t.replace(s.as_str(), "[secret]"))
+}
+
+/// The document both receive: the outcome in history's words, the digests, the gates'
+/// figures, the evaluation's scores, the first bad digest, the run.
+pub(super) fn payload(record: &RunRecord) -> Value {
+    let note = record.upgrade.clone().unwrap_or_default();
+    let score = |sets: &[crate::eval::SetScore]| {
+        let (right, items) = sets
+            .iter()
+            .fold((0, 0), |(r, n), s| (r + s.right, n + s.items));
+        (items > 0).then(|| {
+            json!({"right": right, "items": items, "accuracy_pct": right as f64 / items as f64 * 100.0, "sets": sets})
+        })
+    };
+    json!({
+        "event": "upgrade",
+        "outcome": record.outcome.to_string(),
+        "recipe": record.recipe,
+        "run_id": record.run_id,
+        "reference": note.reference,
+        "digest": {"old": note.old, "new": note.new},
+        "pinned": note.pinned,
+        "skipped": note.skipped,
+        "gates": record.gates,
+        "evaluation": record.eval.as_ref().map(|e| json!({
+            "candidate": score(&e.candidate),
+            "production": score(&e.production),
+            "lost": e.lost,
+        })),
+        "first_bad": note.bisect.as_ref().and_then(|b| b.first_bad.clone()),
+        "bisect": note.bisect,
+        "error": record.error,
+        "serving": record.serving,
+        "host": crate::host::hostname(),
+        "time": crate::units::now_utc(),
+    })
+}
+
+/// Tells every notifier of `n` (when it tells this outcome); one line per notifier, for
+/// the record and for people.
+pub(super) async fn tell(n: &Notify, record: &RunRecord) -> Vec<String> {
+    if !n.tells(&record.outcome.to_string()) {
+        return Vec::new();
+    }
+    let doc = payload(record);
+    let mut said = Vec::new();
+    if let Some(url) = &n.webhook {
+        let how = match webhook(url, n, &doc).await {
+            Ok(how) => how,
+            Err(e) => format!("NOT sent: {e}"),
+        };
+        said.push(format!("webhook {url}: {how}"));
+    }
+    if let Some(argv) = &n.command {
+        let how = match command(argv, n.timeout(), &doc).await {
+            Ok(how) => how,
+            Err(e) => format!("NOT told: {e}"),
+        };
+        said.push(format!("command {}: {how}", argv[0]));
+    }
+    said
+}
+
+async fn webhook(url: &str, n: &Notify, doc: &Value) -> Result<String, String> {
+    let (target, mut secrets) = resolve(url)?;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(n.timeout())
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    let mut req = client.post(&target).timeout(n.timeout()).json(doc);
+    for (name, value) in &n.headers {
+        let (v, mut s) = resolve(value)?;
+        secrets.append(&mut s);
+        req = req.header(name.as_str(), v);
+    }
+    match req.send().await {
+        Ok(resp) if resp.status().is_success() => Ok(format!("sent (HTTP {})", resp.status())),
+        Ok(resp) => Err(format!("it answered HTTP {}", resp.status())),
+        Err(e) if e.is_timeout() => Err(format!(
+            "no answer within {}",
+            crate::units::format_duration(n.timeout())
+        )),
+        Err(e) => Err(scrub(crate::error::chain(&e.without_url()), &secrets)),
+    }
+}
+
+async fn command(argv: &[String], within: Duration, doc: &Value) -> Result<String, String> {
+    let mut words = Vec::new();
+    let mut secrets = Vec::new();
+    for w in argv {
+        let (word, mut s) = resolve(w)?;
+        words.push(word);
+        secrets.append(&mut s);
+    }
+    let mut child = tokio::process::Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| scrub(format!("cannot run it: {e}"), &secrets))?;
+    let body = serde_json::to_vec(doc).expect("the document serializes");
+    if let Some(mut stdin) = child.stdin.take() {
+        // A program that does not read its stdin may close it: not a failure of ours.
+        let _ = stdin.write_all(&body).await;
+    }
+    match tokio::time::timeout(within, child.wait()).await {
+        Ok(Ok(status)) if status.success() => Ok("told (exit 0)".into()),
+        Ok(Ok(status)) => Err(format!("it ended with {status}")),
+        Ok(Err(e)) => Err(format!("waiting for it: {e}")),
+        Err(_) => {
+            let _ = child.kill().await;
+            Err(format!(
+                "still running after {}; stopped",
+                crate::units::format_duration(within)
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_resolve_at_send_time_and_stay_out_of_messages() {
+        // SAFETY: a variable of this test's own name, set before anything reads it.
+        unsafe { std::env::set_var("SPARKCTL_NOTIFY_TEST_TOKEN", "s3cr3t") };
+        let (url, secrets) = resolve("http://h/x?t=${SPARKCTL_NOTIFY_TEST_TOKEN}").unwrap();
+        assert_eq!(url, "http://h/x?t=s3cr3t");
+        assert_eq!(
+            scrub(format!("failed for {url}"), &secrets),
+            "failed for http://h/x?t=[secret]"
+        );
+        let e = resolve("${SPARKCTL_NOTIFY_TEST_UNSET}").unwrap_err();
+        assert_eq!(
+            e,
+            "${SPARKCTL_NOTIFY_TEST_UNSET} is not set in the environment"
+        );
+    }
+}
