@@ -11,8 +11,10 @@
 # --llama-server: a CUDA llama-server (a CPU one with --smoke).
 # --gguf: the model both recipes serve. Else a random-weight one is written (needs python3's
 #   gguf and numpy, or --wheels DIR holding them), sized from nvidia-smi's memory.total of
-#   GPU 0: each server is planned at 0.6 of it (weights at most 0.35 of it, the KV cache of
-#   one slot the rest), so one fits and two do not.
+#   GPU 0: each server is planned at 0.6 of it (weights 0.06 of it, the KV cache of one
+#   long slot the rest), so one fits and two do not. Small weights because writing them is
+#   slow (a 30 GB one took 383 s on a lent H100's disk) and every start reads them again;
+#   the KV cache is allocated on the GPU at once.
 # --smoke: on a CPU (no GPU needed): the given --gguf, a 1.5 GB pool declared by
 #   SPARKCTL_MEMORY_GB and 1 GB declared per server: the same switches, a proof of the
 #   script itself.
@@ -69,7 +71,7 @@ else
   where="$gpu_name ($total_gb GB by nvidia-smi)"
   declared="$(awk -v t="$total_gb" 'BEGIN{printf "%.0f", 0.6*t}')"
   free_disk_gb="$(df -P "$out" | awk 'NR==2{printf "%.0f", $4*1024/1e9}')"
-  weights_gb="$(awk -v t="$total_gb" -v d="$free_disk_gb" 'BEGIN{w=0.35*t; if (w > d-5) w=d-5; printf "%.1f", w}')"
+  weights_gb="$(awk -v t="$total_gb" -v d="$free_disk_gb" 'BEGIN{w=0.06*t; if (w > d-5) w=d-5; printf "%.1f", w}')"
   awk -v w="$weights_gb" 'BEGIN{exit !(w >= 1)}' || die "not enough disk under $out for a model (${free_disk_gb} GB free)"
   # random_gguf.py's layers: 94.4 MB of F16 each; its KV cache: 4096 bytes per token per
   # layer (2 x 8 KV heads x 128 x F16). The rest of the server's share is one slot's KV.
@@ -170,6 +172,7 @@ client_pid=$!
 step() { # tag, then sparkctl's arguments: its window, exit code and output under $out
   local tag="$1"; shift
   local t0; t0="$(date +%s.%N)"
+  say "$(date -u +%H:%M:%S) sparkctl $* ..."
   "$sparkctl" "$@" >"$out/$tag.txt" 2>"$out/$tag.err"
   local rc=$?
   echo "$rc $t0 $(date +%s.%N)" >"$out/$tag.window"
