@@ -245,29 +245,53 @@ for line in sys.stdin:
   [ -s "$1" ] || { echo "cargo built no test binaries" >&2; return 1; }
 }
 
-# Runs the test binaries listed in $1 side by side, longest first (by their time in the
-# last run, kept in the cache; a new one first of all): most of a binary's time is spent
-# waiting on servers that start, stream and stop, so one at a time (as `cargo test` runs
-# them) leaves the cores idle. Every binary runs even when one fails, and each failed one's
-# output is shown. Jobs: SPARKCTL_TEST_JOBS (3). Further arguments go to every binary (a
+# The units the tests run in, one a line, "name<TAB>binary<TAB>test names" (none: all the
+# binary's), from the binaries listed in $1: the integration binary `it` gives one unit per
+# module (its former file under tests/), the module's tests run by exact name in a process of
+# their own, as each file's ran before; any other binary (the unit tests) is one unit.
+# Further arguments choose the tests (a filter, --skip, --ignored), as libtest reads them.
+test_units() {
+  local binaries="$1" name exe
+  shift
+  while IFS=$'\t' read -r name exe; do
+    if [ "$name" != it ]; then
+      printf '%s\t%s\t\n' "$name" "$exe"
+      continue
+    fi
+    "$exe" --list --format terse "$@" | sed -n 's/: test$//p' | awk -v exe="$exe" '
+      { mod = $0; sub(/::.*/, "", mod)
+        if (!(mod in names)) order[++n] = mod
+        names[mod] = names[mod] " " $0 }
+      END { for (i = 1; i <= n; i++) print order[i] "\t" exe "\t" substr(names[order[i]], 2) }'
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "$exe --list failed" >&2; return 1; }
+  done <"$binaries"
+}
+
+# Runs the tests of the binaries listed in $1 (test_units) side by side, longest first (by
+# their time in the last run, kept in the cache; a new one first of all): most of a unit's
+# time is spent waiting on servers that start, stream and stop, so one at a time (as `cargo
+# test` runs them) leaves the cores idle. Every unit runs even when one fails, and each failed
+# one's output is shown. Jobs: SPARKCTL_TEST_JOBS (3). Further arguments go to every unit (a
 # test name filter, --nocapture).
 run_test_binaries() {
-  local binaries="$1" jobs="${SPARKCTL_TEST_JOBS:-3}" work times failed began=$SECONDS
+  local binaries="$1" jobs="${SPARKCTL_TEST_JOBS:-3}" work times failed units began=$SECONDS
   shift
   work="$(mktemp -d)"
+  units="$work/units"
+  test_units "$binaries" "$@" >"$units" || { rm -rf "$work"; return 1; }
   times="$(cache_dir)/test-times"
   mkdir -p "$(cache_dir)"
   touch "$times"
-  echo "running $(wc -l <"$binaries") test binaries, $jobs at a time"
+  echo "running $(wc -l <"$units") test units, $jobs at a time"
   awk -F'\t' 'FILENAME == ARGV[1] { t[$1]=$2; next } { print ($1 in t ? t[$1] : 100000) "\t" $0 }' \
-    "$times" "$binaries" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
-    | SPARKCTL_TEST_WORK="$work" xargs -d '\n' -P "$jobs" -I{} bash -c 'one_test_binary "$@"' _ {} "$@" \
+    "$times" "$units" | sort -t"$(printf '\t')" -k1,1nr | cut -f2- \
+    | SPARKCTL_TEST_WORK="$work" xargs -d '\n' -P "$jobs" -I{} bash -c 'one_test_unit "$@"' _ {} "$@" \
     || true
-  # A binary that left no time behind did not pass, whatever stopped it.
-  failed="$(cut -f1 "$binaries" | while read -r name; do
+  # A unit that left no time behind did not pass, whatever stopped it.
+  failed="$(cut -f1 "$units" | while read -r name; do
     [ -f "$work/$name.time" ] || echo "$name"
   done)"
-  # Times for the next run's order: this run's, else the old ones; a failed binary's is
+  # Times for the next run's order: this run's, else the old ones; a failed unit's is
   # dropped, so it goes first next time. A run of some tests only (arguments) keeps them.
   if [ $# -eq 0 ]; then
     cat "$work"/*.time "$times" 2>/dev/null \
@@ -279,19 +303,25 @@ run_test_binaries() {
       echo "==== $name: its output" >&2
       cat "$work/$name.log" >&2 2>/dev/null || echo "(it did not run)" >&2
     done
-    echo "test binaries failed: $(echo $failed) ($((SECONDS - began)) s)" >&2
+    echo "test units failed: $(echo $failed) ($((SECONDS - began)) s)" >&2
     rm -rf "$work"
     return 1
   fi
-  echo "all $(wc -l <"$binaries") test binaries passed in $((SECONDS - began)) s"
+  echo "all $(wc -l <"$units") test units passed in $((SECONDS - began)) s"
   rm -rf "$work"
 }
 
-one_test_binary() {
-  local name="${1%%$'\t'*}" exe="${1#*$'\t'}" began=$SECONDS rc=0 summary
+one_test_unit() {
+  local name exe tests began=$SECONDS rc=0 summary
+  IFS=$'\t' read -r name exe tests <<<"$1"
   shift
   local work="$SPARKCTL_TEST_WORK"
-  "$exe" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  # shellcheck disable=SC2086 # the test names, one word each
+  if [ -n "$tests" ]; then
+    "$exe" --exact $tests "$@" >"$work/$name.log" 2>&1 || rc=$?
+  else
+    "$exe" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  fi
   local took=$((SECONDS - began))
   summary="$(grep -E '^test result:' "$work/$name.log" | tail -n 1 | sed 's/^test result: //; s/; finished in.*//')"
   if [ "$rc" -eq 0 ]; then
@@ -301,4 +331,4 @@ one_test_binary() {
     echo "  FAILED  $name (${took} s, exit $rc: ${summary:-no summary})"
   fi
 }
-export -f one_test_binary
+export -f one_test_unit

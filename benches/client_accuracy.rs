@@ -8,7 +8,7 @@
 //! schedule (end to end: the sim's lateness, loopback, HTTP parsing, scheduling on 2 cores)
 //! and the hand-over (the client's own measurement error).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use serde_json::json;

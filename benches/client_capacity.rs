@@ -10,7 +10,7 @@
 //! p99 stays within `SUSTAINED_P99_MS`. Python: SPARKCTL_TEST_PYTHON, else the test venv
 //! that `.ci/lib.sh ensure_test_gguf` makes (~/.cache/sparkctl/venv, with aiohttp).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@
 //!
 //! `cargo bench --bench frontdoor_cpu`; installs nginx (Debian's) when missing.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::path::Path;

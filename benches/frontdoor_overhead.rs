@@ -6,7 +6,7 @@
 //! HTTP layer; the time from there to the client's arrival is measured each way, so the
 //! difference is the front door's share per token, independent of the sim's own pacing.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use serde_json::{json, Value};

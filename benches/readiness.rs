@@ -7,7 +7,7 @@
 //! Overhead: `sparkctl start` wall time minus a raw Engine API create+start that polls
 //! /health every millisecond, both with the same image and load time.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

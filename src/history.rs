@@ -264,9 +264,11 @@ pub(crate) fn history(state: &StateDir) -> Result<(Vec<RunRecord>, Vec<state::Da
 pub(crate) fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
     let path = state.run_record_file(run)?;
     if !path.exists() {
-        return Err(Error::Usage(format!(
-            "no run {run}; `sparkctl history` lists them"
-        )));
+        return Err(Error::NoSuch {
+            what: crate::error::Thing::Run,
+            name: run.to_string(),
+            hint: "`sparkctl history` lists them".into(),
+        });
     }
     state::read_json(&path)
 }

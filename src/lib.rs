@@ -5,7 +5,7 @@
 //!
 //! Everything is crate-private except the binary's entry point and [`testkit`], so rustc's
 //! dead-code lint sees the whole crate (`unreachable_pub` keeps a stray `pub` from hiding
-//! an unused item; tests/layout.rs keeps this surface to these two).
+//! an unused item; tests/it/layout.rs keeps this surface to these two).
 #![warn(unreachable_pub)]
 
 mod adopt;
@@ -27,16 +27,19 @@ mod import;
 mod job;
 mod lock;
 mod memory;
+mod models;
 mod node;
 mod nvidia;
 mod openai;
 mod patch;
 mod places;
 mod production;
+mod progress;
 mod prune;
 mod recipe;
 mod runtime;
 mod secrets;
+mod settings;
 mod sim;
 mod state;
 mod stdio;

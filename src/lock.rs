@@ -91,14 +91,16 @@ impl Pin {
         match (old, new) {
             (Some(o), Some(n)) => Ok((as_ref(&o), as_ref(&n))),
             (None, None) => {
-                let prev = self.history.first().ok_or_else(|| {
-                    Error::Usage(format!(
-                        "{name} has been pinned once; give OLD and NEW digests"
-                    ))
+                let prev = self.history.first().ok_or_else(|| Error::BadFlag {
+                    flag: "OLD NEW".into(),
+                    why: format!("{name} has been pinned once; give both digests"),
                 })?;
                 Ok((as_ref(&prev.digest), self.run_reference()))
             }
-            _ => Err(Error::Usage("give both OLD and NEW, or neither".into())),
+            _ => Err(Error::BadFlag {
+                flag: "OLD NEW".into(),
+                why: "give both, or neither".into(),
+            }),
         }
     }
 

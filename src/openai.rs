@@ -16,6 +16,23 @@ pub(crate) enum ModelsError {
     Unreadable(reqwest::Error),
 }
 
+impl ModelsError {
+    /// The error of a server at `url` whose model listing did not come: the one wording
+    /// of each way it fails.
+    pub(crate) fn at(self, url: &str) -> crate::error::Error {
+        use crate::error::ServerProblem;
+        let problem = match &self {
+            ModelsError::Unreachable(_) => ServerProblem::Unreachable(self.to_string()),
+            ModelsError::Status(s) => ServerProblem::Status(s.to_string()),
+            ModelsError::Unreadable(_) => ServerProblem::Unreadable(self.to_string()),
+        };
+        crate::error::Error::Server {
+            url: url.to_string(),
+            problem,
+        }
+    }
+}
+
 impl std::fmt::Display for ModelsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -20,14 +20,6 @@ use crate::recipe::RecipeSet;
 use crate::runtime::{DockerRuntime, Supervisor};
 use crate::state::StateDir;
 
-/// Exited containers kept per recipe unless `SPARKCTL_KEEP_EXITED` says otherwise.
-pub(crate) const DEFAULT_KEEP: usize = 5;
-
-/// `SPARKCTL_KEEP_EXITED`: how many exited containers of each recipe stay.
-pub(crate) fn keep_from_env() -> Result<usize> {
-    crate::context::env_count("SPARKCTL_KEEP_EXITED", DEFAULT_KEEP)
-}
-
 /// One container that would go.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct Old {
@@ -132,6 +124,140 @@ pub(crate) async fn plan(
     })
 }
 
+/// What `sparkctl prune` is asked: how many to keep, and whether to remove (else list).
+pub(crate) struct Options {
+    /// Exited containers per recipe; None: `SPARKCTL_KEEP_EXITED`.
+    pub(crate) keep: Option<usize>,
+    /// Newest image digests per recipe; None: `SPARKCTL_KEEP_IMAGES`.
+    pub(crate) keep_images: Option<usize>,
+    pub(crate) yes: bool,
+}
+
+/// What a prune found, and with `--yes` did: its `--json` document.
+#[derive(Debug, Serialize)]
+pub(crate) struct Pruned {
+    pub(crate) dry_run: bool,
+    pub(crate) keep_per_recipe: usize,
+    pub(crate) protected: Vec<String>,
+    pub(crate) remove: Vec<Old>,
+    pub(crate) failed: Vec<NotRemoved>,
+    pub(crate) images: PrunedImages,
+}
+
+/// The image half of `Pruned`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PrunedImages {
+    pub(crate) keep_newest: usize,
+    pub(crate) remove: Vec<crate::images::retain::OldImage>,
+    pub(crate) kept: Vec<crate::images::retain::KeptImage>,
+    pub(crate) removed: Vec<crate::images::retain::Removed>,
+    pub(crate) failed: Vec<NotRemoved>,
+}
+
+/// A container (`id`) or an image (`reference`) the engine would not remove, and why.
+#[derive(Debug, Serialize)]
+pub(crate) struct NotRemoved {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reference: Option<String>,
+    pub(crate) error: String,
+}
+
+/// `sparkctl prune`: under the state lock (a start in progress may be about to use these),
+/// the old containers (servers' and ended jobs') and image digests, removed with `yes`.
+pub(crate) async fn run(
+    ctx: &crate::context::Context,
+    recipes: &RecipeSet,
+    opts: Options,
+) -> Result<Pruned> {
+    let state = &ctx.state;
+    let _lock = state.lock("prune")?;
+    let docker = ctx.runtimes.docker()?;
+    let keep = opts.keep.unwrap_or(ctx.settings.keep_exited);
+    let mut plan = plan(docker, protected(state, recipes)?, keep, None).await?;
+    // Ended jobs' containers too: each run's output is already copied into its record.
+    plan.remove.extend(
+        crate::job::ended_beyond(docker.client(), state, keep)
+            .await?
+            .into_iter()
+            .map(|r| Old {
+                recipe: format!("job {}", r.job),
+                id: r.container,
+                run_id: r.run_id,
+                created: r.started_unix,
+            }),
+    );
+    let newest = opts.keep_images.unwrap_or(ctx.settings.keep_images);
+    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
+    let runs = crate::history::image_uses(state)?;
+    let going = (newest, plan.remove.as_slice());
+    let images = image_plan(docker.client(), state, &lock, recipes, &runs, going).await?;
+    let failed = match opts.yes {
+        true => apply(docker, &plan.remove).await,
+        false => Vec::new(),
+    };
+    // Images after containers: an old container no longer holds its image.
+    let (removed, image_failed) = match opts.yes {
+        true => crate::images::retain::apply(docker.client(), &images.remove).await,
+        false => (Vec::new(), Vec::new()),
+    };
+    Ok(Pruned {
+        dry_run: !opts.yes,
+        keep_per_recipe: plan.keep_per_recipe,
+        protected: plan.protected,
+        remove: plan.remove,
+        failed: failed
+            .into_iter()
+            .map(|(o, error)| NotRemoved {
+                id: Some(o.id),
+                reference: None,
+                error,
+            })
+            .collect(),
+        images: PrunedImages {
+            keep_newest: images.keep_newest,
+            remove: images.remove,
+            kept: images.kept,
+            removed,
+            failed: image_failed
+                .into_iter()
+                .map(|(o, error)| NotRemoved {
+                    id: None,
+                    reference: Some(o.reference),
+                    error,
+                })
+                .collect(),
+        },
+    })
+}
+
+impl Pruned {
+    /// Ok when everything asked for went; else an error naming each that did not.
+    pub(crate) fn outcome(&self) -> Result<()> {
+        let failed: Vec<String> = self
+            .failed
+            .iter()
+            .chain(&self.images.failed)
+            .map(|n| {
+                let what =
+                    n.id.as_deref()
+                        .or(n.reference.as_deref())
+                        .unwrap_or_default();
+                format!(
+                    "could not remove {}: {}",
+                    crate::units::short_id(what),
+                    n.error
+                )
+            })
+            .collect();
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(Error::Failed(failed.join("\n"))),
+        }
+    }
+}
+
 /// Removes `old` containers; returns what could not be removed, and why.
 pub(crate) async fn apply(docker: &DockerRuntime, old: &[Old]) -> Vec<(Old, String)> {
     let mut failed = Vec::new();
@@ -188,13 +314,13 @@ pub(crate) async fn image_plan(
 /// `SPARKCTL_KEEP_EXITED`, removed just before the new one is created. Never fails a
 /// start: when what is protected cannot be told, nothing goes (said at -v).
 pub(crate) async fn before_start(
+    ctx: &crate::context::Context,
     docker: &DockerRuntime,
-    state: &StateDir,
     path: &std::path::Path,
     recipe: &str,
 ) -> Vec<Old> {
+    let (state, keep) = (&ctx.state, ctx.settings.keep_exited);
     let planned = async {
-        let keep = keep_from_env()?;
         let dir = path.parent().unwrap_or(std::path::Path::new("."));
         let recipes = crate::recipe::load_dir(dir)?;
         let plan = plan(docker, protected(state, &recipes)?, keep, Some(recipe)).await?;

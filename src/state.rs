@@ -13,11 +13,11 @@ use crate::error::{Error, Result};
 /// `--state-dir` / `SPARKCTL_STATE_DIR`, else `$XDG_STATE_HOME/sparkctl`, else
 /// `~/.local/state/sparkctl`.
 pub(crate) fn default_root() -> PathBuf {
-    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(xdg).join("sparkctl");
+    let env = crate::settings::environment();
+    match &env.xdg_state_home {
+        Some(xdg) => xdg.join("sparkctl"),
+        None => env.home_or_tmp().join(".local/state/sparkctl"),
     }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(home).join(".local/state/sparkctl")
 }
 
 #[derive(Debug, Clone)]
@@ -348,7 +348,10 @@ pub(crate) async fn write_json_off_thread<T: Serialize + Send + 'static>(
 ) -> Result<()> {
     tokio::task::spawn_blocking(move || write_json(&path, &value))
         .await
-        .map_err(|e| Error::Failed(format!("writing state was interrupted: {e}")))?
+        .map_err(|e| Error::TaskLost {
+            what: "writing state".into(),
+            cause: e.to_string(),
+        })?
 }
 
 /// Whether a failed write failed for want of space (the disk, or the user's quota).

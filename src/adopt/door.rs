@@ -14,10 +14,16 @@ use crate::state::StateDir;
 /// one (import left its `--api-key` out: it is in the record) or when others could reach
 /// it (it listened beyond loopback, and the door takes the same address): the door would
 /// serve, open, what the server served. Before anything is touched.
-pub(crate) fn refuse_open(imported: &Imported, foreign: &str, host: &str, port: u16) -> Result<()> {
-    if crate::frontdoor::api_key()?.is_some() {
+pub(crate) fn refuse_open(
+    config: &Config,
+    imported: &Imported,
+    foreign: &str,
+    host: &str,
+) -> Result<()> {
+    if config.api_key_required {
         return Ok(());
     }
+    let port = config.port;
     let why = match (imported.access_key(), crate::frontdoor::loopback_only(host)) {
         (Some(flag), _) => format!(
             "{foreign} asked its callers for a key ({flag}, which import left out of the \
@@ -29,10 +35,10 @@ pub(crate) fn refuse_open(imported: &Imported, foreign: &str, host: &str, port: 
         ),
         (None, true) => return Ok(()),
     };
-    Err(Error::Usage(format!(
-        "{}; then `sparkctl adopt` again (nothing was changed)",
-        crate::frontdoor::needs_a_key(&why)
-    )))
+    Err(Error::OpenWithoutKey {
+        what: why,
+        then: "then `sparkctl adopt` again (nothing was changed)".into(),
+    })
 }
 
 /// Connections the kernel keeps while the front door starts (as the front door binds).

@@ -31,11 +31,12 @@ impl Foreign {
         match origin {
             Origin::Process { process, .. } => {
                 if !process.alive() {
-                    return Err(Error::Usage(format!(
-                        "pid {} that the recipe was imported from no longer runs; nothing to \
-                         adopt (`sparkctl up NAME` serves the recipe behind the front door)",
-                        process.pid
-                    )));
+                    return Err(Error::Stopped {
+                        what: format!("pid {}, that the recipe was imported from,", process.pid),
+                        fix: "nothing to adopt (`sparkctl up NAME` serves the recipe behind the \
+                              front door)"
+                            .into(),
+                    });
                 }
                 same_user(process.pid)?;
                 let (argv, cwd, env) = relaunch_of(process.pid);
@@ -47,11 +48,7 @@ impl Foreign {
                 })
             }
             Origin::Container { id, name, .. } => {
-                let docker = docker.ok_or_else(|| {
-                    Error::Failed(format!(
-                        "cannot reach the Docker Engine to find container {name}"
-                    ))
-                })?;
+                let docker = docker.ok_or_else(|| unreachable("find", name))?;
                 let running = docker
                     .inspect_container(id, None)
                     .await
@@ -60,10 +57,10 @@ impl Foreign {
                     .and_then(|s| s.running)
                     .unwrap_or(false);
                 if !running {
-                    return Err(Error::Usage(format!(
-                        "container {name} that the recipe was imported from is not running; \
-                         nothing to adopt"
-                    )));
+                    return Err(Error::Stopped {
+                        what: format!("container {name}, that the recipe was imported from,"),
+                        fix: "nothing to adopt".into(),
+                    });
                 }
                 Ok(Foreign::Container {
                     id: id.clone(),
@@ -181,18 +178,18 @@ impl Foreign {
                 if ended_within(id, AFTER_KILL).await {
                     return Ok(());
                 }
-                Err(Error::Failed(format!(
-                    "pid {} did not end within {} s of SIGKILL (state {}: stuck in the kernel, \
-                     on a disk or a device); it still holds its port",
-                    id.pid,
-                    AFTER_KILL.as_secs(),
-                    crate::host::process_state(id.pid).unwrap_or('?')
-                )))
+                Err(Error::NotEnded {
+                    what: format!("pid {}", id.pid),
+                    detail: format!(
+                        " within {} s (state {}: stuck in the kernel, on a disk or a device); it \
+                         still holds its port",
+                        AFTER_KILL.as_secs(),
+                        crate::host::process_state(id.pid).unwrap_or('?')
+                    ),
+                })
             }
             Foreign::Container { id, name } => {
-                let docker = docker.ok_or_else(|| {
-                    Error::Failed(format!("cannot reach the Docker Engine to stop {name}"))
-                })?;
+                let docker = docker.ok_or_else(|| unreachable("stop", name))?;
                 let opts = bollard::query_parameters::StopContainerOptionsBuilder::new()
                     .t(grace.as_secs() as i32)
                     .build();
@@ -246,9 +243,7 @@ impl Foreign {
                 ))
             }
             Foreign::Container { id, name } => {
-                let docker = docker.ok_or_else(|| {
-                    Error::Failed(format!("cannot reach the Docker Engine to start {name}"))
-                })?;
+                let docker = docker.ok_or_else(|| unreachable("start", name))?;
                 docker.start_container(id, None).await.map_err(|e| {
                     crate::runtime::docker::engine_error(&format!("starting {name}"), e)
                 })?;
@@ -295,17 +290,23 @@ fn same_user(pid: u32) -> Result<()> {
     let me = unsafe { libc::geteuid() };
     match crate::host::process_uid(pid) {
         Some(uid) if uid == me => Ok(()),
-        Some(uid) => Err(Error::Usage(format!(
-            "pid {pid} runs as {}, and this sparkctl as {}: adopt stops the server it hands \
-             over and starts it again as it was if anything fails, which only its own user \
-             may do; run `sparkctl adopt` as {} (nothing was changed)",
-            crate::host::user(uid),
-            crate::host::user(me),
-            crate::host::user(uid)
-        ))),
-        None => Err(Error::Usage(format!(
-            "cannot read who runs pid {pid}; nothing to adopt"
-        ))),
+        Some(uid) => Err(Error::Refused {
+            what: format!("pid {pid}",),
+            why: format!(
+                "runs as {}, and this sparkctl as {}: adopt stops the server it hands over and \
+                 starts it again as it was if anything fails, which only its own user may do; \
+                 run `sparkctl adopt` as {}",
+                crate::host::user(uid),
+                crate::host::user(me),
+                crate::host::user(uid)
+            ),
+            left: "changed",
+        }),
+        None => Err(Error::Refused {
+            what: format!("pid {pid}"),
+            why: "runs as a user sparkctl cannot read, so it cannot be adopted".into(),
+            left: "changed",
+        }),
     }
 }
 
@@ -355,4 +356,11 @@ fn relaunch_of(pid: u32) -> Relaunch {
         })
         .collect();
     (argv, cwd, env)
+}
+
+/// No engine to `doing` the container `name` with (it did not answer when adopt began).
+fn unreachable(doing: &str, name: &str) -> Error {
+    Error::EngineUnreachable {
+        cause: format!("needed to {doing} container {name}"),
+    }
 }

@@ -26,6 +26,7 @@ use crate::frontdoor::{self, Launch, Remote};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::import::record;
 use crate::production::{Entry, Production, Upstream};
+use crate::progress::Progress;
 use crate::recipe::RecipeSet;
 use crate::runtime::Deployment;
 pub(crate) use foreign::Foreign;
@@ -35,7 +36,7 @@ pub(crate) struct Options<'a> {
     pub(crate) allow_unpinned: bool,
     /// Asked before the foreign server is stopped; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
 }
 
 /// Whether the port closed at all.
@@ -90,31 +91,34 @@ pub(crate) async fn adopt(
 ) -> Result<Report> {
     let _lock = ctx.state.lock(&format!("adopt {name}"))?;
     let loaded = recipes.get(name)?;
-    let imported = record::load(&ctx.state, name)?.ok_or_else(|| {
-        Error::Usage(format!(
-            "{name} was not imported from a running server; `sparkctl import {name} --port PORT` \
+    let imported = record::load(&ctx.state, name)?.ok_or_else(|| Error::RecipeCannot {
+        recipe: name.to_string(),
+        why: format!(
+            "it was not imported from a running server; `sparkctl import {name} --port PORT` \
              (or --pid, --container) reads the one to adopt"
-        ))
+        ),
     })?;
-    let port = imported
-        .origin
-        .port()
-        .ok_or_else(|| Error::Usage(format!("the import of {name} found no port it serves")))?;
+    let port = imported.origin.port().ok_or_else(|| Error::RecipeCannot {
+        recipe: name.to_string(),
+        why: "its import found no port the server serves".into(),
+    })?;
     if port != ctx.settings.production_port {
-        return Err(Error::Usage(format!(
-            "{} serves port {port}, not the production port {}; set \
-             SPARKCTL_PRODUCTION_PORT={port} to make it the production port, then adopt",
-            imported.origin.describe(),
-            ctx.settings.production_port
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: name.to_string(),
+            why: format!(
+                "{} serves port {port}, not the production port {}; set \
+                 SPARKCTL_PRODUCTION_PORT={port} to make it the production port, then adopt",
+                imported.origin.describe(),
+                ctx.settings.production_port
+            ),
+        });
     }
     crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
     if let Some(r) = frontdoor::supervisor::running(&ctx.state) {
-        return Err(Error::Usage(format!(
-            "a front door already runs for this state dir (pid {}, port {}); adopt hands a port \
-             that another server holds",
-            r.pid, r.port
-        )));
+        return Err(frontdoor::supervisor::already_running(
+            &r,
+            "adopt hands over a port that another server holds, not the front door's",
+        ));
     }
     let docker = ctx.runtimes.docker().ok().map(|d| d.client().clone());
     let foreign = Foreign::find(&imported.origin, docker.as_ref()).await?;
@@ -132,8 +136,10 @@ pub(crate) async fn adopt(
     plan.beside_foreign(name, loaded.recipe.server.memory_gb);
     let way = plan.mode;
     let host = crate::host::listener_on(port).map_or_else(|| "127.0.0.1".into(), |l| l.address);
-    door::refuse_open(&imported, &foreign.describe(), &host, port)?;
-    (opts.say)(&describe(name, &foreign, port, way, &plan.start));
+    let config = frontdoor::Config::new(&ctx.settings, port)?;
+    door::refuse_open(&config, &imported, &foreign.describe(), &host)?;
+    opts.progress
+        .step(&describe(name, &foreign, port, way, &plan.start));
     let mut report = Report {
         recipe: name.to_string(),
         port,
@@ -150,15 +156,14 @@ pub(crate) async fn adopt(
         "stop {} and serve port {port} with {name}?",
         foreign.describe()
     )) {
-        return Err(Error::Usage(format!(
-            "adopt stops {}; confirm, or pass --yes (nothing was changed)",
-            foreign.describe()
-        )));
+        return Err(Error::NotConfirmed {
+            what: format!("adopt stops {}", foreign.describe()),
+        });
     }
     let mut flow = Flow {
         ctx,
         launch: Launch::new(&ctx.self_exe, &recipes.dir, &ctx.lock_path),
-        config: frontdoor::Config::from_env(port)?,
+        config,
         foreign,
         docker,
         name: name.to_string(),
@@ -170,10 +175,10 @@ pub(crate) async fn adopt(
     run.plan = serde_json::to_value(&plan.start).ok();
     // Other servers the plan names stop first (the foreign one is not sparkctl's: its
     // port's hand-over stops it).
-    let outcome = match make_room(&ctx.runtimes, &mut plan, Hold::Held, None, opts.say).await {
+    let outcome = match make_room(&ctx.runtimes, &mut plan, Hold::Held, None, opts.progress).await {
         Err(e) => Err(e),
-        Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.say).await,
-        Ok(()) => flow.swap(&plan.start, opts.say).await,
+        Ok(()) if way == Way::BlueGreen => flow.blue_green(&plan.start, opts.progress).await,
+        Ok(()) => flow.swap(&plan.start, opts.progress).await,
     };
     let (handover, d) = flow.finish(outcome, &mut run).await?;
     report.handover = handover;
@@ -227,15 +232,18 @@ impl Flow<'_> {
                 } else {
                     notes.join("; ")
                 };
-                let e = format!("adopt {name} failed: {e}\n  put back: {notes}");
-                run.error = Some(e.clone());
+                let mut e = Error::Undone {
+                    what: format!("adopt {name}"),
+                    cause: Box::new(e),
+                    notes,
+                };
+                run.error = Some(e.to_string());
                 // The failure is what the user must hear; a record that cannot be written
                 // is a note on it.
-                let unsaved = run.save(state).err();
-                Err(Error::Failed(match unsaved {
-                    Some(w) => format!("{e}\n  run record not written: {w}"),
-                    None => e,
-                }))
+                if let (Err(w), Error::Undone { notes, .. }) = (run.save(state), &mut e) {
+                    notes.push_str(&format!("\n  run record not written: {w}"));
+                }
+                Err(e)
             }
         }
     }
@@ -268,10 +276,14 @@ impl Flow<'_> {
     /// it has answered what it took), or bound the moment the stopped server frees it.
     /// `hold`: this command holds the door's requests from its first moment (a swap), so
     /// the door's watch leaves production's start to it.
-    async fn take_port(&mut self, say: &dyn Fn(&str), hold: bool) -> Result<(Remote, Handover)> {
+    async fn take_port(
+        &mut self,
+        progress: &dyn Progress,
+        hold: bool,
+    ) -> Result<(Remote, Handover)> {
         if let Some(socket) = self.foreign.share_socket(self.port) {
             let remote = self.open_door(socket, hold).await?;
-            say(&format!(
+            progress.step(&format!(
                 "the front door shares port {}'s socket; {} finishes what it took, then stops",
                 self.port,
                 self.foreign.describe()
@@ -279,7 +291,7 @@ impl Flow<'_> {
             self.touched.foreign_stopped = true;
             let cut = self.foreign.retire_shared(self.port, STOP_GRACE).await;
             if cut > 0 {
-                say(&format!(
+                progress.step(&format!(
                     "{} still held {cut} connection(s) after {} s; they were cut",
                     self.foreign.describe(),
                     STOP_GRACE.as_secs()
@@ -287,7 +299,7 @@ impl Flow<'_> {
             }
             return Ok((remote, Handover::SharedSocket));
         }
-        say(&format!(
+        progress.step(&format!(
             "stopping {}; the front door binds port {} the moment it is free",
             self.foreign.describe(),
             self.port
@@ -325,19 +337,21 @@ impl Flow<'_> {
     async fn blue_green(
         &mut self,
         plan: &StartPlan,
-        say: &dyn Fn(&str),
+        progress: &dyn Progress,
     ) -> Result<(Handover, Deployment)> {
-        say(&format!("starting {}", self.name));
+        progress.step(&format!("starting {}", self.name));
         let d = self.start_instance(plan).await?;
         self.write_production(crate::deploy::switch::upstream_of(&d))?;
-        let (remote, handover) = self.take_port(say, false).await?;
+        let (remote, handover) = self.take_port(progress, false).await?;
         let serving = remote.status().await?.upstream;
         if serving.as_ref().is_none_or(|u| u.deployment != d.id) {
-            return Err(Error::Failed(format!(
-                "the front door does not route to {} ({})",
-                self.name,
-                crate::units::short_id(&d.id)
-            )));
+            return Err(Error::DoorFailed {
+                what: format!(
+                    "does not route to {} ({})",
+                    self.name,
+                    crate::units::short_id(&d.id)
+                ),
+            });
         }
         Ok((handover, d))
     }
@@ -345,7 +359,7 @@ impl Flow<'_> {
     async fn swap(
         &mut self,
         plan: &StartPlan,
-        say: &dyn Fn(&str),
+        progress: &dyn Progress,
     ) -> Result<(Handover, Deployment)> {
         // Not running yet: the door starts holding, and this command holds it.
         let placeholder = Upstream {
@@ -354,8 +368,8 @@ impl Flow<'_> {
             url: plan.url.clone(),
         };
         let mut production = self.write_production(placeholder)?;
-        let (remote, handover) = self.take_port(say, true).await?;
-        say(&format!(
+        let (remote, handover) = self.take_port(progress, true).await?;
+        progress.step(&format!(
             "starting {} (requests wait at the front door)",
             self.name
         ));

@@ -11,7 +11,7 @@ use crate::nvidia::bandwidth;
 use crate::nvidia::device::{Devices, GpuUse, Kind};
 
 /// The host's own figure, GB/s.
-pub(crate) const HOST_ENV: &str = "SPARKCTL_BANDWIDTH_GBPS";
+pub(crate) const HOST_ENV: &str = crate::settings::BANDWIDTH_GBPS;
 
 /// Where a bound comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,21 +60,9 @@ pub(crate) fn declared(gb_per_s: f64, source: Source, from: impl Into<String>) -
     }
 }
 
-/// `SPARKCTL_BANDWIDTH_GBPS`, when set to a positive number; an error names a bad one.
-pub(crate) fn host_setting() -> Result<Option<Bandwidth>, String> {
-    match std::env::var(HOST_ENV) {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<f64>() {
-            Ok(g) if g.is_finite() && g > 0.0 => Ok(Some(declared(
-                g,
-                Source::Host,
-                format!("{HOST_ENV}={}", v.trim()),
-            ))),
-            _ => Err(format!(
-                "{HOST_ENV}={v} is not a bandwidth; give GB/s, e.g. {HOST_ENV}=3350, or unset it"
-            )),
-        },
-        _ => Ok(None),
-    }
+/// The host's own figure (`SPARKCTL_BANDWIDTH_GBPS`, checked by `Settings`), when set.
+fn host(gbps: Option<f64>) -> Option<Bandwidth> {
+    gbps.map(|g| declared(g, Source::Host, format!("{HOST_ENV}={g}")))
 }
 
 /// The bound of the GPUs `use_` names on this machine, or why there is none.
@@ -170,14 +158,14 @@ pub(crate) fn is_local(url: &str) -> bool {
 
 /// The bound for a server at `url` that no recipe describes: this machine's GPUs when it
 /// is local (the host's figure first), none when it is elsewhere.
-pub(crate) async fn for_url(url: &str) -> Result<Bandwidth, String> {
+pub(crate) async fn for_url(url: &str, host_gbps: Option<f64>) -> Result<Bandwidth, String> {
     if !is_local(url) {
         return Err(format!(
             "{url} is not on this machine: its device's bandwidth is not known here; give \
              `--bandwidth-gbps` to bound it"
         ));
     }
-    if let Some(b) = host_setting()? {
+    if let Some(b) = host(host_gbps) {
         return Ok(b);
     }
     of_devices(&Devices::probe().await, &GpuUse::All)
@@ -188,6 +176,7 @@ pub(crate) async fn for_url(url: &str) -> Result<Bandwidth, String> {
 pub(crate) async fn for_recipe(
     name: &str,
     declared_gbps: Option<f64>,
+    host_gbps: Option<f64>,
     gpus: &GpuUse,
 ) -> Result<Bandwidth, String> {
     if let Some(g) = declared_gbps {
@@ -197,7 +186,7 @@ pub(crate) async fn for_recipe(
             format!("bench.bandwidth_gbps of recipe {name}"),
         ));
     }
-    if let Some(b) = host_setting()? {
+    if let Some(b) = host(host_gbps) {
         return Ok(b);
     }
     of_devices(&Devices::probe().await, gpus)

@@ -125,6 +125,14 @@ pub(crate) enum GateError {
     Rule(String, String),
 }
 
+/// A `--gate` flag that does not parse.
+pub(crate) fn bad_gate_flag(e: &GateError) -> crate::error::Error {
+    crate::error::Error::BadFlag {
+        flag: "--gate".into(),
+        why: e.to_string(),
+    }
+}
+
 impl std::fmt::Display for GateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

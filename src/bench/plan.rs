@@ -72,9 +72,10 @@ impl Plan {
     ) -> Result<Plan> {
         if let Some(g) = over.bandwidth_gbps {
             if !(g.is_finite() && g > 0.0) {
-                return Err(Error::Usage(
-                    "--bandwidth-gbps: give the device's peak in GB/s, e.g. 3350".into(),
-                ));
+                return Err(Error::BadFlag {
+                    flag: "--bandwidth-gbps".into(),
+                    why: "give the device's peak in GB/s, e.g. 3350".into(),
+                });
             }
             target.set_bound(Ok(bound::declared(
                 g,
@@ -84,7 +85,9 @@ impl Plan {
         }
         let mut gates = recipe.gates;
         for g in &over.gates {
-            let g: GateRule = g.parse().map_err(|e| Error::Usage(format!("--gate {e}")))?;
+            let g: GateRule = g
+                .parse()
+                .map_err(|e| crate::bench::gates::bad_gate_flag(&e))?;
             gates.insert(g.name.clone(), g);
         }
         let suite = match &over.replay {
@@ -136,17 +139,22 @@ impl Options {
     /// The load flags that cannot mean anything.
     fn check(&self) -> Result<()> {
         if self.repeat == Some(0) {
-            return Err(Error::Usage("--repeat 0: give 1 or more runs".into()));
+            return Err(Error::BadFlag {
+                flag: "--repeat 0".into(),
+                why: "give 1 or more runs".into(),
+            });
         }
         if self.concurrency.contains(&0) {
-            return Err(Error::Usage(
-                "--concurrency 0: a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
-            ));
+            return Err(Error::BadFlag {
+                flag: "--concurrency 0".into(),
+                why: "a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
+            });
         }
         if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-            return Err(Error::Usage(
-                "--rate: give a positive number of requests per second".into(),
-            ));
+            return Err(Error::BadFlag {
+                flag: "--rate".into(),
+                why: "give a positive number of requests per second".into(),
+            });
         }
         Ok(())
     }

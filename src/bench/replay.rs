@@ -97,10 +97,11 @@ fn last_user_text(messages: &[Value]) -> String {
 /// each, sent once.
 pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
     if !path.exists() {
-        return Err(Error::Usage(format!(
-            "nothing captured yet at {}: `sparkctl frontdoor capture on`, then let production serve",
-            path.display()
-        )));
+        return Err(Error::NoSuch {
+            what: crate::error::Thing::Capture,
+            name: path.display().to_string(),
+            hint: "`sparkctl frontdoor capture on`, then let production serve".into(),
+        });
     }
     let (captured, _) = capture::read(path)?;
     let first = captured.first().map_or(0, |c| c.unix_ms);
@@ -131,10 +132,12 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
         })
         .collect();
     if cases.is_empty() {
-        return Err(Error::Usage(format!(
-            "no chat request captured at {}: let production serve with `sparkctl frontdoor capture on`",
-            path.display()
-        )));
+        return Err(Error::NoSuch {
+            what: crate::error::Thing::Capture,
+            name: path.display().to_string(),
+            hint: "no chat request: let production serve with `sparkctl frontdoor capture on`"
+                .into(),
+        });
     }
     Ok(Suite {
         name: CAPTURED.into(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::suite::ServerKind;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// What a server said about itself.
 #[derive(Debug, Clone)]
@@ -46,20 +46,10 @@ pub(crate) async fn probe(
     url: &str,
     known: Option<ServerKind>,
 ) -> Result<ServerInfo> {
-    use crate::openai::{first_model, list_models, ModelsError};
+    use crate::openai::{first_model, list_models};
     let listing = list_models(client, url, Duration::from_secs(10))
         .await
-        .map_err(|e| {
-            Error::Failed(match e {
-                ModelsError::Unreachable(_) => format!(
-                    "the server at {url} does not answer ({e}); start it first (`sparkctl start NAME`)"
-                ),
-                ModelsError::Status(s) => format!(
-                    "the server at {url} answers GET /v1/models with {s}; is it still loading?"
-                ),
-                ModelsError::Unreadable(_) => format!("the server at {url}: {e}"),
-            })
-        })?;
+        .map_err(|e| e.at(url))?;
     let (model, owner) = first_model(&listing).unwrap_or(("default", None));
     let (model, owner) = (model.to_string(), owner.unwrap_or_default());
     let kind = known.unwrap_or_else(|| kind_from_owner(owner));

@@ -197,11 +197,15 @@ impl Suite {
         let Some((file, text)) = crate::yaml::named(spec, suites_dir, &BUILT_IN, true)? else {
             let in_dir = suites_dir.join(format!("{spec}.yaml"));
             let names: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
-            return Err(Error::Usage(format!(
-                "no suite `{spec}`: not a file, not {}; built in: {}",
-                in_dir.display(),
-                names.join(", ")
-            )));
+            return Err(Error::NoSuch {
+                what: crate::error::Thing::Suite,
+                name: spec.to_string(),
+                hint: format!(
+                    "not a file, not {}; built in: {}",
+                    in_dir.display(),
+                    names.join(", ")
+                ),
+            });
         };
         let suite: Suite = crate::yaml::from_slice(
             &file,

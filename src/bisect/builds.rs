@@ -22,12 +22,14 @@ pub(crate) fn history(
     let binary = match (&r.binary, r.runtime()) {
         (Some(b), crate::recipe::Runtime::Process) => PathBuf::from(crate::recipe::expand_home(b)),
         _ => {
-            return Err(Error::Usage(format!(
-                "{}: --builds walks builds of a host binary; this recipe has no `binary:` of a \
-                 process runtime ({})",
-                r.name,
-                loaded.path.display()
-            )))
+            return Err(Error::RecipeCannot {
+                recipe: r.name.clone(),
+                why: format!(
+                    "--builds walks builds of a host binary; this recipe has no `binary:` of a \
+                     process runtime ({})",
+                    loaded.path.display()
+                ),
+            })
         }
     };
     let name = binary.file_name().unwrap_or_default();
@@ -74,13 +76,16 @@ pub(crate) fn history(
         paths.insert(sha, path);
     }
     if entries.len() < 2 {
-        return Err(Error::Usage(format!(
-            "{} holds {} build(s) named {} (in it or a directory right below it); a bisect needs \
-             two at least",
-            dir.display(),
-            entries.len(),
-            name.to_string_lossy()
-        )));
+        return Err(Error::BadFlag {
+            flag: "--builds".into(),
+            why: format!(
+                "{} holds {} build(s) named {} (in it or a directory right below it); a bisect \
+                 needs two at least",
+                dir.display(),
+                entries.len(),
+                name.to_string_lossy()
+            ),
+        });
     }
     let h = History {
         recipe: r.name.clone(),

@@ -7,6 +7,7 @@ use super::step::{candidate_name, Env};
 use crate::deploy::switch::{self, Ctx, Touched};
 use crate::error::{Error, Result};
 use crate::history::{Outcome, RunRecord};
+use crate::progress::Progress;
 
 /// The state lock, waited for a while: after a bisect was killed while production was
 /// stopped for its step, the front door's watch takes the lock again and again trying to
@@ -15,9 +16,9 @@ use crate::history::{Outcome, RunRecord};
 pub(crate) async fn lock_waiting(
     state: &crate::state::StateDir,
     what: &str,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<crate::state::StateLock> {
-    lock_within(state, what, std::time::Duration::from_secs(60), say).await
+    lock_within(state, what, std::time::Duration::from_secs(60), progress).await
 }
 
 /// The state lock, waited for up to `within` while another process holds it (`say` hears
@@ -26,7 +27,7 @@ pub(crate) async fn lock_within(
     state: &crate::state::StateDir,
     what: &str,
     within: std::time::Duration,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<crate::state::StateLock> {
     let deadline = std::time::Instant::now() + within;
     let mut said = false;
@@ -34,7 +35,7 @@ pub(crate) async fn lock_within(
         match state.lock(what) {
             Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
                 if !said {
-                    say(&format!(
+                    progress.step(&format!(
                         "waiting (up to {}): {e}",
                         crate::units::format_duration(within)
                     ));
@@ -49,7 +50,11 @@ pub(crate) async fn lock_within(
 
 /// A candidate a killed bisect left running is stopped before anything starts, and a
 /// production it had stopped for its step (its requests held) is brought back.
-pub(crate) async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
+pub(crate) async fn clean_leftover(
+    ctx: &Ctx<'_>,
+    name: &str,
+    progress: &dyn Progress,
+) -> Result<()> {
     let candidate = candidate_name(name);
     let left = ctx
         .rt()
@@ -57,7 +62,7 @@ pub(crate) async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)
         .await?
         .filter(crate::runtime::Deployment::running);
     if let Some(d) = &left {
-        say(&format!(
+        progress.step(&format!(
             "stopping {candidate} ({}), left running by an earlier bisect",
             crate::units::short_id(&d.id)
         ));
@@ -66,18 +71,23 @@ pub(crate) async fn clean_leftover(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)
         started: left,
         ..Default::default()
     };
-    for note in put_back(ctx, t, name, say).await {
-        say(&note);
+    for note in put_back(ctx, t, name, progress).await {
+        progress.step(&note);
     }
     Ok(())
 }
 
 /// What a step changed, undone: its candidate stopped, production serving again. Without
 /// a front door answering there is no production to bring back: only the candidate stops.
-async fn put_back(ctx: &Ctx<'_>, mut t: Touched, name: &str, say: &dyn Fn(&str)) -> Vec<String> {
+async fn put_back(
+    ctx: &Ctx<'_>,
+    mut t: Touched,
+    name: &str,
+    progress: &dyn Progress,
+) -> Vec<String> {
     let candidate = candidate_name(name);
     if ctx.door.status().await.is_ok() {
-        return switch::restore(ctx, t, &candidate, say).await;
+        return switch::restore(ctx, t, &candidate, progress).await;
     }
     if t.started.is_none() && !t.run_id.is_empty() {
         let found = ctx.rt().find(&candidate).await.ok().flatten();
@@ -100,7 +110,7 @@ pub(crate) async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
     let ctx = env.ctx;
     let state = ctx.state();
     let t = std::mem::take(&mut *env.touched.lock().expect("touched"));
-    let notes = put_back(ctx, t, &b.recipe, env.say).await;
+    let notes = put_back(ctx, t, &b.recipe, env.progress).await;
     // The file holds every finished round; the copy here may miss the step in progress.
     let mut b: Bisect = b
         .path(state)

@@ -25,6 +25,7 @@ use crate::bench::result::BenchResult;
 use crate::deploy::switch::{self, Ctx, Touched};
 use crate::error::{Error, Result};
 use crate::images::history::{self as image_history, EventKind, History};
+use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 use search::Next;
 use step::Env;
@@ -49,7 +50,7 @@ pub(crate) struct Options<'a> {
     pub(crate) fresh: bool,
     pub(crate) dry_run: bool,
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
 }
 
 /// What a bisect found (or planned, for a dry run).
@@ -68,10 +69,10 @@ async fn candidates(
     builds: Option<&std::path::Path>,
 ) -> Result<(History, Paths)> {
     if loaded.recipe.nodes.is_some() {
-        return Err(Error::Usage(format!(
-            "{}: a bisect starts one server per step; a multi-node recipe is not bisected",
-            loaded.recipe.name
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: loaded.recipe.name.clone(),
+            why: "a bisect starts one server per step; a multi-node recipe is not bisected".into(),
+        });
     }
     if let Some(dir) = builds {
         return builds::history(loaded, dir);
@@ -92,12 +93,14 @@ fn image_of(loaded: &LoadedRecipe) -> Result<String> {
     let r = &loaded.recipe;
     match (&r.image, r.runtime()) {
         (Some(image), crate::recipe::Runtime::Docker) => Ok(image.clone()),
-        _ => Err(Error::Usage(format!(
-            "{}: a bisect walks the digests of a container image, or with --builds DIR the \
-             builds of a host binary; this recipe runs a host process ({})",
-            r.name,
-            loaded.path.display()
-        ))),
+        _ => Err(Error::RecipeCannot {
+            recipe: r.name.clone(),
+            why: format!(
+                "a bisect walks the digests of a container image, or with --builds DIR the \
+                 builds of a host binary; this recipe runs a host process ({})",
+                loaded.path.display()
+            ),
+        }),
     }
 }
 
@@ -118,13 +121,16 @@ pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Res
             diff: None,
         });
     }
-    let _lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.say).await?;
+    let _lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.progress).await?;
     let mut b = match (opts.resume, record::unfinished(state, name)?) {
         (true, Some(b)) => resumed(b, opts),
         (true, None) => {
-            return Err(Error::Usage(format!(
-                "no unfinished bisect of {name} to resume; start one with --good REF --bad REF"
-            )))
+            return Err(Error::BadFlag {
+                flag: "--resume".into(),
+                why: format!(
+                    "there is no unfinished bisect of {name}; start one with --good REF --bad REF"
+                ),
+            })
         }
         (false, Some(old)) if !opts.fresh => {
             return Err(Error::Usage(format!(
@@ -146,14 +152,14 @@ pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Res
     b.status = Status::Running;
     b.why_stopped = None;
     b.save(state)?;
-    guard::clean_leftover(ctx, name, opts.say).await?;
+    guard::clean_leftover(ctx, name, opts.progress).await?;
     let suite = crate::bench::suite::Suite::load(&b.plan.suite, &ctx.recipes.dir.join("suites"))?;
     let env = Env {
         ctx,
         loaded,
         history: &history,
         suite: &suite,
-        say: opts.say,
+        progress: opts.progress,
         confirm: opts.confirm,
         touched: Arc::new(Mutex::new(Touched::default())),
         current: Arc::new(Mutex::new(None)),
@@ -186,7 +192,7 @@ pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Res
 fn resumed(mut b: Bisect, opts: &Options<'_>) -> Bisect {
     b.plan.rounds = opts.rounds.max(1);
     b.plan.allow_swap |= opts.allow_swap;
-    (opts.say)(&format!(
+    opts.progress.step(&format!(
         "resuming bisect {} of {} ({} measurement(s) recorded, {} step(s))",
         b.id,
         b.recipe,
@@ -215,11 +221,12 @@ async fn begin(
 ) -> Result<Bisect> {
     let name = &loaded.recipe.name;
     let need = |r: &Option<String>, which: &str| {
-        r.clone().ok_or_else(|| {
-            Error::Usage(format!(
-                "--{which} REF is needed (a digest, a run id or a date); `sparkctl images history \
-                 {name}` lists the digests"
-            ))
+        r.clone().ok_or_else(|| Error::BadFlag {
+            flag: format!("--{which} REF"),
+            why: format!(
+                "is needed (a digest, a run id or a date); `sparkctl images history {name}` lists \
+                 the digests"
+            ),
         })
     };
     let (good, bad) = (need(&opts.good, "good")?, need(&opts.bad, "bad")?);
@@ -227,22 +234,26 @@ async fn begin(
     let (gi, bi) = (search::resolve(h, &good)?, search::resolve(h, &bad)?);
     let short = |i: usize| crate::units::short_digest(&h.entries[i].digest);
     if gi >= bi {
-        return Err(Error::Usage(format!(
-            "--good {good} ({}) is {} --bad {bad} ({}) in {name}'s image history; a bisect looks \
-             for the first bad digest after a good one",
-            short(gi),
-            if gi == bi {
-                "the same digest as"
-            } else {
-                "newer than"
-            },
-            short(bi)
-        )));
+        return Err(Error::BadFlag {
+            flag: format!("--good {good}"),
+            why: format!(
+                "{} is {} --bad {bad} ({}) in {name}'s image history; a bisect looks for the \
+                 first bad digest after a good one",
+                short(gi),
+                if gi == bi {
+                    "the same digest as"
+                } else {
+                    "newer than"
+                },
+                short(bi)
+            ),
+        });
     }
     if opts.repeat < 2 {
-        return Err(Error::Usage(
-            "--repeat must be at least 2: a round's interval needs two runs".into(),
-        ));
+        return Err(Error::BadFlag {
+            flag: "--repeat".into(),
+            why: "must be at least 2: a round's interval needs two runs".into(),
+        });
     }
     let suite = opts.suite.clone().unwrap_or_else(|| {
         loaded
@@ -319,7 +330,7 @@ async fn drive(env: &Env<'_, '_>, b: &mut Bisect) -> Result<()> {
         );
         let (m, pct) = judge::most_different(&good, &bad).expect("the bad end was told apart");
         b.chosen = Some(m);
-        (env.say)(&format!(
+        env.progress.step(&format!(
             "the ends differ most in {} p50 ({pct:+.0}%): the steps are judged on it",
             m.name()
         ));

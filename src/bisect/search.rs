@@ -70,20 +70,26 @@ pub(crate) fn resolve(h: &History, text: &str) -> Result<usize> {
             .filter(|(_, e)| e.first_seen.as_str() <= by.as_str())
             .max_by(|a, b| a.1.first_seen.cmp(&b.1.first_seen))
             .map(|(i, _)| i)
-            .ok_or_else(|| {
-                Error::Usage(format!(
-                    "{text}: {}'s image history has no digest from before then (its oldest was \
-                     first seen {})",
+            .ok_or_else(|| Error::NoSuch {
+                what: crate::error::Thing::Digest,
+                name: text.to_string(),
+                hint: format!(
+                    "{}'s image history has no digest from before then (its oldest was first \
+                     seen {})",
                     h.recipe,
                     h.entries.first().map_or("never", |e| e.first_seen.as_str())
-                ))
+                ),
             });
     }
     if is_run_id(text) {
-        return Err(Error::Usage(format!(
-            "{text}: no run of {} with an image has this id; `sparkctl history` lists runs",
-            h.recipe
-        )));
+        return Err(Error::NoSuch {
+            what: crate::error::Thing::Run,
+            name: text.to_string(),
+            hint: format!(
+                "there is no run of {} with an image by this id; `sparkctl history` lists runs",
+                h.recipe
+            ),
+        });
     }
     let e = h.lookup(text)?;
     Ok(h.position(&e.digest).expect("looked up in this history"))
@@ -226,6 +232,6 @@ mod tests {
         assert!(resolve(&h, "20260101-000000000-0000")
             .unwrap_err()
             .to_string()
-            .contains("no run of sim"));
+            .contains("no run of sim with an image"));
     }
 }

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::history::{BisectStep, Command, Outcome, PhaseName, RunRecord};
 use crate::images::history::History;
 use crate::lock::{Lock, Pin};
+use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
 use crate::state::RunFile;
@@ -33,7 +34,7 @@ pub(crate) struct Env<'a, 'b> {
     pub(crate) loaded: &'a LoadedRecipe,
     pub(crate) history: &'a History,
     pub(crate) suite: &'a Suite,
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
     /// Asked before production is stopped for a step; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// What the step in progress changed, for the way back after Ctrl-C.
@@ -117,7 +118,7 @@ pub(crate) async fn measure(
         .map_or(String::new(), |c| {
             format!(", built {}", &c[..c.len().min(19)])
         });
-    (env.say)(&format!(
+    env.progress.step(&format!(
         "{}: {}{built}",
         label(&m),
         crate::units::short_digest(&digest)
@@ -175,13 +176,14 @@ async fn run(
         }
         Some(path) => {
             m.skipped = Some(format!("not measured: {} is gone", path.display()));
-            (env.say)(&format!("skipped: {} is gone", path.display()));
+            env.progress
+                .step(&format!("skipped: {} is gone", path.display()));
             return Ok(());
         }
         None => {
             if let Err(e) = ensure_image(env, &digest).await {
                 m.skipped = Some(format!("not measured: {e}"));
-                (env.say)(&format!("skipped: {e}"));
+                env.progress.step(&format!("skipped: {e}"));
                 return Ok(());
             }
             lock_for(&derived, env.history, &digest)
@@ -223,7 +225,8 @@ async fn run(
         Err(e) => {
             put_back(env, swapped).await;
             m.skipped = Some(format!("did not start: {e}"));
-            (env.say)(&format!("skipped: it did not start ({e})"));
+            env.progress
+                .step(&format!("skipped: it did not start ({e})"));
             return Ok(());
         }
     };
@@ -261,7 +264,8 @@ async fn rounds(
             Err(e @ Error::Interrupted(_)) => return Err(e),
             Err(e) => {
                 m.skipped = Some(format!("its benchmark failed: {e}"));
-                (env.say)(&format!("skipped: its benchmark failed ({e})"));
+                env.progress
+                    .step(&format!("skipped: its benchmark failed ({e})"));
                 return Ok(());
             }
         };
@@ -276,7 +280,7 @@ async fn rounds(
         record.bench = Some(path);
         record.ttft_p50_ms = result.ttft_p50_ms;
         record.decode_tps_p50 = result.decode_tps_p50;
-        (env.say)(&format!(
+        env.progress.step(&format!(
             "  round {n} ({} runs of the suite, {:.1} s): {} — {}",
             b.plan.repeat,
             began.elapsed().as_secs_f64(),
@@ -306,7 +310,8 @@ fn verdict_word(v: Verdict) -> &'static str {
 
 /// One round: the suite `repeat` times against the candidate.
 async fn bench(env: &Env<'_, '_>, b: &Bisect, d: &Deployment) -> Result<BenchResult> {
-    let mut target = crate::deploy::target_of(&env.loaded.recipe, d).await;
+    let mut target =
+        crate::deploy::target_of(&env.loaded.recipe, d, env.ctx.settings().bandwidth_gbps).await;
     target.recipe_hash = Some(env.loaded.recipe.hash());
     let gates = match b.criterion.gate() {
         Some(g) => crate::bench::gates::Gates::from([(g.name.clone(), g)]),
@@ -335,7 +340,7 @@ async fn ensure_image(env: &Env<'_, '_>, digest: &str) -> Result<()> {
     if crate::images::local(docker, &reference).await?.is_some() {
         return Ok(());
     }
-    (env.say)(&format!("pulling {reference}"));
+    env.progress.step(&format!("pulling {reference}"));
     crate::images::pull_digest(
         docker,
         env.ctx.state(),
@@ -422,11 +427,11 @@ async fn make_room(env: &Env<'_, '_>, b: &Bisect, plan: &mut Plan) -> Result<boo
             b.recipe
         )));
     }
-    (env.say)(&format!(
+    env.progress.step(&format!(
         "holding production at the front door; stopping {prod} for this step"
     ));
     let hold = Hold::Ask(&env.ctx.door, env.ctx.door_config.drain);
-    switch::make_room(env.ctx.rt(), plan, hold, Some(&*env.touched), env.say).await?;
+    switch::make_room(env.ctx.rt(), plan, hold, Some(&*env.touched), env.progress).await?;
     Ok(true)
 }
 
@@ -438,8 +443,8 @@ async fn put_back(env: &Env<'_, '_>, swapped: bool) {
     let _restoring = Restoring::begin(&env.restoring);
     let t = std::mem::take(&mut *env.touched.lock().expect("touched"));
     let name = candidate_name(&env.loaded.recipe.name);
-    for note in switch::restore(env.ctx, t, &name, env.say).await {
-        (env.say)(&note);
+    for note in switch::restore(env.ctx, t, &name, env.progress).await {
+        env.progress.step(&note);
     }
 }
 

@@ -6,7 +6,7 @@ use super::judge::{self, Criterion, Judgement, Verdict};
 use super::record::{Bisect, Measurement, Role};
 use super::search;
 use crate::bench::result::BenchResult;
-use crate::error::{Error, Result};
+use crate::error::{EndProblem, Error, Result};
 
 /// A step left inconclusive at the bound: the bisect stops there, with the range so far.
 pub(crate) fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
@@ -41,24 +41,26 @@ pub(crate) fn undecided(b: &Bisect, i: usize, m: &Measurement) -> Error {
 pub(crate) fn check_end(b: &Bisect, digest: &str, role: Role) -> Result<()> {
     let m = &b.measurements[digest];
     let what = if role == Role::GoodEnd { "good" } else { "bad" };
-    let short = crate::units::short_digest(digest);
+    let bad_end = |problem| Error::BadEnd {
+        role: what,
+        digest: crate::units::short_digest(digest),
+        problem,
+    };
     if let Some(why) = &m.skipped {
-        return Err(Error::Failed(format!(
-            "the {what} end {short} could not be measured ({why}); choose another end"
-        )));
+        return Err(bad_end(EndProblem::NotMeasured(why.clone())));
     }
-    let detail = m.judgement.as_ref().map_or("", |j| j.detail.as_str());
+    let detail = m
+        .judgement
+        .as_ref()
+        .map_or("", |j| j.detail.as_str())
+        .to_string();
     match (role, m.verdict()) {
         (Role::GoodEnd, Some(Verdict::Good)) | (Role::BadEnd, Some(Verdict::Bad)) => Ok(()),
-        (_, Some(Verdict::Inconclusive) | None) => Err(Error::Failed(format!(
-            "the {what} end {short} could not be told apart after {} round(s): {detail}; nothing \
-             to bisect on this figure (`--resume` measures it again; a larger --repeat or \
-             another --metric may tell them apart)",
-            m.rounds.len()
-        ))),
-        _ => Err(Error::Failed(format!(
-            "the {what} end {short} is not {what} by this measure: {detail}; nothing to bisect"
-        ))),
+        (_, Some(Verdict::Inconclusive) | None) => Err(bad_end(EndProblem::Undecided {
+            rounds: m.rounds.len(),
+            detail,
+        })),
+        _ => Err(bad_end(EndProblem::NotSo { role: what, detail })),
     }
 }
 

@@ -35,17 +35,12 @@ async fn run(
 ) -> Result<()> {
     let name = args.name.as_str();
     let json = out.json;
-    let say = |line: &str| {
-        if !json {
-            out.say(line);
-        }
-    };
     let confirm = |question: &str| args.yes || out.confirm(question);
     let opts = Options {
         dry_run: args.dry_run,
         allow_unpinned: args.allow_unpinned,
         confirm: &confirm,
-        say: &say,
+        progress: out,
     };
     let report = crate::adopt::adopt(ctx, recipes, name, &opts).await?;
     if json {

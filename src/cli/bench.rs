@@ -12,6 +12,26 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 
+/// What is measured and how often: the flags `bench` and `bisect` share.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Measure {
+    /// Suite: built-in voice-assistant, a name in recipes/suites/, a file, or `captured`
+    /// (production's captured traffic) [default: the recipe's bench.suite].
+    #[arg(long, value_name = "SUITE")]
+    pub(crate) suite: Option<String>,
+    /// Measured runs per case in each run of the suite (the suite says; at least 5).
+    #[arg(long, value_name = "N")]
+    pub(crate) runs: Option<usize>,
+    /// Warm-up runs per case, reported apart as cold start (the suite says).
+    #[arg(long, value_name = "N")]
+    pub(crate) warmup: Option<usize>,
+    /// Runs of the whole suite: each figure's p50 gets a CV and a 95% interval, and a gate
+    /// whose interval holds its threshold is inconclusive [default: bench: the recipe's
+    /// bench.load.repeat, else 1; bisect: 3 per round, at least 2].
+    #[arg(long, value_name = "N")]
+    pub(crate) repeat: Option<usize>,
+}
+
 /// `sparkctl bench`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
@@ -19,26 +39,13 @@ pub(crate) struct BenchArgs {
     pub(crate) target: Option<String>,
     #[command(subcommand)]
     pub(crate) compare: Option<BenchCommand>,
-    /// Suite: built-in voice-assistant, a name in recipes/suites/, a file, or `captured`
-    /// (production's captured traffic).
-    #[arg(long, value_name = "SUITE")]
-    pub(crate) suite: Option<String>,
+    #[command(flatten)]
+    pub(crate) measure: Measure,
     /// Replay captured traffic instead of a suite: `captured` (what the front door
     /// captured, `frontdoor capture on`) or a capture file. Each request is sent once as it
     /// came, with the gaps it arrived with, or at --concurrency/--rate when given.
     #[arg(long, value_name = "FILE|captured", conflicts_with = "suite")]
     pub(crate) replay: Option<String>,
-    /// Measured runs per case (the suite says; at least 5).
-    #[arg(long, value_name = "N")]
-    pub(crate) runs: Option<usize>,
-    /// Warm-up runs per case, reported as cold start.
-    #[arg(long, value_name = "N")]
-    pub(crate) warmup: Option<usize>,
-    /// Run the whole suite N times: each figure's p50 gets a CV and a 95% interval, and a
-    /// gate whose interval holds its threshold is inconclusive.
-    /// [default: the recipe's bench.load.repeat, else 1]
-    #[arg(long, value_name = "N")]
-    pub(crate) repeat: Option<usize>,
     /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
     #[arg(long, value_delimiter = ',', value_name = "N,N")]
     pub(crate) concurrency: Vec<usize>,
@@ -136,12 +143,12 @@ impl BenchArgs {
     /// The flags over the recipe's bench section, as given.
     fn overrides(&self) -> engine::Overrides {
         engine::Overrides {
-            suite: self.suite.clone(),
+            suite: self.measure.suite.clone(),
             replay: self.replay.clone(),
             options: engine::Options {
-                warmup: self.warmup,
-                runs: self.runs,
-                repeat: self.repeat,
+                warmup: self.measure.warmup,
+                runs: self.measure.runs,
+                repeat: self.measure.repeat,
                 concurrency: self.concurrency.clone(),
                 rate: self.rate,
                 arrival: self.arrival,
@@ -163,9 +170,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) 
     let target = args.target.as_deref().ok_or_else(|| {
         Error::Usage("name a running recipe or a URL: `sparkctl bench NAME|URL`".into())
     })?;
-    let mut plan =
-        crate::deploy::bench_plan(&ctx.runtimes, recipes, &ctx.state, target, args.overrides())
-            .await?;
+    let mut plan = crate::deploy::bench_plan(ctx, recipes, target, args.overrides()).await?;
     let baseline = match args.baseline.as_deref() {
         Some(path) => engine::Baseline::Measured(read_result(path)?),
         None => engine::Baseline::missing("no --baseline given"),
@@ -401,7 +406,11 @@ pub(crate) fn compare(
         let all: Vec<_> = paths
             .iter()
             .zip(&results)
-            .map(|(p, r)| serde_json::json!({"result": p, "cases": side(r), "goodput": r.goodput}))
+            .map(|(p, r)| Compared {
+                result: p,
+                cases: side(r),
+                goodput: r.goodput.as_ref(),
+            })
             .collect();
         out.print_json(&all);
     } else {
@@ -422,4 +431,12 @@ pub(crate) fn compare(
         }
     }
     Ok(())
+}
+
+/// One result of `bench compare --json`: each case's p50 TTFT (ms) and decode rate (tok/s).
+#[derive(serde::Serialize)]
+struct Compared<'a> {
+    result: &'a Path,
+    cases: BTreeMap<String, (Option<f64>, Option<f64>)>,
+    goodput: Option<&'a crate::bench::gates::GoodputFigure>,
 }

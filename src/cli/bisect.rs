@@ -7,6 +7,10 @@ use crate::error::{Error, Result};
 use crate::recipe::RecipeSet;
 use crate::units::short_digest;
 
+/// Runs of the suite per round when `--repeat` is not given: an interval needs two.
+const ROUND_REPEAT: usize = 3;
+
+/// `sparkctl bisect`'s flags.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BisectArgs {
     /// The recipe whose image regressed.
@@ -26,18 +30,8 @@ pub(crate) struct BisectArgs {
     /// Judge each digest on a gate: pass is good, fail is bad ('decode_tps_p50=>= 30').
     #[arg(long, value_name = "NAME=RULE")]
     pub(crate) gate: Option<String>,
-    /// The benchmark suite [default: the recipe's bench.suite].
-    #[arg(long)]
-    pub(crate) suite: Option<String>,
-    /// Measured runs per case in each run of the suite [default: the suite's].
-    #[arg(long, value_name = "N")]
-    pub(crate) runs: Option<usize>,
-    /// Warm-up runs per case, excluded [default: the suite's].
-    #[arg(long, value_name = "N")]
-    pub(crate) warmup: Option<usize>,
-    /// Runs of the whole suite per round: each round's 95% interval is over them.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub(crate) repeat: usize,
+    #[command(flatten)]
+    pub(crate) measure: super::bench::Measure,
     /// Rounds a digest gets before it is left inconclusive (the bisect stops there, and
     /// --resume measures it again).
     #[arg(long, default_value_t = 4, value_name = "N")]
@@ -79,15 +73,14 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
     // Only asked of a running front door, never started: production is whatever serves.
     let flow = crate::deploy::switch::Ctx::open(ctx, recipes, &[], true).await?;
     let confirm = |question: &str| out.confirm(question);
-    let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = bisect::Options {
         good: args.good,
         bad: args.bad,
         criterion,
-        suite: args.suite,
-        runs: args.runs,
-        warmup: args.warmup,
-        repeat: args.repeat,
+        suite: args.measure.suite,
+        runs: args.measure.runs,
+        warmup: args.measure.warmup,
+        repeat: args.measure.repeat.unwrap_or(ROUND_REPEAT),
         rounds: args.rounds,
         allow_swap: args.allow_swap,
         builds: args.builds,
@@ -95,14 +88,17 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
         fresh: args.fresh,
         dry_run: args.dry_run,
         confirm: &confirm,
-        say: &say,
+        progress: out,
     };
     let report = bisect::bisect(&flow, &args.name, &opts).await?;
     if out.json {
-        out.print_json(&serde_json::json!({
-            "bisect": report.bisect,
-            "diff": report.diff.as_ref().map(|d| d.as_ref().map_err(String::as_str)),
-        }));
+        out.print_json(&Found {
+            bisect: &report.bisect,
+            diff: report
+                .diff
+                .as_ref()
+                .map(|d| d.as_ref().map_err(String::as_str)),
+        });
     } else if args.dry_run {
         print_plan(&report.bisect, out);
     } else {
@@ -277,4 +273,12 @@ fn evidence(b: &Bisect, out: &Output) {
         ]);
     }
     out.print_table(&t);
+}
+
+/// `bisect --json`: the bisect as recorded, and what changed at the first bad digest (or
+/// why that is not known).
+#[derive(serde::Serialize)]
+struct Found<'a> {
+    bisect: &'a Bisect,
+    diff: Option<std::result::Result<&'a crate::images::ImageDiff, &'a str>>,
 }

@@ -187,6 +187,9 @@ async fn status(ctx: &Context, out: &Output) -> Result<()> {
     match &status.door {
         Some(s) => {
             out.say(super::frontdoor::line(s));
+            for l in super::frontdoor::model_lines(s) {
+                out.say(l);
+            }
             for l in super::frontdoor::live_lines(s) {
                 out.say(l);
             }
@@ -236,6 +239,20 @@ async fn status(ctx: &Context, out: &Output) -> Result<()> {
     Ok(())
 }
 
+/// The role, and whose when several models are served: `production of coder`.
+fn role_of(row: &deploy::status::StatusRow) -> String {
+    let role = match row.role {
+        Role::Production => "production",
+        Role::Warm => "warm",
+        Role::Candidate => "candidate",
+        Role::None => "-",
+    };
+    match &row.model {
+        Some(m) => format!("{role} of {m}"),
+        None => role.to_string(),
+    }
+}
+
 fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     let mut t = out.table();
     t.set_header(vec![
@@ -261,13 +278,7 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
                 .map(|s| format_uptime(Duration::from_secs(s)))
                 .unwrap_or_else(|| "-".into()),
             row.health.clone(),
-            match row.role {
-                Role::Production => "production",
-                Role::Warm => "warm",
-                Role::Candidate => "candidate",
-                Role::None => "-",
-            }
-            .to_string(),
+            role_of(row),
             match &row.memory {
                 Some(m) => m.summary(),
                 None => d
@@ -366,9 +377,10 @@ impl DownArgs {
         } = self;
         with_recipes(g, out, async |ctx, recipes| {
             if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
-                return Err(Error::Usage(format!(
-                    "{name} is a job; `sparkctl stop {name}` stops it (`down` is for servers)"
-                )));
+                return Err(Error::RecipeCannot {
+                    recipe: name.clone(),
+                    why: "it is a job: `sparkctl stop` stops it (`down` is for servers)".into(),
+                });
             }
             crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;
             down(ctx, &name, dry_run, force, out).await
@@ -377,14 +389,14 @@ impl DownArgs {
 }
 
 async fn down(ctx: &Context, name: &str, dry_run: bool, force: bool, out: &Output) -> Result<()> {
-    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+    let door = crate::frontdoor::Remote::about(&ctx.state, name);
     let stopped = deploy::down(&ctx.runtimes, name, dry_run, Some(&door), force).await?;
     if out.json {
-        out.print_json(&serde_json::json!({
-            "name": name,
-            "stopped": stopped.as_ref().map(|d| &d.id),
-            "dry_run": dry_run,
-        }));
+        out.print_json(&Down {
+            name,
+            stopped: stopped.as_ref().map(|d| d.id.as_str()),
+            dry_run,
+        });
         return Ok(());
     }
     match stopped {
@@ -436,13 +448,12 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
     let flow = deploy::switch::Ctx::open(ctx, recipes, &[&name], dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
-    let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = deploy::up::UpOptions {
         dry_run,
         no_promote,
         allow_unpinned,
         confirm: &confirm,
-        say: &say,
+        progress: out,
         lock: None,
         record: None,
         replace: false,
@@ -478,6 +489,10 @@ pub(crate) struct RollbackArgs {
     /// Roll back to this recipe instead (e.g. the llama-server one).
     #[arg(long, value_name = "NAME")]
     to: Option<String>,
+    /// The model whose production rolls back, when several are served (its served name,
+    /// or the recipe serving the unnamed one).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
     #[arg(long)]
     dry_run: bool,
 }
@@ -485,7 +500,7 @@ pub(crate) struct RollbackArgs {
 impl RollbackArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
         with_recipes(g, out, async |ctx, recipes| {
-            rollback(ctx, recipes, self.to.as_deref(), self.dry_run, out).await
+            rollback(ctx, recipes, &self, out).await
         })
     }
 }
@@ -493,14 +508,16 @@ impl RollbackArgs {
 async fn rollback(
     ctx: &Context,
     recipes: &RecipeSet,
-    to: Option<&str>,
-    dry_run: bool,
+    args: &RollbackArgs,
     out: &Output,
 ) -> Result<()> {
+    let (to, dry_run) = (args.to.as_deref(), args.dry_run);
+    let model = crate::models::of_rollback(&ctx.state, recipes, to, args.model.as_deref())?;
     let needs: Vec<&str> = to.into_iter().collect();
-    let flow = deploy::switch::Ctx::open(ctx, recipes, &needs, dry_run).await?;
-    let say = |line: &str| out.note(format_args!("==> {line}"));
-    let record = deploy::rollback::rollback(&flow, to, dry_run, &say).await?;
+    let flow = deploy::switch::Ctx::open(ctx, recipes, &needs, dry_run)
+        .await?
+        .for_model(&model);
+    let record = deploy::rollback::rollback(&flow, to, dry_run, out).await?;
     if out.json {
         out.print_json(&record);
     } else if dry_run {
@@ -514,4 +531,12 @@ async fn rollback(
         ));
     }
     Ok(())
+}
+
+/// `down --json`: which deployment stopped (or would), if any ran.
+#[derive(serde::Serialize)]
+struct Down<'a> {
+    name: &'a str,
+    stopped: Option<&'a str>,
+    dry_run: bool,
 }

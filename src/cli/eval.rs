@@ -51,15 +51,16 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
     let rule = match &args.gate {
         Some(r) => Some(
             crate::bench::gates::GateRule::new("eval_accuracy", r)
-                .map_err(|e| Error::Usage(format!("--gate {e}")))?
+                .map_err(|e| crate::bench::gates::bad_gate_flag(&e))?
                 .rule,
         ),
         None => None,
     };
     if rule.is_some_and(|r| r.of_production) && args.against.is_none() {
-        return Err(Error::Usage(
-            "--gate on production needs --against NAME|URL: the server to compare with".into(),
-        ));
+        return Err(Error::BadFlag {
+            flag: "--gate".into(),
+            why: "a rule on production needs --against NAME|URL: the server to compare with".into(),
+        });
     }
     let names = match (&args.sets, recipes.get(&args.target)) {
         (given, _) if !given.is_empty() => given.clone(),
@@ -93,15 +94,15 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
         crate::state::write_json(path, &e)?;
     }
     if out.json {
-        out.print_json(&serde_json::json!({
-            "evaluation": e,
-            "gate": judged.as_ref().map(|j| serde_json::json!({
-                "rule": args.gate,
-                "value": j.value,
-                "outcome": outcome_word(j.outcome),
-                "detail": j.detail,
-            })),
-        }));
+        out.print_json(&Evaluated {
+            evaluation: &e,
+            gate: judged.as_ref().map(|j| GateJudged {
+                rule: args.gate.as_deref(),
+                value: j.value,
+                outcome: outcome_word(j.outcome),
+                detail: &j.detail,
+            }),
+        });
     } else {
         render(out, &e);
     }
@@ -183,4 +184,19 @@ fn render(out: &Output, e: &Evaluation) {
             out.say(format_args!("  lost {k}"));
         }
     }
+}
+
+/// `eval --json`: the evaluation and, with `--gate`, how it was judged.
+#[derive(serde::Serialize)]
+struct Evaluated<'a> {
+    evaluation: &'a Evaluation,
+    gate: Option<GateJudged<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct GateJudged<'a> {
+    rule: Option<&'a str>,
+    value: Option<f64>,
+    outcome: &'static str,
+    detail: &'a str,
 }

@@ -100,7 +100,7 @@ async fn run(
     command: FrontdoorCommand,
     out: &Output,
 ) -> Result<()> {
-    let config = Config::from_env(ctx.settings.production_port)?;
+    let config = Config::new(&ctx.settings, ctx.settings.production_port)?;
     let launch = Launch::new(&ctx.self_exe, &recipes, &ctx.lock_path);
     match command {
         FrontdoorCommand::Start => {
@@ -155,7 +155,7 @@ async fn run(
                 lock_path: launch.lock,
                 ..ctx
             };
-            crate::deploy::watch::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
+            crate::deploy::serve::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
         }
         FrontdoorCommand::Install => install(&config, &launch, &ctx.state, out),
         FrontdoorCommand::Capture { what } => capture(&ctx, what, out).await,
@@ -227,6 +227,9 @@ fn print_status(s: &DoorStatus, out: &Output) {
         return;
     }
     out.say(line(s));
+    for l in model_lines(s) {
+        out.say(l);
+    }
     for l in live_lines(s) {
         out.say(l);
     }
@@ -260,6 +263,29 @@ pub(crate) fn line(s: &DoorStatus) -> String {
         },
         s.waiting
     )
+}
+
+/// With several models behind the front door, where each one's requests go.
+pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
+    if s.models.len() < 2 {
+        return Vec::new();
+    }
+    (s.models.iter())
+        .map(|m| {
+            format!(
+                "  model {}{} → {} · {} waiting",
+                m.name.as_deref().unwrap_or("(none)"),
+                if m.default { " (default)" } else { "" },
+                match (&m.upstream, m.holding) {
+                    (Some(u), _) =>
+                        format!("{} ({})", u.recipe, crate::units::short_id(&u.deployment)),
+                    (None, true) => "nothing yet: holding its requests".into(),
+                    (None, false) => "nothing (its requests get 503)".into(),
+                },
+                m.waiting
+            )
+        })
+        .collect()
 }
 
 /// Production's live quality: the checks over its recent answers, its live gates, its
@@ -321,7 +347,10 @@ pub(crate) fn live_lines(s: &DoorStatus) -> Vec<String> {
 pub(crate) async fn logs(ctx: &Context, view: crate::runtime::LogView, out: &Output) -> Result<()> {
     let crate::runtime::LogView { tail, follow } = view;
     let Some(path) = ctx.state.latest_log("frontdoor") else {
-        return Err(Error::Usage("the front door has not run yet".into()));
+        return Err(Error::Stopped {
+            what: "the front door".into(),
+            fix: "it has not run yet: `sparkctl frontdoor start`".into(),
+        });
     };
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;

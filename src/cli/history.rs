@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 
-use super::{in_context, Globals, Output};
+use super::{in_context, with_recipes, Globals, Output};
 use crate::context::Context;
 use crate::error::Result;
 
@@ -11,6 +11,10 @@ use crate::error::Result;
 pub(crate) struct HistoryArgs {
     #[command(subcommand)]
     show: Option<HistoryCommand>,
+    /// Only the runs of this model's recipes, when several models are served (its served
+    /// name, or the recipe serving the unnamed one).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -21,11 +25,29 @@ pub(crate) enum HistoryCommand {
 impl HistoryArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
         let run = self.show.map(|HistoryCommand::Show { run }| run);
-        in_context(g, async |ctx| history(ctx, run.as_deref(), out))
+        match self.model {
+            Some(model) => with_recipes(g, out, async |ctx, recipes| {
+                let file = crate::models::book(&ctx.state, recipes);
+                let model = crate::models::known(&file, recipes, &model)?;
+                let of_model = |recipe: &str| {
+                    recipes
+                        .get(recipe)
+                        .is_ok_and(|l| crate::models::of(&l.recipe) == model)
+                };
+                history(ctx, run.as_deref(), &of_model, out)
+            }),
+            None => in_context(g, async |ctx| history(ctx, run.as_deref(), &|_| true, out)),
+        }
     }
 }
 
-fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
+/// The runs (`shown`: of the recipes it says), or the run `run`.
+fn history(
+    ctx: &Context,
+    run: Option<&str>,
+    shown: &dyn Fn(&str) -> bool,
+    out: &Output,
+) -> Result<()> {
     if let Some(run) = run {
         // A job run's id names its record in jobs/ (the lineage `history` points at).
         let job = ctx.state.job_record_file(run)?;
@@ -38,7 +60,8 @@ fn history(ctx: &Context, run: Option<&str>, out: &Output) -> Result<()> {
         out.print_json(&record);
         return Ok(());
     }
-    let (runs, damaged) = crate::history::history(&ctx.state)?;
+    let (mut runs, damaged) = crate::history::history(&ctx.state)?;
+    runs.retain(|r| shown(&r.recipe));
     let none = || format!("no runs yet (state dir {})", ctx.state.root().display());
     if out.list_said_all(&runs, &damaged, none) {
         return Ok(());

@@ -31,6 +31,7 @@ impl ImagesArgs {
                 lock_path: &lock_path(g),
                 docker: &docker,
                 state: &state,
+                settings: &crate::settings::Settings::from_env()?,
             };
             run(&at, self.command, out).await
         })
@@ -85,6 +86,7 @@ struct At<'a> {
     lock_path: &'a Path,
     docker: &'a bollard::Docker,
     state: &'a StateDir,
+    settings: &'a crate::settings::Settings,
 }
 
 impl At<'_> {
@@ -103,11 +105,21 @@ impl At<'_> {
 fn name_at_digest(text: &str) -> Result<(&str, &str)> {
     text.split_once('@')
         .filter(|(n, d)| !n.is_empty() && !d.is_empty())
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "{text}: write NAME@DIGEST, e.g. qat-v2b@sha256:3f2a9c01b7e4 (a unique prefix of                  a digest in `sparkctl images history NAME` will do)"
-            ))
+        .ok_or_else(|| Error::BadFlag {
+            flag: text.to_string(),
+            why: "write NAME@DIGEST, e.g. qat-v2b@sha256:3f2a9c01b7e4 (a unique prefix of a \
+                  digest in `sparkctl images history NAME` will do)"
+                .into(),
         })
+}
+
+/// `recipe` has no pin where a command needs one.
+fn no_pin(recipe: &str) -> Error {
+    Error::NoSuch {
+        what: crate::error::Thing::Pin,
+        name: recipe.to_string(),
+        hint: format!("`sparkctl images pin {recipe}` first"),
+    }
 }
 
 /// (recipe, image) of the recipes that run containers, all or the one named.
@@ -136,15 +148,17 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
         }
         (Some(n), _) => {
             let loaded = recipes.get(n)?;
-            with_image(loaded).map(|t| vec![t]).ok_or_else(|| {
-                Error::Usage(format!(
-                    "{n} runs no container image (runtime process); nothing to pin"
-                ))
-            })
+            with_image(loaded)
+                .map(|t| vec![t])
+                .ok_or_else(|| Error::RecipeCannot {
+                    recipe: n.to_string(),
+                    why: "it runs no container image (runtime process); nothing to pin".into(),
+                })
         }
-        (None, false) => Err(Error::Usage(
-            "name a recipe, or pass --all for every recipe with an image".into(),
-        )),
+        (None, false) => Err(Error::BadFlag {
+            flag: "NAME".into(),
+            why: "name a recipe, or pass --all for every recipe with an image".into(),
+        }),
     }
 }
 
@@ -187,7 +201,7 @@ async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
         ImagesCommand::Diff { name, old, new } => diff(at, &name, old, new, out).await,
         ImagesCommand::History { name } => {
             let h = at.history(&name).await?;
-            print_history(&h, images::retain::keep_from_env()?, out);
+            print_history(&h, at.settings.keep_images, out);
             Ok(())
         }
         ImagesCommand::Keep {
@@ -206,10 +220,7 @@ async fn diff(
     out: &Output,
 ) -> Result<()> {
     let lock = Lock::load(at.lock_path)?.intact()?;
-    let pin = lock
-        .images
-        .get(name)
-        .ok_or_else(|| Error::Usage(format!("{name} has no pin in {}", at.lock_path.display())))?;
+    let pin = lock.images.get(name).ok_or_else(|| no_pin(name))?;
     // A short digest (as `images history` shows them) names one in the history.
     let full = |d: &str| d.len() == 71 && d.starts_with("sha256:");
     let (old, new) = if old.iter().chain(new.iter()).all(|d| full(d)) {
@@ -390,11 +401,7 @@ fn print_audit(audit: &images::Audit, out: &Output) {
 
 /// Pulls one recipe's pinned digest with a spinner; a local pin has nothing to pull.
 async fn pull(docker: &bollard::Docker, lock: &Lock, recipe: &str, out: &Output) -> Result<()> {
-    let pin = lock.images.get(recipe).ok_or_else(|| {
-        Error::Usage(format!(
-            "{recipe} has no pin; `sparkctl images pin {recipe}` first"
-        ))
-    })?;
+    let pin = lock.images.get(recipe).ok_or_else(|| no_pin(recipe))?;
     if pin.source == crate::lock::Source::Local {
         out.say(format_args!(
             "{recipe}: pinned to a local image id (never pushed); nothing to pull"
@@ -466,11 +473,11 @@ pub(super) fn print_diff(d: &images::ImageDiff, out: &Output) {
 fn print_history(h: &History, newest: usize, out: &Output) {
     let stays = images::retain::retained(h, newest);
     if out.json {
-        out.print_json(&serde_json::json!({
-            "history": h,
-            "keep_newest": newest,
-            "retained": stays,
-        }));
+        out.print_json(&HistoryDoc {
+            history: h,
+            keep_newest: newest,
+            retained: &stays,
+        });
         return;
     }
     let order = match h.order {
@@ -535,4 +542,12 @@ fn print_history(h: &History, newest: usize, out: &Output) {
     for d in &h.damaged {
         out.warn(d);
     }
+}
+
+/// `images history --json`: the history and which digests stay here, and why.
+#[derive(serde::Serialize)]
+struct HistoryDoc<'a> {
+    history: &'a History,
+    keep_newest: usize,
+    retained: &'a std::collections::BTreeMap<String, Vec<images::retain::Why>>,
 }

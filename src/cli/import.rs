@@ -94,7 +94,7 @@ async fn run(
         _ => None,
     };
     let observed = import::observe(&source, docker.as_ref()).await?;
-    let settings = crate::context::Settings::from_env()?;
+    let settings = crate::settings::Settings::from_env()?;
     let machine = Machine {
         production_port: settings.production_port,
     };

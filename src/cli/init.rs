@@ -6,14 +6,8 @@ use super::{Globals, Output};
 use crate::error::Result;
 use crate::places::{FileOutcome, RecipesDir};
 
-/// `~/x` for paths under the home dir: what a person reads and types.
 fn tilde(path: &Path) -> String {
-    match std::env::var_os("HOME").map(PathBuf::from) {
-        Some(home) if path.starts_with(&home) && home != Path::new("/") => {
-            format!("~/{}", path.strip_prefix(&home).unwrap_or(path).display())
-        }
-        _ => path.display().to_string(),
-    }
+    crate::settings::environment().tilde(path)
 }
 
 /// `sparkctl init`'s flags.

@@ -69,27 +69,24 @@ impl StopArgs {
 async fn run(ctx: &Context, recipes: &Path, args: RunArgs, out: &Output) -> Result<()> {
     let name = args.name.as_str();
     let loaded = job::load::find_job(&job::load::jobs_dir(recipes), name)?;
-    let lock = ctx.state.lock(&format!("run {name}"))?;
-    let plan = job::run::plan(ctx, &loaded, args.allow_unpinned).await?;
-    if args.dry_run {
-        if out.json {
-            out.print_json(&plan);
-        } else {
-            print_plan(&plan, out);
-            out.say("nothing was changed (--dry-run)");
-        }
-        return Ok(());
-    }
     let yes = args.yes;
     let confirm = move |q: &str| yes || out.confirm(q);
-    let say = |line: &str| out.note(line);
     let opts = job::run::RunOptions {
         confirm: &confirm,
-        say: &say,
+        progress: out,
     };
-    let rec = job::run::start(ctx, &plan, &opts).await?;
-    // Following takes as long as the job: other commands may change state meanwhile.
-    drop(lock);
+    let rec = match job::run::run(ctx, &loaded, args.allow_unpinned, args.dry_run, &opts).await? {
+        job::run::Ran::Planned(plan) if out.json => {
+            out.print_json(&plan);
+            return Ok(());
+        }
+        job::run::Ran::Planned(plan) => {
+            print_plan(&plan, out);
+            out.say("nothing was changed (--dry-run)");
+            return Ok(());
+        }
+        job::run::Ran::Started(rec) => *rec,
+    };
     out.note(format_args!(
         "job {name} started: run {}, container {} ({}), as user {}",
         rec.run_id,
@@ -322,7 +319,6 @@ async fn stop(
         }
         return Ok(());
     }
-    let _lock = ctx.state.lock(&format!("stop {name}"))?;
     let rec = runs.stop(name, grace).await?;
     if out.json {
         out.print_json(&rec);

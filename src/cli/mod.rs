@@ -41,7 +41,8 @@ use setup::{
     name = "sparkctl",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_long_help = crate::settings::help()
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -55,17 +56,20 @@ pub(crate) struct Cli {
 pub(crate) struct Globals {
     /// Directory of recipes [default: ./recipes when it exists, else
     /// $XDG_CONFIG_HOME/sparkctl/recipes].
-    #[arg(long, global = true, env = "SPARKCTL_RECIPES", value_name = "DIR")]
+    #[arg(long, global = true, env = crate::settings::RECIPES, value_name = "DIR")]
     pub(crate) recipes: Option<PathBuf>,
     /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
-    #[arg(long, global = true, env = "SPARKCTL_STATE_DIR", value_name = "DIR")]
+    #[arg(long, global = true, env = crate::settings::STATE_DIR, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
     /// The image lock [default: images.lock beside the recipes dir].
-    #[arg(long, global = true, env = "SPARKCTL_LOCK", value_name = "FILE")]
+    #[arg(long, global = true, env = crate::settings::LOCK, value_name = "FILE")]
     pub(crate) lock: Option<PathBuf>,
-    /// Machine-readable JSON output (read commands).
+    /// Machine-readable JSON output: one document on stdout, progress on stderr.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// No progress on stderr (steps, spinners, bars); results, warnings and errors stay.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
     /// More log output on stderr (-v info, -vv debug); SPARKCTL_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
@@ -143,7 +147,7 @@ pub(crate) enum Command {
 
 /// Each command's own `exec`: its flags become the library's options there, once.
 fn dispatch(cli: Cli) -> Result<()> {
-    let out = Output::new(cli.globals.json);
+    let out = Output::new(cli.globals.json, cli.globals.quiet);
     let g = &cli.globals;
     match cli.command {
         Command::Up(args) => args.exec(g, &out),

@@ -3,7 +3,7 @@
 //! the way (see `printable`), so a recipe's value, a container's log line or a server's
 //! answer cannot recolour the terminal, move its cursor or hide text, and no call site can
 //! forget to escape: only the bold sparkctl adds itself is written as it is. Call sites
-//! format (`out.say(format_args!(…))`); the writing happens here. tests/layout.rs keeps
+//! format (`out.say(format_args!(…))`); the writing happens here. tests/it/layout.rs keeps
 //! `println!`, `stdout()` and `stderr()` out of every other file.
 
 use std::borrow::Cow;
@@ -17,7 +17,7 @@ use crate::error::Error;
 
 /// Colour on a terminal unless NO_COLOR is set to anything non-empty (no-color.org).
 fn color_for(stream: &impl IsTerminal) -> bool {
-    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    stream.is_terminal() && !crate::settings::environment().no_color
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,15 +29,18 @@ enum Stream {
 pub(crate) struct Output {
     pub(crate) json: bool,
     pub(crate) color: bool,
+    /// `--quiet`: no progress (steps, notes, spinners, bars); results and warnings stay.
+    quiet: bool,
     /// What unit tests read back instead of the terminal.
     #[cfg(test)]
     said: std::sync::Mutex<Vec<(Stream, String)>>,
 }
 
 impl Output {
-    pub(crate) fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool, quiet: bool) -> Self {
         Output {
             json,
+            quiet,
             color: color_for(&std::io::stdout()),
             #[cfg(test)]
             said: Default::default(),
@@ -91,10 +94,12 @@ impl Output {
         );
     }
 
-    /// A line on stderr: how a long command is getting on (`==> …`), kept apart from its
-    /// result on stdout.
+    /// A line on stderr: how a long command is getting on, kept apart from its result on
+    /// stdout; none with `--quiet`.
     pub(crate) fn note(&self, line: impl Display) {
-        self.put(Stream::Err, &format!("{}\n", printable(&line.to_string())));
+        if !self.quiet {
+            self.put(Stream::Err, &format!("{}\n", printable(&line.to_string())));
+        }
     }
 
     pub(crate) fn print_json(&self, value: &impl Serialize) {
@@ -157,30 +162,36 @@ impl Output {
                 .unwrap_or(false)
     }
 
-    /// A spinner on stderr (none when stderr is not a terminal) until `finish`.
-    pub(crate) fn spinner(&self) -> Progress {
+    /// A spinner on stderr (none when stderr is not a terminal, or `--quiet`) until `finish`.
+    pub(crate) fn spinner(&self) -> Bar {
+        if self.quiet {
+            return self.hidden_bar();
+        }
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(Duration::from_millis(100));
-        Progress(bar)
+        Bar(bar)
     }
 
-    /// A bar on stderr drawn by `template` (indicatif's), set with `Progress::at`.
-    pub(crate) fn bar(&self, template: &str) -> Progress {
+    /// A bar on stderr drawn by `template` (indicatif's), set with `Bar::at`.
+    pub(crate) fn bar(&self, template: &str) -> Bar {
+        if self.quiet {
+            return self.hidden_bar();
+        }
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"));
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress(bar)
+        Bar(bar)
     }
 
-    /// A bar drawn nowhere until `Progress::draw`: for output that may never have any.
-    pub(crate) fn hidden_bar(&self) -> Progress {
-        Progress(indicatif::ProgressBar::hidden())
+    /// A bar drawn nowhere until `Bar::draw`: for output that may never have any.
+    pub(crate) fn hidden_bar(&self) -> Bar {
+        Bar(indicatif::ProgressBar::hidden())
     }
 
-    /// Whether a bar would be seen (stderr is a terminal); elsewhere progress is better
-    /// told in lines (`note`).
+    /// Whether a bar would be seen (stderr is a terminal, and no `--quiet`); elsewhere
+    /// progress is better told in lines (`note`).
     pub(crate) fn draws_progress(&self) -> bool {
-        std::io::stderr().is_terminal()
+        !self.quiet && std::io::stderr().is_terminal()
     }
 
     /// Where a container's or a process's output is copied to (`logs`): stdout, escaped.
@@ -196,9 +207,9 @@ impl Output {
 }
 
 /// A spinner or a progress bar on stderr; its messages are escaped.
-pub(crate) struct Progress(indicatif::ProgressBar);
+pub(crate) struct Bar(indicatif::ProgressBar);
 
-impl Progress {
+impl Bar {
     /// The words beside the bar (a container's last log line, a case's name).
     pub(crate) fn message(&self, message: impl Display) {
         self.0
@@ -232,6 +243,13 @@ impl Progress {
     /// Clears it off the terminal.
     pub(crate) fn finish(&self) {
         self.0.finish_and_clear();
+    }
+}
+
+/// A flow's steps: `==> ` lines on stderr, so that stdout holds the result alone.
+impl crate::progress::Progress for Output {
+    fn step(&self, line: &str) {
+        self.note(format_args!("==> {line}"));
     }
 }
 
@@ -389,6 +407,15 @@ pub(crate) fn exit_quietly_on_broken_pipe() {
     }));
 }
 
+/// The one document `--json` prints for an error: stable words (`kind`) for scripts.
+#[derive(Serialize)]
+struct ErrorDoc {
+    error: String,
+    kind: crate::error::ErrorKind,
+    exit_code: i32,
+    diagnostics: Vec<crate::error::Diagnostic>,
+}
+
 /// Prints an error to stderr (as JSON on stdout when `--json`, so scripts get one document).
 pub(crate) fn print_error(err: &Error, json: bool) {
     if json && !matches!(err, Error::Reported(_)) {
@@ -396,12 +423,12 @@ pub(crate) fn print_error(err: &Error, json: bool) {
             Error::Invalid(d) => d.clone(),
             _ => Vec::new(),
         };
-        let doc = serde_json::json!({
-            "error": err.to_string(),
-            "kind": err.kind(),
-            "exit_code": err.exit_code(),
-            "diagnostics": diagnostics,
-        });
+        let doc = ErrorDoc {
+            error: err.to_string(),
+            kind: err.kind(),
+            exit_code: err.exit_code(),
+            diagnostics,
+        };
         let text = serde_json::to_string_pretty(&doc).expect("json");
         println!("{}", json_safe(&text));
         return;
@@ -434,7 +461,7 @@ mod tests {
 
     #[test]
     fn every_line_out_is_escaped_and_only_the_bold_is_raw() {
-        let mut out = Output::new(false);
+        let mut out = Output::new(false, false);
         out.color = true;
         out.say(format_args!("description: {NASTY}"));
         out.warn(NASTY);
@@ -453,9 +480,34 @@ mod tests {
         );
     }
 
+    /// A flow's steps go to stderr, whatever `--json` says; `--quiet` silences them but
+    /// not the result nor a warning.
+    #[test]
+    fn steps_go_to_stderr_and_quiet_silences_only_them() {
+        use crate::progress::Progress;
+        for json in [false, true] {
+            let out = Output::new(json, false);
+            out.step("starting qwen");
+            assert_eq!(said(&out), [(Stream::Err, "==> starting qwen\n".into())]);
+        }
+        let out = Output::new(false, true);
+        out.step("starting qwen");
+        out.note("following its output");
+        out.say("served");
+        out.warn("slow");
+        assert_eq!(
+            said(&out),
+            [
+                (Stream::Out, "served\n".into()),
+                (Stream::Err, "warning: slow\n".into())
+            ]
+        );
+        assert!(!out.draws_progress());
+    }
+
     #[test]
     fn a_table_cell_from_a_recipe_is_escaped() {
-        let out = Output::new(false);
+        let out = Output::new(false, false);
         let mut t = out.table();
         t.add_row(vec!["qwen", NASTY]);
         out.print_table(&t);
@@ -466,8 +518,8 @@ mod tests {
 
     #[test]
     fn json_stays_the_same_document_with_nothing_raw() {
-        let out = Output::new(true);
-        out.print_json(&serde_json::json!({"description": NASTY}));
+        let out = Output::new(true, false);
+        out.print_json(&std::collections::BTreeMap::from([("description", NASTY)]));
         let (to, text) = said(&out).remove(0);
         assert_eq!(to, Stream::Out);
         assert!(!text.contains(hostile), "{text:?}");
@@ -478,7 +530,7 @@ mod tests {
     /// `sparkctl start` shows the container's last log line beside its spinner.
     #[test]
     fn the_spinner_shows_a_container_line_escaped() {
-        let out = Output::new(false);
+        let out = Output::new(false, false);
         let spinner = out.hidden_bar();
         spinner.message(format_args!("qwen: starting · 1.0 s · {NASTY}"));
         assert_eq!(

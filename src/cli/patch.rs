@@ -105,7 +105,10 @@ async fn run(
     let plan = patch::plan::plan(loaded, &patch::repo_dir(loaded))?;
     if dry_run {
         if out.json {
-            out.print_json(&serde_json::json!({"plan": &plan, "diff": plan.diff()}));
+            out.print_json(&Preview {
+                diff: plan.diff(),
+                plan: &plan,
+            });
         } else {
             render_plan(out, &plan, &patch::chown_method(loaded));
             out.say("\nnothing was changed (--dry-run)");
@@ -143,4 +146,11 @@ async fn run(
         applied.fingerprint.took.as_secs_f64() * 1e3
     ));
     Ok(())
+}
+
+/// `patch --dry-run --json`: the plan and the diff it would make.
+#[derive(serde::Serialize)]
+struct Preview<'a> {
+    plan: &'a patch::plan::Plan,
+    diff: String,
 }

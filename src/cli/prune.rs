@@ -1,7 +1,7 @@
 //! `sparkctl prune`: what would go (the default), and `--yes` to remove it.
 
 use super::{with_recipes, Globals, Output};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::recipe::RecipeSet;
 
 /// `sparkctl prune`'s flags.
@@ -32,130 +32,67 @@ async fn run(
     args: PruneArgs,
     out: &Output,
 ) -> Result<()> {
-    let (state, runtimes) = (&ctx.state, &ctx.runtimes);
-    // One writer at a time: a start in progress may be about to use these.
-    let _lock = state.lock("prune")?;
-    let docker = runtimes.docker()?;
-    let keep = match args.keep {
-        Some(k) => k,
-        None => crate::prune::keep_from_env()?,
+    let opts = crate::prune::Options {
+        keep: args.keep,
+        keep_images: args.keep_images,
+        yes: args.yes,
     };
-    let protected = crate::prune::protected(state, recipes)?;
-    let mut plan = crate::prune::plan(docker, protected, keep, None).await?;
-    // Ended jobs' containers too: each run's output is already copied into its record.
-    plan.remove
-        .extend(crate::job::prune_plan(docker.client(), state, keep).await?);
-    let newest = match args.keep_images {
-        Some(k) => k,
-        None => crate::images::retain::keep_from_env()?,
-    };
-    let lock = crate::lock::Lock::load(&ctx.lock_path)?.intact()?;
-    let going = (newest, plan.remove.as_slice());
-    let runs = crate::history::image_uses(state)?;
-    let images =
-        crate::prune::image_plan(docker.client(), state, &lock, recipes, &runs, going).await?;
-    let mut failed = if args.yes {
-        crate::prune::apply(docker, &plan.remove).await
-    } else {
-        Vec::new()
-    };
-    // Images after containers: an old container no longer holds its image.
-    let (removed, image_failed) = if args.yes {
-        crate::images::retain::apply(docker.client(), &images.remove).await
-    } else {
-        (Vec::new(), Vec::new())
-    };
+    let pruned = crate::prune::run(ctx, recipes, opts).await?;
     if out.json {
-        out.print_json(&serde_json::json!({
-            "dry_run": !args.yes,
-            "keep_per_recipe": plan.keep_per_recipe,
-            "protected": plan.protected,
-            "remove": plan.remove,
-            "failed": failed.iter().map(|(o, why)| serde_json::json!({"id": o.id, "error": why})).collect::<Vec<_>>(),
-            "images": {
-                "keep_newest": images.keep_newest,
-                "remove": images.remove,
-                "kept": images.kept,
-                "removed": removed,
-                "failed": image_failed.iter().map(|(o, why)| serde_json::json!({"reference": o.reference, "error": why})).collect::<Vec<_>>(),
-            },
-        }));
+        out.print_json(&pruned);
     } else {
-        let mut t = out.table();
-        t.set_header(vec!["RECIPE", "CONTAINER", "RUN", "CREATED"]);
-        for o in &plan.remove {
-            t.add_row(vec![
-                o.recipe.clone(),
-                crate::units::short_id(&o.id).to_string(),
-                o.run_id.clone(),
-                crate::units::utc_stamp(o.created),
-            ]);
-        }
-        if !plan.remove.is_empty() {
-            out.print_table(&t);
-        }
-        let kept = if plan.protected.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; all of {} kept (production, fallback)",
-                plan.protected.join(", ")
-            )
-        };
-        let n = plan.remove.len();
-        if n == 0 {
-            out.say(format_args!(
-                "nothing to remove: at most {keep} exited container(s) per recipe{kept}"
-            ));
-        } else if args.yes {
-            out.say(format_args!(
-                "removed {} old container(s), kept the newest {keep} exited per recipe{kept}",
-                n - failed.len()
-            ));
-        } else {
-            out.say(format_args!(
-                "would remove {n} old container(s), keeping the newest {keep} exited per \
-                 recipe{kept}; nothing was removed: `sparkctl prune --yes` removes them"
-            ));
-        }
+        print_containers(&pruned, out);
+        print_images(&pruned.images, !pruned.dry_run, out);
     }
-    if !out.json {
-        print_images(&images, &removed, args.yes, out);
+    pruned.outcome()
+}
+
+/// The containers part: what goes (or went), and how many stay.
+fn print_containers(pruned: &crate::prune::Pruned, out: &Output) {
+    let mut t = out.table();
+    t.set_header(vec!["RECIPE", "CONTAINER", "RUN", "CREATED"]);
+    for o in &pruned.remove {
+        t.add_row(vec![
+            o.recipe.clone(),
+            crate::units::short_id(&o.id).to_string(),
+            o.run_id.clone(),
+            crate::units::utc_stamp(o.created),
+        ]);
     }
-    failed.extend(image_failed.into_iter().map(|(o, why)| {
-        let old = crate::prune::Old {
-            recipe: o.recipe,
-            id: o.reference,
-            run_id: String::new(),
-            created: 0,
-        };
-        (old, why)
-    }));
-    if failed.is_empty() {
-        Ok(())
+    if !pruned.remove.is_empty() {
+        out.print_table(&t);
+    }
+    let kept = if pruned.protected.is_empty() {
+        String::new()
     } else {
-        Err(Error::Failed(
-            failed
-                .iter()
-                .map(|(o, why)| {
-                    format!("could not remove {}: {why}", crate::units::short_id(&o.id))
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ))
+        format!(
+            "; all of {} kept (production, fallback)",
+            pruned.protected.join(", ")
+        )
+    };
+    let (n, keep) = (pruned.remove.len(), pruned.keep_per_recipe);
+    if n == 0 {
+        out.say(format_args!(
+            "nothing to remove: at most {keep} exited container(s) per recipe{kept}"
+        ));
+    } else if !pruned.dry_run {
+        out.say(format_args!(
+            "removed {} old container(s), kept the newest {keep} exited per recipe{kept}",
+            n - pruned.failed.len()
+        ));
+    } else {
+        out.say(format_args!(
+            "would remove {n} old container(s), keeping the newest {keep} exited per \
+             recipe{kept}; nothing was removed: `sparkctl prune --yes` removes them"
+        ));
     }
 }
 
 /// The images part: what goes (or went), and what stays and why.
-fn print_images(
-    images: &crate::images::retain::ImagePlan,
-    removed: &[crate::images::retain::Removed],
-    yes: bool,
-    out: &Output,
-) {
+fn print_images(images: &crate::prune::PrunedImages, yes: bool, out: &Output) {
     use crate::units::short_digest;
     for o in &images.remove {
-        let done = removed.iter().find(|r| r.reference == o.reference);
+        let done = images.removed.iter().find(|r| r.reference == o.reference);
         let what = match (yes, done) {
             (false, _) => "would remove",
             (true, Some(r)) if r.deleted => "removed",

@@ -2,8 +2,6 @@
 
 use std::path::Path;
 
-use serde_json::json;
-
 use clap::{Args, Subcommand};
 
 use super::{Globals, Output};
@@ -49,7 +47,7 @@ fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> 
                 dir.display()
             ));
             if out.json {
-                out.print_json(&json!([]));
+                out.print_json(&Vec::<Listed>::new());
             }
             Ok(())
         }
@@ -76,18 +74,26 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
             .iter()
             .map(|l| {
                 let r = &l.recipe;
-                json!({
-                    "name": r.name, "engine": r.engine, "runtime": r.runtime(), "port": r.server.port,
-                    "image": r.image, "binary": r.binary, "description": r.description,
-                    "file": l.path,
-                })
+                Listed::Server {
+                    name: &r.name,
+                    engine: r.engine,
+                    runtime: r.runtime(),
+                    port: r.server.port,
+                    image: r.image.as_deref(),
+                    binary: r.binary.as_deref(),
+                    description: r.description.as_deref(),
+                    file: &l.path,
+                }
             })
             .chain(jobs.iter().map(|j| {
                 let r = &j.recipe;
-                json!({
-                    "name": r.name, "kind": "job", "image": r.image,
-                    "description": r.description, "file": j.path,
-                })
+                Listed::Job {
+                    name: &r.name,
+                    kind: "job",
+                    image: &r.image,
+                    description: r.description.as_deref(),
+                    file: &j.path,
+                }
             }))
             .collect();
         out.print_json(&rows);
@@ -191,18 +197,18 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
         .flat_map(|m| m.patches.iter().map(ToString::to_string))
         .collect();
     if out.json {
-        out.print_json(&json!({
-            "file": loaded.path,
-            "recipe_hash": loaded.recipe.hash(),
-            "recipe": full,
-            "patch_steps": steps,
-            "launch": resolved,
-            "equivalent_command": resolved.launch.equivalent_command(),
-            "group": match &loaded.recipe.nodes {
+        out.print_json(&Shown {
+            file: &loaded.path,
+            recipe_hash: loaded.recipe.hash(),
+            recipe: &full,
+            patch_steps: &steps,
+            launch: &resolved,
+            equivalent_command: resolved.launch.equivalent_command(),
+            group: match &loaded.recipe.nodes {
                 Some(_) => Some(crate::node::plan::GroupPlan::new(&loaded.recipe)?),
                 None => None,
             },
-        }));
+        });
         return Ok(());
     }
     out.titled("# recipe", loaded.path.display());
@@ -264,10 +270,14 @@ fn show_job(loaded: &crate::job::recipe::LoadedJob, out: &Output) -> Result<()> 
     let (user, owner) = r.users()?;
     let command = crate::job::container::equivalent_command(r, &r.image, &user);
     if out.json {
-        out.print_json(&json!({
-            "file": loaded.path, "kind": "job", "recipe_hash": r.hash(), "recipe": r,
-            "user": user, "equivalent_command": command,
-        }));
+        out.print_json(&ShownJob {
+            file: &loaded.path,
+            kind: "job",
+            recipe_hash: r.hash(),
+            recipe: r,
+            user: &user,
+            equivalent_command: &command,
+        });
         return Ok(());
     }
     out.titled("# job recipe", loaded.path.display());
@@ -405,11 +415,18 @@ fn validate_serving(dir: &Path, targets: &[String], out: &Output) -> Result<()> 
         return Err(Error::Invalid(sets));
     }
     if out.json {
-        let rows: Vec<_> = loaded
+        let valid = loaded
             .iter()
-            .map(|l| json!({"name": l.recipe.name, "file": l.path, "valid": true}))
+            .map(|l| Valid {
+                name: &l.recipe.name,
+                file: &l.path,
+                valid: true,
+            })
             .collect();
-        out.print_json(&json!({"valid": rows, "diagnostics": []}));
+        out.print_json(&Validated {
+            valid,
+            diagnostics: Vec::new(),
+        });
         return Ok(());
     }
     for l in &loaded {
@@ -421,4 +438,64 @@ fn validate_serving(dir: &Path, targets: &[String], out: &Output) -> Result<()> 
     }
     out.say(format_args!("{} recipe(s) valid", loaded.len()));
     Ok(())
+}
+
+/// A row of `recipes list --json`: a server recipe, or a job recipe (`kind: job`).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Listed<'a> {
+    Server {
+        name: &'a str,
+        engine: crate::engine::Engine,
+        runtime: crate::recipe::Runtime,
+        port: u16,
+        image: Option<&'a str>,
+        binary: Option<&'a str>,
+        description: Option<&'a str>,
+        file: &'a Path,
+    },
+    Job {
+        name: &'a str,
+        kind: &'static str,
+        image: &'a str,
+        description: Option<&'a str>,
+        file: &'a Path,
+    },
+}
+
+/// `recipes show NAME --json`: the recipe with its defaults, and what it launches.
+#[derive(serde::Serialize)]
+struct Shown<'a> {
+    file: &'a Path,
+    recipe_hash: String,
+    recipe: &'a crate::recipe::Recipe,
+    patch_steps: &'a [String],
+    launch: &'a crate::recipe::Resolved,
+    equivalent_command: Vec<String>,
+    group: Option<crate::node::plan::GroupPlan>,
+}
+
+/// `recipes show JOB --json`.
+#[derive(serde::Serialize)]
+struct ShownJob<'a> {
+    file: &'a Path,
+    kind: &'static str,
+    recipe_hash: String,
+    recipe: &'a crate::job::recipe::JobRecipe,
+    user: &'a str,
+    equivalent_command: &'a [String],
+}
+
+/// `recipes validate --json` when every file is valid (else the error's diagnostics).
+#[derive(serde::Serialize)]
+struct Validated<'a> {
+    valid: Vec<Valid<'a>>,
+    diagnostics: Vec<crate::error::Diagnostic>,
+}
+
+#[derive(serde::Serialize)]
+struct Valid<'a> {
+    name: &'a str,
+    file: &'a Path,
+    valid: bool,
 }

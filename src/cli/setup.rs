@@ -22,8 +22,11 @@ pub(super) fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let asked = tracing_subscriber::EnvFilter::try_from_env("SPARKCTL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let asked = crate::settings::environment()
+        .log
+        .as_deref()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
     let dependencies_at_most_info = filter_fn(|meta| {
         meta.target().starts_with("sparkctl") || *meta.level() <= tracing::Level::INFO
     });
@@ -104,7 +107,7 @@ pub(super) async fn context(cli: &Globals) -> Result<crate::context::Context> {
     let runtimes = crate::runtime::Runtimes::open(&state).await;
     Ok(crate::context::Context {
         lock_path: lock_path(cli),
-        settings: crate::context::Settings::from_env()?,
+        settings: crate::settings::Settings::from_env()?,
         state,
         runtimes,
         self_exe: self_exe(),

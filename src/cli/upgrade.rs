@@ -51,12 +51,11 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: UpgradeArgs, out: &Output
         let s = crate::upgrade::schedule::unschedule(&args.name)?;
         return show_schedule(out, &args.name, s);
     }
-    let say = |line: &str| out.note(format_args!("==> {line}"));
     let opts = crate::upgrade::Options {
         dry_run: args.dry_run,
         fetch_only: args.fetch_only,
         wait: args.wait,
-        say: &say,
+        progress: out,
     };
     let report = crate::upgrade::upgrade(ctx, recipes, &args.name, &opts).await?;
     if out.json {

@@ -4,22 +4,15 @@
 //! same day. The sets load here, at the plan: a malformed one fails before anything changes.
 
 use super::switch::Ctx;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::production::Production;
+use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 
 /// The recipe's evaluation sets (None: it names none), loaded before anything else: a
 /// malformed set fails the run, a dry run too, before anything changes.
 pub(crate) fn sets(ctx: &Ctx<'_>, loaded: &LoadedRecipe) -> Result<Option<crate::eval::Plan>> {
-    let names = loaded
-        .recipe
-        .bench
-        .as_ref()
-        .map_or(&[][..], |b| &b.eval[..]);
-    crate::eval::plan(names, &ctx.recipes.dir).map_err(|e| match e {
-        Error::Usage(why) => Error::Usage(format!("{}: bench.eval: {why}", loaded.path.display())),
-        other => other,
-    })
+    super::eval_plan(loaded, &ctx.recipes.dir)
 }
 
 /// Production's answers to those sets, asked now; None when no gate compares with them or
@@ -29,7 +22,7 @@ pub(crate) async fn production_answers(
     loaded: &LoadedRecipe,
     sets: Option<&crate::eval::Plan>,
     production: &Production,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<Option<crate::eval::Report>> {
     use crate::bench::gates::{Gate, GateRule};
     let compares = loaded
@@ -48,7 +41,7 @@ pub(crate) async fn production_answers(
         return Ok(None);
     }
     let items: usize = plan.sets.iter().map(|s| s.items.len()).sum();
-    say(&format!(
+    progress.step(&format!(
         "asking production {} the evaluation sets first ({items} items)",
         up.recipe
     ));

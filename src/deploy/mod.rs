@@ -7,6 +7,7 @@ mod judge;
 pub(crate) mod plan;
 mod replace;
 pub(crate) mod rollback;
+pub(crate) mod serve;
 mod start;
 pub(crate) mod status;
 pub(crate) mod switch;
@@ -17,11 +18,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::context::Settings;
 use crate::error::{Error, Result};
 use crate::recipe::Runtime;
 pub(crate) use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes};
+use crate::settings::Settings;
 pub(crate) use plan::PortOwner;
 pub(crate) use start::{plan_start, start, StartOptions, StartPlan};
 
@@ -38,16 +39,19 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    /// `d`'s role, as the front door (when it runs) says.
+    /// `d`'s role, as the front door (when it runs) says, for whichever model.
     pub(crate) fn of(d: &Deployment, door: Option<&crate::frontdoor::DoorStatus>) -> Role {
-        let routed = door
-            .and_then(|s| s.upstream.as_ref())
-            .is_some_and(|u| u.deployment == d.id);
-        let warm = door.is_some_and(|s| {
-            s.production
-                .warm
+        let is_d = |u: &crate::production::Upstream| u.deployment == d.id;
+        let routed = door.is_some_and(|s| {
+            s.upstream
                 .iter()
-                .any(|w| w.upstream.deployment == d.id)
+                .chain(s.models.iter().flat_map(|m| &m.upstream))
+                .any(is_d)
+        });
+        let warm = door.is_some_and(|s| {
+            (s.production.warm.iter())
+                .chain(s.models.iter().flat_map(|m| &m.production.warm))
+                .any(|w| is_d(&w.upstream))
         });
         match (routed, d.running(), warm) {
             (true, _, _) => Role::Production,
@@ -91,11 +95,11 @@ pub(crate) async fn port_owner(
 /// Refuses to change what a running server reads (its model dir) underneath it.
 pub(crate) async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Result<()> {
     match rt.find(name).await? {
-        Some(d) if d.running() => Err(Error::Usage(format!(
-            "{name} is running ({} {}) and reads this model dir; `sparkctl down {name}` before you {doing}",
-            d.runtime.as_str(),
-            crate::units::short_id(&d.id)
-        ))),
+        Some(d) if d.running() => Err(Error::AlreadyRunning {
+            what: name.to_string(),
+            detail: format!("{} {}", d.runtime.as_str(), crate::units::short_id(&d.id)),
+            fix: format!("it reads this model dir; `sparkctl down {name}` before you {doing}"),
+        }),
         _ => Ok(()),
     }
 }
@@ -104,22 +108,20 @@ pub(crate) async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -
 /// context (recipe hash, image, model fingerprint, size), with `over` over the recipe's
 /// bench section (its suite, gates, objectives and load): `bench NAME|URL` and `up`'s.
 pub(crate) async fn bench_plan(
-    rt: &Runtimes,
+    ctx: &crate::context::Context,
     recipes: &crate::recipe::RecipeSet,
-    state: &crate::state::StateDir,
     target: &str,
     over: crate::bench::Overrides,
 ) -> Result<crate::bench::Plan> {
     use crate::bench::{bound, result::Target, RecipeBench};
-    // A bad host figure is an error before anything is measured.
-    bound::host_setting().map_err(Error::Usage)?;
+    let (rt, state) = (&ctx.runtimes, &ctx.state);
     let suites = recipes.dir.join("suites");
     if target.starts_with("http://") || target.starts_with("https://") {
         let mut t = Target {
             url: target.trim_end_matches('/').to_string(),
             ..Default::default()
         };
-        t.set_bound(bound::for_url(&t.url).await);
+        t.set_bound(bound::for_url(&t.url, ctx.settings.bandwidth_gbps).await);
         return crate::bench::Plan::new(t, RecipeBench::default(), over, &suites, state);
     }
     let loaded = recipes.get(target)?;
@@ -135,21 +137,36 @@ pub(crate) async fn bench_plan(
         // Checked when the recipe was loaded.
         Some(b) => RecipeBench {
             suite: b.suite.clone(),
-            gates: crate::bench::gates::parse_all(&b.gates)
-                .map_err(|e| Error::Usage(format!("{}: bench.gates.{e}", loaded.path.display())))?,
+            gates: crate::bench::gates::parse_all(&b.gates).map_err(|e| {
+                Error::Invalid(vec![loaded.diagnostic("bench.gates", e.to_string(), None)])
+            })?,
             slo: b.slo,
             load: b.load.clone(),
-            eval: crate::eval::plan(&b.eval, &recipes.dir).map_err(|e| match e {
-                Error::Usage(why) => {
-                    Error::Usage(format!("{}: bench.eval: {why}", loaded.path.display()))
-                }
-                other => other,
-            })?,
+            eval: eval_plan(loaded, &recipes.dir)?,
         },
         None => RecipeBench::default(),
     };
-    let t = target_of(recipe, &d).await;
+    let t = target_of(recipe, &d, ctx.settings.bandwidth_gbps).await;
     crate::bench::Plan::new(t, section, over, &suites, state)
+}
+
+/// The recipe's evaluation sets (None: it names none); a name that loads no set is a
+/// problem of the recipe, said at its `bench.eval`.
+pub(crate) fn eval_plan(
+    loaded: &crate::recipe::LoadedRecipe,
+    recipes_dir: &std::path::Path,
+) -> Result<Option<crate::eval::Plan>> {
+    let names = loaded
+        .recipe
+        .bench
+        .as_ref()
+        .map_or(&[][..], |b| &b.eval[..]);
+    crate::eval::plan(names, recipes_dir).map_err(|e| match e.kind() {
+        crate::error::ErrorKind::Usage => {
+            Error::Invalid(vec![loaded.diagnostic("bench.eval", e.to_string(), None)])
+        }
+        _ => e,
+    })
 }
 
 /// What a benchmark of `recipe`'s running deployment `d` records about it, with the
@@ -157,6 +174,7 @@ pub(crate) async fn bench_plan(
 pub(crate) async fn target_of(
     recipe: &crate::recipe::Recipe,
     d: &Deployment,
+    host_gbps: Option<f64>,
 ) -> crate::bench::result::Target {
     use crate::bench::bound;
     let model = recipe.model.as_ref();
@@ -175,7 +193,7 @@ pub(crate) async fn target_of(
         ..Default::default()
     };
     let declared = recipe.bench.as_ref().and_then(|b| b.bandwidth_gbps);
-    t.set_bound(bound::for_recipe(&recipe.name, declared, &recipe.gpu_use()).await);
+    t.set_bound(bound::for_recipe(&recipe.name, declared, host_gbps, &recipe.gpu_use()).await);
     t
 }
 

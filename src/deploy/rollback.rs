@@ -9,6 +9,7 @@ use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Hol
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Upstream};
+use crate::progress::Progress;
 
 /// How the target comes to serve.
 enum Next {
@@ -22,7 +23,7 @@ pub(crate) async fn rollback(
     ctx: &Ctx<'_>,
     to: Option<&str>,
     dry_run: bool,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<RunRecord> {
     let _lock = ctx.state().lock("rollback")?;
     let production = ctx.production().await?;
@@ -31,9 +32,10 @@ pub(crate) async fn rollback(
         None => match production.previous.last() {
             Some(e) => (e.recipe.clone(), true),
             None => {
-                return Err(Error::Usage(
-                    "there is no previous production to roll back to; name one: `sparkctl rollback --to NAME`".into(),
-                ))
+                return Err(Error::BadFlag {
+                    flag: "--to NAME".into(),
+                    why: "is needed: there is no previous production to roll back to".into(),
+                })
             }
         },
     };
@@ -42,7 +44,7 @@ pub(crate) async fn rollback(
     let mut record = RunRecord::new(Command::Rollback, &target);
     let current = production.serving().cloned();
     let next = next_of(ctx, &production, &target, &mut record).await?;
-    say(&format!(
+    progress.step(&format!(
         "rollback: the front door switches from {} to {target}{}",
         current
             .as_ref()
@@ -68,7 +70,7 @@ pub(crate) async fn rollback(
         let up = match next {
             Next::Running(u, _) => u,
             Next::Start(mut plan) => {
-                start_target(ctx, &mut plan, &mut record, &touched, say).await?
+                start_target(ctx, &mut plan, &mut record, &touched, progress).await?
             }
         };
         let next = next_production(&production, &target, up, &record.run_id, from_stack);
@@ -95,7 +97,7 @@ pub(crate) async fn rollback(
         }
         Err(e) => {
             let t = std::mem::take(&mut *touched.lock().expect("touched"));
-            let notes = switch::restore(ctx, t, &target, say).await;
+            let notes = switch::restore(ctx, t, &target, progress).await;
             let what = format!("rollback to {target}");
             Err(switch::failed(ctx, &mut record, e, &notes, &what).await)
         }
@@ -170,12 +172,12 @@ async fn start_target(
     plan: &mut Plan,
     record: &mut RunRecord,
     touched: &Mutex<Touched>,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<Upstream> {
     plan.start.run_id = record.run_id.clone();
     let hold = Hold::Ask(&ctx.door, ctx.door_config.drain);
-    switch::make_room(ctx.rt(), plan, hold, Some(touched), say).await?;
-    say(&format!("starting {}", plan.start.name));
+    switch::make_room(ctx.rt(), plan, hold, Some(touched), progress).await?;
+    progress.step(&format!("starting {}", plan.start.name));
     let report = timed(
         record,
         PhaseName::Start,

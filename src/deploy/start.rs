@@ -80,9 +80,7 @@ pub(crate) async fn plan_start(
     let artifact = ctx.runtimes.preflight(&resolved).await?;
     // Every node's engine answers and can get the image, before anything changes.
     let group = match &recipe.nodes {
-        Some(_) => Some(
-            crate::node::start::prepare(recipe, &artifact, ctx.settings.memory_budget_gb).await?,
-        ),
+        Some(_) => Some(crate::node::start::prepare(recipe, &artifact, &ctx.settings).await?),
         None => None,
     };
     if opts.replacing.is_none_or(|r| r.port != resolved.port) {
@@ -99,7 +97,7 @@ pub(crate) async fn plan_start(
     };
     let old_containers = match ctx.runtimes.docker() {
         Ok(docker) if resolved.runtime == Runtime::Docker => {
-            crate::prune::before_start(docker, &ctx.state, &loaded.path, &recipe.name).await
+            crate::prune::before_start(ctx, docker, &loaded.path, &recipe.name).await
         }
         _ => Vec::new(),
     };
@@ -171,17 +169,21 @@ async fn pin_image(
 /// alone: a flow benchmarks and promotes only an instance it started itself.
 fn refuse_running(deployments: &[Deployment], name: &str) -> Result<()> {
     match deployments.iter().find(|d| d.name == name && d.running()) {
-        Some(d) => Err(Error::Usage(format!(
-            "{} is already running ({} {}, {}, run {}); it is left as it is. `sparkctl down {}` \
-             first, or `sparkctl rollback --to {}` to route production to that very instance",
-            d.name,
-            d.runtime.as_str(),
-            crate::units::short_id(&d.id),
-            d.url(),
-            d.run_id,
-            d.name,
-            d.name
-        ))),
+        Some(d) => Err(Error::AlreadyRunning {
+            what: d.name.clone(),
+            detail: format!(
+                "{} {}, {}, run {}",
+                d.runtime.as_str(),
+                crate::units::short_id(&d.id),
+                d.url(),
+                d.run_id
+            ),
+            fix: format!(
+                "it is left as it is. `sparkctl down {}` first, or `sparkctl rollback --to {}` to \
+                 route production to that very instance",
+                d.name, d.name
+            ),
+        }),
         None => Ok(()),
     }
 }
@@ -198,11 +200,13 @@ async fn check_model(
     };
     let path = crate::recipe::expand_home(&model.path);
     if !Path::new(&path).exists() {
-        return Err(Error::Usage(format!(
-            "{}: model.path {path} does not exist ({}); download the model or fix the path",
-            recipe.name,
-            loaded.path.display()
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: recipe.name.clone(),
+            why: format!(
+                "model.path {path} does not exist ({}); download the model or fix the path",
+                loaded.path.display()
+            ),
+        });
     }
     let mut produced_by = None;
     if let Some(job) = &model.produced_by {
@@ -251,21 +255,19 @@ async fn memory_plan(
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let production = crate::production::Production::current_recipe(&ctx.state);
+    let production = crate::production::Production::current_recipes(&ctx.state);
     let mut memory = memory::for_server(
         &ctx.runtimes,
         recipe,
         &ctx.settings,
         jobs_gb,
         deployments,
-        production.as_deref(),
+        &production,
     )
     .await
-    .map_err(|why| {
-        Error::Failed(format!(
-            "{}: {why}; fix server.gpus or CUDA_VISIBLE_DEVICES",
-            recipe.name
-        ))
+    .map_err(|why| Error::RecipeCannot {
+        recipe: recipe.name.clone(),
+        why: format!("{why}; fix server.gpus or CUDA_VISIBLE_DEVICES"),
     })?;
     if let Some(r) = replacing {
         memory.stop_also(&r.name);

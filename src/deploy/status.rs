@@ -20,6 +20,10 @@ pub(crate) struct StatusRow {
     pub(crate) health: String,
     pub(crate) production: bool,
     pub(crate) role: Role,
+    /// The model it is production of, or kept warm for, when several are served (the name
+    /// clients send).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
     pub(crate) uptime_s: Option<u64>,
     /// A multi-node deployment's containers, node by node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -46,7 +50,9 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
         .no_proxy()
         .connect_timeout(Duration::from_secs(1))
         .build()
-        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))?;
+        .map_err(|e| Error::HttpClient {
+            cause: e.to_string(),
+        })?;
     let now = crate::units::unix_now().as_secs();
     let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state))
         .status()
@@ -77,6 +83,7 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
             health: health.to_string(),
             production: role == Role::Production,
             role,
+            model: door.as_ref().and_then(|s| model_of(&d, s)),
             uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
             memory: if d.running() { held.next() } else { None },
             nodes,
@@ -88,4 +95,20 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
         door,
         warnings,
     })
+}
+
+/// The model whose production `d` is, or is kept warm for, when the front door serves
+/// several.
+fn model_of(d: &Deployment, door: &DoorStatus) -> Option<String> {
+    if door.models.len() < 2 {
+        return None;
+    }
+    let m = door.models.iter().find(|m| {
+        m.upstream.as_ref().is_some_and(|u| u.deployment == d.id)
+            || m.production
+                .warm
+                .iter()
+                .any(|w| w.upstream.deployment == d.id)
+    })?;
+    m.name.clone()
 }

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Lock;
 use crate::production::{Entry, Production, Warm};
+use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
 use crate::state::{self, RunFile};
@@ -25,7 +26,7 @@ pub(crate) struct UpOptions<'a> {
     /// Asked before production is stopped; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
     /// Progress lines for people.
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
     /// The pins the candidate runs from instead of images.lock's (an upgrade's new digest);
     /// production, and every way back to it, keep images.lock's.
     pub(crate) lock: Option<&'a Lock>,
@@ -86,7 +87,7 @@ pub(crate) async fn up_locked(
         return Err(e);
     }
     let t = std::mem::take(&mut *touched.lock().expect("touched lock"));
-    let notes = switch::restore(ctx, t, name, opts.say).await;
+    let notes = switch::restore(ctx, t, name, opts.progress).await;
     Err(switch::failed(ctx, &mut record, e, &notes, &format!("up {name}")).await)
 }
 
@@ -103,8 +104,8 @@ impl Flow<'_, '_> {
         &self.loaded.recipe.name
     }
 
-    fn say(&self, line: &str) {
-        (self.opts.say)(line)
+    fn step(&self, line: &str) {
+        self.opts.progress.step(line)
     }
 
     async fn run(&mut self) -> Result<()> {
@@ -114,9 +115,9 @@ impl Flow<'_, '_> {
             return Ok(());
         };
         let way = plan.mode;
-        let (ctx, loaded, say) = (self.ctx, self.loaded, self.opts.say);
+        let (ctx, loaded, progress) = (self.ctx, self.loaded, self.opts.progress);
         let asked =
-            super::evaluate::production_answers(ctx, loaded, sets.as_ref(), &production, say);
+            super::evaluate::production_answers(ctx, loaded, sets.as_ref(), &production, progress);
         let asked = asked.await?;
         let patched = self.patch().await?;
         self.make_room(&mut plan).await?;
@@ -156,14 +157,14 @@ impl Flow<'_, '_> {
         self.record.model_fingerprint = start.model_fingerprint.clone();
         self.record.produced_by = start.produced_by.clone();
         if let Some(l) = &start.produced_by {
-            self.say(&format!("model {l}"));
+            self.step(&format!("model {l}"));
         }
         let serving = match production.serving() {
             Some(u) => crate::frontdoor::alive(self.ctx.rt(), u).await,
             None => false,
         };
         let prod = production.current.as_ref().map(|e| e.recipe.as_str());
-        self.say(&format!(
+        self.step(&format!(
             "plan: {} ({}{}), {}; {}",
             self.name(),
             start.runtime.as_str(),
@@ -220,10 +221,9 @@ impl Flow<'_, '_> {
         if let Some(p) = plan.stops_production() {
             let question = format!("stop production {p} to make room for {}?", self.name());
             if !(self.opts.confirm)(&question) {
-                return Err(Error::Usage(format!(
-                    "{} needs production {p} stopped first; confirm, or pass --yes",
-                    self.name()
-                )));
+                return Err(Error::NotConfirmed {
+                    what: format!("{} needs production {p} stopped first", self.name()),
+                });
             }
         }
         let hold = Hold::Ask(&self.ctx.door, self.ctx.door_config.drain);
@@ -232,7 +232,7 @@ impl Flow<'_, '_> {
             plan,
             hold,
             Some(&*self.touched),
-            self.opts.say,
+            self.opts.progress,
         )
         .await
     }
@@ -247,7 +247,7 @@ impl Flow<'_, '_> {
         }
         // The instance carries this run's id: the way back stops it and nothing else.
         plan.start.run_id = self.record.run_id.clone();
-        self.say(&format!("starting {}", self.name()));
+        self.step(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
             PhaseName::Start,
@@ -255,7 +255,7 @@ impl Flow<'_, '_> {
         )
         .await?;
         for w in &report.warnings {
-            self.say(&format!("warning: {w}"));
+            self.step(&format!("warning: {w}"));
         }
         self.record.warnings.extend(report.warnings.iter().cloned());
         self.record.memory_observed = Some(report.memory_observed.clone());
@@ -290,7 +290,7 @@ impl Flow<'_, '_> {
         if !crate::frontdoor::alive(self.ctx.rt(), &up).await {
             return Ok(baseline);
         }
-        self.say(&format!(
+        self.step(&format!(
             "benchmarking production {} first ({why})",
             current.recipe
         ));
@@ -325,7 +325,7 @@ impl Flow<'_, '_> {
         baseline: &Baseline<BenchResult>,
         asked: Option<crate::eval::Report>,
     ) -> Result<(BenchResult, std::path::PathBuf)> {
-        self.say(&format!("benchmarking {}", self.name()));
+        self.step(&format!("benchmarking {}", self.name()));
         let path = self
             .ctx
             .state()
@@ -387,9 +387,10 @@ impl Flow<'_, '_> {
                 crate::runtime::RunState::Exited { exit: Some(exit) } => exit.to_string(),
                 _ => "exited".into(),
             };
-            return Err(Error::Failed(format!(
-                "{name} stopped during the benchmark: it {how}; see `sparkctl logs {name}`"
-            )));
+            return Err(Error::Stopped {
+                what: name.clone(),
+                fix: format!("it {how} during the benchmark; see `sparkctl logs {name}`"),
+            });
         }
         if result.verdict == Verdict::Inconclusive {
             self.record.outcome = Outcome::Inconclusive;
@@ -430,7 +431,7 @@ impl Flow<'_, '_> {
         }
         self.ctx.rt().stop(candidate, super::STOP_GRACE).await?;
         let t = std::mem::take(&mut *self.touched.lock().expect("touched"));
-        switch::restore(self.ctx, t, self.name(), self.opts.say).await;
+        switch::restore(self.ctx, t, self.name(), self.opts.progress).await;
         Ok(())
     }
 
@@ -472,7 +473,7 @@ impl Flow<'_, '_> {
         .await?;
         // Production now: nothing after this point undoes it.
         *self.touched.lock().expect("touched") = Touched::of_run(&self.record.run_id);
-        self.say(&format!(
+        self.step(&format!(
             "the front door sends production to {} ({}){}",
             self.name(),
             crate::units::short_id(&candidate.id),
@@ -492,7 +493,7 @@ impl Flow<'_, '_> {
                 .push(format!("stopping the old production {recipe}: {e}"));
         }
         if let Some(old) = keep_warm {
-            self.say(&format!(
+            self.step(&format!(
                 "{} stays warm for {} s: `sparkctl rollback` switches back at once",
                 old.recipe,
                 grace.as_secs()
@@ -529,9 +530,8 @@ async fn bench_recipe(
     asked: Option<crate::eval::Report>,
 ) -> Result<BenchResult> {
     let mut plan = super::bench_plan(
-        ctx.rt(),
+        ctx.shared,
         ctx.recipes,
-        ctx.state(),
         name,
         crate::bench::Overrides::default(),
     )

@@ -8,12 +8,13 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::context::{Context, Settings};
+use crate::context::Context;
 use crate::error::Result;
 use crate::nvidia::Gpu;
 use crate::production::Production;
 use crate::recipe::{LoadedRecipe, RecipeSet, Runtime};
 use crate::runtime::Runtimes;
+use crate::settings::Settings;
 use crate::state::StateDir;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,7 +52,8 @@ impl Verdict {
 pub(crate) fn outcome(checks: &[Check]) -> Result<()> {
     match checks.iter().filter(|c| c.verdict == Verdict::Fail).count() {
         0 => Ok(()),
-        n => Err(crate::error::Error::Failed(format!(
+        // The checks are printed already (one JSON document with --json).
+        n => Err(crate::error::Error::Reported(format!(
             "{n} check(s) failed; see the FAIL lines above"
         ))),
     }
@@ -175,24 +177,27 @@ fn in_use<'r>(
     };
     let mut wanted: VecDeque<(String, String)> = VecDeque::new();
     let said = |what: &str| what.to_string();
-    wanted.extend(
-        production
-            .current
-            .iter()
-            .map(|e| (e.recipe.clone(), said("production"))),
-    );
-    wanted.extend(production.previous.iter().map(|e| {
-        (
-            e.recipe.clone(),
-            said("an earlier production (`rollback` starts it)"),
-        )
-    }));
-    wanted.extend(
-        production
-            .warm
-            .iter()
-            .map(|w| (w.upstream.recipe.clone(), said("kept warm for `rollback`"))),
-    );
+    // Every model's production.
+    for production in production.lanes().into_values() {
+        wanted.extend(
+            production
+                .current
+                .iter()
+                .map(|e| (e.recipe.clone(), said("production"))),
+        );
+        wanted.extend(production.previous.iter().map(|e| {
+            (
+                e.recipe.clone(),
+                said("an earlier production (`rollback` starts it)"),
+            )
+        }));
+        wanted.extend(
+            production
+                .warm
+                .iter()
+                .map(|w| (w.upstream.recipe.clone(), said("kept warm for `rollback`"))),
+        );
+    }
     wanted.extend(
         deployments
             .iter()
@@ -406,9 +411,9 @@ fn memory_check(
              machine's memory",
         );
     };
-    let source = match std::env::var("SPARKCTL_MEMORY_GB") {
-        Ok(v) if !v.is_empty() => format!("pool set by SPARKCTL_MEMORY_GB={v}"),
-        _ => "pool = installed memory".to_string(),
+    let source = match settings.as_set(&[crate::settings::MEMORY_GB]).pop() {
+        Some(set) => format!("pool set by {set}"),
+        None => "pool = installed memory".to_string(),
     };
     let (shared, who) = match gpus_unified {
         Some(true) => (", shared by CPU and GPU", "servers"),
@@ -471,12 +476,7 @@ mod tests {
 
     #[test]
     fn the_memory_check_says_shared_on_a_spark_and_warns_without_meminfo() {
-        let settings = Settings {
-            memory_budget_gb: 120.0,
-            production_port: 8003,
-            memory_reserve_gb: 8.0,
-            memory_declared: false,
-        };
+        let settings = Settings::with_pool(120.0, false);
         let m = crate::host::MemInfo {
             total: 128_000_000_000,
             available: 100_000_000_000,

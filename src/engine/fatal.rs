@@ -5,7 +5,7 @@
 //! Every known line below was seen in a real server's output: the seeds' logbook for the
 //! GPU ones (CUDA kernels missing for SM 12.1, out of memory, the rotary shape mismatch of
 //! seed 001), and the suite's real servers for those that can be provoked on a CPU
-//! (tests/vllm.rs and tests/llama_server.rs provoke them).
+//! (tests/it/vllm.rs and tests/it/llama_server.rs provoke them).
 
 /// A log signature that means the server will not come up, and what to do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

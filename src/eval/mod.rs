@@ -193,10 +193,13 @@ pub(crate) fn dir_of(recipes_dir: &Path) -> std::path::PathBuf {
 pub(crate) async fn model_at(client: &reqwest::Client, url: &str) -> Result<String> {
     let listing = crate::openai::list_models(client, url, Duration::from_secs(10))
         .await
-        .map_err(|e| Error::Failed(format!("the server at {url} cannot be evaluated: {e}")))?;
+        .map_err(|e| e.at(url))?;
     crate::openai::first_model(&listing)
         .map(|(id, _)| id.to_string())
-        .ok_or_else(|| Error::Failed(format!("the server at {url} lists no model")))
+        .ok_or_else(|| Error::Server {
+            url: url.to_string(),
+            problem: crate::error::ServerProblem::NoModel,
+        })
 }
 
 /// A client for evaluations: no proxy (servers are local), a bounded connect.
@@ -205,7 +208,9 @@ pub(crate) fn client() -> Result<reqwest::Client> {
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .build()
-        .map_err(|e| Error::Failed(format!("HTTP client: {e}")))
+        .map_err(|e| Error::HttpClient {
+            cause: e.to_string(),
+        })
 }
 
 /// `sparkctl eval`: the sets against the server at `url`, beside the server at `against`

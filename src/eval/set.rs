@@ -86,11 +86,15 @@ impl EvalSet {
     pub(crate) fn load(spec: &str, dir: &Path) -> Result<EvalSet> {
         let as_path = spec.ends_with(".yaml");
         let Some((file, text)) = crate::yaml::named(spec, dir, &BUILT_IN, as_path)? else {
-            return Err(Error::Usage(format!(
-                "no evaluation set `{spec}`: not a .yaml file, not {}; built in: {}",
-                dir.join(format!("{spec}.yaml")).display(),
-                built_in_names().join(", ")
-            )));
+            return Err(Error::NoSuch {
+                what: crate::error::Thing::EvalSet,
+                name: spec.to_string(),
+                hint: format!(
+                    "not a .yaml file, not {}; built in: {}",
+                    dir.join(format!("{spec}.yaml")).display(),
+                    built_in_names().join(", ")
+                ),
+            });
         };
         Self::parse(&file, &text)
     }

@@ -1,7 +1,8 @@
 //! The control socket (`STATE/frontdoor/control.sock`): HTTP over a Unix socket, so only
 //! this user (the socket's mode) can switch production. `GET /state`, `POST /switch`
 //! (`{"production": …, "drain_ms": …}`), `POST /hold`, `POST /update` (production.json
-//! without a change of route).
+//! without a change of route), each about one model's production: `?model=NAME` (none: the
+//! only model, or the default one; `crate::models`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use super::accept::{self, Conns, Limits};
-use super::{Door, DoorStatus, SwitchReport};
+use super::{Door, DoorStatus, Lanes, SwitchReport};
 use crate::error::{Error, Result};
 use crate::host::ProcessId;
 use crate::production::Production;
@@ -34,7 +35,59 @@ fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+/// The model a control request is about: `?model=NAME`, percent-encoded.
+fn model_of(query: Option<&str>) -> Option<String> {
+    let value = query?.split('&').find_map(|kv| kv.strip_prefix("model="))?;
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `model` as a query value: everything but letters and digits percent-encoded.
+fn encoded(model: &str) -> String {
+    (model.bytes())
+        .map(|b| match b.is_ascii_alphanumeric() {
+            true => (b as char).to_string(),
+            false => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn handle(lanes: &Lanes, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let door = match model_of(req.uri().query()) {
+        Some(m) => lanes.lane(&m),
+        None => lanes.primary(),
+    };
+    let changes = req.method() == Method::POST && req.uri().path() == "/switch";
+    let answer = answer(lanes, &door, req).await;
+    if changes {
+        // Another model's production may be the default now.
+        lanes.refresh();
+    }
+    answer
+}
+
+async fn answer(
+    lanes: &Lanes,
+    door: &Door,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let body = match http_body_util::Limited::new(req.into_body(), 1 << 20)
         .collect()
@@ -51,7 +104,11 @@ async fn handle(door: &Door, req: Request<hyper::body::Incoming>) -> Response<Fu
     match (method, path.as_str()) {
         (Method::GET, "/state") => reply(
             StatusCode::OK,
-            serde_json::to_value(door.status()).unwrap_or(Value::Null),
+            serde_json::to_value(DoorStatus {
+                models: lanes.statuses(),
+                ..door.status()
+            })
+            .unwrap_or(Value::Null),
         ),
         (Method::POST, "/hold") => {
             let v = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
@@ -154,7 +211,7 @@ fn inode(path: &Path) -> Option<u64> {
 /// bound again; while another server answers there (a restart), it is that one's.
 pub(crate) fn listen(
     path: &Path,
-    door: Arc<Door>,
+    lanes: Arc<Lanes>,
     limits: Limits,
     stop: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -174,10 +231,10 @@ pub(crate) fn listen(
                 conns.clone(),
                 lost,
                 {
-                    let door = door.clone();
+                    let lanes = lanes.clone();
                     move |req| {
-                        let door = door.clone();
-                        async move { handle(&door, req).await }
+                        let lanes = lanes.clone();
+                        async move { handle(&lanes, req).await }
                     }
                 },
             ));
@@ -218,15 +275,40 @@ pub(crate) fn listen(
     Ok(())
 }
 
-/// The CLI's side of the control socket.
+/// The CLI's side of the control socket, about one model's production (none named: the
+/// only model, or the default one).
 #[derive(Debug, Clone)]
 pub(crate) struct Remote {
     socket: PathBuf,
+    model: Option<String>,
 }
 
 impl Remote {
     pub(crate) fn new(socket: PathBuf) -> Remote {
-        Remote { socket }
+        Remote {
+            socket,
+            model: None,
+        }
+    }
+
+    /// The front door of `state`, about the model whose production (or warm instance) is
+    /// `recipe`'s; about the only model when production.json predates several (the front
+    /// door knows which).
+    pub(crate) fn about(state: &crate::state::StateDir, recipe: &str) -> Remote {
+        let door = Remote::new(super::control_socket(state));
+        let file = crate::production::Production::load(state).unwrap_or_default();
+        match crate::models::serving(&file, recipe) {
+            Some(m) if file.model.is_some() => door.for_model(&m),
+            _ => door,
+        }
+    }
+
+    /// The same front door, about `model`'s production.
+    pub(crate) fn for_model(&self, model: &str) -> Remote {
+        Remote {
+            socket: self.socket.clone(),
+            model: Some(model.to_string()),
+        }
     }
 
     async fn call(
@@ -236,11 +318,9 @@ impl Remote {
         body: Option<Value>,
         limit: Duration,
     ) -> Result<Value> {
-        let unreachable = |e: String| {
-            Error::Failed(format!(
-                "the front door does not answer on {} ({e}); `sparkctl frontdoor start` starts it",
-                self.socket.display()
-            ))
+        let unreachable = |cause: String| Error::DoorUnreachable {
+            socket: self.socket.clone(),
+            cause,
         };
         let exchange = async {
             let stream = UnixStream::connect(&self.socket)
@@ -251,9 +331,13 @@ impl Remote {
                 .map_err(|e| unreachable(e.to_string()))?;
             tokio::spawn(conn);
             let body = body.map(|b| b.to_string()).unwrap_or_default();
+            let uri = match &self.model {
+                Some(m) => format!("{path}?model={}", encoded(m)),
+                None => path.to_string(),
+            };
             let req = Request::builder()
                 .method(method)
-                .uri(path)
+                .uri(uri)
                 .header(hyper::header::HOST, "frontdoor")
                 .body(Full::new(Bytes::from(body)))
                 .expect("static request parts are valid");
@@ -270,10 +354,12 @@ impl Remote {
                 .to_bytes();
             let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             if !status.is_success() {
-                return Err(Error::Failed(format!(
-                    "the front door refused {path}: {}",
-                    v["error"].as_str().unwrap_or("no reason given")
-                )));
+                return Err(Error::DoorFailed {
+                    what: format!(
+                        "refused {path}: {}",
+                        v["error"].as_str().unwrap_or("no reason given")
+                    ),
+                });
             }
             Ok(v)
         };
@@ -286,8 +372,7 @@ impl Remote {
         let v = self
             .call(Method::GET, "/state", None, Duration::from_secs(5))
             .await?;
-        serde_json::from_value(v)
-            .map_err(|e| Error::Failed(format!("the front door's state is unreadable: {e}")))
+        serde_json::from_value(v).map_err(|e| unreadable("state", e))
     }
 
     /// New requests wait until the next switch; returns once those in flight finished (or
@@ -334,8 +419,7 @@ impl Remote {
                     .await?
             }
         };
-        serde_json::from_value(v)
-            .map_err(|e| Error::Failed(format!("the front door's answer is unreadable: {e}")))
+        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
     }
 
     /// Makes `production` current; returns once the old upstream drained (or `drain` passed).
@@ -357,7 +441,13 @@ impl Remote {
                 drain + Duration::from_secs(10),
             )
             .await?;
-        serde_json::from_value(v)
-            .map_err(|e| Error::Failed(format!("the front door's answer is unreadable: {e}")))
+        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
+    }
+}
+
+/// An answer of the front door this sparkctl cannot read (another version's, say).
+fn unreadable(what: &str, e: serde_json::Error) -> Error {
+    Error::DoorFailed {
+        what: format!("gave a {what} this sparkctl cannot read ({e})"),
     }
 }

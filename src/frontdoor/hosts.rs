@@ -40,11 +40,11 @@ impl Misdirected {
 
 /// The names the door goes by beside its addresses: `SPARKCTL_FRONTDOOR_NAMES`, the
 /// machine's own name (and `NAME.local`), and the listening host when it is a name.
-pub(crate) fn configured_names(host: &str) -> Vec<String> {
+pub(crate) fn configured_names(set: &[String], host: &str) -> Vec<String> {
     let machine = crate::host::hostname();
-    let mut names: Vec<String> = std::env::var("SPARKCTL_FRONTDOOR_NAMES")
-        .unwrap_or_default()
-        .split(',')
+    let mut names: Vec<String> = set
+        .iter()
+        .map(String::as_str)
         .chain([host, machine.as_str(), &format!("{machine}.local")])
         .map(normal)
         .filter(|n| !n.is_empty() && n.parse::<std::net::IpAddr>().is_err())

@@ -136,11 +136,9 @@ struct Request {
 }
 
 impl Live {
-    pub(crate) fn from_env() -> Live {
-        let off = std::env::var("SPARKCTL_FRONTDOOR_QUALITY")
-            .is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
+    pub(crate) fn new(enabled: bool) -> Live {
         Live {
-            enabled: !off,
+            enabled,
             ..Live::default()
         }
     }

@@ -11,6 +11,10 @@ const TTFT_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 const ITL_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0];
+/// A request's wait for its model's server: none, a switch, a start on demand.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
 
 #[derive(Clone, Default)]
 struct Histogram {
@@ -69,6 +73,14 @@ pub(crate) struct Totals {
     pub(crate) itl_n: u64,
 }
 
+/// What one model's requests waited for its server.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Waits {
+    pub(crate) requests: u64,
+    pub(crate) mean_ms: f64,
+    pub(crate) max_ms: f64,
+}
+
 /// Events outside any one upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Event {
@@ -114,6 +126,21 @@ pub(crate) struct Metrics {
 struct Inner {
     upstreams: BTreeMap<String, PerUpstream>,
     events: BTreeMap<Event, u64>,
+    /// Per model (the name clients send).
+    models: BTreeMap<String, PerModel>,
+}
+
+/// One model's figures.
+#[derive(Default)]
+struct PerModel {
+    /// What each request waited for an upstream, seconds.
+    wait: Histogram,
+    /// The longest of those waits.
+    max_wait: f64,
+    /// Its server started on demand.
+    loads: u64,
+    /// Its server stopped: `ttl`, `evicted`.
+    unloads: BTreeMap<&'static str, u64>,
 }
 
 impl Metrics {
@@ -193,6 +220,40 @@ impl Metrics {
             .collect()
     }
 
+    fn with_model(&self, model: &str, f: impl FnOnce(&mut PerModel)) {
+        let mut i = self.inner.lock().expect("metrics");
+        f(i.models.entry(model.to_string()).or_default());
+    }
+
+    /// A request for `model` waited `seconds` for an upstream (0: none).
+    pub(crate) fn waited(&self, model: &str, seconds: f64) {
+        self.with_model(model, |m| {
+            m.wait.observe(WAIT_BUCKETS, seconds);
+            m.max_wait = m.max_wait.max(seconds);
+        });
+    }
+
+    /// What `model`'s requests waited for an upstream, so far.
+    pub(crate) fn waits(&self, model: &str) -> Option<Waits> {
+        let i = self.inner.lock().expect("metrics");
+        let m = i.models.get(model).filter(|m| m.wait.n > 0)?;
+        Some(Waits {
+            requests: m.wait.n,
+            mean_ms: m.wait.sum / m.wait.n as f64 * 1e3,
+            max_ms: m.max_wait * 1e3,
+        })
+    }
+
+    /// `model`'s server was started on demand.
+    pub(crate) fn loaded(&self, model: &str) {
+        self.with_model(model, |m| m.loads += 1);
+    }
+
+    /// `model`'s server was stopped, `why`: `ttl` or `evicted`.
+    pub(crate) fn unloaded(&self, model: &str, why: &'static str) {
+        self.with_model(model, |m| *m.unloads.entry(why).or_default() += 1);
+    }
+
     pub(crate) fn event(&self, e: Event) {
         *self
             .inner
@@ -203,11 +264,13 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// Prometheus' text format: per upstream, then the events, then the upstream in service.
-    pub(crate) fn render(&self, route: &Route) -> String {
+    /// Prometheus' text format: per upstream, then the events, then the upstreams in
+    /// service (one per model).
+    pub(crate) fn render(&self, routes: &[Route]) -> String {
         let i = self.inner.lock().expect("metrics");
         let mut out = String::new();
         render_upstreams(&mut out, &i);
+        render_models(&mut out, &i);
         for e in [
             Event::Held,
             Event::Rejected,
@@ -229,7 +292,10 @@ impl Metrics {
             "gauge",
             "The upstream in service (1), none while holding.",
         );
-        if let Route::Serving(u) = route {
+        for u in routes.iter().filter_map(|r| match r {
+            Route::Serving(u) => Some(u),
+            _ => None,
+        }) {
             let _ = writeln!(
                 out,
                 "sparkctl_frontdoor_upstream{{recipe=\"{}\",deployment=\"{}\",url=\"{}\"}} 1",
@@ -320,6 +386,51 @@ fn render_upstreams(out: &mut String, inner: &Inner) {
     }
 }
 
+fn render_models(out: &mut String, inner: &Inner) {
+    head(
+        out,
+        "sparkctl_frontdoor_queue_wait_seconds",
+        "histogram",
+        "What each request waited for its model's server (a switch, a start on demand).",
+    );
+    for (model, m) in &inner.models {
+        let labels = format!("model=\"{model}\"");
+        m.wait.render(
+            out,
+            "sparkctl_frontdoor_queue_wait_seconds",
+            &labels,
+            WAIT_BUCKETS,
+        );
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_model_loads_total",
+        "counter",
+        "Starts of a model's server on demand.",
+    );
+    for (model, m) in &inner.models {
+        let _ = writeln!(
+            out,
+            "sparkctl_frontdoor_model_loads_total{{model=\"{model}\"}} {}",
+            m.loads
+        );
+    }
+    head(
+        out,
+        "sparkctl_frontdoor_model_unloads_total",
+        "counter",
+        "Stops of a model's server: idle past its ttl, or evicted for another model.",
+    );
+    for (model, m) in &inner.models {
+        for (why, n) in &m.unloads {
+            let _ = writeln!(
+                out,
+                "sparkctl_frontdoor_model_unloads_total{{model=\"{model}\",why=\"{why}\"}} {n}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,7 +443,7 @@ mod tests {
         m.itl("a", 0.02, 2);
         m.status("a", 200);
         m.event(Event::Switch);
-        let text = m.render(&Route::Holding);
+        let text = m.render(&[Route::Holding]);
         assert!(
             text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.05\"} 1"),
             "{text}"

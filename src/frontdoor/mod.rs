@@ -21,8 +21,10 @@ pub(crate) mod body;
 pub(crate) mod capture;
 pub(crate) mod chunk;
 pub(crate) mod control;
+pub(crate) mod demand;
 pub(crate) mod handover;
 pub(crate) mod hosts;
+pub(crate) mod lanes;
 pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod page;
@@ -37,81 +39,83 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub(crate) use lanes::{Lanes, Shared};
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::host::ProcessId;
 use crate::production::{Production, Upstream};
 use crate::state::StateDir;
-use metrics::{Event, Metrics};
+use metrics::Event;
 use route::{Route, Table};
 
-/// How the front door behaves; from the environment, with defaults a user rarely changes.
+/// How the front door behaves: its settings (see `settings::DoorSettings`, which says the
+/// variable and default of each) and the port.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Config {
-    /// `SPARKCTL_FRONTDOOR_HOST` (default 127.0.0.1; 0.0.0.0 to serve the LAN).
+    /// 127.0.0.1 unless set (0.0.0.0 to serve the LAN).
     pub(crate) host: String,
     pub(crate) port: u16,
-    /// How long a request may wait for a backend (`SPARKCTL_FRONTDOOR_HOLD`, default 2m:
-    /// longer than the simulated and llama-server loads, shorter than most clients' timeouts).
+    /// How long a request may wait for a backend: longer than the simulated and
+    /// llama-server loads, shorter than most clients' timeouts.
     pub(crate) hold: Duration,
-    /// Requests that may wait at once (`SPARKCTL_FRONTDOOR_QUEUE`, default 256).
+    /// Requests that may wait at once.
     pub(crate) queue: usize,
-    /// How long a switch lets the old upstream's streams finish (`SPARKCTL_FRONTDOOR_DRAIN`,
-    /// default 2m).
+    /// How long a switch lets the old upstream's streams finish.
     pub(crate) drain: Duration,
-    /// How long a replaced production stays warm for an instant rollback, when memory allows
-    /// (`SPARKCTL_WARM_GRACE`, default 10m; 0s stops it at once).
+    /// How long a replaced production stays warm for an instant rollback, when memory
+    /// allows (0s stops it at once).
     pub(crate) warm_grace: Duration,
     /// Whether an API key is required (the key itself is never kept here, nor printed).
     pub(crate) api_key_required: bool,
-    /// Client connections at once (`SPARKCTL_FRONTDOOR_CONNECTIONS`; default: what the
-    /// open-file limit allows); beyond it they wait in the kernel's backlog.
+    /// The file the key is read from, when it comes from one.
+    pub(crate) api_key_file: Option<PathBuf>,
+    /// Client connections at once (default: what the open-file limit allows); beyond it
+    /// they wait in the kernel's backlog.
     pub(crate) max_connections: Option<usize>,
-    /// The names it answers to beside its addresses and `localhost`
-    /// (`SPARKCTL_FRONTDOOR_NAMES`, comma-separated; the machine's own name always).
+    /// The names it answers to beside its addresses and `localhost` (the machine's own
+    /// name always).
     pub(crate) names: Vec<String>,
-    /// How long a client may leave an answer unread before its connection is closed
-    /// (`SPARKCTL_FRONTDOOR_SEND_TIMEOUT`, default 60s): a client that stops reading would
-    /// otherwise hold its connection, its upstream stream and their buffers for ever.
+    /// The names as `SPARKCTL_FRONTDOOR_NAMES` gives them: what a unit file passes on.
+    #[serde(skip)]
+    pub(crate) names_set: Vec<String>,
+    /// How long a client may leave an answer unread before its connection is closed: a
+    /// client that stops reading would otherwise hold its connection, its upstream stream
+    /// and their buffers for ever.
     pub(crate) send_timeout: Duration,
-}
-
-fn env_duration(name: &str, default: Duration) -> Result<Duration> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => crate::units::parse_duration(v.trim())
-            .map_err(|e| Error::Usage(format!("{name}={v}: {e}"))),
-        _ => Ok(default),
-    }
+    /// The live page: off, it neither samples nor serves (to measure its cost).
+    pub(crate) page: bool,
+    /// The live quality classifier: off to measure its cost.
+    pub(crate) quality: bool,
 }
 
 /// The API key: `SPARKCTL_FRONTDOOR_API_KEY`, or the first line of the file
 /// `SPARKCTL_FRONTDOOR_API_KEY_FILE` names.
-pub(crate) fn api_key() -> Result<Option<String>> {
-    if let Ok(k) = std::env::var("SPARKCTL_FRONTDOOR_API_KEY") {
-        if !k.is_empty() {
-            return Ok(Some(k));
-        }
+fn api_key(file: Option<&std::path::Path>) -> Result<Option<String>> {
+    if let Some(k) = crate::settings::api_key_value() {
+        return Ok(Some(k));
     }
-    match std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE") {
+    match file {
         Some(path) => {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
+            let text = std::fs::read_to_string(path).map_err(|e| {
                 Error::io(
                     format!(
                         "SPARKCTL_FRONTDOOR_API_KEY_FILE: cannot read {}",
-                        PathBuf::from(&path).display()
+                        path.display()
                     ),
                     e,
                 )
             })?;
             let key = text.lines().next().unwrap_or_default().trim().to_string();
             if key.is_empty() {
-                return Err(Error::Usage(format!(
-                    "SPARKCTL_FRONTDOOR_API_KEY_FILE: {} is empty; put the key on its first line",
-                    PathBuf::from(&path).display()
-                )));
+                return Err(Error::Setting {
+                    name: crate::settings::FRONTDOOR_API_KEY_FILE,
+                    value: path.display().to_string(),
+                    want: "is empty; put the key on its first line".into(),
+                });
             }
-            private_key_file(std::path::Path::new(&path))?;
+            private_key_file(path)?;
             Ok(Some(key))
         }
         None => Ok(None),
@@ -131,12 +135,15 @@ fn private_key_file(path: &std::path::Path) -> Result<()> {
         .permissions()
         .mode();
     if mode & 0o077 != 0 {
-        return Err(Error::Usage(format!(
-            "SPARKCTL_FRONTDOOR_API_KEY_FILE: other users may read {} (mode {:o}); `chmod 600 {}`",
-            path.display(),
-            mode & 0o777,
-            path.display()
-        )));
+        return Err(Error::Setting {
+            name: crate::settings::FRONTDOOR_API_KEY_FILE,
+            value: path.display().to_string(),
+            want: format!(
+                "is a file other users may read (mode {:o}); `chmod 600 {}`",
+                mode & 0o777,
+                path.display()
+            ),
+        });
     }
     Ok(())
 }
@@ -150,64 +157,44 @@ pub(crate) fn loopback_only(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// What to say when the front door would face the network without a key: `what` it would
-/// do, and how to give it one.
-pub(crate) fn needs_a_key(what: &str) -> String {
-    format!(
-        "{what} without an API key: anyone who reaches this machine could use the API, the live \
-         page and /metrics. Put a key in a file only you can read and name it: \
-         `(umask 077; mkdir -p ~/.config/sparkctl; head -c 32 /dev/urandom | base64 > \
-         ~/.config/sparkctl/frontdoor.key)` (mode 600), then \
-         SPARKCTL_FRONTDOOR_API_KEY_FILE=~/.config/sparkctl/frontdoor.key; clients send \
-         `Authorization: Bearer <the key>`"
-    )
-}
-
 impl Config {
     /// Refuses to serve an address others can reach without a key.
     pub(crate) fn refuse_open(&self) -> Result<()> {
         if self.api_key_required || loopback_only(&self.host) {
             return Ok(());
         }
-        Err(Error::Usage(format!(
-            "{}; or serve this machine only: SPARKCTL_FRONTDOOR_HOST=127.0.0.1",
-            needs_a_key(&format!(
+        Err(Error::OpenWithoutKey {
+            what: format!(
                 "the front door would serve {}:{} to the network",
                 self.host, self.port
-            ))
-        )))
+            ),
+            then: "or serve this machine only: SPARKCTL_FRONTDOOR_HOST=127.0.0.1".into(),
+        })
     }
 
-    pub(crate) fn from_env(port: u16) -> Result<Config> {
-        let count = |name: &str, what: &str| -> Result<Option<usize>> {
-            match std::env::var(name) {
-                Ok(v) if !v.trim().is_empty() => match v.trim().parse() {
-                    Ok(n) if n > 0 => Ok(Some(n)),
-                    _ => Err(Error::Usage(format!(
-                        "{name}={v} is not a number of {what}; unset it or give e.g. {name}=256"
-                    ))),
-                },
-                _ => Ok(None),
-            }
-        };
-        let queue = count("SPARKCTL_FRONTDOOR_QUEUE", "requests")?.unwrap_or(256);
-        let max_connections = count("SPARKCTL_FRONTDOOR_CONNECTIONS", "connections")?;
-        let host = std::env::var("SPARKCTL_FRONTDOOR_HOST")
-            .ok()
-            .filter(|h| !h.trim().is_empty())
-            .unwrap_or_else(|| "127.0.0.1".into());
+    pub(crate) fn new(settings: &crate::settings::Settings, port: u16) -> Result<Config> {
+        let door = &settings.door;
         Ok(Config {
-            names: hosts::configured_names(&host),
-            host,
+            names: hosts::configured_names(&door.names, &door.host),
+            names_set: door.names.clone(),
+            host: door.host.clone(),
             port,
-            hold: env_duration("SPARKCTL_FRONTDOOR_HOLD", Duration::from_secs(120))?,
-            queue,
-            drain: env_duration("SPARKCTL_FRONTDOOR_DRAIN", Duration::from_secs(120))?,
-            warm_grace: env_duration("SPARKCTL_WARM_GRACE", Duration::from_secs(600))?,
-            api_key_required: api_key()?.is_some(),
-            max_connections,
-            send_timeout: env_duration("SPARKCTL_FRONTDOOR_SEND_TIMEOUT", Duration::from_secs(60))?,
+            hold: door.hold,
+            queue: door.queue,
+            drain: door.drain,
+            warm_grace: door.warm_grace,
+            api_key_required: api_key(door.api_key_file.as_deref())?.is_some(),
+            api_key_file: door.api_key_file.clone(),
+            max_connections: door.max_connections,
+            send_timeout: door.send_timeout,
+            page: door.page,
+            quality: door.quality,
         })
+    }
+
+    /// The key clients must send, when one is set.
+    pub(crate) fn api_key(&self) -> Result<Option<String>> {
+        api_key(self.api_key_file.as_deref())
     }
 }
 
@@ -249,6 +236,9 @@ pub(crate) struct DoorStatus {
     /// Production's live quality, as last judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) live: Option<live::LiveStatus>,
+    /// Every model behind the front door, each with its own production (`crate::models`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) models: Vec<lanes::ModelStatus>,
 }
 
 /// What a switch did.
@@ -260,29 +250,29 @@ pub(crate) struct SwitchReport {
     pub(crate) left_in_flight: usize,
 }
 
-/// The serve process's shared state: the table, the metrics, production as last written.
+/// One model's lane through the serve process: its table, its hold, its production (in the
+/// book all models share), and what they share (`Shared`: settings, metrics, the page).
 pub(crate) struct Door {
-    pub(crate) state: StateDir,
-    pub(crate) config: Config,
+    shared: Arc<Shared>,
+    /// The model this lane serves (`crate::models`; `""`: the unnamed one).
+    pub(crate) model: String,
     pub(crate) table: Table,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Production judged on what it answers.
-    pub(crate) live: Arc<live::Live>,
-    /// Production's requests kept for a replay, when asked.
-    pub(crate) capture: Arc<capture::Capture>,
-    /// The live page's series.
-    pub(crate) page: page::Page,
-    production: Mutex<Production>,
+    /// Whether its server is loaded, starting on demand, or unloaded.
+    pub(crate) demand: demand::Demand,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
     held_by: Mutex<Option<ProcessId>>,
-    /// State writes that found the disk full.
-    pub(crate) deferred: crate::state::Deferred,
-    /// One change of production at a time: its write, then its route.
-    changing: tokio::sync::Mutex<()>,
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
     generation: std::sync::atomic::AtomicU64,
+}
+
+impl std::ops::Deref for Door {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 /// A recovery that a command's switch or hold overtook: production is the command's now.
@@ -290,29 +280,15 @@ pub(crate) struct Door {
 pub(crate) struct Superseded;
 
 impl Door {
-    pub(crate) fn new(
-        state: StateDir,
-        config: Config,
-        production: Production,
-        route: Route,
-    ) -> Door {
+    /// The lane of `model`, routing to `route`, its server `load`ed or not.
+    pub(crate) fn lane(shared: Arc<Shared>, model: &str, route: Route, load: demand::Load) -> Door {
         Door {
-            table: Table::new(route, config.queue),
-            metrics: Arc::new(Metrics::default()),
-            live: Arc::new(live::Live::from_env()),
-            capture: capture::Capture::start(
-                capture::dir(&state),
-                capture::read_settings(&state),
-                api_key().ok().flatten(),
-            ),
-            page: page::Page::from_env(),
-            production: Mutex::new(production),
+            table: Table::new(route, shared.config.queue),
+            demand: demand::Demand::new(load),
+            model: model.to_string(),
             held_by: Mutex::new(None),
-            deferred: crate::state::Deferred::default(),
-            changing: tokio::sync::Mutex::new(()),
             generation: std::sync::atomic::AtomicU64::new(0),
-            state,
-            config,
+            shared,
         }
     }
 
@@ -325,7 +301,12 @@ impl Door {
     }
 
     pub(crate) fn production(&self) -> Production {
-        self.production.lock().expect("production").clone()
+        self.book.lock().expect("book").lane(&self.model)
+    }
+
+    /// production.json with this model's production replaced by `new`.
+    fn book_with(&self, new: Production) -> Production {
+        self.book.lock().expect("book").with_lane(&self.model, new)
     }
 
     /// Makes `new` production: written first (a write that fails changes nothing), then new
@@ -333,8 +314,9 @@ impl Door {
     /// requests finish, for up to `drain`.
     pub(crate) async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
         let changing = self.changing.lock().await;
-        crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
-        let old = self.route_to(new);
+        let book = self.book_with(new);
+        crate::state::write_json_off_thread(self.state.production_file(), book.clone()).await?;
+        let old = self.route_to(book);
         drop(changing);
         Ok(self.drain_after(old, drain).await)
     }
@@ -359,6 +341,7 @@ impl Door {
         }
         let mut new = self.production();
         change(&mut new);
+        let new = self.book_with(new);
         let deferred = self.deferred.clone();
         let (path, value) = (self.state.production_file(), new.clone());
         let written = tokio::task::spawn_blocking(move || deferred.write_json(&path, &value)).await;
@@ -370,16 +353,20 @@ impl Door {
         Ok(self.drain_after(old, Duration::ZERO).await)
     }
 
-    /// Routes to `new`; returns what was routed to before and where requests go now.
-    fn route_to(&self, new: Production) -> (Route, Route) {
+    /// Routes to this model's production in `book` (production.json as just written);
+    /// returns what was routed to before and where requests go now.
+    fn route_to(&self, book: Production) -> (Route, Route) {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.held_by.lock().expect("held_by") = None;
-        let route = match new.serving() {
+        let route = match book.lane(&self.model).serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,
         };
-        *self.production.lock().expect("production") = new;
+        if matches!(route, Route::Serving(_)) {
+            self.demand.set(demand::Load::Loaded);
+        }
+        *self.book.lock().expect("book") = book;
         let old = self.table.set(route.clone());
         if old != route {
             self.metrics.event(Event::Switch);
@@ -412,8 +399,9 @@ impl Door {
     /// Writes `new` without changing where requests go (a warm production stopped).
     pub(crate) async fn update(&self, new: Production) -> Result<()> {
         let _changing = self.changing.lock().await;
-        crate::state::write_json_off_thread(self.state.production_file(), new.clone()).await?;
-        *self.production.lock().expect("production") = new;
+        let book = self.book_with(new);
+        crate::state::write_json_off_thread(self.state.production_file(), book.clone()).await?;
+        *self.book.lock().expect("book") = book;
         Ok(())
     }
 
@@ -453,6 +441,7 @@ impl Door {
                 .and_then(|u| self.live.status(&u.deployment)),
             production: self.production(),
             pending_writes: self.deferred.pending(),
+            models: Vec::new(),
         }
     }
 }

@@ -137,11 +137,9 @@ pub(crate) struct Page {
 }
 
 impl Page {
-    pub(crate) fn from_env() -> Page {
-        let off = std::env::var("SPARKCTL_FRONTDOOR_PAGE")
-            .is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
+    pub(crate) fn new(enabled: bool) -> Page {
         Page {
-            enabled: !off,
+            enabled,
             series: Mutex::default(),
         }
     }
@@ -197,8 +195,11 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 /// Answers a request for one of the page's paths. `authorized`: the door has no API key,
 /// or the request carries it. Without it the page comes as an empty shell (401) that asks
 /// for the key and fetches its data with it; data and reports are refused.
+/// `door`: the default model's lane; `models`: every lane's status (the page is handed
+/// them, not the lanes, which own it).
 pub(crate) async fn respond(
     door: &Arc<Door>,
+    models: impl FnOnce() -> Value,
     path: &str,
     authorized: bool,
 ) -> Response<Full<Bytes>> {
@@ -215,7 +216,7 @@ pub(crate) async fn respond(
             "text/html; charset=utf-8",
             html(&Value::Null),
         ),
-        ("" | "/", true) => match data(door).await {
+        ("" | "/", true) => match data(models(), door).await {
             Ok(d) => reply(StatusCode::OK, "text/html; charset=utf-8", html(&d)),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
@@ -223,7 +224,7 @@ pub(crate) async fn respond(
             StatusCode::UNAUTHORIZED,
             "this front door needs `Authorization: Bearer <key>`",
         ),
-        ("/data", true) => match data(door).await {
+        ("/data", true) => match data(models(), door).await {
             Ok(d) => reply(StatusCode::OK, "application/json", d.to_string()),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
@@ -242,8 +243,9 @@ fn html(data: &Value) -> String {
     HTML.replace("__SPARKCTL_DATA__", &embedded)
 }
 
-/// What the page shows, as JSON: the door's status, the charts' points, runs, jobs, log.
-async fn data(door: &Arc<Door>) -> Result<Value, String> {
+/// What the page shows, as JSON: the door's status, every model's, the charts' points,
+/// runs, jobs, log.
+async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
     let status = door.status();
     let points = door.page.points();
     let state = door.state.clone();
@@ -254,6 +256,7 @@ async fn data(door: &Arc<Door>) -> Result<Value, String> {
     Ok(json!({
         "now": crate::units::unix_now().as_millis() as u64,
         "door": status,
+        "models": models,
         "every_s": EVERY.as_secs(),
         "points": points,
         "runs": runs,

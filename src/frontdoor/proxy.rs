@@ -23,10 +23,11 @@ use tokio::sync::{mpsc, watch};
 use super::accept::{self, Conns, Limits};
 use super::body::{Budget, Refused};
 use super::chunk::{Chunk, ChunkChoice};
+use super::lanes::{Lanes, Pick};
 use super::live::Live;
 use super::metrics::{Event, Metrics};
 use super::quality::{Answer, Asked, Delta, Verdict};
-use super::route::{Lease, Refusal, Table, Upstream};
+use super::route::{Lease, Refusal, Upstream};
 
 pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
@@ -44,9 +45,8 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 pub(crate) struct Proxy {
-    /// For the live page (`page`): production, its status and the state dir.
-    door: Arc<super::Door>,
-    pub(crate) table: Table,
+    /// Every model's lane: where a request goes; the live page's production and state dir.
+    lanes: Arc<Lanes>,
     pub(crate) metrics: Arc<Metrics>,
     /// Judges the answers on their way.
     pub(crate) live: Arc<Live>,
@@ -69,8 +69,7 @@ pub(crate) struct Proxy {
 impl Proxy {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        door: Arc<super::Door>,
-        table: Table,
+        lanes: Arc<Lanes>,
         metrics: Arc<Metrics>,
         live: Arc<Live>,
         capture: Arc<super::capture::Capture>,
@@ -85,8 +84,7 @@ impl Proxy {
             .pool_max_idle_per_host(0)
             .build(connector);
         Proxy {
-            door,
-            table,
+            lanes,
             metrics,
             live,
             capture,
@@ -135,6 +133,10 @@ fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
     let body = serde_json::json!({"error": {
         "message": message, "type": "sparkctl_frontdoor", "code": status.as_u16()
     }});
+    json(status, &body)
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     let mut r = text(status, body.to_string());
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -145,7 +147,8 @@ fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
 
 /// `/metrics`: the traffic's figures, then the live quality's.
 fn metrics_page(proxy: &Proxy) -> Response<ProxyBody> {
-    let mut page = proxy.metrics.render(&proxy.table.route());
+    let routes: Vec<_> = proxy.lanes.all().iter().map(|d| d.table.route()).collect();
+    let mut page = proxy.metrics.render(&routes);
     proxy.live.render(&mut page);
     proxy.capture.render(&mut page);
     let mut r = text(StatusCode::OK, page);
@@ -176,14 +179,16 @@ fn authorized(proxy: &Proxy, headers: &HeaderMap) -> bool {
 async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let arrived = Instant::now();
     // Not the door's: another host's name (a rebound page), a target that is no path.
-    if let Some(why) = super::hosts::check(&req, &proxy.door.config.names) {
+    if let Some(why) = super::hosts::check(&req, &proxy.lanes.shared.config.names) {
         return error(why.status(), &why.message());
     }
     let path = req.uri().path().to_string();
     let authorized = authorized(proxy, req.headers());
     // The live page decides itself what it shows without the key (a shell that asks it).
     if super::page::owns(&path) {
-        let page = super::page::respond(&proxy.door, &path, authorized).await;
+        let lanes = &proxy.lanes;
+        let models = || serde_json::to_value(lanes.statuses()).unwrap_or_default();
+        let page = super::page::respond(&lanes.primary(), models, &path, authorized).await;
         return page.map(|b| b.map_err(|never| match never {}).boxed());
     }
     if path != "/health" && !authorized {
@@ -198,21 +203,18 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
     let body = match proxy.bodies.read(&parts.headers, body).await {
         Ok(b) => b,
-        Err(why) => {
-            let status = match why {
-                Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-                Refused::TimedOut => StatusCode::REQUEST_TIMEOUT,
-                Refused::NoRoom => StatusCode::SERVICE_UNAVAILABLE,
-                Refused::Broken(_) => StatusCode::BAD_REQUEST,
-            };
-            let mut r = error(status, &why.message());
-            if why == Refused::NoRoom {
-                r.headers_mut()
-                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
-            }
-            return r;
-        }
+        Err(why) => return body_refused(why),
     };
+    let door = match proxy
+        .lanes
+        .pick(&parts.method, parts.uri.path(), &body.bytes)
+    {
+        Pick::Lane(door) => door,
+        Pick::Answer(status, v) => return json(status, &v),
+    };
+    // Its model's server unloaded: its watch starts it while the request waits.
+    door.demand.wanted();
+    let queued = Instant::now();
     let asked = proxy
         .live
         .asked(&parts.method, parts.uri.path(), &body.bytes);
@@ -228,27 +230,15 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let mut held = false;
     loop {
         let left = proxy.hold.saturating_sub(arrived.elapsed());
-        let lease = match proxy.table.lease(left, avoid.as_deref()).await {
+        let lease = match door.table.lease(left, avoid.as_deref()).await {
             Ok(l) => l,
             Err(why) => {
                 proxy.metrics.event(Event::Rejected);
-                let reason = match why {
-                    Refusal::QueueFull => {
-                        "too many requests are waiting for a backend (production is being switched or restarted)"
-                    }
-                    Refusal::TimedOut => {
-                        "no backend could serve within the front door's hold time (production is being switched or restarted)"
-                    }
-                    Refusal::Offline => {
-                        "there is no production behind this front door (`sparkctl rollback --to NAME` or `sparkctl up NAME` sets one)"
-                    }
-                };
-                let mut r = error(StatusCode::SERVICE_UNAVAILABLE, reason);
-                r.headers_mut()
-                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
-                return r;
+                return no_upstream(why);
             }
         };
+        // Its wait so far: for its model's server, a switch, a start on demand.
+        let waited = queued.elapsed();
         if !held && arrived.elapsed() > Duration::from_millis(5) {
             held = true;
             proxy.metrics.event(Event::Held);
@@ -256,7 +246,18 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         match forward(proxy, &lease.upstream, &parts, &forward_path, &body.bytes).await {
             Ok(resp) => {
                 drop(body);
-                return respond(proxy, resp, lease, (arrived, asked));
+                let model = match door.model.as_str() {
+                    crate::models::UNNAMED => lease.upstream.recipe.clone(),
+                    m => m.to_string(),
+                };
+                proxy.metrics.waited(&model, waited.as_secs_f64());
+                let mut r = respond(proxy, resp, lease, (arrived, asked));
+                // What it waited for its model's server, for a client to tell.
+                r.headers_mut().insert(
+                    HeaderName::from_static("x-sparkctl-queued-ms"),
+                    HeaderValue::from(waited.as_millis() as u64),
+                );
+                return r;
             }
             Err(e) if never_taken(&e) => {
                 // It never left, or the upstream dropped it unread: the upstream is down.
@@ -278,7 +279,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                         .record(&lease.upstream, Verdict::failed(arrived, why));
                 }
                 // Likely dying: the next requests wait for the watch's look.
-                proxy.table.suspect(&lease.upstream);
+                door.table.suspect(&lease.upstream);
                 let _ = proxy.unreachable.send(lease.upstream.clone());
                 return error(
                     StatusCode::BAD_GATEWAY,
@@ -291,6 +292,41 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             }
         }
     }
+}
+
+/// No upstream for a request: 503, to be tried again.
+fn no_upstream(why: Refusal) -> Response<ProxyBody> {
+    let reason = match why {
+        Refusal::QueueFull => {
+            "too many requests are waiting for a backend (production is being switched or restarted)"
+        }
+        Refusal::TimedOut => {
+            "no backend could serve within the front door's hold time (production is being switched or restarted)"
+        }
+        Refusal::Offline => {
+            "there is no production behind this front door (`sparkctl rollback --to NAME` or `sparkctl up NAME` sets one)"
+        }
+    };
+    let mut r = error(StatusCode::SERVICE_UNAVAILABLE, reason);
+    r.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
+}
+
+/// A body that was not read whole: why, as an HTTP status.
+fn body_refused(why: Refused) -> Response<ProxyBody> {
+    let status = match why {
+        Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Refused::TimedOut => StatusCode::REQUEST_TIMEOUT,
+        Refused::NoRoom => StatusCode::SERVICE_UNAVAILABLE,
+        Refused::Broken(_) => StatusCode::BAD_REQUEST,
+    };
+    let mut r = error(status, &why.message());
+    if why == Refused::NoRoom {
+        r.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    r
 }
 
 /// Whether a failed forward certainly left the request untaken: the connection was

@@ -43,9 +43,11 @@ pub(crate) struct Table {
     max_waiting: usize,
 }
 
-#[derive(Default)]
 struct Counts {
     waiting: usize,
+    /// When a request last claimed an upstream or finished with it (the table's start
+    /// before any did): how long a model has been idle.
+    last: std::time::Instant,
     /// Requests in flight per upstream deployment (two instances on one port stay apart).
     in_flight: HashMap<String, usize>,
     /// Notified when a deployment's in-flight count reaches 0.
@@ -61,6 +63,7 @@ pub(crate) struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut c = self.table.inner.lock().expect("route counts");
+        c.last = std::time::Instant::now();
         let now_idle = match c.in_flight.get_mut(&self.upstream.deployment) {
             Some(n) => {
                 *n = n.saturating_sub(1);
@@ -90,7 +93,12 @@ impl Table {
     pub(crate) fn new(route: Route, max_waiting: usize) -> Table {
         Table {
             route: watch::Sender::new(route),
-            inner: Arc::default(),
+            inner: Arc::new(Mutex::new(Counts {
+                waiting: 0,
+                last: std::time::Instant::now(),
+                in_flight: HashMap::new(),
+                drained: HashMap::new(),
+            })),
             max_waiting,
         }
     }
@@ -178,13 +186,10 @@ impl Table {
     }
 
     fn claim(&self, upstream: Upstream) -> Lease {
-        *self
-            .inner
-            .lock()
-            .expect("route counts")
-            .in_flight
-            .entry(upstream.deployment.clone())
-            .or_default() += 1;
+        let mut c = self.inner.lock().expect("route counts");
+        c.last = std::time::Instant::now();
+        *c.in_flight.entry(upstream.deployment.clone()).or_default() += 1;
+        drop(c);
         Lease {
             upstream,
             table: self.clone(),
@@ -195,6 +200,13 @@ impl Table {
     pub(crate) fn counts(&self) -> (usize, HashMap<String, usize>) {
         let c = self.inner.lock().expect("route counts");
         (c.waiting, c.in_flight.clone())
+    }
+
+    /// How long nothing was asked of this table: None while a request is in flight or
+    /// waiting.
+    pub(crate) fn idle_for(&self) -> Option<std::time::Duration> {
+        let c = self.inner.lock().expect("route counts");
+        (c.waiting == 0 && c.in_flight.values().all(|n| *n == 0)).then(|| c.last.elapsed())
     }
 
     /// Waits until nothing is in flight to `deployment`, at most `bound`. Returns what is left.

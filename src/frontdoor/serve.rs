@@ -13,9 +13,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::watch;
 
 use super::accept::{Conns, Limits};
+use super::demand::{Load, Unloaded};
 use super::proxy::{self, Proxy};
 use super::route::Route;
-use super::{control, control_socket, handover, Config, Door, Launch};
+use super::{control, control_socket, handover, Config, Door, Lanes, Launch, Shared};
 use crate::error::{Error, Result};
 use crate::host::ProcessId;
 use crate::production::{Production, Upstream};
@@ -27,11 +28,12 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Control-socket connections at once (the CLI opens one per call).
 const CONTROL_CONNECTIONS: usize = 64;
 
-/// The serving front door: its shared state, what its proxy reports of upstreams that did
-/// not answer (for the watch), and how to end it.
+/// The serving front door: every model's lane, the lanes added later and what its proxy
+/// reports of upstreams that did not answer (for the watch), and how to end it.
 pub(crate) struct Opened {
-    pub(crate) door: Arc<Door>,
-    pub(crate) unreachable: UnboundedReceiver<Upstream>,
+    pub(crate) lanes: Arc<Lanes>,
+    added: UnboundedReceiver<Arc<Door>>,
+    unreachable: UnboundedReceiver<Upstream>,
     stop: watch::Sender<bool>,
     proxy_conns: Conns,
     listen_fd: i32,
@@ -44,13 +46,12 @@ pub(crate) async fn open(
     runtimes: &Runtimes,
     config: Config,
     listen_fd: i32,
+    recipes_dir: &std::path::Path,
 ) -> Result<Opened> {
     let fd_limit = handover::raise_fd_limit();
     super::body::tune_allocator();
     if !handover::is_listening_socket(listen_fd) {
-        return Err(Error::Usage(format!(
-            "--listen-fd {listen_fd} is not a listening socket"
-        )));
+        return Err(super::supervisor::not_listening(listen_fd));
     }
     // What this process starts (a production process, a supervisor) never gets it by
     // accident: only a supervisor taking over, on purpose.
@@ -62,14 +63,34 @@ pub(crate) async fn open(
         .map_err(|e| Error::io("the production port's socket", e))?;
     let listener = tokio::net::TcpListener::from_std(std_listener)
         .map_err(|e| Error::io("the production port's socket", e))?;
-    let production = Production::load(state)?;
+    let mut book = Production::load(state)?;
+    let recipes = crate::recipe::load_dir(recipes_dir).ok();
+    if let Some(recipes) = &recipes {
+        crate::models::settle(&mut book, recipes);
+        // Served as production.json says all the same: the next `up` refuses until fixed.
+        if let Err(e) = crate::models::check(&book, recipes) {
+            super::say!("production.json: {e}");
+        }
+    }
     // Serve what production.json names if it still runs; otherwise hold, and the watch
-    // brings production back (after a reboot, or a crash of ours that took it along).
-    let route = match production.serving() {
-        Some(u) if super::alive(runtimes, u).await => Route::Serving(u.clone()),
-        Some(_) => Route::Holding,
-        None => Route::Offline,
-    };
+    // brings production back (after a reboot, or a crash of ours that took it along) —
+    // or, one of several models (or one with a ttl) not preloaded, when a request names it.
+    let several = crate::models::served(&book).len() > 1;
+    let mut routes = Vec::new();
+    for (model, production) in book.lanes() {
+        let settings = (production.current.as_ref())
+            .and_then(|e| recipes.as_ref()?.get(&e.recipe).ok())
+            .map(|l| crate::recipe::serve::of(&l.recipe))
+            .unwrap_or_default();
+        let lazy = !settings.eager() && (several || settings.ttl.is_some());
+        let (route, load) = match production.serving() {
+            Some(u) if super::alive(runtimes, u).await => (Route::Serving(u.clone()), Load::Loaded),
+            Some(_) if lazy => (Route::Holding, Load::Unloaded(Unloaded::Boot)),
+            Some(_) => (Route::Holding, Load::Loaded),
+            None => (Route::Offline, Load::Loaded),
+        };
+        routes.push((model, route, load));
+    }
     config.refuse_open()?;
     let limits = Limits {
         connections: config
@@ -83,21 +104,16 @@ pub(crate) async fn open(
         std::process::id(),
         config.host,
         config.port,
-        match &route {
-            Route::Serving(u) | Route::Suspect(u) => {
-                format!("{} ({}, {})", u.recipe, u.deployment, u.url)
-            }
-            Route::Holding => "nothing yet (holding while production comes back)".into(),
-            Route::Offline => "nothing: there is no production yet".into(),
-        },
+        described(&routes),
         limits.connections
     );
-    let api_key = super::api_key()?;
-    let door = Arc::new(Door::new(state.clone(), config, production, route));
+    let api_key = config.api_key()?;
+    let shared = Arc::new(Shared::new(state.clone(), config, book));
+    let (lanes, added) = Lanes::open(shared, routes, recipes_dir.to_path_buf());
+    let door = lanes.primary();
     let (unreachable_tx, unreachable_rx) = tokio::sync::mpsc::unbounded_channel();
     let proxy = Arc::new(Proxy::new(
-        door.clone(),
-        door.table.clone(),
+        lanes.clone(),
         door.metrics.clone(),
         door.live.clone(),
         door.capture.clone(),
@@ -112,7 +128,7 @@ pub(crate) async fn open(
         header_timeout: HEADER_TIMEOUT,
         send_timeout: door.config.send_timeout,
     };
-    control::listen(&socket, door.clone(), control_limits, stopped.clone())?;
+    control::listen(&socket, lanes.clone(), control_limits, stopped.clone())?;
     tokio::spawn(super::page::sample(door.clone(), stopped.clone()));
     let proxy_conns = Conns::new(limits.connections);
     tokio::spawn(proxy::serve(
@@ -123,7 +139,8 @@ pub(crate) async fn open(
         stopped,
     ));
     Ok(Opened {
-        door,
+        lanes,
+        added,
         unreachable: unreachable_rx,
         stop,
         proxy_conns,
@@ -136,17 +153,18 @@ impl Opened {
     /// until the watch ends (its error ends the process; the supervisor starts another).
     pub(crate) async fn run<W, F>(self, state: &StateDir, launch: &Launch, watch: W) -> Result<()>
     where
-        W: FnOnce(UnboundedReceiver<Upstream>) -> F,
+        W: FnOnce(UnboundedReceiver<Upstream>, UnboundedReceiver<Arc<Door>>) -> F,
         F: Future<Output = Result<()>> + Send + 'static,
     {
         let Opened {
-            door,
+            lanes,
+            added,
             unreachable,
             stop,
             proxy_conns,
             listen_fd,
         } = self;
-        let watching = tokio::spawn(watch(unreachable));
+        let watching = tokio::spawn(watch(unreachable, added));
         let supervised = tokio::spawn(stay_supervised(
             state.clone(),
             launch.clone(),
@@ -163,7 +181,10 @@ impl Opened {
         };
         if let Some(r) = ended {
             supervised.abort();
-            return r.map_err(|e| Error::Failed(format!("the watch task: {e}")))?;
+            return r.map_err(|e| Error::TaskLost {
+                what: "the front door's watch".into(),
+                cause: e.to_string(),
+            })?;
         }
         // No new connection from here; what is being answered finishes.
         let _ = stop.send(true);
@@ -172,7 +193,7 @@ impl Opened {
             "front door server pid {} draining: {busy} answers in flight, {open} connections",
             std::process::id()
         );
-        let deadline = tokio::time::Instant::now() + door.config.drain;
+        let deadline = tokio::time::Instant::now() + lanes.shared.config.drain;
         let left = proxy_conns.drained(deadline).await;
         super::say!(
             "front door server pid {} done{}",
@@ -184,6 +205,38 @@ impl Opened {
             }
         );
         Ok(())
+    }
+}
+
+/// Where each model's requests go, for the log.
+fn described(routes: &[(String, Route, Load)]) -> String {
+    let one = |route: &Route| match route {
+        Route::Serving(u) | Route::Suspect(u) => {
+            format!("{} ({}, {})", u.recipe, u.deployment, u.url)
+        }
+        Route::Holding => "nothing yet (holding while production comes back)".into(),
+        Route::Offline => "nothing: there is no production yet".into(),
+    };
+    match routes {
+        [] => one(&Route::Offline),
+        [(_, route, _)] => one(route),
+        several => (several.iter())
+            .map(|(m, route, load)| {
+                (
+                    m,
+                    if *load == Load::Loaded {
+                        one(route)
+                    } else {
+                        "nothing until a request names it".into()
+                    },
+                )
+            })
+            .map(|(m, route)| match m.as_str() {
+                crate::models::UNNAMED => format!("the unnamed model: {route}"),
+                m => format!("model {m}: {route}"),
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
     }
 }
 

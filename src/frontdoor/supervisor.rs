@@ -94,11 +94,17 @@ pub(crate) async fn answering(state: &StateDir, config: &Config) -> Result<Optio
         return Ok(None);
     };
     if s.port != config.port {
-        return Err(Error::Usage(format!(
-            "the front door of this state dir serves port {}, not the production port {}; \
-             `sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
-            s.port, config.port, s.port
-        )));
+        return Err(Error::AlreadyRunning {
+            what: "the front door of this state dir".into(),
+            detail: format!(
+                "pid {}, on port {}, not the production port {}",
+                s.pid, s.port, config.port
+            ),
+            fix: format!(
+                "`sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
+                s.port
+            ),
+        });
     }
     Ok(Some(remote))
 }
@@ -147,19 +153,23 @@ pub(crate) async fn until_answering(
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::Failed(format!(
-                "the front door exited at once ({status}); its log {} says:\n{}",
-                log_file.display(),
-                tail(log_file)
-            )));
+            return Err(Error::DoorFailed {
+                what: format!(
+                    "exited at once ({status}); its log {} says:\n{}",
+                    log_file.display(),
+                    tail(log_file)
+                ),
+            });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Err(Error::Failed(format!(
-        "the front door did not answer within 15 s; its log {} says:\n{}",
-        log_file.display(),
-        tail(log_file)
-    )))
+    Err(Error::DoorFailed {
+        what: format!(
+            "did not answer within 15 s; its log {} says:\n{}",
+            log_file.display(),
+            tail(log_file)
+        ),
+    })
 }
 
 fn tail(path: &std::path::Path) -> String {
@@ -261,9 +271,7 @@ fn socket(config: &Config, takeover: &Takeover) -> Result<std::net::TcpListener>
             // SAFETY: a listening socket this process inherited to serve.
             Ok(unsafe { std::net::TcpListener::from_raw_fd(fd) })
         }
-        Some(fd) => Err(Error::Usage(format!(
-            "--listen-fd {fd} is not a listening socket"
-        ))),
+        Some(fd) => Err(not_listening(fd)),
         None => handover::bind(&config.host, config.port),
     }
 }
@@ -279,10 +287,7 @@ pub(crate) async fn run(
     handover::raise_fd_limit();
     if let Some(r) = running(state) {
         if r.pid != std::process::id() {
-            return Err(Error::Usage(format!(
-                "a front door already runs for this state dir (pid {}, port {})",
-                r.pid, r.port
-            )));
+            return Err(already_running(&r, ""));
         }
     }
     // A socket of its own to bind: not on an open address without a key. One inherited is
@@ -298,8 +303,10 @@ pub(crate) async fn run(
         (Some(old), true) => upgrade_from(state, launch, fd, old).await,
         (Some(pid), false) => {
             super::say!("supervising the front door server pid {pid}, whose supervisor is gone");
-            let p =
-                ProcessId::of(pid).ok_or_else(|| Error::Failed(format!("pid {pid} is gone")))?;
+            let p = ProcessId::of(pid).ok_or_else(|| Error::Stopped {
+                what: format!("pid {pid}"),
+                fix: String::new(),
+            })?;
             Server::Other(p)
         }
         (None, _) => spawn_server(state, launch, fd)?,
@@ -510,11 +517,13 @@ pub(crate) async fn stop(state: &StateDir, drain: Duration) -> Result<Option<u32
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Err(Error::Failed(format!(
-        "the front door (pid {}) did not stop within {} s",
-        target.pid,
-        stop_bound(drain).as_secs()
-    )))
+    Err(Error::DoorFailed {
+        what: format!(
+            "(pid {}) did not stop within {} s",
+            target.pid,
+            stop_bound(drain).as_secs()
+        ),
+    })
 }
 
 /// `sparkctl frontdoor restart`: the running front door restarts in place onto this
@@ -548,8 +557,27 @@ pub(crate) async fn restart(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(Error::Failed(format!(
-        "the front door did not restart within 45 s; its log: {}",
-        r.log_file.display()
-    )))
+    Err(Error::DoorFailed {
+        what: format!(
+            "did not restart within 45 s; its log: {}",
+            r.log_file.display()
+        ),
+    })
+}
+
+/// `--listen-fd FD` that is no listening socket (the supervisor's and the server's flag).
+pub(crate) fn not_listening(fd: i32) -> Error {
+    Error::BadFlag {
+        flag: "--listen-fd".into(),
+        why: format!("{fd} is not a listening socket"),
+    }
+}
+
+/// A front door runs for this state dir already (`r`); `fix` what to do, if anything.
+pub(crate) fn already_running(r: &Record, fix: &str) -> Error {
+    Error::AlreadyRunning {
+        what: "a front door of this state dir".into(),
+        detail: format!("pid {}, port {}", r.pid, r.port),
+        fix: fix.into(),
+    }
 }

@@ -13,11 +13,13 @@ pub(crate) fn path() -> Result<PathBuf> {
 
 /// Where systemd looks for this user's units (`systemctl --user`).
 pub(crate) fn user_dir() -> Result<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .ok_or_else(|| Error::Usage("neither XDG_CONFIG_HOME nor HOME is set".into()))?;
-    Ok(base.join("systemd/user"))
+    let env = crate::settings::environment();
+    if env.xdg_config_home.is_none() && env.home.is_none() {
+        return Err(Error::Usage(
+            "neither XDG_CONFIG_HOME nor HOME is set".into(),
+        ));
+    }
+    Ok(env.config_home().join("systemd/user"))
 }
 
 /// One word of a unit file's command line or assignment as systemd reads it: `%`
@@ -59,14 +61,14 @@ pub(crate) fn text(state: &StateDir, config: &Config, launch: &Launch) -> String
         format!("SPARKCTL_PRODUCTION_PORT={}", config.port),
         format!("SPARKCTL_FRONTDOOR_HOST={}", config.host),
     ];
-    if let Ok(names) = std::env::var("SPARKCTL_FRONTDOOR_NAMES") {
-        env.push(format!("SPARKCTL_FRONTDOOR_NAMES={names}"));
-    }
-    if let Some(f) = std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE") {
+    if !config.names_set.is_empty() {
         env.push(format!(
-            "SPARKCTL_FRONTDOOR_API_KEY_FILE={}",
-            PathBuf::from(f).display()
+            "SPARKCTL_FRONTDOOR_NAMES={}",
+            config.names_set.join(",")
         ));
+    }
+    if let Some(f) = &config.api_key_file {
+        env.push(format!("SPARKCTL_FRONTDOOR_API_KEY_FILE={}", f.display()));
     }
     let command = [
         launch.self_exe.clone(),
@@ -101,7 +103,7 @@ const NOFILE: u32 = 65536;
 /// Writes the unit (atomically); returns its path.
 pub(crate) fn install(state: &StateDir, config: &Config, launch: &Launch) -> Result<PathBuf> {
     config.refuse_open()?;
-    if config.api_key_required && std::env::var_os("SPARKCTL_FRONTDOOR_API_KEY_FILE").is_none() {
+    if config.api_key_required && config.api_key_file.is_none() {
         return Err(Error::Usage(
             "the API key comes from SPARKCTL_FRONTDOOR_API_KEY, which a unit file would have to \
              hold in clear; put it in a file (mode 600) and set SPARKCTL_FRONTDOOR_API_KEY_FILE"
@@ -134,7 +136,8 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let state = StateDir::open(&dir).unwrap();
-        let config = Config::from_env(8003).unwrap();
+        let settings = crate::settings::Settings::with_pool(100.0, false);
+        let config = Config::new(&settings, 8003).unwrap();
         let launch = Launch::new(
             "/opt/spark ctl/sparkctl",
             &dir.join("recipes"),

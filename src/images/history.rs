@@ -238,16 +238,22 @@ impl History {
             .collect();
         match found.as_slice() {
             [one] => Ok(one),
-            [] => Err(Error::Usage(format!(
-                "{text} is not a digest in {}'s image history; `sparkctl images history {}` \
-                 lists them",
-                self.recipe, self.recipe
-            ))),
-            many => Err(Error::Usage(format!(
-                "{text} names {} digests of {}'s image; give more of it",
-                many.len(),
-                self.recipe
-            ))),
+            [] => Err(Error::NoSuch {
+                what: crate::error::Thing::Digest,
+                name: text.to_string(),
+                hint: format!(
+                    "in {}'s image history; `sparkctl images history {}` lists them",
+                    self.recipe, self.recipe
+                ),
+            }),
+            many => Err(Error::BadFlag {
+                flag: text.to_string(),
+                why: format!(
+                    "names {} digests of {}'s image; give more of it",
+                    many.len(),
+                    self.recipe
+                ),
+            }),
         }
     }
 }

@@ -13,7 +13,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ImageNeed, RegistryProblem, Result, Thing};
 use crate::lock::{repository, Lock, Pin, Source};
 use crate::runtime::docker::{engine_error, is_not_found};
 
@@ -96,14 +96,15 @@ pub(crate) async fn registry_digest(
         Err(e) => {
             let text = e.to_string();
             if text.contains("manifest unknown") || text.contains("not found") || is_not_found(&e) {
-                Err(Error::Failed(format!(
-                    "{reference}: the registry has no such tag ({text}); check the image name in the recipe"
-                )))
+                Err(Error::Registry {
+                    reference: reference.to_string(),
+                    problem: RegistryProblem::NoSuchTag(text),
+                })
             } else {
-                Err(Error::Failed(format!(
-                    "{reference}: cannot reach its registry ({text}); nothing was changed \
-                     (`--offline` pins the digest this machine already has)"
-                )))
+                Err(Error::Registry {
+                    reference: reference.to_string(),
+                    problem: RegistryProblem::Unreachable(text),
+                })
             }
         }
     }
@@ -139,10 +140,9 @@ pub(crate) async fn resolve(
         return Ok(pin(img.id.clone(), Source::Local, None, Some(img)));
     }
     if offline {
-        let img = here.as_ref().ok_or_else(|| {
-            Error::Failed(format!(
-                "{reference} is not on this machine, so --offline has no digest to pin"
-            ))
+        let img = here.as_ref().ok_or_else(|| Error::ImageMissing {
+            image: reference.to_string(),
+            needed: ImageNeed::OfflinePin,
         })?;
         let digest = img.digest_in(repo).ok_or_else(|| {
             Error::Failed(format!(
@@ -169,17 +169,24 @@ pub(crate) async fn run_reference(
         if allow_unpinned {
             return Ok((reference.to_string(), false));
         }
-        return Err(Error::Usage(format!(
-            "{recipe}: image {reference} has no pin in images.lock; run `sparkctl images pin {recipe}` \
-             (or pass --allow-unpinned, recorded with the run)"
-        )));
+        return Err(Error::NoSuch {
+            what: Thing::Pin,
+            name: recipe.to_string(),
+            hint: format!(
+                "run `sparkctl images pin {recipe}` (its image is {reference}; or pass \
+                 --allow-unpinned, recorded with the run)"
+            ),
+        });
     };
     if pin.reference != reference {
-        return Err(Error::Usage(format!(
-            "{recipe}: the recipe names {reference} but images.lock pinned {}; \
-             run `sparkctl images pin {recipe}`",
-            pin.reference
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: recipe.to_string(),
+            why: format!(
+                "the recipe names {reference} but images.lock pinned {}; run `sparkctl images \
+                 pin {recipe}`",
+                pin.reference
+            ),
+        });
     }
     let run = pin.run_reference();
     if local(docker, &run).await?.is_some() {
@@ -193,10 +200,13 @@ pub(crate) async fn run_reference(
         ),
         None => String::new(),
     };
-    Err(Error::Failed(format!(
-        "{recipe}: the pinned image {run} is not on this machine{differs}; `sparkctl images pull {recipe}` \
-         gets it, or `sparkctl images pin {recipe}` accepts what is here"
-    )))
+    Err(Error::ImageMissing {
+        image: run.to_string(),
+        needed: ImageNeed::Pinned {
+            recipe: recipe.to_string(),
+            differs,
+        },
+    })
 }
 
 /// One recipe's new pin, and the digest it replaced.
@@ -399,7 +409,10 @@ pub(crate) async fn pull(
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| engine_error(&format!("pulling {reference}"), e))?;
         if let Some(err) = info.error_detail.and_then(|d| d.message) {
-            return Err(Error::Failed(format!("pulling {reference}: {err}")));
+            return Err(Error::Registry {
+                reference: reference.to_string(),
+                problem: RegistryProblem::PullFailed(err),
+            });
         }
         let (Some(id), Some(status)) = (info.id, info.status) else {
             continue;
@@ -442,11 +455,10 @@ pub(crate) async fn pull_digest(
     if let Err(e) = pull(docker, &reference, progress).await {
         let text = e.to_string();
         if text.contains("manifest unknown") || text.contains("not found") {
-            return Err(Error::Failed(format!(
-                "{reference}: the registry no longer holds this digest ({text}); it cannot be \
-                 pulled back (a machine that still has it can `docker save` it; `sparkctl images \
-                 keep` keeps a digest here for good)"
-            )));
+            return Err(Error::Registry {
+                reference,
+                problem: RegistryProblem::DigestGone(text),
+            });
         }
         return Err(e);
     }
@@ -492,10 +504,9 @@ fn env_map(env: &[String]) -> BTreeMap<String, String> {
 
 pub(crate) async fn diff(docker: &Docker, old_ref: &str, new_ref: &str) -> Result<ImageDiff> {
     let get = |r: String| async move {
-        local(docker, &r).await?.ok_or_else(|| {
-            Error::Failed(format!(
-                "{r} is not on this machine; `sparkctl images pull` it first"
-            ))
+        local(docker, &r).await?.ok_or(Error::ImageMissing {
+            image: r,
+            needed: ImageNeed::Read,
         })
     };
     let (old, new) = (

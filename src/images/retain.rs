@@ -11,16 +11,7 @@ use bollard::Docker;
 use serde::Serialize;
 
 use super::history::History;
-use crate::error::Result;
 use crate::lock::Source;
-
-/// Digests kept per recipe beyond the others retained, unless `SPARKCTL_KEEP_IMAGES` says.
-pub(crate) const DEFAULT_KEEP_IMAGES: usize = 3;
-
-/// `SPARKCTL_KEEP_IMAGES`: how many of each recipe's newest digests stay.
-pub(crate) fn keep_from_env() -> Result<usize> {
-    crate::context::env_count("SPARKCTL_KEEP_IMAGES", DEFAULT_KEEP_IMAGES)
-}
 
 /// Why a digest stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -19,9 +19,11 @@ pub(crate) async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observ
     let info = match docker.inspect_container(id, None).await {
         Ok(i) => i,
         Err(e) if is_not_found(&e) => {
-            return Err(Error::Usage(format!(
-                "no container {id}; `docker ps` lists the running ones"
-            )))
+            return Err(Error::NoSuch {
+                what: crate::error::Thing::Container,
+                name: id.to_string(),
+                hint: "`docker ps` lists the running ones".into(),
+            })
         }
         Err(e) => return Err(engine_error(&format!("inspecting container {id}"), e)),
     };
@@ -33,9 +35,10 @@ pub(crate) async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observ
         .trim_start_matches('/')
         .to_string();
     if !info.state.as_ref().and_then(|s| s.running).unwrap_or(false) {
-        return Err(Error::Usage(format!(
-            "container {name} is not running; start it, or import its docker run line with --docker-run"
-        )));
+        return Err(Error::Stopped {
+            what: format!("container {name}"),
+            fix: "start it, or import its docker run line with --docker-run".into(),
+        });
     }
     let config = info.config.clone().unwrap_or_default();
     let host = info.host_config.clone().unwrap_or_default();
@@ -188,7 +191,10 @@ pub(crate) async fn pin(
 ) -> Result<String> {
     let image = crate::images::local(docker, image_id)
         .await?
-        .ok_or_else(|| Error::Failed(format!("image {image_id} is no longer on this machine")))?;
+        .ok_or_else(|| Error::ImageMissing {
+            image: image_id.to_string(),
+            needed: crate::error::ImageNeed::Read,
+        })?;
     let platform = crate::images::platform(docker).await.ok();
     let (digest, source) = match image.digest_in(repository(reference)) {
         Some(d) => (d, Source::Registry),

@@ -45,7 +45,7 @@ const IRRELEVANT: &[&str] = &[
 ];
 
 pub(crate) async fn observe(line: &str, docker: Option<&bollard::Docker>) -> Result<Observed> {
-    let words = words::split(line).map_err(|e| Error::Usage(format!("--docker-run: {e}")))?;
+    let words = words::split(line).map_err(|e| bad(format!("{e}")))?;
     let (mut seen, env_names, dropped) = parse(&words)?;
     // The image's entrypoint, when the image is here: what the command is appended to.
     if let (None, Some(docker)) = (&seen.entrypoint, docker) {
@@ -84,9 +84,9 @@ pub(crate) fn parse(words: &[String]) -> Result<Parsed> {
         i += used;
         apply(&mut seen, &mut env, &mut dropped, &flag, value)?;
     }
-    let image = rest.get(i).ok_or_else(|| {
-        Error::Usage("--docker-run: no image after the options; paste the whole line".into())
-    })?;
+    let image = rest
+        .get(i)
+        .ok_or_else(|| bad("no image after the options; paste the whole line"))?;
     seen.image = image.clone();
     seen.cmd = rest[i + 1..].to_vec();
     Ok((seen, env, dropped))
@@ -100,9 +100,8 @@ fn after_run(words: &[String]) -> Result<&[String]> {
     }
     let tool = words.get(i).map(|w| w.rsplit('/').next().unwrap_or(w));
     if !matches!(tool, Some("docker" | "podman" | "nvidia-docker")) {
-        return Err(Error::Usage(
-            "--docker-run: the line must start with `docker run`; for a host command use --command"
-                .into(),
+        return Err(bad(
+            "the line must start with `docker run`; for a host command use --command",
         ));
     }
     i += 1;
@@ -110,9 +109,7 @@ fn after_run(words: &[String]) -> Result<&[String]> {
         i += 1;
     }
     if words.get(i).map(String::as_str) != Some("run") {
-        return Err(Error::Usage(
-            "--docker-run: only `docker run` lines can be imported".into(),
-        ));
+        return Err(bad("only `docker run` lines can be imported"));
     }
     Ok(&words[i + 1..])
 }
@@ -131,7 +128,7 @@ fn option_at(rest: &[String], i: usize) -> Result<(String, Option<String>, usize
         }
         let value = rest
             .get(i + 1)
-            .ok_or_else(|| Error::Usage(format!("--docker-run: {name} needs a value")))?;
+            .ok_or_else(|| bad(format!("{name} needs a value")))?;
         return Ok((name, Some(value.clone()), 2));
     }
     // Short options: booleans may be grouped (`-it`); the first that takes a value takes
@@ -149,7 +146,7 @@ fn option_at(rest: &[String], i: usize) -> Result<(String, Option<String>, usize
         }
         let value = rest
             .get(i + 1)
-            .ok_or_else(|| Error::Usage(format!("--docker-run: -{c} needs a value")))?;
+            .ok_or_else(|| bad(format!("-{c} needs a value")))?;
         return Ok((name, Some(value.clone()), 2));
     }
     // Only booleans: none of them matter to a recipe.
@@ -168,11 +165,7 @@ fn long_of(c: char) -> Result<String> {
         'm' => "--memory",
         'a' => "--attach",
         'c' => "--cpu-shares",
-        other => {
-            return Err(Error::Usage(format!(
-                "--docker-run: `-{other}` is not a docker run option"
-            )))
-        }
+        other => return Err(bad(format!("`-{other}` is not a docker run option"))),
     }
     .to_string())
 }
@@ -187,8 +180,8 @@ fn apply(
     let value = value.unwrap_or_default();
     // What it quotes of the line has no secret in it (a value such as `token=…`).
     let bad = |what: &str| {
-        Error::Usage(crate::secrets::scrub(
-            &format!("--docker-run: {flag} {value}: {what}"),
+        bad(crate::secrets::scrub(
+            &format!("{flag} {value}: {what}"),
             None,
         ))
     };
@@ -197,10 +190,9 @@ fn apply(
             let name = value.split('=').next().unwrap_or_default().to_string();
             if !crate::recipe::env_name_ok(&name) {
                 // Not quoted: a value that is no NAME=VALUE may be the secret itself.
-                return Err(Error::Usage(
-                    "--docker-run: an --env value is not NAME or NAME=VALUE (not repeated \
-                     here: it may hold a secret)"
-                        .into(),
+                return Err(bad(
+                    "an --env value is not NAME or NAME=VALUE (not repeated \
+                     here: it may hold a secret)",
                 ));
             }
             env.push(name);
@@ -315,6 +307,14 @@ fn ulimit(v: &str) -> Option<(String, i64)> {
     let (name, limits) = v.split_once('=')?;
     let soft = limits.split(':').next()?;
     Some((name.to_string(), soft.parse().ok()?))
+}
+
+/// A pasted line `--docker-run` cannot import: why.
+fn bad(why: impl Into<String>) -> Error {
+    Error::BadFlag {
+        flag: "--docker-run".into(),
+        why: why.into(),
+    }
 }
 
 #[cfg(test)]

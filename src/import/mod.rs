@@ -122,10 +122,8 @@ pub(crate) async fn observe(source: &Source, docker: Option<&bollard::Docker>) -
         Source::Pid(pid) => process::observe_pid(*pid),
         Source::Port(port) => process::observe_port(*port),
         Source::Container(id) => {
-            let docker = docker.ok_or_else(|| {
-                Error::Failed(format!(
-                    "cannot reach the Docker Engine to inspect container {id}"
-                ))
+            let docker = docker.ok_or_else(|| Error::EngineUnreachable {
+                cause: format!("needed to inspect container {id}"),
             })?;
             container::observe(docker, id).await
         }
@@ -150,10 +148,11 @@ pub(crate) fn render(draft: &Draft, path: &Path) -> Result<(String, LoadedRecipe
 /// Writes the recipe file (temp + rename); an existing file is kept unless `force`.
 pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if path.exists() && !force {
-        return Err(Error::Usage(format!(
-            "{} exists; choose another name with --name, or pass --force to replace it",
-            path.display()
-        )));
+        return Err(Error::PathTaken {
+            path: path.to_path_buf(),
+            there: "exists".into(),
+            fix: "choose another name with --name, or pass --force to replace it".into(),
+        });
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
@@ -181,13 +180,7 @@ pub(crate) async fn pin_image(
 
 /// `~/…` for paths under the home dir, as recipes are written.
 pub(crate) fn tilde(path: &str) -> String {
-    match std::env::var("HOME") {
-        Ok(home) if !home.is_empty() && home != "/" => match path.strip_prefix(&home) {
-            Some(rest) if rest.starts_with('/') => format!("~{rest}"),
-            _ => path.to_string(),
-        },
-        _ => path.to_string(),
-    }
+    crate::settings::environment().tilde(std::path::Path::new(path))
 }
 
 /// A recipe name when none is given: the served name, else the model's file or dir name,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::{record::Origin, words, Observed, Seen};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Thing};
 
 /// Names every login shell sets: not the server's configuration.
 const SHELL_NAMES: &[&str] = &[
@@ -45,8 +45,11 @@ const SHELL_PREFIXES: &[&str] = &[
 ];
 
 pub(crate) fn observe_port(port: u16) -> Result<Observed> {
-    let listener = crate::host::listener_on(port)
-        .ok_or_else(|| Error::Usage(format!("nothing listens on port {port}")))?;
+    let listener = crate::host::listener_on(port).ok_or_else(|| Error::NoSuch {
+        what: Thing::Listener,
+        name: port.to_string(),
+        hint: String::new(),
+    })?;
     let pid = listener.pid.ok_or_else(|| {
         Error::Failed(format!(
             "port {port} is held by a process sparkctl may not read (another user's); run \
@@ -55,9 +58,13 @@ pub(crate) fn observe_port(port: u16) -> Result<Observed> {
     })?;
     if let Some(cmd) = listener.command.as_deref() {
         if cmd == "docker-proxy" {
-            return Err(Error::Usage(format!(
-                "port {port} is published by a container; import it with --container (`docker ps` names it)"
-            )));
+            return Err(Error::BadFlag {
+                flag: "--port".into(),
+                why: format!(
+                    "port {port} is published by a container; import it with --container \
+                     (`docker ps` names it)"
+                ),
+            });
         }
     }
     observe_pid(pid)
@@ -65,8 +72,11 @@ pub(crate) fn observe_port(port: u16) -> Result<Observed> {
 
 pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let id = crate::host::ProcessId::of(pid)
-        .ok_or_else(|| Error::Usage(format!("no process with pid {pid}")))?;
+    let id = crate::host::ProcessId::of(pid).ok_or_else(|| Error::NoSuch {
+        what: Thing::Pid,
+        name: pid.to_string(),
+        hint: String::new(),
+    })?;
     let cmdline = std::fs::read(proc_dir.join("cmdline"))
         .map_err(|e| Error::io(format!("cannot read the command line of pid {pid}"), e))?;
     let argv: Vec<String> = cmdline
@@ -75,9 +85,10 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
         .map(|w| String::from_utf8_lossy(w).into_owned())
         .collect();
     let Some((first, args)) = argv.split_first() else {
-        return Err(Error::Usage(format!(
-            "pid {pid} has no command line (a kernel thread?)"
-        )));
+        return Err(Error::BadFlag {
+            flag: "--pid".into(),
+            why: format!("pid {pid} has no command line (a kernel thread?)"),
+        });
     };
     let cwd = std::fs::read_link(proc_dir.join("cwd")).ok();
     let exe = std::fs::read_link(proc_dir.join("exe")).ok();
@@ -86,7 +97,7 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
     // naming (and then setting, before the recipe can start).
     let (env_names, inherited): (Vec<String>, Vec<String>) = environ_names(&proc_dir)
         .into_iter()
-        .partition(|n| std::env::var_os(n).is_none());
+        .partition(|n| !crate::settings::host_var_is_set(n));
     let mut notes = Vec::new();
     if !inherited.is_empty() {
         notes.push(format!(
@@ -118,7 +129,7 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
 
 /// A pasted host command line: `VAR=… ` prefixes give names, the rest is argv.
 pub(crate) fn observe_line(line: &str) -> Result<Observed> {
-    let words = words::split(line).map_err(|e| Error::Usage(format!("--command: {e}")))?;
+    let words = words::split(line).map_err(bad_command)?;
     let mut env_names = Vec::new();
     let mut rest = words.as_slice();
     while let Some((w, tail)) = rest.split_first() {
@@ -131,11 +142,11 @@ pub(crate) fn observe_line(line: &str) -> Result<Observed> {
         }
     }
     let Some((first, args)) = rest.split_first() else {
-        return Err(Error::Usage("--command: the line names no program".into()));
+        return Err(bad_command("the line names no program"));
     };
     if matches!(first.as_str(), "docker" | "podman" | "sudo") {
-        return Err(Error::Usage(
-            "--command is for a host command; a container line goes to --docker-run".into(),
+        return Err(bad_command(
+            "it is for a host command; a container line goes to --docker-run",
         ));
     }
     Ok(Observed {
@@ -205,4 +216,12 @@ fn listening_port(pid: u32, args: &[String]) -> Option<u16> {
             .flatten()
     });
     given.or_else(|| crate::host::ports_of(pid).into_iter().next())
+}
+
+/// A pasted line `--command` cannot import: why.
+fn bad_command(why: impl ToString) -> Error {
+    Error::BadFlag {
+        flag: "--command".into(),
+        why: why.to_string(),
+    }
 }

@@ -90,6 +90,7 @@ pub(crate) fn shape(name: &str, mut observed: Observed, machine: &Machine) -> Re
         fallback: None,
         live: None,
         notify: None,
+        serve: None,
     };
     let (mut args, cwd, model_mount) = match &observed.launch {
         Seen::Process { program, args, cwd } => {

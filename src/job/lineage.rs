@@ -49,12 +49,12 @@ pub(crate) async fn check(
     job: &str,
     model: &Path,
 ) -> Result<Lineage> {
-    let rec = super::record::latest(state, job)?.ok_or_else(|| {
-        Error::Failed(format!(
-            "the model {} is produced by job {job} (model.produced_by), which has not run \
-             here; `sparkctl run {job}` first",
-            model.display()
-        ))
+    let rec = super::record::latest(state, job)?.ok_or_else(|| Error::ModelRefused {
+        model: model.to_path_buf(),
+        why: format!(
+            "it is produced by job {job} (model.produced_by), which has not run here; \
+             `sparkctl run {job}` first"
+        ),
     })?;
     let rec = super::finalize::finalize(docker, state, rec).await?;
     if rec.state != JobState::Succeeded {
@@ -62,20 +62,21 @@ pub(crate) async fn check(
             JobState::Running => "is still running".to_string(),
             s => format!("{s}: {}", rec.explanation.as_deref().unwrap_or("-")),
         };
-        return Err(Error::Failed(format!(
-            "refusing the model {}: its producing job {job} (run {}) {why}; its outputs are \
-             marked incomplete. Fix the job and `sparkctl run {job}` again (`sparkctl logs \
-             {job}` shows its output)",
-            model.display(),
-            rec.run_id
-        )));
+        return Err(Error::ModelRefused {
+            model: model.to_path_buf(),
+            why: format!(
+                "its producing job {job} (run {}) {why}; its outputs are marked incomplete. Fix \
+                 the job and `sparkctl run {job}` again (`sparkctl logs {job}` shows its output)",
+                rec.run_id
+            ),
+        });
     }
     let out = output_holding(&rec, model)?;
     if let Some(reason) = super::finalize::incomplete_reason(&out.path) {
-        return Err(Error::Failed(format!(
-            "refusing the model {}: it is marked incomplete: {reason}",
-            model.display()
-        )));
+        return Err(Error::ModelRefused {
+            model: model.to_path_buf(),
+            why: format!("it is marked incomplete: {reason}"),
+        });
     }
     inputs_unchanged(&rec, model)?;
     Ok(Lineage {
@@ -117,16 +118,18 @@ fn inputs_unchanged(rec: &JobRecord, model: &Path) -> Result<()> {
     for input in &rec.inputs {
         if let Some(when) = newest_change(&input.path) {
             if when > rec.started_unix {
-                return Err(Error::Failed(format!(
-                    "refusing the model {}: it is older than its inputs: {} changed at {} \
-                     after job {} started ({}); `sparkctl run {}` again",
-                    model.display(),
-                    input.path.display(),
-                    crate::units::utc_stamp(when),
-                    rec.job,
-                    rec.started_at,
-                    rec.job
-                )));
+                return Err(Error::ModelRefused {
+                    model: model.to_path_buf(),
+                    why: format!(
+                        "it is older than its inputs: {} changed at {} after job {} started ({}); \
+                     `sparkctl run {}` again",
+                        input.path.display(),
+                        crate::units::utc_stamp(when),
+                        rec.job,
+                        rec.started_at,
+                        rec.job
+                    ),
+                });
             }
         }
     }

@@ -57,11 +57,15 @@ pub(crate) fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
         })
         .unwrap_or_default();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    Err(Error::Usage(format!(
-        "no job recipe named `{name}` in {}; {}",
-        dir.display(),
-        crate::recipe::did_you_mean(name, &names, "known jobs")
-    )))
+    Err(Error::NoSuch {
+        what: crate::error::Thing::JobRecipe,
+        name: name.to_string(),
+        hint: format!(
+            "not in {}; {}",
+            dir.display(),
+            crate::recipe::did_you_mean(name, &names, "known jobs")
+        ),
+    })
 }
 
 /// Parses and checks one job recipe file.

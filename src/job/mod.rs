@@ -97,10 +97,10 @@ impl<'a> Runs<'a> {
 
     /// The newest run of `job`, finalized if its container has ended.
     pub(crate) async fn latest(&self, job: &str) -> Result<JobRecord> {
-        let rec = record::latest(self.state, job)?.ok_or_else(|| {
-            Error::Usage(format!(
-                "job {job} has not run here; `sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
-            ))
+        let rec = record::latest(self.state, job)?.ok_or_else(|| Error::NoSuch {
+            what: crate::error::Thing::JobRun,
+            name: job.to_string(),
+            hint: format!("`sparkctl run {job}` starts it, `sparkctl jobs` lists runs"),
         })?;
         finalize::finalize(self.docker, self.state, rec).await
     }
@@ -108,19 +108,22 @@ impl<'a> Runs<'a> {
     /// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
     /// partial outputs (marked incomplete) stay.
     pub(crate) async fn stop(&self, job: &str, grace: Duration) -> Result<JobRecord> {
+        let _lock = self.state.lock(&format!("stop {job}"))?;
         let mut rec = self.latest(job).await?;
         if rec.state.is_final() {
-            return Err(Error::Usage(format!(
-                "job {job} is not running (its last run {} {}); nothing to stop",
-                rec.run_id, rec.state
-            )));
+            return Err(Error::Stopped {
+                what: format!("job {job} (its last run {} {})", rec.run_id, rec.state),
+                fix: "nothing to stop".into(),
+            });
         }
         if !container::is_ours(self.docker, &rec.container, &self.state.id(), job).await {
-            return Err(Error::Failed(format!(
-                "container {} of job {job}'s record does not carry this state dir's job labels; \
-                 sparkctl stops only its own containers",
-                rec.container_name
-            )));
+            return Err(Error::Refused {
+                what: format!("container {} of job {job}'s record", rec.container_name),
+                why: "does not carry this state dir's job labels; sparkctl stops only its own \
+                      containers"
+                    .into(),
+                left: "changed",
+            });
         }
         // Recorded first, so the SIGKILL that may follow is not blamed on memory.
         rec.stop_requested = true;
@@ -133,7 +136,12 @@ impl<'a> Runs<'a> {
             | Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 304, ..
             }) => {}
-            Err(e) => return Err(Error::Failed(format!("stopping job {job}: {e}"))),
+            Err(e) => {
+                return Err(crate::runtime::docker::engine_error(
+                    &format!("stopping job {job}"),
+                    e,
+                ))
+            }
         }
         let _ = self
             .docker
@@ -215,14 +223,15 @@ impl<'a> Runs<'a> {
     }
 }
 
-/// `sparkctl prune`'s share of jobs: per job, the containers of ended runs beyond the
-/// newest `keep` (their output is already copied into the run; records, logs and outputs
-/// stay). Never a running one; only containers still carrying this state dir's job labels.
-pub(crate) async fn prune_plan(
+/// `sparkctl prune`'s share of jobs: per job, the ended runs beyond the newest `keep` whose
+/// containers may go (their output is already copied into the run; records, logs and
+/// outputs stay). Never a running one; only containers still carrying this state dir's job
+/// labels.
+pub(crate) async fn ended_beyond(
     docker: &bollard::Docker,
     state: &StateDir,
     keep: usize,
-) -> Result<Vec<crate::prune::Old>> {
+) -> Result<Vec<JobRecord>> {
     let (runs, _) = record::all(state)?;
     let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
     let mut out = Vec::new();
@@ -233,12 +242,7 @@ pub(crate) async fn prune_plan(
         let n = seen.entry(r.job.clone()).or_default();
         *n += 1;
         if *n > keep && container::is_ours(docker, &r.container, &state.id(), &r.job).await {
-            out.push(crate::prune::Old {
-                recipe: format!("job {}", r.job),
-                id: r.container,
-                run_id: r.run_id,
-                created: r.started_unix,
-            });
+            out.push(r);
         }
     }
     Ok(out)

@@ -15,12 +15,14 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::MemoryPlan;
 use crate::patch::owner::Owner;
+use crate::progress::Progress;
+use crate::runtime::docker::engine_error;
 
 /// How a run may go, and how it talks to people.
 pub(crate) struct RunOptions<'a> {
     /// Asked before production is stopped to make room; false refuses.
     pub(crate) confirm: &'a dyn Fn(&str) -> bool,
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
 }
 
 /// One output's free-disk check.
@@ -70,11 +72,11 @@ pub(crate) async fn plan(
     // Other running jobs keep what they declared: servers can be stopped, they are not.
     let jobs = super::Runs::of(ctx)?.running_memory().await;
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let prod = crate::production::Production::current_recipe(&ctx.state);
+    let prod = crate::production::Production::current_recipes(&ctx.state);
     let holders = deployments
         .iter()
         .filter(|d| d.running())
-        .map(|d| crate::memory::Holder::declared(d, prod.as_deref()))
+        .map(|d| crate::memory::Holder::declared(d, &prod))
         .collect();
     let memory = MemoryPlan::new(
         ctx.settings.memory_budget_gb - jobs_gb,
@@ -126,23 +128,20 @@ async fn resolve_image(
         .await
         .ok()
         .and_then(|i| i.id)
-        .ok_or_else(|| {
-            Error::Failed(format!(
-                "{}: image {image} is not on this machine; `sparkctl images pull {}` gets it \
-                 (sparkctl never pulls while starting a job)",
-                r.name, r.name
-            ))
+        .ok_or_else(|| Error::ImageMissing {
+            image: image.clone(),
+            needed: crate::error::ImageNeed::Start {
+                recipe: r.name.clone(),
+            },
         })?;
     if r.gpus
         .as_ref()
         .is_some_and(|g| *g != crate::recipe::Gpus::None)
         && !ctx.runtimes.docker()?.has_nvidia_runtime().await?
     {
-        return Err(Error::Failed(format!(
-            "{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
-             NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)",
-            r.name
-        )));
+        return Err(Error::NoNvidiaRuntime {
+            recipe: r.name.clone(),
+        });
     }
     Ok((image, pinned, image_id))
 }
@@ -156,11 +155,11 @@ async fn refuse_if_running(ctx: &Context, job: &str) -> Result<()> {
     }
     let docker = ctx.runtimes.docker()?.client();
     if matches!(container::ended(docker, &rec.container).await?, Ok(None)) {
-        return Err(Error::Usage(format!(
-            "job {job} is already running (run {}); `sparkctl logs {job} -f` follows it, \
-             `sparkctl stop {job}` ends it",
-            rec.run_id
-        )));
+        return Err(Error::AlreadyRunning {
+            what: format!("job {job}"),
+            detail: format!("run {}", rec.run_id),
+            fix: format!("`sparkctl logs {job} -f` follows it, `sparkctl stop {job}` ends it"),
+        });
     }
     Ok(())
 }
@@ -209,15 +208,20 @@ fn check_outputs_writable(loaded: &LoadedJob, user: &str) -> Result<()> {
         }
         let writable = uid == 0 || meta.uid() == uid || meta.mode() & 0o002 != 0;
         if !writable {
-            return Err(Error::Failed(format!(
-                "{}: outputs[{i}].path {} belongs to uid {} and the job runs as {user}: it \
-                 could not write there; `sudo chown -R {user} {}` or choose another path; \
-                 nothing was started",
-                loaded.path.display(),
-                path.display(),
-                meta.uid(),
-                path.display()
-            )));
+            return Err(Error::Refused {
+                left: "started",
+                what: format!(
+                    "{}: outputs[{i}].path {}",
+                    loaded.path.display(),
+                    path.display()
+                ),
+                why: format!(
+                    "belongs to uid {} and the job runs as {user}: it could not write there; \
+                     `sudo chown -R {user} {}` or choose another path",
+                    meta.uid(),
+                    path.display()
+                ),
+            });
         }
     }
     Ok(())
@@ -265,25 +269,47 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
         }
     }
     if let Some((_, need, free, keys)) = per_fs.iter().find(|f| f.1 > f.2) {
-        return Err(Error::Failed(format!(
-            "{}: {} declare {} of output but their filesystem has {} free; free space or \
-             point the output elsewhere; nothing was started",
-            loaded.path.display(),
-            keys.join(", "),
-            crate::units::ByteSize(*need),
-            crate::units::ByteSize(*free)
-        )));
+        return Err(Error::Refused {
+            left: "started",
+            what: format!("{}: {}", loaded.path.display(), keys.join(", ")),
+            why: format!(
+                "declare {} of output but their filesystem has {} free; free space or point \
+                 the output elsewhere",
+                crate::units::ByteSize(*need),
+                crate::units::ByteSize(*free)
+            ),
+        });
     }
     Ok(checks)
 }
 
 /// Makes room, creates the outputs, starts the container and records the run. The caller
 /// holds the state lock.
-pub(crate) async fn start(
+/// What `run` did: planned only (`dry_run`), or started.
+pub(crate) enum Ran {
+    Planned(Box<JobPlan>),
+    Started(Box<JobRecord>),
+}
+
+/// `sparkctl run JOB`: planned under the state lock and, unless `dry_run`, started. The
+/// lock goes once the job runs: following it takes as long as the job, and other commands
+/// may change state meanwhile.
+pub(crate) async fn run(
     ctx: &Context,
-    plan: &JobPlan,
+    loaded: &LoadedJob,
+    allow_unpinned: bool,
+    dry_run: bool,
     opts: &RunOptions<'_>,
-) -> Result<JobRecord> {
+) -> Result<Ran> {
+    let _lock = ctx.state.lock(&format!("run {}", loaded.recipe.name))?;
+    let plan = plan(ctx, loaded, allow_unpinned).await?;
+    if dry_run {
+        return Ok(Ran::Planned(Box::new(plan)));
+    }
+    Ok(Ran::Started(Box::new(start(ctx, &plan, opts).await?)))
+}
+
+async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<JobRecord> {
     let r = &plan.loaded.recipe;
     // Read before anything changes: a missing secret refuses the run, not half of it.
     let host_env = host_env(r)?;
@@ -373,14 +399,12 @@ fn host_env(r: &super::recipe::JobRecipe) -> Result<Vec<String>> {
     r.env_from_host
         .iter()
         .map(|name| {
-            std::env::var(name)
+            crate::settings::host_var(name)
                 .map(|v| format!("{name}={v}"))
-                .map_err(|_| {
-                    Error::Usage(format!(
-                        "{}: env_from_host names {name}, which is not set here; export it first; \
-                     nothing was started",
-                        r.name
-                    ))
+                .ok_or_else(|| Error::HostVarUnset {
+                    recipe: r.name.clone(),
+                    key: "env_from_host",
+                    name: name.clone(),
                 })
         })
         .collect()
@@ -394,7 +418,8 @@ async fn fingerprint_inputs(
     let mut inputs = Vec::new();
     for i in &r.inputs {
         let path = host_path(&i.path);
-        (opts.say)(&format!("fingerprinting input {}", path.display()));
+        opts.progress
+            .step(&format!("fingerprinting input {}", path.display()));
         let fp = crate::patch::fingerprint_in_background(&path, &ctx.state).await?;
         inputs.push(InputPrint {
             path,
@@ -414,12 +439,12 @@ async fn create_and_start(
     let created = docker
         .create_container(Some(opts), body)
         .await
-        .map_err(|e| Error::Failed(format!("creating container {name}: {e}")))?;
+        .map_err(|e| engine_error(&format!("creating container {name}"), e))?;
     if let Err(e) = docker.start_container(&created.id, None).await {
         // Never started: it has no logs worth keeping.
         let opts = RemoveContainerOptionsBuilder::new().force(true).build();
         let _ = docker.remove_container(&created.id, Some(opts)).await;
-        return Err(Error::Failed(format!("starting container {name}: {e}")));
+        return Err(engine_error(&format!("starting container {name}"), e));
     }
     Ok(created.id)
 }
@@ -427,7 +452,8 @@ async fn create_and_start(
 /// Stops what the memory plan names; production only when confirmed.
 async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<()> {
     for victim in &plan.memory.must_stop {
-        let is_prod = plan.production.as_deref() == Some(victim.as_str());
+        let productions = crate::production::Production::current_recipes(&ctx.state);
+        let is_prod = productions.contains(victim);
         if is_prod
             && !(opts.confirm)(&format!(
                 "stop production {victim} to make room for job {}? (the production port \
@@ -435,24 +461,23 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
                 plan.job
             ))
         {
-            return Err(Error::Usage(format!(
-                "job {} needs production {victim} stopped first; confirm, or pass --yes",
-                plan.job
-            )));
+            return Err(Error::NotConfirmed {
+                what: format!("job {} needs production {victim} stopped first", plan.job),
+            });
         }
         let Some(d) = ctx.runtimes.find(victim).await?.filter(|d| d.running()) else {
             continue;
         };
-        (opts.say)(&format!(
+        opts.progress.step(&format!(
             "stopping {victim} to make room for job {}",
             plan.job
         ));
         if is_prod {
-            leave_front_door(ctx).await?;
+            leave_front_door(ctx, victim).await?;
         }
         ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await?;
         if is_prod {
-            (opts.say)(&format!(
+            opts.progress.step(&format!(
                 "production {victim} stopped: `sparkctl rollback` brings it back after the job"
             ));
         }
@@ -463,8 +488,8 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
 /// Production leaves the front door before it is stopped (as `down --force` does), so the
 /// door's watch does not start it again in the middle of the job; it goes on the rollback
 /// stack, and `sparkctl rollback` brings it back.
-async fn leave_front_door(ctx: &Context) -> Result<()> {
-    let door = crate::frontdoor::Remote::new(crate::frontdoor::control_socket(&ctx.state));
+async fn leave_front_door(ctx: &Context, victim: &str) -> Result<()> {
+    let door = crate::frontdoor::Remote::about(&ctx.state, victim);
     let Ok(status) = door.status().await else {
         // No front door runs: nothing watches production.
         return Ok(());

@@ -20,9 +20,7 @@ fn engine_slow() -> String {
 /// The Docker Engine named by DOCKER_HOST on another machine (tcp://, ssh://): the pids it
 /// reports are that machine's, and must not be matched against this one's nvidia-smi.
 fn remote_engine() -> Option<String> {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|h| !h.is_empty() && !h.starts_with("unix://"))
+    crate::settings::environment().remote_docker_host.clone()
 }
 
 /// The deployment's processes and its resident CPU memory, as its runtime allows.

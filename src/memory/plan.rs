@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use super::measure;
 use super::pools::{self, Pool};
-use crate::context::Settings;
 use crate::nvidia::device::{Devices, Kind};
 use crate::recipe::Recipe;
 use crate::runtime::{Deployment, Runtimes};
+use crate::settings::Settings;
 
 const GB: f64 = 1e9;
 
@@ -32,12 +32,12 @@ pub(crate) struct Holder {
 
 impl Holder {
     /// A deployment counted by its declaration alone.
-    pub(crate) fn declared(d: &Deployment, production: Option<&str>) -> Holder {
+    pub(crate) fn declared(d: &Deployment, production: &[String]) -> Holder {
         Holder {
             name: d.name.clone(),
             declared_gb: d.memory_gb,
             measured_gb: None,
-            production: Some(d.name.as_str()) == production,
+            production: production.contains(&d.name),
         }
     }
 
@@ -252,7 +252,7 @@ impl MemoryPlan {
 }
 
 /// The plan for a server `recipe` describes, in the pool its memory comes from, beside
-/// `running` (`production` names production's recipe: it stops last), with `jobs_gb` held
+/// `running` (`production` names each model's production recipe: they stop last), with `jobs_gb` held
 /// by running jobs. On a machine with discrete GPUs a running deployment counts where
 /// nvidia-smi sees it: on the GPUs when one of its processes holds GPU memory, in host RAM
 /// otherwise. An error: the recipe asks for GPUs this machine does not have.
@@ -262,7 +262,7 @@ pub(crate) async fn for_server(
     settings: &Settings,
     jobs_gb: f64,
     running: &[Deployment],
-    production: Option<&str>,
+    production: &[String],
 ) -> Result<MemoryPlan, String> {
     let devices = Devices::probe().await;
     let host_gb = settings.memory_budget_gb - jobs_gb;
@@ -287,7 +287,7 @@ pub(crate) async fn for_server(
         .iter()
         .filter(|h| plan.must_stop.contains(&h.name))
         .map(
-            |h| match settings.memory_declared && !is_gpus(&budget.pool) {
+            |h| match settings.memory_declared_gb.is_some() && !is_gpus(&budget.pool) {
                 true => h.gb(),
                 false => h.frees_gb(),
             },
@@ -337,7 +337,7 @@ async fn available(
             }
             Err(e) => (None, format!("the GPUs' free memory is unknown: {e}")),
         },
-        _ if settings.memory_declared => {
+        _ if settings.memory_declared_gb.is_some() => {
             let total = settings.memory_budget_gb + settings.memory_reserve_gb;
             let used: f64 = plan.running.iter().map(Holder::gb).sum::<f64>() + jobs_gb;
             (

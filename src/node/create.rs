@@ -7,7 +7,7 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
 
 use super::plan::Member;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::recipe::nodes::Nodes;
 use crate::runtime::docker::label as base;
 use crate::runtime::group::{label, Role};
@@ -87,7 +87,7 @@ pub(crate) async fn create_and_start(
         member.role.as_str()
     );
     let at = |e: bollard::errors::Error, doing: &str| {
-        Error::Failed(format!("node {}: {doing} {name}: {e}", conn.node.name))
+        crate::runtime::docker::engine_error(&format!("node {}: {doing} {name}", conn.node.name), e)
     };
     let created = conn
         .docker

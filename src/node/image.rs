@@ -26,7 +26,10 @@ async fn has_image(docker: &Docker, id: &str) -> Result<Option<String>> {
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(None),
-        Err(e) => Err(Error::Failed(format!("inspecting image {id}: {e}"))),
+        Err(e) => Err(crate::runtime::docker::engine_error(
+            &format!("inspecting image {id}"),
+            e,
+        )),
     }
 }
 
@@ -47,22 +50,26 @@ pub(crate) async fn ensure(head: &Connected, node: &Connected, id: &str) -> Resu
     }
     match has_image(&node.docker, id).await? {
         Some(got) if got == id => Ok(Presence::Copied),
-        got => Err(Error::Failed(format!(
-            "node {}: the image copied from {} has id {} there, not {id}; refusing to run \
-             different bits on different nodes",
-            node.node.name,
-            head.node.name,
-            got.as_deref().unwrap_or("(none)")
-        ))),
+        got => Err(Error::OnNode {
+            node: node.node.name.clone(),
+            what: format!(
+                "the image copied from {} has id {} there, not {id}; refusing to run different \
+                 bits on different nodes",
+                head.node.name,
+                got.as_deref().unwrap_or("(none)")
+            ),
+        }),
     }
 }
 
 fn copy_failed(head: &Connected, node: &Connected, id: &str, why: &str) -> Error {
-    Error::Failed(format!(
-        "node {} lacks image {} and copying it from {} failed ({why}); load it there \
-         (`docker save` / `docker load`) or pull the pinned digest on that node",
-        node.node.name,
-        crate::units::short_id(id),
-        head.node.name
-    ))
+    Error::OnNode {
+        node: node.node.name.clone(),
+        what: format!(
+            "it lacks image {} and copying it from {} failed ({why}); load it there \
+             (`docker save` / `docker load`) or pull the pinned digest on that node",
+            crate::units::short_id(id),
+            head.node.name
+        ),
+    }
 }

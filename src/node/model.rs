@@ -56,10 +56,10 @@ async fn hashes_on(
     files: &[String],
 ) -> Result<HashMap<String, String>> {
     let at = |what: &str, e: bollard::errors::Error| {
-        Error::Failed(format!(
-            "node {}: {what} the model check: {e}",
-            node.node.name
-        ))
+        crate::runtime::docker::engine_error(
+            &format!("node {}: {what} the model check", node.node.name),
+            e,
+        )
     };
     let labels = HashMap::from([
         (base::MANAGED.to_string(), "true".to_string()),

@@ -190,22 +190,24 @@ impl GroupPlan {
     /// The group a recipe with `nodes:` runs; an error for recipes without, or engines
     /// that do not run on Ray.
     pub(crate) fn new(recipe: &Recipe) -> Result<GroupPlan> {
-        let nodes = recipe.nodes.as_ref().ok_or_else(|| {
-            Error::Usage(format!(
-                "{} has no nodes: it runs on one engine",
-                recipe.name
-            ))
-        })?;
+        let cannot = |why: String| Error::RecipeCannot {
+            recipe: recipe.name.clone(),
+            why,
+        };
+        let nodes = recipe
+            .nodes
+            .as_ref()
+            .ok_or_else(|| cannot("it has no nodes: it runs on one engine".into()))?;
         let words = ray_words(recipe.engine).ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: engine {} does not run across nodes here; multi-node recipes use vllm",
-                recipe.name, recipe.engine
+            cannot(format!(
+                "engine {} does not run across nodes here; multi-node recipes use vllm",
+                recipe.engine
             ))
         })?;
         let head = nodes
             .members
             .first()
-            .ok_or_else(|| Error::Usage(format!("{}: nodes.members is empty", recipe.name)))?;
+            .ok_or_else(|| cannot("nodes.members is empty".into()))?;
         let ray_address = format!("{}:{}", head.address, nodes.ray_port);
         let mut plan = GroupPlan {
             ray_address: ray_address.clone(),

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::Docker;
+
+use crate::runtime::docker::engine_error;
 use futures_util::StreamExt;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -36,6 +38,9 @@ pub(crate) struct GroupStart {
     pub(crate) images: Vec<(String, bool)>,
     #[serde(skip)]
     pub(crate) conns: Vec<Connected>,
+    /// Old runs kept on each node (`SPARKCTL_KEEP_EXITED`).
+    #[serde(skip)]
+    keep_exited: usize,
 }
 
 impl GroupStart {
@@ -80,13 +85,17 @@ pub(crate) async fn start(
             if stopped.is_empty() {
                 return Err(e);
             }
-            let text = format!(
-                "{e}; the group was stopped on every node{}",
+            let notes = format!(
+                "the group was stopped on every node{}",
                 group::summary(&stopped)
             );
             Err(match e {
-                Error::Interrupted(_) => Error::Interrupted(text),
-                _ => Error::Failed(text),
+                Error::Interrupted(_) => Error::Interrupted(format!("{e}; {notes}")),
+                _ => Error::Undone {
+                    what: format!("starting {} on its nodes", spec.resolved.name),
+                    cause: Box::new(e),
+                    notes,
+                },
             })
         }
     }
@@ -114,8 +123,7 @@ impl Starting<'_> {
         for note in group::stop_leftovers(&g.conns, &state.id(), &spec.resolved.name).await {
             tracing::warn!("stopped {note}");
         }
-        let keep = crate::prune::keep_from_env()?;
-        group::prune_old_runs(&g.conns, &state.id(), &spec.resolved.name, keep).await;
+        group::prune_old_runs(&g.conns, &state.id(), &spec.resolved.name, g.keep_exited).await;
         for c in &g.conns[1..] {
             if super::image::ensure(head, c, artifact).await? == super::image::Presence::Copied {
                 tracing::info!("copied image {artifact} to node {}", c.node.name);
@@ -209,11 +217,11 @@ async fn exec_output(docker: &Docker, container: &str, argv: &[String]) -> Resul
             },
         )
         .await
-        .map_err(|e| Error::Failed(format!("asking Ray for its nodes: {e}")))?;
+        .map_err(|e| engine_error("asking Ray for its nodes", e))?;
     let started = docker
         .start_exec(&exec.id, None)
         .await
-        .map_err(|e| Error::Failed(format!("asking Ray for its nodes: {e}")))?;
+        .map_err(|e| engine_error("asking Ray for its nodes", e))?;
     let mut text = Vec::new();
     if let StartExecResults::Attached { mut output, .. } = started {
         while let Some(Ok(chunk)) = output.next().await {
@@ -252,11 +260,10 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
     loop {
         for (conn, role, id) in started {
             if let Some(exit) = ended(&conn.docker, id).await {
-                return Err(Error::Failed(format!(
-                    "node {}'s {} {exit} before every node joined Ray",
-                    conn.node.name,
-                    role.as_str()
-                )));
+                return Err(Error::OnNode {
+                    node: conn.node.name.clone(),
+                    what: format!("its {} {exit} before every node joined Ray", role.as_str()),
+                });
             }
         }
         let text = exec_output(&head_conn.docker, head_id, &g.plan.status_command).await?;
@@ -267,17 +274,20 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(Error::Failed(format!(
-                "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never joined; \
-                 check that the nodes reach each other on their high-speed addresses \
-                 (`sparkctl doctor RECIPE`) and that port {} is open on the head",
-                seen.nodes,
-                want.nodes,
-                seen.gpus,
-                want.gpus,
-                g.join_timeout(),
-                g.nodes.ray_port
-            )));
+            return Err(Error::OnNode {
+                node: head_conn.node.name.clone(),
+                what: format!(
+                    "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never \
+                     joined; check that the nodes reach each other on their high-speed \
+                     addresses (`sparkctl doctor RECIPE`) and that port {} is open on the head",
+                    seen.nodes,
+                    want.nodes,
+                    seen.gpus,
+                    want.gpus,
+                    g.join_timeout(),
+                    g.nodes.ray_port
+                ),
+            });
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -337,8 +347,9 @@ fn watch(
 pub(crate) async fn prepare(
     recipe: &crate::recipe::Recipe,
     artifact: &str,
-    fallback_budget_gb: f64,
+    settings: &crate::settings::Settings,
 ) -> Result<GroupStart> {
+    let fallback_budget_gb = settings.memory_budget_gb;
     let plan = GroupPlan::new(recipe)?;
     let nodes = recipe.nodes.clone().expect("GroupPlan::new checked nodes");
     let conns = connect_all(&nodes).await?;
@@ -370,6 +381,7 @@ pub(crate) async fn prepare(
         nodes,
         images,
         conns,
+        keep_exited: settings.keep_exited,
     })
 }
 

@@ -14,10 +14,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// Names the program run instead of `nvidia-smi` on PATH: a driver installed elsewhere, or
-/// (in tests, on machines without a GPU) a script that prints a recorded answer.
-pub(crate) const SMI_ENV: &str = "SPARKCTL_NVIDIA_SMI";
-
 /// What `gpus()` asks; `parse_gpus` reads the fields in this order.
 const GPU_QUERY: [&str; 2] = [
     "--query-gpu=name,memory.total,compute_cap",
@@ -45,7 +41,7 @@ pub(crate) enum SmiError {
     #[error("nvidia-smi did not answer within {}s (is the driver wedged? try `nvidia-smi` by hand)", TIMEOUT.as_secs())]
     TimedOut,
     #[error("nvidia-smi failed: {0}")]
-    Failed(String),
+    Exited(String),
     #[error("nvidia-smi printed {line:?}, which sparkctl cannot read: {why}")]
     Unreadable { line: String, why: String },
 }
@@ -99,10 +95,7 @@ pub(crate) async fn free_memory() -> Result<Vec<Option<u64>>, SmiError> {
 }
 
 async fn query(args: &[&str]) -> Result<String, SmiError> {
-    let program = std::env::var_os(SMI_ENV)
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "nvidia-smi".into());
-    let mut cmd = tokio::process::Command::new(program);
+    let mut cmd = tokio::process::Command::new(&crate::settings::environment().nvidia_smi);
     cmd.args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -121,7 +114,7 @@ async fn query(args: &[&str]) -> Result<String, SmiError> {
             .map(|b| String::from_utf8_lossy(b).trim().to_string())
             .find(|s| !s.is_empty())
             .unwrap_or_else(|| format!("exit status {}", out.status));
-        return Err(SmiError::Failed(said));
+        return Err(SmiError::Exited(said));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

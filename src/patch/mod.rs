@@ -97,7 +97,10 @@ pub(crate) async fn fingerprint_in_background(
     let (model, cache) = (model.to_path_buf(), cache_dir(state));
     tokio::task::spawn_blocking(move || fingerprint::fingerprint(&model, &cache, threads()))
         .await
-        .map_err(|e| Error::Failed(format!("fingerprinting was interrupted: {e}")))?
+        .map_err(|e| Error::TaskLost {
+            what: "fingerprinting".into(),
+            cause: e.to_string(),
+        })?
 }
 
 /// Each model file's sha256 (see `fingerprint::file_hashes`), off the async threads.
@@ -108,7 +111,10 @@ pub(crate) async fn file_hashes_in_background(
     let (model, cache) = (model.to_path_buf(), cache_dir(state));
     tokio::task::spawn_blocking(move || fingerprint::file_hashes(&model, &cache, threads()))
         .await
-        .map_err(|e| Error::Failed(format!("fingerprinting was interrupted: {e}")))?
+        .map_err(|e| Error::TaskLost {
+            what: "fingerprinting".into(),
+            cause: e.to_string(),
+        })?
 }
 
 /// Refuses, before anything changes, what would fail halfway: read-only files.
@@ -120,12 +126,15 @@ fn preflight(plan: &Plan) -> Result<()> {
             .permissions()
             .mode();
         if mode & 0o222 == 0 {
-            return Err(Error::Failed(format!(
-                "{} is read-only (mode {:o}); make it writable (`chmod u+w`) if it may be patched; \
-                 nothing was changed",
-                path.display(),
-                mode & 0o777
-            )));
+            return Err(Error::Refused {
+                left: "changed",
+                what: path.display().to_string(),
+                why: format!(
+                    "is read-only (mode {:o}); make it writable (`chmod u+w`) if it may be \
+                     patched",
+                    mode & 0o777
+                ),
+            });
         }
     }
     Ok(())
@@ -215,12 +224,10 @@ fn refuse_failed_checks(plan: &Plan) -> Result<()> {
         .iter()
         .map(|c| format!("  step {}: {}: {}", c.step + 1, c.what, c.detail))
         .collect();
-    Err(Error::Failed(format!(
-        "{} expectation(s) do not hold for {}; nothing was changed:\n{}",
-        failed.len(),
-        plan.recipe,
-        lines.join("\n")
-    )))
+    Err(Error::ExpectationsFail {
+        recipe: plan.recipe.clone(),
+        failed: lines,
+    })
 }
 
 /// Gives `change.paths` to their owner: directly as root, otherwise through a helper
@@ -235,19 +242,24 @@ async fn chown(
     if owner::can_chown_directly() {
         return owner::chown_direct(root, &change.paths, change.owner);
     }
-    let image = loaded.recipe.image.as_deref().ok_or_else(|| {
-        Error::Failed(format!(
-            "{} path(s) in {} are not owned by {}; without root that needs a helper \
-             container, and this recipe has no image: run `sudo chown -R {} {}`",
-            change.paths.len(),
-            root.display(),
-            change.owner,
-            change.owner,
-            root.display()
-        ))
-    })?;
-    let docker = docker.ok_or_else(|| {
-        Error::Failed("the chown step needs the Docker Engine, which cannot be reached".into())
+    let image = loaded
+        .recipe
+        .image
+        .as_deref()
+        .ok_or_else(|| Error::RecipeCannot {
+            recipe: loaded.recipe.name.clone(),
+            why: format!(
+                "{} path(s) in {} are not owned by {}; without root that needs a helper \
+                 container, and this recipe has no image: run `sudo chown -R {} {}`",
+                change.paths.len(),
+                root.display(),
+                change.owner,
+                change.owner,
+                root.display()
+            ),
+        })?;
+    let docker = docker.ok_or_else(|| Error::EngineUnreachable {
+        cause: "needed for the chown step's helper container".into(),
     })?;
     owner::chown_via_container(
         docker,
@@ -354,15 +366,19 @@ pub(crate) fn revert(loaded: &LoadedRecipe) -> Result<Reverted> {
         .filter(|rel| !root.join(format!("{rel}{BACKUP_SUFFIX}")).exists())
         .collect();
     if !missing.is_empty() {
-        return Err(Error::Failed(format!(
-            "cannot revert {}: the backups of {} are gone; nothing was changed",
-            root.display(),
-            missing
-                .iter()
-                .map(|m| format!("{m}{BACKUP_SUFFIX}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+        return Err(Error::Refused {
+            left: "changed",
+            what: format!(
+                "the backups of {} in {}",
+                missing
+                    .iter()
+                    .map(|m| format!("{m}{BACKUP_SUFFIX}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                root.display()
+            ),
+            why: "are gone, so it cannot be reverted".into(),
+        });
     }
     // The manifest shrinks with each file put back, so an interrupted revert can resume.
     let mut restored = Vec::new();

@@ -32,11 +32,10 @@ impl std::fmt::Display for Owner {
 /// `invoking-user` (the user behind sudo when there is one) or `UID:GID`.
 pub(crate) fn resolve(to: &str) -> std::result::Result<Owner, String> {
     if to == "invoking-user" {
-        let id = |var: &str| std::env::var(var).ok().and_then(|v| v.parse().ok());
         // SAFETY: getters without side effects.
         let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
         if euid == 0 {
-            if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+            if let Some((uid, gid)) = crate::settings::environment().sudo_user {
                 return Ok(Owner { uid, gid });
             }
         }
@@ -83,7 +82,7 @@ pub(crate) fn not_owned_by(root: &Path, owner: Owner) -> std::result::Result<Vec
 pub(crate) fn can_chown_directly() -> bool {
     // SAFETY: a getter without side effects.
     let root = unsafe { libc::geteuid() } == 0;
-    root && std::env::var("SPARKCTL_CHOWN_HELPER").as_deref() != Ok("always")
+    root && !crate::settings::environment().chown_helper_always
 }
 
 pub(crate) fn chown_direct(root: &Path, paths: &[String], owner: Owner) -> Result<()> {
@@ -108,11 +107,13 @@ pub(crate) async fn chown_via_container(
     let engine =
         |what: &str, e| crate::runtime::docker::engine_error(&format!("chown helper: {what}"), e);
     if docker.inspect_image(image).await.is_err() {
-        return Err(Error::Failed(format!(
-            "giving the model files to {owner} needs a helper container of the recipe's image \
-             {image}, which is not on this machine; pull it, or run `sudo chown -R {owner} {}`",
-            root.display()
-        )));
+        return Err(Error::ImageMissing {
+            image: image.to_string(),
+            needed: crate::error::ImageNeed::ChownHelper {
+                owner: owner.to_string(),
+                root: root.to_path_buf(),
+            },
+        });
     }
     let mut cmd = vec!["-h".to_string(), owner.to_string()];
     cmd.extend(paths.iter().map(|rel| {

@@ -129,19 +129,21 @@ impl InitReport {
 /// so a root that is a file, or a path taken by a directory, changes nothing.
 pub(crate) fn init(root: &Path) -> Result<InitReport> {
     if root.exists() && !root.is_dir() {
-        return Err(Error::Usage(format!(
-            "{} exists and is not a directory; give `sparkctl init` another place (--dir)",
-            root.display()
-        )));
+        return Err(Error::PathTaken {
+            path: root.to_path_buf(),
+            there: "exists and is not a directory".into(),
+            fix: "give `sparkctl init` another place (--dir)".into(),
+        });
     }
     let files = shipped();
     for (rel, _) in &files {
         let path = root.join(rel);
         if path.is_dir() {
-            return Err(Error::Usage(format!(
-                "{} is a directory where sparkctl's {rel} goes; move it aside, nothing was written",
-                path.display()
-            )));
+            return Err(Error::PathTaken {
+                path,
+                there: format!("is a directory where sparkctl's {rel} goes"),
+                fix: "move it aside, nothing was written".into(),
+            });
         }
     }
     let mut report = InitReport {

@@ -11,14 +11,9 @@ pub(crate) use init::{init, FileOutcome};
 
 /// `$XDG_CONFIG_HOME/sparkctl`, else `~/.config/sparkctl`.
 pub(crate) fn config_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-            PathBuf::from(home).join(".config")
-        });
-    base.join("sparkctl")
+    crate::settings::environment()
+        .config_home()
+        .join("sparkctl")
 }
 
 /// Where recipes are, and whether the user said so.

@@ -14,6 +14,7 @@ mod load;
 pub(crate) mod nodes;
 pub(crate) mod notify;
 mod resolve;
+pub(crate) mod serve;
 
 use std::collections::BTreeMap;
 
@@ -91,6 +92,9 @@ pub struct Recipe {
     /// Who is told when `sparkctl upgrade` of it ends: a webhook and/or a command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) notify: Option<notify::Notify>,
+    /// How the front door serves its model beside other models on the one port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) serve: Option<serve::Serve>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -1,7 +1,6 @@
 //! A recipe with engine defaults filled in, and the exact launch it describes.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -115,10 +114,7 @@ pub(crate) struct Mount {
 
 /// `~/x` → `$HOME/x`; other paths unchanged.
 pub(crate) fn expand_home(path: &str) -> String {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest).display().to_string(),
-        _ => path.to_string(),
-    }
+    crate::settings::environment().expand_home(path)
 }
 
 fn push_flag(argv: &mut Vec<String>, flag: Flag, value: &str) {
@@ -393,7 +389,10 @@ impl Recipe {
     /// same server hash the same, and any change to what runs changes the hash.
     pub fn hash(&self) -> String {
         use sha2::{Digest, Sha256};
-        let canonical = serde_json::to_vec(&self.with_defaults()).expect("recipes serialize");
+        let mut r = self.with_defaults();
+        // How the front door serves it beside other models changes nothing that runs.
+        r.serve = None;
+        let canonical = serde_json::to_vec(&r).expect("recipes serialize");
         let digest = Sha256::digest(&canonical);
         let hex = crate::units::hex(&digest);
         format!("sha256:{hex}")

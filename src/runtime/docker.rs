@@ -50,9 +50,23 @@ pub(crate) struct DockerRuntime {
     state_id: String,
 }
 
-/// An engine call that failed, said with what sparkctl was doing.
+/// An engine call that failed, said with what sparkctl was doing: an engine that went
+/// away mid-call is the same fact as one that never answered.
 pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
-    Error::Failed(format!("{context}: {e}"))
+    use bollard::errors::Error as E;
+    match e {
+        E::IOError { .. }
+        | E::HyperResponseError { .. }
+        | E::RequestTimeoutError
+        | E::HyperLegacyError { .. }
+        | E::SocketNotFoundError(_) => Error::EngineUnreachable {
+            cause: format!("{context}: {e}"),
+        },
+        _ => Error::EngineCall {
+            doing: context.to_string(),
+            cause: e.to_string(),
+        },
+    }
 }
 
 /// Connects to the local engine (DOCKER_HOST or the default socket) and agrees on an API version.
@@ -204,15 +218,18 @@ pub(crate) fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
     c.env_from_host
         .iter()
         .map(|name| {
-            std::env::var(name)
+            crate::settings::host_var(name)
                 .map(|value| format!("{name}={value}"))
-                .map_err(|_| super::process::missing_host_var(&resolved.name, name))
+                .ok_or_else(|| super::process::missing_host_var(&resolved.name, name))
         })
         .collect()
 }
 
 fn not_docker(resolved: &Resolved) -> Error {
-    Error::Failed(format!("{} is not a docker recipe", resolved.name))
+    Error::RecipeCannot {
+        recipe: resolved.name.clone(),
+        why: "it is not a docker recipe".into(),
+    }
 }
 
 /// The container a recipe becomes; `host_env` holds the values of its `env_from_host`
@@ -379,23 +396,21 @@ impl Supervisor for DockerRuntime {
         let image = &c.image;
         if let Some(g) = &c.resources.gpus {
             if !self.has_nvidia_runtime().await? {
-                return Err(Error::Failed(format!(
-                    "{} asks for GPUs (server.gpus: {g}) but this Docker Engine has no `nvidia` \
-                     runtime; install the NVIDIA Container Toolkit (nvidia-ctk runtime configure \
-                     --runtime=docker) and restart dockerd",
-                    resolved.name
-                )));
+                return Err(Error::NoNvidiaRuntime {
+                    recipe: format!("{} (server.gpus: {g})", resolved.name),
+                });
             }
         }
         match self.docker.inspect_image(image).await {
             Ok(info) => info
                 .id
                 .ok_or_else(|| Error::Failed(format!("the engine gave image {image} no id"))),
-            Err(e) if is_not_found(&e) => Err(Error::Failed(format!(
-                "image {image} (recipe {}) is not on this machine; pull it first \
-                 (sparkctl never pulls while starting a server)",
-                resolved.name
-            ))),
+            Err(e) if is_not_found(&e) => Err(Error::ImageMissing {
+                image: image.clone(),
+                needed: crate::error::ImageNeed::Start {
+                    recipe: resolved.name.clone(),
+                },
+            }),
             Err(e) => Err(engine_error(&format!("inspecting image {image}"), e)),
         }
     }
@@ -540,4 +555,32 @@ pub(crate) fn forward_log_lines(docker: Docker, id: String, lines: mpsc::Sender<
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    /// An engine that went away mid-call is the engine not answering, as at connect.
+    #[test]
+    fn a_call_that_lost_the_engine_is_engine_unreachable() {
+        let lost = engine_error(
+            "listing containers",
+            bollard::errors::Error::RequestTimeoutError,
+        );
+        assert_eq!(lost.kind(), ErrorKind::EngineUnreachable);
+        let refused = engine_error(
+            "creating container x",
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message: "conflict".into(),
+            },
+        );
+        assert_eq!(refused.kind(), ErrorKind::Failed);
+        assert_eq!(
+            refused.to_string(),
+            "creating container x: Docker responded with status code 409: conflict"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use serde::Serialize;
 
-use super::docker::{copy_logs, label as base};
+use super::docker::{copy_logs, engine_error, label as base};
 use super::remote::{connect, reach, Connected};
 use super::{Deployment, DockerRuntime, LogSink, LogView, Runtime, Runtimes};
 use crate::error::{Error, Result};
@@ -131,7 +131,7 @@ pub(crate) async fn tail(p: &Placed, n: Option<usize>) -> Vec<String> {
     let mut text = Vec::new();
     // What was read before an error is what there is.
     let _ = copy_logs(docker, &p.id, view, &mut text, |e| {
-        Error::Failed(e.to_string())
+        engine_error("reading logs", e)
     })
     .await;
     String::from_utf8_lossy(&text)
@@ -231,18 +231,24 @@ pub(crate) async fn logs(
     out: &mut LogSink,
 ) -> Result<()> {
     let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
-        return Err(Error::Usage(format!(
-            "{} runs on one engine; --node is for recipes with nodes:",
-            d.name
-        )));
+        return Err(Error::BadFlag {
+            flag: "--node".into(),
+            why: format!(
+                "{} runs on one engine; --node is for recipes with nodes:",
+                d.name
+            ),
+        });
     };
     let Some(member) = nodes.members.iter().find(|n| n.name == node) else {
         let names: Vec<&str> = nodes.members.iter().map(|n| n.name.as_str()).collect();
-        return Err(Error::Usage(format!(
-            "{} has no node `{node}`; its nodes: {}",
-            d.name,
-            names.join(", ")
-        )));
+        return Err(Error::BadFlag {
+            flag: "--node".into(),
+            why: format!(
+                "{} has no node `{node}`; its nodes: {}",
+                d.name,
+                names.join(", ")
+            ),
+        });
     };
     let conn = Connected {
         node: member.clone(),
@@ -258,7 +264,7 @@ pub(crate) async fn logs(
             let _ = writeln!(out, "==> {} {} <==", p.node, p.role.as_str());
         }
         copy_logs(&conn.docker, &p.id, view, out, |e| {
-            Error::Failed(format!("node {node}: reading logs: {e}"))
+            engine_error(&format!("node {node}: reading logs"), e)
         })
         .await?;
     }

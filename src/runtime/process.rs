@@ -140,16 +140,16 @@ fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
         env_from_host,
     } = &resolved.launch
     else {
-        return Err(Error::Failed(format!(
-            "{} is not a process recipe",
-            resolved.name
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: resolved.name.clone(),
+            why: "it is not a process recipe".into(),
+        });
     };
     // Host variables are inherited anyway; checked so a missing secret fails here, not
     // halfway through the server's start.
     if let Some(name) = env_from_host
         .iter()
-        .find(|name| std::env::var_os(name).is_none())
+        .find(|name| !crate::settings::host_var_is_set(name))
     {
         return Err(missing_host_var(&resolved.name, name));
     }
@@ -162,10 +162,11 @@ fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
 }
 
 pub(crate) fn missing_host_var(recipe: &str, name: &str) -> Error {
-    Error::Usage(format!(
-        "{recipe}: server.env_from_host names {name}, which is not set in your environment; \
-         export it (its value is never printed) or remove it from the recipe"
-    ))
+    Error::HostVarUnset {
+        recipe: recipe.to_string(),
+        key: "server.env_from_host",
+        name: name.to_string(),
+    }
 }
 
 impl Supervisor for ProcessRuntime {
@@ -173,16 +174,18 @@ impl Supervisor for ProcessRuntime {
         let program = launch_parts(resolved)?.program;
         let path = PathBuf::from(program);
         if !host::is_executable(&path) {
-            return Err(Error::Usage(format!(
-                "{}: binary {} {}; build it or fix `binary:` (or `python:`) in the recipe",
-                resolved.name,
-                path.display(),
-                if path.exists() {
-                    "is not executable"
-                } else {
-                    "does not exist"
-                }
-            )));
+            return Err(Error::RecipeCannot {
+                recipe: resolved.name.clone(),
+                why: format!(
+                    "binary {} {}; build it or fix `binary:` (or `python:`) in the recipe",
+                    path.display(),
+                    if path.exists() {
+                        "is not executable"
+                    } else {
+                        "does not exist"
+                    }
+                ),
+            });
         }
         Ok(program.to_string())
     }
@@ -229,18 +232,19 @@ impl Supervisor for ProcessRuntime {
         }
         let held = self.state.hold_deployment_records()?;
         if let Some(d) = self.find(&resolved.name).filter(Deployment::running) {
-            return Err(Error::Failed(format!(
-                "{} is already running (pid {}), started meanwhile by another sparkctl; \
-                 `sparkctl status` shows it",
-                resolved.name, d.id
-            )));
+            return Err(Error::AlreadyRunning {
+                what: resolved.name.clone(),
+                detail: format!("pid {}, started meanwhile by another sparkctl", d.id),
+                fix: "`sparkctl status` shows it".into(),
+            });
         }
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::io(format!("cannot start {artifact}"), e))?;
         let pid = child.id().expect("a just-spawned child has a pid");
-        let process = ProcessId::of(pid).ok_or_else(|| {
-            Error::Failed(format!("{artifact} (pid {pid}) vanished as it started"))
+        let process = ProcessId::of(pid).ok_or_else(|| Error::Stopped {
+            what: format!("{artifact} (pid {pid})"),
+            fix: "it ended as it started; `sparkctl logs` shows its output".into(),
         })?;
         let deployment = Deployment {
             log_file: Some(log_path.clone()),
@@ -293,10 +297,10 @@ impl Supervisor for ProcessRuntime {
             if !wait_gone(process, grace).await {
                 signal_group(process.pid, libc::SIGKILL);
                 if !wait_gone(process, Duration::from_secs(5)).await {
-                    return Err(Error::Failed(format!(
-                        "{} (pid {}) did not end after SIGKILL",
-                        deployment.name, process.pid
-                    )));
+                    return Err(Error::NotEnded {
+                        what: format!("{} (pid {})", deployment.name, process.pid),
+                        detail: String::new(),
+                    });
                 }
             }
         }
@@ -312,7 +316,10 @@ impl Supervisor for ProcessRuntime {
             .log_file
             .clone()
             .or_else(|| self.state.latest_log(&deployment.name))
-            .ok_or_else(|| Error::Failed(format!("no log kept for {}", deployment.name)))?;
+            .ok_or_else(|| Error::NeverRan {
+                name: deployment.name.clone(),
+                state_dir: self.state.root().to_path_buf(),
+            })?;
         let text = std::fs::read(&path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let text = String::from_utf8_lossy(&text);

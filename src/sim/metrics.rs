@@ -1,7 +1,7 @@
 //! The simulator's Prometheus `/metrics`, as vLLM 0.32 writes them: its names
 //! (`vllm:num_requests_running` and the rest), its labels (`engine="0"`, `model_name`), its
 //! float values and its time-to-first-token histogram, so the benchmark's scraper reads
-//! the sim as it reads a real vLLM (tests/vllm.rs scrapes both).
+//! the sim as it reads a real vLLM (tests/it/vllm.rs scrapes both).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -39,7 +39,7 @@ pub(crate) enum Mimic {
     /// sparkctl's own: /health 503 while loading, `reasoning_content` deltas (as
     /// llama-server sends them), one chunk per token, usage with cached tokens.
     Generic,
-    /// vLLM 0.32's, as the suite's real vLLM shows it (tests/vllm.rs holds the two side by
+    /// vLLM 0.32's, as the suite's real vLLM shows it (tests/it/vllm.rs holds the two side by
     /// side): no port until loaded, /health 200 with no body, `owned_by: vllm`,
     /// `delta.reasoning`, the model's `<think>`, `</think>` and end-of-sequence tokens
     /// counted in usage but in no chunk, usage in every chunk when `continuous_usage_stats`

@@ -290,8 +290,10 @@ async fn accept_until_stopped(
 /// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
 /// allocation is only address space, and would not show in RSS or the cgroup's use).
 fn hold(bytes: u64) -> Result<Vec<u8>> {
-    let n = usize::try_from(bytes)
-        .map_err(|_| Error::Usage(format!("sim: --hold-memory {bytes} is too big")))?;
+    let n = usize::try_from(bytes).map_err(|_| Error::BadFlag {
+        flag: "--hold-memory".into(),
+        why: format!("{bytes} is too big"),
+    })?;
     let mut held: Vec<u8> = Vec::new();
     held.try_reserve_exact(n).map_err(|e| {
         Error::Failed(format!(

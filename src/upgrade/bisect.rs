@@ -8,6 +8,7 @@ use crate::bisect::Criterion;
 use crate::deploy::switch::Ctx;
 use crate::history::{BisectNote, RunRecord};
 use crate::images::history::History;
+use crate::progress::Progress;
 
 /// The digests between `old` (the pin) and `new` that are on this machine: what a bisect
 /// can measure without the registry.
@@ -63,7 +64,7 @@ pub(super) async fn run(
     name: &str,
     (old, new): (&str, &str),
     criterion: Criterion,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> BisectNote {
     let judged_on = criterion.describe(None);
     let no = |_: &str| false;
@@ -84,7 +85,7 @@ pub(super) async fn run(
         fresh: false,
         dry_run: false,
         confirm: &no,
-        say,
+        progress,
     };
     match crate::bisect::bisect(flow, name, &opts).await {
         Ok(report) => {

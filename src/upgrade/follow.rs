@@ -7,6 +7,7 @@ use bollard::Docker;
 use crate::error::{Error, Result};
 use crate::images::history::{self, Event, EventKind};
 use crate::lock::{repository, Lock, Pin};
+use crate::progress::Progress;
 use crate::recipe::{LoadedRecipe, Runtime};
 use crate::state::StateDir;
 
@@ -54,11 +55,12 @@ pub(crate) fn tag_of(loaded: &LoadedRecipe) -> Result<String> {
 pub(crate) async fn today(docker: &Docker, reference: &str) -> Result<Pin> {
     let pin = crate::images::resolve(docker, reference, false, &crate::units::now_utc()).await?;
     if pin.source != crate::lock::Source::Registry {
-        return Err(Error::Failed(format!(
-            "{reference} was built on this machine and never pushed under that name: no \
-             registry moves its tag, so there is nothing to follow; push it, or name the \
-             registry's tag in the recipe"
-        )));
+        return Err(Error::Registry {
+            reference: reference.to_string(),
+            problem: crate::error::RegistryProblem::NeverPushed(
+                "push it, or name the registry's tag in the recipe".into(),
+            ),
+        });
     }
     Ok(pin)
 }
@@ -72,16 +74,19 @@ pub(crate) async fn fetch_and_keep(
     recipe: &str,
     mut pin: Pin,
     run_id: &str,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<Pin> {
     let reference = format!("{}@{}", repository(&pin.reference), pin.digest);
     if crate::images::local(docker, &reference).await?.is_none() {
-        say(&format!("pulling {reference}"));
+        progress.step(&format!("pulling {reference}"));
         crate::images::pull(docker, &reference, |_, _, _, _| {}).await?;
     }
     let img = crate::images::local(docker, &reference)
         .await?
-        .ok_or_else(|| Error::Failed(format!("{reference} is not here after its pull")))?;
+        .ok_or_else(|| Error::ImageMissing {
+            image: reference.clone(),
+            needed: crate::error::ImageNeed::AfterPull,
+        })?;
     pin.image_id = Some(img.id.clone());
     pin.created = img.created.clone();
     for (kind, note) in [

@@ -21,6 +21,7 @@ use crate::deploy::up::{up_locked, UpOptions};
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, RunRecord, UpgradeNote};
 use crate::lock::Lock;
+use crate::progress::Progress;
 use crate::recipe::RecipeSet;
 
 /// How an upgrade runs, as asked.
@@ -31,7 +32,7 @@ pub(crate) struct Options<'a> {
     pub(crate) fetch_only: bool,
     /// How long another command may hold the state dir before the deploy is skipped.
     pub(crate) wait: Duration,
-    pub(crate) say: &'a dyn Fn(&str),
+    pub(crate) progress: &'a dyn Progress,
 }
 
 /// What an upgrade came to.
@@ -96,7 +97,7 @@ pub(crate) async fn upgrade(
     let report = follow_tag(ctx, recipes, name, opts).await?;
     let notify = recipes.get(name)?.recipe.notify.as_ref();
     match (notify, report.run_id.clone()) {
-        (Some(n), Some(run_id)) => told(ctx, n, report, &run_id, opts.say).await,
+        (Some(n), Some(run_id)) => told(ctx, n, report, &run_id, opts.progress).await,
         _ => Ok(report),
     }
 }
@@ -107,7 +108,7 @@ async fn told(
     n: &crate::recipe::notify::Notify,
     mut report: Report,
     run_id: &str,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<Report> {
     let mut record = crate::history::run_record(&ctx.state, run_id)?;
     let lines = notify::tell(n, &record).await;
@@ -115,7 +116,7 @@ async fn told(
         return Ok(report);
     }
     for l in &lines {
-        say(&format!("notify: {l}"));
+        progress.step(&format!("notify: {l}"));
     }
     let mut note = record.upgrade.clone().unwrap_or_default();
     note.notified = lines;
@@ -173,14 +174,15 @@ async fn follow_tag(
             )),
         );
     }
-    (opts.say)(&said(&format!(" now ({was}): fetching it first")));
+    opts.progress
+        .step(&said(&format!(" now ({was}): fetching it first")));
     let pin = follow::fetch_and_keep(
         docker,
         &ctx.state,
         name,
         today,
         &run.record.run_id,
-        opts.say,
+        opts.progress,
     );
     let pin = match pin.await {
         Ok(p) => p,
@@ -190,20 +192,20 @@ async fn follow_tag(
         return run.skipped("--fetch-only: fetched and kept; the next upgrade judges it".into());
     }
     let what = format!("upgrade {name}");
-    let state_lock = match crate::bisect::lock_within(&ctx.state, &what, opts.wait, opts.say).await
-    {
-        Ok(l) => l,
-        Err(e @ Error::LockHeld { .. }) => {
-            return run.skipped(format!(
+    let state_lock =
+        match crate::bisect::lock_within(&ctx.state, &what, opts.wait, opts.progress).await {
+            Ok(l) => l,
+            Err(e @ Error::LockHeld { .. }) => {
+                return run.skipped(format!(
                 "{e} for {}; the new digest is fetched and kept, and the next upgrade judges it",
                 crate::units::format_duration(opts.wait)
             ))
-        }
-        Err(e) => return Err(e),
-    };
+            }
+            Err(e) => return Err(e),
+        };
     let report = run.deploy(recipes, name, &pin).await?;
     drop(state_lock);
-    conclude(ctx, recipes, report, opts.say).await
+    conclude(ctx, recipes, report, opts.progress).await
 }
 
 /// After the deploy: the keeps on judged digests taken back; after a rejection with nights
@@ -213,7 +215,7 @@ async fn conclude(
     ctx: &Context,
     recipes: &RecipeSet,
     mut report: Report,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Result<Report> {
     let (name, run_id) = (
         report.recipe.clone(),
@@ -232,14 +234,14 @@ async fn conclude(
         let old = note.old.clone().unwrap_or_default();
         let found = match bisect::criterion(&record) {
             Some(c) => {
-                say(&format!(
+                progress.step(&format!(
                     "{skipped} digest(s) were fetched and kept since the last good {}: \
                      bisecting them on {}",
                     crate::units::short_digest(&old),
                     c.describe(None)
                 ));
                 let flow = Ctx::open(ctx, recipes, &[&name], false).await?;
-                bisect::run(&flow, &name, (&old, &note.new), c, say).await
+                bisect::run(&flow, &name, (&old, &note.new), c, progress).await
             }
             None => crate::history::BisectNote {
                 error: Some("no failed gate a bisect can judge on".into()),
@@ -260,7 +262,7 @@ async fn conclude(
                 e.as_deref().unwrap_or("-")
             ),
         };
-        say(&report.summary);
+        progress.step(&report.summary);
         note.bisect = Some(found);
     }
     if release {
@@ -307,7 +309,7 @@ impl Run<'_> {
         if saved {
             self.record.save(&self.ctx.state)?;
         }
-        (self.opts.say)(&summary);
+        self.opts.progress.step(&summary);
         Ok(Report {
             recipe: self.record.recipe.clone(),
             reference: self.note.reference.clone(),
@@ -351,7 +353,7 @@ impl Run<'_> {
             no_promote: false,
             allow_unpinned: false,
             confirm: &yes,
-            say: self.opts.say,
+            progress: self.opts.progress,
             lock: Some(&candidate),
             record: Some(self.record.clone()),
             replace: true,
@@ -399,7 +401,7 @@ impl Run<'_> {
         };
         record.upgrade = Some(note.clone());
         record.save(&ctx.state)?;
-        (self.opts.say)(&summary);
+        self.opts.progress.step(&summary);
         Ok(Report {
             recipe: name.to_string(),
             reference: note.reference.clone(),

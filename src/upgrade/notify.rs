@@ -18,8 +18,8 @@ fn resolve(text: &str) -> Result<(String, Vec<String>), String> {
     let mut out = text.to_string();
     let mut values = Vec::new();
     for name in references(text)? {
-        let value = std::env::var(name)
-            .map_err(|_| format!("${{{name}}} is not set in the environment"))?;
+        let value = crate::settings::host_var(name)
+            .ok_or_else(|| format!("${{{name}}} is not set in the environment"))?;
         out = out.replace(&format!("${{{name}}}"), &value);
         values.push(value);
     }
@@ -161,17 +161,17 @@ mod tests {
     #[test]
     fn references_resolve_at_send_time_and_stay_out_of_messages() {
         // SAFETY: a variable of this test's own name, set before anything reads it.
-        unsafe { std::env::set_var("SPARKCTL_NOTIFY_TEST_TOKEN", "s3cr3t") };
-        let (url, secrets) = resolve("http://h/x?t=${SPARKCTL_NOTIFY_TEST_TOKEN}").unwrap();
+        unsafe { std::env::set_var("NOTIFY_TEST_TOKEN_OF_SPARKCTL", "s3cr3t") };
+        let (url, secrets) = resolve("http://h/x?t=${NOTIFY_TEST_TOKEN_OF_SPARKCTL}").unwrap();
         assert_eq!(url, "http://h/x?t=s3cr3t");
         assert_eq!(
             scrub(format!("failed for {url}"), &secrets),
             "failed for http://h/x?t=[secret]"
         );
-        let e = resolve("${SPARKCTL_NOTIFY_TEST_UNSET}").unwrap_err();
+        let e = resolve("${NOTIFY_TEST_UNSET_OF_SPARKCTL}").unwrap_err();
         assert_eq!(
             e,
-            "${SPARKCTL_NOTIFY_TEST_UNSET} is not set in the environment"
+            "${NOTIFY_TEST_UNSET_OF_SPARKCTL} is not set in the environment"
         );
     }
 }

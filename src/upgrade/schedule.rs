@@ -99,15 +99,11 @@ fn service_text(ctx: &Context, recipes_dir: &Path, name: &str) -> String {
         "SPARKCTL_PRODUCTION_PORT={}",
         ctx.settings.production_port
     )];
-    for var in [
-        "SPARKCTL_MEMORY_GB",
-        "SPARKCTL_MEMORY_RESERVE_GB",
-        "SPARKCTL_KEEP_IMAGES",
-    ] {
-        if let Ok(v) = std::env::var(var) {
-            env.push(format!("{var}={v}"));
-        }
-    }
+    use crate::settings::{KEEP_IMAGES, MEMORY_GB, MEMORY_RESERVE_GB};
+    env.extend(
+        ctx.settings
+            .as_set(&[MEMORY_GB, MEMORY_RESERVE_GB, KEEP_IMAGES]),
+    );
     let env: Vec<String> = env
         .iter()
         .map(|e| format!("Environment={}", quoted(e, false)))

@@ -27,7 +27,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) shared: &'a Context,
     pub(crate) recipes: &'a RecipeSet,
     pub(crate) lock: Lock,
+    /// The front door, about the model the flow changes (`crate::models`).
     pub(crate) door: Remote,
+    /// That model (`""`: the unnamed one).
+    pub(crate) model: String,
     pub(crate) door_config: frontdoor::Config,
     /// A dry run: the front door is asked, never started.
     dry_run: bool,
@@ -38,7 +41,8 @@ impl<'a> Ctx<'a> {
     /// so it starts nothing and plans even while another server holds the production
     /// port), and reads the lock. `needs` are the recipes the flow names: each must load
     /// first, so a name that is no recipe (or a broken one) starts nothing, not even the
-    /// front door.
+    /// front door. The flow is about the model of the first (the only one, or the one
+    /// `for_model` names, when none): it must not make two productions answer to one name.
     pub(crate) async fn open(
         shared: &'a Context,
         recipes: &'a RecipeSet,
@@ -48,7 +52,18 @@ impl<'a> Ctx<'a> {
         for name in needs {
             recipes.get(name)?;
         }
-        let door_config = frontdoor::Config::from_env(shared.settings.production_port)?;
+        let book = crate::models::book(&shared.state, recipes);
+        let model = match needs.first() {
+            Some(name) => {
+                let model = crate::models::of(&recipes.get(name)?.recipe);
+                let next = crate::models::with_production(&book, &model, name);
+                crate::models::check(&next, recipes)?;
+                model
+            }
+            None => book.model_id().to_string(),
+        };
+        let door_config =
+            frontdoor::Config::new(&shared.settings, shared.settings.production_port)?;
         let door = if dry_run {
             frontdoor::answering(&shared.state, &door_config)
                 .await?
@@ -61,22 +76,37 @@ impl<'a> Ctx<'a> {
             shared,
             recipes,
             lock: Lock::load(&shared.lock_path)?,
-            door,
+            door: door.for_model(&model),
+            model,
             door_config,
             dry_run,
         })
     }
 
-    /// Production as the front door holds it; for a dry run with no front door running,
-    /// as the front door would start with it (production.json).
+    /// The same flow about `model`'s production (`rollback --model`).
+    pub(crate) fn for_model(mut self, model: &str) -> Ctx<'a> {
+        self.door = self.door.for_model(model);
+        self.model = model.to_string();
+        self
+    }
+
+    /// The model's production as the front door holds it; for a dry run with no front door
+    /// running, as the front door would start with it (production.json).
     pub(crate) async fn production(&self) -> Result<Production> {
         match self.door.status().await {
             Ok(s) => Ok(s.production),
             Err(_) if self.dry_run && frontdoor::supervisor::running(self.state()).is_none() => {
-                Production::load(self.state())
+                self.production_file()
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The model's production as production.json holds it.
+    pub(crate) fn production_file(&self) -> Result<Production> {
+        let mut file = Production::load(self.state())?;
+        crate::models::settle(&mut file, self.recipes);
+        Ok(file.lane(&self.model))
     }
 
     pub(crate) fn rt(&self) -> &'a Runtimes {
@@ -142,12 +172,12 @@ const RUN_FILES_ROOM: u64 = 16 << 20;
 /// otherwise: a run killed outright still shows in `history`) and the room its files will
 /// take is free. A full disk then fails the flow at once, with nothing started.
 pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
-    let cannot = |why: String| {
-        Error::Failed(format!(
-            "the state dir {} cannot take this run's records ({why}); nothing was changed: free \
-             some space there and run it again",
-            state.root().display()
-        ))
+    let cannot = |why: String| Error::Refused {
+        what: format!("the state dir {}", state.root().display()),
+        why: format!(
+            "cannot take this run's records ({why}); free some space there and run it again"
+        ),
+        left: "changed",
     };
     let mut first = record.clone();
     first.outcome = crate::history::Outcome::Interrupted;
@@ -198,10 +228,13 @@ pub(crate) async fn timed<T>(
 /// The front door owns the production port: a backend needs its own.
 pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16) -> Result<()> {
     if port == settings.production_port {
-        return Err(Error::Usage(format!(
-            "{name}: server.port is the production port {port}, which the front door owns; give \
-             the recipe its own port (the front door sends production's requests there)"
-        )));
+        return Err(Error::RecipeCannot {
+            recipe: name.to_string(),
+            why: format!(
+                "server.port is the production port {port}, which the front door owns; give the \
+                 recipe its own port (the front door sends production's requests there)"
+            ),
+        });
     }
     Ok(())
 }

@@ -69,6 +69,7 @@ impl Plan {
         opts: &StartOptions<'_>,
     ) -> Result<Plan> {
         let start = plan_start(shared, loaded, opts).await?;
+        crate::models::refuse_stopping_others(shared, loaded, &start.memory)?;
         Ok(Plan {
             mode: Mode::of(&start.memory),
             start,
@@ -151,12 +152,12 @@ pub(crate) enum Hold<'a> {
 /// Makes the room the plan names: candidates stop first, then production, once the front
 /// door holds its requests. `touched` learns what the way back must undo. The plan's start
 /// is then given the memory as it is once they stopped.
-pub(crate) async fn make_room<F: Fn(&str) + ?Sized>(
+pub(crate) async fn make_room(
     rt: &Runtimes,
     plan: &mut Plan,
     hold: Hold<'_>,
     touched: Option<&Mutex<Touched>>,
-    say: &F,
+    progress: &dyn crate::progress::Progress,
 ) -> Result<()> {
     let prod = plan.stops_production().map(String::from);
     for victim in plan.start.memory.must_stop.clone() {
@@ -175,7 +176,7 @@ pub(crate) async fn make_room<F: Fn(&str) + ?Sized>(
                 t.lock().expect("touched").production_stopped = Some(upstream_of(&d));
             }
         }
-        say(&format!("stopping {victim} to make room"));
+        progress.step(&format!("stopping {victim} to make room"));
         rt.stop(&d, STOP_GRACE).await?;
     }
     plan.start.memory = plan.start.memory.after_stops();

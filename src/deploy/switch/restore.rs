@@ -8,17 +8,21 @@ use super::plan::{make_room, Hold, Plan};
 use super::{refuse_production_port, upstream_of, Ctx, Touched};
 use crate::deploy::{start, STOP_GRACE};
 use crate::error::Result;
-use crate::production::Production;
+use crate::progress::Progress;
 use crate::runtime::Deployment;
 
 /// Starts production `name` again on its own port, through the one switch plan (what else
 /// holds its room stops first; requests are held already), and waits until it serves.
-async fn start_production(ctx: &Ctx<'_>, name: &str, say: &dyn Fn(&str)) -> Result<Deployment> {
+async fn start_production(
+    ctx: &Ctx<'_>,
+    name: &str,
+    progress: &dyn Progress,
+) -> Result<Deployment> {
     let loaded = ctx.recipes.get(name)?;
     refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     // What served before may have been unpinned; leaving production dark is worse.
     let mut plan = Plan::new(ctx.shared, loaded, &ctx.start_options(true)).await?;
-    make_room(ctx.rt(), &mut plan, Hold::Held, None, say).await?;
+    make_room(ctx.rt(), &mut plan, Hold::Held, None, progress).await?;
     Ok(start(ctx.rt(), &plan.start, None, |_| {}).await?.deployment)
 }
 
@@ -29,7 +33,7 @@ pub(crate) async fn restore(
     ctx: &Ctx<'_>,
     mut t: Touched,
     recipe: &str,
-    say: &dyn Fn(&str),
+    progress: &dyn Progress,
 ) -> Vec<String> {
     let mut notes = Vec::new();
     let door = ctx.door.status().await.ok();
@@ -82,7 +86,7 @@ pub(crate) async fn restore(
     }
     let production = match &door {
         Some(s) => s.production.clone(),
-        None => Production::load(ctx.state()).unwrap_or_default(),
+        None => ctx.production_file().unwrap_or_default(),
     };
     let serving_alive = match &routed {
         Some(u) => crate::frontdoor::alive(ctx.rt(), u).await,
@@ -93,8 +97,8 @@ pub(crate) async fn restore(
     }
     // Nothing answers behind the front door: production back, as it was.
     if let Some(prod) = t.production_stopped.as_ref().or(production.serving()) {
-        say(&format!("restoring production {}", prod.recipe));
-        match start_production(ctx, &prod.recipe, say).await {
+        progress.step(&format!("restoring production {}", prod.recipe));
+        match start_production(ctx, &prod.recipe, progress).await {
             Ok(d) => {
                 let mut next = production.clone();
                 match next.current.as_mut() {

@@ -1,0 +1,340 @@
+//! Several models behind the production port (`crate::models`): one lane per model (its
+//! table, its hold, its production), all sharing one book (production.json, written whole),
+//! the metrics, the live quality and the page; and which lane a request goes to, by the
+//! `model` its body names. With one model every request goes to it, as it always did.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use hyper::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::demand::Load;
+use super::metrics::Metrics;
+use super::route::Route;
+use super::{capture, live, page, Config, Door};
+use crate::production::{Production, Upstream};
+use crate::state::StateDir;
+
+/// What every lane shares.
+pub(crate) struct Shared {
+    pub(crate) state: StateDir,
+    pub(crate) config: Config,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Production judged on what it answers.
+    pub(crate) live: Arc<live::Live>,
+    /// Production's requests kept for a replay, when asked.
+    pub(crate) capture: Arc<capture::Capture>,
+    /// The live page's series.
+    pub(crate) page: page::Page,
+    /// State writes that found the disk full.
+    pub(crate) deferred: crate::state::Deferred,
+    /// production.json as last written: every model's production.
+    pub(crate) book: Mutex<Production>,
+    /// One change of production at a time, whichever model's: its write, then its route.
+    pub(crate) changing: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    pub(crate) fn new(state: StateDir, config: Config, book: Production) -> Shared {
+        Shared {
+            metrics: Arc::new(Metrics::default()),
+            live: Arc::new(live::Live::new(config.quality)),
+            capture: capture::Capture::start(
+                capture::dir(&state),
+                capture::read_settings(&state),
+                config.api_key().ok().flatten(),
+            ),
+            page: page::Page::new(config.page),
+            deferred: crate::state::Deferred::default(),
+            book: Mutex::new(book),
+            changing: tokio::sync::Mutex::new(()),
+            state,
+            config,
+        }
+    }
+}
+
+/// One model as the front door serves it (`GET /state`'s `models`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ModelStatus {
+    /// `""`: the unnamed model.
+    pub(crate) model: String,
+    /// What clients send for it (None: it has no production).
+    pub(crate) name: Option<String>,
+    pub(crate) upstream: Option<Upstream>,
+    pub(crate) holding: bool,
+    pub(crate) waiting: usize,
+    /// Whether its server is loaded, starting on demand, or unloaded.
+    pub(crate) load: Load,
+    /// Starts on demand since the front door started.
+    pub(crate) loads: u64,
+    /// Requests being answered.
+    pub(crate) in_flight: usize,
+    /// Seconds since its last request began or ended; None while one is in flight.
+    pub(crate) idle_s: Option<f64>,
+    /// What its requests waited for its server, so far.
+    pub(crate) waits: Option<super::metrics::Waits>,
+    /// Requests without `model` go to it.
+    pub(crate) default: bool,
+    pub(crate) production: Production,
+}
+
+/// Where a request goes, or the front door's own answer.
+pub(crate) enum Pick {
+    Lane(Arc<Door>),
+    Answer(StatusCode, Value),
+}
+
+/// Every model's lane.
+pub(crate) struct Lanes {
+    pub(crate) shared: Arc<Shared>,
+    lanes: Mutex<BTreeMap<String, Arc<Door>>>,
+    /// Where recipes are: which production says it is the default.
+    recipes_dir: PathBuf,
+    /// The model requests without `model` go to, when several are served.
+    default: Mutex<Option<String>>,
+    /// A lane added after the start (a model's first `up`): its watch starts.
+    added: mpsc::UnboundedSender<Arc<Door>>,
+}
+
+impl Lanes {
+    /// A lane per model in `routes`, and the unnamed model's always (it answers 503 while
+    /// there is no production at all, as a front door always did).
+    pub(crate) fn open(
+        shared: Arc<Shared>,
+        routes: Vec<(String, Route, Load)>,
+        recipes_dir: PathBuf,
+    ) -> (Arc<Lanes>, mpsc::UnboundedReceiver<Arc<Door>>) {
+        let (added, rx) = mpsc::unbounded_channel();
+        let mut lanes = BTreeMap::new();
+        let unnamed = (String::new(), Route::Offline, Load::Loaded);
+        for (model, route, load) in routes.into_iter().chain([unnamed]) {
+            lanes
+                .entry(model.clone())
+                .or_insert_with(|| Arc::new(Door::lane(shared.clone(), &model, route, load)));
+        }
+        let lanes = Arc::new(Lanes {
+            shared,
+            lanes: Mutex::new(lanes),
+            recipes_dir,
+            default: Mutex::new(None),
+            added,
+        });
+        lanes.refresh();
+        (lanes, rx)
+    }
+
+    /// `model`'s lane, added (with nothing to route to yet) when it has none.
+    pub(crate) fn lane(&self, model: &str) -> Arc<Door> {
+        let mut lanes = self.lanes.lock().expect("lanes");
+        if let Some(d) = lanes.get(model) {
+            return d.clone();
+        }
+        let door = Arc::new(Door::lane(
+            self.shared.clone(),
+            model,
+            Route::Offline,
+            Load::Loaded,
+        ));
+        lanes.insert(model.to_string(), door.clone());
+        let _ = self.added.send(door.clone());
+        door
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Door>> {
+        self.lanes
+            .lock()
+            .expect("lanes")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The lanes whose model has a production, by the name clients send.
+    fn served(&self) -> Vec<(String, Arc<Door>)> {
+        let book = self.shared.book.lock().expect("book").lanes();
+        let lanes = self.lanes.lock().expect("lanes");
+        (book.iter())
+            .filter(|(_, p)| p.current.is_some())
+            .filter_map(|(m, p)| {
+                let name = crate::models::answers_to(m, p)?;
+                Some((name, lanes.get(m)?.clone()))
+            })
+            .collect()
+    }
+
+    /// The lane a caller that names no model means: the only model served, else the
+    /// default, else the unnamed model's.
+    pub(crate) fn primary(&self) -> Arc<Door> {
+        let mut served = self.served();
+        if served.len() == 1 {
+            return served.remove(0).1;
+        }
+        let default = self.default.lock().expect("default").clone();
+        self.lane(&default.unwrap_or_default())
+    }
+
+    /// Reads again which production is the default and each one's `serve` section (after
+    /// a switch: the recipes may say otherwise now).
+    pub(crate) fn refresh(&self) {
+        let Ok(recipes) = crate::recipe::load_dir(&self.recipes_dir) else {
+            return;
+        };
+        let book = self.shared.book.lock().expect("book").clone();
+        *self.default.lock().expect("default") = crate::models::default_of(&book, &recipes);
+        for (model, p) in book.lanes() {
+            let settings = (p.current.as_ref())
+                .and_then(|e| recipes.get(&e.recipe).ok())
+                .map(|l| crate::recipe::serve::of(&l.recipe))
+                .unwrap_or_default();
+            self.lane(&model).demand.set_settings(settings);
+        }
+    }
+
+    /// Every model, for `GET /state`.
+    pub(crate) fn statuses(&self) -> Vec<ModelStatus> {
+        let default = self.default.lock().expect("default").clone();
+        (self.all().iter())
+            .map(|d| {
+                let s = d.status();
+                let name = crate::models::answers_to(&d.model, &s.production)
+                    .filter(|_| s.production.current.is_some());
+                ModelStatus {
+                    waits: name.as_deref().and_then(|n| d.metrics.waits(n)),
+                    in_flight: s.in_flight.values().sum(),
+                    idle_s: d.table.idle_for().map(|t| t.as_secs_f64()),
+                    name,
+                    default: default.as_deref() == Some(d.model.as_str()),
+                    model: d.model.clone(),
+                    upstream: s.upstream,
+                    holding: s.holding,
+                    waiting: s.waiting,
+                    load: d.demand.load(),
+                    loads: d.demand.loads(),
+                    production: s.production,
+                }
+            })
+            .filter(|m| !m.production.is_empty())
+            .collect()
+    }
+
+    /// Where a request goes. One model served (or none): there, whatever it names. Several:
+    /// to the one its body's `model` names, or the default when it names none;
+    /// `GET /v1/models` lists them.
+    pub(crate) fn pick(&self, method: &Method, path: &str, body: &[u8]) -> Pick {
+        let mut served = self.served();
+        if served.len() <= 1 {
+            return Pick::Lane(match served.pop() {
+                Some((_, d)) => d,
+                None => self.primary(),
+            });
+        }
+        if method == Method::GET && path == "/v1/models" {
+            return Pick::Answer(StatusCode::OK, listing(&served));
+        }
+        let names: Vec<&str> = served.iter().map(|(n, _)| n.as_str()).collect();
+        let named = match body.is_empty() {
+            true => Value::Null,
+            false => match serde_json::from_slice::<Value>(body) {
+                Ok(Value::Object(mut o)) => o.remove("model").unwrap_or(Value::Null),
+                _ => {
+                    return refuse(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "the request's body is not a JSON object, so which model it is for \
+                             is unknown; this front door serves several: {}",
+                            names.join(", ")
+                        ),
+                        "invalid_request_body",
+                        &names,
+                    )
+                }
+            },
+        };
+        match named {
+            Value::String(m) => match served.iter().find(|(n, _)| *n == m) {
+                Some((_, d)) => Pick::Lane(d.clone()),
+                None => refuse(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "The model `{m}` does not exist behind this front door; its models: {}",
+                        names.join(", ")
+                    ),
+                    "model_not_found",
+                    &names,
+                ),
+            },
+            Value::Null => {
+                let default = self.default.lock().expect("default").clone();
+                match served
+                    .iter()
+                    .find(|(_, d)| Some(&d.model) == default.as_ref())
+                {
+                    Some((_, d)) => Pick::Lane(d.clone()),
+                    // A load balancer's probe: the front door answers for them all.
+                    None if path == "/health" => {
+                        Pick::Answer(StatusCode::OK, json!({"status": "ok", "models": names}))
+                    }
+                    None => refuse(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "the request names no `model` and no model is the default \
+                             (serve.default in its recipe); name one of: {}",
+                            names.join(", ")
+                        ),
+                        "model_required",
+                        &names,
+                    ),
+                }
+            }
+            other => refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "`model` is {other}, not a name; name one of: {}",
+                    names.join(", ")
+                ),
+                "invalid_model",
+                &names,
+            ),
+        }
+    }
+}
+
+/// An OpenAI-style error that lists the models.
+fn refuse(status: StatusCode, message: String, code: &str, models: &[&str]) -> Pick {
+    Pick::Answer(
+        status,
+        json!({"error": {
+            "message": message, "type": "invalid_request_error", "param": "model", "code": code,
+            "models": models
+        }}),
+    )
+}
+
+/// `GET /v1/models`: every model served, running or not, in OpenAI's shape.
+fn listing(served: &[(String, Arc<Door>)]) -> Value {
+    let data: Vec<Value> = (served.iter())
+        .map(|(name, d)| {
+            let p = d.production();
+            let state = match (d.table.route(), d.demand.load()) {
+                (Route::Serving(_) | Route::Suspect(_), _) => "serving",
+                (_, Load::Starting) => "starting",
+                (_, Load::Unloaded(_)) => "unloaded",
+                (Route::Holding, Load::Loaded) => "holding",
+                (Route::Offline, Load::Loaded) => "offline",
+            };
+            json!({
+                "id": name, "object": "model", "created": 0, "owned_by": "sparkctl",
+                "sparkctl": {
+                    "recipe": p.current.as_ref().map(|e| e.recipe.clone()),
+                    "state": state,
+                },
+            })
+        })
+        .collect();
+    json!({"object": "list", "data": data})
+}

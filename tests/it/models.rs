@@ -1,0 +1,486 @@
+//! Several models behind one front door: each request goes to the production of the model
+//! its body names; `up` of one model leaves the others' traffic untouched; `rollback
+//! --model`, `status`, `history --model` per model; `GET /v1/models` and an OpenAI-style
+//! 404 that list them; a restart of the front door keeps every model's route; and the bad
+//! inputs (two productions answering to one name, two defaults, a body naming no model)
+//! refused with nothing changed.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::frontdoor_faults::deck;
+use crate::support::{self, free_port, Deck, Traffic};
+
+const SIM: &str = "--load-time, 300ms, --ttft, 20ms, --token-rate, \"200\", --tokens, \"8\"";
+const EVERY: Duration = Duration::from_millis(20);
+
+/// `args` refused (exit 2) saying each of `says`, with production.json as it was and
+/// `name` never started.
+fn refused(deck: &Deck, args: &[&str], says: &[&str], name: &str) {
+    let file = deck.dir.join("state/production.json");
+    let before = std::fs::read(&file).unwrap();
+    let err = deck.sparkctl(args).exits(2).stderr();
+    for s in says {
+        assert!(err.contains(s), "{s}: {err}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), before, "{err}");
+    assert!(deck.status_of(name).is_none(), "{name} was started");
+}
+
+/// A process sim recipe `name` serving model `served` (None: no served name), with `extra`
+/// keys at the end.
+fn sim(deck: &Deck, name: &str, served: Option<&str>, extra: &str) {
+    let model = match served {
+        Some(s) => {
+            let dir = deck.dir.join(format!("models/{s}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            format!("model:\n  path: {}\n  served_name: {s}\n", dir.display())
+        }
+        None => String::new(),
+    };
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: process\n{model}server:\n  port: {}\n  args: [{SIM}]\n  memory_gb: 2\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n{extra}",
+            free_port()
+        ),
+    );
+}
+
+/// One non-streamed request to the front door with `body`: its status, its answer, and
+/// the instance that answered (`x-sparkctl-upstream`: recipe and deployment).
+fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
+    let (url, body) = (deck.door_url(), body.to_vec());
+    support::block_on(async move {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let by = r
+            .headers()
+            .get("x-sparkctl-upstream")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let v = r.json::<Value>().await.unwrap_or(Value::Null);
+        (status, v, by)
+    })
+}
+
+fn chat(model: Option<&str>) -> Vec<u8> {
+    let mut body = json!({
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
+    });
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    body.to_string().into_bytes()
+}
+
+/// The front door's status, every model in it.
+fn door(deck: &Deck) -> Value {
+    serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap()
+}
+
+/// The instance each model's production runs on, by the name clients send.
+fn routes(deck: &Deck) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = door(deck)["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("-").to_string(),
+                m["upstream"]["deployment"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn listed(deck: &Deck) -> Vec<String> {
+    let url = deck.door_url();
+    let v: Value = support::block_on(async move {
+        reqwest::get(format!("{url}/v1/models"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let mut ids: Vec<String> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn each_request_goes_to_its_models_production_and_up_of_one_leaves_the_other_untouched() {
+    let deck = deck("models-route");
+    sim(&deck, "chat-a", Some("chat"), "");
+    sim(&deck, "coder-a", Some("coder"), "");
+    sim(&deck, "coder-b", Some("coder"), "");
+    deck.ok(&["rollback", "--to", "chat-a"]);
+    // One model: every request goes to it, whatever it names (as a front door always did).
+    let (status, _, by) = ask(&deck, &chat(Some("whatever")));
+    assert_eq!(status, 200);
+    assert!(by.starts_with("chat-a "), "{by}");
+    deck.ok(&["rollback", "--to", "coder-a"]);
+    assert_eq!(listed(&deck), ["chat", "coder"]);
+    let (status, _, by) = ask(&deck, &chat(Some("chat")));
+    assert_eq!((status, by.split(' ').next()), (200, Some("chat-a")));
+    let (status, _, by) = ask(&deck, &chat(Some("coder")));
+    assert_eq!((status, by.split(' ').next()), (200, Some("coder-a")));
+
+    // An unknown model: OpenAI's 404, listing the models.
+    let (status, v, _) = ask(&deck, &chat(Some("gpt-4")));
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    assert_eq!(v["error"]["models"], json!(["chat", "coder"]), "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`gpt-4`") && message.contains("chat, coder"),
+        "{message}"
+    );
+    // No model and no default, or a body that is not JSON: which model is unknown.
+    let (status, v, _) = ask(&deck, &chat(None));
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (400, &json!("model_required")),
+        "{v}"
+    );
+    let (status, v, _) = ask(&deck, b"model=chat");
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a JSON object"),
+        "{v}"
+    );
+
+    // `up` of coder's other recipe: chat's clients see nothing of it.
+    let before = routes(&deck);
+    let chat_client = Traffic::asking_for(&deck.door_url(), EVERY, "chat");
+    chat_client.answers(5, Duration::from_secs(30));
+    deck.sparkctl(&["up", "coder-b", "--yes"])
+        .promoted("coder-b", deck.door_port);
+    chat_client.answers(5, Duration::from_secs(30));
+    let report = chat_client.stop();
+    assert_eq!(report.failed() + report.cut, 0, "{report:?}");
+    assert!(
+        report.upstreams.iter().all(|u| u.starts_with("chat-a ")),
+        "{:?}",
+        report.upstreams
+    );
+    let after = routes(&deck);
+    assert_eq!(after[0], before[0], "chat's route changed");
+    assert_ne!(after[1], before[1], "coder's route did not change");
+    let (_, _, by) = ask(&deck, &chat(Some("coder")));
+    assert!(by.starts_with("coder-b "), "{by}");
+
+    // Per model: status, history, rollback.
+    let rows = deck.status();
+    let role = |name: &str| {
+        let row = rows.iter().find(|r| r["name"] == name).unwrap();
+        (row["role"].clone(), row["model"].clone())
+    };
+    assert_eq!(role("chat-a"), (json!("production"), json!("chat")));
+    assert_eq!(role("coder-b"), (json!("production"), json!("coder")));
+    assert_eq!(role("coder-a"), (json!("warm"), json!("coder")));
+    let shown = deck.ok(&["status"]);
+    assert!(shown.contains("model chat → chat-a"), "{shown}");
+    let runs: Value =
+        serde_json::from_str(&deck.ok(&["--json", "history", "--model", "coder"])).unwrap();
+    let recipes: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["recipe"].as_str().unwrap())
+        .collect();
+    assert_eq!(recipes, ["coder-b", "coder-a"], "{runs}");
+    let err = deck.sparkctl(&["rollback"]).exits(2).stderr();
+    assert!(
+        err.contains("several models are served here (chat, coder)"),
+        "{err}"
+    );
+    deck.ok(&["rollback", "--model", "coder"]);
+    assert_eq!(routes(&deck), before);
+
+    // A restart of the front door, or a stop and start, keeps every model's route.
+    deck.ok(&["frontdoor", "restart"]);
+    assert_eq!(routes(&deck), before);
+    deck.ok(&["frontdoor", "stop"]);
+    deck.ok(&["frontdoor", "start"]);
+    assert_eq!(routes(&deck), before);
+    let (_, _, by) = ask(&deck, &chat(Some("coder")));
+    assert!(by.starts_with("coder-a "), "{by}");
+    let (_, _, by) = ask(&deck, &chat(Some("chat")));
+    assert!(by.starts_with("chat-a "), "{by}");
+}
+
+#[test]
+fn a_default_model_takes_requests_without_one() {
+    let deck = deck("models-default");
+    sim(&deck, "chat-a", Some("chat"), "serve:\n  default: true\n");
+    sim(&deck, "coder-a", Some("coder"), "");
+    sim(&deck, "coder-d", Some("coder"), "serve:\n  default: true\n");
+    deck.ok(&["rollback", "--to", "chat-a"]);
+    deck.ok(&["rollback", "--to", "coder-a"]);
+    let (status, _, by) = ask(&deck, &chat(None));
+    assert_eq!(status, 200);
+    assert!(by.starts_with("chat-a "), "{by}");
+    let shown = deck.ok(&["status"]);
+    assert!(shown.contains("model chat (default) → chat-a"), "{shown}");
+    // Two defaults: refused before anything starts.
+    refused(
+        &deck,
+        &["rollback", "--to", "coder-d"],
+        &[
+            "both say serve.default: true",
+            "coder-d.yaml",
+            "chat-a.yaml",
+        ],
+        "coder-d",
+    );
+}
+
+#[test]
+fn two_productions_answering_to_one_name_are_refused_with_nothing_changed() {
+    let deck = deck("models-clash");
+    // The unnamed model's production answers to its recipe's name, `chat`...
+    sim(&deck, "chat", None, "");
+    sim(&deck, "other", Some("chat"), "");
+    sim(&deck, "coder-a", Some("coder"), "");
+    deck.ok(&["rollback", "--to", "chat"]);
+    // ... so a model named `chat` beside it could not be told apart.
+    let clash = [
+        "both serve model `chat` as production",
+        "chat.yaml",
+        "other.yaml",
+    ];
+    refused(&deck, &["up", "other", "--yes"], &clash, "other");
+
+    // A production whose recipe now names another model: refused until it is fixed.
+    deck.ok(&["rollback", "--to", "coder-a"]);
+    let path = deck.dir.join("recipes/coder-a.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("served_name: coder", "served_name: coder2"),
+    )
+    .unwrap();
+    let stale = [
+        "coder-a",
+        "is production of model `coder`",
+        "now names `coder2`",
+    ];
+    refused(&deck, &["up", "other", "--yes"], &stale, "other");
+    // Its requests still go where they went.
+    let (status, _, by) = ask(&deck, &chat(Some("coder")));
+    assert_eq!(status, 200);
+    assert!(by.starts_with("coder-a "), "{by}");
+}
+
+/// The front door's `/metrics`, one series' value (`name{labels}`), 0 when absent.
+fn series(deck: &Deck, line: &str) -> f64 {
+    deck.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The model `name` as `frontdoor status` says (`models[]`).
+fn model_status(deck: &Deck, name: &str) -> Value {
+    door(deck)["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Whether `recipe`'s deployment runs, as `status` says.
+fn runs(deck: &Deck, recipe: &str) -> bool {
+    deck.status_of(recipe)
+        .is_some_and(|d| d["state"] == "running")
+}
+
+/// Waits up to `within` for `what` to hold.
+fn until(within: Duration, what: &str, f: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One request's wait for its model's server, as the front door says it.
+fn queued_ms(deck: &Deck, model: &str) -> u64 {
+    let url = deck.door_url();
+    let body = chat(Some(model));
+    support::block_on(async move {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.headers()["x-sparkctl-queued-ms"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    })
+}
+
+#[test]
+fn an_idle_model_is_unloaded_after_its_ttl_and_the_next_request_starts_it_while_others_serve() {
+    let deck = deck("models-ttl");
+    sim(&deck, "chat-a", Some("chat"), "serve:\n  ttl: 2s\n");
+    sim(&deck, "coder-a", Some("coder"), "");
+    deck.ok(&["rollback", "--to", "chat-a"]);
+    deck.ok(&["rollback", "--to", "coder-a"]);
+    let first = deck.status_of("chat-a").unwrap()["id"].clone();
+    assert!(queued_ms(&deck, "chat") < 100);
+    // Idle past its ttl: its server stops, its production stays.
+    until(Duration::from_secs(30), "chat-a unloaded", || {
+        !runs(&deck, "chat-a")
+    });
+    let chat = model_status(&deck, "chat");
+    assert_eq!(chat["load"], json!({"unloaded": "ttl"}), "{chat}");
+    assert_eq!(listed(&deck), ["chat", "coder"]);
+    let listing: Value = support::block_on({
+        let url = deck.door_url();
+        async move {
+            reqwest::get(format!("{url}/v1/models"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        }
+    });
+    assert_eq!(
+        listing["data"][0]["sparkctl"]["state"], "unloaded",
+        "{listing}"
+    );
+    assert!(runs(&deck, "coder-a"));
+
+    // The next request for it starts it and waits; coder's clients see nothing of it.
+    let coder = Traffic::asking_for(&deck.door_url(), EVERY, "coder");
+    coder.answers(5, Duration::from_secs(30));
+    let waited = queued_ms(&deck, "chat");
+    coder.answers(5, Duration::from_secs(30));
+    let report = coder.stop();
+    assert_eq!(report.failed() + report.cut, 0, "{report:?}");
+    // The sim loads in 300 ms: the start is what it waited for.
+    assert!(waited >= 250, "waited {waited} ms");
+    assert!(runs(&deck, "chat-a"));
+    assert_ne!(deck.status_of("chat-a").unwrap()["id"], first);
+    assert_eq!(model_status(&deck, "chat")["load"], "loaded");
+    assert_eq!(
+        series(
+            &deck,
+            "sparkctl_frontdoor_model_loads_total{model=\"chat\"}"
+        ),
+        1.0
+    );
+    let unloads = "sparkctl_frontdoor_model_unloads_total{model=\"chat\",why=\"ttl\"}";
+    assert!(series(&deck, unloads) >= 1.0);
+    // Every coder request waited under 10 ms; the chat request that started it, longer.
+    let coder_fast = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_bucket{model=\"coder\",le=\"0.01\"}",
+    );
+    let coder_all = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_count{model=\"coder\"}",
+    );
+    assert!(
+        coder_all >= 10.0 && coder_fast == coder_all,
+        "{coder_fast} of {coder_all}"
+    );
+    let chat_slow = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_bucket{model=\"chat\",le=\"0.1\"}",
+    );
+    let chat_all = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_count{model=\"chat\"}",
+    );
+    assert_eq!(
+        chat_all - chat_slow,
+        1.0,
+        "one chat request waited for the start"
+    );
+    // The live page's data says what chat's clients waited.
+    let data: Value = support::block_on({
+        let url = deck.door_url();
+        async move {
+            let r = reqwest::get(format!("{url}/_sparkctl/data")).await.unwrap();
+            r.json().await.unwrap()
+        }
+    });
+    let chat = data["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "chat")
+        .unwrap();
+    assert_eq!(
+        (chat["loads"].as_u64(), chat["load"].as_str()),
+        (Some(1), Some("loaded"))
+    );
+    assert!(chat["waits"]["max_ms"].as_f64().unwrap() >= 250.0, "{chat}");
+    assert_eq!(chat["waits"]["requests"], 2, "{chat}");
+}
+
+#[test]
+fn a_preloaded_model_starts_with_the_front_door_and_another_when_a_request_names_it() {
+    let deck = deck("models-preload");
+    sim(&deck, "chat-a", Some("chat"), "serve:\n  preload: true\n");
+    sim(&deck, "coder-a", Some("coder"), "");
+    deck.ok(&["rollback", "--to", "chat-a"]);
+    deck.ok(&["rollback", "--to", "coder-a"]);
+    // A reboot, as the front door sees it: it starts with neither server running.
+    deck.ok(&["frontdoor", "stop"]);
+    deck.ok(&["down", "chat-a"]);
+    deck.ok(&["down", "coder-a"]);
+    deck.ok(&["frontdoor", "start"]);
+    until(Duration::from_secs(30), "chat-a preloaded", || {
+        runs(&deck, "chat-a")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !runs(&deck, "coder-a"),
+        "coder-a started with nobody asking"
+    );
+    assert_eq!(
+        model_status(&deck, "coder")["load"],
+        json!({"unloaded": "boot"})
+    );
+    assert!(queued_ms(&deck, "coder") >= 250);
+    assert!(runs(&deck, "coder-a"));
+    // Both routes kept through it all.
+    assert_eq!(listed(&deck), ["chat", "coder"]);
+}
