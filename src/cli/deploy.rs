@@ -379,7 +379,9 @@ impl DownArgs {
             if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
                 return Err(Error::RecipeCannot {
                     recipe: name.clone(),
-                    why: "it is a job: `sparkctl stop` stops it (`down` is for servers)".into(),
+                    why: format!(
+                        "it is a job: `sparkctl stop {name}` stops it (`down` is for servers)"
+                    ),
                 });
             }
             crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;

@@ -270,19 +270,35 @@ pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
     if s.models.len() < 2 {
         return Vec::new();
     }
+    use crate::frontdoor::lanes::ModelState;
     (s.models.iter())
         .map(|m| {
+            let recipe = m.production.current.as_ref().map(|e| e.recipe.as_str());
+            let last = match m.idle_s {
+                Some(t) => format!(
+                    "idle {}",
+                    crate::units::format_uptime(Duration::from_secs_f64(t))
+                ),
+                None => "busy".into(),
+            };
             format!(
-                "  model {}{} → {} · {} waiting",
+                "  model {}{} → {} · {} · {} in flight · {} waiting · {last} · {} on demand",
                 m.name.as_deref().unwrap_or("(none)"),
                 if m.default { " (default)" } else { "" },
-                match (&m.upstream, m.holding) {
+                match (&m.upstream, m.state) {
                     (Some(u), _) =>
                         format!("{} ({})", u.recipe, crate::units::short_id(&u.deployment)),
-                    (None, true) => "nothing yet: holding its requests".into(),
-                    (None, false) => "nothing (its requests get 503)".into(),
+                    (None, ModelState::Offline) => "nothing (its requests get 503)".into(),
+                    (None, ModelState::Holding) => "nothing yet: holding its requests".into(),
+                    (None, _) => recipe.unwrap_or("-").to_string(),
                 },
-                m.waiting
+                m.state.as_str(),
+                m.in_flight,
+                m.waiting,
+                match m.loads {
+                    1 => "1 start".to_string(),
+                    n => format!("{n} starts"),
+                }
             )
         })
         .collect()

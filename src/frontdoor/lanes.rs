@@ -36,6 +36,11 @@ pub(crate) struct Shared {
     pub(crate) book: Mutex<Production>,
     /// One change of production at a time, whichever model's: its write, then its route.
     pub(crate) changing: tokio::sync::Mutex<()>,
+    /// One start on demand at a time, with the evictions it makes: two models starting at
+    /// once would each plan beside the other as absent and together not fit.
+    pub(crate) starting: tokio::sync::Mutex<()>,
+    /// Every lane, for a start that must evict another model (set once the lanes open).
+    lanes: std::sync::OnceLock<std::sync::Weak<Lanes>>,
 }
 
 impl Shared {
@@ -52,10 +57,46 @@ impl Shared {
             deferred: crate::state::Deferred::default(),
             book: Mutex::new(book),
             changing: tokio::sync::Mutex::new(()),
+            starting: tokio::sync::Mutex::new(()),
+            lanes: std::sync::OnceLock::new(),
             state,
             config,
         }
     }
+
+    /// The models that may be evicted for `model`'s start, least recently used first: each
+    /// loaded and serving, not `keep`, not held by a command, with nothing in flight or
+    /// waiting (so one just started has served its queue first).
+    pub(crate) fn evictable(&self, model: &str) -> Vec<Idle> {
+        let Some(lanes) = self.lanes.get().and_then(std::sync::Weak::upgrade) else {
+            return Vec::new();
+        };
+        let mut idle: Vec<Idle> = (lanes.all().into_iter())
+            .filter(|d| d.model != model && d.demand.load() == Load::Loaded)
+            .filter(|d| !d.demand.settings().keep && !d.held_by_a_command())
+            .filter_map(|d| {
+                let Route::Serving(upstream) = d.table.route() else {
+                    return None;
+                };
+                let for_s = d.table.idle_for()?;
+                Some(Idle {
+                    door: d,
+                    upstream,
+                    for_s,
+                })
+            })
+            .collect();
+        idle.sort_by_key(|i| std::cmp::Reverse(i.for_s));
+        idle
+    }
+}
+
+/// Another model's lane that nobody uses now.
+pub(crate) struct Idle {
+    pub(crate) door: Arc<Door>,
+    pub(crate) upstream: Upstream,
+    /// Since its last request ended.
+    pub(crate) for_s: std::time::Duration,
 }
 
 /// One model as the front door serves it (`GET /state`'s `models`).
@@ -70,6 +111,9 @@ pub(crate) struct ModelStatus {
     pub(crate) waiting: usize,
     /// Whether its server is loaded, starting on demand, or unloaded.
     pub(crate) load: Load,
+    /// What a user is told of it (`status`, the page, `GET /v1/models`).
+    #[serde(default)]
+    pub(crate) state: ModelState,
     /// Starts on demand since the front door started.
     pub(crate) loads: u64,
     /// Requests being answered.
@@ -81,6 +125,54 @@ pub(crate) struct ModelStatus {
     /// Requests without `model` go to it.
     pub(crate) default: bool,
     pub(crate) production: Production,
+}
+
+/// One model as a user is told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ModelState {
+    /// Its server answers its requests.
+    Serving,
+    /// Started on demand for the requests that wait.
+    Starting,
+    /// Not running, with requests waiting for its start (room is being made, or a start
+    /// failed a moment ago and is tried again).
+    Queued,
+    /// Not running: not started since the front door started, or idle past its `ttl`.
+    Unloaded,
+    /// Not running: stopped to make room for another model.
+    Evicted,
+    /// Its requests are held while production changes (a swap, a restart).
+    Holding,
+    /// No production: its requests get 503.
+    #[default]
+    Offline,
+}
+
+impl ModelState {
+    pub(crate) fn of(route: &Route, load: Load, waiting: usize) -> ModelState {
+        match (route, load) {
+            (Route::Serving(_) | Route::Suspect(_), _) => ModelState::Serving,
+            (_, Load::Starting) => ModelState::Starting,
+            (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
+            (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
+            (_, Load::Unloaded(_)) => ModelState::Unloaded,
+            (Route::Holding, Load::Loaded) => ModelState::Holding,
+            (Route::Offline, Load::Loaded) => ModelState::Offline,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Serving => "serving",
+            ModelState::Starting => "starting",
+            ModelState::Queued => "queued",
+            ModelState::Unloaded => "unloaded",
+            ModelState::Evicted => "evicted",
+            ModelState::Holding => "holding",
+            ModelState::Offline => "offline",
+        }
+    }
 }
 
 /// Where a request goes, or the front door's own answer.
@@ -124,6 +216,7 @@ impl Lanes {
             default: Mutex::new(None),
             added,
         });
+        let _ = lanes.shared.lanes.set(Arc::downgrade(&lanes));
         lanes.refresh();
         (lanes, rx)
     }
@@ -213,6 +306,7 @@ impl Lanes {
                     upstream: s.upstream,
                     holding: s.holding,
                     waiting: s.waiting,
+                    state: ModelState::of(&d.table.route(), d.demand.load(), s.waiting),
                     load: d.demand.load(),
                     loads: d.demand.loads(),
                     production: s.production,
@@ -320,13 +414,8 @@ fn listing(served: &[(String, Arc<Door>)]) -> Value {
     let data: Vec<Value> = (served.iter())
         .map(|(name, d)| {
             let p = d.production();
-            let state = match (d.table.route(), d.demand.load()) {
-                (Route::Serving(_) | Route::Suspect(_), _) => "serving",
-                (_, Load::Starting) => "starting",
-                (_, Load::Unloaded(_)) => "unloaded",
-                (Route::Holding, Load::Loaded) => "holding",
-                (Route::Offline, Load::Loaded) => "offline",
-            };
+            let waiting = d.table.counts().0;
+            let state = ModelState::of(&d.table.route(), d.demand.load(), waiting).as_str();
             json!({
                 "id": name, "object": "model", "created": 0, "owned_by": "sparkctl",
                 "sparkctl": {

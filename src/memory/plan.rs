@@ -139,6 +139,11 @@ pub(crate) struct MemoryPlan {
     /// Available memory once it runs, against the reserve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) floor: Option<Floor>,
+    /// A stop gives back what the server counts, not only what it measurably holds: the
+    /// pool is one `SPARKCTL_MEMORY_GB` declares, and its available memory is worked out
+    /// from the same counts.
+    #[serde(skip)]
+    pub(crate) frees_counted: bool,
 }
 
 impl MemoryPlan {
@@ -169,6 +174,7 @@ impl MemoryPlan {
             must_stop,
             fits: used + need <= budget_gb,
             floor: None,
+            frees_counted: false,
         }
     }
 
@@ -205,6 +211,57 @@ impl MemoryPlan {
             f.freed_gb = 0.0;
         }
         next
+    }
+
+    /// What stopping `h` gives back.
+    fn frees(&self, h: &Holder) -> f64 {
+        match self.frees_counted {
+            true => h.gb(),
+            false => h.frees_gb(),
+        }
+    }
+
+    /// Which of `idle` (other models' productions that nobody uses now, least recently used
+    /// first) must stop, in that order, for the candidate to fit and leave the reserve,
+    /// once what is not production (candidates, warm instances) stopped first as always.
+    /// The rest of production is never touched. `Err(all)`: stopping every one of `idle` is
+    /// not enough; `all` says whether stopping every production would be (the start may
+    /// wait for a busy one) or not even that (it can never fit beside them).
+    pub(crate) fn evicting(&self, idle: &[String]) -> std::result::Result<Vec<String>, bool> {
+        let need = self.need_gb.unwrap_or(0.0);
+        // As `Floor::holds`, with what these stops free in place of the plan's own.
+        let fits = |used: f64, freed: f64| {
+            used + need <= self.budget_gb
+                && self.floor.as_ref().is_none_or(|f| {
+                    (f.available_gb).is_none_or(|a| a + freed - need + 1e-9 >= f.reserve_gb)
+                })
+        };
+        let others = (self.running.iter()).filter(|h| !h.production);
+        let order: Vec<&Holder> = others
+            .chain(
+                idle.iter()
+                    .filter_map(|n| (self.running.iter()).find(|h| h.production && &h.name == n)),
+            )
+            .collect();
+        let (mut used, mut freed) = (self.running.iter().map(Holder::gb).sum::<f64>(), 0.0);
+        let mut evicted = Vec::new();
+        for h in order {
+            if fits(used, freed) {
+                break;
+            }
+            used -= h.gb();
+            freed += self.frees(h);
+            if h.production {
+                evicted.push(h.name.clone());
+            }
+        }
+        if fits(used, freed) {
+            return Ok(evicted);
+        }
+        let rest = (self.running.iter())
+            .filter(|h| h.production && !idle.contains(&h.name))
+            .fold((used, freed), |(u, f), h| (u - h.gb(), f + self.frees(h)));
+        Err(fits(rest.0, rest.1))
     }
 
     /// Whether the start leaves the reserve available (see `Floor`).
@@ -282,16 +339,10 @@ pub(crate) async fn for_server(
         })
         .collect();
     let mut plan = MemoryPlan::new(budget.gb, recipe.server.memory_gb, holders);
-    let freed: f64 = plan
-        .running
-        .iter()
+    plan.frees_counted = settings.memory_declared_gb.is_some() && !is_gpus(&budget.pool);
+    let freed: f64 = (plan.running.iter())
         .filter(|h| plan.must_stop.contains(&h.name))
-        .map(
-            |h| match settings.memory_declared_gb.is_some() && !is_gpus(&budget.pool) {
-                true => h.gb(),
-                false => h.frees_gb(),
-            },
-        )
+        .map(|h| plan.frees(h))
         .sum();
     let (available_gb, what) = available(&budget.pool, &devices, settings, jobs_gb, &plan).await;
     plan.floor = Some(Floor {
@@ -426,6 +477,49 @@ mod tests {
         assert_eq!(plan.must_stop, vec!["nightly"]);
         assert!(plan.fits && plan.above_floor(), "{}", plan.describe());
         assert_eq!(plan.floor.as_ref().unwrap().freed_gb, 12.0);
+    }
+
+    #[test]
+    fn eviction_stops_idle_models_least_recently_used_first_and_never_the_busy() {
+        // 120 GB: three models' productions of 40, 30 and 30 GB and a 10 GB candidate run;
+        // a fourth model of 35 GB needs 25 more after the candidate stops.
+        let running = vec![
+            holder("chat", 40.0, true),
+            holder("coder", 30.0, true),
+            holder("tools", 30.0, true),
+            holder("trial", 10.0, false),
+        ];
+        let plan = MemoryPlan::new(120.0, Some(35.0), running);
+        // Least recently used first, whatever their sizes: coder (30) is enough.
+        let idle = vec!["coder".to_string(), "chat".to_string()];
+        assert_eq!(plan.evicting(&idle), Ok(vec!["coder".to_string()]));
+        // chat first: chat alone is enough too.
+        let idle = vec!["chat".to_string(), "coder".to_string()];
+        assert_eq!(plan.evicting(&idle), Ok(vec!["chat".to_string()]));
+        // None idle: it must wait (stopping a busy one would make room, but it is busy).
+        assert_eq!(plan.evicting(&[]), Err(true));
+        // Bigger than everything: never.
+        let plan = MemoryPlan::new(120.0, Some(121.0), vec![holder("chat", 40.0, true)]);
+        assert_eq!(plan.evicting(&["chat".to_string()]), Err(false));
+    }
+
+    #[test]
+    fn eviction_keeps_going_until_the_reserve_is_left() {
+        // The budget fits after one eviction, but available memory (what the kernel says)
+        // leaves the reserve only after two.
+        let running = vec![holder("a", 20.0, true), holder("b", 20.0, true)];
+        let mut plan = MemoryPlan::new(100.0, Some(70.0), running);
+        plan.floor = Some(Floor {
+            reserve_gb: 8.0,
+            available_gb: Some(50.0),
+            what: "MemAvailable".into(),
+            freed_gb: 0.0,
+        });
+        let idle = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(plan.evicting(&idle), Ok(idle.clone()));
+        // A reserve nothing can leave: not even both.
+        plan.floor.as_mut().unwrap().reserve_gb = 40.0;
+        assert_eq!(plan.evicting(&idle), Err(false));
     }
 
     #[test]

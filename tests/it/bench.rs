@@ -680,7 +680,8 @@ bench:
 fn a_server_that_is_down_is_a_clear_error() {
     let deck = Deck::new("bench-down");
     let port = support::free_port();
-    let (ran, _) = bench(&deck, &format!("http://127.0.0.1:{port}"), &[], 1);
+    // not_running (exit 2): a server at a URL that does not answer, as the guide's kinds say.
+    let (ran, _) = bench(&deck, &format!("http://127.0.0.1:{port}"), &[], 2);
     ran.warns(&format!(
         "the server at http://127.0.0.1:{port} does not answer"
     ));

@@ -104,7 +104,8 @@ fn a_server_pinned_to_one_gpu_is_planned_on_that_gpu_alone() {
     dry_run(&deck, "two-h100", "128", "second", 1)
         .0
         .says("GPU 1: NVIDIA H100 80GB HBM3");
-    dry_run(&deck, "h100", "128", "second", 1)
+    // A recipe this machine cannot serve as written is bad input (usage, exit 2).
+    dry_run(&deck, "h100", "128", "second", 2)
         .0
         .says("nvidia-smi lists 1 here");
 }

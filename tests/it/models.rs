@@ -484,3 +484,135 @@ fn a_preloaded_model_starts_with_the_front_door_and_another_when_a_request_names
     // Both routes kept through it all.
     assert_eq!(listed(&deck), ["chat", "coder"]);
 }
+
+/// `sparkctl ARGS` in a pool of 5 GB, no reserve: two of the 2 GB sims fit, three do not.
+fn in_five_gb(deck: &Deck, args: &[&str]) -> String {
+    let ran = support::Ran::of(
+        deck.cmd(args)
+            .env("SPARKCTL_MEMORY_GB", "5")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0")
+            .env("SPARKCTL_WARM_GRACE", "0s"),
+    );
+    ran.succeeds().stdout()
+}
+
+/// A request for `model` asking `tokens` tokens, from another thread: its status and what
+/// it waited for its model's server (`x-sparkctl-queued-ms`).
+fn ask_later(deck: &Deck, model: &str, tokens: u32) -> std::thread::JoinHandle<(u16, u64)> {
+    let url = deck.door_url();
+    let body = json!({
+        "model": model, "max_tokens": tokens,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+    })
+    .to_string();
+    std::thread::spawn(move || {
+        support::block_on(async move {
+            let r = reqwest::Client::new()
+                .post(format!("{url}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let waited = (r.headers().get("x-sparkctl-queued-ms"))
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            let status = r.status().as_u16();
+            let _ = r.bytes().await;
+            (status, waited)
+        })
+    })
+}
+
+/// Three models in a pool that holds two: the one marked `keep` stays whatever its age; the
+/// least recently used idle one is evicted for a start; one with a request in flight is
+/// not — the start waits for its answer, which is never cut.
+#[test]
+fn a_start_that_does_not_fit_evicts_the_idle_model_not_the_kept_or_the_busy_one() {
+    let deck = deck("models-evict");
+    sim(
+        &deck,
+        "chat-a",
+        Some("chat"),
+        "serve:\n  keep: true\n  preload: true\n",
+    );
+    sim(&deck, "coder-a", Some("coder"), "");
+    // tools answers slowly: 100 tokens at 25/s, 4 s in flight.
+    sim(&deck, "tools-a", Some("tools"), "");
+    let path = deck.dir.join("recipes/tools-a.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let slow = "--token-rate, \"25\", --tokens, \"100\"";
+    std::fs::write(
+        &path,
+        text.replace("--token-rate, \"200\", --tokens, \"8\"", slow),
+    )
+    .unwrap();
+    for r in ["chat-a", "coder-a", "tools-a"] {
+        deck.ok(&["rollback", "--to", r]);
+    }
+    // A reboot as the front door sees it, in the small pool: chat preloads, the others wait
+    // for a request.
+    deck.ok(&["frontdoor", "stop"]);
+    for r in ["chat-a", "coder-a", "tools-a"] {
+        deck.ok(&["down", r]);
+    }
+    in_five_gb(&deck, &["frontdoor", "start"]);
+    until(Duration::from_secs(30), "chat-a preloaded", || {
+        runs(&deck, "chat-a")
+    });
+    // coder fits beside chat; then chat is the least recently used, but kept: tools'
+    // start evicts coder.
+    assert!(queued_ms(&deck, "coder") >= 250);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, waited) = ask_later(&deck, "tools", 1).join().unwrap();
+    assert_eq!(status, 200, "{}", door_log(&deck));
+    assert!(waited >= 250, "tools waited {waited} ms");
+    assert!(runs(&deck, "chat-a") && runs(&deck, "tools-a"));
+    assert!(!runs(&deck, "coder-a"), "coder-a still runs");
+    assert_eq!(
+        model_status(&deck, "coder")["load"],
+        json!({"unloaded": "evicted"})
+    );
+    let evicted = "sparkctl_frontdoor_model_unloads_total{model=\"coder\",why=\"evicted\"}";
+    assert_eq!(series(&deck, evicted), 1.0);
+
+    // tools busy with a 4 s answer: coder's request waits for it, then tools is evicted.
+    let long = ask_later(&deck, "tools", 100);
+    until(Duration::from_secs(10), "tools' answer in flight", || {
+        model_status(&deck, "tools")["in_flight"] == 1
+    });
+    let began = std::time::Instant::now();
+    let coder = ask_later(&deck, "coder", 1);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(runs(&deck, "tools-a") && !runs(&deck, "coder-a"));
+    assert_eq!(model_status(&deck, "coder")["waiting"], 1);
+    let (status, _) = long.join().unwrap();
+    assert_eq!(status, 200, "tools' answer: {}", door_log(&deck));
+    let tools_done = began.elapsed();
+    let (status, waited) = coder.join().unwrap();
+    assert_eq!(status, 200, "coder's request: {}", door_log(&deck));
+    assert!(
+        Duration::from_millis(waited) >= tools_done.saturating_sub(Duration::from_millis(500)),
+        "coder waited {waited} ms, tools answered after {tools_done:?}"
+    );
+    assert!(runs(&deck, "chat-a") && runs(&deck, "coder-a"));
+    assert!(!runs(&deck, "tools-a"), "tools-a still runs");
+    let shown = deck.ok(&["status"]);
+    assert!(
+        shown.contains("tools") && shown.contains("evicted"),
+        "{shown}"
+    );
+}
+
+/// What the front doors of this deck logged.
+fn door_log(deck: &Deck) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(deck.dir.join("state/logs/frontdoor"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    logs.sort();
+    (logs.iter())
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect()
+}

@@ -135,6 +135,7 @@ impl Plan {
         next.pool = m.pool.clone();
         next.pool_what = m.pool_what.clone();
         next.floor = m.floor.clone();
+        next.frees_counted = m.frees_counted;
         self.mode = Mode::of(&next);
         self.start.memory = next;
     }

@@ -1,21 +1,35 @@
 //! A model's server on demand, from its watch: started by the one switch plan when a
 //! request waits for it (unloaded since the front door started, after its `ttl`, or evicted
 //! for room), and stopped when it has been idle past its `ttl`. Its requests wait in its
-//! own queue meanwhile; the other models' lanes are not touched.
+//! own queue meanwhile; the other models' lanes are not touched — unless the start does not
+//! fit beside them: then the idle ones are evicted, least recently used first, by what they
+//! measurably hold, never one with a request in flight or waiting, one marked `keep`, or
+//! one a command holds; the floor is never crossed.
 
 use std::time::Instant;
 
 use super::Watch;
+use crate::context::Context;
+use crate::deploy::{plan_start, StartOptions};
+use crate::error::Error;
 use crate::frontdoor::demand::{Load, Unloaded};
-use crate::frontdoor::say;
+use crate::frontdoor::{say, Door};
 use crate::production::Upstream;
 use crate::units::format_duration;
+
+/// Why a start on demand cannot be made now.
+enum NoRoom {
+    /// The models in the way are busy (or a command holds the state): their requests
+    /// finish first, and the next look tries again; the waiting requests keep waiting.
+    Busy(String),
+    /// It cannot start, whatever stops: a start that failed.
+    Never(Error),
+}
 
 impl Watch {
     /// The name clients send for this model, for the log and the metrics.
     pub(super) fn model_name(&self) -> String {
-        let p = self.door.production();
-        crate::models::answers_to(&self.door.model, &p).unwrap_or_default()
+        model_name(&self.door)
     }
 
     /// An unloaded model: started once a request waits for it (unless a command holds it,
@@ -36,6 +50,10 @@ impl Watch {
         let Some(current) = self.door.production().current else {
             return;
         };
+        let _one_at_a_time = self.door.starting.lock().await;
+        if self.door.demand.load() != Load::Unloaded(was) {
+            return;
+        }
         let generation = self.door.generation();
         let model = self.model_name();
         self.door.demand.set(Load::Starting);
@@ -44,6 +62,19 @@ impl Watch {
             current.recipe
         );
         let began = Instant::now();
+        match self.evict_for(&current.recipe, &model).await {
+            Ok(()) => {}
+            Err(NoRoom::Busy(why)) => {
+                tracing::info!("model {model}: waits for room: {why}");
+                self.door.demand.set(Load::Unloaded(was));
+                return;
+            }
+            Err(NoRoom::Never(e)) => {
+                say!("model {model}: {} cannot start: {e}", current.recipe);
+                self.door.demand.failed(was);
+                return;
+            }
+        }
         let up = match self.start_recipe(&current.recipe, None).await {
             Ok(up) => up,
             Err(e) => {
@@ -60,7 +91,7 @@ impl Watch {
         });
         if switched.await.is_err() {
             // A command's switch overtook it: what it routes to now is the command's.
-            self.stop_unrouted(&up).await;
+            stop_unrouted(&self.ctx, &self.door, &up).await;
             return;
         }
         self.door.demand.loaded();
@@ -72,6 +103,50 @@ impl Watch {
         );
     }
 
+    /// Makes room for `recipe` among the other models: when its start would have to stop
+    /// another model's production, the idle ones are unloaded (least recently used first)
+    /// until it fits and leaves the reserve. The rest of the room (candidates, warm
+    /// instances) is the switch plan's, as for any start.
+    async fn evict_for(&self, recipe: &str, model: &str) -> Result<(), NoRoom> {
+        let set = crate::recipe::load_dir(&self.recipes_dir).map_err(NoRoom::Never)?;
+        let loaded = set.get(recipe).map_err(NoRoom::Never)?;
+        let lock = crate::lock::Lock::load(&self.ctx.lock_path).map_err(NoRoom::Never)?;
+        let opts = StartOptions {
+            lock: &lock,
+            allow_unpinned: true,
+            replacing: None,
+        };
+        let start = plan_start(&self.ctx, loaded, &opts)
+            .await
+            .map_err(NoRoom::Never)?;
+        let Err(refused) = crate::models::refuse_stopping_others(&self.ctx, loaded, &start.memory)
+        else {
+            return Ok(());
+        };
+        let idle = self.door.evictable(&self.door.model);
+        let names: Vec<String> = idle.iter().map(|i| i.upstream.recipe.clone()).collect();
+        let victims = match start.memory.evicting(&names) {
+            Ok(v) => v,
+            Err(true) => {
+                return Err(NoRoom::Busy(format!(
+                    "{refused}; the models in the way are in use"
+                )))
+            }
+            Err(false) => return Err(NoRoom::Never(refused)),
+        };
+        // A command changing state (an `up` benchmarking, a job starting) decides first.
+        let Ok(_state) = self.ctx.state.lock("frontdoor watch: evicting a model") else {
+            return Err(NoRoom::Busy(
+                "a running command holds the state lock".into(),
+            ));
+        };
+        for i in idle.iter().filter(|i| victims.contains(&i.upstream.recipe)) {
+            let said = format!("evicted for {model}, idle for {}", format_duration(i.for_s));
+            unload(&self.ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await;
+        }
+        Ok(())
+    }
+
     /// Unloaded when idle past its `ttl` (a kept model never is).
     pub(super) async fn expire(&self, u: &Upstream) {
         let settings = self.door.demand.settings();
@@ -81,40 +156,46 @@ impl Watch {
         match self.door.table.idle_for() {
             Some(idle) if idle >= ttl.0 => {
                 let why = format!("idle for {}, its ttl", format_duration(idle));
-                self.unload(u, Unloaded::Ttl, &why).await;
+                let _one_at_a_time = self.door.starting.lock().await;
+                unload(&self.ctx, &self.door, u, Unloaded::Ttl, &why).await;
             }
             _ => {}
         }
     }
+}
 
-    /// Stops `u`, this model's server: its requests wait from now on, and the next one
-    /// starts it again.
-    pub(super) async fn unload(&self, u: &Upstream, why: Unloaded, said: &str) {
-        let model = self.model_name();
-        // Set first: a request that comes meanwhile wakes the watch for a start.
-        self.door.demand.set(Load::Unloaded(why));
-        let left = self.door.hold(self.door.config.drain, None).await;
-        if left > 0 {
-            say!("model {model}: {left} requests still in flight after the drain");
-        }
-        self.stop_unrouted(u).await;
-        let label = match why {
-            Unloaded::Ttl => "ttl",
-            Unloaded::Evicted => "evicted",
-            Unloaded::Boot => "boot",
-        };
-        self.door.metrics.unloaded(&model, label);
-        say!("model {model}: {} unloaded ({said})", u.recipe);
+fn model_name(door: &Door) -> String {
+    let p = door.production();
+    crate::models::answers_to(&door.model, &p).unwrap_or_default()
+}
+
+/// Stops `u`, the server of `door`'s model: its requests wait from now on, and the next one
+/// starts it again.
+async fn unload(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &str) {
+    let model = model_name(door);
+    // Set first: a request that comes meanwhile wakes the watch for a start.
+    door.demand.set(Load::Unloaded(why));
+    let left = door.hold(door.config.drain, None).await;
+    if left > 0 {
+        say!("model {model}: {left} requests still in flight after the drain");
     }
+    stop_unrouted(ctx, door, u).await;
+    let label = match why {
+        Unloaded::Ttl => "ttl",
+        Unloaded::Evicted => "evicted",
+        Unloaded::Boot => "boot",
+    };
+    door.metrics.unloaded(&model, label);
+    say!("model {model}: {} unloaded ({said})", u.recipe);
+}
 
-    /// Stops `u` unless the front door routes to it.
-    async fn stop_unrouted(&self, u: &Upstream) {
-        let routed = self.door.status().upstream;
-        if routed.is_some_and(|r| r.deployment == u.deployment) {
-            return;
-        }
-        if let Ok(Some(d)) = self.ctx.runtimes.instance(&u.recipe, &u.deployment).await {
-            let _ = self.ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await;
-        }
+/// Stops `u` unless `door` routes to it.
+async fn stop_unrouted(ctx: &Context, door: &Door, u: &Upstream) {
+    let routed = door.status().upstream;
+    if routed.is_some_and(|r| r.deployment == u.deployment) {
+        return;
+    }
+    if let Ok(Some(d)) = ctx.runtimes.instance(&u.recipe, &u.deployment).await {
+        let _ = ctx.runtimes.stop(&d, crate::runtime::STOP_GRACE).await;
     }
 }

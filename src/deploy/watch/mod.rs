@@ -222,7 +222,8 @@ impl Watch {
         let Some(current) = production.current.clone() else {
             return;
         };
-        if self.door.held_by_a_command() {
+        // Unloaded on purpose (its ttl, or evicted while this look ran): not a failure.
+        if self.door.held_by_a_command() || self.door.demand.unloaded() {
             return;
         }
         // A production that still answers finishes what it took: no client sees a failure.
