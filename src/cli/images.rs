@@ -503,17 +503,7 @@ fn print_history(h: &History, newest: usize, out: &Output) {
         "STAYS",
     ]);
     for e in &h.entries {
-        let how: Vec<String> = e
-            .seen
-            .iter()
-            .map(|s| {
-                serde_json::to_value(s)
-                    .unwrap()
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .collect();
+        let how: Vec<&str> = e.seen.iter().map(|s| s.as_str()).collect();
         let runs = match e.runs.last() {
             Some(last) => format!("{} (last {} {})", e.runs.len(), last.run_id, last.outcome),
             None => "-".into(),

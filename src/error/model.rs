@@ -6,7 +6,7 @@ use std::fmt;
 /// A model asked for, or claimed by recipes, that the door cannot serve as asked. Each
 /// is bad input (kind `usage`): nothing was changed.
 #[derive(Debug)]
-pub(crate) enum ModelProblem {
+pub enum ModelProblem {
     /// `--model NAME` that no production answers to; `known`: the names that do.
     Unknown { name: String, known: Vec<String> },
     /// A flow that acts on one model (`rollback`) while several are served.

@@ -95,9 +95,9 @@ pub(crate) struct Capture {
     settings: Mutex<Settings>,
     queue: mpsc::Sender<Queued>,
     /// The bytes of the bodies queued or being written.
-    queued: Arc<AtomicUsize>,
-    pub(crate) written: Arc<AtomicU64>,
-    pub(crate) dropped: Arc<AtomicU64>,
+    queued: AtomicUsize,
+    written: AtomicU64,
+    dropped: AtomicU64,
 }
 
 /// A request waiting to be written: when it came, its path, its body (with its share of
@@ -115,19 +115,15 @@ impl Capture {
         let c = Arc::new(Capture {
             settings: Mutex::new(settings),
             queue: tx,
-            queued: Arc::default(),
-            written: Arc::default(),
-            dropped: Arc::default(),
+            queued: AtomicUsize::default(),
+            written: AtomicU64::default(),
+            dropped: AtomicU64::default(),
         });
         let writer = Writer {
             dir,
             secret: api_key,
-            queued: c.queued.clone(),
-            written: c.written.clone(),
-            dropped: c.dropped.clone(),
         };
-        let settings = c.clone();
-        tokio::spawn(writer.run(rx, settings));
+        tokio::spawn(writer.run(rx, c.clone()));
         c
     }
 
@@ -212,12 +208,10 @@ impl Capture {
     }
 }
 
+/// The task that writes queued requests; it counts into the `Capture` it serves.
 struct Writer {
     dir: PathBuf,
     secret: Option<String>,
-    queued: Arc<AtomicUsize>,
-    written: Arc<AtomicU64>,
-    dropped: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -231,10 +225,10 @@ impl Writer {
                 tokio::task::spawn_blocking(move || w.write(q.unix_ms, q.path, &q.body.bytes, max))
                     .await;
             // The body is gone with the task: its bytes leave the queue's count.
-            writer.queued.fetch_sub(len, Ordering::AcqRel);
+            capture.queued.fetch_sub(len, Ordering::AcqRel);
             match wrote {
-                Ok(Ok(true)) => writer.written.fetch_add(1, Ordering::Relaxed),
-                _ => writer.dropped.fetch_add(1, Ordering::Relaxed),
+                Ok(Ok(true)) => capture.written.fetch_add(1, Ordering::Relaxed),
+                _ => capture.dropped.fetch_add(1, Ordering::Relaxed),
             };
         }
     }
