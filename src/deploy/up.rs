@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 
 use super::start;
-use super::switch::{self, interrupted, serving_now, timed, Ctx, Hold, Mode, Plan, Touched};
+use super::switch::{
+    self, interrupted, serving_now, timed, Hold, Mode, Plan, SwitchContext, Touched,
+};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
@@ -38,14 +40,18 @@ pub(crate) struct UpOptions<'a> {
 }
 
 /// `sparkctl up NAME`.
-pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
+pub(crate) async fn up(
+    ctx: &SwitchContext<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+) -> Result<RunRecord> {
     let _lock = ctx.state().lock(&format!("up {name}"))?;
     up_locked(ctx, name, opts).await
 }
 
 /// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
 pub(crate) async fn up_locked(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
@@ -92,7 +98,7 @@ pub(crate) async fn up_locked(
 }
 
 struct Flow<'a, 'b> {
-    ctx: &'a Ctx<'b>,
+    ctx: &'a SwitchContext<'b>,
     opts: &'a UpOptions<'a>,
     loaded: &'a LoadedRecipe,
     record: &'a mut RunRecord,
@@ -524,7 +530,7 @@ fn production_baseline(production: &Production) -> Baseline<BenchResult> {
 /// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load,
 /// evaluation (beside production's answers `asked` just now, when there are any).
 async fn bench_recipe(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     baseline: &Baseline<BenchResult>,
     asked: Option<crate::eval::Report>,
