@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::body::Read;
-pub(crate) use crate::captured::{dir, files, Captured};
+pub(crate) use crate::capture_file::{dir, files, CapturedRequest};
 use crate::error::{Error, Result};
 use crate::secrets::{scrub, secret_key, REDACTED};
 
@@ -244,7 +244,7 @@ impl Writer {
         let Ok(body) = serde_json::from_slice::<Value>(body) else {
             return Ok(false);
         };
-        let entry = Captured {
+        let entry = CapturedRequest {
             unix_ms,
             path,
             body: redact(body, self.secret.as_deref()),
