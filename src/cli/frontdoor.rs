@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{context, runtime, server_runtime, Globals, Output};
+use super::{context, executor, server_executor, Globals, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Config, DoorStatus, Launch};
@@ -20,12 +20,14 @@ pub(crate) struct FrontdoorArgs {
 
 impl FrontdoorArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        let rt = if matches!(self.command, FrontdoorCommand::Serve { .. }) {
-            server_runtime()?
+        let executor = if matches!(self.command, FrontdoorCommand::Serve { .. }) {
+            server_executor()?
         } else {
-            runtime()?
+            executor()?
         };
-        rt.block_on(async { run(context(g).await?, g.recipes_dir().path, self.command, out).await })
+        executor.block_on(async {
+            run(context(g).await?, g.recipes_dir().path, self.command, out).await
+        })
     }
 }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-use super::{load_recipes, lock_path, runtime, state_root, Globals, Output};
+use super::{executor, load_recipes, lock_path, state_root, Globals, Output};
 use crate::error::{Error, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::images::{self, Finding};
@@ -22,7 +22,7 @@ pub(crate) struct ImagesArgs {
 
 impl ImagesArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        runtime()?.block_on(async {
+        executor()?.block_on(async {
             let recipes = load_recipes(g, out)?;
             let docker = crate::runtime::docker::connect().await?;
             let state = StateDir::open(&state_root(g))?;

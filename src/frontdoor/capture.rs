@@ -111,7 +111,7 @@ struct Queued {
 }
 
 impl Capture {
-    /// Starts the writer for `dir` (a task of the current runtime).
+    /// Starts the writer for `dir` (a task on the current tokio executor).
     pub(crate) fn start(
         dir: PathBuf,
         config: CaptureConfig,
