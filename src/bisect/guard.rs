@@ -33,7 +33,7 @@ pub(crate) async fn lock_within(
     let mut said = false;
     loop {
         match state.lock(what) {
-            Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
+            Err(e @ Error::StateLockHeld { .. }) if std::time::Instant::now() < deadline => {
                 if !said {
                     progress.step(&format!(
                         "waiting (up to {}): {e}",

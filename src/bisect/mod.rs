@@ -125,7 +125,7 @@ pub(crate) async fn bisect(
             diff: None,
         });
     }
-    let _lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.progress).await?;
+    let _state_lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.progress).await?;
     let mut b = match (opts.resume, record::unfinished(state, name)?) {
         (true, Some(b)) => resumed(b, opts),
         (true, None) => {

@@ -27,7 +27,7 @@ pub(crate) async fn rollback(
     dry_run: bool,
     progress: &dyn Progress,
 ) -> Result<RunRecord> {
-    let _lock = ctx.state().lock("rollback")?;
+    let _state_lock = ctx.state().lock("rollback")?;
     let production = ctx.production().await?;
     let (target, from_stack) = match to {
         Some(n) => (n.to_string(), false),

@@ -45,7 +45,7 @@ pub(crate) async fn up(
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
-    let _lock = ctx.state().lock(&format!("up {name}"))?;
+    let _state_lock = ctx.state().lock(&format!("up {name}"))?;
     up_locked(ctx, name, opts).await
 }
 

@@ -195,7 +195,7 @@ async fn follow_tag(
     let state_lock =
         match crate::bisect::lock_within(&ctx.state, &what, opts.wait, opts.progress).await {
             Ok(l) => l,
-            Err(e @ Error::LockHeld { .. }) => {
+            Err(e @ Error::StateLockHeld { .. }) => {
                 return run.skipped(format!(
                 "{e} for {}; the new digest is fetched and kept, and the next upgrade judges it",
                 crate::units::format_duration(opts.wait)
