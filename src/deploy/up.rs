@@ -1,7 +1,8 @@
-//! `sparkctl up NAME`, in the phases of DESIGN §5: plan → patch → make room → start →
-//! measure production → bench → judge → switch → record. The instance that passed the
-//! gates is the one the front door switches to; on any failure or interrupt one restore
-//! path (`switch::restore`) leaves the front door routing to a backend that answers.
+//! `sparkctl up NAME`, in the phases ARCHITECTURE.md lists ("The phases of `up`"):
+//! plan → patch → make room → start → measure production → bench → judge → switch →
+//! record. The instance that passed the gates is the one the front door switches to; on
+//! any failure or interrupt one restore path (`switch::restore`) leaves
+//! the front door routing to a backend that answers.
 
 use std::sync::{Arc, Mutex};
 
