@@ -9,7 +9,8 @@ use crate::bench::gates::GateResult;
 use crate::error::{Error, Result};
 use crate::state::{self, StateDir};
 
-/// The phases of `up` (DESIGN §5) and of `rollback`, as run records name them.
+/// The phases of `up` (ARCHITECTURE.md, "The phases of `up`") and of `rollback`, as run
+/// records name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum PhaseName {

@@ -11,7 +11,7 @@
 mod adopt;
 mod bench;
 mod bisect;
-mod captured;
+mod capture_file;
 mod cli;
 mod context;
 mod deploy;

@@ -172,7 +172,7 @@ pub(crate) async fn run(
     opts: Options,
 ) -> Result<Pruned> {
     let state = &ctx.state;
-    let _lock = state.lock("prune")?;
+    let _state_lock = state.lock("prune")?;
     let docker = ctx.runtimes.docker()?;
     let keep = opts.keep.unwrap_or(ctx.settings.keep_exited);
     let mut plan = plan(docker, protected(state, recipes)?, keep, None).await?;

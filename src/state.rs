@@ -185,7 +185,7 @@ impl StateDir {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
-            return Err(Error::LockHeld {
+            return Err(Error::StateLockHeld {
                 holder: if holder.trim().is_empty() {
                     "holder unknown".to_string()
                 } else {

@@ -89,7 +89,7 @@ pub(crate) async fn adopt(
     name: &str,
     opts: &Options<'_>,
 ) -> Result<Report> {
-    let _lock = ctx.state.lock(&format!("adopt {name}"))?;
+    let _state_lock = ctx.state.lock(&format!("adopt {name}"))?;
     let loaded = recipes.get(name)?;
     let imported = record::load(&ctx.state, name)?.ok_or_else(|| Error::RecipeCannot {
         recipe: name.to_string(),

@@ -6,8 +6,9 @@
 
 /// Longest repeated unit looked for, in words.
 const MAX_PERIOD: usize = 32;
-/// Word hashes kept: enough to compare the newest with one `MAX_PERIOD` back.
-const RING: usize = 64;
+/// Word hashes kept: enough to compare the newest with one `MAX_PERIOD` back (a ring of
+/// `MAX_PERIOD` or fewer would compare a slot with itself).
+const RING: usize = 2 * MAX_PERIOD;
 /// A run of non-space characters counts as one word per this many characters, so a
 /// stream with no spaces (`!!!!!!!!…`, `0,0,0,…`) still has words to compare.
 const WORD_CHARS: u32 = 8;

@@ -16,7 +16,7 @@ use super::load::{schedule, Arrival};
 use super::sample::Sample;
 use super::suite::{captured_request, CacheMode, Case, Suite};
 use super::{Bench, Options};
-use crate::captured as capture;
+use crate::capture_file as capture;
 use crate::error::{Error, Result};
 use crate::state::StateDir;
 
@@ -73,7 +73,7 @@ fn is_capture(path: &Path) -> bool {
     };
     let mut first = String::new();
     let _ = std::io::BufReader::new(f).read_line(&mut first);
-    serde_json::from_str::<capture::Captured>(&first).is_ok()
+    serde_json::from_str::<capture::CapturedRequest>(&first).is_ok()
 }
 
 fn last_user_text(messages: &[Value]) -> String {

@@ -1,6 +1,6 @@
 //! A benchmark result for people: per-case tables, a side-by-side comparison, an SVG chart.
 
-use super::result::BenchResult;
+use super::result::{BenchResult, CaseSummary};
 
 fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}"))
@@ -11,82 +11,81 @@ fn p50(s: &Option<super::result::Stats>) -> Option<f64> {
     s.as_ref().map(|s| s.p50)
 }
 
+/// A table with one row per case: each column is its heading and how a case fills it,
+/// written side by side so that a column added or moved cannot shift the others.
+type Column<'a> = (&'a str, &'a dyn Fn(&CaseSummary) -> String);
+
+fn case_rows(r: &BenchResult, table: &mut comfy_table::Table, columns: &[Column]) {
+    table.set_header(columns.iter().map(|(heading, _)| *heading));
+    for c in &r.cases {
+        table.add_row(columns.iter().map(|(_, cell)| cell(c)));
+    }
+}
+
 /// Per-case latency and quality of one result.
 pub(crate) fn case_table(r: &BenchResult, table: &mut comfy_table::Table) {
-    table.set_header(vec![
-        "CASE",
-        "OK",
-        "TTFT p50",
-        "p90",
-        "p99",
-        "TTFO p50",
-        "COLD",
-        "TPOT p50",
-        "ITL p50",
-        "ITL p99",
-        "DECODE p50",
-        "E2E p50",
-        "CHECKS",
-    ]);
-    for c in &r.cases {
-        let checks: Vec<String> = c
-            .checks
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.0}%"))
-            .collect();
-        table.add_row(vec![
-            c.case.clone(),
-            format!("{}/{}", c.samples - c.failed, c.samples),
-            fmt(p50(&c.ttft_ms), 1),
-            fmt(c.ttft_ms.as_ref().map(|s| s.p90), 1),
-            fmt(c.ttft_ms.as_ref().map(|s| s.p99), 1),
-            fmt(p50(&c.ttfo_ms), 1),
-            fmt(c.cold_start_ttft_ms, 1),
-            fmt(p50(&c.tpot_ms), 2),
-            fmt(p50(&c.itl_ms), 2),
-            fmt(c.itl_ms.as_ref().map(|s| s.p99), 2),
-            fmt(p50(&c.decode_tps), 1),
-            fmt(p50(&c.e2e_ms), 0),
-            checks.join(", "),
-        ]);
-    }
+    case_rows(
+        r,
+        table,
+        &[
+            ("CASE", &|c| c.case.clone()),
+            ("OK", &|c| format!("{}/{}", c.samples - c.failed, c.samples)),
+            ("TTFT p50", &|c| fmt(p50(&c.ttft_ms), 1)),
+            ("p90", &|c| fmt(c.ttft_ms.as_ref().map(|s| s.p90), 1)),
+            ("p99", &|c| fmt(c.ttft_ms.as_ref().map(|s| s.p99), 1)),
+            ("TTFO p50", &|c| fmt(p50(&c.ttfo_ms), 1)),
+            ("COLD", &|c| fmt(c.cold_start_ttft_ms, 1)),
+            ("TPOT p50", &|c| fmt(p50(&c.tpot_ms), 2)),
+            ("ITL p50", &|c| fmt(p50(&c.itl_ms), 2)),
+            ("ITL p99", &|c| fmt(c.itl_ms.as_ref().map(|s| s.p99), 2)),
+            ("DECODE p50", &|c| fmt(p50(&c.decode_tps), 1)),
+            ("E2E p50", &|c| fmt(p50(&c.e2e_ms), 0)),
+            ("CHECKS", &|c| {
+                let checks: Vec<String> = c
+                    .checks
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.0}%"))
+                    .collect();
+                checks.join(", ")
+            }),
+        ],
+    );
 }
 
 /// Per-case evidence: what was cached, how tokens came, what the server itself measured.
 pub(crate) fn evidence_table(r: &BenchResult, table: &mut comfy_table::Table) {
-    table.set_header(vec![
-        "CASE",
-        "CACHE",
-        "PROMPT TOK p50",
-        "CACHED p50 (max)",
-        "TOK/CHUNK",
-        "SERVER DECODE p50",
-        "CLIENT vs SERVER",
-        "TTFT - SERVER PROMPT",
-        "RETRIED",
-        "BURSTS",
-    ]);
-    for c in &r.cases {
-        table.add_row(vec![
-            c.case.clone(),
-            match c.cache {
-                super::suite::CacheMode::Cold => "cold".into(),
-                super::suite::CacheMode::WarmPrefix => "warm-prefix".to_string(),
-            },
-            fmt(p50(&c.prompt_tokens), 0),
-            c.cached_tokens
-                .as_ref()
-                .map_or("-".into(), |s| format!("{:.0} ({:.0})", s.p50, s.max)),
-            fmt(c.tokens_per_chunk, 2),
-            fmt(p50(&c.server_decode_tps), 1),
-            c.decode_vs_server_pct
-                .map_or("-".into(), |v| format!("{v:+.2}%")),
-            c.ttft_minus_server_prompt_ms
-                .map_or("-".into(), |v| format!("{v:+.1} ms")),
-            c.retried.to_string(),
-            c.bursts.to_string(),
-        ]);
-    }
+    case_rows(
+        r,
+        table,
+        &[
+            ("CASE", &|c| c.case.clone()),
+            ("CACHE", &|c| {
+                match c.cache {
+                    super::suite::CacheMode::Cold => "cold",
+                    super::suite::CacheMode::WarmPrefix => "warm-prefix",
+                }
+                .into()
+            }),
+            ("PROMPT TOK p50", &|c| fmt(p50(&c.prompt_tokens), 0)),
+            ("CACHED p50 (max)", &|c| {
+                c.cached_tokens
+                    .as_ref()
+                    .map_or("-".into(), |s| format!("{:.0} ({:.0})", s.p50, s.max))
+            }),
+            ("TOK/CHUNK", &|c| fmt(c.tokens_per_chunk, 2)),
+            ("SERVER DECODE p50", &|c| fmt(p50(&c.server_decode_tps), 1)),
+            ("CLIENT vs SERVER", &|c| {
+                c.decode_vs_server_pct
+                    .map_or("-".into(), |v| format!("{v:+.2}%"))
+            }),
+            ("TTFT - SERVER PROMPT", &|c| {
+                c.ttft_minus_server_prompt_ms
+                    .map_or("-".into(), |v| format!("{v:+.1} ms"))
+            }),
+            ("RETRIED", &|c| c.retried.to_string()),
+            ("BURSTS", &|c| c.bursts.to_string()),
+        ],
+    );
 }
 
 /// TTFT and decode of one case (or turn) of one result.
@@ -248,7 +247,7 @@ pub(crate) fn chart_svg(results: &[&BenchResult]) -> String {
                 .collect();
             ttft.push((format!("{} t{}", c.case, i + 1), v));
         }
-        let pick = |f: fn(&super::result::CaseSummary) -> Option<f64>| -> Vec<Option<f64>> {
+        let pick = |f: fn(&CaseSummary) -> Option<f64>| -> Vec<Option<f64>> {
             results
                 .iter()
                 .map(|r| find(r, &c.case).and_then(|x| f(&x)))

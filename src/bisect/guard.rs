@@ -4,7 +4,7 @@
 
 use super::record::{Bisect, Status};
 use super::step::{candidate_name, Env};
-use crate::deploy::switch::{self, Ctx, Touched};
+use crate::deploy::switch::{self, SwitchContext, Touched};
 use crate::error::{Error, Result};
 use crate::history::{Outcome, RunRecord};
 use crate::progress::Progress;
@@ -33,7 +33,7 @@ pub(crate) async fn lock_within(
     let mut said = false;
     loop {
         match state.lock(what) {
-            Err(e @ Error::LockHeld { .. }) if std::time::Instant::now() < deadline => {
+            Err(e @ Error::StateLockHeld { .. }) if std::time::Instant::now() < deadline => {
                 if !said {
                     progress.step(&format!(
                         "waiting (up to {}): {e}",
@@ -51,7 +51,7 @@ pub(crate) async fn lock_within(
 /// A candidate a killed bisect left running is stopped before anything starts, and a
 /// production it had stopped for its step (its requests held) is brought back.
 pub(crate) async fn clean_leftover(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -80,7 +80,7 @@ pub(crate) async fn clean_leftover(
 /// What a step changed, undone: its candidate stopped, production serving again. Without
 /// a front door answering there is no production to bring back: only the candidate stops.
 async fn put_back(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     mut t: Touched,
     name: &str,
     progress: &dyn Progress,

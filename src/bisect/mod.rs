@@ -22,7 +22,7 @@ pub(crate) use record::{Answer, Bisect, Measurement, Plan, Role, Status};
 pub(crate) use search::steps_for;
 
 use crate::bench::result::BenchResult;
-use crate::deploy::switch::{self, Ctx, Touched};
+use crate::deploy::switch::{self, SwitchContext, Touched};
 use crate::error::{Error, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::progress::Progress;
@@ -64,7 +64,7 @@ pub(crate) struct Report {
 /// What the candidates are: the digests of the recipe's image, or (`--builds`) the builds
 /// of its binary (by sha256, with their paths).
 async fn candidates(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     loaded: &LoadedRecipe,
     builds: Option<&std::path::Path>,
 ) -> Result<(History, Paths)> {
@@ -104,7 +104,11 @@ fn image_of(loaded: &LoadedRecipe) -> Result<String> {
     }
 }
 
-pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Result<Report> {
+pub(crate) async fn bisect(
+    ctx: &SwitchContext<'_>,
+    name: &str,
+    opts: &Options<'_>,
+) -> Result<Report> {
     let loaded = ctx.recipes.get(name)?;
     let state = ctx.state();
     // A resumed bisect walks what it began with.
@@ -121,7 +125,7 @@ pub(crate) async fn bisect(ctx: &Ctx<'_>, name: &str, opts: &Options<'_>) -> Res
             diff: None,
         });
     }
-    let _lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.progress).await?;
+    let _state_lock = guard::lock_waiting(state, &format!("bisect {name}"), opts.progress).await?;
     let mut b = match (opts.resume, record::unfinished(state, name)?) {
         (true, Some(b)) => resumed(b, opts),
         (true, None) => {
@@ -214,7 +218,7 @@ fn status_word(s: Status) -> &'static str {
 
 /// A new bisect over the digests from `--good` to `--bad`.
 async fn begin(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     loaded: &LoadedRecipe,
     (h, paths): (&History, &Paths),
     opts: &Options<'_>,
@@ -364,7 +368,7 @@ async fn drive(env: &Env<'_, '_>, b: &mut Bisect) -> Result<()> {
 }
 
 /// The answer: the pair kept for good, what changed between them.
-async fn finish(ctx: &Ctx<'_>, mut b: Bisect, history: History) -> Result<Report> {
+async fn finish(ctx: &SwitchContext<'_>, mut b: Bisect, history: History) -> Result<Report> {
     let state = ctx.state();
     let answer = b.answer.clone().expect("set when done");
     if b.builds.is_some() {

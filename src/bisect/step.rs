@@ -11,7 +11,7 @@ use super::judge::{Judgement, Verdict};
 use super::record::{round_file, Bisect, Measurement, Role, Round};
 use crate::bench::result::BenchResult;
 use crate::bench::suite::Suite;
-use crate::deploy::switch::{self, timed, Ctx, Hold, Plan, Touched};
+use crate::deploy::switch::{self, timed, Hold, Plan, SwitchContext, Touched};
 use crate::deploy::{start, StartOptions, STOP_GRACE};
 use crate::error::{Error, Result};
 use crate::history::{BisectStep, Command, Outcome, PhaseName, RunRecord};
@@ -30,7 +30,7 @@ pub(crate) fn candidate_name(recipe: &str) -> String {
 
 /// What every measurement shares.
 pub(crate) struct Env<'a, 'b> {
-    pub(crate) ctx: &'a Ctx<'b>,
+    pub(crate) ctx: &'a SwitchContext<'b>,
     pub(crate) loaded: &'a LoadedRecipe,
     pub(crate) history: &'a History,
     pub(crate) suite: &'a Suite,

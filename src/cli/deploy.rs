@@ -447,7 +447,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         yes,
         allow_unpinned,
     } = args;
-    let flow = deploy::switch::Ctx::open(ctx, recipes, &[&name], dry_run).await?;
+    let flow = deploy::switch::SwitchContext::open(ctx, recipes, &[&name], dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
     let opts = deploy::up::UpOptions {
@@ -516,7 +516,7 @@ async fn rollback(
     let (to, dry_run) = (args.to.as_deref(), args.dry_run);
     let model = crate::models::of_rollback(&ctx.state, recipes, to, args.model.as_deref())?;
     let needs: Vec<&str> = to.into_iter().collect();
-    let flow = deploy::switch::Ctx::open(ctx, recipes, &needs, dry_run)
+    let flow = deploy::switch::SwitchContext::open(ctx, recipes, &needs, dry_run)
         .await?
         .for_model(&model);
     let record = deploy::rollback::rollback(&flow, to, dry_run, out).await?;

@@ -1,6 +1,6 @@
 //! `sparkctl doctor [NAME…]`: rendering over `doctor`.
 
-use super::{context, load_recipes, runtime, Globals, Output};
+use super::{context, executor, load_recipes, Globals, Output};
 use crate::error::Result;
 
 /// `sparkctl doctor`'s arguments.
@@ -12,7 +12,7 @@ pub(crate) struct DoctorArgs {
 
 impl DoctorArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        runtime()?.block_on(doctor(g, &self.names, out))
+        executor()?.block_on(doctor(g, &self.names, out))
     }
 }
 

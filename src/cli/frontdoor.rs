@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{context, runtime, server_runtime, Globals, Output};
+use super::{context, executor, server_executor, Globals, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Config, DoorStatus, Launch};
@@ -20,12 +20,14 @@ pub(crate) struct FrontdoorArgs {
 
 impl FrontdoorArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        let rt = if matches!(self.command, FrontdoorCommand::Serve { .. }) {
-            server_runtime()?
+        let executor = if matches!(self.command, FrontdoorCommand::Serve { .. }) {
+            server_executor()?
         } else {
-            runtime()?
+            executor()?
         };
-        rt.block_on(async { run(context(g).await?, g.recipes_dir().path, self.command, out).await })
+        executor.block_on(async {
+            run(context(g).await?, g.recipes_dir().path, self.command, out).await
+        })
     }
 }
 
@@ -163,14 +165,14 @@ async fn run(
 }
 
 async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()> {
-    use frontdoor::capture::{self, Settings};
-    let now = capture::read_settings(&ctx.state);
+    use frontdoor::capture::{self, CaptureConfig};
+    let now = capture::read_config(&ctx.state);
     let set = match what {
-        CaptureCommand::On { max_size } => Some(Settings {
+        CaptureCommand::On { max_size } => Some(CaptureConfig {
             on: true,
             max_bytes: max_size.0,
         }),
-        CaptureCommand::Off => Some(Settings { on: false, ..now }),
+        CaptureCommand::Off => Some(CaptureConfig { on: false, ..now }),
         CaptureCommand::Status => None,
     };
     let remote = frontdoor::Remote::new(frontdoor::control_socket(&ctx.state));
@@ -179,7 +181,7 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
         // No front door: the setting waits in its file for the next start.
         Err(_) if remote.status().await.is_err() => {
             if let Some(s) = set {
-                let file = capture::settings_file(&ctx.state);
+                let file = capture::config_file(&ctx.state);
                 if let Some(dir) = file.parent() {
                     std::fs::create_dir_all(dir)
                         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -196,7 +198,7 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
                 out.say("the front door is not running: this applies when it starts");
             }
             capture::CaptureStatus {
-                settings: set.unwrap_or(now),
+                config: set.unwrap_or(now),
                 dir,
                 bytes,
                 written: 0,
@@ -211,8 +213,8 @@ async fn capture(ctx: &Context, what: CaptureCommand, out: &Output) -> Result<()
     }
     out.say(format_args!(
         "capture {} · at most {} in {} · {} held now · {} written, {} dropped since the front door started",
-        if status.settings.on { "on" } else { "off" },
-        crate::units::ByteSize(status.settings.max_bytes),
+        if status.config.on { "on" } else { "off" },
+        crate::units::ByteSize(status.config.max_bytes),
         status.dir.display(),
         crate::units::ByteSize(status.bytes),
         status.written,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-use super::{load_recipes, lock_path, runtime, state_root, Globals, Output};
+use super::{executor, load_recipes, lock_path, state_root, Globals, Output};
 use crate::error::{Error, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::images::{self, Finding};
@@ -22,7 +22,7 @@ pub(crate) struct ImagesArgs {
 
 impl ImagesArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        runtime()?.block_on(async {
+        executor()?.block_on(async {
             let recipes = load_recipes(g, out)?;
             let docker = crate::runtime::docker::connect().await?;
             let state = StateDir::open(&state_root(g))?;
@@ -503,17 +503,7 @@ fn print_history(h: &History, newest: usize, out: &Output) {
         "STAYS",
     ]);
     for e in &h.entries {
-        let how: Vec<String> = e
-            .seen
-            .iter()
-            .map(|s| {
-                serde_json::to_value(s)
-                    .unwrap()
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .collect();
+        let how: Vec<&str> = e.seen.iter().map(|s| s.as_str()).collect();
         let runs = match e.runs.last() {
             Some(last) => format!("{} (last {} {})", e.runs.len(), last.run_id, last.outcome),
             None => "-".into(),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{lock_path, runtime, state_root, Globals, Output};
+use super::{executor, lock_path, state_root, Globals, Output};
 use crate::error::Result;
 use crate::import::{self, Machine, Seen, Source};
 
@@ -74,7 +74,7 @@ struct Report<'a> {
 
 impl ImportArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        runtime()?.block_on(async {
+        executor()?.block_on(async {
             let state = crate::state::StateDir::open(&state_root(g))?;
             run(g.recipes_dir().path, lock_path(g), &state, self, out).await
         })

@@ -31,8 +31,8 @@ use crate::error::{Error, Result};
 use crate::sim::SimConfig;
 pub(crate) use output::Output;
 use setup::{
-    context, in_context, init_tracing, load_recipes, lock_path, recipes_in, runtime, self_exe,
-    server_runtime, state_root, with_recipes,
+    context, executor, in_context, init_tracing, load_recipes, lock_path, recipes_in, self_exe,
+    server_executor, state_root, with_recipes,
 };
 
 /// Deploy, verify and roll back LLM inference servers on a DGX Spark.
@@ -173,7 +173,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Init(args) => args.exec(g, &out),
         Command::Import(args) => args.exec(g, &out),
         Command::Adopt(args) => args.exec(g, &out),
-        Command::Sim(config) => runtime()?.block_on(crate::sim::serve(config)),
+        Command::Sim(config) => executor()?.block_on(crate::sim::serve(config)),
         Command::Completions(args) => args.exec(&out),
         Command::Man(args) => args.exec(&out),
     }

@@ -1,4 +1,4 @@
-//! What every command is given: the async runtime, logging, the recipes found where
+//! What every command is given: the tokio executor, logging, the recipes found where
 //! sparkctl looks, and the library context built from the global options.
 
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub(super) fn init_tracing(verbose: u8) {
 /// that polls the socket, with no hop to another worker between a byte's arrival and its
 /// timestamp (measured: TTFT error p50 0.38 → 0.29 ms against the simulated engine). CPU
 /// work (hashing, copies) goes to the blocking pool.
-pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn executor() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -51,7 +51,7 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// A worker per core for the front door's server: it carries every stream of production at
 /// once, and a burst of chunks from many streams should not queue behind one thread.
-pub(super) fn server_runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn server_executor() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -120,7 +120,7 @@ pub(super) fn in_context(
     g: &Globals,
     f: impl AsyncFnOnce(&crate::context::Context) -> Result<()>,
 ) -> Result<()> {
-    runtime()?.block_on(async { f(&context(g).await?).await })
+    executor()?.block_on(async { f(&context(g).await?).await })
 }
 
 pub(super) fn with_recipes(
@@ -128,7 +128,7 @@ pub(super) fn with_recipes(
     out: &Output,
     f: impl AsyncFnOnce(&crate::context::Context, &crate::recipe::RecipeSet) -> Result<()>,
 ) -> Result<()> {
-    runtime()?.block_on(async {
+    executor()?.block_on(async {
         let recipes = load_recipes(g, out)?;
         f(&context(g).await?, &recipes).await
     })

@@ -3,7 +3,7 @@
 //! anything is stopped for a swap), so that both sides answer the very same items on the
 //! same day. The sets load here, at the plan: a malformed one fails before anything changes.
 
-use super::switch::Ctx;
+use super::switch::SwitchContext;
 use crate::error::Result;
 use crate::production::Production;
 use crate::progress::Progress;
@@ -11,14 +11,17 @@ use crate::recipe::LoadedRecipe;
 
 /// The recipe's evaluation sets (None: it names none), loaded before anything else: a
 /// malformed set fails the run, a dry run too, before anything changes.
-pub(crate) fn sets(ctx: &Ctx<'_>, loaded: &LoadedRecipe) -> Result<Option<crate::eval::Plan>> {
+pub(crate) fn sets(
+    ctx: &SwitchContext<'_>,
+    loaded: &LoadedRecipe,
+) -> Result<Option<crate::eval::Plan>> {
     super::eval_plan(loaded, &ctx.recipes.dir)
 }
 
 /// Production's answers to those sets, asked now; None when no gate compares with them or
 /// production does not serve (its last result's answers are used then, if it has any).
 pub(crate) async fn production_answers(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     loaded: &LoadedRecipe,
     sets: Option<&crate::eval::Plan>,
     production: &Production,

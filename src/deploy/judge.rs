@@ -18,7 +18,7 @@ use crate::production::Upstream;
 /// A recipe restarted for what it answered goes to its fallback when it breaches again
 /// within this time.
 const REMEMBER: Duration = Duration::from_secs(30 * 60);
-/// Settings are read again this often (a recipe edited meanwhile).
+/// The rules are read again this often (a recipe edited meanwhile).
 const RELOAD: Duration = Duration::from_secs(30);
 
 /// Why production is brought back, and how.
@@ -49,7 +49,7 @@ impl Cause {
 }
 
 /// What production's recipe says about judging it.
-struct Settings {
+struct Rules {
     deployment: String,
     read_at: Instant,
     gates: Gates,
@@ -63,7 +63,7 @@ struct Settings {
 pub(crate) struct Judge {
     recipes_dir: PathBuf,
     door: Arc<Door>,
-    settings: Mutex<Option<Arc<Settings>>>,
+    rules: Mutex<Option<Arc<Rules>>>,
     /// Recipe → when it was last restarted for what it answered.
     restarted: Mutex<HashMap<String, Instant>>,
     golden: Rounds,
@@ -74,7 +74,7 @@ impl Judge {
         Judge {
             recipes_dir,
             door,
-            settings: Mutex::new(None),
+            rules: Mutex::new(None),
             restarted: Mutex::default(),
             golden: Rounds::default(),
         }
@@ -82,7 +82,7 @@ impl Judge {
 
     /// Judges `u` (production, answering): why it must be brought back, if it must.
     pub(crate) async fn look(&self, u: &Upstream) -> Option<Cause> {
-        let s = self.settings_for(u).await?;
+        let s = self.rules_for(u).await?;
         let breach = self
             .door
             .live
@@ -108,10 +108,10 @@ impl Judge {
         })
     }
 
-    /// The settings of `u`'s recipe, read again for a new instance and every `RELOAD`.
-    async fn settings_for(&self, u: &Upstream) -> Option<Arc<Settings>> {
+    /// The judging rules of `u`'s recipe, read again for a new instance and every `RELOAD`.
+    async fn rules_for(&self, u: &Upstream) -> Option<Arc<Rules>> {
         {
-            let s = self.settings.lock().expect("settings");
+            let s = self.rules.lock().expect("rules");
             if let Some(s) = s
                 .as_ref()
                 .filter(|s| s.deployment == u.deployment && s.read_at.elapsed() < RELOAD)
@@ -126,14 +126,14 @@ impl Judge {
             .filter(|e| e.recipe == u.recipe)
             .and_then(|e| e.bench);
         let (dir, u2) = (self.recipes_dir.clone(), u.clone());
-        let read = tokio::task::spawn_blocking(move || read_settings(&dir, &u2, bench)).await;
+        let read = tokio::task::spawn_blocking(move || read_rules(&dir, &u2, bench)).await;
         let fresh = Arc::new(read.ok()??);
-        *self.settings.lock().expect("settings") = Some(fresh.clone());
+        *self.rules.lock().expect("rules") = Some(fresh.clone());
         Some(fresh)
     }
 }
 
-fn read_settings(dir: &std::path::Path, u: &Upstream, bench: Option<PathBuf>) -> Option<Settings> {
+fn read_rules(dir: &std::path::Path, u: &Upstream, bench: Option<PathBuf>) -> Option<Rules> {
     let set = crate::recipe::load_dir(dir).ok()?;
     let r = &set.get(&u.recipe).ok()?.recipe;
     let spec = r.live.clone().unwrap_or_default();
@@ -167,7 +167,7 @@ fn read_settings(dir: &std::path::Path, u: &Upstream, bench: Option<PathBuf>) ->
             suite,
         })
     });
-    Some(Settings {
+    Some(Rules {
         deployment: u.deployment.clone(),
         read_at: Instant::now(),
         gates,

@@ -2,7 +2,7 @@
 //! runs from the pins it is given, and replaces production's instance — a swap, as one
 //! recipe runs one instance on one port.
 
-use super::switch::Ctx;
+use super::switch::SwitchContext;
 use super::StartOptions;
 use crate::error::Result;
 use crate::lock::Lock;
@@ -12,7 +12,7 @@ use crate::runtime::Deployment;
 /// The candidate's start: the lock it runs from (the given pins, else images.lock's), and
 /// the instance it replaces, if any.
 pub(super) fn start_options<'a>(
-    ctx: &'a Ctx<'_>,
+    ctx: &'a SwitchContext<'_>,
     (lock, allow_unpinned): (Option<&'a Lock>, bool),
     replacing: Option<&'a Deployment>,
 ) -> StartOptions<'a> {
@@ -26,7 +26,7 @@ pub(super) fn start_options<'a>(
 /// Production's own running instance, when the candidate is production's recipe and may
 /// replace it (`replace`, as `UpOptions::replace` says).
 pub(super) async fn replaced(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     replace: bool,
     production: &Production,
     name: &str,

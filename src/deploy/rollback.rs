@@ -5,7 +5,9 @@
 
 use std::sync::Mutex;
 
-use super::switch::{self, interrupted, serving_now, timed, upstream_of, Ctx, Hold, Plan, Touched};
+use super::switch::{
+    self, interrupted, serving_now, timed, upstream_of, Hold, Plan, SwitchContext, Touched,
+};
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::production::{Entry, Production, Upstream};
@@ -20,12 +22,12 @@ enum Next {
 }
 
 pub(crate) async fn rollback(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     to: Option<&str>,
     dry_run: bool,
     progress: &dyn Progress,
 ) -> Result<RunRecord> {
-    let _lock = ctx.state().lock("rollback")?;
+    let _state_lock = ctx.state().lock("rollback")?;
     let production = ctx.production().await?;
     let (target, from_stack) = match to {
         Some(n) => (n.to_string(), false),
@@ -106,7 +108,7 @@ pub(crate) async fn rollback(
 
 /// The target's instance when it runs already, else the plan that starts it.
 async fn next_of(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     production: &Production,
     target: &str,
     record: &mut RunRecord,
@@ -158,7 +160,11 @@ fn next_production(
 }
 
 /// The target's instance kept warm after it was replaced, if it still runs.
-async fn warm_instance(ctx: &Ctx<'_>, production: &Production, target: &str) -> Option<Upstream> {
+async fn warm_instance(
+    ctx: &SwitchContext<'_>,
+    production: &Production,
+    target: &str,
+) -> Option<Upstream> {
     let w = production.warm_of(target)?;
     crate::frontdoor::alive(ctx.rt(), &w.upstream)
         .await
@@ -168,7 +174,7 @@ async fn warm_instance(ctx: &Ctx<'_>, production: &Production, target: &str) -> 
 /// Starts the target on its own port by the switch plan: beside production when both fit,
 /// after stopping it (the front door holding requests) when they do not.
 async fn start_target(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     plan: &mut Plan,
     record: &mut RunRecord,
     touched: &Mutex<Touched>,

@@ -1,12 +1,15 @@
-//! `sparkctl up NAME`, in the phases of DESIGN §5: plan → patch → make room → start →
-//! measure production → bench → judge → switch → record. The instance that passed the
-//! gates is the one the front door switches to; on any failure or interrupt one restore
-//! path (`switch::restore`) leaves the front door routing to a backend that answers.
+//! `sparkctl up NAME`, in the phases ARCHITECTURE.md lists ("The phases of `up`"):
+//! plan → patch → make room → start → measure production → bench → judge → switch →
+//! record. The instance that passed the gates is the one the front door switches to; on
+//! any failure or interrupt one restore path (`switch::restore`) leaves
+//! the front door routing to a backend that answers.
 
 use std::sync::{Arc, Mutex};
 
 use super::start;
-use super::switch::{self, interrupted, serving_now, timed, Ctx, Hold, Mode, Plan, Touched};
+use super::switch::{
+    self, interrupted, serving_now, timed, Hold, Mode, Plan, SwitchContext, Touched,
+};
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
@@ -38,14 +41,18 @@ pub(crate) struct UpOptions<'a> {
 }
 
 /// `sparkctl up NAME`.
-pub(crate) async fn up(ctx: &Ctx<'_>, name: &str, opts: &UpOptions<'_>) -> Result<RunRecord> {
-    let _lock = ctx.state().lock(&format!("up {name}"))?;
+pub(crate) async fn up(
+    ctx: &SwitchContext<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+) -> Result<RunRecord> {
+    let _state_lock = ctx.state().lock(&format!("up {name}"))?;
     up_locked(ctx, name, opts).await
 }
 
 /// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
 pub(crate) async fn up_locked(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
@@ -92,7 +99,7 @@ pub(crate) async fn up_locked(
 }
 
 struct Flow<'a, 'b> {
-    ctx: &'a Ctx<'b>,
+    ctx: &'a SwitchContext<'b>,
     opts: &'a UpOptions<'a>,
     loaded: &'a LoadedRecipe,
     record: &'a mut RunRecord,
@@ -524,7 +531,7 @@ fn production_baseline(production: &Production) -> Baseline<BenchResult> {
 /// Benchmarks a running recipe with its own bench section: suite, gates, objectives, load,
 /// evaluation (beside production's answers `asked` just now, when there are any).
 async fn bench_recipe(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     baseline: &Baseline<BenchResult>,
     asked: Option<crate::eval::Report>,

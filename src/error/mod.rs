@@ -98,9 +98,10 @@ pub enum Error {
     /// Some nodes' engines do not answer (each named): nothing starts on the others either.
     #[error("not every node's engine answers; nothing was started:\n  {}", nodes.join("\n  "))]
     NodesUnreachable { nodes: Vec<String> },
-    /// Another sparkctl holds the state dir's lock; `holder` is what it wrote there.
+    /// Another sparkctl holds the state lock (`StateLock`); `holder` is what it wrote there
+    /// (its kind stays `lock_held`).
     #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
-    LockHeld { holder: String },
+    StateLockHeld { holder: String },
     /// The memory plan cannot be met; `plan` names the pool and what runs in it.
     #[error("{name} does not fit in memory{}: {plan}{}", unfit.when(), unfit.fix())]
     DoesNotFit {
@@ -361,7 +362,7 @@ impl Error {
             Error::EngineUnreachable { .. }
             | Error::NodeUnreachable { .. }
             | Error::NodesUnreachable { .. } => ErrorKind::EngineUnreachable,
-            Error::LockHeld { .. } => ErrorKind::LockHeld,
+            Error::StateLockHeld { .. } => ErrorKind::LockHeld,
             Error::DoesNotFit { .. } => ErrorKind::DoesNotFit,
             Error::PortTaken { .. } => ErrorKind::PortTaken,
             Error::RejectedByGates { .. } => ErrorKind::RejectedByGates,

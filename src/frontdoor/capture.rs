@@ -20,13 +20,13 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::body::Read;
-pub(crate) use crate::captured::{dir, files, Captured};
+pub(crate) use crate::capture_file::{dir, files, CapturedRequest};
 use crate::error::{Error, Result};
 use crate::secrets::{scrub, secret_key, REDACTED};
 
 /// What capture is asked to do (`STATE/frontdoor/capture.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Settings {
+pub(crate) struct CaptureConfig {
     pub(crate) on: bool,
     /// The most the captured files take together, bytes.
     pub(crate) max_bytes: u64,
@@ -67,10 +67,12 @@ const KEPT: &[&str] = &[
     "reasoning_effort",
 ];
 
-/// The capture's settings, where it writes, and what it wrote since the front door started.
+/// The capture's config, where it writes, and what it wrote since the front door started.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CaptureStatus {
-    pub(crate) settings: Settings,
+    /// Named `settings` in the JSON that `frontdoor capture status --json` prints.
+    #[serde(rename = "settings")]
+    pub(crate) config: CaptureConfig,
     pub(crate) dir: PathBuf,
     /// What the capture files hold now.
     pub(crate) bytes: u64,
@@ -78,26 +80,26 @@ pub(crate) struct CaptureStatus {
     pub(crate) dropped: u64,
 }
 
-pub(crate) fn settings_file(state: &crate::state::StateDir) -> PathBuf {
+pub(crate) fn config_file(state: &crate::state::StateDir) -> PathBuf {
     super::dir(state).join("capture.json")
 }
 
-/// The settings as written, or capture off.
-pub(crate) fn read_settings(state: &crate::state::StateDir) -> Settings {
-    crate::state::read_json(&settings_file(state)).unwrap_or(Settings {
+/// The config as written, or capture off.
+pub(crate) fn read_config(state: &crate::state::StateDir) -> CaptureConfig {
+    crate::state::read_json(&config_file(state)).unwrap_or(CaptureConfig {
         on: false,
         max_bytes: DEFAULT_MAX,
     })
 }
 
-/// The front door's capture: the settings in force and the queue to its writer.
+/// The front door's capture: the config in force and the queue to its writer.
 pub(crate) struct Capture {
-    settings: Mutex<Settings>,
+    config: Mutex<CaptureConfig>,
     queue: mpsc::Sender<Queued>,
     /// The bytes of the bodies queued or being written.
-    queued: Arc<AtomicUsize>,
-    pub(crate) written: Arc<AtomicU64>,
-    pub(crate) dropped: Arc<AtomicU64>,
+    queued: AtomicUsize,
+    written: AtomicU64,
+    dropped: AtomicU64,
 }
 
 /// A request waiting to be written: when it came, its path, its body (with its share of
@@ -109,25 +111,25 @@ struct Queued {
 }
 
 impl Capture {
-    /// Starts the writer for `dir` (a task of the current runtime).
-    pub(crate) fn start(dir: PathBuf, settings: Settings, api_key: Option<String>) -> Arc<Capture> {
+    /// Starts the writer for `dir` (a task on the current tokio executor).
+    pub(crate) fn start(
+        dir: PathBuf,
+        config: CaptureConfig,
+        api_key: Option<String>,
+    ) -> Arc<Capture> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let c = Arc::new(Capture {
-            settings: Mutex::new(settings),
+            config: Mutex::new(config),
             queue: tx,
-            queued: Arc::default(),
-            written: Arc::default(),
-            dropped: Arc::default(),
+            queued: AtomicUsize::default(),
+            written: AtomicU64::default(),
+            dropped: AtomicU64::default(),
         });
         let writer = Writer {
             dir,
             secret: api_key,
-            queued: c.queued.clone(),
-            written: c.written.clone(),
-            dropped: c.dropped.clone(),
         };
-        let settings = c.clone();
-        tokio::spawn(writer.run(rx, settings));
+        tokio::spawn(writer.run(rx, c.clone()));
         c
     }
 
@@ -139,7 +141,7 @@ impl Capture {
             .map(|m| m.len())
             .sum();
         CaptureStatus {
-            settings: self.settings(),
+            config: self.config(),
             dir: dir.to_path_buf(),
             bytes,
             written: self.written.load(Ordering::Relaxed),
@@ -169,24 +171,24 @@ impl Capture {
         );
     }
 
-    pub(crate) fn settings(&self) -> Settings {
-        *self.settings.lock().expect("capture")
+    pub(crate) fn config(&self) -> CaptureConfig {
+        *self.config.lock().expect("capture")
     }
 
-    pub(crate) fn set(&self, s: Settings) {
-        *self.settings.lock().expect("capture") = s;
+    pub(crate) fn set(&self, s: CaptureConfig) {
+        *self.config.lock().expect("capture") = s;
     }
 
     /// Queues a request for writing, when capture is on and it is a chat completion; the
     /// body is shared, not copied. One that could never fit in a capture file (half the
     /// bound), or finds the queue full, is dropped and counted.
     pub(crate) fn offer(&self, method: &hyper::Method, path: &str, body: &Read) {
-        let settings = self.settings();
-        if !settings.on || method != hyper::Method::POST || !path.ends_with("/chat/completions") {
+        let config = self.config();
+        if !config.on || method != hyper::Method::POST || !path.ends_with("/chat/completions") {
             return;
         }
         let len = body.bytes.len();
-        if len as u64 > settings.max_bytes / 2 || !self.reserve(len) {
+        if len as u64 > config.max_bytes / 2 || !self.reserve(len) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -212,29 +214,27 @@ impl Capture {
     }
 }
 
+/// The task that writes queued requests; it counts into the `Capture` it serves.
 struct Writer {
     dir: PathBuf,
     secret: Option<String>,
-    queued: Arc<AtomicUsize>,
-    written: Arc<AtomicU64>,
-    dropped: Arc<AtomicU64>,
 }
 
 impl Writer {
     async fn run(self, mut rx: mpsc::Receiver<Queued>, capture: Arc<Capture>) {
         let writer = Arc::new(self);
         while let Some(q) = rx.recv().await {
-            let max = capture.settings().max_bytes;
+            let max = capture.config().max_bytes;
             let w = writer.clone();
             let len = q.body.bytes.len();
             let wrote =
                 tokio::task::spawn_blocking(move || w.write(q.unix_ms, q.path, &q.body.bytes, max))
                     .await;
             // The body is gone with the task: its bytes leave the queue's count.
-            writer.queued.fetch_sub(len, Ordering::AcqRel);
+            capture.queued.fetch_sub(len, Ordering::AcqRel);
             match wrote {
-                Ok(Ok(true)) => writer.written.fetch_add(1, Ordering::Relaxed),
-                _ => writer.dropped.fetch_add(1, Ordering::Relaxed),
+                Ok(Ok(true)) => capture.written.fetch_add(1, Ordering::Relaxed),
+                _ => capture.dropped.fetch_add(1, Ordering::Relaxed),
             };
         }
     }
@@ -244,7 +244,7 @@ impl Writer {
         let Ok(body) = serde_json::from_slice::<Value>(body) else {
             return Ok(false);
         };
-        let entry = Captured {
+        let entry = CapturedRequest {
             unix_ms,
             path,
             body: redact(body, self.secret.as_deref()),

@@ -176,11 +176,11 @@ fn capture_status(door: &Door) -> Value {
     serde_json::to_value(door.capture.status(&dir)).unwrap_or(Value::Null)
 }
 
-/// New capture settings: written (kept across restarts), then in force.
+/// A new capture config: written (kept across restarts), then in force.
 async fn set_capture(door: &Door, body: &[u8]) -> std::result::Result<Value, (StatusCode, String)> {
-    let s: super::capture::Settings =
+    let s: super::capture::CaptureConfig =
         serde_json::from_slice(body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-    crate::state::write_json_off_thread(super::capture::settings_file(&door.state), s)
+    crate::state::write_json_off_thread(super::capture::config_file(&door.state), s)
         .await
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     door.capture.set(s);
@@ -401,7 +401,7 @@ impl Remote {
     /// Capture's settings and counters; with `set`, new settings first.
     pub(crate) async fn capture(
         &self,
-        set: Option<super::capture::Settings>,
+        set: Option<super::capture::CaptureConfig>,
     ) -> Result<super::capture::CaptureStatus> {
         let v = match set {
             Some(s) => {

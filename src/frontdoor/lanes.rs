@@ -50,7 +50,7 @@ impl Shared {
             live: Arc::new(live::Live::new(config.quality)),
             capture: capture::Capture::start(
                 capture::dir(&state),
-                capture::read_settings(&state),
+                capture::read_config(&state),
                 config.api_key().ok().flatten(),
             ),
             page: page::Page::new(config.page),

@@ -89,6 +89,17 @@ pub(crate) enum Seen {
     Ran,
 }
 
+impl Seen {
+    /// The word `images history` shows, the same as in its JSON.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Seen::Pinned => "pinned",
+            Seen::Pulled => "pulled",
+            Seen::Ran => "ran",
+        }
+    }
+}
+
 /// A run that used an image, as the run records tell it (`crate::history::image_uses`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct RunUse {
@@ -565,5 +576,12 @@ mod tests {
         assert_eq!(h.lookup("aaaaaa").unwrap().digest, "sha256:aaaaaaaa");
         assert_eq!(h.lookup("sha256:bbbbbb").unwrap().digest, "sha256:bbbbbbbb");
         assert!(h.lookup("abc").is_err(), "too short to name one");
+    }
+
+    #[test]
+    fn seen_reads_the_same_in_the_table_and_in_json() {
+        for s in [Seen::Pinned, Seen::Pulled, Seen::Ran] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
     }
 }

@@ -96,7 +96,7 @@ pub(crate) async fn finalize(
     if rec.state.is_final() {
         return Ok(rec);
     }
-    let _lock = lock_run(state, &rec.run_id)?;
+    let _run_lock = lock_run(state, &rec.run_id)?;
     // Re-read under the lock: another command may have finalized it meanwhile.
     let mut rec: JobRecord = state::read_json(&state.job_record_file(&rec.run_id)?)?;
     if rec.state.is_final() {

@@ -108,7 +108,7 @@ impl<'a> Runs<'a> {
     /// `sparkctl stop JOB`: SIGTERM, SIGKILL after `grace`; the container, its logs and the
     /// partial outputs (marked incomplete) stay.
     pub(crate) async fn stop(&self, job: &str, grace: Duration) -> Result<JobRecord> {
-        let _lock = self.state.lock(&format!("stop {job}"))?;
+        let _state_lock = self.state.lock(&format!("stop {job}"))?;
         let mut rec = self.latest(job).await?;
         if rec.state.is_final() {
             return Err(Error::Stopped {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Diagnostic, Error, Result};
+use crate::error::{Error, Result};
 use crate::recipe::{with_container_settings, PatchStep, Resources};
 use crate::units::ByteSize;
 
@@ -138,24 +138,8 @@ impl JobRecipe {
     }
 }
 
-/// A parsed, checked job recipe and where it came from.
-#[derive(Debug, Clone)]
-pub(crate) struct LoadedJob {
-    pub(crate) recipe: JobRecipe,
-    pub(crate) path: PathBuf,
-    pub(crate) source: String,
-}
-
-impl LoadedJob {
-    pub(crate) fn diagnostic(
-        &self,
-        key: &str,
-        message: String,
-        help: Option<String>,
-    ) -> Diagnostic {
-        crate::recipe::diag_at(&self.path, &self.source, key, message, help)
-    }
-}
+/// A job recipe, loaded.
+pub(crate) type LoadedJob = crate::recipe::Loaded<JobRecipe>;
 
 /// A recipe's host path as the engine needs it: `~` expanded, and absolute (a relative
 /// path in a bind would name a Docker volume instead of a directory).

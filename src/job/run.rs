@@ -301,7 +301,7 @@ pub(crate) async fn run(
     dry_run: bool,
     opts: &RunOptions<'_>,
 ) -> Result<Ran> {
-    let _lock = ctx.state.lock(&format!("run {}", loaded.recipe.name))?;
+    let _state_lock = ctx.state.lock(&format!("run {}", loaded.recipe.name))?;
     let plan = plan(ctx, loaded, allow_unpinned).await?;
     if dry_run {
         return Ok(Ran::Planned(Box::new(plan)));

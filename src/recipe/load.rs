@@ -8,15 +8,19 @@ use super::diag::{diag_at, from_yaml_error, suggest};
 use super::Recipe;
 use crate::error::{Diagnostic, Error, Result};
 
-/// A parsed, checked recipe and where it came from.
+/// A parsed, checked recipe file (a deployment recipe or a job recipe) and where it came
+/// from: the text is kept so a problem found later can still name its line.
 #[derive(Debug, Clone)]
-pub struct LoadedRecipe {
-    pub recipe: Recipe,
+pub struct Loaded<R> {
+    pub recipe: R,
     pub(crate) path: PathBuf,
     pub(crate) source: String,
 }
 
-impl LoadedRecipe {
+/// A deployment recipe, loaded.
+pub(crate) type LoadedRecipe = Loaded<Recipe>;
+
+impl<R> Loaded<R> {
     /// A problem found later (at plan time) at `key` of this recipe, with its line.
     pub(crate) fn diagnostic(
         &self,
@@ -26,7 +30,9 @@ impl LoadedRecipe {
     ) -> Diagnostic {
         diag_at(&self.path, &self.source, key, message, help)
     }
+}
 
+impl LoadedRecipe {
     /// The problems of the evaluation sets `bench.eval` names, each at its own file, item and
     /// key (loading checks only that they exist: a broken set fails the runs that ask it,
     /// and `recipes validate`).

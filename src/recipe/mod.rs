@@ -29,7 +29,7 @@ pub(crate) use diag::suggest as did_you_mean;
 pub(crate) use diag::{diag_at, from_yaml_error, Report};
 pub(crate) use image_ref::problem as image_problem;
 pub use load::{load_dir, parse_recipe};
-pub(crate) use load::{load_file, LoadedRecipe, RecipeSet};
+pub(crate) use load::{load_file, Loaded, LoadedRecipe, RecipeSet};
 pub(crate) use resolve::{
     expand_home, run_tail, shell_quote, ContainerLaunch, Launch, Resolved, Resources,
 };

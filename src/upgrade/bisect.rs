@@ -5,7 +5,7 @@
 
 use crate::bench::gates::{Gate, GateOutcome, GateRule};
 use crate::bisect::Criterion;
-use crate::deploy::switch::Ctx;
+use crate::deploy::switch::SwitchContext;
 use crate::history::{BisectNote, RunRecord};
 use crate::images::history::History;
 use crate::progress::Progress;
@@ -60,7 +60,7 @@ pub(super) fn criterion(run: &RunRecord) -> Option<Criterion> {
 
 /// Runs the bisect between `old` and `new` on `criterion`; what it named, or why not.
 pub(super) async fn run(
-    flow: &Ctx<'_>,
+    flow: &SwitchContext<'_>,
     name: &str,
     (old, new): (&str, &str),
     criterion: Criterion,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::context::Context;
-use crate::deploy::switch::Ctx;
+use crate::deploy::switch::SwitchContext;
 use crate::deploy::up::{up_locked, UpOptions};
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, RunRecord, UpgradeNote};
@@ -195,7 +195,7 @@ async fn follow_tag(
     let state_lock =
         match crate::bisect::lock_within(&ctx.state, &what, opts.wait, opts.progress).await {
             Ok(l) => l,
-            Err(e @ Error::LockHeld { .. }) => {
+            Err(e @ Error::StateLockHeld { .. }) => {
                 return run.skipped(format!(
                 "{e} for {}; the new digest is fetched and kept, and the next upgrade judges it",
                 crate::units::format_duration(opts.wait)
@@ -240,7 +240,7 @@ async fn conclude(
                     crate::units::short_digest(&old),
                     c.describe(None)
                 ));
-                let flow = Ctx::open(ctx, recipes, &[&name], false).await?;
+                let flow = SwitchContext::open(ctx, recipes, &[&name], false).await?;
                 bisect::run(&flow, &name, (&old, &note.new), c, progress).await
             }
             None => crate::history::BisectNote {
@@ -339,7 +339,7 @@ impl Run<'_> {
         pin: &crate::lock::Pin,
     ) -> Result<Report> {
         let ctx = self.ctx;
-        let flow = match Ctx::open(ctx, recipes, &[name], false).await {
+        let flow = match SwitchContext::open(ctx, recipes, &[name], false).await {
             Ok(f) => f,
             Err(e) => return self.ended(Outcome::Failed, e.to_string()),
         };

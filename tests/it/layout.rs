@@ -574,3 +574,67 @@ fn every_test_file_is_a_module_of_the_one_test_binary() {
         "one integration test binary"
     );
 }
+
+/// Every file below `dir`, whatever its kind.
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// ARCHITECTURE.md is the contributors' map of the source: every file under src/ is on it
+/// by its path, and every `src/…` path it names exists, so a rename or a new file that
+/// forgets the map fails here.
+#[test]
+fn architecture_names_every_source_file_and_nothing_that_is_gone() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let path = regex::Regex::new(r"src/[A-Za-z0-9_./-]*[A-Za-z0-9_/]").unwrap();
+    let named: BTreeSet<&str> = path.find_iter(&doc).map(|m| m.as_str()).collect();
+    let mut files = Vec::new();
+    sources(&src_dir(), &mut files);
+    let unnamed: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .filter(|f| !named.contains(f.as_str()))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "ARCHITECTURE.md does not name these files (add each by its path, with what it holds): {unnamed:#?}"
+    );
+    let gone: Vec<&&str> = named.iter().filter(|p| !root.join(p).exists()).collect();
+    assert!(
+        gone.is_empty(),
+        "ARCHITECTURE.md names paths the repository lacks: {gone:#?}"
+    );
+}
+
+/// The design notes are not in this repository: a citation of them points at nothing, in
+/// code, docs or tests alike (cite ARCHITECTURE.md or docs/GUIDE.md, or say it).
+#[test]
+fn nothing_cites_the_design_notes_the_repository_lacks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Built, so that this file does not cite them itself.
+    let citations = [concat!("DESIGN", " §"), concat!("DESIGN", ".md")];
+    let mut files = Vec::new();
+    for dir in ["src", "docs", "tests"] {
+        all_files(&root.join(dir), &mut files);
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if citations.iter().any(|c| line.contains(c)) {
+                found.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "cite what the repository has: {found:#?}");
+}

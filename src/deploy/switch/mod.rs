@@ -1,4 +1,4 @@
-//! What every change of production shares: the context, the signals that interrupt it, the
+//! What every change of production shares: its context (`SwitchContext`), the signals that interrupt it, the
 //! one plan and execution of a switch (`plan`: blue/green or swap), and the one way back
 //! when it fails (`restore`).
 
@@ -21,9 +21,10 @@ use crate::recipe::RecipeSet;
 use crate::runtime::{Deployment, Runtimes};
 use crate::state::StateDir;
 
-/// What the flows need: the commands' shared context, the recipes, the lock as it was when
-/// the flow began (every start in it runs the same digests) and the front door.
-pub(crate) struct Ctx<'a> {
+/// What a flow that switches production needs (`up`, `rollback`, bisect, upgrade):
+/// the commands' shared context, the recipes, the image lock as it was when the flow began
+/// (every start in it runs the same digests) and the front door.
+pub(crate) struct SwitchContext<'a> {
     pub(crate) shared: &'a Context,
     pub(crate) recipes: &'a RecipeSet,
     pub(crate) lock: Lock,
@@ -36,7 +37,7 @@ pub(crate) struct Ctx<'a> {
     dry_run: bool,
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> SwitchContext<'a> {
     /// Reaches the front door, starting it when it is not running (a dry run only asks it,
     /// so it starts nothing and plans even while another server holds the production
     /// port), and reads the lock. `needs` are the recipes the flow names: each must load
@@ -48,7 +49,7 @@ impl<'a> Ctx<'a> {
         recipes: &'a RecipeSet,
         needs: &[&str],
         dry_run: bool,
-    ) -> Result<Ctx<'a>> {
+    ) -> Result<SwitchContext<'a>> {
         for name in needs {
             recipes.get(name)?;
         }
@@ -72,7 +73,7 @@ impl<'a> Ctx<'a> {
             let launch = Launch::new(&shared.self_exe, &recipes.dir, &shared.lock_path);
             frontdoor::ensure(&shared.state, &door_config, &launch).await?
         };
-        Ok(Ctx {
+        Ok(SwitchContext {
             shared,
             recipes,
             lock: Lock::load(&shared.lock_path)?,
@@ -84,7 +85,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The same flow about `model`'s production (`rollback --model`).
-    pub(crate) fn for_model(mut self, model: &str) -> Ctx<'a> {
+    pub(crate) fn for_model(mut self, model: &str) -> SwitchContext<'a> {
         self.door = self.door.for_model(model);
         self.model = model.to_string();
         self
@@ -153,7 +154,7 @@ pub(crate) fn upstream_of(d: &Deployment) -> Upstream {
 }
 
 /// What the front door routes to, for records and messages.
-pub(crate) async fn serving_now(ctx: &Ctx<'_>) -> Option<String> {
+pub(crate) async fn serving_now(ctx: &SwitchContext<'_>) -> Option<String> {
     let s = ctx.door.status().await.ok()?;
     s.upstream.map(|u| {
         format!(
@@ -243,7 +244,7 @@ pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16)
 /// inconclusive — is kept) and says in one message what failed, what was put back and
 /// what serves now. A record that cannot be written is said, not hidden.
 pub(crate) async fn failed(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     record: &mut RunRecord,
     e: Error,
     notes: &[String],

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::plan::{make_room, Hold, Plan};
-use super::{refuse_production_port, upstream_of, Ctx, Touched};
+use super::{refuse_production_port, upstream_of, SwitchContext, Touched};
 use crate::deploy::{start, STOP_GRACE};
 use crate::error::Result;
 use crate::progress::Progress;
@@ -14,7 +14,7 @@ use crate::runtime::Deployment;
 /// Starts production `name` again on its own port, through the one switch plan (what else
 /// holds its room stops first; requests are held already), and waits until it serves.
 async fn start_production(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     name: &str,
     progress: &dyn Progress,
 ) -> Result<Deployment> {
@@ -30,7 +30,7 @@ async fn start_production(
 /// keeps running; what the flow started otherwise stops (logs kept); production stopped to
 /// make room starts again and the front door is switched back to it. Returns what was done.
 pub(crate) async fn restore(
-    ctx: &Ctx<'_>,
+    ctx: &SwitchContext<'_>,
     mut t: Touched,
     recipe: &str,
     progress: &dyn Progress,

@@ -422,7 +422,7 @@ impl Watch {
         if plan.start.memory.must_stop.is_empty() {
             return Ok(());
         }
-        let Ok(_lock) = self.ctx.state.lock("frontdoor watch: making room") else {
+        let Ok(_state_lock) = self.ctx.state.lock("frontdoor watch: making room") else {
             return Err(Error::Failed(format!(
                 "{name} needs {} stopped first, which a running command uses",
                 plan.start.memory.must_stop.join(", ")
@@ -440,7 +440,7 @@ impl Watch {
             return;
         }
         // A rollback may be switching back to one right now.
-        let Ok(_lock) = self
+        let Ok(_state_lock) = self
             .ctx
             .state
             .lock("frontdoor watch: stopping a warm production")

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// One captured request: when it arrived (Unix ms), its path, its body (redacted).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Captured {
+pub(crate) struct CapturedRequest {
     pub(crate) unix_ms: u64,
     pub(crate) path: String,
     pub(crate) body: Value,
@@ -29,7 +29,7 @@ pub(crate) fn files(dir: &Path) -> [PathBuf; 2] {
 
 /// The captured requests in `dir` (or one capture file), oldest first; lines that do not
 /// parse are skipped and counted.
-pub(crate) fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
+pub(crate) fn read(path: &Path) -> Result<(Vec<CapturedRequest>, usize)> {
     let sources: Vec<PathBuf> = match path.is_dir() {
         true => files(path).into_iter().filter(|p| p.exists()).collect(),
         false => vec![path.to_path_buf()],
@@ -39,7 +39,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<Captured>, usize)> {
         let text = std::fs::read_to_string(&f)
             .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            match serde_json::from_str::<Captured>(line) {
+            match serde_json::from_str::<CapturedRequest>(line) {
                 Ok(c) => out.push(c),
                 Err(_) => bad += 1,
             }
