@@ -281,7 +281,8 @@ pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
                     "idle {}",
                     crate::units::format_uptime(Duration::from_secs_f64(t))
                 ),
-                None => "busy".into(),
+                None if m.in_flight > 0 => "busy".into(),
+                None => "waited on".into(),
             };
             format!(
                 "  model {}{} → {} · {} · {} in flight · {} waiting · {last} · {} on demand",

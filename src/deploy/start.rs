@@ -250,6 +250,38 @@ async fn memory_plan(
     deployments: &[Deployment],
     replacing: Option<&Deployment>,
 ) -> Result<MemoryPlan> {
+    let (memory, jobs) = memory_beside(ctx, recipe, deployments, replacing).await?;
+    if memory.fits && !memory.above_floor() {
+        return Err(Error::DoesNotFit {
+            name: recipe.name.clone(),
+            plan: memory.describe(),
+            unfit: Unfit::UnderFloor,
+        });
+    }
+    if memory.fits {
+        return Ok(memory);
+    }
+    let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
+    let unfit = if jobs.is_empty() || memory.pool != memory::pools::Pool::Unified {
+        Unfit::Alone
+    } else {
+        Unfit::BesideJobs(held)
+    };
+    Err(Error::DoesNotFit {
+        name: recipe.name.clone(),
+        plan: memory.describe(),
+        unfit,
+    })
+}
+
+/// The memory plan for `recipe` beside what runs, and the running jobs it was planned
+/// beside, before it is judged: whether it fits, and above the floor, is the caller's.
+pub(crate) async fn memory_beside(
+    ctx: &Context,
+    recipe: &Recipe,
+    deployments: &[Deployment],
+    replacing: Option<&Deployment>,
+) -> Result<(MemoryPlan, Vec<(String, f64)>)> {
     let jobs = match crate::job::Runs::of(ctx) {
         Ok(runs) => runs.running_memory().await,
         Err(_) => Vec::new(),
@@ -272,27 +304,7 @@ async fn memory_plan(
     if let Some(r) = replacing {
         memory.stop_also(&r.name);
     }
-    if memory.fits && !memory.above_floor() {
-        return Err(Error::DoesNotFit {
-            name: recipe.name.clone(),
-            plan: memory.describe(),
-            unfit: Unfit::UnderFloor,
-        });
-    }
-    if memory.fits {
-        return Ok(memory);
-    }
-    let held: Vec<String> = jobs.iter().map(|(j, gb)| format!("{j} {gb} GB")).collect();
-    let unfit = if jobs.is_empty() || memory.pool != memory::pools::Pool::Unified {
-        Unfit::Alone
-    } else {
-        Unfit::BesideJobs(held)
-    };
-    Err(Error::DoesNotFit {
-        name: recipe.name.clone(),
-        plan: memory.describe(),
-        unfit,
-    })
+    Ok((memory, jobs))
 }
 
 /// A started, ready deployment.

@@ -89,6 +89,17 @@ impl Shared {
         idle.sort_by_key(|i| std::cmp::Reverse(i.for_s));
         idle
     }
+
+    /// The production recipes of the other models marked `keep`: never evicted.
+    pub(crate) fn kept(&self, model: &str) -> Vec<String> {
+        let Some(lanes) = self.lanes.get().and_then(std::sync::Weak::upgrade) else {
+            return Vec::new();
+        };
+        (lanes.all().into_iter())
+            .filter(|d| d.model != model && d.demand.settings().keep)
+            .filter_map(|d| Some(d.production().current?.recipe))
+            .collect()
+    }
 }
 
 /// Another model's lane that nobody uses now.
@@ -153,12 +164,13 @@ impl ModelState {
     pub(crate) fn of(route: &Route, load: Load, waiting: usize) -> ModelState {
         match (route, load) {
             (Route::Serving(_) | Route::Suspect(_), _) => ModelState::Serving,
+            // Taken out of production (`down --force`) while unloaded: nothing to start.
+            (Route::Offline, _) => ModelState::Offline,
             (_, Load::Starting) => ModelState::Starting,
             (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
             (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
             (_, Load::Unloaded(_)) => ModelState::Unloaded,
             (Route::Holding, Load::Loaded) => ModelState::Holding,
-            (Route::Offline, Load::Loaded) => ModelState::Offline,
         }
     }
 

@@ -224,10 +224,14 @@ impl MemoryPlan {
     /// Which of `idle` (other models' productions that nobody uses now, least recently used
     /// first) must stop, in that order, for the candidate to fit and leave the reserve,
     /// once what is not production (candidates, warm instances) stopped first as always.
-    /// The rest of production is never touched. `Err(all)`: stopping every one of `idle` is
-    /// not enough; `all` says whether stopping every production would be (the start may
-    /// wait for a busy one) or not even that (it can never fit beside them).
-    pub(crate) fn evicting(&self, idle: &[String]) -> std::result::Result<Vec<String>, bool> {
+    /// The rest of production is never touched. `Err(wait)`: stopping every one of `idle` is
+    /// not enough; `wait` says whether stopping the busy ones too would be (the start may
+    /// wait for them) or not even that: `kept` never stop, so it can never fit beside them.
+    pub(crate) fn evicting(
+        &self,
+        idle: &[String],
+        kept: &[String],
+    ) -> std::result::Result<Vec<String>, bool> {
         let need = self.need_gb.unwrap_or(0.0);
         // As `Floor::holds`, with what these stops free in place of the plan's own.
         let fits = |used: f64, freed: f64| {
@@ -259,7 +263,7 @@ impl MemoryPlan {
             return Ok(evicted);
         }
         let rest = (self.running.iter())
-            .filter(|h| h.production && !idle.contains(&h.name))
+            .filter(|h| h.production && !idle.contains(&h.name) && !kept.contains(&h.name))
             .fold((used, freed), |(u, f), h| (u - h.gb(), f + self.frees(h)));
         Err(fits(rest.0, rest.1))
     }
@@ -492,15 +496,18 @@ mod tests {
         let plan = MemoryPlan::new(120.0, Some(35.0), running);
         // Least recently used first, whatever their sizes: coder (30) is enough.
         let idle = vec!["coder".to_string(), "chat".to_string()];
-        assert_eq!(plan.evicting(&idle), Ok(vec!["coder".to_string()]));
+        assert_eq!(plan.evicting(&idle, &[]), Ok(vec!["coder".to_string()]));
         // chat first: chat alone is enough too.
         let idle = vec!["chat".to_string(), "coder".to_string()];
-        assert_eq!(plan.evicting(&idle), Ok(vec!["chat".to_string()]));
+        assert_eq!(plan.evicting(&idle, &[]), Ok(vec!["chat".to_string()]));
         // None idle: it must wait (stopping a busy one would make room, but it is busy).
-        assert_eq!(plan.evicting(&[]), Err(true));
+        assert_eq!(plan.evicting(&[], &[]), Err(true));
+        // Only kept ones in the way: waiting would never help.
+        let kept = ["chat", "coder", "tools"].map(String::from);
+        assert_eq!(plan.evicting(&[], &kept), Err(false));
         // Bigger than everything: never.
         let plan = MemoryPlan::new(120.0, Some(121.0), vec![holder("chat", 40.0, true)]);
-        assert_eq!(plan.evicting(&["chat".to_string()]), Err(false));
+        assert_eq!(plan.evicting(&["chat".to_string()], &[]), Err(false));
     }
 
     #[test]
@@ -516,10 +523,10 @@ mod tests {
             freed_gb: 0.0,
         });
         let idle = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(plan.evicting(&idle), Ok(idle.clone()));
+        assert_eq!(plan.evicting(&idle, &[]), Ok(idle.clone()));
         // A reserve nothing can leave: not even both.
         plan.floor.as_mut().unwrap().reserve_gb = 40.0;
-        assert_eq!(plan.evicting(&idle), Err(false));
+        assert_eq!(plan.evicting(&idle, &[]), Err(false));
     }
 
     #[test]

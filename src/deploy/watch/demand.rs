@@ -6,13 +6,14 @@
 //! measurably hold, never one with a request in flight or waiting, one marked `keep`, or
 //! one a command holds; the floor is never crossed.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Watch;
 use crate::context::Context;
-use crate::deploy::{plan_start, StartOptions};
+use crate::deploy::memory_beside;
 use crate::error::Error;
 use crate::frontdoor::demand::{Load, Unloaded};
+use crate::frontdoor::route::Route;
 use crate::frontdoor::{say, Door};
 use crate::production::Upstream;
 use crate::units::format_duration;
@@ -47,13 +48,14 @@ impl Watch {
 
     /// Starts production's recipe for the `waiting` requests and routes them to it.
     async fn load(&self, was: Unloaded, waiting: usize) {
+        let _one_at_a_time = self.door.starting.lock().await;
+        // Read again: a command may have held or switched it while another start ran.
+        if self.door.demand.load() != Load::Unloaded(was) || self.door.held_by_a_command() {
+            return;
+        }
         let Some(current) = self.door.production().current else {
             return;
         };
-        let _one_at_a_time = self.door.starting.lock().await;
-        if self.door.demand.load() != Load::Unloaded(was) {
-            return;
-        }
         let generation = self.door.generation();
         let model = self.model_name();
         self.door.demand.set(Load::Starting);
@@ -103,30 +105,40 @@ impl Watch {
         );
     }
 
-    /// Makes room for `recipe` among the other models: when its start would have to stop
-    /// another model's production, the idle ones are unloaded (least recently used first)
-    /// until it fits and leaves the reserve. The rest of the room (candidates, warm
+    /// Makes room for `recipe` among the other models: when it does not fit (or leave the
+    /// reserve) without stopping another model's production, the idle ones are evicted,
+    /// least recently used first, until it does. The rest of the room (candidates, warm
     /// instances) is the switch plan's, as for any start.
     async fn evict_for(&self, recipe: &str, model: &str) -> Result<(), NoRoom> {
+        let ctx = &self.ctx;
         let set = crate::recipe::load_dir(&self.recipes_dir).map_err(NoRoom::Never)?;
         let loaded = set.get(recipe).map_err(NoRoom::Never)?;
-        let lock = crate::lock::Lock::load(&self.ctx.lock_path).map_err(NoRoom::Never)?;
-        let opts = StartOptions {
-            lock: &lock,
-            allow_unpinned: true,
-            replacing: None,
+        let all = match ctx.runtimes.list().await {
+            Ok((all, _)) => all,
+            Err(e) => return Err(NoRoom::Busy(format!("the runtimes do not answer: {e}"))),
         };
-        let start = plan_start(&self.ctx, loaded, &opts)
+        // Already running (the start adopts a healthy instance): nothing to make room for.
+        if all.iter().any(|d| d.name == recipe && d.running()) {
+            return Ok(());
+        }
+        let (memory, _) = memory_beside(ctx, &loaded.recipe, &all, None)
             .await
             .map_err(NoRoom::Never)?;
-        let Err(refused) = crate::models::refuse_stopping_others(&self.ctx, loaded, &start.memory)
-        else {
+        let beside = crate::models::refuse_stopping_others(ctx, loaded, &memory);
+        if memory.fits && memory.above_floor() && beside.is_ok() {
             return Ok(());
-        };
+        }
+        let refused = beside.err().unwrap_or_else(|| Error::DoesNotFit {
+            name: recipe.to_string(),
+            plan: memory.describe(),
+            unfit: crate::error::Unfit::UnderFloor,
+        });
         let idle = self.door.evictable(&self.door.model);
         let names: Vec<String> = idle.iter().map(|i| i.upstream.recipe.clone()).collect();
-        let victims = match start.memory.evicting(&names) {
-            Ok(v) => v,
+        let victims = match memory.evicting(&names, &self.door.kept(&self.door.model)) {
+            Ok(v) if !v.is_empty() => v,
+            // Nothing of the other models' to stop: the switch plan decides the rest.
+            Ok(_) => return Ok(()),
             Err(true) => {
                 return Err(NoRoom::Busy(format!(
                     "{refused}; the models in the way are in use"
@@ -135,14 +147,19 @@ impl Watch {
             Err(false) => return Err(NoRoom::Never(refused)),
         };
         // A command changing state (an `up` benchmarking, a job starting) decides first.
-        let Ok(_state) = self.ctx.state.lock("frontdoor watch: evicting a model") else {
+        let Ok(_state) = ctx.state.lock("frontdoor watch: evicting a model") else {
             return Err(NoRoom::Busy(
                 "a running command holds the state lock".into(),
             ));
         };
         for i in idle.iter().filter(|i| victims.contains(&i.upstream.recipe)) {
             let said = format!("evicted for {model}, idle for {}", format_duration(i.for_s));
-            unload(&self.ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await;
+            if !evict(ctx, &i.door, &i.upstream, &said).await {
+                return Err(NoRoom::Busy(format!(
+                    "{} took a request as it was evicted",
+                    i.upstream.recipe
+                )));
+            }
         }
         Ok(())
     }
@@ -153,10 +170,15 @@ impl Watch {
         let Some(ttl) = settings.ttl.filter(|_| !settings.keep) else {
             return;
         };
+        // Not while another model starts (its plan counts this one running); and read again
+        // under the lock.
+        let Ok(_one_at_a_time) = self.door.starting.try_lock() else {
+            return;
+        };
+        let serving = matches!(self.door.table.route(), Route::Serving(now) if now.deployment == u.deployment);
         match self.door.table.idle_for() {
-            Some(idle) if idle >= ttl.0 => {
+            Some(idle) if idle >= ttl.0 && serving && self.door.demand.load() == Load::Loaded => {
                 let why = format!("idle for {}, its ttl", format_duration(idle));
-                let _one_at_a_time = self.door.starting.lock().await;
                 unload(&self.ctx, &self.door, u, Unloaded::Ttl, &why).await;
             }
             _ => {}
@@ -187,6 +209,23 @@ async fn unload(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &
     };
     door.metrics.unloaded(&model, label);
     say!("model {model}: {} unloaded ({said})", u.recipe);
+}
+
+/// Evicts `u`, the idle server of `door`'s model, only if it is still idle once its
+/// requests are held: one that took a request meanwhile is given its route back, and false.
+async fn evict(ctx: &Context, door: &Door, u: &Upstream, said: &str) -> bool {
+    door.demand.set(Load::Unloaded(Unloaded::Evicted));
+    let left = door.hold(Duration::ZERO, None).await;
+    if left > 0 || door.table.counts().0 > 0 {
+        door.table.set(Route::Serving(u.clone()));
+        door.demand.set(Load::Loaded);
+        return false;
+    }
+    stop_unrouted(ctx, door, u).await;
+    let model = model_name(door);
+    door.metrics.unloaded(&model, "evicted");
+    say!("model {model}: {} unloaded ({said})", u.recipe);
+    true
 }
 
 /// Stops `u` unless `door` routes to it.

@@ -243,7 +243,12 @@ impl Watch {
             if self.door.generation() != generation {
                 return;
             }
-            match self.start_recipe(&current.recipe, wedged.as_ref()).await {
+            // One start at a time with the other models' (each plans beside what runs).
+            let started = {
+                let _one_at_a_time = self.door.starting.lock().await;
+                self.start_recipe(&current.recipe, wedged.as_ref()).await
+            };
+            match started {
                 Ok(up) => {
                     let recipe = current.recipe.clone();
                     let switched = self.door.recover_to(generation, |next| {
@@ -295,7 +300,11 @@ impl Watch {
             .and_then(|set| set.get(recipe).ok().and_then(|l| l.recipe.fallback.clone()));
         let mut why = cause.why.clone();
         if let Some(fb) = fallback {
-            match self.start_recipe(&fb, None).await {
+            let started = {
+                let _one_at_a_time = self.door.starting.lock().await;
+                self.start_recipe(&fb, None).await
+            };
+            match started {
                 Ok(up) => {
                     let entry = Entry {
                         recipe: fb.clone(),
