@@ -189,10 +189,12 @@ fn reasoning_before_content_is_timed_apart_ttft_then_ttfo() {
             ttfo > ttfr && ttfo >= 135.0,
             "TTFO {ttfo} must not count reasoning (reasoning at {ttfr})"
         );
+        // The band tells the first reasoning token from the first output (140 ms and more),
+        // with room for a loaded machine's lag (51-56 ms seen on three runs beside a build).
         let bands = band(
             "first reasoning token (ms) for a 40 ms TTFT",
             ttfr,
-            40.0..50.0,
+            40.0..80.0,
         );
         last = Some((ran, r));
         bands

@@ -189,6 +189,16 @@ fn each_request_goes_to_its_models_production_and_up_of_one_leaves_the_other_unt
     let after = routes(&deck);
     assert_eq!(after[0], before[0], "chat's route changed");
     assert_ne!(after[1], before[1], "coder's route did not change");
+    // No added wait either: the front door held none of chat's requests, not even 10 ms.
+    let fast = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_bucket{model=\"chat\",le=\"0.01\"}",
+    );
+    let all = series(
+        &deck,
+        "sparkctl_frontdoor_queue_wait_seconds_count{model=\"chat\"}",
+    );
+    assert!(all >= 10.0 && fast == all, "{fast} of {all} chat requests");
     let (_, _, by) = ask(&deck, &chat(Some("coder")));
     assert!(by.starts_with("coder-b "), "{by}");
 
