@@ -270,7 +270,15 @@ fn a_killed_production_is_restarted_and_then_failed_over_to_its_fallback() {
     }
     let report = client.stop();
     assert!(report.transport_errors.is_empty(), "{report:?}");
-    assert!(report.http_errors.iter().all(|c| *c == 503), "{report:?}");
+    // Each SIGKILL may fail the one request the killed server was answering (502, as a
+    // server dying mid-answer does; seen once in a warm run); anything else is a 503 past
+    // the hold, with Retry-After.
+    let killed = report.http_errors.iter().filter(|c| **c == 502).count();
+    assert!(killed <= 2, "{report:?}");
+    assert!(
+        report.http_errors.iter().all(|c| *c == 503 || *c == 502),
+        "{report:?}"
+    );
     assert!(report.retry_after_on_503);
     assert_eq!(history(&deck)[0]["outcome"], "recovered");
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
