@@ -48,10 +48,19 @@ fn sim(deck: &Deck, name: &str, served: Option<&str>, extra: &str) {
     );
 }
 
-/// One non-streamed request to the front door with `body`: its status, its answer, and
-/// the instance that answered (`x-sparkctl-upstream`: recipe and deployment).
-fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
-    let (url, body) = (deck.door_url(), body.to_vec());
+/// What the front door answered to one non-streamed request.
+struct Answer {
+    status: u16,
+    body: Value,
+    /// The instance that answered (`x-sparkctl-upstream`: recipe and deployment).
+    by: String,
+    /// What it waited for its model's server (`x-sparkctl-queued-ms`).
+    queued_ms: Option<u64>,
+}
+
+/// `body` posted to the front door at `url`, the whole answer read.
+fn answer(url: &str, body: Vec<u8>) -> Answer {
+    let url = url.to_string();
     support::block_on(async move {
         let r = reqwest::Client::new()
             .post(format!("{url}/v1/chat/completions"))
@@ -60,15 +69,26 @@ fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
             .send()
             .await
             .unwrap();
+        let header =
+            |name: &str| (r.headers().get(name)).and_then(|v| Some(v.to_str().ok()?.to_string()));
+        let by = header("x-sparkctl-upstream").unwrap_or_default();
+        let queued_ms = header("x-sparkctl-queued-ms").and_then(|v| v.parse().ok());
         let status = r.status().as_u16();
-        let by = r
-            .headers()
-            .get("x-sparkctl-upstream")
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
-        let v = r.json::<Value>().await.unwrap_or(Value::Null);
-        (status, v, by)
+        let body = r.json::<Value>().await.unwrap_or(Value::Null);
+        Answer {
+            status,
+            body,
+            by,
+            queued_ms,
+        }
     })
+}
+
+/// One request to the front door with `body`: its status, its answer, and the instance
+/// that answered.
+fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
+    let a = answer(&deck.door_url(), body.to_vec());
+    (a.status, a.body, a.by)
 }
 
 fn chat(model: Option<&str>) -> Vec<u8> {
@@ -344,23 +364,9 @@ fn until(within: Duration, what: &str, f: impl Fn() -> bool) {
 
 /// One request's wait for its model's server, as the front door says it.
 fn queued_ms(deck: &Deck, model: &str) -> u64 {
-    let url = deck.door_url();
-    let body = chat(Some(model));
-    support::block_on(async move {
-        let r = reqwest::Client::new()
-            .post(format!("{url}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.headers()["x-sparkctl-queued-ms"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap()
-    })
+    let a = answer(&deck.door_url(), chat(Some(model)));
+    assert_eq!(a.status, 200, "{}", a.body);
+    a.queued_ms.unwrap()
 }
 
 #[test]
@@ -507,30 +513,18 @@ fn in_five_gb(deck: &Deck, args: &[&str]) -> String {
 }
 
 /// A request for `model` asking `tokens` tokens, from another thread: its status and what
-/// it waited for its model's server (`x-sparkctl-queued-ms`).
+/// it waited for its model's server.
 fn ask_later(deck: &Deck, model: &str, tokens: u32) -> std::thread::JoinHandle<(u16, u64)> {
     let url = deck.door_url();
     let body = json!({
         "model": model, "max_tokens": tokens,
         "messages": [{"role": "user", "content": "Tell me a long story."}],
     })
-    .to_string();
+    .to_string()
+    .into_bytes();
     std::thread::spawn(move || {
-        support::block_on(async move {
-            let r = reqwest::Client::new()
-                .post(format!("{url}/v1/chat/completions"))
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            let waited = (r.headers().get("x-sparkctl-queued-ms"))
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
-            let status = r.status().as_u16();
-            let _ = r.bytes().await;
-            (status, waited)
-        })
+        let a = answer(&url, body);
+        (a.status, a.queued_ms.unwrap_or(0))
     })
 }
 
