@@ -68,11 +68,8 @@ impl Shared {
     /// loaded and serving, not `keep`, not held by a command, with nothing in flight or
     /// waiting (so one just started has served its queue first).
     pub(crate) fn evictable(&self, model: &str) -> Vec<Idle> {
-        let Some(lanes) = self.lanes.get().and_then(std::sync::Weak::upgrade) else {
-            return Vec::new();
-        };
-        let mut idle: Vec<Idle> = (lanes.all().into_iter())
-            .filter(|d| d.model != model && d.demand.load() == Load::Loaded)
+        let mut idle: Vec<Idle> = (self.other_lanes(model).into_iter())
+            .filter(|d| d.demand.load() == Load::Loaded)
             .filter(|d| !d.demand.settings().keep && !d.held_by_a_command())
             .filter_map(|d| {
                 let Route::Serving(upstream) = d.table.route() else {
@@ -90,13 +87,18 @@ impl Shared {
         idle
     }
 
+    /// Every lane but `model`'s (none before the lanes open).
+    fn other_lanes(&self, model: &str) -> Vec<Arc<Door>> {
+        let lanes = self.lanes.get().and_then(std::sync::Weak::upgrade);
+        (lanes.map(|l| l.all()).unwrap_or_default().into_iter())
+            .filter(|d| d.model != model)
+            .collect()
+    }
+
     /// The production recipes of the other models marked `keep`: never evicted.
     pub(crate) fn kept(&self, model: &str) -> Vec<String> {
-        let Some(lanes) = self.lanes.get().and_then(std::sync::Weak::upgrade) else {
-            return Vec::new();
-        };
-        (lanes.all().into_iter())
-            .filter(|d| d.model != model && d.demand.settings().keep)
+        (self.other_lanes(model).into_iter())
+            .filter(|d| d.demand.settings().keep)
             .filter_map(|d| Some(d.production().current?.recipe))
             .collect()
     }

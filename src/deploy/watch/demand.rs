@@ -201,14 +201,7 @@ async fn unload(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &
     if left > 0 {
         say!("model {model}: {left} requests still in flight after the drain");
     }
-    stop_unrouted(ctx, door, u).await;
-    let label = match why {
-        Unloaded::Ttl => "ttl",
-        Unloaded::Evicted => "evicted",
-        Unloaded::Boot => "boot",
-    };
-    door.metrics.unloaded(&model, label);
-    say!("model {model}: {} unloaded ({said})", u.recipe);
+    stopped(ctx, door, u, why, said).await;
 }
 
 /// Evicts `u`, the idle server of `door`'s model, only if it is still idle once its
@@ -221,11 +214,21 @@ async fn evict(ctx: &Context, door: &Door, u: &Upstream, said: &str) -> bool {
         door.demand.set(Load::Loaded);
         return false;
     }
-    stop_unrouted(ctx, door, u).await;
-    let model = model_name(door);
-    door.metrics.unloaded(&model, "evicted");
-    say!("model {model}: {} unloaded ({said})", u.recipe);
+    stopped(ctx, door, u, Unloaded::Evicted, said).await;
     true
+}
+
+/// The end of an unload, its requests held: `u` stopped, counted and said.
+async fn stopped(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &str) {
+    stop_unrouted(ctx, door, u).await;
+    let label = match why {
+        Unloaded::Ttl => "ttl",
+        Unloaded::Evicted => "evicted",
+        Unloaded::Boot => "boot",
+    };
+    let model = model_name(door);
+    door.metrics.unloaded(&model, label);
+    say!("model {model}: {} unloaded ({said})", u.recipe);
 }
 
 /// Stops `u` unless `door` routes to it.
