@@ -97,7 +97,8 @@ impl<'a> Cell<'a> {
     /// As `close`, where the test killed production itself: the one answer its server was
     /// streaming when SIGKILL came may be cut (no proxy finishes a stream whose server
     /// died) — or, when it died between its headers and its first byte, end with the
-    /// connection before the client read a head (seen once in a loaded run); nothing else
+    /// connection before the client read a head (seen once in a loaded run), or, when it died
+    /// before its headers, with the front door's 502 (seen in a loaded run); nothing else
     /// may fail.
     fn close_cut(self, serving: &str, runs: &[&str], killed: usize) -> TrafficReport {
         self.client.answers(3, Duration::from_secs(120));
@@ -116,9 +117,12 @@ impl<'a> Cell<'a> {
             waits.get(waits.len() / 2).copied().unwrap_or(0.0)
         );
         let cell = format!("{} × {}", self.path, self.mode);
-        assert!(report.http_errors.is_empty(), "{cell}: {report:?}");
+        // The killed server's own request ends as a 502, a transport error or a cut stream,
+        // whichever the timing gives; nothing else may fail.
+        let bad_gateway = report.http_errors.iter().filter(|c| **c == 502).count();
+        assert_eq!(bad_gateway, report.http_errors.len(), "{cell}: {report:?}");
         assert!(
-            report.transport_errors.len() + report.cut <= killed,
+            bad_gateway + report.transport_errors.len() + report.cut <= killed,
             "{cell}: {report:?}"
         );
         let last = report.upstreams.last().cloned().unwrap_or_default();
