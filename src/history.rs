@@ -20,6 +20,8 @@ pub(crate) enum PhaseName {
     MeasureProduction,
     Bench,
     Judge,
+    /// The candidate met live traffic (shadow, canary) until the analysis decided.
+    Rollout,
     Switch,
 }
 
@@ -176,6 +178,10 @@ pub(crate) struct RunRecord {
     /// failover): the offending answers, trimmed, control characters escaped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) evidence: Vec<String>,
+    /// The rollout the candidate met live traffic in (shadow, canary): its counts, the
+    /// comparison and the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rollout: Option<crate::frontdoor::rollout::RolloutStatus>,
 }
 
 /// What a bisect measurement was: which bisect, which digest, and the figure it was judged on.

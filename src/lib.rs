@@ -37,6 +37,7 @@ mod production;
 mod progress;
 mod prune;
 mod recipe;
+mod rollout;
 mod runtime;
 mod secrets;
 mod settings;

@@ -429,6 +429,21 @@ pub(crate) struct UpArgs {
     /// Run an image that has no digest in images.lock (recorded in the run).
     #[arg(long)]
     allow_unpinned: bool,
+    /// After the gates pass, copy live requests to the candidate while production answers,
+    /// compare the answers, and promote only when WINDOW (requests compared, e.g. 50, or a
+    /// duration, e.g. 10m) ends clean.
+    #[arg(long, value_name = "WINDOW", num_args = 0..=1, default_missing_value = "", conflicts_with = "canary")]
+    shadow: Option<String>,
+    /// After the gates pass, send SHARE (e.g. 10%) of the conversations to the candidate and
+    /// compare its answers with production's; promote when the window ends clean.
+    #[arg(long, value_name = "SHARE")]
+    canary: Option<String>,
+    /// The rollout's window: requests compared (50) or a duration (10m).
+    #[arg(long, value_name = "WINDOW")]
+    window: Option<String>,
+    /// The share of requests a shadow copies (default 100%).
+    #[arg(long, value_name = "SHARE")]
+    share: Option<String>,
 }
 
 impl UpArgs {
@@ -446,7 +461,18 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         no_promote,
         yes,
         allow_unpinned,
+        shadow,
+        canary,
+        window,
+        share,
     } = args;
+    let rollout = crate::recipe::rollout::Asked {
+        shadow: shadow.map(|w| (!w.is_empty()).then_some(w)),
+        canary,
+        window,
+        share,
+        off: false,
+    };
     let flow = deploy::switch::SwitchContext::open(ctx, recipes, &[&name], dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
@@ -459,6 +485,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         lock: None,
         record: None,
         replace: false,
+        rollout,
     };
     let record = deploy::up::up(&flow, &name, &opts).await?;
     if out.json {

@@ -38,6 +38,9 @@ pub(crate) struct UpOptions<'a> {
     /// The candidate may be production's own recipe, whose instance it then replaces: a
     /// swap, as one recipe runs one instance on one port.
     pub(crate) replace: bool,
+    /// What the flags ask of a rollout (shadow, canary) after the gates pass; the recipe's
+    /// `rollout` section otherwise.
+    pub(crate) rollout: crate::recipe::rollout::Asked,
 }
 
 /// `sparkctl up NAME`.
@@ -73,6 +76,7 @@ pub(crate) async fn up_locked(
             loaded,
             record: &mut record,
             touched: touched.clone(),
+            rollout: None,
         };
         tokio::select! {
             r = flow.run() => r,
@@ -104,6 +108,8 @@ struct Flow<'a, 'b> {
     loaded: &'a LoadedRecipe,
     record: &'a mut RunRecord,
     touched: Arc<Mutex<Touched>>,
+    /// The rollout the candidate meets live traffic in, when one is asked.
+    rollout: Option<crate::rollout::Spec>,
 }
 
 impl Flow<'_, '_> {
@@ -132,6 +138,9 @@ impl Flow<'_, '_> {
         let baseline = self.measure_production(&production, way).await?;
         let (result, bench_path) = self.bench(&baseline, asked).await?;
         self.judge(&result, &candidate).await?;
+        if let Some(spec) = self.rollout.clone() {
+            self.roll_out(&spec, &candidate).await?;
+        }
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
             return self.keep_production(way, &candidate).await;
@@ -191,11 +200,131 @@ impl Flow<'_, '_> {
             start.memory.describe(),
             plan.how(prod, serving)
         ));
+        self.rollout = self.plan_rollout(&plan, production, serving)?;
         if self.opts.dry_run {
             self.record.outcome = Outcome::Planned;
             return Ok(None);
         }
         Ok(Some(plan))
+    }
+
+    /// The rollout asked, refused before anything changes when it cannot run: both servers
+    /// must run side by side, with a production to compare with.
+    fn plan_rollout(
+        &self,
+        plan: &Plan,
+        production: &Production,
+        serving: bool,
+    ) -> Result<Option<crate::rollout::Spec>> {
+        let spec = crate::recipe::rollout::spec(&self.loaded.recipe, &self.opts.rollout)
+            .map_err(|b| Error::BadFlag {
+                flag: b.at,
+                why: format!("{}; nothing was changed", b.why),
+            })?;
+        let Some(spec) = spec else {
+            return Ok(None);
+        };
+        let mode = spec.mode.as_str();
+        let cannot = |why: String| Error::RecipeCannot {
+            recipe: self.name().to_string(),
+            why: format!("{why}; nothing was changed"),
+        };
+        if self.opts.no_promote {
+            return Err(Error::BadFlag {
+                flag: "--no-promote".into(),
+                why: format!("a {mode} ends in a promotion; leave one of them out"),
+            });
+        }
+        let prod = production.current.as_ref().map(|e| e.recipe.as_str());
+        match (prod, plan.mode, serving) {
+            (None, ..) | (_, _, false) => Err(cannot(format!(
+                "a {mode} compares the candidate with production's answers, and no production                  serves; `sparkctl up {}` without --{mode} makes it production",
+                self.name()
+            ))),
+            (Some(p), Mode::Swap, _) => Err(cannot(format!(
+                "a {mode} needs production and the candidate running side by side, and it does                  not fit beside production {p} ({}); without --{mode} it is swapped in",
+                plan.start.memory.describe()
+            ))),
+            (Some(_), Mode::BlueGreen, true) => {
+                self.step(&format!("rollout: {}", spec.describe()));
+                Ok(Some(spec))
+            }
+        }
+    }
+
+    /// The candidate meets production's live traffic until the analysis decides: promoted
+    /// (the switch follows), or aborted or inconclusive (the way back stops it).
+    async fn roll_out(&mut self, spec: &crate::rollout::Spec, candidate: &Deployment) -> Result<()> {
+        use crate::rollout::Decision;
+        let asking = crate::frontdoor::rollout::Asking {
+            spec: spec.clone(),
+            candidate: switch::upstream_of(candidate),
+            owner: crate::host::ProcessId::of(std::process::id()),
+        };
+        let mode = spec.mode.as_str();
+        self.step(&format!(
+            "{mode}: {} meets production's live traffic ({})",
+            self.name(),
+            spec.describe()
+        ));
+        let door = self.ctx.door.clone();
+        let began = std::time::Instant::now();
+        door.start_rollout(&asking).await?;
+        let mut told = std::time::Instant::now();
+        let last = loop {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            let Some(now) = door.rollout().await? else {
+                return Err(Error::DoorFailed {
+                    what: format!("ended the {mode} of {} before its decision", self.name()),
+                });
+            };
+            if now.judgement.decision != Decision::Going {
+                break now;
+            }
+            if told.elapsed() >= std::time::Duration::from_secs(5) {
+                told = std::time::Instant::now();
+                self.step(&format!(
+                    "{mode}: {} of {} requests to the candidate compared",
+                    now.judgement.compared, now.tally.to_candidate
+                ));
+            }
+        };
+        let _ = door.end_rollout().await;
+        let j = &last.judgement;
+        self.record.phases.push(crate::history::Phase {
+            name: PhaseName::Rollout,
+            ms: began.elapsed().as_secs_f64() * 1e3,
+            ok: j.decision == Decision::Promote,
+            detail: format!("{mode} {}: {}", j.decision.as_str(), j.reason),
+        });
+        for c in &j.comparisons {
+            self.step(&format!("{mode}: {}", c.detail));
+        }
+        if let Some(e) = &j.evidence {
+            self.record.evidence.push(e.describe());
+        }
+        self.record.rollout = Some(last.clone());
+        let name = self.name().to_string();
+        match j.decision {
+            Decision::Promote | Decision::Going => {
+                self.step(&format!("{mode}: {}", j.reason));
+                Ok(())
+            }
+            Decision::Abort => {
+                self.record.outcome = Outcome::Rejected;
+                let mut failed = vec![format!("{mode} aborted: {}", j.reason)];
+                failed.extend(j.evidence.as_ref().map(|e| e.describe()));
+                Err(Error::RejectedByGates { name, failed })
+            }
+            Decision::Inconclusive => {
+                self.record.outcome = Outcome::Inconclusive;
+                Err(Error::Inconclusive {
+                    name,
+                    what: if spec.mode == crate::rollout::Mode::Shadow { "the shadow" } else { "the canary" },
+                    reason: j.reason.clone(),
+                })
+            }
+        }
     }
 
     /// The model dir's patch steps (idempotent; nothing to do when already patched).
@@ -403,6 +532,7 @@ impl Flow<'_, '_> {
             self.record.outcome = Outcome::Inconclusive;
             return Err(Error::Inconclusive {
                 name: name.clone(),
+                what: "the benchmark",
                 reason: result.verdict_reason.clone(),
             });
         }

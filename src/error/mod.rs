@@ -126,10 +126,14 @@ pub enum Error {
     RejectedByGates { name: String, failed: Vec<String> },
     /// The benchmark could not decide: neither promoted nor rejected.
     #[error(
-        "{name} was not promoted and not rejected: the benchmark was inconclusive ({reason}); \
+        "{name} was not promoted and not rejected: {what} was inconclusive ({reason}); \
          production keeps serving; run `sparkctl up {name}` again"
     )]
-    Inconclusive { name: String, reason: String },
+    Inconclusive {
+        name: String,
+        what: &'static str,
+        reason: String,
+    },
     /// A variable of sparkctl's environment whose value it cannot use (`want`: what it
     /// can, and how to give it).
     #[error("{name}={value} {want}")]

@@ -43,16 +43,33 @@ pub(crate) struct Paired {
 
 /// P(X ≥ k) for X ~ Binomial(n, 1/2): the exact one-sided McNemar p-value.
 pub(crate) fn binomial_tail(n: usize, k: usize) -> f64 {
+    binomial_tail_p(n, k, 0.5)
+}
+
+/// P(X ≥ k) for X ~ Binomial(n, p).
+pub(crate) fn binomial_tail_p(n: usize, k: usize, p: f64) -> f64 {
     if k == 0 {
         return 1.0;
     }
-    if k > n {
+    if k > n || p <= 0.0 {
         return 0.0;
     }
-    // ln C(n, i) by running sums, then the tail in a stable order.
-    let ln_fact = |m: usize| (1..=m).map(|x| (x as f64).ln()).sum::<f64>();
+    if p >= 1.0 {
+        return 1.0;
+    }
+    // ln m! by running sums, then the tail's terms in a stable order.
+    let ln_fact: Vec<f64> = std::iter::once(0.0)
+        .chain((1..=n).scan(0.0, |acc, x| {
+            *acc += (x as f64).ln();
+            Some(*acc)
+        }))
+        .collect();
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
     let total: f64 = (k..=n)
-        .map(|i| (ln_fact(n) - ln_fact(i) - ln_fact(n - i) - n as f64 * 2f64.ln()).exp())
+        .map(|i| {
+            let ln_choose = ln_fact[n] - ln_fact[i] - ln_fact[n - i];
+            (ln_choose + i as f64 * lp + (n - i) as f64 * lq).exp()
+        })
         .sum();
     total.min(1.0)
 }

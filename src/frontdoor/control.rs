@@ -134,6 +134,24 @@ async fn answer(
                 serde_json::json!({"error": e.to_string()}),
             ),
         },
+        (Method::GET, "/rollout") => reply(
+            StatusCode::OK,
+            serde_json::to_value(door.rollout.get().map(|r| r.status())).unwrap_or(Value::Null),
+        ),
+        (Method::POST, "/rollout") => match serde_json::from_slice::<super::rollout::Asking>(&body) {
+            Ok(a) => reply(
+                StatusCode::OK,
+                serde_json::to_value(door.rollout.start(a)).unwrap_or(Value::Null),
+            ),
+            Err(e) => reply(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": e.to_string()}),
+            ),
+        },
+        (Method::DELETE, "/rollout") => reply(
+            StatusCode::OK,
+            serde_json::to_value(door.rollout.end()).unwrap_or(Value::Null),
+        ),
         (Method::GET, "/capture") => reply(StatusCode::OK, capture_status(door)),
         (Method::POST, "/capture") => match set_capture(door, &body).await {
             Ok(v) => reply(StatusCode::OK, v),
@@ -419,6 +437,34 @@ impl Remote {
                     .await?
             }
         };
+        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
+    }
+
+    /// Starts a rollout of `asking`'s candidate on this model's traffic.
+    pub(crate) async fn start_rollout(
+        &self,
+        asking: &super::rollout::Asking,
+    ) -> Result<super::rollout::RolloutStatus> {
+        let body = serde_json::to_value(asking).expect("a rollout serializes");
+        let v = self
+            .call(Method::POST, "/rollout", Some(body), Duration::from_secs(10))
+            .await?;
+        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
+    }
+
+    /// The rollout running, if any.
+    pub(crate) async fn rollout(&self) -> Result<Option<super::rollout::RolloutStatus>> {
+        let v = self
+            .call(Method::GET, "/rollout", None, Duration::from_secs(5))
+            .await?;
+        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
+    }
+
+    /// Ends the rollout; its last status.
+    pub(crate) async fn end_rollout(&self) -> Result<Option<super::rollout::RolloutStatus>> {
+        let v = self
+            .call(Method::DELETE, "/rollout", None, Duration::from_secs(10))
+            .await?;
         serde_json::from_value(v).map_err(|e| unreadable("answer", e))
     }
 

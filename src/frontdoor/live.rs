@@ -133,6 +133,8 @@ impl Default for Live {
 struct Request {
     #[serde(default)]
     tools: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(default)]
+    temperature: Option<f64>,
 }
 
 impl Live {
@@ -151,6 +153,7 @@ impl Live {
         let r: Request = serde_json::from_slice(body).ok()?;
         Some(Asked {
             tools: r.tools.is_some_and(|t| !t.is_empty()),
+            deterministic: r.temperature == Some(0.0),
         })
     }
 

@@ -30,6 +30,8 @@ pub(crate) mod metrics;
 pub(crate) mod page;
 pub(crate) mod proxy;
 pub(crate) mod quality;
+pub(crate) mod reading;
+pub(crate) mod rollout;
 pub(crate) mod route;
 pub(crate) mod serve;
 pub(crate) mod supervisor;
@@ -239,6 +241,9 @@ pub(crate) struct DoorStatus {
     /// Every model behind the front door, each with its own production (`crate::models`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) models: Vec<lanes::ModelStatus>,
+    /// A candidate meeting production's traffic, while one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rollout: Option<rollout::RolloutStatus>,
 }
 
 /// What a switch did.
@@ -265,6 +270,8 @@ pub(crate) struct Door {
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
     generation: std::sync::atomic::AtomicU64,
+    /// A candidate meeting this model's traffic (shadow, canary), while one does.
+    pub(crate) rollout: Arc<rollout::Slot>,
 }
 
 impl std::ops::Deref for Door {
@@ -288,6 +295,7 @@ impl Door {
             model: model.to_string(),
             held_by: Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
+            rollout: Arc::default(),
             shared,
         }
     }
@@ -442,6 +450,7 @@ impl Door {
             production: self.production(),
             pending_writes: self.deferred.pending(),
             models: Vec::new(),
+            rollout: self.rollout.get().map(|r| r.status()),
         }
     }
 }

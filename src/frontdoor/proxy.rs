@@ -22,12 +22,16 @@ use tokio::sync::{mpsc, watch};
 
 use super::accept::{self, Conns, Limits};
 use super::body::{Budget, Refused};
-use super::chunk::{Chunk, ChunkChoice};
 use super::lanes::{Lanes, Pick};
 use super::live::Live;
 use super::metrics::{Event, Metrics};
-use super::quality::{Answer, Asked, Delta, Verdict};
+use super::quality::{Answer, Asked, Verdict};
+use super::reading::Reading;
+use super::rollout::{PairSlot, Rollout, Way};
 use super::route::{Lease, Refusal, Upstream};
+
+/// How long a shadow copy's answer may take: the longest a client waits for one.
+const COPY_LIMIT: Duration = Duration::from_secs(600);
 
 pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
@@ -226,6 +230,43 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         None => "/",
     }
     .to_string();
+    let way = door
+        .rollout
+        .get()
+        .map(|r| r.way(&parts.headers, &body.bytes, asked));
+    let side = match way {
+        None => Side::None,
+        Some(Way::Production(r)) => Side::Production(r),
+        Some(Way::Shadow(pair)) => {
+            let copy = request(proxy, pair.candidate(), &parts, &forward_path, &body.bytes);
+            let asked = asked.expect("only a judged request is shadowed");
+            pair.clone()
+                .send(proxy.client.clone(), copy, asked, COPY_LIMIT);
+            Side::Pair(pair)
+        }
+        Some(Way::Canary(r)) => {
+            let tried = forward(proxy, &r.candidate, &parts, &forward_path, &body.bytes).await;
+            match tried {
+                Ok(resp) if resp.status().is_success() => {
+                    let judged = Judging {
+                        arrived,
+                        asked,
+                        side: Side::Candidate(r.clone()),
+                    };
+                    return respond(proxy, resp, r.candidate.clone(), None, judged);
+                }
+                // Nothing reached the client: production answers it.
+                Ok(resp) => r.retried(format!("answered {}", resp.status())),
+                Err(e) => r.retried(crate::error::chain(&e)),
+            }
+            Side::Production(r)
+        }
+    };
+    let mut judging = Some(Judging {
+        arrived,
+        asked,
+        side,
+    });
     let mut avoid: Option<String> = None;
     let mut held = false;
     loop {
@@ -251,7 +292,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                     m => m.to_string(),
                 };
                 proxy.metrics.waited(&model, waited.as_secs_f64());
-                let mut r = respond(proxy, resp, lease, (arrived, asked));
+                let upstream = lease.upstream.clone();
+                let judged = judging.take().expect("answered once");
+                let mut r = respond(proxy, resp, upstream, Some(lease), judged);
                 // What it waited for its model's server, for a client to tell.
                 r.headers_mut().insert(
                     HeaderName::from_static("x-sparkctl-queued-ms"),
@@ -272,11 +315,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 // Sent, and no answer came: the upstream may have taken it, so it is not
                 // sent again; the client decides.
                 proxy.metrics.error(&lease.upstream.recipe, "sent");
-                if asked.is_some() {
+                if let Some(j) = judging.take().filter(|j| j.asked.is_some()) {
                     let why = format!("no answer after the request was sent: {e}");
-                    proxy
-                        .live
-                        .record(&lease.upstream, Verdict::failed(arrived, why));
+                    j.record(&proxy.live, &lease.upstream, Some(Verdict::failed(arrived, why)));
                 }
                 // Likely dying: the next requests wait for the watch's look.
                 door.table.suspect(&lease.upstream);
@@ -362,6 +403,23 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
     }
 }
 
+/// The client's request, for `upstream`.
+fn request(
+    proxy: &Proxy,
+    upstream: &Upstream,
+    parts: &hyper::http::request::Parts,
+    path: &str,
+    body: &Bytes,
+) -> Request<Full<Bytes>> {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("{}{path}", upstream.url))
+        .body(Full::new(body.clone()))
+        .expect("method and URI come from a valid request");
+    copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
+    req
+}
+
 async fn forward(
     proxy: &Proxy,
     upstream: &Upstream,
@@ -369,57 +427,88 @@ async fn forward(
     path: &str,
     body: &Bytes,
 ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-    let mut req = Request::builder()
-        .method(parts.method.clone())
-        .uri(format!("{}{path}", upstream.url))
-        .body(Full::new(body.clone()))
-        .expect("method and URI come from a valid request");
-    copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
+    let req = request(proxy, upstream, parts, path, body);
     proxy.client.request(req).await
+}
+
+/// Where an answer's verdict goes beside production's live window: a rollout's side.
+enum Side {
+    None,
+    /// Production's answer during a canary (its side of the comparison).
+    Production(Arc<Rollout>),
+    /// Production's answer to a shadowed request: one half of its pair.
+    Pair(Arc<PairSlot>),
+    /// The candidate's answer to a canary request.
+    Candidate(Arc<Rollout>),
+}
+
+/// A request's answer, to be judged: when it arrived, what it asked, where the verdict goes.
+struct Judging {
+    arrived: Instant,
+    asked: Option<Asked>,
+    side: Side,
+}
+
+impl Judging {
+    /// The verdict (None: not judged) to production's live window and the rollout's side.
+    fn record(self, live: &Live, upstream: &Upstream, v: Option<Verdict>) {
+        match (&self.side, &v) {
+            (Side::Candidate(r), Some(v)) => r.answered(true, v),
+            (Side::Production(r), Some(v)) => r.answered(false, v),
+            (Side::Pair(pair), _) => pair.production(v.clone()),
+            _ => {}
+        }
+        if let (false, Some(v)) = (matches!(self.side, Side::Candidate(_)), v) {
+            live.record(upstream, v);
+        }
+    }
 }
 
 fn respond(
     proxy: &Proxy,
     resp: Response<Incoming>,
-    lease: Lease,
-    (arrived, asked): (Instant, Option<Asked>),
+    upstream: Upstream,
+    lease: Option<Lease>,
+    judging: Judging,
 ) -> Response<ProxyBody> {
-    let recipe = lease.upstream.recipe.clone();
+    let recipe = upstream.recipe.clone();
     // Which instance answered: a client (and a test) can tell a switch happened.
-    let answered_by = format!("{} {}", lease.upstream.recipe, lease.upstream.deployment);
+    let answered_by = format!("{} {}", upstream.recipe, upstream.deployment);
     proxy.metrics.status(&recipe, resp.status().as_u16());
     let (parts, body) = resp.into_parts();
-    let sse = parts
-        .headers
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
     proxy.metrics.started(&recipe);
-    let judged = match asked {
+    let arrived = judging.arrived;
+    let (answer, judging) = match judging.asked {
         Some(_) if parts.status.is_server_error() => {
             let why = format!("answered {}", parts.status);
-            proxy
-                .live
-                .record(&lease.upstream, Verdict::failed(arrived, why));
-            None
+            judging.record(&proxy.live, &upstream, Some(Verdict::failed(arrived, why)));
+            (None, None)
         }
-        Some(a) if sse && parts.status.is_success() => Some(Judged {
-            answer: Answer::new(a, arrived),
-            live: proxy.live.clone(),
-            ended: false,
-            failed: None,
-        }),
+        Some(a) if parts.status.is_success() => {
+            let answer = Answer::new(a, arrived);
+            let answer = match judging.side {
+                Side::Pair(_) => answer.keeping_text(),
+                _ => answer,
+            };
+            (Some(answer), Some(judging))
+        }
+        _ => (None, None),
+    };
+    let canary = match judging.as_ref().map(|j| &j.side) {
+        Some(Side::Candidate(r)) => Some(r.clone()),
         _ => None,
     };
     let metered = Metered {
         inner: body,
         metrics: proxy.metrics.clone(),
+        live: proxy.live.clone(),
         recipe,
         arrived,
-        sse: sse.then(crate::bench::sse::Parser::default),
+        reading: Some(Reading::new(&parts.headers, answer)),
         last_token: None,
-        running: 0,
-        judged,
+        judging,
+        canary,
+        upstream,
         lease,
     };
     let mut out = Response::new(metered.boxed());
@@ -433,61 +522,30 @@ fn respond(
 }
 
 /// The upstream's body on its way out: counted in flight (the lease) until done, and read
-/// for the first token and the gaps between tokens.
+/// for the first token and the gaps between tokens, and judged.
 struct Metered {
     inner: Incoming,
     metrics: Arc<Metrics>,
+    live: Arc<Live>,
     recipe: String,
     arrived: Instant,
-    sse: Option<crate::bench::sse::Parser>,
+    reading: Option<Reading>,
     last_token: Option<Instant>,
-    /// The running token count the stream reported last (llama-server timings, vLLM usage).
-    running: u64,
-    /// The answer judged as it passes, when it is one.
-    judged: Option<Judged>,
-    lease: Lease,
-}
-
-/// A streamed answer being judged, and how its stream ended.
-struct Judged {
-    answer: Answer,
-    live: Arc<Live>,
-    /// The stream reached its end.
-    ended: bool,
-    /// The server failed it (an error event, a broken stream).
-    failed: Option<String>,
+    /// Where its verdict goes, when it is judged.
+    judging: Option<Judging>,
+    /// A canary's candidate answering: its bytes to clients are counted.
+    canary: Option<Arc<Rollout>>,
+    upstream: Upstream,
+    lease: Option<Lease>,
 }
 
 impl Metered {
     fn observe(&mut self, data: &Bytes) {
-        let Some(parser) = self.sse.as_mut() else {
+        let Some(reading) = self.reading.as_mut() else {
             return;
         };
         let now = Instant::now();
-        for event in parser.feed(data) {
-            let Ok(chunk) = serde_json::from_str::<Chunk>(&event) else {
-                continue;
-            };
-            if let Some(j) = self.judged.as_mut().filter(|_| chunk.error.is_some()) {
-                j.failed = Some(format!("an error event: {event}"));
-            }
-            let bears = chunk.choices.first().is_some_and(ChunkChoice::bears_token);
-            let tokens = match bears {
-                true => self.tokens_in(&chunk),
-                false => 0,
-            };
-            if let (Some(j), Some(c)) = (self.judged.as_mut(), chunk.choices.first()) {
-                let delta = Delta {
-                    content: c.delta.content.as_deref(),
-                    tool_call: c.delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty()),
-                    finish: c.finish_reason.as_deref(),
-                    tokens: tokens as u64,
-                };
-                j.answer.delta(delta, now);
-            }
-            if !bears {
-                continue;
-            }
+        for tokens in reading.feed(data, now) {
             match self.last_token {
                 None => self
                     .metrics
@@ -501,48 +559,14 @@ impl Metered {
     }
 }
 
-impl Metered {
-    /// The tokens a token-bearing chunk carried: from the running count when the stream
-    /// reports one, else one.
-    fn tokens_in(&mut self, chunk: &Chunk) -> usize {
-        let count = chunk
-            .timings
-            .as_ref()
-            .and_then(|t| t.predicted_n)
-            .or_else(|| chunk.usage.as_ref().and_then(|u| u.completion_tokens));
-        match count {
-            Some(n) => {
-                let d = n.saturating_sub(self.running);
-                self.running = n;
-                d as usize
-            }
-            None => 1,
-        }
-    }
-}
-
 impl Drop for Metered {
     fn drop(&mut self) {
         self.metrics.finished(&self.recipe);
-        // An answer whose client left before its end is not judged: not the server's doing.
-        if let Some(j) = self.judged.take() {
-            let verdict = match (j.failed, j.ended) {
-                (Some(why), _) => Some(Verdict::failed(self.arrived, why)),
-                (None, true) => Some(j.answer.end()),
-                (None, false) => None,
-            };
-            if let Some(v) = verdict {
-                j.live.record(&self.lease.upstream, v);
-            }
+        let verdict = self.reading.take().and_then(|r| r.verdict(self.arrived));
+        if let Some(j) = self.judging.take() {
+            j.record(&self.live, &self.upstream, verdict);
         }
-    }
-}
-
-impl Metered {
-    fn ended(&mut self) {
-        if let Some(j) = self.judged.as_mut() {
-            j.ended = true;
-        }
+        drop(self.lease.take());
     }
 }
 
@@ -561,24 +585,31 @@ impl Body for Metered {
                 let tokens_seen = this.last_token;
                 if let Some(data) = frame.data_ref() {
                     this.observe(data);
+                    if let Some(r) = &this.canary {
+                        r.delivered(data.len());
+                    }
                 }
                 if this.last_token == tokens_seen {
                     this.metrics.active(&this.recipe);
                 }
                 if this.inner.is_end_stream() {
-                    this.ended();
+                    if let Some(r) = this.reading.as_mut() {
+                        r.ended();
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.metrics.error(&this.recipe, "stream");
-                if let Some(j) = this.judged.as_mut() {
-                    j.failed = Some(format!("the stream broke: {e}"));
+                if let Some(r) = this.reading.as_mut() {
+                    r.broke(format!("the stream broke: {e}"));
                 }
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                this.ended();
+                if let Some(r) = this.reading.as_mut() {
+                    r.ended();
+                }
                 Poll::Ready(None)
             }
             other => other,

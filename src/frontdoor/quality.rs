@@ -27,7 +27,14 @@ const LINE_DECIDES: usize = 24;
 pub struct Asked {
     /// Tools were offered: a tool call left in the content is a fault.
     pub(crate) tools: bool,
+    /// Sampled greedily (temperature 0): two servers of one model should answer alike, so
+    /// a rollout compares the candidate's words with production's.
+    pub(crate) deterministic: bool,
 }
+
+/// The most of an answer's text a rollout keeps to compare two answers: the start of an
+/// answer decides whether they agree, and memory stays bounded per pair.
+pub(crate) const KEPT_TEXT: usize = 4096;
 
 /// The text-side state: marks found, the current line, the degenerate-output scanner.
 #[derive(Default)]
@@ -160,6 +167,8 @@ pub struct Verdict {
     pub(crate) decode_tps: Option<f64>,
     /// The answer's text (start and end, escaped), kept when a check failed.
     pub(crate) evidence: Option<String>,
+    /// Its first `KEPT_TEXT` bytes, kept when asked (a rollout's pair).
+    pub(crate) text: Option<String>,
 }
 
 impl Verdict {
@@ -175,6 +184,7 @@ impl Verdict {
             tpot_ms: None,
             decode_tps: None,
             evidence: None,
+            text: None,
         }
     }
 
@@ -198,6 +208,8 @@ pub struct Answer {
     text: Text,
     tool_calls: bool,
     finish: Option<String>,
+    /// The text so far, up to `KEPT_TEXT` bytes, when it is kept.
+    kept: Option<String>,
 }
 
 impl Answer {
@@ -212,7 +224,14 @@ impl Answer {
             text: Text::default(),
             tool_calls: false,
             finish: None,
+            kept: None,
         }
+    }
+
+    /// Keeps the answer's first `KEPT_TEXT` bytes for its verdict (a rollout compares them).
+    pub(crate) fn keeping_text(mut self) -> Answer {
+        self.kept = Some(String::new());
+        self
     }
 
     /// One chunk's delta: its content, whether it carried reasoning or a tool call, its
@@ -220,6 +239,9 @@ impl Answer {
     pub fn delta(&mut self, d: Delta<'_>, now: Instant) {
         if let Some(text) = d.content {
             self.text.push(text);
+            if let Some(k) = self.kept.as_mut().filter(|k| k.len() < KEPT_TEXT) {
+                k.push_str(&text[..floor_boundary(text, (KEPT_TEXT - k.len()).min(text.len()))]);
+            }
         }
         self.tool_calls |= d.tool_call;
         if let Some(f) = d.finish {
@@ -274,6 +296,7 @@ impl Answer {
             tpot_ms: decoding.map(|(span, n)| span / n),
             decode_tps: decoding.map(|(span, n)| n / (span / 1e3)),
             evidence: None,
+            text: self.kept.take(),
             checks,
         };
         if v.checks.iter().any(|(c, _)| v.fails(*c)) {
@@ -380,7 +403,10 @@ mod tests {
         let v = judge(&[], Asked::default(), false, "stop");
         assert!(v.fails(Check::NonEmpty));
         // A tool call extracted passes; left as text it fails; not offered, not judged.
-        let tools = Asked { tools: true };
+        let tools = Asked {
+            tools: true,
+            ..Default::default()
+        };
         let v = judge(&[], tools, true, "tool_calls");
         assert!(
             !v.fails(Check::ToolCalls) && !v.fails(Check::NonEmpty),

@@ -91,6 +91,7 @@ pub(crate) fn shape(name: &str, mut observed: Observed, machine: &Machine) -> Re
         live: None,
         notify: None,
         serve: None,
+        rollout: None,
     };
     let (mut args, cwd, model_mount) = match &observed.launch {
         Seen::Process { program, args, cwd } => {

@@ -61,6 +61,7 @@ pub(super) fn check(path: &Path, src: &str, r: &Recipe, loose: &[Loose]) -> Vec<
     }
     super::live::check(&mut out, r);
     super::serve::check(&mut out, r);
+    super::rollout::check(&mut out, r);
     if let Some(model) = &r.model {
         check_patches(&mut out, model);
         check_produced_by(&mut out, model);

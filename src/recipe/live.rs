@@ -27,8 +27,9 @@ pub(crate) struct Live {
     /// Gate name → rule, judged on production's most recent answers as they stream through
     /// the front door, in the words of `bench.gates`: `no_loop: ">= 90%"`, `thinking_leak:
     /// "== 0%"`, `tool_calls: ">= 60%"`, `errors_pct: "<= 5%"`, `ttft_p90_ms: "<= 2000"`,
-    /// `vs_production_decode: ">= -50%"` (against its own benchmark). None by default: the
-    /// signals are measured and shown, and judged only where a gate is set.
+    /// `vs_production_decode: ">= -50%"` (against its own benchmark). Without them, and
+    /// beneath them, a floor: `non_empty: ">= 50%"` and `no_loop: ">= 50%"` (a gate of the
+    /// same name set here replaces the floor's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) gates: BTreeMap<String, String>,
     /// Answers judged together: the most recent this many (default 20).
@@ -87,14 +88,26 @@ impl Live {
     }
 }
 
-/// The live gates of a recipe (`live.gates`). Checked when the recipe was loaded; a gate
-/// that does not parse is left out.
+/// The live gates every production is judged by when its recipe sets none of that name: an
+/// answer that is empty, or loops, most of the time is a failure whether or not the recipe
+/// has a `live` section (a production answering empty to clients that do not stream went
+/// unnoticed without one).
+pub(crate) const FLOOR_GATES: &[(&str, &str)] = &[("non_empty", ">= 50%"), ("no_loop", ">= 50%")];
+
+/// The live gates of a recipe (`live.gates`), over the floor (`FLOOR_GATES`). Checked when
+/// the recipe was loaded; a gate that does not parse is left out.
 pub(crate) fn gates_of(r: &Recipe) -> Gates {
-    r.live
+    let mut gates: Gates = FLOOR_GATES
         .iter()
-        .flat_map(|l| l.gates.iter())
-        .filter_map(|(n, rule)| Some((n.clone(), GateRule::new(n, rule).ok()?)))
-        .collect()
+        .filter_map(|(n, rule)| Some((n.to_string(), GateRule::new(n, rule).ok()?)))
+        .collect();
+    gates.extend(
+        r.live
+            .iter()
+            .flat_map(|l| l.gates.iter())
+            .filter_map(|(n, rule)| Some((n.clone(), GateRule::new(n, rule).ok()?))),
+    );
+    gates
 }
 
 /// The `live` section's problems, each at its key.

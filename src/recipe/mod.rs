@@ -14,6 +14,7 @@ mod load;
 pub(crate) mod nodes;
 pub(crate) mod notify;
 mod resolve;
+pub(crate) mod rollout;
 pub(crate) mod serve;
 
 use std::collections::BTreeMap;
@@ -95,6 +96,9 @@ pub struct Recipe {
     /// How the front door serves its model beside other models on the one port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) serve: Option<serve::Serve>,
+    /// How `up` lets the candidate meet live traffic (shadow, canary) before it takes it all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rollout: Option<rollout::Rollout>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -357,8 +357,9 @@ impl Run<'_> {
             lock: Some(&candidate),
             record: Some(self.record.clone()),
             replace: true,
-            // A canary or shadow rollout (the recipe's `rollout:`) goes to `up` here when
-            // there is one.
+            // The new night runs on production's own port in its place: never beside it, so
+            // no shadow nor canary (the recipe's `rollout` is for `up` of another recipe).
+            rollout: crate::recipe::rollout::Asked::off(),
         };
         let run_id = self.record.run_id.clone();
         let error = match up_locked(&flow, name, &opts).await {

@@ -1,0 +1,200 @@
+//! An answer read on its way through the front door: a stream's chunks as they pass (its
+//! tokens, for the latency metrics, and its deltas, for the live checks), or a whole JSON
+//! answer at its end (a client that does not stream: the OpenAI SDKs' default). Production's
+//! answers and a rollout's candidate's are read the same way.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::header::HeaderMap;
+use serde::Deserialize;
+
+use super::chunk::{Chunk, ChunkChoice};
+use super::quality::{Answer, Delta, Verdict};
+
+/// The most of a whole (not streamed) answer kept to judge it; a larger one is not judged.
+const WHOLE_LIMIT: usize = 1 << 20;
+
+enum Form {
+    Stream(crate::bench::sse::Parser),
+    /// A whole JSON answer, gathered until its end (None: it outgrew the limit).
+    Whole(Option<Vec<u8>>),
+}
+
+/// One answer being read.
+pub(crate) struct Reading {
+    form: Form,
+    /// The running token count the stream reported last (llama-server timings, vLLM usage).
+    running: u64,
+    /// The answer judged, when it is one.
+    answer: Option<Answer>,
+    /// The stream reached its end.
+    ended: bool,
+    /// The server failed it (an error event, a broken stream).
+    failed: Option<String>,
+}
+
+/// The parts of a whole chat completion its judgement reads.
+#[derive(Deserialize)]
+struct Whole<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<WholeChoice<'a>>,
+    #[serde(default)]
+    usage: Option<super::chunk::RunningUsage>,
+}
+
+#[derive(Deserialize)]
+struct WholeChoice<'a> {
+    #[serde(default, borrow)]
+    message: Option<WholeMessage<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WholeMessage<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+/// Whether `headers` say the body is a server-sent event stream.
+pub(crate) fn is_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+impl Reading {
+    /// A reading of a body with `headers`; `answer`: judged as well.
+    pub(crate) fn new(headers: &HeaderMap, answer: Option<Answer>) -> Reading {
+        let form = match is_stream(headers) {
+            true => Form::Stream(crate::bench::sse::Parser::default()),
+            false => Form::Whole(answer.is_some().then(Vec::new)),
+        };
+        Reading {
+            form,
+            running: 0,
+            answer,
+            ended: false,
+            failed: None,
+        }
+    }
+
+    /// Reads `data`; returns the token count of each token-bearing chunk in it.
+    pub(crate) fn feed(&mut self, data: &Bytes, now: Instant) -> Vec<usize> {
+        let parser = match &mut self.form {
+            Form::Stream(p) => p,
+            Form::Whole(kept) => {
+                let fits = kept
+                    .as_ref()
+                    .is_some_and(|k| k.len() + data.len() <= WHOLE_LIMIT);
+                match fits {
+                    true => kept.as_mut().expect("checked").extend_from_slice(data),
+                    false => *kept = None,
+                }
+                return Vec::new();
+            }
+        };
+        let mut tokens = Vec::new();
+        for event in parser.feed(data) {
+            let Ok(chunk) = serde_json::from_str::<Chunk>(&event) else {
+                continue;
+            };
+            if self.answer.is_some() && chunk.error.is_some() {
+                self.failed = Some(format!("an error event: {event}"));
+            }
+            let bears = chunk.choices.first().is_some_and(ChunkChoice::bears_token);
+            let n = match bears {
+                true => self.tokens_in(&chunk),
+                false => 0,
+            };
+            if let (Some(a), Some(c)) = (self.answer.as_mut(), chunk.choices.first()) {
+                let delta = Delta {
+                    content: c.delta.content.as_deref(),
+                    tool_call: c.delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty()),
+                    finish: c.finish_reason.as_deref(),
+                    tokens: n as u64,
+                };
+                a.delta(delta, now);
+            }
+            if bears {
+                tokens.push(n);
+            }
+        }
+        tokens
+    }
+
+    /// The tokens a token-bearing chunk carried: from the running count when the stream
+    /// reports one, else one.
+    fn tokens_in(&mut self, chunk: &Chunk) -> usize {
+        let count = chunk
+            .timings
+            .as_ref()
+            .and_then(|t| t.predicted_n)
+            .or_else(|| chunk.usage.as_ref().and_then(|u| u.completion_tokens));
+        match count {
+            Some(n) => {
+                let d = n.saturating_sub(self.running);
+                self.running = n;
+                d as usize
+            }
+            None => 1,
+        }
+    }
+
+    /// The body broke before its end.
+    pub(crate) fn broke(&mut self, why: String) {
+        if self.answer.is_some() {
+            self.failed = Some(why);
+        }
+    }
+
+    /// The body reached its end: a whole answer is read now.
+    pub(crate) fn ended(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if matches!(self.form, Form::Whole(None)) {
+            // Too large to judge: not judged, rather than judged empty.
+            self.answer = None;
+        }
+        let (Form::Whole(Some(body)), Some(a)) = (&self.form, self.answer.as_mut()) else {
+            return;
+        };
+        let now = Instant::now();
+        match serde_json::from_slice::<Whole>(body) {
+            Ok(w) => {
+                let c = w.choices.first();
+                let m = c.and_then(|c| c.message.as_ref());
+                let tokens = w.usage.and_then(|u| u.completion_tokens).unwrap_or(1);
+                a.delta(
+                    Delta {
+                        content: m.and_then(|m| m.content.as_deref()),
+                        tool_call: m
+                            .and_then(|m| m.tool_calls.as_ref())
+                            .is_some_and(|t| !t.is_empty()),
+                        finish: c.and_then(|c| c.finish_reason.as_deref()),
+                        tokens,
+                    },
+                    now,
+                );
+            }
+            Err(e) => self.failed = Some(format!("an answer that is not a chat completion: {e}")),
+        }
+    }
+
+    /// How the answer went: None when it was not judged, or its client left before its end
+    /// (not the server's doing).
+    pub(crate) fn verdict(self, arrived: Instant) -> Option<Verdict> {
+        let answer = self.answer?;
+        match (self.failed, self.ended) {
+            (Some(why), _) => Some(Verdict::failed(arrived, why)),
+            (None, true) => Some(answer.end()),
+            (None, false) => None,
+        }
+    }
+}

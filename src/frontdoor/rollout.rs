@@ -1,0 +1,328 @@
+//! A rollout in the front door (`crate::rollout`): which requests meet the candidate, the
+//! shadow copies sent off the request path, and the tally the analysis reads. Production's
+//! answers go to their clients as ever; a shadow copy's answer is read and dropped, never
+//! sent; a canary request the candidate fails before its first byte goes to production.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::quality::{Answer, Asked, Verdict};
+use super::reading::Reading;
+use crate::production::Upstream;
+use crate::rollout::tally::Pair;
+use crate::rollout::{analysis, Judgement, Mode, Sample, Spec, Tally};
+
+/// Shadow copies waiting on the candidate at once; past this, copies are dropped (and
+/// counted) rather than queued: a slow candidate never holds production's resources.
+const COPIES_IN_FLIGHT: usize = 8;
+
+/// What `POST /rollout` asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Asking {
+    pub(crate) spec: Spec,
+    pub(crate) candidate: Upstream,
+    /// The command running it: when it ends, the rollout ends with it.
+    pub(crate) owner: Option<crate::host::ProcessId>,
+}
+
+/// A rollout as `status`, the page and `up` see it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RolloutStatus {
+    pub(crate) spec: Spec,
+    pub(crate) candidate: Upstream,
+    pub(crate) started_at: String,
+    pub(crate) elapsed_s: f64,
+    /// The counts (without the samples).
+    pub(crate) tally: Tally,
+    pub(crate) judgement: Judgement,
+}
+
+/// A rollout running.
+pub(crate) struct Rollout {
+    pub(crate) spec: Spec,
+    pub(crate) candidate: Upstream,
+    started: Instant,
+    started_at: String,
+    copies: Arc<Semaphore>,
+    tally: Mutex<Tally>,
+    /// Requests seen: the shadow's sampling counts them.
+    seq: AtomicU64,
+}
+
+/// How one request meets the rollout.
+pub(crate) enum Way {
+    /// Production alone: its answer still counts, as the canary's comparison.
+    Production(Arc<Rollout>),
+    /// Production answers; a copy goes to the candidate; the two answers pair up here.
+    Shadow(Arc<PairSlot>),
+    /// The candidate answers (production if it fails before its first byte).
+    Canary(Arc<Rollout>),
+}
+
+impl Rollout {
+    pub(crate) fn new(asking: Asking) -> Rollout {
+        Rollout {
+            spec: asking.spec,
+            candidate: asking.candidate,
+            started: Instant::now(),
+            started_at: crate::units::now_utc(),
+            copies: Arc::new(Semaphore::new(COPIES_IN_FLIGHT)),
+            tally: Mutex::new(Tally::default()),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().expect("rollout tally")
+    }
+
+    pub(crate) fn status(&self) -> RolloutStatus {
+        let elapsed = self.started.elapsed();
+        let tally = self.tally();
+        RolloutStatus {
+            spec: self.spec.clone(),
+            candidate: self.candidate.clone(),
+            started_at: self.started_at.clone(),
+            elapsed_s: elapsed.as_secs_f64(),
+            tally: tally.counts(),
+            judgement: analysis::judge(&self.spec, &tally, elapsed),
+        }
+    }
+
+    /// How a request with `body` (judged as `asked`) meets the candidate.
+    pub(crate) fn way(self: &Arc<Self>, headers: &hyper::HeaderMap, body: &[u8], asked: Option<Asked>) -> Way {
+        let i = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.tally().offered += 1;
+        let Some(asked) = asked else {
+            // Not a chat completion: nothing to compare; production answers it.
+            return Way::Production(self.clone());
+        };
+        match self.spec.mode {
+            Mode::Shadow => {
+                // Every request whose running share crosses a whole one: exact shares
+                // without randomness.
+                let share = self.spec.share / 100.0;
+                let taken = ((i + 1) as f64 * share).floor() > (i as f64 * share).floor();
+                if !taken {
+                    return Way::Production(self.clone());
+                }
+                match self.copies.clone().try_acquire_owned() {
+                    Ok(permit) => Way::Shadow(Arc::new(PairSlot {
+                        rollout: self.clone(),
+                        greedy: asked.deterministic,
+                        sides: Mutex::new((None, None)),
+                        permit: Mutex::new(Some(permit)),
+                    })),
+                    Err(_) => {
+                        self.tally().dropped += 1;
+                        Way::Production(self.clone())
+                    }
+                }
+            }
+            Mode::Canary => match bucket(headers, body) < self.spec.share {
+                true => {
+                    self.tally().to_candidate += 1;
+                    Way::Canary(self.clone())
+                }
+                false => Way::Production(self.clone()),
+            },
+        }
+    }
+
+    /// One answer of a side (canary), judged.
+    pub(crate) fn answered(&self, candidate: bool, v: &Verdict) {
+        self.tally().answer(candidate, Sample::of(v));
+    }
+
+    /// The candidate failed a canary request before its first byte; production answers it.
+    pub(crate) fn retried(&self, why: String) {
+        let mut t = self.tally();
+        t.retried += 1;
+        t.answer(
+            true,
+            Sample {
+                fault: Some(format!("failed before its first byte: {why}")),
+                ttft_ms: None,
+                itl_ms: None,
+                text: None,
+            },
+        );
+    }
+
+    /// Bytes of the candidate's answer sent to a client (canary).
+    pub(crate) fn delivered(&self, bytes: usize) {
+        self.tally().candidate_bytes_to_clients += bytes as u64;
+    }
+}
+
+/// Where a conversation falls in [0, 100): the same for every turn of it. Recognised by a
+/// header a client sets, the body's `user`, else its system prompt and first user message
+/// (which every later turn repeats).
+fn bucket(headers: &hyper::HeaderMap, body: &[u8]) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    let named = ["x-conversation-id", "x-session-id"]
+        .iter()
+        .find_map(|n| headers.get(*n).map(|v| v.as_bytes().to_vec()));
+    match named {
+        Some(id) => id.hash(&mut h),
+        None => {
+            #[derive(Deserialize)]
+            struct Conversation {
+                #[serde(default)]
+                user: Option<String>,
+                #[serde(default)]
+                messages: Vec<serde_json::Value>,
+            }
+            match serde_json::from_slice::<Conversation>(body) {
+                Ok(Conversation { user: Some(u), .. }) => u.hash(&mut h),
+                Ok(c) => {
+                    let first_user = c.messages.iter().position(|m| m["role"] == "user");
+                    let upto = first_user.map_or(c.messages.len(), |i| i + 1);
+                    for m in &c.messages[..upto] {
+                        m["content"].to_string().hash(&mut h);
+                    }
+                }
+                Err(_) => body.hash(&mut h),
+            }
+        }
+    }
+    (h.finish() % 10_000) as f64 / 100.0
+}
+
+/// One shadowed request's two answers, paired when both are in.
+pub(crate) struct PairSlot {
+    rollout: Arc<Rollout>,
+    greedy: bool,
+    /// (production's, the candidate's); production's None inside: not judged (its client
+    /// left), so the pair is not counted.
+    sides: Mutex<(Option<Option<Verdict>>, Option<Verdict>)>,
+    /// The copy's place among those in flight, freed when the candidate's answer is in.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl PairSlot {
+    pub(crate) fn production(&self, v: Option<Verdict>) {
+        let mut s = self.sides.lock().expect("pair");
+        s.0 = Some(v);
+        self.complete(&mut s);
+    }
+
+    fn candidate_answered(&self, v: Verdict) {
+        *self.permit.lock().expect("permit") = None;
+        let mut s = self.sides.lock().expect("pair");
+        s.1 = Some(v);
+        self.complete(&mut s);
+    }
+
+    fn complete(&self, s: &mut (Option<Option<Verdict>>, Option<Verdict>)) {
+        if let (Some(Some(p)), Some(c)) = (&s.0, &s.1) {
+            let pair = Pair::of(p, c, self.greedy);
+            self.rollout.tally().pair(pair);
+        }
+    }
+
+    /// Where the copy goes.
+    pub(crate) fn candidate(&self) -> &Upstream {
+        &self.rollout.candidate
+    }
+
+    /// Sends the copy to the candidate and reads its answer, off the request path.
+    pub(crate) fn send(
+        self: Arc<Self>,
+        client: Client<HttpConnector, Full<Bytes>>,
+        request: Request<Full<Bytes>>,
+        asked: Asked,
+        limit: Duration,
+    ) {
+        self.rollout.tally().to_candidate += 1;
+        tokio::spawn(async move {
+            let arrived = Instant::now();
+            let read = async {
+                let resp = client.request(request).await.map_err(|e| {
+                    format!("no answer: {}", crate::error::chain(&e))
+                })?;
+                if !resp.status().is_success() {
+                    return Err(format!("answered {}", resp.status()));
+                }
+                let answer = Answer::new(asked, arrived).keeping_text();
+                let mut reading = Reading::new(resp.headers(), Some(answer));
+                let mut body = resp.into_body();
+                loop {
+                    match body.frame().await {
+                        None => break,
+                        Some(Ok(frame)) => {
+                            if let Some(data) = frame.data_ref() {
+                                reading.feed(data, Instant::now());
+                            }
+                        }
+                        Some(Err(e)) => {
+                            reading.broke(format!("the stream broke: {e}"));
+                            break;
+                        }
+                    }
+                }
+                reading.ended();
+                Ok(reading.verdict(arrived))
+            };
+            let verdict = match tokio::time::timeout(limit, read).await {
+                Ok(Ok(Some(v))) => v,
+                Ok(Ok(None)) => return,
+                Ok(Err(why)) => Verdict::failed(arrived, why),
+                Err(_) => Verdict::failed(
+                    arrived,
+                    format!("no complete answer within {} s", limit.as_secs()),
+                ),
+            };
+            self.candidate_answered(verdict);
+        });
+    }
+}
+
+/// A model's rollout slot in its lane.
+#[derive(Default)]
+pub(crate) struct Slot(Mutex<Option<Arc<Rollout>>>);
+
+impl Slot {
+    pub(crate) fn get(&self) -> Option<Arc<Rollout>> {
+        self.0.lock().expect("rollout slot").clone()
+    }
+
+    /// Starts `asking`'s rollout in place of any other; it ends when its owner does.
+    pub(crate) fn start(self: &Arc<Self>, asking: Asking) -> RolloutStatus {
+        let owner = asking.owner;
+        let r = Arc::new(Rollout::new(asking));
+        *self.0.lock().expect("rollout slot") = Some(r.clone());
+        if let Some(owner) = owner {
+            let (slot, mine) = (Arc::downgrade(self), Arc::downgrade(&r));
+            tokio::spawn(async move {
+                owner.ended().await;
+                if let (Some(slot), Some(mine)) = (slot.upgrade(), mine.upgrade()) {
+                    slot.end_if(&mine);
+                }
+            });
+        }
+        r.status()
+    }
+
+    /// Ends the rollout; its last status.
+    pub(crate) fn end(&self) -> Option<RolloutStatus> {
+        self.0.lock().expect("rollout slot").take().map(|r| r.status())
+    }
+
+    fn end_if(&self, r: &Arc<Rollout>) {
+        let mut s = self.0.lock().expect("rollout slot");
+        if s.as_ref().is_some_and(|now| Arc::ptr_eq(now, r)) {
+            *s = None;
+        }
+    }
+}

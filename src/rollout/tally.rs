@@ -1,0 +1,136 @@
+//! What a rollout has seen so far: each side's answers (canary) or each request's pair of
+//! answers (shadow), reduced to what the analysis compares, and the traffic's counts.
+
+use serde::{Deserialize, Serialize};
+
+use super::Mode;
+use crate::frontdoor::quality::Verdict;
+
+/// Samples kept per side; a window past this compares the most recent ones.
+const KEPT: usize = 5000;
+
+/// One answer, as the analysis compares it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Sample {
+    /// What was wrong with it: the server failed it, or the first check it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fault: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ttft_ms: Option<f64>,
+    /// Mean time between its tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) itl_ms: Option<f64>,
+    /// Its start (escaped, bounded), for the evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) text: Option<String>,
+}
+
+impl Sample {
+    pub(crate) fn of(v: &Verdict) -> Sample {
+        let fault = v.error.clone().or_else(|| {
+            v.checks
+                .iter()
+                .find(|(c, _)| v.fails(*c))
+                .map(|(c, _)| format!("failed {}", c.name()))
+        });
+        Sample {
+            fault,
+            ttft_ms: v.ttft_ms,
+            itl_ms: v.tpot_ms,
+            text: v.text.as_deref().map(|t| {
+                let cut = t.char_indices().nth(240).map_or(t.len(), |(i, _)| i);
+                crate::frontdoor::quality::escape(&t[..cut])
+            }),
+        }
+    }
+}
+
+/// One request as both answered it (shadow).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Pair {
+    pub(crate) production: Sample,
+    pub(crate) candidate: Sample,
+    /// For a greedy request both answered: whether the answers say the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) agree: Option<bool>,
+}
+
+impl Pair {
+    /// The two verdicts of one request; `greedy`: it was asked at temperature 0.
+    pub(crate) fn of(production: &Verdict, candidate: &Verdict, greedy: bool) -> Pair {
+        let agree = match (&production.text, &candidate.text) {
+            (Some(p), Some(c)) if greedy && production.error.is_none() => {
+                Some(candidate.error.is_none() && super::agree::agree(p, c))
+            }
+            _ => None,
+        };
+        Pair {
+            production: Sample::of(production),
+            candidate: Sample::of(candidate),
+            agree,
+        }
+    }
+}
+
+/// What the front door has seen of a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Tally {
+    /// Requests the model's lane took while the rollout ran.
+    pub(crate) offered: u64,
+    /// Copies sent (shadow) or requests sent (canary) to the candidate.
+    pub(crate) to_candidate: u64,
+    /// Shadow copies not sent: as many copies as allowed were already waiting on the
+    /// candidate (a slow candidate never delays production).
+    pub(crate) dropped: u64,
+    /// Canary requests the candidate failed before its first byte, answered by production.
+    pub(crate) retried: u64,
+    /// Bytes of the candidate's answers that reached clients (always 0 under shadow).
+    pub(crate) candidate_bytes_to_clients: u64,
+    /// Shadow: each request's pair of answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pairs: Vec<Pair>,
+    /// Canary: production's answers over the same window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) production: Vec<Sample>,
+    /// Canary: the candidate's answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) candidate: Vec<Sample>,
+}
+
+fn keep<T>(v: &mut Vec<T>, x: T) {
+    if v.len() >= KEPT {
+        v.remove(0);
+    }
+    v.push(x);
+}
+
+impl Tally {
+    pub(crate) fn pair(&mut self, p: Pair) {
+        keep(&mut self.pairs, p);
+    }
+
+    pub(crate) fn answer(&mut self, candidate: bool, s: Sample) {
+        match candidate {
+            true => keep(&mut self.candidate, s),
+            false => keep(&mut self.production, s),
+        }
+    }
+
+    /// Requests compared: pairs (shadow), the candidate's answers (canary).
+    pub(crate) fn compared(&self, mode: Mode) -> u64 {
+        match mode {
+            Mode::Shadow => self.pairs.len() as u64,
+            Mode::Canary => self.candidate.len() as u64,
+        }
+    }
+
+    /// The same tally without its samples: counts for `status` and the page.
+    pub(crate) fn counts(&self) -> Tally {
+        Tally {
+            pairs: Vec::new(),
+            production: Vec::new(),
+            candidate: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
