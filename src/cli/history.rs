@@ -98,6 +98,24 @@ fn history(
             out.say(format_args!("{}: {}'s model {l}", r.run_id, r.recipe));
         }
     }
+    // How each rollout went: the traffic both ways, the decision and why.
+    for r in runs.iter() {
+        let Some(ro) = &r.rollout else { continue };
+        let j = &ro.judgement;
+        out.say(format_args!(
+            "{} {}: {} {} after {} compared ({} to the candidate, {} dropped, {} retried on \
+             production): {}",
+            r.run_id,
+            r.recipe,
+            ro.spec.mode.as_str(),
+            j.decision.as_str(),
+            j.compared,
+            ro.tally.to_candidate,
+            ro.tally.dropped,
+            ro.tally.retried,
+            j.reason
+        ));
+    }
     // What made the watch bring production back, with what it answered.
     for r in runs.iter().filter(|r| !r.evidence.is_empty()) {
         out.say(format_args!(

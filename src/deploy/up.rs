@@ -61,6 +61,8 @@ pub(crate) async fn up_locked(
 ) -> Result<RunRecord> {
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
+    // Flags that cannot be used are refused before any record is made.
+    rollout_spec(loaded, opts)?;
     let mut record = opts
         .record
         .clone()
@@ -216,12 +218,7 @@ impl Flow<'_, '_> {
         production: &Production,
         serving: bool,
     ) -> Result<Option<crate::rollout::Spec>> {
-        let spec = crate::recipe::rollout::spec(&self.loaded.recipe, &self.opts.rollout)
-            .map_err(|b| Error::BadFlag {
-                flag: b.at,
-                why: format!("{}; nothing was changed", b.why),
-            })?;
-        let Some(spec) = spec else {
+        let Some(spec) = rollout_spec(self.loaded, self.opts)? else {
             return Ok(None);
         };
         let mode = spec.mode.as_str();
@@ -238,11 +235,13 @@ impl Flow<'_, '_> {
         let prod = production.current.as_ref().map(|e| e.recipe.as_str());
         match (prod, plan.mode, serving) {
             (None, ..) | (_, _, false) => Err(cannot(format!(
-                "a {mode} compares the candidate with production's answers, and no production                  serves; `sparkctl up {}` without --{mode} makes it production",
+                "a {mode} compares the candidate with production's answers, and no production \
+                 serves; `sparkctl up {}` without --{mode} makes it production",
                 self.name()
             ))),
             (Some(p), Mode::Swap, _) => Err(cannot(format!(
-                "a {mode} needs production and the candidate running side by side, and it does                  not fit beside production {p} ({}); without --{mode} it is swapped in",
+                "a {mode} needs production and the candidate running side by side, and it does \
+                 not fit beside production {p} ({}); without --{mode} it is swapped in",
                 plan.start.memory.describe()
             ))),
             (Some(_), Mode::BlueGreen, true) => {
@@ -254,7 +253,11 @@ impl Flow<'_, '_> {
 
     /// The candidate meets production's live traffic until the analysis decides: promoted
     /// (the switch follows), or aborted or inconclusive (the way back stops it).
-    async fn roll_out(&mut self, spec: &crate::rollout::Spec, candidate: &Deployment) -> Result<()> {
+    async fn roll_out(
+        &mut self,
+        spec: &crate::rollout::Spec,
+        candidate: &Deployment,
+    ) -> Result<()> {
         use crate::rollout::Decision;
         let asking = crate::frontdoor::rollout::Asking {
             spec: spec.clone(),
@@ -320,7 +323,11 @@ impl Flow<'_, '_> {
                 self.record.outcome = Outcome::Inconclusive;
                 Err(Error::Inconclusive {
                     name,
-                    what: if spec.mode == crate::rollout::Mode::Shadow { "the shadow" } else { "the canary" },
+                    what: if spec.mode == crate::rollout::Mode::Shadow {
+                        "the shadow"
+                    } else {
+                        "the canary"
+                    },
                     reason: j.reason.clone(),
                 })
             }
@@ -638,6 +645,17 @@ impl Flow<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// The rollout the flags and the recipe ask for, if any.
+fn rollout_spec(
+    loaded: &LoadedRecipe,
+    opts: &UpOptions<'_>,
+) -> Result<Option<crate::rollout::Spec>> {
+    crate::recipe::rollout::spec(&loaded.recipe, &opts.rollout).map_err(|b| Error::BadFlag {
+        flag: b.at,
+        why: format!("{}; nothing was changed", b.why),
+    })
 }
 
 /// Production's last result, when it is one the relative gates can trust; else why not.

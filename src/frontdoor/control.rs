@@ -138,7 +138,8 @@ async fn answer(
             StatusCode::OK,
             serde_json::to_value(door.rollout.get().map(|r| r.status())).unwrap_or(Value::Null),
         ),
-        (Method::POST, "/rollout") => match serde_json::from_slice::<super::rollout::Asking>(&body) {
+        (Method::POST, "/rollout") => match serde_json::from_slice::<super::rollout::Asking>(&body)
+        {
             Ok(a) => reply(
                 StatusCode::OK,
                 serde_json::to_value(door.rollout.start(a)).unwrap_or(Value::Null),
@@ -447,7 +448,12 @@ impl Remote {
     ) -> Result<super::rollout::RolloutStatus> {
         let body = serde_json::to_value(asking).expect("a rollout serializes");
         let v = self
-            .call(Method::POST, "/rollout", Some(body), Duration::from_secs(10))
+            .call(
+                Method::POST,
+                "/rollout",
+                Some(body),
+                Duration::from_secs(10),
+            )
             .await?;
         serde_json::from_value(v).map_err(|e| unreadable("answer", e))
     }

@@ -317,7 +317,11 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 proxy.metrics.error(&lease.upstream.recipe, "sent");
                 if let Some(j) = judging.take().filter(|j| j.asked.is_some()) {
                     let why = format!("no answer after the request was sent: {e}");
-                    j.record(&proxy.live, &lease.upstream, Some(Verdict::failed(arrived, why)));
+                    j.record(
+                        &proxy.live,
+                        &lease.upstream,
+                        Some(Verdict::failed(arrived, why)),
+                    );
                 }
                 // Likely dying: the next requests wait for the watch's look.
                 door.table.suspect(&lease.upstream);

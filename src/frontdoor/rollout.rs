@@ -99,7 +99,12 @@ impl Rollout {
     }
 
     /// How a request with `body` (judged as `asked`) meets the candidate.
-    pub(crate) fn way(self: &Arc<Self>, headers: &hyper::HeaderMap, body: &[u8], asked: Option<Asked>) -> Way {
+    pub(crate) fn way(
+        self: &Arc<Self>,
+        headers: &hyper::HeaderMap,
+        body: &[u8],
+        asked: Option<Asked>,
+    ) -> Way {
         let i = self.seq.fetch_add(1, Ordering::Relaxed);
         self.tally().offered += 1;
         let Some(asked) = asked else {
@@ -248,9 +253,10 @@ impl PairSlot {
         tokio::spawn(async move {
             let arrived = Instant::now();
             let read = async {
-                let resp = client.request(request).await.map_err(|e| {
-                    format!("no answer: {}", crate::error::chain(&e))
-                })?;
+                let resp = client
+                    .request(request)
+                    .await
+                    .map_err(|e| format!("no answer: {}", crate::error::chain(&e)))?;
                 if !resp.status().is_success() {
                     return Err(format!("answered {}", resp.status()));
                 }
@@ -316,7 +322,11 @@ impl Slot {
 
     /// Ends the rollout; its last status.
     pub(crate) fn end(&self) -> Option<RolloutStatus> {
-        self.0.lock().expect("rollout slot").take().map(|r| r.status())
+        self.0
+            .lock()
+            .expect("rollout slot")
+            .take()
+            .map(|r| r.status())
     }
 
     fn end_if(&self, r: &Arc<Rollout>) {

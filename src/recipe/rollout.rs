@@ -105,7 +105,10 @@ fn fraction(at: &str, s: &Scalar) -> Result<f64, Bad> {
     let t = text.trim();
     match t.strip_suffix('%').unwrap_or(t).trim().parse::<f64>() {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(p / 100.0),
-        _ => Err(bad(at, format!("`{text}` is not a share from 0% to 100%; write e.g. `15%`"))),
+        _ => Err(bad(
+            at,
+            format!("`{text}` is not a share from 0% to 100%; write e.g. `15%`"),
+        )),
     }
 }
 
@@ -148,10 +151,7 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
     let section = recipe.rollout.as_ref();
     let mode = match (&asked.shadow, &asked.canary, section) {
         (Some(_), Some(_), _) => {
-            return Err(bad(
-                "--shadow",
-                "and --canary together: choose one".into(),
-            ))
+            return Err(bad("--shadow", "and --canary together: choose one".into()))
         }
         (Some(_), None, _) => Mode::Shadow,
         (None, Some(_), _) => Mode::Canary,
@@ -172,7 +172,10 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
     let share = match (mode, &asked.canary, &asked.share) {
         (Mode::Canary, Some(s), _) => r::parse_share(s).map_err(|e| bad("--canary", e))?,
         (Mode::Canary, None, Some(_)) => {
-            return Err(bad("--share", "is shadow's sample; a canary's share is --canary's".into()))
+            return Err(bad(
+                "--share",
+                "is shadow's sample; a canary's share is --canary's".into(),
+            ))
         }
         (Mode::Shadow, _, Some(s)) => r::parse_share(s).map_err(|e| bad("--share", e))?,
         _ => match section.and_then(|s| s.share.as_ref()) {
@@ -181,7 +184,10 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
             None => 100.0,
         },
     };
-    let window = match (asked.shadow.as_ref().and_then(|w| w.as_ref()), &asked.window) {
+    let window = match (
+        asked.shadow.as_ref().and_then(|w| w.as_ref()),
+        &asked.window,
+    ) {
         (Some(w), _) => Window::parse(w).map_err(|e| bad("--shadow", e))?,
         (None, Some(w)) => Window::parse(w).map_err(|e| bad("--window", e))?,
         (None, None) => match section.and_then(|s| s.window.as_ref()) {
@@ -200,15 +206,29 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
             }
             Ok(())
         };
-        set(&s.max_disagreement, "max_disagreement", &mut rules.max_disagreement)?;
+        set(
+            &s.max_disagreement,
+            "max_disagreement",
+            &mut rules.max_disagreement,
+        )?;
         set(&s.itl_tolerance, "itl_tolerance", &mut rules.itl_tolerance)?;
-        set(&s.ttft_tolerance, "ttft_tolerance", &mut rules.ttft_tolerance)?;
+        set(
+            &s.ttft_tolerance,
+            "ttft_tolerance",
+            &mut rules.ttft_tolerance,
+        )?;
     }
     let within = section
         .and_then(|s| s.within)
         .map_or(r::DEFAULT_WITHIN, |d| d.0);
     if within < Duration::from_secs(1) {
-        return Err(bad("rollout.within", format!("{} is too short to see any traffic; give e.g. 1h", HumanDuration(within))));
+        return Err(bad(
+            "rollout.within",
+            format!(
+                "{} is too short to see any traffic; give e.g. 1h",
+                HumanDuration(within)
+            ),
+        ));
     }
     Ok(Some(Spec {
         mode,

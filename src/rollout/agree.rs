@@ -21,7 +21,11 @@ pub(crate) fn agree(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
-    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    let (short, long) = if a.len() <= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     if short.is_empty() {
         return false;
     }
@@ -58,7 +62,10 @@ mod tests {
 
     #[test]
     fn the_same_answer_agrees_and_a_wrong_one_does_not() {
-        assert!(agree("The capital of France is Paris.", "the capital of France is Paris"));
+        assert!(agree(
+            "The capital of France is Paris.",
+            "the capital of France is Paris"
+        ));
         // One token different late: the start is long and common.
         assert!(agree(
             "Paris is the capital and largest city of France, on the Seine.",
@@ -68,7 +75,10 @@ mod tests {
             "The capital of France is Paris.",
             "The capital of France is Lyon, a city in the south of Spain."
         ));
-        assert!(!agree("2 + 3 = 5", "2 + 3 equals 23, which is a prime number greater"));
+        assert!(!agree(
+            "2 + 3 = 5",
+            "2 + 3 equals 23, which is a prime number greater"
+        ));
         assert!(!agree("", "Paris"));
         assert!(agree("", ""));
     }

@@ -81,7 +81,11 @@ impl Evidence {
             }
         };
         match &self.production {
-            Some(p) => format!("candidate {} — production {}", side(&self.candidate), side(p)),
+            Some(p) => format!(
+                "candidate {} — production {}",
+                side(&self.candidate),
+                side(p)
+            ),
             None => format!("candidate {}", side(&self.candidate)),
         }
     }
@@ -240,7 +244,14 @@ fn latency(
     // (candidate, its reference, the production sample it was set against)
     let compared: Vec<(f64, f64, Option<&Sample>, &Sample)> = match mode {
         Mode::Shadow => (t.pairs.iter())
-            .filter_map(|p| Some((get(&p.candidate)?, get(&p.production)?, Some(&p.production), &p.candidate)))
+            .filter_map(|p| {
+                Some((
+                    get(&p.candidate)?,
+                    get(&p.production)?,
+                    Some(&p.production),
+                    &p.candidate,
+                ))
+            })
             .collect(),
         Mode::Canary => {
             let theirs: Vec<f64> = t.production.iter().filter_map(get).collect();
@@ -294,7 +305,9 @@ pub(crate) fn judge(spec: &Spec, tally: &Tally, elapsed: std::time::Duration) ->
     let (mode, r) = (spec.mode, &spec.rules);
     let signals: Vec<Signal> = [
         faults(mode, tally, r),
-        (mode == Mode::Shadow).then(|| agreement(tally, r)).flatten(),
+        (mode == Mode::Shadow)
+            .then(|| agreement(tally, r))
+            .flatten(),
         latency(mode, tally, r, "itl", r.itl_tolerance, |s| s.itl_ms),
         latency(mode, tally, r, "ttft", r.ttft_tolerance, |s| s.ttft_ms),
     ]
@@ -323,11 +336,7 @@ pub(crate) fn judge(spec: &Spec, tally: &Tally, elapsed: std::time::Duration) ->
     };
     let out_of_time = matches!(spec.window, Window::Requests(_)) && elapsed >= spec.within;
     if !complete && !out_of_time {
-        return done(
-            Decision::Going,
-            format!("{compared} compared so far"),
-            None,
-        );
+        return done(Decision::Going, format!("{compared} compared so far"), None);
     }
     if compared < needed {
         return done(
@@ -342,10 +351,7 @@ pub(crate) fn judge(spec: &Spec, tally: &Tally, elapsed: std::time::Duration) ->
     if let Some(s) = signals.iter().find(|s| s.comparison.worse) {
         return done(
             Decision::Inconclusive,
-            format!(
-                "worse, though not significantly: {}",
-                s.comparison.detail
-            ),
+            format!("worse, though not significantly: {}", s.comparison.detail),
             s.evidence.clone(),
         );
     }
@@ -392,7 +398,11 @@ mod tests {
     fn a_clean_window_promotes_and_a_thin_one_is_inconclusive() {
         let mut t = Tally::default();
         for _ in 0..20 {
-            t.pair(pair(sample(false, 20.0, "a"), sample(false, 20.5, "a"), Some(true)));
+            t.pair(pair(
+                sample(false, 20.0, "a"),
+                sample(false, 20.5, "a"),
+                Some(true),
+            ));
         }
         let j = judge(&spec(Mode::Shadow, 20), &t, Duration::from_secs(5));
         assert_eq!(j.decision, Decision::Promote, "{j:?}");
@@ -400,7 +410,11 @@ mod tests {
         assert_eq!(j.decision, Decision::Going, "{j:?}");
         // Out of time with too few compared: inconclusive, never promoted.
         let mut thin = Tally::default();
-        thin.pair(pair(sample(false, 20.0, "a"), sample(false, 20.0, "a"), None));
+        thin.pair(pair(
+            sample(false, 20.0, "a"),
+            sample(false, 20.0, "a"),
+            None,
+        ));
         let j = judge(&spec(Mode::Shadow, 30), &thin, Duration::from_secs(7200));
         assert_eq!(j.decision, Decision::Inconclusive, "{j:?}");
     }
@@ -420,12 +434,20 @@ mod tests {
         };
         // Hollow answers under shadow: McNemar needs 7 discordant pairs at 1%.
         let hollow = abort_at(Mode::Shadow, &|t| {
-            t.pair(pair(sample(false, 20.0, "Paris"), sample(true, 20.0, ""), Some(false)))
+            t.pair(pair(
+                sample(false, 20.0, "Paris"),
+                sample(true, 20.0, ""),
+                Some(false),
+            ))
         });
         assert!(hollow <= 7, "{hollow}");
         // Wrong words on greedy requests: 3 disagreeing pairs against 20% allowed.
         let wrong = abort_at(Mode::Shadow, &|t| {
-            t.pair(pair(sample(false, 20.0, "Paris"), sample(false, 20.0, "Lyon"), Some(false)))
+            t.pair(pair(
+                sample(false, 20.0, "Paris"),
+                sample(false, 20.0, "Lyon"),
+                Some(false),
+            ))
         });
         assert_eq!(wrong, 3);
         // 30% slower between tokens under canary: 7 of its answers beside production's.
@@ -440,11 +462,22 @@ mod tests {
             t.answer(false, sample(false, 20.0, "a"));
             t.answer(true, sample(false, 22.0, "a"));
         }
-        assert_ne!(judge(&spec(Mode::Canary, 1000), &t, Duration::ZERO).decision, Decision::Abort);
+        assert_ne!(
+            judge(&spec(Mode::Canary, 1000), &t, Duration::ZERO).decision,
+            Decision::Abort
+        );
         // Failing every request under canary.
         let failing = abort_at(Mode::Canary, &|t| {
             t.answer(false, sample(false, 20.0, "a"));
-            t.answer(true, Sample { fault: Some("answered 500".into()), ttft_ms: None, itl_ms: None, text: None });
+            t.answer(
+                true,
+                Sample {
+                    fault: Some("answered 500".into()),
+                    ttft_ms: None,
+                    itl_ms: None,
+                    text: None,
+                },
+            );
         });
         assert!(failing <= 4, "{failing}");
     }
@@ -454,7 +487,11 @@ mod tests {
         let mut t = Tally::default();
         for i in 0..10 {
             let bad = i < 2;
-            t.pair(pair(sample(false, 20.0, "Paris"), sample(bad, 20.0, "Paris"), Some(true)));
+            t.pair(pair(
+                sample(false, 20.0, "Paris"),
+                sample(bad, 20.0, "Paris"),
+                Some(true),
+            ));
         }
         let j = judge(&spec(Mode::Shadow, 10), &t, Duration::ZERO);
         assert_eq!(j.decision, Decision::Inconclusive, "{j:?}");

@@ -133,6 +133,10 @@ pub(crate) struct SimConfig {
     /// Fault: every Nth chat request answers 500 (0 = never).
     #[arg(long, env = "SIM_FAIL_EVERY", default_value_t = 0)]
     pub(crate) fail_every: u64,
+    /// Fault: a chat request whose messages contain TEXT answers 500 (live traffic marked
+    /// so fails while a benchmark's questions pass).
+    #[arg(long, env = "SIM_FAIL_ON", value_name = "TEXT")]
+    pub(crate) fail_on: Option<String>,
     /// Fault: stop sending after N tokens and hold the stream open.
     #[arg(long, env = "SIM_STALL_AFTER")]
     pub(crate) stall_after: Option<usize>,

@@ -421,7 +421,10 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
             )
         }
     };
-    if cfg.fail_every > 0 && n % cfg.fail_every == 0 {
+    let marked = cfg.fail_on.as_deref().is_some_and(|t| {
+        (request.messages.iter()).any(|m| m["content"].as_str().is_some_and(|c| c.contains(t)))
+    });
+    if marked || (cfg.fail_every > 0 && n % cfg.fail_every == 0) {
         stdio::out(format_args!(
             "POST /v1/chat/completions 500 (simulated failure, request {n})"
         ));

@@ -42,6 +42,7 @@ mod readiness;
 mod recipes_cli;
 mod recipes_doc;
 mod reliability;
+mod rollout;
 mod runtimes;
 mod security;
 mod sim_engine;

@@ -1,0 +1,424 @@
+//! Issue 37: a candidate that passed its gates meets live traffic before it takes it all —
+//! shadow (copies; production answers) and canary (a share answered by the candidate) —
+//! judged on its answers. Real front door, real sim processes, a real client on the
+//! production port throughout; and the same shadow on the real trained model served by
+//! real CPU llama-servers.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{self, free_port, Deck};
+
+const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 8\n";
+/// Live traffic carries this mark (the sim's `--fail-on` fails it; the benchmark's
+/// questions do not).
+const LIVE: &str = "live-traffic";
+
+fn deck(tag: &str) -> Deck {
+    let deck = Deck::new(tag);
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+    deck
+}
+
+/// A process recipe of the sim with `args` (24-token answers unless they say), more
+/// recipe text after.
+fn sim(deck: &Deck, name: &str, args: &str, extra: &str) {
+    let tokens = match args.contains("--tokens") {
+        true => "",
+        false => ", --tokens, \"24\"",
+    };
+    deck.recipe(
+        name,
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 200ms, --ttft, 5ms{tokens}{args}]\n  memory_gb: 4\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n{extra}",
+            free_port()
+        ),
+    );
+}
+
+/// One answer as a client of the production port saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    status: u16,
+    upstream: String,
+    content: String,
+    done: bool,
+}
+
+/// Clients streaming to the production port, each conversation its own `user`, until stopped.
+struct Clients {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    count: Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Clients {
+    fn start(url: &str, n: usize, question: &'static str) -> Clients {
+        Clients::asking(url, n, question, 24)
+    }
+
+    fn asking(url: &str, n: usize, question: &'static str, max_tokens: u32) -> Clients {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let count = Arc::new(AtomicUsize::new(0));
+        let threads = (0..n)
+            .map(|t| {
+                let (s, v, e, c, url) = (
+                    stop.clone(),
+                    seen.clone(),
+                    errors.clone(),
+                    count.clone(),
+                    url.to_string(),
+                );
+                std::thread::spawn(move || {
+                    support::block_on(async move {
+                        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+                        let mut i = 0;
+                        while !s.load(Ordering::SeqCst) {
+                            i += 1;
+                            let body = json!({
+                                "model": "any", "max_tokens": max_tokens, "stream": true, "temperature": 0,
+                                "user": format!("client-{t}-{i}"),
+                                "messages": [{"role": "user", "content": format!("({LIVE}) {question}")}],
+                            });
+                            let r = client
+                                .post(format!("{url}/v1/chat/completions"))
+                                .json(&body)
+                                .send()
+                                .await;
+                            let r = match r {
+                                Ok(r) => r,
+                                Err(err) => {
+                                    e.lock().unwrap().push(format!("{err:?}"));
+                                    continue;
+                                }
+                            };
+                            let status = r.status().as_u16();
+                            let upstream = r
+                                .headers()
+                                .get("x-sparkctl-upstream")
+                                .and_then(|h| h.to_str().ok())
+                                .unwrap_or_default()
+                                .to_string();
+                            let text = match r.text().await {
+                                Ok(t) => t,
+                                Err(err) => {
+                                    e.lock().unwrap().push(format!("cut: {err:?}"));
+                                    continue;
+                                }
+                            };
+                            let content: String = text
+                                .lines()
+                                .filter_map(|l| l.strip_prefix("data: "))
+                                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                                .filter_map(|v| support::content_of(&v).map(str::to_string))
+                                .collect();
+                            v.lock().unwrap().push(Seen {
+                                status,
+                                upstream,
+                                content,
+                                done: text.contains("[DONE]"),
+                            });
+                            c.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+            })
+            .collect();
+        Clients {
+            stop,
+            seen,
+            errors,
+            count,
+            threads,
+        }
+    }
+
+    fn wait_for(&self, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.count.load(Ordering::SeqCst) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "clients got no answers"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(self) -> (Vec<Seen>, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let seen = self.seen.lock().unwrap().clone();
+        let errors = self.errors.lock().unwrap().clone();
+        (seen, errors)
+    }
+}
+
+/// Every answer a client saw was whole and 200; none came from `not`.
+fn all_answered(seen: &[Seen], errors: &[String], not: &str) {
+    assert!(errors.is_empty(), "{errors:?}");
+    let bad: Vec<&Seen> = seen.iter().filter(|s| s.status != 200 || !s.done).collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} failed: {:?}",
+        bad.len(),
+        seen.len(),
+        &bad[..bad.len().min(3)]
+    );
+    assert!(
+        seen.iter().all(|s| !s.content.is_empty()),
+        "an empty answer reached a client"
+    );
+    let theirs = seen
+        .iter()
+        .filter(|s| s.upstream.starts_with(&format!("{not} ")))
+        .count();
+    assert_eq!(theirs, 0, "{theirs} answers came from {not}");
+}
+
+fn last_run(deck: &Deck) -> Value {
+    deck.sparkctl(&["--json", "history"]).succeeds().json()[0].clone()
+}
+
+fn serving(deck: &Deck) -> String {
+    let v: Value = serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap();
+    v["upstream"]["recipe"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Prints the rollout's figures (the guide quotes them) and returns its judgement.
+fn report(what: &str, run: &Value) -> Value {
+    let r = &run["rollout"];
+    let j = &r["judgement"];
+    println!(
+        "{what}: {} after {} compared ({} sent to the candidate, {} dropped, {} retried on production, {} candidate bytes to clients) in {:.1} s: {}",
+        j["decision"], j["compared"], r["tally"]["to_candidate"], r["tally"]["dropped"],
+        r["tally"]["retried"], r["tally"]["candidate_bytes_to_clients"],
+        r["elapsed_s"].as_f64().unwrap_or_default(), j["reason"]
+    );
+    for c in j["comparisons"].as_array().into_iter().flatten() {
+        println!("  {}", c["detail"].as_str().unwrap_or_default());
+    }
+    j.clone()
+}
+
+#[test]
+fn a_candidate_30_percent_slower_between_tokens_is_aborted_under_canary() {
+    let deck = deck("rollout-slow");
+    sim(&deck, "prod", ", --token-rate, \"100\"", "");
+    // 30% longer between tokens: 100 / 1.3 tokens a second.
+    sim(&deck, "slow", ", --token-rate, \"77\"", "");
+    deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
+    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    clients.wait_for(3);
+    let err = deck
+        .sparkctl(&["up", "slow", "--canary", "50%", "--window", "200", "--yes"])
+        .exits(1)
+        .stderr();
+    let (seen, errors) = clients.stop();
+    assert!(
+        err.contains("canary aborted: a significant regression: itl median"),
+        "{err}"
+    );
+    let run = last_run(&deck);
+    let j = report("30% slower under canary 50%", &run);
+    assert_eq!(
+        (run["outcome"].as_str(), j["decision"].as_str()),
+        (Some("rejected"), Some("abort"))
+    );
+    // The sign test needs 7 of the candidate's answers all slower; a loaded machine's
+    // noise may cost a few more, never the window.
+    let compared = j["compared"].as_u64().unwrap();
+    assert!((7..=30).contains(&compared), "{compared}");
+    assert_eq!(serving(&deck), "prod");
+    all_answered(&seen, &errors, "none");
+    assert!(!deck
+        .status()
+        .iter()
+        .any(|d| d["name"] == "slow" && d["state"] == "running"));
+}
+
+#[test]
+fn a_hollow_candidate_under_shadow_is_aborted_and_no_client_gets_its_bytes() {
+    let deck = deck("rollout-hollow");
+    sim(
+        &deck,
+        "prod",
+        ", --token-rate, \"800\", --tokens, \"64\"",
+        "",
+    );
+    // Loops from its first answer on: the benchmark's 8-token answers look fine, live
+    // answers of 64 tokens loop.
+    sim(
+        &deck,
+        "hollow",
+        ", --token-rate, \"800\", --tokens, \"64\", --loop-after, \"0\"",
+        "",
+    );
+    deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
+    let clients = Clients::asking(&deck.door_url(), 2, "Tell me about Tokyo.", 64);
+    clients.wait_for(2);
+    let err = deck
+        .sparkctl(&["up", "hollow", "--shadow", "100", "--yes"])
+        .exits(1)
+        .stderr();
+    let (seen, errors) = clients.stop();
+    assert!(
+        err.contains("shadow aborted: a significant regression"),
+        "{err}"
+    );
+    let run = last_run(&deck);
+    let j = report("hollow under shadow", &run);
+    assert_eq!(j["decision"], "abort");
+    let tally = &run["rollout"]["tally"];
+    assert_eq!(tally["candidate_bytes_to_clients"], 0);
+    assert!(tally["to_candidate"].as_u64().unwrap() >= j["compared"].as_u64().unwrap());
+    assert!(j["compared"].as_u64().unwrap() <= 10, "{j}");
+    // The worst pair is kept: the candidate's looping answer beside production's.
+    let evidence = run["evidence"][0].as_str().unwrap();
+    assert!(
+        evidence.starts_with("candidate") && evidence.contains("it went on again"),
+        "{evidence}"
+    );
+    all_answered(&seen, &errors, "hollow");
+    assert!(seen.iter().all(|s| s.upstream.starts_with("prod ")));
+    assert_eq!(serving(&deck), "prod");
+}
+
+#[test]
+fn a_candidate_failing_every_request_under_canary_costs_clients_nothing() {
+    let deck = deck("rollout-failing");
+    sim(&deck, "prod", ", --token-rate, \"400\"", "");
+    // Its benchmark passes; every live request gets a 500.
+    sim(
+        &deck,
+        "failing",
+        &format!(", --token-rate, \"400\", --fail-on, {LIVE}"),
+        "",
+    );
+    deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
+    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    clients.wait_for(3);
+    let err = deck
+        .sparkctl(&["up", "failing", "--canary", "50%", "--yes"])
+        .exits(1)
+        .stderr();
+    let (seen, errors) = clients.stop();
+    assert!(err.contains("canary aborted"), "{err}");
+    let run = last_run(&deck);
+    let j = report("failing every request under canary 50%", &run);
+    assert_eq!(j["decision"], "abort");
+    let tally = &run["rollout"]["tally"];
+    assert!(tally["retried"].as_u64().unwrap() >= 1, "{tally}");
+    assert_eq!(tally["candidate_bytes_to_clients"], 0);
+    // 0 client-visible failures: each request it failed was answered by production.
+    all_answered(&seen, &errors, "failing");
+    assert_eq!(serving(&deck), "prod");
+}
+
+#[test]
+fn a_good_candidate_is_promoted_after_its_window_and_status_shows_the_rollout() {
+    let deck = deck("rollout-good");
+    sim(&deck, "prod", ", --token-rate, \"200\"", "");
+    sim(
+        &deck,
+        "good",
+        ", --token-rate, \"200\"",
+        "rollout:\n  mode: canary\n  share: 50%\n  window: 20\n",
+    );
+    deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
+    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    clients.wait_for(3);
+    let up = deck.sparkctl(&["up", "good", "--yes"]).succeeds();
+    let (seen, errors) = clients.stop();
+    assert!(
+        up.stderr().contains("canary: the window ended clean"),
+        "{}",
+        up.stderr()
+    );
+    let run = last_run(&deck);
+    let j = report("good under canary 50%", &run);
+    assert_eq!(
+        (run["outcome"].as_str(), j["decision"].as_str()),
+        (Some("promoted"), Some("promote"))
+    );
+    assert!(j["compared"].as_u64().unwrap() >= 20);
+    assert_eq!(serving(&deck), "good");
+    // Both answered clients during the canary, and none failed.
+    assert!(seen.iter().any(|s| s.upstream.starts_with("good ")));
+    assert!(
+        run["rollout"]["tally"]["candidate_bytes_to_clients"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    all_answered(&seen, &errors, "none");
+    let shown = deck.ok(&["history"]);
+    assert!(shown.contains("canary promote"), "{shown}");
+}
+
+#[test]
+fn rollouts_that_cannot_run_are_refused_before_anything_changes() {
+    let deck = deck("rollout-refused");
+    sim(&deck, "prod", "", "");
+    sim(&deck, "next", "", "");
+    let ran = deck
+        .sparkctl(&["up", "next", "--canary", "0%", "--yes"])
+        .exits(2);
+    assert!(
+        ran.stderr().contains("--canary: 0% is outside (0, 100]"),
+        "{}",
+        ran.stderr()
+    );
+    let ran = deck
+        .sparkctl(&["up", "next", "--shadow", "soon", "--yes"])
+        .exits(2);
+    assert!(
+        ran.stderr()
+            .contains("--shadow: `soon` is neither a number"),
+        "{}",
+        ran.stderr()
+    );
+    // Nothing to compare with: no production yet. Refused after the plan, as a run that
+    // changed nothing.
+    let ran = deck.sparkctl(&["up", "next", "--shadow", "--yes"]).exits(1);
+    assert!(
+        ran.stderr().contains("no production serves"),
+        "{}",
+        ran.stderr()
+    );
+    deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
+    // Both cannot run side by side in a pool of 6 GB (4 GB each).
+    let ran = support::Ran::of(
+        deck.cmd(&["up", "next", "--shadow", "--yes"])
+            .env("SPARKCTL_MEMORY_GB", "6")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+    )
+    .exits(1);
+    assert!(
+        ran.stderr()
+            .contains("needs production and the candidate running side by side"),
+        "{}",
+        ran.stderr()
+    );
+    assert!(!deck.status().iter().any(|d| d["name"] == "next"));
+    assert_eq!(serving(&deck), "prod");
+    // A recipe's section is checked as the recipe loads.
+    deck.recipe(
+        "odd",
+        "engine: sim\nserver:\n  port: 9\nrollout:\n  mode: canary\n  share: 120%\n",
+    );
+    let err = deck.sparkctl(&["recipes", "validate"]).exits(2).stderr();
+    assert!(err.contains("rollout.share"), "{err}");
+}
