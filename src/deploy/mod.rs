@@ -7,6 +7,7 @@ mod judge;
 pub(crate) mod plan;
 mod replace;
 pub(crate) mod rollback;
+mod rollout;
 pub(crate) mod serve;
 mod start;
 pub(crate) mod status;

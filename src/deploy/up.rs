@@ -62,7 +62,7 @@ pub(crate) async fn up_locked(
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     // Flags that cannot be used are refused before any record is made.
-    rollout_spec(loaded, opts)?;
+    super::rollout::spec(loaded, &opts.rollout)?;
     let mut record = opts
         .record
         .clone()
@@ -141,7 +141,8 @@ impl Flow<'_, '_> {
         let (result, bench_path) = self.bench(&baseline, asked).await?;
         self.judge(&result, &candidate).await?;
         if let Some(spec) = self.rollout.clone() {
-            self.roll_out(&spec, &candidate).await?;
+            let (ctx, progress) = (self.ctx, self.opts.progress);
+            super::rollout::run(ctx, &spec, &candidate, self.record, progress).await?;
         }
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
@@ -202,136 +203,14 @@ impl Flow<'_, '_> {
             start.memory.describe(),
             plan.how(prod, serving)
         ));
-        self.rollout = self.plan_rollout(&plan, production, serving)?;
+        let spec = super::rollout::spec(self.loaded, &self.opts.rollout)?;
+        let asked = (self.opts.no_promote, production, serving);
+        self.rollout = super::rollout::plan(self.name(), spec, &plan, asked, self.opts.progress)?;
         if self.opts.dry_run {
             self.record.outcome = Outcome::Planned;
             return Ok(None);
         }
         Ok(Some(plan))
-    }
-
-    /// The rollout asked, refused before anything changes when it cannot run: both servers
-    /// must run side by side, with a production to compare with.
-    fn plan_rollout(
-        &self,
-        plan: &Plan,
-        production: &Production,
-        serving: bool,
-    ) -> Result<Option<crate::rollout::Spec>> {
-        let Some(spec) = rollout_spec(self.loaded, self.opts)? else {
-            return Ok(None);
-        };
-        let mode = spec.mode.as_str();
-        let cannot = |why: String| Error::RecipeCannot {
-            recipe: self.name().to_string(),
-            why: format!("{why}; nothing was changed"),
-        };
-        if self.opts.no_promote {
-            return Err(Error::BadFlag {
-                flag: "--no-promote".into(),
-                why: format!("a {mode} ends in a promotion; leave one of them out"),
-            });
-        }
-        let prod = production.current.as_ref().map(|e| e.recipe.as_str());
-        match (prod, plan.mode, serving) {
-            (None, ..) | (_, _, false) => Err(cannot(format!(
-                "a {mode} compares the candidate with production's answers, and no production \
-                 serves; `sparkctl up {}` without --{mode} makes it production",
-                self.name()
-            ))),
-            (Some(p), Mode::Swap, _) => Err(cannot(format!(
-                "a {mode} needs production and the candidate running side by side, and it does \
-                 not fit beside production {p} ({}); without --{mode} it is swapped in",
-                plan.start.memory.describe()
-            ))),
-            (Some(_), Mode::BlueGreen, true) => {
-                self.step(&format!("rollout: {}", spec.describe()));
-                Ok(Some(spec))
-            }
-        }
-    }
-
-    /// The candidate meets production's live traffic until the analysis decides: promoted
-    /// (the switch follows), or aborted or inconclusive (the way back stops it).
-    async fn roll_out(
-        &mut self,
-        spec: &crate::rollout::Spec,
-        candidate: &Deployment,
-    ) -> Result<()> {
-        use crate::rollout::Decision;
-        let asking = crate::frontdoor::rollout::Asking {
-            spec: spec.clone(),
-            candidate: switch::upstream_of(candidate),
-            owner: crate::host::ProcessId::of(std::process::id()),
-        };
-        let mode = spec.mode.as_str();
-        self.step(&format!(
-            "{mode}: {} meets production's live traffic ({})",
-            self.name(),
-            spec.describe()
-        ));
-        let door = self.ctx.door.clone();
-        let began = std::time::Instant::now();
-        door.start_rollout(&asking).await?;
-        let mut told = std::time::Instant::now();
-        let last = loop {
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-            let Some(now) = door.rollout().await? else {
-                return Err(Error::DoorFailed {
-                    what: format!("ended the {mode} of {} before its decision", self.name()),
-                });
-            };
-            if now.judgement.decision != Decision::Going {
-                break now;
-            }
-            if told.elapsed() >= std::time::Duration::from_secs(5) {
-                told = std::time::Instant::now();
-                self.step(&format!(
-                    "{mode}: {} of {} requests to the candidate compared",
-                    now.judgement.compared, now.tally.to_candidate
-                ));
-            }
-        };
-        let _ = door.end_rollout().await;
-        let j = &last.judgement;
-        self.record.phases.push(crate::history::Phase {
-            name: PhaseName::Rollout,
-            ms: began.elapsed().as_secs_f64() * 1e3,
-            ok: j.decision == Decision::Promote,
-            detail: format!("{mode} {}: {}", j.decision.as_str(), j.reason),
-        });
-        for c in &j.comparisons {
-            self.step(&format!("{mode}: {}", c.detail));
-        }
-        if let Some(e) = &j.evidence {
-            self.record.evidence.push(e.describe());
-        }
-        self.record.rollout = Some(last.clone());
-        let name = self.name().to_string();
-        match j.decision {
-            Decision::Promote | Decision::Going => {
-                self.step(&format!("{mode}: {}", j.reason));
-                Ok(())
-            }
-            Decision::Abort => {
-                self.record.outcome = Outcome::Rejected;
-                let mut failed = vec![format!("{mode} aborted: {}", j.reason)];
-                failed.extend(j.evidence.as_ref().map(|e| e.describe()));
-                Err(Error::RejectedByGates { name, failed })
-            }
-            Decision::Inconclusive => {
-                self.record.outcome = Outcome::Inconclusive;
-                Err(Error::Inconclusive {
-                    name,
-                    what: if spec.mode == crate::rollout::Mode::Shadow {
-                        "the shadow"
-                    } else {
-                        "the canary"
-                    },
-                    reason: j.reason.clone(),
-                })
-            }
-        }
     }
 
     /// The model dir's patch steps (idempotent; nothing to do when already patched).
@@ -645,17 +524,6 @@ impl Flow<'_, '_> {
         }
         Ok(())
     }
-}
-
-/// The rollout the flags and the recipe ask for, if any.
-fn rollout_spec(
-    loaded: &LoadedRecipe,
-    opts: &UpOptions<'_>,
-) -> Result<Option<crate::rollout::Spec>> {
-    crate::recipe::rollout::spec(&loaded.recipe, &opts.rollout).map_err(|b| Error::BadFlag {
-        flag: b.at,
-        why: format!("{}; nothing was changed", b.why),
-    })
 }
 
 /// Production's last result, when it is one the relative gates can trust; else why not.

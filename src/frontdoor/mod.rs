@@ -26,6 +26,7 @@ pub(crate) mod handover;
 pub(crate) mod hosts;
 pub(crate) mod lanes;
 pub(crate) mod live;
+pub(crate) mod metered;
 pub(crate) mod metrics;
 pub(crate) mod page;
 pub(crate) mod proxy;

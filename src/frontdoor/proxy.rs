@@ -4,14 +4,12 @@
 //! live metrics. A request is sent again only when it never left: the upstream refused
 //! the connection; once sent, a failure is the client's answer (502), never a replay.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -24,10 +22,11 @@ use super::accept::{self, Conns, Limits};
 use super::body::{Budget, Refused};
 use super::lanes::{Lanes, Pick};
 use super::live::Live;
+use super::metered::{Judging, Metered, Side};
 use super::metrics::{Event, Metrics};
-use super::quality::{Answer, Asked, Verdict};
+use super::quality::{Answer, Verdict};
 use super::reading::Reading;
-use super::rollout::{PairSlot, Rollout, Way};
+use super::rollout::Way;
 use super::route::{Lease, Refusal, Upstream};
 
 /// How long a shadow copy's answer may take: the longest a client waits for one.
@@ -230,43 +229,22 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         None => "/",
     }
     .to_string();
-    let way = door
-        .rollout
-        .get()
-        .map(|r| r.way(&parts.headers, &body.bytes, asked));
-    let side = match way {
-        None => Side::None,
-        Some(Way::Production(r)) => Side::Production(r),
-        Some(Way::Shadow(pair)) => {
-            let copy = request(proxy, pair.candidate(), &parts, &forward_path, &body.bytes);
-            let asked = asked.expect("only a judged request is shadowed");
-            pair.clone()
-                .send(proxy.client.clone(), copy, asked, COPY_LIMIT);
-            Side::Pair(pair)
-        }
-        Some(Way::Canary(r)) => {
-            let tried = forward(proxy, &r.candidate, &parts, &forward_path, &body.bytes).await;
-            match tried {
-                Ok(resp) if resp.status().is_success() => {
-                    let judged = Judging {
-                        arrived,
-                        asked,
-                        side: Side::Candidate(r.clone()),
-                    };
-                    return respond(proxy, resp, r.candidate.clone(), None, judged);
-                }
-                // Nothing reached the client: production answers it.
-                Ok(resp) => r.retried(format!("answered {}", resp.status())),
-                Err(e) => r.retried(crate::error::chain(&e)),
-            }
-            Side::Production(r)
-        }
+    let rollout = meet_rollout(
+        proxy,
+        &door,
+        &parts,
+        &forward_path,
+        &body.bytes,
+        (arrived, asked),
+    );
+    let mut judging = match rollout.await {
+        Ok(side) => Some(Judging {
+            arrived,
+            asked,
+            side,
+        }),
+        Err(answered) => return answered,
     };
-    let mut judging = Some(Judging {
-        arrived,
-        asked,
-        side,
-    });
     let mut avoid: Option<String> = None;
     let mut held = false;
     loop {
@@ -312,29 +290,79 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 avoid = Some(lease.upstream.deployment.clone());
             }
             Err(e) => {
-                // Sent, and no answer came: the upstream may have taken it, so it is not
-                // sent again; the client decides.
-                proxy.metrics.error(&lease.upstream.recipe, "sent");
-                if let Some(j) = judging.take().filter(|j| j.asked.is_some()) {
-                    let why = format!("no answer after the request was sent: {e}");
-                    j.record(
-                        &proxy.live,
-                        &lease.upstream,
-                        Some(Verdict::failed(arrived, why)),
-                    );
-                }
-                // Likely dying: the next requests wait for the watch's look.
-                door.table.suspect(&lease.upstream);
-                let _ = proxy.unreachable.send(lease.upstream.clone());
-                return error(
-                    StatusCode::BAD_GATEWAY,
-                    &format!(
-                        "{} took the request and failed before answering ({}); it was not sent again",
-                        lease.upstream.recipe,
-                        crate::error::chain(&e)
-                    ),
-                );
+                let judged = judging.take();
+                return lost_after_sending(proxy, &door, &lease.upstream, judged, &e);
             }
+        }
+    }
+}
+
+/// Sent, and no answer came: the upstream may have taken it, so it is not sent again; the
+/// client decides.
+fn lost_after_sending(
+    proxy: &Proxy,
+    door: &super::Door,
+    upstream: &Upstream,
+    judging: Option<Judging>,
+    e: &hyper_util::client::legacy::Error,
+) -> Response<ProxyBody> {
+    proxy.metrics.error(&upstream.recipe, "sent");
+    if let Some(j) = judging.filter(|j| j.asked.is_some()) {
+        let why = format!("no answer after the request was sent: {e}");
+        let arrived = j.arrived;
+        j.record(&proxy.live, upstream, Some(Verdict::failed(arrived, why)));
+    }
+    // Likely dying: the next requests wait for the watch's look.
+    door.table.suspect(upstream);
+    let _ = proxy.unreachable.send(upstream.clone());
+    error(
+        StatusCode::BAD_GATEWAY,
+        &format!(
+            "{} took the request and failed before answering ({}); it was not sent again",
+            upstream.recipe,
+            crate::error::chain(e)
+        ),
+    )
+}
+
+/// How the request meets the model's rollout, if one runs: a shadow's copy sent, or a
+/// canary's answer from the candidate (Err: the client's answer); else where production's
+/// verdict goes beside its live window.
+async fn meet_rollout(
+    proxy: &Proxy,
+    door: &super::Door,
+    parts: &hyper::http::request::Parts,
+    forward_path: &str,
+    body: &Bytes,
+    (arrived, asked): (Instant, Option<super::quality::Asked>),
+) -> Result<Side, Response<ProxyBody>> {
+    let Some(rollout) = door.rollout.get() else {
+        return Ok(Side::None);
+    };
+    match rollout.way(&parts.headers, body, asked) {
+        Way::Production(r) => Ok(Side::Production(r)),
+        Way::Shadow(pair) => {
+            let copy = request(proxy, pair.candidate(), parts, forward_path, body);
+            let asked = asked.expect("only a judged request is shadowed");
+            pair.clone()
+                .send(proxy.client.clone(), copy, asked, COPY_LIMIT);
+            Ok(Side::Pair(pair))
+        }
+        Way::Canary(r) => {
+            match forward(proxy, &r.candidate, parts, forward_path, body).await {
+                Ok(resp) if resp.status().is_success() => {
+                    let judged = Judging {
+                        arrived,
+                        asked,
+                        side: Side::Candidate(r.clone()),
+                    };
+                    return Err(respond(proxy, resp, r.candidate.clone(), None, judged));
+                }
+                // Nothing reached the client: production answers it.
+                Ok(resp) => r.retried(format!("answered {}", resp.status())),
+                Err(e) => r.retried(crate::error::chain(&e)),
+            }
+            Ok(Side::Production(r))
         }
     }
 }
@@ -435,39 +463,6 @@ async fn forward(
     proxy.client.request(req).await
 }
 
-/// Where an answer's verdict goes beside production's live window: a rollout's side.
-enum Side {
-    None,
-    /// Production's answer during a canary (its side of the comparison).
-    Production(Arc<Rollout>),
-    /// Production's answer to a shadowed request: one half of its pair.
-    Pair(Arc<PairSlot>),
-    /// The candidate's answer to a canary request.
-    Candidate(Arc<Rollout>),
-}
-
-/// A request's answer, to be judged: when it arrived, what it asked, where the verdict goes.
-struct Judging {
-    arrived: Instant,
-    asked: Option<Asked>,
-    side: Side,
-}
-
-impl Judging {
-    /// The verdict (None: not judged) to production's live window and the rollout's side.
-    fn record(self, live: &Live, upstream: &Upstream, v: Option<Verdict>) {
-        match (&self.side, &v) {
-            (Side::Candidate(r), Some(v)) => r.answered(true, v),
-            (Side::Production(r), Some(v)) => r.answered(false, v),
-            (Side::Pair(pair), _) => pair.production(v.clone()),
-            _ => {}
-        }
-        if let (false, Some(v)) = (matches!(self.side, Side::Candidate(_)), v) {
-            live.record(upstream, v);
-        }
-    }
-}
-
 fn respond(
     proxy: &Proxy,
     resp: Response<Incoming>,
@@ -523,108 +518,4 @@ fn respond(
             .insert(HeaderName::from_static("x-sparkctl-upstream"), v);
     }
     out
-}
-
-/// The upstream's body on its way out: counted in flight (the lease) until done, and read
-/// for the first token and the gaps between tokens, and judged.
-struct Metered {
-    inner: Incoming,
-    metrics: Arc<Metrics>,
-    live: Arc<Live>,
-    recipe: String,
-    arrived: Instant,
-    reading: Option<Reading>,
-    last_token: Option<Instant>,
-    /// Where its verdict goes, when it is judged.
-    judging: Option<Judging>,
-    /// A canary's candidate answering: its bytes to clients are counted.
-    canary: Option<Arc<Rollout>>,
-    upstream: Upstream,
-    lease: Option<Lease>,
-}
-
-impl Metered {
-    fn observe(&mut self, data: &Bytes) {
-        let Some(reading) = self.reading.as_mut() else {
-            return;
-        };
-        let now = Instant::now();
-        for tokens in reading.feed(data, now) {
-            match self.last_token {
-                None => self
-                    .metrics
-                    .ttft(&self.recipe, (now - self.arrived).as_secs_f64()),
-                Some(prev) => self
-                    .metrics
-                    .itl(&self.recipe, (now - prev).as_secs_f64(), tokens),
-            }
-            self.last_token = Some(now);
-        }
-    }
-}
-
-impl Drop for Metered {
-    fn drop(&mut self) {
-        self.metrics.finished(&self.recipe);
-        let verdict = self.reading.take().and_then(|r| r.verdict(self.arrived));
-        if let Some(j) = self.judging.take() {
-            j.record(&self.live, &self.upstream, verdict);
-        }
-        drop(self.lease.take());
-    }
-}
-
-impl Body for Metered {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                // A token's gap marks activity itself; other frames say so here.
-                let tokens_seen = this.last_token;
-                if let Some(data) = frame.data_ref() {
-                    this.observe(data);
-                    if let Some(r) = &this.canary {
-                        r.delivered(data.len());
-                    }
-                }
-                if this.last_token == tokens_seen {
-                    this.metrics.active(&this.recipe);
-                }
-                if this.inner.is_end_stream() {
-                    if let Some(r) = this.reading.as_mut() {
-                        r.ended();
-                    }
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                this.metrics.error(&this.recipe, "stream");
-                if let Some(r) = this.reading.as_mut() {
-                    r.broke(format!("the stream broke: {e}"));
-                }
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(None) => {
-                if let Some(r) = this.reading.as_mut() {
-                    r.ended();
-                }
-                Poll::Ready(None)
-            }
-            other => other,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }

@@ -145,7 +145,7 @@ impl Rollout {
 
     /// One answer of a side (canary), judged.
     pub(crate) fn answered(&self, candidate: bool, v: &Verdict) {
-        self.tally().answer(candidate, Sample::of(v));
+        self.tally().answer(candidate, sample(v));
     }
 
     /// The candidate failed a canary request before its first byte; production answers it.
@@ -231,8 +231,8 @@ impl PairSlot {
 
     fn complete(&self, s: &mut (Option<Option<Verdict>>, Option<Verdict>)) {
         if let (Some(Some(p)), Some(c)) = (&s.0, &s.1) {
-            let pair = Pair::of(p, c, self.greedy);
-            self.rollout.tally().pair(pair);
+            let both = pair(p, c, self.greedy);
+            self.rollout.tally().pair(both);
         }
     }
 
@@ -291,6 +291,40 @@ impl PairSlot {
             };
             self.candidate_answered(verdict);
         });
+    }
+}
+
+/// One answer, as the rollout's analysis compares it.
+fn sample(v: &Verdict) -> Sample {
+    let fault = v.error.clone().or_else(|| {
+        v.checks
+            .iter()
+            .find(|(c, _)| v.fails(*c))
+            .map(|(c, _)| format!("failed {}", c.name()))
+    });
+    Sample {
+        fault,
+        ttft_ms: v.ttft_ms,
+        itl_ms: v.tpot_ms,
+        text: v.text.as_deref().map(|t| {
+            let cut = t.char_indices().nth(240).map_or(t.len(), |(i, _)| i);
+            super::quality::escape(&t[..cut])
+        }),
+    }
+}
+
+/// The two verdicts of one request; `greedy`: it was asked at temperature 0.
+fn pair(production: &Verdict, candidate: &Verdict, greedy: bool) -> Pair {
+    let agree = match (&production.text, &candidate.text) {
+        (Some(p), Some(c)) if greedy && production.error.is_none() => {
+            Some(candidate.error.is_none() && crate::rollout::agree::agree(p, c))
+        }
+        _ => None,
+    };
+    Pair {
+        production: sample(production),
+        candidate: sample(candidate),
+        agree,
     }
 }
 

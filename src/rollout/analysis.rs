@@ -225,10 +225,13 @@ fn agreement(t: &Tally, r: &Rules) -> Option<Signal> {
             worse,
             regressed: worse && pv < r.alpha,
         },
-        evidence: differ.first().map(|p| Evidence {
-            production: Some(p.production.clone()),
-            candidate: p.candidate.clone(),
-        }),
+        // A fluent wrong answer shows a disagreement best; a faulty one shows a fault.
+        evidence: (differ.iter().find(|p| p.candidate.fault.is_none()))
+            .or(differ.first())
+            .map(|p| Evidence {
+                production: Some(p.production.clone()),
+                candidate: p.candidate.clone(),
+            }),
     })
 }
 

@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::Mode;
-use crate::frontdoor::quality::Verdict;
 
 /// Samples kept per side; a window past this compares the most recent ones.
 const KEPT: usize = 5000;
@@ -25,26 +24,6 @@ pub(crate) struct Sample {
     pub(crate) text: Option<String>,
 }
 
-impl Sample {
-    pub(crate) fn of(v: &Verdict) -> Sample {
-        let fault = v.error.clone().or_else(|| {
-            v.checks
-                .iter()
-                .find(|(c, _)| v.fails(*c))
-                .map(|(c, _)| format!("failed {}", c.name()))
-        });
-        Sample {
-            fault,
-            ttft_ms: v.ttft_ms,
-            itl_ms: v.tpot_ms,
-            text: v.text.as_deref().map(|t| {
-                let cut = t.char_indices().nth(240).map_or(t.len(), |(i, _)| i);
-                crate::frontdoor::quality::escape(&t[..cut])
-            }),
-        }
-    }
-}
-
 /// One request as both answered it (shadow).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Pair {
@@ -53,23 +32,6 @@ pub(crate) struct Pair {
     /// For a greedy request both answered: whether the answers say the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) agree: Option<bool>,
-}
-
-impl Pair {
-    /// The two verdicts of one request; `greedy`: it was asked at temperature 0.
-    pub(crate) fn of(production: &Verdict, candidate: &Verdict, greedy: bool) -> Pair {
-        let agree = match (&production.text, &candidate.text) {
-            (Some(p), Some(c)) if greedy && production.error.is_none() => {
-                Some(candidate.error.is_none() && super::agree::agree(p, c))
-            }
-            _ => None,
-        };
-        Pair {
-            production: Sample::of(production),
-            candidate: Sample::of(candidate),
-            agree,
-        }
-    }
 }
 
 /// What the front door has seen of a rollout.

@@ -205,7 +205,7 @@ fn a_malformed_evaluation_item_is_refused_with_its_file_item_and_key() {
 }
 
 /// The CPU llama-server and SmolLM2-135M-Instruct that `.ci/test` caches.
-fn llama_server_and_smollm() -> (PathBuf, PathBuf) {
+pub(crate) fn llama_server_and_smollm() -> (PathBuf, PathBuf) {
     let (server, _) = support::llama_server_and_model();
     let model = std::env::var_os("SPARKCTL_TEST_SMOLLM")
         .map(PathBuf::from)

@@ -60,16 +60,18 @@ struct Clients {
 
 impl Clients {
     fn start(url: &str, n: usize, question: &'static str) -> Clients {
-        Clients::asking(url, n, question, 24)
+        Clients::asking(url, n, vec![question], 24)
     }
 
-    fn asking(url: &str, n: usize, question: &'static str, max_tokens: u32) -> Clients {
+    /// `n` clients asking `questions` in turn, for answers of up to `max_tokens`.
+    fn asking(url: &str, n: usize, questions: Vec<&'static str>, max_tokens: u32) -> Clients {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let count = Arc::new(AtomicUsize::new(0));
         let threads = (0..n)
             .map(|t| {
+                let questions = questions.clone();
                 let (s, v, e, c, url) = (
                     stop.clone(),
                     seen.clone(),
@@ -83,6 +85,7 @@ impl Clients {
                         let mut i = 0;
                         while !s.load(Ordering::SeqCst) {
                             i += 1;
+                            let question = questions[(t + i) % questions.len()];
                             let body = json!({
                                 "model": "any", "max_tokens": max_tokens, "stream": true, "temperature": 0,
                                 "user": format!("client-{t}-{i}"),
@@ -267,7 +270,7 @@ fn a_hollow_candidate_under_shadow_is_aborted_and_no_client_gets_its_bytes() {
         "",
     );
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
-    let clients = Clients::asking(&deck.door_url(), 2, "Tell me about Tokyo.", 64);
+    let clients = Clients::asking(&deck.door_url(), 2, vec!["Tell me about Tokyo."], 64);
     clients.wait_for(2);
     let err = deck
         .sparkctl(&["up", "hollow", "--shadow", "100", "--yes"])
@@ -421,4 +424,96 @@ fn rollouts_that_cannot_run_are_refused_before_anything_changes() {
     );
     let err = deck.sparkctl(&["recipes", "validate"]).exits(2).stderr();
     assert!(err.contains("rollout.share"), "{err}");
+}
+
+/// SmolLM2 on the CPU llama-server (one thread) with `args` beside the usual ones.
+fn smollm(
+    deck: &Deck,
+    name: &str,
+    (server, model): (&std::path::Path, &std::path::Path),
+    args: &str,
+) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: smollm\nserver:\n  port: {}\n  args: [--jinja, -t, \"1\", -c, \"2048\", -np, \"1\"{args}]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: plain\n",
+            server.display(),
+            model.display(),
+            free_port()
+        ),
+    );
+}
+
+/// Questions the trained model answers right (and briefly) at temperature 0.
+const FACTS: [&str; 4] = [
+    "What is the capital of France? Answer in one sentence.",
+    "What is 2+3? Answer with the number.",
+    "What is the capital of Japan? Answer in one sentence.",
+    "Which planet is known as the Red Planet? Answer in one sentence.",
+];
+
+#[test]
+fn the_real_model_under_shadow_a_good_serving_is_promoted_and_a_wrong_one_aborted() {
+    let (server, model) = crate::eval::llama_server_and_smollm();
+    let bin = (server.as_path(), model.as_path());
+    let deck = Deck::new("rollout-real");
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    // No expected answers: the benchmark alone lets a fluent wrong serving through.
+    std::fs::write(
+        deck.dir.join("recipes/suites/plain.yaml"),
+        "name: plain\nwarmup: 1\nruns: 5\ncases:\n  - name: hello\n    turns: [\"Say hello.\"]\n    max_tokens: 8\n",
+    )
+    .unwrap();
+    smollm(&deck, "good", bin, "");
+    smollm(&deck, "again", bin, "");
+    // Its rope frequencies scaled by a quarter: it answers every request fluently, healthy,
+    // and gets facts wrong.
+    smollm(&deck, "wrong", bin, ", --rope-freq-scale, \"0.25\"");
+    deck.sparkctl(&["up", "good", "--yes"]).succeeds();
+    let clients = Clients::asking(&deck.door_url(), 1, FACTS.to_vec(), 24);
+    clients.wait_for(1);
+
+    let err = deck
+        .sparkctl(&["up", "wrong", "--shadow", "12", "--yes"])
+        .exits(1)
+        .stderr();
+    assert!(
+        err.contains("shadow aborted: a significant regression"),
+        "{err}"
+    );
+    let run = last_run(&deck);
+    let j = report(
+        "SmolLM2 served wrong (rope-freq-scale 0.25) under shadow",
+        &run,
+    );
+    assert_eq!(j["decision"], "abort");
+    assert!(
+        j["reason"]
+            .as_str()
+            .unwrap()
+            .contains("differ from production's"),
+        "{j}"
+    );
+    println!("  worst pair: {}", run["evidence"][0].as_str().unwrap());
+    assert_eq!(run["rollout"]["tally"]["candidate_bytes_to_clients"], 0);
+    assert_eq!(serving(&deck), "good");
+
+    // The same model served the same way: its answers are production's, and it is promoted.
+    deck.sparkctl(&["up", "again", "--shadow", "12", "--yes"])
+        .succeeds();
+    let (seen, errors) = clients.stop();
+    let run = last_run(&deck);
+    let j = report("SmolLM2 served again the same way under shadow", &run);
+    assert_eq!(
+        (run["outcome"].as_str(), j["decision"].as_str()),
+        (Some("promoted"), Some("promote"))
+    );
+    assert_eq!(serving(&deck), "again");
+    all_answered(&seen, &errors, "wrong");
+    let paris = seen.iter().filter(|s| s.content.contains("Paris")).count();
+    assert!(
+        paris >= 1,
+        "the trained model answers: {:?}",
+        seen.iter().map(|s| &s.content).collect::<Vec<_>>()
+    );
 }

@@ -1,0 +1,155 @@
+//! The upstream's answer on its way out to the client: counted in flight (its lease) until
+//! done, metered (its first token, the gaps between tokens), read and judged (`reading`),
+//! and its verdict sent to production's live window and to a rollout's side.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use super::live::Live;
+use super::metrics::Metrics;
+use super::quality::{Asked, Verdict};
+use super::reading::Reading;
+use super::rollout::{PairSlot, Rollout};
+use super::route::{Lease, Upstream};
+
+/// Where an answer's verdict goes beside production's live window: a rollout's side.
+pub(super) enum Side {
+    None,
+    /// Production's answer during a canary (its side of the comparison).
+    Production(Arc<Rollout>),
+    /// Production's answer to a shadowed request: one half of its pair.
+    Pair(Arc<PairSlot>),
+    /// The candidate's answer to a canary request.
+    Candidate(Arc<Rollout>),
+}
+
+/// A request's answer, to be judged: when it arrived, what it asked, where the verdict goes.
+pub(super) struct Judging {
+    pub(super) arrived: Instant,
+    pub(super) asked: Option<Asked>,
+    pub(super) side: Side,
+}
+
+impl Judging {
+    /// The verdict (None: not judged) to production's live window and the rollout's side.
+    pub(super) fn record(self, live: &Live, upstream: &Upstream, v: Option<Verdict>) {
+        match (&self.side, &v) {
+            (Side::Candidate(r), Some(v)) => r.answered(true, v),
+            (Side::Production(r), Some(v)) => r.answered(false, v),
+            (Side::Pair(pair), _) => pair.production(v.clone()),
+            _ => {}
+        }
+        if let (false, Some(v)) = (matches!(self.side, Side::Candidate(_)), v) {
+            live.record(upstream, v);
+        }
+    }
+}
+
+/// The upstream's body on its way out: counted in flight (the lease) until done, and read
+/// for the first token and the gaps between tokens, and judged.
+pub(super) struct Metered {
+    pub(super) inner: Incoming,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) live: Arc<Live>,
+    pub(super) recipe: String,
+    pub(super) arrived: Instant,
+    pub(super) reading: Option<Reading>,
+    pub(super) last_token: Option<Instant>,
+    /// Where its verdict goes, when it is judged.
+    pub(super) judging: Option<Judging>,
+    /// A canary's candidate answering: its bytes to clients are counted.
+    pub(super) canary: Option<Arc<Rollout>>,
+    pub(super) upstream: Upstream,
+    pub(super) lease: Option<Lease>,
+}
+
+impl Metered {
+    fn observe(&mut self, data: &Bytes) {
+        let Some(reading) = self.reading.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        for tokens in reading.feed(data, now) {
+            match self.last_token {
+                None => self
+                    .metrics
+                    .ttft(&self.recipe, (now - self.arrived).as_secs_f64()),
+                Some(prev) => self
+                    .metrics
+                    .itl(&self.recipe, (now - prev).as_secs_f64(), tokens),
+            }
+            self.last_token = Some(now);
+        }
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.metrics.finished(&self.recipe);
+        let verdict = self.reading.take().and_then(|r| r.verdict(self.arrived));
+        if let Some(j) = self.judging.take() {
+            j.record(&self.live, &self.upstream, verdict);
+        }
+        drop(self.lease.take());
+    }
+}
+
+impl Body for Metered {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                // A token's gap marks activity itself; other frames say so here.
+                let tokens_seen = this.last_token;
+                if let Some(data) = frame.data_ref() {
+                    this.observe(data);
+                    if let Some(r) = &this.canary {
+                        r.delivered(data.len());
+                    }
+                }
+                if this.last_token == tokens_seen {
+                    this.metrics.active(&this.recipe);
+                }
+                if this.inner.is_end_stream() {
+                    if let Some(r) = this.reading.as_mut() {
+                        r.ended();
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.metrics.error(&this.recipe, "stream");
+                if let Some(r) = this.reading.as_mut() {
+                    r.broke(format!("the stream broke: {e}"));
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                if let Some(r) = this.reading.as_mut() {
+                    r.ended();
+                }
+                Poll::Ready(None)
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
