@@ -3,8 +3,10 @@
 //! (`proxy_buffering off`, a kept-alive upstream) and through four real front doors — bare
 //! (metering only: `SPARKCTL_FRONTDOOR_QUALITY=off SPARKCTL_FRONTDOOR_PAGE=off`), with the
 //! live quality watch judging every answer, with the live page too (sampling its charts,
-//! nobody looking), and with the page's data polled as an open browser tab polls it — by
-//! the same client, interleaved round by round, at 1 and 32 streams. Prints TTFT and ITL
+//! nobody looking), with the page's data polled as an open browser tab polls it, and with a
+//! shadow rollout copying every request to a second sim (issue 37: the copies' answers read
+//! and judged, paired with production's) — by the same client, interleaved round by round,
+//! at 1 and 32 streams. Prints TTFT and ITL
 //! p99 added over direct, and the CPU each proxy spent per 1,000 tokens it passed (all its
 //! processes and threads, from /proc schedstat, counted only while its own rounds ran);
 //! then each door's CPU per token as a multiple of nginx's.
@@ -185,6 +187,65 @@ struct Door {
     supervisor: u32,
 }
 
+/// The rollout a shadowing door runs: every request copied, a window no run reaches.
+fn shadow_everything(deck: &Deck) {
+    let cand_port = support::free_port();
+    deck.recipe(
+        "cand",
+        &format!("engine: sim\nruntime: process\nserver:\n  port: {cand_port}\n  args: [--load-time, 0s, --ttft, 20ms, --token-rate, \"100\", --tokens, \"64\"]\n  memory_gb: 1\n"),
+    );
+    deck.ok(&["start", "cand"]);
+    let id = deck.status_of("cand").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asking = json!({
+        "spec": {"mode": "shadow", "share": 100.0, "window": {"requests": 1_000_000},
+                 "within": 86_400_000u64,
+                 "rules": {"alpha": 0.01, "itl_tolerance": 0.15, "ttft_tolerance": 0.5,
+                           "max_disagreement": 0.2, "fault_margin": 0.05, "min_compared": 10}},
+        "candidate": {"recipe": "cand", "deployment": id, "url": format!("http://127.0.0.1:{cand_port}")},
+        "owner": null,
+    });
+    let socket = deck.dir.join("state/frontdoor/control.sock");
+    let out = Command::new("curl")
+        .args(["-sf", "--unix-socket"])
+        .arg(&socket)
+        .args([
+            "-X",
+            "POST",
+            "http://frontdoor/rollout",
+            "-d",
+            &asking.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "POST /rollout: {}",
+        support::text(&out.stdout)
+    );
+}
+
+/// The shadowing door's rollout so far: copies sent and dropped, pairs compared.
+fn shadowed(deck: &Deck) -> String {
+    let socket = deck.dir.join("state/frontdoor/control.sock");
+    let out = Command::new("curl")
+        .args(["-s", "--unix-socket"])
+        .arg(&socket)
+        .arg("http://frontdoor/rollout")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    format!(
+        "{} copies sent to the candidate, {} dropped, {} pairs compared: {}",
+        v["tally"]["to_candidate"],
+        v["tally"]["dropped"],
+        v["judgement"]["compared"],
+        v["judgement"]["reason"]
+    )
+}
+
 impl Door {
     fn start(tag: &str, env: &[(&str, &str)]) -> Door {
         let deck = Deck::new(tag);
@@ -298,7 +359,9 @@ fn main() {
         ),
         Door::start("bench-frontdoor-cpu-page", &[]),
         Door::start("bench-frontdoor-cpu-polled", &[]),
+        Door::start("bench-frontdoor-cpu-shadow", &[]),
     ];
+    shadow_everything(&doors[4].deck);
     let sim_port = doors[0].sim_port;
     let nginx_port = support::free_port();
     let nginx = Nginx::start(&doors[0].deck.dir, nginx_port, sim_port);
@@ -316,6 +379,7 @@ fn main() {
         ("+quality", doors[1].deck.door_url()),
         ("+q +page", doors[2].deck.door_url()),
         ("+q +page/2s", doors[3].deck.door_url()),
+        ("+q +p +shadow", doors[4].deck.door_url()),
     ];
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -328,9 +392,9 @@ fn main() {
         "front doors vs {} (proxy_buffering off, kept-alive upstream), one sim each (TTFT 20 ms, 100 tok/s, 64 tokens), one client, interleaved; {cores} cores",
         nginx.version
     );
-    println!("  door bare: metering only (SPARKCTL_FRONTDOOR_QUALITY=off SPARKCTL_FRONTDOOR_PAGE=off); +quality: the live quality watch on; +q +page: and the live page (sampling, nobody looking); +q +page/2s: its data polled every 2 s, as an open tab does");
+    println!("  door bare: metering only (SPARKCTL_FRONTDOOR_QUALITY=off SPARKCTL_FRONTDOOR_PAGE=off); +quality: the live quality watch on; +q +page: and the live page (sampling, nobody looking); +q +page/2s: its data polled every 2 s, as an open tab does; +q +p +shadow: as +q +page, with every request copied to a second sim and the two answers paired (the copies' reading counted in its CPU)");
     println!(
-        "  {:>7}  {:<11}  {:>9}  {:>9}  {:>10}  {:>9}  {:>9}  {:>7}",
+        "  {:>7}  {:<13}  {:>9}  {:>9}  {:>10}  {:>9}  {:>9}  {:>7}",
         "streams", "target", "TTFT p50", "added", "ITL p99", "added", "CPU/1k tok", "failed"
     );
     for (streams, rounds) in [(1usize, 30usize), (32, 8)] {
@@ -359,6 +423,7 @@ fn main() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let polls = polling.join().unwrap();
     println!("  (the page's data was polled {polls} times during the rounds)");
+    println!("  shadow: {}", shadowed(&doors[4].deck));
     page_alone(&doors[3]);
 }
 
@@ -366,7 +431,13 @@ fn main() {
 /// (each looks at production: its record, its process, a readiness probe when it is not
 /// streaming) and timers. Part of every per-token figure below is this, not the tokens.
 fn idle(nginx: &Nginx, doors: &[Door]) {
-    let names = ["door bare", "+quality", "+q +page", "+q +page/2s"];
+    let names = [
+        "door bare",
+        "+quality",
+        "+q +page",
+        "+q +page/2s",
+        "+q +p +shadow",
+    ];
     let mut who: Vec<(&str, Vec<u32>)> = vec![("nginx", nginx.pids())];
     who.extend(names.iter().copied().zip(doors.iter().map(Door::pids)));
     let before: Vec<u64> = who.iter().map(|(_, p)| cpu_ns(p)).collect();
@@ -414,7 +485,7 @@ fn print_level(streams: usize, targets: &[(&str, String)], tallies: &[Tally]) {
             )
         };
         println!(
-            "  {streams:>7}  {name:<11}  {:>6.2} ms  {:>+6.2} ms  {:>7.2} ms  {:>+6.2} ms  {cpu:>10}  {:>7}",
+            "  {streams:>7}  {name:<13}  {:>6.2} ms  {:>+6.2} ms  {:>7.2} ms  {:>+6.2} ms  {cpu:>10}  {:>7}",
             t.ttft_p50(),
             t.ttft_p50() - direct_ttft,
             t.itl_p99(),
@@ -439,5 +510,14 @@ fn print_level(streams: usize, targets: &[(&str, String)], tallies: &[Tally]) {
         nginx / 1e3,
         doors.join(", "),
         tallies[5].tokens()
+    );
+    // What shadowing adds, against the same door without it, in this run.
+    let (plain, shadow) = (&tallies[4], &tallies[6]);
+    println!(
+        "  {streams:>7}  shadowing adds: TTFT p50 {:+.2} ms, ITL p99 {:+.2} ms, CPU per token {:+.1} µs ({:.2}x the same door without it)",
+        shadow.ttft_p50() - plain.ttft_p50(),
+        shadow.itl_p99() - plain.itl_p99(),
+        (per_token(shadow) - per_token(plain)) / 1e3,
+        per_token(shadow) / per_token(plain).max(1.0)
     );
 }

@@ -193,6 +193,9 @@ async fn status(ctx: &Context, out: &Output) -> Result<()> {
             for l in super::frontdoor::live_lines(s) {
                 out.say(l);
             }
+            for l in super::frontdoor::rollout_lines(s) {
+                out.say(l);
+            }
         }
         None => out.say(
             "front door: not running (`sparkctl frontdoor start`, or the next `up`/`rollback`)",

@@ -235,6 +235,9 @@ fn print_status(s: &DoorStatus, out: &Output) {
     for l in live_lines(s) {
         out.say(l);
     }
+    for l in rollout_lines(s) {
+        out.say(l);
+    }
     for w in &s.production.warm {
         out.say(format_args!(
             "  warm: {} ({}) until {}",
@@ -359,6 +362,32 @@ pub(crate) fn live_lines(s: &DoorStatus) -> Vec<String> {
             }
         ));
     }
+    out
+}
+
+/// A candidate meeting production's traffic: share, requests each way, the comparison so
+/// far, and the decision it points to.
+pub(crate) fn rollout_lines(s: &DoorStatus) -> Vec<String> {
+    let Some(r) = &s.rollout else {
+        return Vec::new();
+    };
+    let (t, j) = (&r.tally, &r.judgement);
+    let mut out = vec![format!(
+        "  rollout: {} ({}) in a {} for {:.0} s · {} of {} requests to it, {} compared, {} \
+         dropped, {} retried on production · {}: {}",
+        r.candidate.recipe,
+        crate::units::short_id(&r.candidate.deployment),
+        r.spec.describe(),
+        r.elapsed_s,
+        t.to_candidate,
+        t.offered,
+        j.compared,
+        t.dropped,
+        t.retried,
+        j.decision.as_str(),
+        j.reason
+    )];
+    out.extend(j.comparisons.iter().map(|c| format!("    {}", c.detail)));
     out
 }
 

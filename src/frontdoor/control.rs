@@ -151,7 +151,7 @@ async fn answer(
         },
         (Method::DELETE, "/rollout") => reply(
             StatusCode::OK,
-            serde_json::to_value(door.rollout.end()).unwrap_or(Value::Null),
+            serde_json::to_value(door.rollout.end(door.config.drain).await).unwrap_or(Value::Null),
         ),
         (Method::GET, "/capture") => reply(StatusCode::OK, capture_status(door)),
         (Method::POST, "/capture") => match set_capture(door, &body).await {
@@ -468,8 +468,9 @@ impl Remote {
 
     /// Ends the rollout; its last status.
     pub(crate) async fn end_rollout(&self) -> Result<Option<super::rollout::RolloutStatus>> {
+        // The door waits for the candidate's canary answers to finish (its drain time).
         let v = self
-            .call(Method::DELETE, "/rollout", None, Duration::from_secs(10))
+            .call(Method::DELETE, "/rollout", None, Duration::from_secs(600))
             .await?;
         serde_json::from_value(v).map_err(|e| unreadable("answer", e))
     }

@@ -14,7 +14,7 @@ use super::live::Live;
 use super::metrics::Metrics;
 use super::quality::{Asked, Verdict};
 use super::reading::Reading;
-use super::rollout::{PairSlot, Rollout};
+use super::rollout::{CanaryStream, PairSlot, Rollout};
 use super::route::{Lease, Upstream};
 
 /// Where an answer's verdict goes beside production's live window: a rollout's side.
@@ -24,8 +24,8 @@ pub(super) enum Side {
     Production(Arc<Rollout>),
     /// Production's answer to a shadowed request: one half of its pair.
     Pair(Arc<PairSlot>),
-    /// The candidate's answer to a canary request.
-    Candidate(Arc<Rollout>),
+    /// The candidate's answer to a canary request (counted until it is done).
+    Candidate(CanaryStream),
 }
 
 /// A request's answer, to be judged: when it arrived, what it asked, where the verdict goes.

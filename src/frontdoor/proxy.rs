@@ -349,12 +349,13 @@ async fn meet_rollout(
             Ok(Side::Pair(pair))
         }
         Way::Canary(r) => {
+            let stream = r.stream();
             match forward(proxy, &r.candidate, parts, forward_path, body).await {
                 Ok(resp) if resp.status().is_success() => {
                     let judged = Judging {
                         arrived,
                         asked,
-                        side: Side::Candidate(r.clone()),
+                        side: Side::Candidate(stream),
                     };
                     return Err(respond(proxy, resp, r.candidate.clone(), None, judged));
                 }
@@ -494,7 +495,7 @@ fn respond(
         _ => (None, None),
     };
     let canary = match judging.as_ref().map(|j| &j.side) {
-        Some(Side::Candidate(r)) => Some(r.clone()),
+        Some(Side::Candidate(stream)) => Some(super::rollout::Rollout::rollout(stream)),
         _ => None,
     };
     let metered = Metered {

@@ -3,7 +3,7 @@
 //! answers go to their clients as ever; a shadow copy's answer is read and dropped, never
 //! sent; a canary request the candidate fails before its first byte goes to production.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,28 @@ pub(crate) struct Rollout {
     tally: Mutex<Tally>,
     /// Requests seen: the shadow's sampling counts them.
     seq: AtomicU64,
+    /// Canary answers the candidate is sending now: it is not stopped under them.
+    streams: AtomicUsize,
+    drained: tokio::sync::Notify,
+}
+
+/// A canary request to the candidate, counted until its answer is done.
+pub(crate) struct CanaryStream(Arc<Rollout>);
+
+impl std::ops::Deref for CanaryStream {
+    type Target = Rollout;
+
+    fn deref(&self) -> &Rollout {
+        &self.0
+    }
+}
+
+impl Drop for CanaryStream {
+    fn drop(&mut self) {
+        if self.0.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
 }
 
 /// How one request meets the rollout.
@@ -78,6 +100,33 @@ impl Rollout {
             copies: Arc::new(Semaphore::new(COPIES_IN_FLIGHT)),
             tally: Mutex::new(Tally::default()),
             seq: AtomicU64::new(0),
+            streams: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The rollout a canary request belongs to.
+    pub(crate) fn rollout(stream: &CanaryStream) -> Arc<Rollout> {
+        stream.0.clone()
+    }
+
+    /// A canary request on its way to the candidate.
+    pub(crate) fn stream(self: &Arc<Self>) -> CanaryStream {
+        self.streams.fetch_add(1, Ordering::SeqCst);
+        CanaryStream(self.clone())
+    }
+
+    /// Waits, up to `limit`, for the candidate's canary answers to finish.
+    async fn drain(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let done = self.drained.notified();
+            if self.streams.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -354,13 +403,13 @@ impl Slot {
         r.status()
     }
 
-    /// Ends the rollout; its last status.
-    pub(crate) fn end(&self) -> Option<RolloutStatus> {
-        self.0
-            .lock()
-            .expect("rollout slot")
-            .take()
-            .map(|r| r.status())
+    /// Ends the rollout: no request meets the candidate from now on, and the canary answers
+    /// it is sending finish (for up to `drain`) before this returns, so stopping it next cuts
+    /// no client's answer. Its last status.
+    pub(crate) async fn end(&self, drain: Duration) -> Option<RolloutStatus> {
+        let r = self.0.lock().expect("rollout slot").take()?;
+        r.drain(drain).await;
+        Some(r.status())
     }
 
     fn end_if(&self, r: &Arc<Rollout>) {

@@ -99,15 +99,16 @@ fn bad(at: &str, why: String) -> Bad {
     }
 }
 
-/// A share as a fraction, from `10%` (or `10`): a tolerance or an allowance, in [0, 100]%.
-fn fraction(at: &str, s: &Scalar) -> Result<f64, Bad> {
+/// A percentage as a fraction, from `10%` (or `10`), in [0, `most`]%: an allowance (at most
+/// 100%) or a tolerance (slower by up to 10×).
+fn fraction(at: &str, s: &Scalar, most: f64) -> Result<f64, Bad> {
     let text = s.to_string();
     let t = text.trim();
     match t.strip_suffix('%').unwrap_or(t).trim().parse::<f64>() {
-        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p / 100.0),
+        Ok(p) if (0.0..=most).contains(&p) => Ok(p / 100.0),
         _ => Err(bad(
             at,
-            format!("`{text}` is not a share from 0% to 100%; write e.g. `15%`"),
+            format!("`{text}` is not a percentage from 0% to {most}%; write e.g. `15%`"),
         )),
     }
 }
@@ -200,22 +201,28 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
     rules.itl_tolerance = itl.unwrap_or(rules.itl_tolerance);
     rules.ttft_tolerance = ttft.unwrap_or(rules.ttft_tolerance);
     if let Some(s) = section {
-        let set = |v: &Option<Scalar>, key: &str, into: &mut f64| -> Result<(), Bad> {
-            if let Some(v) = v {
-                *into = fraction(&format!("rollout.{key}"), v)?;
-            }
-            Ok(())
+        let set = |v: &Option<Scalar>, key: &str, most: f64, into: &mut f64| match v {
+            Some(v) => fraction(&format!("rollout.{key}"), v, most).map(|f| *into = f),
+            None => Ok(()),
         };
+        let r = &mut rules;
         set(
             &s.max_disagreement,
             "max_disagreement",
-            &mut rules.max_disagreement,
+            100.0,
+            &mut r.max_disagreement,
         )?;
-        set(&s.itl_tolerance, "itl_tolerance", &mut rules.itl_tolerance)?;
+        set(
+            &s.itl_tolerance,
+            "itl_tolerance",
+            1000.0,
+            &mut r.itl_tolerance,
+        )?;
         set(
             &s.ttft_tolerance,
             "ttft_tolerance",
-            &mut rules.ttft_tolerance,
+            1000.0,
+            &mut r.ttft_tolerance,
         )?;
     }
     let within = section

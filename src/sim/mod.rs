@@ -152,6 +152,9 @@ pub(crate) struct SimConfig {
     /// over and over).
     #[arg(long, env = "SIM_LOOP_AFTER", value_name = "N")]
     pub(crate) loop_after: Option<u64>,
+    /// Fault: after N chat requests, answers are empty (healthy, finished, no text).
+    #[arg(long, env = "SIM_EMPTY_AFTER", value_name = "N")]
+    pub(crate) empty_after: Option<u64>,
     /// Fault: after N chat requests, tool calls are left in the content as `<tool_call>`
     /// text (as `--tool-calls content` does from the start).
     #[arg(long, env = "SIM_TOOL_TEXT_AFTER", value_name = "N")]

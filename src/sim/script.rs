@@ -315,6 +315,8 @@ pub(crate) fn plan(cfg: &SimConfig, req: &Request) -> Plan {
 pub(crate) enum Broken {
     Garbage,
     Loop,
+    /// Nothing at all: every content token empty.
+    Empty,
 }
 
 /// Tokens of a broken answer that are still right: short answers stay correct.
@@ -338,11 +340,14 @@ pub(crate) fn break_answer(plan: &mut Plan, how: Broken) {
     for (i, piece) in plan.pieces.iter_mut().enumerate() {
         if let Piece::Content(text) = piece {
             seen += 1;
-            if seen > STILL_RIGHT {
+            if how == Broken::Empty {
+                text.clear();
+            } else if seen > STILL_RIGHT {
                 *text = match how {
                     // A fixed but irregular pick: garbage, not a loop.
                     Broken::Garbage => GARBLED[(i * 7 + i / 3) % GARBLED.len()],
                     Broken::Loop => LOOP[i % LOOP.len()],
+                    Broken::Empty => "",
                 }
                 .to_string();
             }

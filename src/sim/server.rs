@@ -448,6 +448,8 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         break_answer(&mut plan, Broken::Garbage);
     } else if after(cfg.loop_after) {
         break_answer(&mut plan, Broken::Loop);
+    } else if after(cfg.empty_after) {
+        break_answer(&mut plan, Broken::Empty);
     }
     let (slot, start, cached) = admit(state, &request, &plan).await;
     plan.cached_tokens = cached;

@@ -361,3 +361,60 @@ fn a_candidate_that_leaves_tool_calls_in_its_content_is_caught_by_golden_prompts
         "{metrics}"
     );
 }
+
+/// Issue 37: a production that answers empty to clients that do not stream (the OpenAI
+/// SDKs' default), with no `live` section in its recipe, is caught by the floor of live
+/// gates on the whole answers and restarted.
+#[test]
+fn empty_whole_answers_are_caught_without_a_live_section() {
+    let deck = Deck::new("live-empty-whole");
+    let quick = "--load-time, 200ms, --ttft, 2ms, --token-rate, \"2000\", --tokens, \"16\"";
+    // Its benchmark and readiness see answers; then every answer is empty.
+    process(
+        &deck,
+        "prod",
+        &format!("{quick}, --empty-after, \"14\""),
+        "",
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    let body = json!({
+        "model": "any", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
+    });
+    let url = deck.door_url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, empties) = (stop.clone(), Arc::new(Mutex::new(0usize)));
+    let seen_empty = empties.clone();
+    let client = std::thread::spawn(move || {
+        support::block_on(async move {
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            while !flag.load(Ordering::SeqCst) {
+                if let Ok(r) = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .json(&body)
+                    .send()
+                    .await
+                {
+                    let v: Value = r.json().await.unwrap_or_default();
+                    if v["choices"][0]["message"]["content"] == "" {
+                        *seen_empty.lock().unwrap() += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    let restart = wait_record(&deck, "restart", Duration::from_secs(120));
+    stop.store(true, Ordering::SeqCst);
+    client.join().unwrap();
+    assert!(
+        *empties.lock().unwrap() > 0,
+        "the client saw no empty answer"
+    );
+    let why = restart["error"].as_str().unwrap();
+    assert!(
+        why.contains("prod answers badly") && why.contains("non_empty"),
+        "{why}"
+    );
+    assert_eq!(restart["outcome"], "recovered", "{restart}");
+}
