@@ -23,7 +23,7 @@ use crate::rollout::{analysis, Judgement, Mode, Sample, Spec, Tally};
 
 /// Shadow copies waiting on the candidate at once; past this, copies are dropped (and
 /// counted) rather than queued: a slow candidate never holds production's resources.
-const COPIES_IN_FLIGHT: usize = 8;
+const COPIES_IN_FLIGHT: usize = 64;
 
 /// What `POST /rollout` asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]

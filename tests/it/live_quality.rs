@@ -47,99 +47,6 @@ fn wait_record(deck: &Deck, command: &str, within: Duration) -> Value {
     }
 }
 
-/// One streamed answer through the production port, as a client saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    at: Instant,
-    status: u16,
-    upstream: String,
-    content: String,
-    done: bool,
-}
-
-/// A client that streams long answers from `url` one after another until stopped.
-struct Client {
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Client {
-    fn start(url: &str, body: Value) -> Client {
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let (s, v, e, url) = (stop.clone(), seen.clone(), errors.clone(), url.to_string());
-        let thread = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async move {
-                    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-                    while !s.load(Ordering::SeqCst) {
-                        let r = client
-                            .post(format!("{url}/v1/chat/completions"))
-                            .json(&body)
-                            .send()
-                            .await;
-                        let r = match r {
-                            Ok(r) => r,
-                            Err(err) => {
-                                e.lock().unwrap().push(format!("{err:?}"));
-                                continue;
-                            }
-                        };
-                        let status = r.status().as_u16();
-                        let upstream = r
-                            .headers()
-                            .get("x-sparkctl-upstream")
-                            .and_then(|h| h.to_str().ok())
-                            .unwrap_or_default()
-                            .to_string();
-                        let text = match r.text().await {
-                            Ok(t) => t,
-                            Err(err) => {
-                                e.lock().unwrap().push(format!("cut: {err:?}"));
-                                continue;
-                            }
-                        };
-                        let content: String = text
-                            .lines()
-                            .filter_map(|l| l.strip_prefix("data: "))
-                            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-                            .filter_map(|v| support::content_of(&v).map(str::to_string))
-                            .collect();
-                        v.lock().unwrap().push(Seen {
-                            at: Instant::now(),
-                            status,
-                            upstream,
-                            content,
-                            done: text.contains("[DONE]"),
-                        });
-                    }
-                });
-        });
-        Client {
-            stop,
-            seen,
-            errors,
-            thread: Some(thread),
-        }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    fn stop(mut self) -> (Vec<Seen>, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.take().unwrap().join().unwrap();
-        (self.seen(), self.errors.lock().unwrap().clone())
-    }
-}
-
 fn long_question() -> Value {
     json!({
         "model": "any", "max_tokens": 48, "stream": true,
@@ -206,7 +113,8 @@ fn a_production_that_starts_answering_garbage_is_failed_over_and_no_client_fails
         .as_str()
         .unwrap()
         .to_string();
-    let client = Client::start(&deck.door_url(), long_question());
+    let body = long_question();
+    let client = support::Streamers::start(&deck.door_url(), 1, Arc::new(move |_, _| body.clone()));
     let failover = wait_record(&deck, "failover", Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(500));
     let (seen, errors) = client.stop();

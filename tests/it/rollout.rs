@@ -4,13 +4,9 @@
 //! production port throughout; and the same shadow on the real trained model served by
 //! real CPU llama-servers.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use crate::support::{self, free_port, Deck};
+use crate::support::{self, free_port, Deck, Seen, Streamers};
 
 const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n    turns: [\"What is the capital of Japan?\"]\n    expect: Tokyo\n    max_tokens: 8\n";
 /// Live traffic carries this mark (the sim's `--fail-on` fails it; the benchmark's
@@ -40,130 +36,21 @@ fn sim(deck: &Deck, name: &str, args: &str, extra: &str) {
     );
 }
 
-/// One answer as a client of the production port saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    status: u16,
-    upstream: String,
-    content: String,
-    done: bool,
+/// `n` clients streaming `question` (each conversation its own `user`) at temperature 0.
+fn clients(url: &str, n: usize, question: &'static str) -> Streamers {
+    asking(url, n, vec![question], 24)
 }
 
-/// Clients streaming to the production port, each conversation its own `user`, until stopped.
-struct Clients {
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-    count: Arc<AtomicUsize>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Clients {
-    fn start(url: &str, n: usize, question: &'static str) -> Clients {
-        Clients::asking(url, n, vec![question], 24)
-    }
-
-    /// `n` clients asking `questions` in turn, for answers of up to `max_tokens`.
-    fn asking(url: &str, n: usize, questions: Vec<&'static str>, max_tokens: u32) -> Clients {
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let count = Arc::new(AtomicUsize::new(0));
-        let threads = (0..n)
-            .map(|t| {
-                let questions = questions.clone();
-                let (s, v, e, c, url) = (
-                    stop.clone(),
-                    seen.clone(),
-                    errors.clone(),
-                    count.clone(),
-                    url.to_string(),
-                );
-                std::thread::spawn(move || {
-                    support::block_on(async move {
-                        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-                        let mut i = 0;
-                        while !s.load(Ordering::SeqCst) {
-                            i += 1;
-                            let question = questions[(t + i) % questions.len()];
-                            let body = json!({
-                                "model": "any", "max_tokens": max_tokens, "stream": true, "temperature": 0,
-                                "user": format!("client-{t}-{i}"),
-                                "messages": [{"role": "user", "content": format!("({LIVE}) {question}")}],
-                            });
-                            let r = client
-                                .post(format!("{url}/v1/chat/completions"))
-                                .json(&body)
-                                .send()
-                                .await;
-                            let r = match r {
-                                Ok(r) => r,
-                                Err(err) => {
-                                    e.lock().unwrap().push(format!("{err:?}"));
-                                    continue;
-                                }
-                            };
-                            let status = r.status().as_u16();
-                            let upstream = r
-                                .headers()
-                                .get("x-sparkctl-upstream")
-                                .and_then(|h| h.to_str().ok())
-                                .unwrap_or_default()
-                                .to_string();
-                            let text = match r.text().await {
-                                Ok(t) => t,
-                                Err(err) => {
-                                    e.lock().unwrap().push(format!("cut: {err:?}"));
-                                    continue;
-                                }
-                            };
-                            let content: String = text
-                                .lines()
-                                .filter_map(|l| l.strip_prefix("data: "))
-                                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-                                .filter_map(|v| support::content_of(&v).map(str::to_string))
-                                .collect();
-                            v.lock().unwrap().push(Seen {
-                                status,
-                                upstream,
-                                content,
-                                done: text.contains("[DONE]"),
-                            });
-                            c.fetch_add(1, Ordering::SeqCst);
-                        }
-                    })
-                })
-            })
-            .collect();
-        Clients {
-            stop,
-            seen,
-            errors,
-            count,
-            threads,
-        }
-    }
-
-    fn wait_for(&self, n: usize) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while self.count.load(Ordering::SeqCst) < n {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "clients got no answers"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(self) -> (Vec<Seen>, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads {
-            t.join().unwrap();
-        }
-        let seen = self.seen.lock().unwrap().clone();
-        let errors = self.errors.lock().unwrap().clone();
-        (seen, errors)
-    }
+/// `n` clients asking `questions` in turn, for answers of up to `max_tokens`.
+fn asking(url: &str, n: usize, questions: Vec<&'static str>, max_tokens: u32) -> Streamers {
+    let ask = move |t: usize, i: usize| {
+        json!({
+            "model": "any", "max_tokens": max_tokens, "stream": true, "temperature": 0,
+            "user": format!("client-{t}-{i}"),
+            "messages": [{"role": "user", "content": format!("({LIVE}) {}", questions[(t + i) % questions.len()])}],
+        })
+    };
+    Streamers::start(url, n, std::sync::Arc::new(ask))
 }
 
 /// Every answer a client saw was whole and 200; none came from `not`.
@@ -223,7 +110,7 @@ fn a_candidate_30_percent_slower_between_tokens_is_aborted_under_canary() {
     // 30% longer between tokens: 100 / 1.3 tokens a second.
     sim(&deck, "slow", ", --token-rate, \"77\"", "");
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
-    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    let clients = clients(&deck.door_url(), 3, "What is the capital of Japan?");
     clients.wait_for(3);
     let err = deck
         .sparkctl(&["up", "slow", "--canary", "50%", "--window", "200", "--yes"])
@@ -270,7 +157,7 @@ fn a_hollow_candidate_under_shadow_is_aborted_and_no_client_gets_its_bytes() {
         "",
     );
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
-    let clients = Clients::asking(&deck.door_url(), 2, vec!["Tell me about Tokyo."], 64);
+    let clients = asking(&deck.door_url(), 2, vec!["Tell me about Tokyo."], 64);
     clients.wait_for(2);
     let err = deck
         .sparkctl(&["up", "hollow", "--shadow", "100", "--yes"])
@@ -311,7 +198,7 @@ fn a_candidate_failing_every_request_under_canary_costs_clients_nothing() {
         "",
     );
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
-    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    let clients = clients(&deck.door_url(), 3, "What is the capital of Japan?");
     clients.wait_for(3);
     let err = deck
         .sparkctl(&["up", "failing", "--canary", "50%", "--yes"])
@@ -341,7 +228,7 @@ fn a_good_candidate_is_promoted_after_its_window_and_status_shows_the_rollout() 
         "rollout:\n  mode: canary\n  share: 50%\n  window: 20\n",
     );
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
-    let clients = Clients::start(&deck.door_url(), 3, "What is the capital of Japan?");
+    let clients = clients(&deck.door_url(), 3, "What is the capital of Japan?");
     clients.wait_for(3);
     let up = deck.sparkctl(&["up", "good", "--yes"]).succeeds();
     let (seen, errors) = clients.stop();
@@ -483,7 +370,7 @@ fn the_real_model_under_shadow_a_good_serving_is_promoted_and_a_wrong_one_aborte
         ROLLOUT,
     );
     deck.sparkctl(&["up", "good", "--yes"]).succeeds();
-    let clients = Clients::asking(&deck.door_url(), 1, FACTS.to_vec(), 24);
+    let clients = asking(&deck.door_url(), 1, FACTS.to_vec(), 24);
     clients.wait_for(1);
 
     let err = deck

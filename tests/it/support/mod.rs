@@ -1073,3 +1073,115 @@ impl Drop for LockHolder {
         let _ = self.0.wait();
     }
 }
+
+/// One streamed answer through a port, as a client saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub at: Instant,
+    pub status: u16,
+    /// The `x-sparkctl-upstream` header: which instance answered.
+    pub upstream: String,
+    pub content: String,
+    /// The stream reached `[DONE]`.
+    pub done: bool,
+}
+
+/// The body of the `i`th request of client `t`.
+pub type Ask = std::sync::Arc<dyn Fn(usize, usize) -> Value + Send + Sync>;
+
+/// Clients streaming chat answers from a URL, one request after another each, until
+/// stopped: users of a production port while things change behind it.
+pub struct Streamers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Streamers {
+    /// `n` clients of `url`, each sending the bodies `ask` gives.
+    pub fn start(url: &str, n: usize, ask: Ask) -> Streamers {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let threads = (0..n)
+            .map(|t| {
+                let (s, v, e, ask) = (stop.clone(), seen.clone(), errors.clone(), ask.clone());
+                let url = format!("{url}/v1/chat/completions");
+                std::thread::spawn(move || {
+                    block_on(async move {
+                        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+                        let mut i = 0;
+                        while !s.load(Ordering::SeqCst) {
+                            i += 1;
+                            match one_stream(&client, &url, &ask(t, i)).await {
+                                Ok(seen) => v.lock().unwrap().push(seen),
+                                Err(err) => e.lock().unwrap().push(err),
+                            }
+                        }
+                    })
+                })
+            })
+            .collect();
+        Streamers {
+            stop,
+            seen,
+            errors,
+            threads,
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` answers came in all; panics after a minute.
+    pub fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.seen.lock().unwrap().len() < n {
+            assert!(Instant::now() < deadline, "the clients got no answers");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the clients; what they saw, and the requests that got no whole answer.
+    pub fn stop(self) -> (Vec<Seen>, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let errors = self.errors.lock().unwrap().clone();
+        (self.seen.lock().unwrap().clone(), errors)
+    }
+}
+
+async fn one_stream(client: &reqwest::Client, url: &str, body: &Value) -> Result<Seen, String> {
+    let r = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let status = r.status().as_u16();
+    let upstream = r
+        .headers()
+        .get("x-sparkctl-upstream")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = r.text().await.map_err(|e| format!("cut: {e:?}"))?;
+    let content: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| content_of(&v).map(str::to_string))
+        .collect();
+    Ok(Seen {
+        at: Instant::now(),
+        status,
+        upstream,
+        content,
+        done: text.contains("[DONE]"),
+    })
+}
