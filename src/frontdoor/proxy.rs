@@ -495,7 +495,7 @@ fn respond(
         _ => (None, None),
     };
     let canary = match judging.as_ref().map(|j| &j.side) {
-        Some(Side::Candidate(stream)) => Some(super::rollout::Rollout::rollout(stream)),
+        Some(Side::Candidate(stream)) => Some(stream.rollout()),
         _ => None,
     };
     let metered = Metered {

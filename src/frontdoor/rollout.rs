@@ -72,6 +72,13 @@ impl std::ops::Deref for CanaryStream {
     }
 }
 
+impl CanaryStream {
+    /// The rollout this canary request belongs to.
+    pub(crate) fn rollout(&self) -> Arc<Rollout> {
+        self.0.clone()
+    }
+}
+
 impl Drop for CanaryStream {
     fn drop(&mut self) {
         if self.0.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -103,11 +110,6 @@ impl Rollout {
             streams: AtomicUsize::new(0),
             drained: tokio::sync::Notify::new(),
         }
-    }
-
-    /// The rollout a canary request belongs to.
-    pub(crate) fn rollout(stream: &CanaryStream) -> Arc<Rollout> {
-        stream.0.clone()
     }
 
     /// A canary request on its way to the candidate.

@@ -248,10 +248,29 @@ pub(crate) fn spec(recipe: &Recipe, asked: &Asked) -> Result<Option<Spec>, Bad> 
 
 /// The section's problems, each at its key.
 pub(super) fn check(out: &mut Report, r: &Recipe) {
-    if r.rollout.is_none() {
-        return;
+    let Some(s) = &r.rollout else { return };
+    if let Some(Err(e)) = s.share.as_ref().map(|v| r::parse_share(&v.to_string())) {
+        out.bad("rollout.share", e, "");
     }
-    if let Err(b) = spec(r, &Asked::default()) {
-        out.bad(&b.at, b.why, "");
+    if let Some(Err(e)) = s.window.as_ref().map(|v| Window::parse(&v.to_string())) {
+        out.bad("rollout.window", e, "");
+    }
+    if s.within.is_some_and(|d| d.0 < Duration::from_secs(1)) {
+        out.bad(
+            "rollout.within",
+            "too short to see any traffic".into(),
+            "give e.g. 1h",
+        );
+    }
+    let shares = [
+        ("max_disagreement", &s.max_disagreement, 100.0),
+        ("itl_tolerance", &s.itl_tolerance, 1000.0),
+        ("ttft_tolerance", &s.ttft_tolerance, 1000.0),
+    ];
+    for (key, v, most) in shares {
+        let at = format!("rollout.{key}");
+        if let Some(Err(b)) = v.as_ref().map(|v| fraction(&at, v, most)) {
+            out.bad(&b.at, b.why, "");
+        }
     }
 }

@@ -225,12 +225,27 @@ fn a_good_candidate_is_promoted_after_its_window_and_status_shows_the_rollout() 
         &deck,
         "good",
         ", --token-rate, \"200\"",
-        "rollout:\n  mode: canary\n  share: 50%\n  window: 20\n",
+        "rollout:\n  mode: canary\n  share: 50%\n  window: 40\n",
     );
     deck.sparkctl(&["up", "prod", "--yes"]).succeeds();
     let clients = clients(&deck.door_url(), 3, "What is the capital of Japan?");
     clients.wait_for(3);
-    let up = deck.sparkctl(&["up", "good", "--yes"]).succeeds();
+    let up = support::Ran::spawn(&mut deck.cmd(&["up", "good", "--yes"]));
+    // While it runs, `frontdoor status` shows it: share, requests each way, the comparison.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let shown = loop {
+        let text = deck.ok(&["frontdoor", "status"]);
+        if text.contains("rollout: good") && text.contains("faulty answers:") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rollout in: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(shown.contains("a canary of 50% for 40 requests"), "{shown}");
+    let up = up.wait().succeeds();
     let (seen, errors) = clients.stop();
     assert!(
         up.stderr().contains("canary: the window ended clean"),
@@ -243,7 +258,7 @@ fn a_good_candidate_is_promoted_after_its_window_and_status_shows_the_rollout() 
         (run["outcome"].as_str(), j["decision"].as_str()),
         (Some("promoted"), Some("promote"))
     );
-    assert!(j["compared"].as_u64().unwrap() >= 20);
+    assert!(j["compared"].as_u64().unwrap() >= 40);
     assert_eq!(serving(&deck), "good");
     // Both answered clients during the canary, and none failed.
     assert!(seen.iter().any(|s| s.upstream.starts_with("good ")));
