@@ -447,6 +447,10 @@ pub(crate) struct UpArgs {
     /// The share of requests a shadow copies (default 100%).
     #[arg(long, value_name = "SHARE")]
     share: Option<String>,
+    /// No shadow nor canary, whatever the recipe's `rollout` says: the candidate takes all
+    /// traffic once its gates pass.
+    #[arg(long, conflicts_with_all = ["shadow", "canary", "window", "share"])]
+    no_rollout: bool,
 }
 
 impl UpArgs {
@@ -468,13 +472,14 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         canary,
         window,
         share,
+        no_rollout,
     } = args;
     let rollout = crate::recipe::rollout::Asked {
         shadow: shadow.map(|w| (!w.is_empty()).then_some(w)),
         canary,
         window,
         share,
-        off: false,
+        off: no_rollout,
     };
     let flow = deploy::switch::SwitchContext::open(ctx, recipes, &[&name], dry_run).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.

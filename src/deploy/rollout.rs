@@ -40,19 +40,19 @@ pub(super) fn plan(
     if no_promote {
         return Err(Error::BadFlag {
             flag: "--no-promote".into(),
-            why: format!("a {mode} ends in a promotion; leave one of them out"),
+            why: format!("a {mode} ends in a promotion; add --no-rollout to stop after the gates"),
         });
     }
     let prod = production.current.as_ref().map(|e| e.recipe.as_str());
     match (prod, plan.mode, serving) {
         (None, ..) | (_, _, false) => Err(cannot(format!(
             "a {mode} compares the candidate with production's answers, and no production \
-                 serves; `sparkctl up {}` without --{mode} makes it production",
+                 serves; `sparkctl up {} --no-rollout` makes it production",
             name
         ))),
         (Some(p), Mode::Swap, _) => Err(cannot(format!(
             "a {mode} needs production and the candidate running side by side, and it does \
-                 not fit beside production {p} ({}); without --{mode} it is swapped in",
+                 not fit beside production {p} ({}); with --no-rollout it is swapped in",
             plan.start.memory.describe()
         ))),
         (Some(_), Mode::BlueGreen, true) => {

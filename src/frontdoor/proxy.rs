@@ -350,8 +350,10 @@ async fn meet_rollout(
         }
         Way::Canary(r) => {
             let stream = r.stream();
-            match forward(proxy, &r.candidate, parts, forward_path, body).await {
-                Ok(resp) if resp.status().is_success() => {
+            // A candidate that takes the request and hangs falls back like one that refused.
+            let tried = forward(proxy, &r.candidate, parts, forward_path, body);
+            match tokio::time::timeout(proxy.hold, tried).await {
+                Ok(Ok(resp)) if resp.status().is_success() => {
                     let judged = Judging {
                         arrived,
                         asked,
@@ -360,8 +362,10 @@ async fn meet_rollout(
                     return Err(respond(proxy, resp, r.candidate.clone(), None, judged));
                 }
                 // Nothing reached the client: production answers it.
-                Ok(resp) => r.retried(format!("answered {}", resp.status())),
-                Err(e) => r.retried(crate::error::chain(&e)),
+                Ok(Ok(resp)) if resp.status().is_client_error() => r.passed_on(),
+                Ok(Ok(resp)) => r.retried(format!("answered {}", resp.status())),
+                Ok(Err(e)) => r.retried(crate::error::chain(&e)),
+                Err(_) => r.retried(format!("no answer within {} s", proxy.hold.as_secs())),
             }
             Ok(Side::Production(r))
         }

@@ -210,6 +210,8 @@ pub struct Answer {
     finish: Option<String>,
     /// The text so far, up to `KEPT_TEXT` bytes, when it is kept.
     kept: Option<String>,
+    /// Read whole at its end (not streamed): it has no first-token time of its own.
+    whole: bool,
 }
 
 impl Answer {
@@ -225,7 +227,13 @@ impl Answer {
             tool_calls: false,
             finish: None,
             kept: None,
+            whole: false,
         }
+    }
+
+    /// Marks it read whole: its times are the whole answer's, not its first token's.
+    pub(crate) fn whole(&mut self) {
+        self.whole = true;
     }
 
     /// Keeps the answer's first `KEPT_TEXT` bytes for its verdict (a rollout compares them).
@@ -267,7 +275,13 @@ impl Answer {
     pub fn end(mut self) -> Verdict {
         self.text.finish();
         let t = &self.text;
-        let empty = t.head.trim().is_empty() && t.recent.trim().is_empty() && !self.tool_calls;
+        // Cut by max_tokens after some tokens (a reasoning model still thinking): the
+        // `finished` check says so; it is not an empty answer.
+        let cut_thinking = self.finish.as_deref() == Some("length") && self.first_token.is_some();
+        let empty = t.head.trim().is_empty()
+            && t.recent.trim().is_empty()
+            && !self.tool_calls
+            && !cut_thinking;
         let degenerate = t.scan.verdict();
         let mut checks = vec![
             (Check::NonEmpty, !empty),
@@ -290,8 +304,8 @@ impl Answer {
         let mut v = Verdict {
             error: None,
             degenerate,
-            ttft_ms: self.first_token.map(|t| ms(self.arrived, t)),
-            ttfo_ms: self.first_output.map(|t| ms(self.arrived, t)),
+            ttft_ms: (self.first_token.filter(|_| !self.whole)).map(|t| ms(self.arrived, t)),
+            ttfo_ms: (self.first_output.filter(|_| !self.whole)).map(|t| ms(self.arrived, t)),
             e2el_ms: ms(self.arrived, Instant::now()),
             tpot_ms: decoding.map(|(span, n)| span / n),
             decode_tps: decoding.map(|(span, n)| n / (span / 1e3)),

@@ -166,6 +166,7 @@ impl Reading {
             return;
         };
         let now = Instant::now();
+        a.whole();
         match serde_json::from_slice::<Whole>(body) {
             Ok(w) => {
                 let c = w.choices.first();

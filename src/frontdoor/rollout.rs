@@ -17,6 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::quality::{Answer, Asked, Verdict};
 use super::reading::Reading;
+use crate::bench::suite::Check;
 use crate::production::Upstream;
 use crate::rollout::tally::Pair;
 use crate::rollout::{analysis, Judgement, Mode, Sample, Spec, Tally};
@@ -138,7 +139,8 @@ impl Rollout {
 
     pub(crate) fn status(&self) -> RolloutStatus {
         let elapsed = self.started.elapsed();
-        let tally = self.tally();
+        // Judged on a copy: every request takes the tally's lock.
+        let tally = self.tally().clone();
         RolloutStatus {
             spec: self.spec.clone(),
             candidate: self.candidate.clone(),
@@ -156,12 +158,12 @@ impl Rollout {
         body: &[u8],
         asked: Option<Asked>,
     ) -> Way {
-        let i = self.seq.fetch_add(1, Ordering::Relaxed);
         self.tally().offered += 1;
         let Some(asked) = asked else {
             // Not a chat completion: nothing to compare; production answers it.
             return Way::Production(self.clone());
         };
+        let i = self.seq.fetch_add(1, Ordering::Relaxed);
         match self.spec.mode {
             Mode::Shadow => {
                 // Every request whose running share crosses a whole one: exact shares
@@ -212,6 +214,12 @@ impl Rollout {
                 text: None,
             },
         );
+    }
+
+    /// The candidate refused a canary request as the client's (4xx): production answers it,
+    /// and it is no fault of the candidate's (production would likely refuse it too).
+    pub(crate) fn passed_on(&self) {
+        self.tally().retried += 1;
     }
 
     /// Bytes of the candidate's answer sent to a client (canary).
@@ -345,11 +353,14 @@ impl PairSlot {
     }
 }
 
-/// One answer, as the rollout's analysis compares it.
+/// One answer, as the rollout's analysis compares it: its fault is what the server did
+/// wrong (an answer cut by the client's max_tokens, or written in markdown, is the request's
+/// doing as much as the server's).
 fn sample(v: &Verdict) -> Sample {
     let fault = v.error.clone().or_else(|| {
         v.checks
             .iter()
+            .filter(|(c, _)| !matches!(c, Check::Finished | Check::NoMarkdown))
             .find(|(c, _)| v.fails(*c))
             .map(|(c, _)| format!("failed {}", c.name()))
     });

@@ -113,8 +113,12 @@ fn fraction(at: &str, s: &Scalar, most: f64) -> Result<f64, Bad> {
     }
 }
 
-/// The number in a relative gate's rule (`>= -10%` → 10), as a fraction.
+/// The number in a relative gate's rule (`>= -10%` → 10), as a fraction; None for a rule
+/// that asks for an improvement (`>= +5%`), which is no tolerance.
 fn gate_percent(rule: &GateRule) -> Option<f64> {
+    if rule.text.contains('+') {
+        return None;
+    }
     let digits: String = rule
         .text
         .chars()

@@ -341,6 +341,35 @@ pub(crate) fn judge(spec: &Spec, tally: &Tally, elapsed: std::time::Duration) ->
     if !complete && !out_of_time {
         return done(Decision::Going, format!("{compared} compared so far"), None);
     }
+    // A window of requests that did not fill within its time is never promoted.
+    if !complete {
+        return done(
+            Decision::Inconclusive,
+            format!(
+                "only {compared} requests compared in {} of the window's {}",
+                crate::units::format_duration(elapsed),
+                spec.window
+            ),
+            None,
+        );
+    }
+    // A canary's latency is judged against production's answers over the same window: too
+    // few of them (a share near 100%) and it was not judged at all.
+    let reference = tally
+        .production
+        .iter()
+        .filter(|s| s.itl_ms.is_some())
+        .count();
+    if mode == Mode::Canary && reference < 5 {
+        return done(
+            Decision::Inconclusive,
+            format!(
+                "production answered {reference} streamed requests over the window: too few to \
+                 compare the candidate's latency with (lower the share)"
+            ),
+            None,
+        );
+    }
     if compared < needed {
         return done(
             Decision::Inconclusive,
@@ -483,6 +512,31 @@ mod tests {
             );
         });
         assert!(failing <= 4, "{failing}");
+    }
+
+    #[test]
+    fn a_window_that_did_not_fill_or_a_canary_without_production_is_never_promoted() {
+        let mut t = Tally::default();
+        for _ in 0..12 {
+            t.pair(pair(
+                sample(false, 20.0, "a"),
+                sample(false, 20.0, "a"),
+                Some(true),
+            ));
+        }
+        // 12 of 50 compared when the time ran out: enough to judge, not the window asked.
+        let j = judge(&spec(Mode::Shadow, 50), &t, Duration::from_secs(7200));
+        assert_eq!(j.decision, Decision::Inconclusive, "{j:?}");
+        // A canary at a share so high that production answered too little to compare with.
+        let mut t = Tally::default();
+        for i in 0..20 {
+            t.answer(true, sample(false, 60.0, "a"));
+            if i < 3 {
+                t.answer(false, sample(false, 20.0, "a"));
+            }
+        }
+        let j = judge(&spec(Mode::Canary, 20), &t, Duration::ZERO);
+        assert_eq!(j.decision, Decision::Inconclusive, "{j:?}");
     }
 
     #[test]

@@ -67,6 +67,11 @@ impl std::fmt::Display for Window {
     }
 }
 
+/// The fewest requests a window may compare: fewer decide nothing (`Rules::min_compared`).
+pub(crate) const MIN_WINDOW: u64 = 10;
+/// The most: each side's answers are kept, up to this many (`tally`).
+pub(crate) const MAX_WINDOW: u64 = 5000;
+
 /// Requests compared by default before a candidate is promoted.
 pub(crate) const DEFAULT_WINDOW: u64 = 50;
 /// The longest a request window waits for its traffic before it ends inconclusive.
@@ -78,8 +83,13 @@ impl Window {
         let t = text.trim();
         if let Ok(n) = t.parse::<u64>() {
             return match n {
-                0 => Err("a window of 0 requests compares nothing; give 1 or more".into()),
-                n if n > 1_000_000 => Err(format!("{n} requests is more than any window needs")),
+                n if n < MIN_WINDOW => Err(format!(
+                    "a window of {n} requests is too few to decide on; give {MIN_WINDOW} or more"
+                )),
+                n if n > MAX_WINDOW => Err(format!(
+                    "{n} requests is more than a window keeps ({MAX_WINDOW}); give a duration \
+                     such as 1h for a longer one"
+                )),
                 n => Ok(Window::Requests(n)),
             };
         }
@@ -146,7 +156,7 @@ impl Default for Rules {
             ttft_tolerance: 0.5,
             max_disagreement: 0.2,
             fault_margin: 0.05,
-            min_compared: 10,
+            min_compared: MIN_WINDOW,
         }
     }
 }
@@ -174,7 +184,7 @@ mod tests {
             Window::parse("10m"),
             Ok(Window::Time(Duration::from_secs(600)))
         );
-        for bad in ["0", "0s", "soon", "-3", ""] {
+        for bad in ["0", "9", "5001", "0s", "soon", "-3", ""] {
             assert!(Window::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_share("10%"), Ok(10.0));

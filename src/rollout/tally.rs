@@ -1,12 +1,14 @@
 //! What a rollout has seen so far: each side's answers (canary) or each request's pair of
 //! answers (shadow), reduced to what the analysis compares, and the traffic's counts.
 
+use std::collections::VecDeque;
+
 use serde::{Deserialize, Serialize};
 
 use super::Mode;
 
-/// Samples kept per side; a window past this compares the most recent ones.
-const KEPT: usize = 5000;
+/// Samples kept per side: the longest window of requests.
+const KEPT: usize = super::MAX_WINDOW as usize;
 
 /// One answer, as the analysis compares it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,21 +51,21 @@ pub(crate) struct Tally {
     /// Bytes of the candidate's answers that reached clients (always 0 under shadow).
     pub(crate) candidate_bytes_to_clients: u64,
     /// Shadow: each request's pair of answers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) pairs: Vec<Pair>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(crate) pairs: VecDeque<Pair>,
     /// Canary: production's answers over the same window.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) production: Vec<Sample>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(crate) production: VecDeque<Sample>,
     /// Canary: the candidate's answers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) candidate: Vec<Sample>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(crate) candidate: VecDeque<Sample>,
 }
 
-fn keep<T>(v: &mut Vec<T>, x: T) {
+fn keep<T>(v: &mut VecDeque<T>, x: T) {
     if v.len() >= KEPT {
-        v.remove(0);
+        v.pop_front();
     }
-    v.push(x);
+    v.push_back(x);
 }
 
 impl Tally {
@@ -89,9 +91,9 @@ impl Tally {
     /// The same tally without its samples: counts for `status` and the page.
     pub(crate) fn counts(&self) -> Tally {
         Tally {
-            pairs: Vec::new(),
-            production: Vec::new(),
-            candidate: Vec::new(),
+            pairs: VecDeque::new(),
+            production: VecDeque::new(),
+            candidate: VecDeque::new(),
             ..self.clone()
         }
     }

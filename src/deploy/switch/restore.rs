@@ -36,6 +36,11 @@ pub(crate) async fn restore(
     progress: &dyn Progress,
 ) -> Vec<String> {
     let mut notes = Vec::new();
+    // A rollout this flow started (`up --shadow/--canary`) ends before anything is stopped:
+    // the door sends the candidate nothing more and lets its canary answers finish.
+    if let Ok(Some(_)) = ctx.door.rollout().await {
+        let _ = ctx.door.end_rollout().await;
+    }
     let door = ctx.door.status().await.ok();
     let routed = door.as_ref().and_then(|s| s.upstream.clone());
     // Interrupted before the start was recorded: an instance of this recipe carrying this
