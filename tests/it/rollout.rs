@@ -330,9 +330,11 @@ fn rollouts_that_cannot_run_are_refused_before_anything_changes() {
 
 /// Production and the candidate answer each shadowed request at the same moment on the
 /// same cores (as they share a Spark's GPU): on a loaded 2-core machine the candidate's
-/// prompt was seen taking twice production's time (243 against 118 ms at the median),
-/// contention that says nothing of the serving; the time between tokens stayed level.
-const ROLLOUT: &str = "rollout:\n  mode: shadow\n  ttft_tolerance: 400%\n";
+/// prompt was seen taking twice production's time (243 against 118 ms at the median), and in
+/// a cold CI run beside two other real-server modules its time between tokens came out 25%
+/// over production's at the median with only 6 of 12 pairs slower — contention that says
+/// nothing of the serving. This test is about the answers: the latency tolerances are wide.
+const ROLLOUT: &str = "rollout:\n  mode: shadow\n  ttft_tolerance: 400%\n  itl_tolerance: 100%\n";
 
 /// SmolLM2 on the CPU llama-server (one thread) with `args` beside the usual ones.
 fn smollm(
