@@ -28,6 +28,7 @@ pub(crate) async fn rollback(
     progress: &dyn Progress,
 ) -> Result<RunRecord> {
     let _state_lock = ctx.state().lock("rollback")?;
+    switch::refuse_during_rollout(ctx).await?;
     let production = ctx.production().await?;
     let (target, from_stack) = match to {
         Some(n) => (n.to_string(), false),
@@ -75,7 +76,11 @@ pub(crate) async fn rollback(
                 start_target(ctx, &mut plan, &mut record, &touched, progress).await?
             }
         };
-        let next = next_production(&production, &target, up, &record.run_id, from_stack);
+        let serves = crate::models::of(&ctx.recipes.get(&target)?.recipe);
+        let mut next = next_production(&production, &target, up, &record.run_id, from_stack);
+        // Its own model's name: a rollback across a replacement of one model by another's
+        // recipe gives the lane its old name back.
+        next.model = Some(serves);
         timed(
             &mut record,
             PhaseName::Switch,

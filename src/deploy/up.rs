@@ -49,8 +49,8 @@ pub(crate) async fn up(
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
-    let _state_lock = ctx.state().lock(&format!("up {name}"))?;
-    up_locked(ctx, name, opts).await
+    let state_lock = ctx.state().lock(&format!("up {name}"))?;
+    run(ctx, name, opts, Some(&state_lock)).await
 }
 
 /// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
@@ -58,6 +58,16 @@ pub(crate) async fn up_locked(
     ctx: &SwitchContext<'_>,
     name: &str,
     opts: &UpOptions<'_>,
+) -> Result<RunRecord> {
+    run(ctx, name, opts, None).await
+}
+
+/// `up` under `state_lock` (None: the caller's, which a rollout then does not lend).
+async fn run(
+    ctx: &SwitchContext<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+    state_lock: Option<&crate::state::StateLock>,
 ) -> Result<RunRecord> {
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
@@ -79,6 +89,7 @@ pub(crate) async fn up_locked(
             record: &mut record,
             touched: touched.clone(),
             rollout: None,
+            state_lock,
         };
         tokio::select! {
             r = flow.run() => r,
@@ -112,6 +123,8 @@ struct Flow<'a, 'b> {
     touched: Arc<Mutex<Touched>>,
     /// The rollout the candidate meets live traffic in, when one is asked.
     rollout: Option<crate::rollout::Spec>,
+    /// Lent to other commands for the rollout's window.
+    state_lock: Option<&'a crate::state::StateLock>,
 }
 
 impl Flow<'_, '_> {
@@ -124,6 +137,7 @@ impl Flow<'_, '_> {
     }
 
     async fn run(&mut self) -> Result<()> {
+        switch::refuse_during_rollout(self.ctx).await?;
         let production = self.ctx.production().await?;
         let sets = super::evaluate::sets(self.ctx, self.loaded)?;
         let Some(mut plan) = self.plan(&production).await? else {
@@ -142,7 +156,13 @@ impl Flow<'_, '_> {
         self.judge(&result, &candidate).await?;
         if let Some(spec) = self.rollout.clone() {
             let (ctx, progress) = (self.ctx, self.opts.progress);
-            super::rollout::run(ctx, &spec, &candidate, self.record, progress).await?;
+            // The window only waits: other models start, evict and restart meanwhile; this
+            // model is the rollout's (`refuse_during_rollout`).
+            let lent = self.state_lock.map(crate::state::StateLock::lend);
+            let judged = super::rollout::run(ctx, &spec, &candidate, self.record, progress);
+            let judged = judged.await;
+            drop(lent);
+            judged?;
         }
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
@@ -470,6 +490,8 @@ impl Flow<'_, '_> {
         // Production as it is now: the watch may have restarted it meanwhile.
         let production = self.ctx.production().await.unwrap_or(production);
         let mut next = production.clone();
+        // Its own model's name: with one model served, the lane takes it (`models::landing`).
+        next.model = Some(crate::models::of(&self.loaded.recipe));
         let old = production.serving().cloned();
         next.promote(Entry {
             recipe: self.name().to_string(),

@@ -392,24 +392,35 @@ fn pair(production: &Verdict, candidate: &Verdict, greedy: bool) -> Pair {
 
 /// A model's rollout slot in its lane.
 #[derive(Default)]
-pub(crate) struct Slot(Mutex<Option<Arc<Rollout>>>);
+pub(crate) struct Slot {
+    now: Mutex<Option<Arc<Rollout>>>,
+    /// Rollouts whose `up` died without ending them (SIGKILL): their candidates, for the
+    /// model's watch to stop — nobody else would, and every memory plan counts them.
+    orphans: Mutex<Vec<Arc<Rollout>>>,
+    /// Told when an orphan is left.
+    pub(crate) orphaned: tokio::sync::Notify,
+}
 
 impl Slot {
     pub(crate) fn get(&self) -> Option<Arc<Rollout>> {
-        self.0.lock().expect("rollout slot").clone()
+        self.now.lock().expect("rollout slot").clone()
     }
 
-    /// Starts `asking`'s rollout in place of any other; it ends when its owner does.
+    /// Starts `asking`'s rollout in place of any other; it ends when its owner does, and
+    /// its candidate is then left to the watch to stop.
     pub(crate) fn start(self: &Arc<Self>, asking: Asking) -> RolloutStatus {
         let owner = asking.owner;
         let r = Arc::new(Rollout::new(asking));
-        *self.0.lock().expect("rollout slot") = Some(r.clone());
+        *self.now.lock().expect("rollout slot") = Some(r.clone());
         if let Some(owner) = owner {
             let (slot, mine) = (Arc::downgrade(self), Arc::downgrade(&r));
             tokio::spawn(async move {
                 owner.ended().await;
                 if let (Some(slot), Some(mine)) = (slot.upgrade(), mine.upgrade()) {
-                    slot.end_if(&mine);
+                    if slot.end_if(&mine) {
+                        slot.orphans.lock().expect("orphans").push(mine);
+                        slot.orphaned.notify_one();
+                    }
                 }
             });
         }
@@ -420,15 +431,30 @@ impl Slot {
     /// it is sending finish (for up to `drain`) before this returns, so stopping it next cuts
     /// no client's answer. Its last status.
     pub(crate) async fn end(&self, drain: Duration) -> Option<RolloutStatus> {
-        let r = self.0.lock().expect("rollout slot").take()?;
+        let r = self.now.lock().expect("rollout slot").take()?;
         r.drain(drain).await;
         Some(r.status())
     }
 
-    fn end_if(&self, r: &Arc<Rollout>) {
-        let mut s = self.0.lock().expect("rollout slot");
-        if s.as_ref().is_some_and(|now| Arc::ptr_eq(now, r)) {
+    /// The candidates of rollouts whose owner died, once their canary answers finished
+    /// (for up to `drain`): to be stopped.
+    pub(crate) async fn orphans(&self, drain: Duration) -> Vec<Upstream> {
+        let gone = std::mem::take(&mut *self.orphans.lock().expect("orphans"));
+        let mut out = Vec::new();
+        for r in gone {
+            r.drain(drain).await;
+            out.push(r.candidate.clone());
+        }
+        out
+    }
+
+    /// Ends `r` if it is the rollout running; whether it was.
+    fn end_if(&self, r: &Arc<Rollout>) -> bool {
+        let mut s = self.now.lock().expect("rollout slot");
+        let ended = s.as_ref().is_some_and(|now| Arc::ptr_eq(now, r));
+        if ended {
             *s = None;
         }
+        ended
     }
 }
