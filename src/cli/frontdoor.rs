@@ -369,6 +369,7 @@ pub(crate) fn live_lines(s: &DoorStatus) -> Vec<String> {
                     GateOutcome::Pass => "pass",
                     GateOutcome::Fail => "FAIL",
                     GateOutcome::Inconclusive => "inconclusive",
+                    GateOutcome::NotApplied => "not applied",
                 };
                 match g.value {
                     Some(v) => format!("{} {outcome} ({v:.1}, rule {})", g.gate, g.rule),

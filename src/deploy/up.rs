@@ -314,7 +314,8 @@ impl Flow<'_, '_> {
     }
 
     /// Production's last complete result, or a new measurement of it while it still
-    /// serves (blue/green). Without one the relative gates are inconclusive, never passed.
+    /// serves (blue/green). Without one the relative gates are inconclusive, never passed;
+    /// with no production at all they do not apply.
     async fn measure_production(
         &mut self,
         production: &Production,
@@ -378,6 +379,13 @@ impl Flow<'_, '_> {
         })
         .await?;
         state::write_json(&path, &result)?;
+        for g in result
+            .gates
+            .iter()
+            .filter(|g| g.outcome == GateOutcome::NotApplied)
+        {
+            self.step(&format!("{}: {}", g.gate, g.detail));
+        }
         self.record.bench = Some(path.clone());
         // The report puts the candidate beside the production result it was judged against.
         let report = self
@@ -551,7 +559,7 @@ impl Flow<'_, '_> {
 /// Production's last result, when it is one the relative gates can trust; else why not.
 fn production_baseline(production: &Production) -> Baseline<BenchResult> {
     let Some(current) = &production.current else {
-        return Baseline::missing("there is no production");
+        return Baseline::NoProduction;
     };
     let Some(path) = &current.bench else {
         return Baseline::missing(format!("production {} has no result yet", current.recipe));
