@@ -126,7 +126,12 @@ fn a_target_that_is_not_a_path_gets_400_at_once() {
         .output()
         .unwrap();
     let body = text(&body.stdout);
-    assert!(body.contains("window.open("), "{body:.300}");
+    // Reports open in a new tab by their link, which has no way back to the page.
+    assert!(body.contains("target: \"_blank\""), "{body:.300}");
+    for link in body.split("target: \"_blank\"").skip(1) {
+        let rest = link.split('}').next().unwrap_or_default();
+        assert!(rest.contains("noopener"), "a link opening a new tab: {rest}");
+    }
     for call in body.split("window.open(").skip(1) {
         let args = call.split(");").next().unwrap_or_default();
         assert!(args.contains("noopener"), "window.open({args})");
