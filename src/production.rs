@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::lock::Pin;
 use crate::state::{self, StateDir};
 
 /// One running instance the front door can send requests to.
@@ -35,6 +36,12 @@ pub(crate) struct Entry {
     /// The instance serving (while it is current or warm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) upstream: Option<Upstream>,
+    /// The image it runs, exactly: the pin it was started from (without the pin's history).
+    /// A rollback to it and a restart of it start this digest, whatever images.lock pins by
+    /// then (an upgrade moves the pin on; the entry it replaced keeps its own night). None:
+    /// a host process, an unpinned image, or a file written before entries kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) image: Option<Pin>,
 }
 
 /// A replaced production left running so that `rollback` is a switch, not a start.
@@ -179,6 +186,7 @@ mod tests {
             run_id: None,
             bench: None,
             upstream: None,
+            image: None,
         });
         p
     }

@@ -79,6 +79,7 @@ pub(crate) async fn up_locked(
             record: &mut record,
             touched: touched.clone(),
             rollout: None,
+            image: None,
         };
         tokio::select! {
             r = flow.run() => r,
@@ -112,6 +113,8 @@ struct Flow<'a, 'b> {
     touched: Arc<Mutex<Touched>>,
     /// The rollout the candidate meets live traffic in, when one is asked.
     rollout: Option<crate::rollout::Spec>,
+    /// The pin the candidate runs: production's entry keeps it once promoted.
+    image: Option<crate::lock::Pin>,
 }
 
 impl Flow<'_, '_> {
@@ -269,6 +272,7 @@ impl Flow<'_, '_> {
         }
         // The instance carries this run's id: the way back stops it and nothing else.
         plan.start.run_id = self.record.run_id.clone();
+        self.image = plan.start.pin.clone();
         self.step(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
@@ -477,6 +481,7 @@ impl Flow<'_, '_> {
             run_id: Some(self.record.run_id.clone()),
             bench: Some(bench),
             upstream: Some(switch::upstream_of(candidate)),
+            image: self.image.clone(),
         });
         let grace = self.ctx.door_config.warm_grace;
         let keep_warm = old

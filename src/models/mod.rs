@@ -138,6 +138,7 @@ pub(crate) fn with_production(file: &Production, model: &str, recipe: &str) -> P
         run_id: None,
         bench: None,
         upstream: None,
+        image: None,
     });
     file.with_lane(model, lane)
 }

@@ -123,9 +123,7 @@ pub(crate) fn release_keeps(h: &history::History, state: &StateDir) -> Result<()
 /// The lock a candidate runs the new digest from: images.lock as it is, `recipe` pinned to
 /// `new` (in memory only; images.lock is not touched).
 pub(crate) fn candidate_lock(lock: &Lock, recipe: &str, new: &Pin) -> Lock {
-    let mut l = lock.clone();
-    l.set(recipe, new.clone());
-    l
+    lock.with_image(recipe, Some(new))
 }
 
 /// Moves `recipe`'s pin in images.lock to `new` (the old digest stays in its history),
