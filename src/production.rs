@@ -42,6 +42,19 @@ pub(crate) struct Entry {
     /// a host process, an unpinned image, or a file written before entries kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) image: Option<Pin>,
+    /// Promoted by an upgrade, whose next step moves images.lock's pin to `image`: kept so
+    /// that a kill between the two is healed (`deploy::pin::heal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pin_move: Option<PinMove>,
+}
+
+/// The move of a recipe's pin that an upgrade's promotion asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PinMove {
+    /// The digest images.lock pinned when the promotion was made (None: never pinned). The
+    /// pin is moved only from there: a pin changed since is someone's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) from: Option<String>,
 }
 
 /// A replaced production left running so that `rollback` is a switch, not a start.
@@ -187,6 +200,7 @@ mod tests {
             bench: None,
             upstream: None,
             image: None,
+            pin_move: None,
         });
         p
     }

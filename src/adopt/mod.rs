@@ -269,6 +269,7 @@ impl Flow<'_> {
             upstream: Some(upstream),
             // A server sparkctl did not start: no pin of its image is known.
             image: None,
+            pin_move: None,
         });
         crate::state::write_json(&self.ctx.state.production_file(), &next)?;
         Ok(next)

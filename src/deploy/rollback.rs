@@ -35,6 +35,11 @@ pub(crate) async fn rollback(
     progress: &dyn Progress,
 ) -> Result<RunRecord> {
     let _state_lock = ctx.state().lock("rollback")?;
+    if !dry_run {
+        for line in super::pin::heal(&ctx.shared.lock_path, ctx.state()) {
+            progress.step(&line);
+        }
+    }
     let production = ctx.production().await?;
     let (target, back_to) = match to {
         Some(n) => (n.to_string(), None),
@@ -237,6 +242,7 @@ fn next_production(
         bench: None,
         upstream: Some(up),
         image,
+        pin_move: None,
     };
     if from_stack {
         // The rolled-back production is dropped from the stack: it is what was wrong.

@@ -40,9 +40,19 @@ pub(crate) struct Status {
     pub(crate) door: Option<DoorStatus>,
     /// Records that could not be read, nodes that could not be reached.
     pub(crate) warnings: Vec<String>,
+    /// Pin moves an upgrade's promotion left undone, made now (`super::pin::heal`).
+    pub(crate) healed: Vec<String>,
 }
 
 pub(crate) async fn status(ctx: &Context) -> Result<Status> {
+    // Only while no command changes state: one that does heals the pin itself.
+    let healed = match ctx
+        .state
+        .lock("status: moving a pin an upgrade left behind")
+    {
+        Ok(_held) => super::pin::heal(&ctx.lock_path, &ctx.state),
+        Err(_) => Vec::new(),
+    };
     let (deployments, mut warnings) = ctx.runtimes.latest_per_recipe().await?;
     // Each request carries its own limit (health_now bounds health and generation apart);
     // connecting on loopback is instant or refused.
@@ -94,6 +104,7 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
         rows,
         door,
         warnings,
+        healed,
     })
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) lock: Option<&'a Lock>,
     /// The record this run writes (an upgrade's, carrying its digests); None: a new one.
     pub(crate) record: Option<RunRecord>,
+    /// The move of images.lock's pin that follows the promotion (an upgrade's), recorded
+    /// with it so that a kill between the two is healed.
+    pub(crate) pin_move: Option<crate::production::PinMove>,
     /// The candidate may be production's own recipe, whose instance it then replaces: a
     /// swap, as one recipe runs one instance on one port.
     pub(crate) replace: bool,
@@ -63,6 +66,11 @@ pub(crate) async fn up_locked(
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     // Flags that cannot be used are refused before any record is made.
     super::rollout::spec(loaded, &opts.rollout)?;
+    if !opts.dry_run {
+        for line in super::pin::heal(&ctx.shared.lock_path, ctx.state()) {
+            opts.progress.step(&line);
+        }
+    }
     let mut record = opts
         .record
         .clone()
@@ -482,6 +490,7 @@ impl Flow<'_, '_> {
             bench: Some(bench),
             upstream: Some(switch::upstream_of(candidate)),
             image: self.image.clone(),
+            pin_move: self.opts.pin_move.clone(),
         });
         let grace = self.ctx.door_config.warm_grace;
         let keep_warm = old

@@ -139,6 +139,7 @@ pub(crate) fn with_production(file: &Production, model: &str, recipe: &str) -> P
         bench: None,
         upstream: None,
         image: None,
+        pin_move: None,
     });
     file.with_lane(model, lane)
 }

@@ -1,7 +1,8 @@
 //! What production does across `sparkctl upgrade`, against the real local registry and the
 //! simulated engine's image (`upgrade::Nights`): a `rollback` after an upgrade serves the
 //! night before again (its very digest, though images.lock pins the new night), and so do
-//! the front door's restart of it and the way back after a rejected night.
+//! the front door's restart of it and the way back after a rejected night; a kill between
+//! the promotion and the pin's move is healed by the next command that looks.
 
 use std::time::{Duration, Instant};
 
@@ -117,4 +118,43 @@ async fn a_rollback_after_an_upgrade_serves_the_night_before_and_its_restart_too
     let (who, after) = n.production();
     assert_eq!(who, "nightly");
     assert_eq!(image_of(&after).await, night1, "restored at night 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_the_promotion_and_the_pin_move_is_healed_by_the_next_upgrade_or_status() {
+    let mut n = Nights::new("upgrade-heal").await;
+    let d1 = n.push("").await;
+    n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
+    let lock = n.deck.dir.join("images.lock");
+    let before = std::fs::read(&lock).unwrap();
+    let d2 = n.push("ENV VLLM_VERSION=0.11.2\n").await;
+    n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
+    let (_, serving) = n.production();
+    // As a kill between the door's switch and the pin's move leaves it: production.json
+    // names night 2's promotion, images.lock still pins night 1.
+    std::fs::write(&lock, &before).unwrap();
+    assert_eq!(n.pinned()["digest"], d1.as_str());
+
+    let ran = n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
+    let said = ran.shown();
+    assert!(
+        said.contains("images.lock: nightly is pinned to ")
+            && said.contains(&d2[..19])
+            && said.contains("upgrade nightly unchanged"),
+        "{said}"
+    );
+    assert_eq!(n.pinned()["digest"], d2.as_str());
+    assert_eq!(n.pinned()["history"][0]["digest"], d1.as_str());
+    assert_eq!(n.production().1, serving, "nothing was deployed again");
+
+    // Once more, healed by `status` this time; said once.
+    std::fs::write(&lock, &before).unwrap();
+    let said = n.deck.sparkctl(&["status"]).succeeds().shown();
+    assert!(
+        said.contains("images.lock: nightly is pinned to "),
+        "{said}"
+    );
+    assert_eq!(n.pinned()["digest"], d2.as_str());
+    let again = n.deck.sparkctl(&["status"]).succeeds().shown();
+    assert!(!again.contains("images.lock: nightly"), "{again}");
 }

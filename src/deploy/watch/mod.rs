@@ -313,6 +313,7 @@ impl Watch {
                         bench: None,
                         upstream: Some(up.clone()),
                         image,
+                        pin_move: None,
                     };
                     let switched = self
                         .door
