@@ -26,6 +26,23 @@ pub(crate) fn move_pin(lock_path: &Path, state: &StateDir, recipe: &str, new: &P
     history::record(state, recipe, &event)
 }
 
+/// As `heal`, for a caller that holds no state lock (`status`, an upgrade before it waits
+/// for the lock): the lock is taken only when a pin was left behind, and only when it is
+/// free (a command changing state heals it itself), so that a command started meanwhile
+/// is not refused for it.
+pub(crate) fn heal_if_free(lock_path: &Path, state: &StateDir, who: &str) -> Vec<String> {
+    let lock = Lock::load(lock_path).unwrap_or_default();
+    let left = Production::load(state).is_ok_and(|file| {
+        (file.lanes().into_values())
+            .filter_map(|lane| lane.current)
+            .any(|e| undone(&lock, &e).is_some())
+    });
+    match left.then(|| state.lock(&format!("{who}: moving a pin an upgrade left behind"))) {
+        Some(Ok(_held)) => heal(lock_path, state),
+        _ => Vec::new(),
+    }
+}
+
 /// Makes the pin moves that promotions recorded and a kill left undone, one line said for
 /// each (a move that fails too: the command goes on, as it would have without the heal).
 /// The caller holds the state lock (nothing else changes the lock meanwhile). A state file

@@ -45,14 +45,7 @@ pub(crate) struct Status {
 }
 
 pub(crate) async fn status(ctx: &Context) -> Result<Status> {
-    // Only while no command changes state: one that does heals the pin itself.
-    let healed = match ctx
-        .state
-        .lock("status: moving a pin an upgrade left behind")
-    {
-        Ok(_held) => super::pin::heal(&ctx.lock_path, &ctx.state),
-        Err(_) => Vec::new(),
-    };
+    let healed = super::pin::heal_if_free(&ctx.lock_path, &ctx.state, "status");
     let (deployments, mut warnings) = ctx.runtimes.latest_per_recipe().await?;
     // Each request carries its own limit (health_now bounds health and generation apart);
     // connecting on loopback is instant or refused.

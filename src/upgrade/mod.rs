@@ -139,8 +139,9 @@ async fn follow_tag(
     // judged against the one production runs. Another command holding the state dir now
     // leaves it for the check once this one holds it.
     if !opts.dry_run {
-        if let Ok(_held) = ctx.state.lock(&format!("upgrade {name}")) {
-            heal(ctx, opts.progress);
+        let what = format!("upgrade {name}");
+        for line in crate::deploy::pin::heal_if_free(&ctx.lock_path, &ctx.state, &what) {
+            opts.progress.step(&line);
         }
     }
     let lock = Lock::load(&ctx.lock_path)?;
