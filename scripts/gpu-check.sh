@@ -176,12 +176,49 @@ recipe gpu-b "$(free_port)" ", --seed, \"7\"" "$model_gb"
 too_big_gb=$(( ${gpu_gb:-128} + 20 ))
 recipe too-big "$(free_port)" "" "$too_big_gb"
 
+# What this run started and still runs: a sparkctl (the front door) or a llama-server whose
+# environment names this run's state dir (each inherits it from the script). Pid, command.
+own_processes() {
+  local p pid exe
+  local ours=("$(readlink -f "$sparkctl")" "$(readlink -f "$llama_server")")
+  for p in /proc/[0-9]*; do
+    pid="${p#/proc/}"
+    exe="$(readlink "$p/exe" 2>/dev/null)" || continue
+    [ "$exe" = "${ours[0]}" ] || [ "$exe" = "${ours[1]}" ] || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SPARKCTL_STATE_DIR=$SPARKCTL_STATE_DIR" \
+      || continue
+    echo "$pid $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+  done
+}
+
+# Stops everything the run started, once: at the end before the summary (which says what it
+# found), and at any exit before that (a failure, Ctrl-C). Production too (`--force`): a
+# `down` without it is refused for production, and its server stayed on the GPU.
+cleaned=""
 cleanup() {
-  for n in gpu gpu-b too-big; do "$sparkctl" down "$n" >/dev/null 2>&1; done
-  "$sparkctl" frontdoor stop >/dev/null 2>&1
+  [ -n "$cleaned" ] && return 0
+  cleaned=1
   [ -n "${client_pid:-}" ] && kill "$client_pid" 2>/dev/null
+  for n in gpu gpu-b too-big; do "$sparkctl" down "$n" --force >>"$log" 2>&1; done
+  "$sparkctl" frontdoor stop >>"$log" 2>&1
+  # What sparkctl's own stops left: said in the summary, then stopped here.
+  own_processes >"$out/left-after-stops.txt"
+  local pid _ tries=0
+  while read -r pid _; do kill "$pid" 2>/dev/null; done <"$out/left-after-stops.txt"
+  while [ -n "$(own_processes)" ] && [ $tries -lt 20 ]; do sleep 0.5; tries=$((tries + 1)); done
+  own_processes | while read -r pid _; do kill -KILL "$pid" 2>/dev/null; done
+  sleep 0.5
+  own_processes >"$out/left-running.txt"
+  "$smi" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+    >"$out/apps-after-cleanup.csv" 2>&1 || true
+  [ -s "$out/left-running.txt" ] && say "still running after the cleanup: $(cat "$out/left-running.txt")"
+  return 0
 }
 trap cleanup EXIT
+# A signal ends the script through its EXIT trap, which stops what it started.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 run() { # tag, then the command: stdout in $out/TAG.txt, stderr in TAG.err, exit code in TAG.rc
   local tag="$1"; shift
@@ -249,6 +286,9 @@ run too-big-dry start too-big --dry-run
 run too-big start too-big
 "$smi" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits >"$out/apps-after-too-big.csv" 2>&1 || true
 run status-too-big --json status
+
+# --- nothing left -------------------------------------------------------------------
+cleanup
 
 # --- the summary --------------------------------------------------------------------
 "$py" - "$out" "$gpu_name" "$build_s" "$bytes" "$too_big_gb" <<'EOF' | tee "$out/summary.txt"
@@ -329,6 +369,8 @@ if depth:
 client = load("client.json") or {}
 print(f"  up/rollback: client sent {client.get('sent')} requests through the front door, "
       f"{client.get('failed')} failed; up gpu exit {rc('up-gpu')}, up gpu-b exit {rc('up-gpu-b')}, rollback exit {rc('rollback')}")
+apps = [l.strip() for l in text("apps-after-cleanup", ("csv",)).splitlines() if l.strip()]
+print(f"  after the cleanup, nvidia-smi's compute processes (pid, MiB): {'; '.join(apps) or 'none'}")
 refusal = text("too-big-dry").strip().splitlines()
 print(f"  too-big ({too_big} GB declared): start --dry-run exit {rc('too-big-dry')}: {refusal[-1] if refusal else ''}")
 print("must show:")
@@ -361,6 +403,16 @@ except Exception:
 check("a recipe declaring more than the GPU memory is refused before anything starts",
       rc("too-big-dry") == 1 and rc("too-big") == 1 and "does not fit in memory" in text("too-big")
       and not big_rows, f"dry run exit {rc('too-big-dry')}, start exit {rc('too-big')}, deployments of it: {len(big_rows)}")
+def lines(name):
+    try:
+        return [l.strip() for l in open(os.path.join(out, name)) if l.strip()]
+    except Exception:
+        return None
+left, still = lines("left-after-stops.txt"), lines("left-running.txt")
+check("nothing the run started runs at its end (sparkctl down --force, frontdoor stop)",
+      left == [] and still == [],
+      "none left" if left == [] and still == [] else
+      f"left by sparkctl's stops: {left}; still running after the cleanup: {still}")
 check("0 failed client requests through up and rollback",
       client.get("sent", 0) > 0 and client.get("failed") == 0 and rc("up-gpu") == 0
       and rc("up-gpu-b") == 0 and rc("rollback") == 0,

@@ -65,6 +65,17 @@ pub(crate) struct Warm {
     pub(crate) until: u64,
 }
 
+/// A candidate meeting a model's live traffic (shadow, canary) while its rollout runs: every
+/// memory plan counts it as production (no other start may stop it), its `up` stops it at
+/// the end, and the front door does when that `up` is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Candidate {
+    pub(crate) upstream: Upstream,
+    /// The `up` running the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner: Option<crate::host::ProcessId>,
+}
+
 /// What serves now, and what served before (a stack).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Production {
@@ -73,6 +84,9 @@ pub(crate) struct Production {
     pub(crate) previous: Vec<Entry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) warm: Vec<Warm>,
+    /// A candidate meeting its traffic, while a rollout runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) candidate: Option<Candidate>,
     /// The model this is the production of (`crate::models`; `""`: recipes that name no
     /// served name). None only in a file written before there were several: its recipes
     /// then say (`models::settle`).
@@ -99,7 +113,10 @@ impl Production {
             return Vec::new();
         };
         (file.lanes().into_values())
-            .filter_map(|p| p.current.map(|e| e.recipe))
+            .flat_map(|p| {
+                let candidate = p.candidate.map(|c| c.upstream.recipe);
+                p.current.map(|e| e.recipe).into_iter().chain(candidate)
+            })
             .collect()
     }
 
@@ -137,13 +154,23 @@ impl Production {
     /// model at the top stays there unless it holds nothing (a first model then takes it:
     /// a setup of one model keeps the file it always had).
     pub(crate) fn with_lane(&self, model: &str, next: Production) -> Production {
+        self.with_lane_as(model, model, next)
+    }
+
+    /// The file with `lane`'s production replaced by `next`, which serves `model` from now
+    /// on: with one model served, another model's recipe takes its place (`up` of it, then
+    /// `rollback`), the lane under its new name and in its old place.
+    pub(crate) fn with_lane_as(&self, lane: &str, model: &str, next: Production) -> Production {
         let mut lanes = self.lanes();
+        let was_top = self.model_id() == lane;
+        lanes.remove(lane);
         let mut next = next;
         next.model = Some(model.to_string());
         next.models.clear();
         lanes.insert(model.to_string(), next);
         let holds = |m: &String| lanes.get(m).is_some_and(|p| !p.is_empty());
-        let top_id = [self.model_id(), model]
+        let top = if was_top { model } else { self.model_id() };
+        let top_id = [top, model]
             .into_iter()
             .map(String::from)
             .chain(lanes.keys().cloned())
@@ -160,9 +187,12 @@ impl Production {
         top
     }
 
-    /// Nothing serves, served, or stays warm.
+    /// Nothing serves, served, stays warm, or is on trial.
     pub(crate) fn is_empty(&self) -> bool {
-        self.current.is_none() && self.previous.is_empty() && self.warm.is_empty()
+        self.current.is_none()
+            && self.previous.is_empty()
+            && self.warm.is_empty()
+            && self.candidate.is_none()
     }
 
     /// Makes `entry` production; the old one goes on the stack.
@@ -231,6 +261,13 @@ mod tests {
         let gone = next.with_lane("chat", Production::default());
         assert_eq!(gone.model.as_deref(), Some("coder"));
         assert!(gone.models.is_empty(), "{gone:?}");
+        // One model's lane taken by another model's recipe: renamed in its place, the
+        // stack kept, the other models untouched.
+        let renamed = next.with_lane_as("chat", "talk", promoted(next.lane("chat"), "talk-a"));
+        assert_eq!(renamed.model.as_deref(), Some("talk"));
+        assert_eq!(renamed.lane("talk").previous[0].recipe, "chat-a");
+        assert_eq!(renamed.lane("coder").current.unwrap().recipe, "coder-b");
+        assert!(!renamed.lanes().contains_key("chat"), "{renamed:?}");
         // A file written before models is one model's, the unnamed one's until settled.
         let old: Production =
             serde_json::from_str(r#"{"current": {"recipe": "prod", "since": "x"}}"#).unwrap();

@@ -1,5 +1,8 @@
 //! What the relative gates (`vs_production_*`) compare with: production's measurement, or
-//! why there is none to trust. Without one those gates are inconclusive, never passed.
+//! why there is none to trust, or no production at all. Without a measurement of a
+//! production those gates are inconclusive, never passed; with no production they do not
+//! apply (there is nothing their figures could be relative to, and none will come from
+//! asking again).
 
 /// Production's measurement (a whole result, or its measures), or why there is none.
 #[derive(Debug, Clone)]
@@ -8,6 +11,8 @@ pub(crate) enum Baseline<T> {
     Measured(T),
     /// Why there is no measurement to trust (said in the gates' details).
     Missing(String),
+    /// Nothing serves production: the first `up`. The relative gates do not apply.
+    NoProduction,
 }
 
 impl<T> Baseline<T> {
@@ -20,7 +25,7 @@ impl<T> Baseline<T> {
     pub(crate) fn measured(&self) -> Option<&T> {
         match self {
             Baseline::Measured(t) => Some(t),
-            Baseline::Missing(_) => None,
+            Baseline::Missing(_) | Baseline::NoProduction => None,
         }
     }
 
@@ -29,6 +34,7 @@ impl<T> Baseline<T> {
         match self {
             Baseline::Measured(t) => Baseline::Measured(f(t)),
             Baseline::Missing(why) => Baseline::Missing(why.clone()),
+            Baseline::NoProduction => Baseline::NoProduction,
         }
     }
 }

@@ -284,6 +284,7 @@ async fn evaluate(
             .map(|e| e.candidate.clone())
             .ok_or_else(|| "production's last result has no evaluation".to_string()),
         (None, Baseline::Missing(why)) => Err(why.clone()),
+        (None, Baseline::NoProduction) => Err("there is no production".to_string()),
     };
     crate::eval::Evaluation::new(report, theirs)
 }

@@ -121,7 +121,9 @@ impl Plan {
     ) -> Vec<String> {
         match baseline {
             Baseline::Measured(_) => Vec::new(),
-            Baseline::Missing(_) => gates::take_relative(&mut self.options.gates),
+            Baseline::Missing(_) | Baseline::NoProduction => {
+                gates::take_relative(&mut self.options.gates)
+            }
         }
     }
 

@@ -478,5 +478,15 @@ pub(crate) fn verdict(samples: &[Sample], gates: &[GateResult]) -> (Verdict, Str
             format!("no evidence for gates: {}", undecided.join(", ")),
         );
     }
+    let not_applied = gate(GateOutcome::NotApplied);
+    if !not_applied.is_empty() {
+        return (
+            Verdict::Pass,
+            format!(
+                "every gate that applies passed (not applied, no production to compare with: {})",
+                not_applied.join(", ")
+            ),
+        );
+    }
     (Verdict::Pass, "every gate passed".into())
 }

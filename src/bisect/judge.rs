@@ -282,7 +282,8 @@ pub(crate) fn by_gate(rule: &GateRule, now: &Measures) -> Judgement {
         verdict: match r.outcome {
             GateOutcome::Pass => Verdict::Good,
             GateOutcome::Fail => Verdict::Bad,
-            GateOutcome::Inconclusive => Verdict::Inconclusive,
+            // Its baseline is missing, never absent: "not applied" does not come here.
+            GateOutcome::Inconclusive | GateOutcome::NotApplied => Verdict::Inconclusive,
         },
         value: r.value,
         interval: r.interval,

@@ -303,6 +303,7 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
                     GateOutcome::Pass => "pass".into(),
                     GateOutcome::Fail => "FAIL".into(),
                     GateOutcome::Inconclusive => format!("inconclusive: {}", g.detail),
+                    GateOutcome::NotApplied => g.detail.clone(),
                 },
             ]);
         }

@@ -71,7 +71,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
         _ => Criterion::Differs,
     };
     // Only asked of a running front door, never started: production is whatever serves.
-    let flow = crate::deploy::switch::SwitchContext::open(ctx, recipes, &[], true).await?;
+    let flow = crate::deploy::switch::SwitchContext::open(ctx, recipes, &[], true, false).await?;
     let confirm = |question: &str| out.confirm(question);
     let opts = bisect::Options {
         good: args.good,

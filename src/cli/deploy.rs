@@ -454,6 +454,10 @@ pub(crate) struct UpArgs {
     /// traffic once its gates pass.
     #[arg(long, conflicts_with_all = ["shadow", "canary", "window", "share"])]
     no_rollout: bool,
+    /// Serve its model beside the models served now, instead of in place of the one
+    /// production (needed only when its recipe has no `serve` section).
+    #[arg(long)]
+    add_model: bool,
 }
 
 impl UpArgs {
@@ -476,6 +480,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         window,
         share,
         no_rollout,
+        add_model,
     } = args;
     let rollout = crate::recipe::rollout::Asked {
         shadow: shadow.map(|w| (!w.is_empty()).then_some(w)),
@@ -484,7 +489,8 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         share,
         off: no_rollout,
     };
-    let flow = deploy::switch::SwitchContext::open(ctx, recipes, &[&name], dry_run).await?;
+    let flow =
+        deploy::switch::SwitchContext::open(ctx, recipes, &[&name], dry_run, add_model).await?;
     // Stopping production is asked on a terminal; elsewhere only --yes allows it.
     let confirm = move |question: &str| yes || out.confirm(question);
     let opts = deploy::up::UpOptions {
@@ -534,6 +540,10 @@ pub(crate) struct RollbackArgs {
     /// or the recipe serving the unnamed one).
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
+    /// With --to: serve its model beside the models served now, instead of in place of the
+    /// one production (needed only when its recipe has no `serve` section).
+    #[arg(long, requires = "to")]
+    add_model: bool,
     #[arg(long)]
     dry_run: bool,
 }
@@ -553,9 +563,10 @@ async fn rollback(
     out: &Output,
 ) -> Result<()> {
     let (to, dry_run) = (args.to.as_deref(), args.dry_run);
-    let model = crate::models::of_rollback(&ctx.state, recipes, to, args.model.as_deref())?;
+    let add = args.add_model;
+    let model = crate::models::of_rollback(&ctx.state, recipes, to, args.model.as_deref(), add)?;
     let needs: Vec<&str> = to.into_iter().collect();
-    let flow = deploy::switch::SwitchContext::open(ctx, recipes, &needs, dry_run)
+    let flow = deploy::switch::SwitchContext::open(ctx, recipes, &needs, dry_run, add)
         .await?
         .for_model(&model);
     let record = deploy::rollback::rollback(&flow, to, dry_run, out).await?;

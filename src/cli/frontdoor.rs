@@ -270,14 +270,15 @@ pub(crate) fn line(s: &DoorStatus) -> String {
     )
 }
 
-/// With several models behind the front door, where each one's requests go.
+/// With several models behind the front door, where each one's requests go; with any, a
+/// start on demand that failed.
 pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
     if s.models.len() < 2 {
-        return Vec::new();
+        return (s.models.iter()).filter_map(failure_line).collect();
     }
     use crate::frontdoor::lanes::ModelState;
     (s.models.iter())
-        .map(|m| {
+        .flat_map(|m| {
             let recipe = m.production.current.as_ref().map(|e| e.recipe.as_str());
             let last = match m.idle_s {
                 Some(t) => format!(
@@ -306,8 +307,37 @@ pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
                     n => format!("{n} starts"),
                 }
             )
+            .lines()
+            .map(String::from)
+            .chain(m.turn.as_ref().map(|t| {
+                format!(
+                    "    turn: {} while another model waits (4 × its last start {}, 10 s to 120 s){}",
+                    crate::units::format_duration(Duration::from_secs_f64(t.length_s)),
+                    t.last_start_s
+                        .map_or("unmeasured".into(), |s| format!("{s:.1} s")),
+                    t.waiting_s
+                        .map_or(String::new(), |w| format!("; its requests wait {w:.1} s"))
+                )
+            }))
+            .chain(failure_line(m))
+            .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// A model whose last start on demand failed: why, and when the next is tried.
+fn failure_line(m: &crate::frontdoor::lanes::ModelStatus) -> Option<String> {
+    let f = m.start_failed.as_ref()?;
+    Some(format!(
+        "    start failed ({} in a row, {}; the next in {:.0} s): {}",
+        f.attempts,
+        serde_json::to_value(f.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default(),
+        f.retry_in_s,
+        f.reason.lines().next().unwrap_or_default()
+    ))
 }
 
 /// Production's live quality: the checks over its recent answers, its live gates, its
@@ -339,6 +369,7 @@ pub(crate) fn live_lines(s: &DoorStatus) -> Vec<String> {
                     GateOutcome::Pass => "pass",
                     GateOutcome::Fail => "FAIL",
                     GateOutcome::Inconclusive => "inconclusive",
+                    GateOutcome::NotApplied => "not applied",
                 };
                 match g.value {
                     Some(v) => format!("{} {outcome} ({v:.1}, rule {})", g.gate, g.rule),

@@ -81,6 +81,7 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
                     port: r.server.port,
                     image: r.image.as_deref(),
                     binary: r.binary.as_deref(),
+                    runs: runs(r),
                     description: r.description.as_deref(),
                     file: &l.path,
                 }
@@ -110,23 +111,23 @@ fn list(dir: &Path, out: &Output) -> Result<()> {
     ]);
     for l in &set.recipes {
         let r = &l.recipe;
-        let what = r
-            .image
-            .clone()
-            .or_else(|| r.binary.clone())
-            .unwrap_or_else(|| "sparkctl sim".into());
         table.add_row([
             r.name.clone(),
             r.engine.to_string(),
             r.runtime().as_str().to_string(),
             r.server.port.to_string(),
-            what,
+            runs(r),
             r.description.clone().unwrap_or_default(),
         ]);
     }
     add_job_rows(&mut table, &jobs);
     out.print_table(&table);
     Ok(())
+}
+
+/// What a recipe runs, in one word or line: its image, else the program it starts.
+fn runs(r: &crate::recipe::Recipe) -> String {
+    r.image.clone().unwrap_or_else(|| r.program().to_string())
 }
 
 fn add_job_rows(table: &mut comfy_table::Table, jobs: &[crate::job::recipe::LoadedJob]) {
@@ -451,6 +452,8 @@ enum Listed<'a> {
         port: u16,
         image: Option<&'a str>,
         binary: Option<&'a str>,
+        /// The image, or the command a process recipe starts (`IMAGE / BINARY` in the table).
+        runs: String,
         description: Option<&'a str>,
         file: &'a Path,
     },

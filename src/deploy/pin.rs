@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::images::history::{self, Event, EventKind};
 use crate::lock::{Lock, Pin};
 use crate::production::{Entry, Production};
+use crate::progress::Progress;
 use crate::state::StateDir;
 
 /// Moves `recipe`'s pin in images.lock to `new` (the old digest stays in its history),
@@ -24,6 +25,15 @@ pub(crate) fn move_pin(lock_path: &Path, state: &StateDir, recipe: &str, new: &P
     event.image_id = new.image_id.clone();
     event.created = new.created.clone();
     history::record(state, recipe, &event)
+}
+
+/// `heal` for a command that holds the state lock, its lines said; nothing in a dry run.
+pub(crate) fn healed(ctx: &crate::context::Context, dry_run: bool, progress: &dyn Progress) {
+    if !dry_run {
+        for line in heal(&ctx.lock_path, &ctx.state) {
+            progress.step(&line);
+        }
+    }
 }
 
 /// As `heal`, for a caller that holds no state lock (`status`, an upgrade before it waits

@@ -35,11 +35,8 @@ pub(crate) async fn rollback(
     progress: &dyn Progress,
 ) -> Result<RunRecord> {
     let _state_lock = ctx.state().lock("rollback")?;
-    if !dry_run {
-        for line in super::pin::heal(&ctx.shared.lock_path, ctx.state()) {
-            progress.step(&line);
-        }
-    }
+    switch::refuse_during_rollout(ctx).await?;
+    super::pin::healed(ctx.shared, dry_run, progress);
     let production = ctx.production().await?;
     let (target, back_to) = match to {
         Some(n) => (n.to_string(), None),
@@ -93,13 +90,17 @@ pub(crate) async fn rollback(
                 (u, image)
             }
         };
-        let next = next_production(
+        let serves = crate::models::of(&ctx.recipes.get(&target)?.recipe);
+        let mut next = next_production(
             &production,
             &target,
             (up, image),
             &record.run_id,
             from_stack,
         );
+        // Its own model's name: a rollback across a replacement of one model by another's
+        // recipe gives the lane its old name back.
+        next.model = Some(serves);
         timed(
             &mut record,
             PhaseName::Switch,

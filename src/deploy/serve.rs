@@ -57,7 +57,7 @@ pub(crate) async fn every_model(
         let (tx, rx) = mpsc::unbounded_channel();
         let watch = Watch::new(ctx.clone(), recipes_dir.clone(), door.clone());
         watches.spawn(watch.run(rx));
-        (door.model.clone(), (door, tx))
+        (door.model(), (door, tx))
     };
     for door in lanes.all() {
         let (m, tell) = start(door, &mut watches);

@@ -16,7 +16,7 @@ use crate::bench::Baseline;
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Lock;
-use crate::production::{Entry, Production, Warm};
+use crate::production::{Production, Warm};
 use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
@@ -35,8 +35,7 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) lock: Option<&'a Lock>,
     /// The record this run writes (an upgrade's, carrying its digests); None: a new one.
     pub(crate) record: Option<RunRecord>,
-    /// The move of images.lock's pin that follows the promotion (an upgrade's), recorded
-    /// with it so that a kill between the two is healed.
+    /// The pin's move that follows the promotion (an upgrade's), recorded with it (`pin`).
     pub(crate) pin_move: Option<crate::production::PinMove>,
     /// The candidate may be production's own recipe, whose instance it then replaces: a
     /// swap, as one recipe runs one instance on one port.
@@ -52,8 +51,9 @@ pub(crate) async fn up(
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
-    let _state_lock = ctx.state().lock(&format!("up {name}"))?;
-    up_locked(ctx, name, opts).await
+    let state_lock = ctx.state().lock(&format!("up {name}"))?;
+    super::pin::healed(ctx.shared, opts.dry_run, opts.progress);
+    run(ctx, name, opts, Some(&state_lock)).await
 }
 
 /// `up`, for a caller that holds the state lock already (`upgrade`, which waited for it).
@@ -62,15 +62,20 @@ pub(crate) async fn up_locked(
     name: &str,
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
+    run(ctx, name, opts, None).await
+}
+
+/// `up` under `state_lock` (None: the caller's, which a rollout then does not lend).
+async fn run(
+    ctx: &SwitchContext<'_>,
+    name: &str,
+    opts: &UpOptions<'_>,
+    state_lock: Option<&crate::state::StateLock>,
+) -> Result<RunRecord> {
     let loaded = ctx.recipes.get(name)?;
     switch::refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
     // Flags that cannot be used are refused before any record is made.
     super::rollout::spec(loaded, &opts.rollout)?;
-    if !opts.dry_run {
-        for line in super::pin::heal(&ctx.shared.lock_path, ctx.state()) {
-            opts.progress.step(&line);
-        }
-    }
     let mut record = opts
         .record
         .clone()
@@ -87,7 +92,7 @@ pub(crate) async fn up_locked(
             record: &mut record,
             touched: touched.clone(),
             rollout: None,
-            image: None,
+            state_lock,
         };
         tokio::select! {
             r = flow.run() => r,
@@ -121,8 +126,8 @@ struct Flow<'a, 'b> {
     touched: Arc<Mutex<Touched>>,
     /// The rollout the candidate meets live traffic in, when one is asked.
     rollout: Option<crate::rollout::Spec>,
-    /// The pin the candidate runs: production's entry keeps it once promoted.
-    image: Option<crate::lock::Pin>,
+    /// Lent to other commands for the rollout's window.
+    state_lock: Option<&'a crate::state::StateLock>,
 }
 
 impl Flow<'_, '_> {
@@ -135,6 +140,7 @@ impl Flow<'_, '_> {
     }
 
     async fn run(&mut self) -> Result<()> {
+        switch::refuse_during_rollout(self.ctx).await?;
         let production = self.ctx.production().await?;
         let sets = super::evaluate::sets(self.ctx, self.loaded)?;
         let Some(mut plan) = self.plan(&production).await? else {
@@ -153,7 +159,13 @@ impl Flow<'_, '_> {
         self.judge(&result, &candidate).await?;
         if let Some(spec) = self.rollout.clone() {
             let (ctx, progress) = (self.ctx, self.opts.progress);
-            super::rollout::run(ctx, &spec, &candidate, self.record, progress).await?;
+            // The window only waits: other models start, evict and restart meanwhile; this
+            // model is the rollout's (`refuse_during_rollout`).
+            let lent = self.state_lock.map(crate::state::StateLock::lend);
+            let judged = super::rollout::run(ctx, &spec, &candidate, self.record, progress);
+            let judged = judged.await;
+            drop(lent);
+            judged?;
         }
         if self.opts.no_promote {
             self.record.outcome = Outcome::Passed;
@@ -280,7 +292,6 @@ impl Flow<'_, '_> {
         }
         // The instance carries this run's id: the way back stops it and nothing else.
         plan.start.run_id = self.record.run_id.clone();
-        self.image = plan.start.pin.clone();
         self.step(&format!("starting {}", self.name()));
         let report = timed(
             self.record,
@@ -306,7 +317,8 @@ impl Flow<'_, '_> {
     }
 
     /// Production's last complete result, or a new measurement of it while it still
-    /// serves (blue/green). Without one the relative gates are inconclusive, never passed.
+    /// serves (blue/green). Without one the relative gates are inconclusive, never passed;
+    /// with no production at all they do not apply.
     async fn measure_production(
         &mut self,
         production: &Production,
@@ -370,6 +382,13 @@ impl Flow<'_, '_> {
         })
         .await?;
         state::write_json(&path, &result)?;
+        for g in result
+            .gates
+            .iter()
+            .filter(|g| g.outcome == GateOutcome::NotApplied)
+        {
+            self.step(&format!("{}: {}", g.gate, g.detail));
+        }
         self.record.bench = Some(path.clone());
         // The report puts the candidate beside the production result it was judged against.
         let report = self
@@ -482,16 +501,12 @@ impl Flow<'_, '_> {
         // Production as it is now: the watch may have restarted it meanwhile.
         let production = self.ctx.production().await.unwrap_or(production);
         let mut next = production.clone();
+        // Its own model's name: with one model served, the lane takes it (`models::landing`).
+        next.model = Some(crate::models::of(&self.loaded.recipe));
         let old = production.serving().cloned();
-        next.promote(Entry {
-            recipe: self.name().to_string(),
-            since: crate::units::now_utc(),
-            run_id: Some(self.record.run_id.clone()),
-            bench: Some(bench),
-            upstream: Some(switch::upstream_of(candidate)),
-            image: self.image.clone(),
-            pin_move: self.opts.pin_move.clone(),
-        });
+        let given = (self.opts.lock, self.opts.pin_move.clone());
+        let entry = super::replace::promoted(self.ctx, given, self.record, (candidate, bench));
+        next.promote(entry);
         let grace = self.ctx.door_config.warm_grace;
         let keep_warm = old
             .as_ref()
@@ -543,7 +558,7 @@ impl Flow<'_, '_> {
 /// Production's last result, when it is one the relative gates can trust; else why not.
 fn production_baseline(production: &Production) -> Baseline<BenchResult> {
     let Some(current) = &production.current else {
-        return Baseline::missing("there is no production");
+        return Baseline::NoProduction;
     };
     let Some(path) = &current.bench else {
         return Baseline::missing(format!("production {} has no result yet", current.recipe));

@@ -102,6 +102,17 @@ pub enum Error {
     /// (its kind stays `lock_held`).
     #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
     StateLockHeld { holder: String },
+    /// A rollout judges the model a flow would change: its `up` lent the state lock for the
+    /// window, and the model stays its own (kind `lock_held`).
+    #[error(
+        "{candidate} is meeting model {model}'s traffic in a {mode} (its `up` waits for the \
+         decision); wait for that `up` to end, or stop it (Ctrl-C), then retry"
+    )]
+    ModelInRollout {
+        model: String,
+        mode: &'static str,
+        candidate: String,
+    },
     /// The memory plan cannot be met; `plan` names the pool and what runs in it.
     #[error("{name} does not fit in memory{}: {plan}{}", unfit.when(), unfit.fix())]
     DoesNotFit {
@@ -284,7 +295,7 @@ pub enum Error {
 
 /// What kind of failure an error is: stable words for scripts (`--json` prints it as
 /// `kind`), whatever its message says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ErrorKind {
     Usage,
@@ -366,7 +377,7 @@ impl Error {
             Error::EngineUnreachable { .. }
             | Error::NodeUnreachable { .. }
             | Error::NodesUnreachable { .. } => ErrorKind::EngineUnreachable,
-            Error::StateLockHeld { .. } => ErrorKind::LockHeld,
+            Error::StateLockHeld { .. } | Error::ModelInRollout { .. } => ErrorKind::LockHeld,
             Error::DoesNotFit { .. } => ErrorKind::DoesNotFit,
             Error::PortTaken { .. } => ErrorKind::PortTaken,
             Error::RejectedByGates { .. } => ErrorKind::RejectedByGates,

@@ -23,6 +23,8 @@ pub enum ModelProblem {
     ClaimedTwice { name: String, files: String },
     /// More than one production says `serve.default: true`.
     TwoDefaults { files: String },
+    /// One model's lane taken by a recipe of `model`, which another lane serves already.
+    Taken { model: String },
     /// `rollback --to RECIPE --model M` where RECIPE serves another model.
     NotItsModel {
         to: String,
@@ -68,6 +70,11 @@ impl fmt::Display for ModelProblem {
                 f,
                 "{files} both say serve.default: true for their production; requests without \
                  `model` can go to one model only: keep it in one of them"
+            ),
+            ModelProblem::Taken { model } => write!(
+                f,
+                "model `{model}` has a production of its own here: its recipe cannot take \
+                 another model's place; `sparkctl up RECIPE --add-model` serves it beside"
             ),
             ModelProblem::NotItsModel {
                 to,

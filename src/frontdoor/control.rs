@@ -140,19 +140,31 @@ async fn answer(
         ),
         (Method::POST, "/rollout") => match serde_json::from_slice::<super::rollout::Asking>(&body)
         {
-            Ok(a) => reply(
-                StatusCode::OK,
-                serde_json::to_value(door.rollout.start(a)).unwrap_or(Value::Null),
-            ),
+            Ok(a) => match door.start_rollout(a).await {
+                Ok(s) => reply(
+                    StatusCode::OK,
+                    serde_json::to_value(s).unwrap_or(Value::Null),
+                ),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    serde_json::json!({"error": e.to_string()}),
+                ),
+            },
             Err(e) => reply(
                 StatusCode::BAD_REQUEST,
                 serde_json::json!({"error": e.to_string()}),
             ),
         },
-        (Method::DELETE, "/rollout") => reply(
-            StatusCode::OK,
-            serde_json::to_value(door.rollout.end(door.config.drain).await).unwrap_or(Value::Null),
-        ),
+        (Method::DELETE, "/rollout") => match door.end_rollout().await {
+            Ok(s) => reply(
+                StatusCode::OK,
+                serde_json::to_value(s).unwrap_or(Value::Null),
+            ),
+            Err(e) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                serde_json::json!({"error": e.to_string()}),
+            ),
+        },
         (Method::GET, "/capture") => reply(StatusCode::OK, capture_status(door)),
         (Method::POST, "/capture") => match set_capture(door, &body).await {
             Ok(v) => reply(StatusCode::OK, v),
@@ -299,14 +311,16 @@ pub(crate) fn listen(
 #[derive(Debug, Clone)]
 pub(crate) struct Remote {
     socket: PathBuf,
-    model: Option<String>,
+    /// Shared by its clones: a switch that gives the lane another model's name (one model
+    /// replaced by another model's recipe) is followed by every part of the flow.
+    model: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Remote {
     pub(crate) fn new(socket: PathBuf) -> Remote {
         Remote {
             socket,
-            model: None,
+            model: Arc::default(),
         }
     }
 
@@ -326,7 +340,7 @@ impl Remote {
     pub(crate) fn for_model(&self, model: &str) -> Remote {
         Remote {
             socket: self.socket.clone(),
-            model: Some(model.to_string()),
+            model: Arc::new(std::sync::Mutex::new(Some(model.to_string()))),
         }
     }
 
@@ -350,8 +364,9 @@ impl Remote {
                 .map_err(|e| unreachable(e.to_string()))?;
             tokio::spawn(conn);
             let body = body.map(|b| b.to_string()).unwrap_or_default();
-            let uri = match &self.model {
-                Some(m) => format!("{path}?model={}", encoded(m)),
+            let model = self.model.lock().expect("model").clone();
+            let uri = match model {
+                Some(m) => format!("{path}?model={}", encoded(&m)),
                 None => path.to_string(),
             };
             let req = Request::builder()
@@ -494,7 +509,14 @@ impl Remote {
                 drain + Duration::from_secs(10),
             )
             .await?;
-        serde_json::from_value(v).map_err(|e| unreadable("answer", e))
+        let report: SwitchReport =
+            serde_json::from_value(v).map_err(|e| unreadable("answer", e))?;
+        let mut model = self.model.lock().expect("model");
+        if let (Some(now), Some(_)) = (&report.model, model.as_ref()) {
+            *model = Some(now.clone());
+        }
+        drop(model);
+        Ok(report)
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use hyper::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -15,7 +16,7 @@ use tokio::sync::mpsc;
 use super::demand::Load;
 use super::metrics::Metrics;
 use super::route::Route;
-use super::{capture, live, page, Config, Door};
+use super::{capture, live, page, turns, Config, Door};
 use crate::production::{Production, Upstream};
 use crate::state::StateDir;
 
@@ -64,34 +65,60 @@ impl Shared {
         }
     }
 
-    /// The models that may be evicted for `model`'s start, least recently used first: each
-    /// loaded and serving, not `keep`, not held by a command, with nothing in flight or
-    /// waiting (so one just started has served its queue first).
-    pub(crate) fn evictable(&self, model: &str) -> Vec<Idle> {
+    /// The models that may be evicted for `model`'s start, whose requests wait since
+    /// `waiting`: each loaded and serving, not `keep`, not held by a command nor judged by a
+    /// rollout, and either idle past a moment (least recently used first) or at the end of
+    /// its turn (`turns`: busy, its requests in flight finish first). Beside them, when the
+    /// next of the others may go.
+    pub(crate) fn evictable(&self, model: &str, waiting: Instant) -> (Vec<Idle>, Option<Instant>) {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
         let mut idle: Vec<Idle> = (self.other_lanes(model).into_iter())
             .filter(|d| d.demand.load() == Load::Loaded)
             .filter(|d| !d.demand.settings().keep && !d.held_by_a_command())
+            .filter(|d| d.rollout.get().is_none())
             .filter_map(|d| {
                 let Route::Serving(upstream) = d.table.route() else {
                     return None;
                 };
-                let for_s = d.table.idle_for()?;
-                Some(Idle {
-                    door: d,
-                    upstream,
-                    for_s,
-                })
+                let for_s = d.table.idle_for();
+                match turns::way(&d.demand.turn(), for_s, waiting, now) {
+                    turns::Way::Yields { busy } => Some(Idle {
+                        door: d,
+                        upstream,
+                        for_s: for_s.unwrap_or_default(),
+                        busy,
+                    }),
+                    turns::Way::Keeps { until } => {
+                        next = Some(next.map_or(until, |n| n.min(until)));
+                        None
+                    }
+                }
             })
             .collect();
-        idle.sort_by_key(|i| std::cmp::Reverse(i.for_s));
-        idle
+        idle.sort_by_key(|i| (i.busy, std::cmp::Reverse(i.for_s)));
+        (idle, next)
+    }
+
+    /// Whether `model`, whose requests wait since `waiting`, is the next to start among
+    /// the models waiting for room: the one that has waited longest goes first.
+    pub(crate) fn first_in_line(&self, model: &str, waiting: Instant) -> bool {
+        (self.other_lanes(model).iter())
+            .filter(|d| d.table.counts().0 > 0)
+            .filter_map(|d| d.demand.turn().waiting_since)
+            .all(|other| other >= waiting)
+    }
+
+    /// Every lane (None before they open).
+    pub(crate) fn lanes(&self) -> Option<Arc<Lanes>> {
+        self.lanes.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// Every lane but `model`'s (none before the lanes open).
     fn other_lanes(&self, model: &str) -> Vec<Arc<Door>> {
-        let lanes = self.lanes.get().and_then(std::sync::Weak::upgrade);
+        let lanes = self.lanes();
         (lanes.map(|l| l.all()).unwrap_or_default().into_iter())
-            .filter(|d| d.model != model)
+            .filter(|d| d.model() != model)
             .collect()
     }
 
@@ -108,8 +135,10 @@ impl Shared {
 pub(crate) struct Idle {
     pub(crate) door: Arc<Door>,
     pub(crate) upstream: Upstream,
-    /// Since its last request ended.
+    /// Since its last request ended (0 when busy).
     pub(crate) for_s: std::time::Duration,
+    /// At the end of its turn with requests in flight or due: they finish first.
+    pub(crate) busy: bool,
 }
 
 /// One model as the front door serves it (`GET /state`'s `models`).
@@ -138,6 +167,12 @@ pub(crate) struct ModelStatus {
     /// Requests without `model` go to it.
     pub(crate) default: bool,
     pub(crate) production: Production,
+    /// Its last start on demand failed: why, and when the next may be tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) start_failed: Option<super::demand::StartFailed>,
+    /// Its turn while another model waits for room (`turns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) turn: Option<turns::TurnStatus>,
 }
 
 /// One model as a user is told of it.
@@ -157,17 +192,22 @@ pub(crate) enum ModelState {
     Evicted,
     /// Its requests are held while production changes (a swap, a restart).
     Holding,
+    /// Not running: its last start failed, and its requests are answered 503 with why
+    /// until the back-off ends.
+    Failed,
     /// No production: its requests get 503.
     #[default]
     Offline,
 }
 
 impl ModelState {
-    pub(crate) fn of(route: &Route, load: Load, waiting: usize) -> ModelState {
-        match (route, load) {
+    pub(crate) fn of(door: &Door, waiting: usize) -> ModelState {
+        let (route, load) = (door.table.route(), door.demand.load());
+        match (&route, load) {
             (Route::Serving(_) | Route::Suspect(_), _) => ModelState::Serving,
             // Taken out of production (`down --force`) while unloaded: nothing to start.
             (Route::Offline, _) => ModelState::Offline,
+            (_, Load::Unloaded(_)) if door.demand.backing_off() => ModelState::Failed,
             (_, Load::Starting) => ModelState::Starting,
             (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
             (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
@@ -184,6 +224,7 @@ impl ModelState {
             ModelState::Unloaded => "unloaded",
             ModelState::Evicted => "evicted",
             ModelState::Holding => "holding",
+            ModelState::Failed => "failed",
             ModelState::Offline => "offline",
         }
     }
@@ -252,6 +293,15 @@ impl Lanes {
         door
     }
 
+    /// `from`'s lane serves `to` from now on (`Door::switch`): found under that name. An
+    /// empty lane of that name (nothing served) gives way.
+    pub(crate) fn renamed(&self, from: &str, to: &str) {
+        let mut lanes = self.lanes.lock().expect("lanes");
+        if let Some(d) = lanes.remove(from) {
+            lanes.insert(to.to_string(), d);
+        }
+    }
+
     pub(crate) fn all(&self) -> Vec<Arc<Door>> {
         self.lanes
             .lock()
@@ -308,26 +358,42 @@ impl Lanes {
         (self.all().iter())
             .map(|d| {
                 let s = d.status();
-                let name = crate::models::answers_to(&d.model, &s.production)
+                let name = crate::models::answers_to(&d.model(), &s.production)
                     .filter(|_| s.production.current.is_some());
                 ModelStatus {
                     waits: name.as_deref().and_then(|n| d.metrics.waits(n)),
                     in_flight: s.in_flight.values().sum(),
                     idle_s: d.table.idle_for().map(|t| t.as_secs_f64()),
                     name,
-                    default: default.as_deref() == Some(d.model.as_str()),
-                    model: d.model.clone(),
+                    default: default.as_deref() == Some(d.model().as_str()),
+                    model: d.model(),
                     upstream: s.upstream,
                     holding: s.holding,
                     waiting: s.waiting,
-                    state: ModelState::of(&d.table.route(), d.demand.load(), s.waiting),
+                    state: ModelState::of(d, s.waiting),
                     load: d.demand.load(),
                     loads: d.demand.loads(),
                     production: s.production,
+                    start_failed: d.demand.failure().map(|f| f.shown()),
+                    turn: Some(turns::TurnStatus::of(&d.demand.turn())),
                 }
             })
             .filter(|m| !m.production.is_empty())
             .collect()
+    }
+
+    /// Whether the model a request naming none goes to can answer — it serves, its
+    /// requests are held for a switch, or it is unloaded and may be started — from the
+    /// lanes' state alone: nothing is asked of a server, no model is started or used. With
+    /// several models and no default, whether any can.
+    pub(crate) fn ready(&self) -> bool {
+        let served = self.served();
+        let default = self.default.lock().expect("default").clone();
+        let can = |d: &Door| d.table.route() != Route::Offline && !d.demand.backing_off();
+        match served.iter().find(|(_, d)| Some(d.model()) == default) {
+            Some((_, d)) if served.len() > 1 => can(d),
+            _ => served.iter().any(|(_, d)| can(d)),
+        }
     }
 
     /// Where a request goes. One model served (or none): there, whatever it names. Several:
@@ -347,9 +413,9 @@ impl Lanes {
         let names: Vec<&str> = served.iter().map(|(n, _)| n.as_str()).collect();
         let named = match body.is_empty() {
             true => Value::Null,
-            false => match serde_json::from_slice::<Value>(body) {
-                Ok(Value::Object(mut o)) => o.remove("model").unwrap_or(Value::Null),
-                _ => {
+            false => match named_model(body) {
+                Some(m) => m,
+                None => {
                     return refuse(
                         StatusCode::BAD_REQUEST,
                         format!(
@@ -378,15 +444,8 @@ impl Lanes {
             },
             Value::Null => {
                 let default = self.default.lock().expect("default").clone();
-                match served
-                    .iter()
-                    .find(|(_, d)| Some(&d.model) == default.as_ref())
-                {
+                match served.iter().find(|(_, d)| Some(d.model()) == default) {
                     Some((_, d)) => Pick::Lane(d.clone()),
-                    // A load balancer's probe: the front door answers for them all.
-                    None if path == "/health" => {
-                        Pick::Answer(StatusCode::OK, json!({"status": "ok", "models": names}))
-                    }
                     None => refuse(
                         StatusCode::BAD_REQUEST,
                         format!(
@@ -412,6 +471,21 @@ impl Lanes {
     }
 }
 
+/// The `model` a JSON object names (`null` when none), reading nothing else of it into
+/// memory: a body may be tens of megabytes of prompt. None: the body is no JSON object.
+fn named_model(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(default)]
+        model: Value,
+    }
+    // A struct reads a JSON array too, field by field: only an object names a model.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice::<Named>(body).ok().map(|n| n.model)
+}
+
 /// An OpenAI-style error that lists the models.
 fn refuse(status: StatusCode, message: String, code: &str, models: &[&str]) -> Pick {
     Pick::Answer(
@@ -429,7 +503,7 @@ fn listing(served: &[(String, Arc<Door>)]) -> Value {
         .map(|(name, d)| {
             let p = d.production();
             let waiting = d.table.counts().0;
-            let state = ModelState::of(&d.table.route(), d.demand.load(), waiting).as_str();
+            let state = ModelState::of(d, waiting).as_str();
             json!({
                 "id": name, "object": "model", "created": 0, "owned_by": "sparkctl",
                 "sparkctl": {
@@ -440,4 +514,25 @@ fn listing(served: &[(String, Arc<Door>)]) -> Value {
         })
         .collect();
     json!({"object": "list", "data": data})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_objects_model_is_read() {
+        let prompt = "x".repeat(1 << 20);
+        let body = json!({"messages": [{"role": "user", "content": prompt}], "model": "coder"});
+        assert_eq!(
+            named_model(body.to_string().as_bytes()),
+            Some(json!("coder"))
+        );
+        assert_eq!(named_model(b" {\"stream\": true}"), Some(Value::Null));
+        assert_eq!(named_model(b"{\"model\": 7}"), Some(json!(7)));
+        // An array would fill a struct's fields in order: no model.
+        assert_eq!(named_model(b"[\"coder\"]"), None);
+        assert_eq!(named_model(b"model=coder"), None);
+        assert_eq!(named_model(b"{\"model\": \"coder\""), None);
+    }
 }

@@ -373,7 +373,8 @@ impl Live {
                 let v = match g.outcome {
                     GateOutcome::Pass => 1,
                     GateOutcome::Fail => 0,
-                    GateOutcome::Inconclusive => -1,
+                    // Live gates judge production itself: none is ever "not applied".
+                    GateOutcome::Inconclusive | GateOutcome::NotApplied => -1,
                 };
                 let _ = writeln!(out, "sparkctl_frontdoor_live_gate{{upstream=\"{}\",deployment=\"{id}\",gate=\"{}\"}} {v}", w.recipe, g.gate);
             }

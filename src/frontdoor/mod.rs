@@ -28,6 +28,7 @@ pub(crate) mod lanes;
 pub(crate) mod live;
 pub(crate) mod metered;
 pub(crate) mod metrics;
+pub(crate) mod origin;
 pub(crate) mod page;
 pub(crate) mod proxy;
 pub(crate) mod quality;
@@ -36,6 +37,7 @@ pub(crate) mod rollout;
 pub(crate) mod route;
 pub(crate) mod serve;
 pub(crate) mod supervisor;
+pub(crate) mod turns;
 pub(crate) mod unit;
 
 use std::path::PathBuf;
@@ -83,6 +85,8 @@ pub(crate) struct Config {
     /// The names as `SPARKCTL_FRONTDOOR_NAMES` gives them: what a unit file passes on.
     #[serde(skip)]
     pub(crate) names_set: Vec<String>,
+    /// The web pages that may call the API beside the door's own (`origin`).
+    pub(crate) origins: origin::Origins,
     /// How long a client may leave an answer unread before its connection is closed: a
     /// client that stops reading would otherwise hold its connection, its upstream stream
     /// and their buffers for ever.
@@ -180,6 +184,7 @@ impl Config {
         Ok(Config {
             names: hosts::configured_names(&door.names, &door.host),
             names_set: door.names.clone(),
+            origins: origin::Origins::new(&door.origins),
             host: door.host.clone(),
             port,
             hold: door.hold,
@@ -254,14 +259,18 @@ pub(crate) struct SwitchReport {
     pub(crate) replaced: Option<Upstream>,
     /// Its requests still in flight when the drain gave up (0: all finished).
     pub(crate) left_in_flight: usize,
+    /// The model the lane serves after the switch (another when the switch renamed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
 }
 
 /// One model's lane through the serve process: its table, its hold, its production (in the
 /// book all models share), and what they share (`Shared`: settings, metrics, the page).
 pub(crate) struct Door {
     shared: Arc<Shared>,
-    /// The model this lane serves (`crate::models`; `""`: the unnamed one).
-    pub(crate) model: String,
+    /// The model this lane serves (`crate::models`; `""`: the unnamed one). It changes
+    /// when one model's lane is taken by another model's recipe (`Door::switch`).
+    model: Mutex<String>,
     pub(crate) table: Table,
     /// Whether its server is loaded, starting on demand, or unloaded.
     pub(crate) demand: demand::Demand,
@@ -293,12 +302,25 @@ impl Door {
         Door {
             table: Table::new(route, shared.config.queue),
             demand: demand::Demand::new(load),
-            model: model.to_string(),
+            model: Mutex::new(model.to_string()),
             held_by: Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
             rollout: Arc::default(),
             shared,
         }
+    }
+
+    /// A request for this model: an unloaded server's watch is woken to start it, and once
+    /// a failed start's back-off is over the request waits for the next attempt (during
+    /// it, the request is refused at once with the failure).
+    pub(crate) fn want(&self) {
+        if !self.demand.unloaded() {
+            return;
+        }
+        if !self.demand.backing_off() {
+            self.table.clear_failure();
+        }
+        self.demand.wanted(self.table.counts().0 == 0);
     }
 
     /// Whether a command that asked for the hold in force still runs.
@@ -309,25 +331,57 @@ impl Door {
             .is_some_and(|p| p.alive())
     }
 
+    /// The model this lane serves now.
+    pub(crate) fn model(&self) -> String {
+        self.model.lock().expect("model").clone()
+    }
+
     pub(crate) fn production(&self) -> Production {
-        self.book.lock().expect("book").lane(&self.model)
+        self.book.lock().expect("book").lane(&self.model())
     }
 
     /// production.json with this model's production replaced by `new`.
     fn book_with(&self, new: Production) -> Production {
-        self.book.lock().expect("book").with_lane(&self.model, new)
+        self.book
+            .lock()
+            .expect("book")
+            .with_lane(&self.model(), new)
     }
 
     /// Makes `new` production: written first (a write that fails changes nothing), then new
     /// requests go to its upstream (or wait, if it has none), then the old upstream's
-    /// requests finish, for up to `drain`.
+    /// requests finish, for up to `drain`. A `new` that names another model takes this
+    /// lane under that name (one model served, replaced by another model's recipe) — unless
+    /// another lane serves that model.
     pub(crate) async fn switch(&self, new: Production, drain: Duration) -> Result<SwitchReport> {
         let changing = self.changing.lock().await;
-        let book = self.book_with(new);
+        let lane = self.model();
+        let renamed = new.model.clone().filter(|m| *m != lane);
+        let book = match &renamed {
+            Some(to) => {
+                let book = self.book.lock().expect("book").clone();
+                if book.lane(to).current.is_some() {
+                    return Err(Error::Model(crate::error::ModelProblem::Taken {
+                        model: to.clone(),
+                    }));
+                }
+                book.with_lane_as(&lane, to, new)
+            }
+            None => self.book_with(new),
+        };
         crate::state::write_json_off_thread(self.state.production_file(), book.clone()).await?;
+        if let Some(to) = &renamed {
+            *self.model.lock().expect("model") = to.clone();
+            if let Some(lanes) = self.lanes() {
+                lanes.renamed(&lane, to);
+            }
+            say!("model {}: now served as {to}", crate::models::shown(&lane));
+        }
         let old = self.route_to(book);
         drop(changing);
-        Ok(self.drain_after(old, drain).await)
+        let mut report = self.drain_after(old, drain).await;
+        report.model = Some(self.model());
+        Ok(report)
     }
 
     /// Switches and holds so far (see `recover_to`).
@@ -368,7 +422,7 @@ impl Door {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.held_by.lock().expect("held_by") = None;
-        let route = match book.lane(&self.model).serving() {
+        let route = match book.lane(&self.model()).serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,
         };
@@ -402,6 +456,7 @@ impl Door {
         SwitchReport {
             replaced,
             left_in_flight,
+            model: None,
         }
     }
 
@@ -412,6 +467,37 @@ impl Door {
         crate::state::write_json_off_thread(self.state.production_file(), book.clone()).await?;
         *self.book.lock().expect("book") = book;
         Ok(())
+    }
+
+    /// Starts `asking`'s rollout on this model's traffic, its candidate written into the
+    /// book first (every memory plan then counts it as production).
+    pub(crate) async fn start_rollout(
+        &self,
+        asking: rollout::Asking,
+    ) -> Result<rollout::RolloutStatus> {
+        let mut p = self.production();
+        p.candidate = Some(crate::production::Candidate {
+            upstream: asking.candidate.clone(),
+            owner: asking.owner,
+        });
+        self.update(p).await?;
+        Ok(self.rollout.start(asking))
+    }
+
+    /// Ends the rollout (`rollout::Slot::end`) and takes its candidate out of the book.
+    pub(crate) async fn end_rollout(&self) -> Result<Option<rollout::RolloutStatus>> {
+        let ended = self.rollout.end(self.config.drain).await;
+        self.forget_candidate().await?;
+        Ok(ended)
+    }
+
+    /// The book names no candidate of this model's any more.
+    pub(crate) async fn forget_candidate(&self) -> Result<()> {
+        let mut p = self.production();
+        if p.candidate.take().is_none() {
+            return Ok(());
+        }
+        self.update(p).await
     }
 
     /// New requests wait (a swap, a restart) until the next switch; the requests in flight

@@ -26,6 +26,8 @@ use super::metrics::Totals;
 use super::Door;
 use crate::state::StateDir;
 
+mod link;
+
 /// Where the page lives on the production port.
 pub(crate) const PREFIX: &str = "/_sparkctl";
 /// How often the charts' series take a point.
@@ -129,11 +131,13 @@ impl Series {
     }
 }
 
-/// The page's state: whether it is served, and the charts' series.
+/// The page's state: whether it is served, the charts' series, and the signer of its
+/// report links.
 pub(crate) struct Page {
     /// `SPARKCTL_FRONTDOOR_PAGE=off` neither samples nor serves (to measure its cost).
     pub(crate) enabled: bool,
     series: Mutex<Series>,
+    links: Arc<link::Signer>,
 }
 
 impl Page {
@@ -141,6 +145,7 @@ impl Page {
         Page {
             enabled,
             series: Mutex::default(),
+            links: Arc::new(link::Signer::new()),
         }
     }
 
@@ -194,7 +199,8 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 
 /// Answers a request for one of the page's paths. `authorized`: the door has no API key,
 /// or the request carries it. Without it the page comes as an empty shell (401) that asks
-/// for the key and fetches its data with it; data and reports are refused.
+/// for the key and fetches its data with it; data is refused, and a report unless its link
+/// carries its token (`link`: the data gives the links, so only to those with the key).
 /// `door`: the default model's lane; `models`: every lane's status (the page is handed
 /// them, not the lanes, which own it).
 pub(crate) async fn respond(
@@ -220,6 +226,18 @@ pub(crate) async fn respond(
             Ok(d) => reply(StatusCode::OK, "text/html; charset=utf-8", html(&d)),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
+        (r, _) if r.starts_with("/report/") => {
+            let (run, token) = r["/report/".len()..]
+                .split_once('/')
+                .unwrap_or((&r["/report/".len()..], ""));
+            match authorized || door.page.links.opens(run, token) {
+                true => report(&door.state, run).await,
+                false => error(
+                    StatusCode::UNAUTHORIZED,
+                    "this front door needs `Authorization: Bearer <key>` (or the report's link from the page)",
+                ),
+            }
+        }
         (_, false) => error(
             StatusCode::UNAUTHORIZED,
             "this front door needs `Authorization: Bearer <key>`",
@@ -228,7 +246,6 @@ pub(crate) async fn respond(
             Ok(d) => reply(StatusCode::OK, "application/json", d.to_string()),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
-        (r, true) if r.starts_with("/report/") => report(&door.state, &r["/report/".len()..]).await,
         _ => error(
             StatusCode::NOT_FOUND,
             "not a page of the front door's (/_sparkctl/ is)",
@@ -248,9 +265,9 @@ fn html(data: &Value) -> String {
 async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
     let status = door.status();
     let points = door.page.points();
-    let state = door.state.clone();
+    let (state, links) = (door.state.clone(), door.page.links.clone());
     let (runs, jobs, events) =
-        tokio::task::spawn_blocking(move || (runs(&state), jobs(&state), events(&state)))
+        tokio::task::spawn_blocking(move || (runs(&state, &links), jobs(&state), events(&state)))
             .await
             .map_err(|e| format!("reading the state dir: {e}"))?;
     Ok(json!({
@@ -330,8 +347,8 @@ fn newest<T: DeserializeOwned>(dir: &Path, keep: impl Fn(&Path) -> bool, n: usiz
         .collect()
 }
 
-/// The newest run records, each with a link to its report.
-fn runs(state: &StateDir) -> Vec<Value> {
+/// The newest run records, each with a link to its report (signed: `link`).
+fn runs(state: &StateDir, links: &link::Signer) -> Vec<Value> {
     let dir = state.root().join("runs");
     newest::<RunView>(&dir, |p| state.is_run_record(p), RUNS)
         .into_iter()
@@ -340,7 +357,7 @@ fn runs(state: &StateDir) -> Vec<Value> {
                 .report
                 .as_deref()
                 .filter(|p| p.is_file())
-                .map(|_| format!("{PREFIX}/report/{}", r.run_id));
+                .map(|_| links.path(PREFIX, &r.run_id));
             json!({
                 "run_id": r.run_id, "command": r.command, "recipe": r.recipe,
                 "outcome": r.outcome, "started_at": r.started_at,
@@ -418,6 +435,11 @@ async fn report(state: &StateDir, run: &str) -> Response<Full<Bytes>> {
             r.headers_mut().insert(
                 CONTENT_SECURITY_POLICY,
                 HeaderValue::from_static(REPORT_CSP),
+            );
+            // Its address holds its token: never sent on from it.
+            r.headers_mut().insert(
+                hyper::header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
             );
             r
         }

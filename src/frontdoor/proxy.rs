@@ -24,6 +24,7 @@ use super::lanes::{Lanes, Pick};
 use super::live::Live;
 use super::metered::{Judging, Metered, Side};
 use super::metrics::{Event, Metrics};
+use super::origin;
 use super::quality::{Answer, Verdict};
 use super::reading::Reading;
 use super::rollout::Way;
@@ -180,9 +181,9 @@ fn authorized(proxy: &Proxy, headers: &HeaderMap) -> bool {
 }
 
 async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
-    let arrived = Instant::now();
+    let config = &proxy.lanes.shared.config;
     // Not the door's: another host's name (a rebound page), a target that is no path.
-    if let Some(why) = super::hosts::check(&req, &proxy.lanes.shared.config.names) {
+    if let Some(why) = super::hosts::check(&req, &config.names) {
         return error(why.status(), &why.message());
     }
     let path = req.uri().path().to_string();
@@ -194,15 +195,65 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         let page = super::page::respond(&lanes.primary(), models, &path, authorized).await;
         return page.map(|b| b.map_err(|never| match never {}).boxed());
     }
-    if path != "/health" && !authorized {
+    // A probe, answered here from the lanes' state: it reads no body, needs no key, and
+    // starts, wakes or counts as use of no model.
+    if path == "/health" {
+        return health(proxy, req.method());
+    }
+    let caller = origin::caller(req.headers(), &config.origins);
+    if origin::preflight(req.method(), req.headers()) {
+        let (status, headers) = origin::preflight_answer(&caller, req.headers());
+        let mut r = text(status, String::new());
+        r.headers_mut().extend(headers);
+        return r;
+    }
+    if let origin::Caller::Foreign(from) = &caller {
+        return error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "a web page ({from}) may not call this front door; an origin of your own goes \
+                 in SPARKCTL_FRONTDOOR_ORIGINS"
+            ),
+        );
+    }
+    if !authorized {
         return error(
             StatusCode::UNAUTHORIZED,
             "this front door needs `Authorization: Bearer <key>`",
         );
     }
-    if path == "/metrics" {
-        return metrics_page(proxy);
+    let mut r = match path.as_str() {
+        "/metrics" => metrics_page(proxy),
+        _ => proxied(proxy, req).await,
+    };
+    origin::allow(&caller, r.headers_mut());
+    r
+}
+
+/// `/health`: 200 while the model a request naming none goes to serves or may be started
+/// (`Lanes::ready`), else 503; GET and HEAD only, and nothing of recipes or deployments.
+fn health(proxy: &Proxy, method: &hyper::Method) -> Response<ProxyBody> {
+    if method != hyper::Method::GET && method != hyper::Method::HEAD {
+        let mut r = error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "/health is GET or HEAD; it reads no body",
+        );
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
     }
+    match proxy.lanes.ready() {
+        true => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+        false => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"status": "unavailable"}),
+        ),
+    }
+}
+
+/// A request for a model's server, from its body on.
+async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+    let arrived = Instant::now();
     let (parts, body) = req.into_parts();
     let body = match proxy.bodies.read(&parts.headers, body).await {
         Ok(b) => b,
@@ -216,7 +267,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         Pick::Answer(status, v) => return json(status, &v),
     };
     // Its model's server unloaded: its watch starts it while the request waits.
-    door.demand.wanted();
+    door.want();
     let queued = Instant::now();
     let asked = proxy
         .live
@@ -264,9 +315,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         match forward(proxy, &lease.upstream, &parts, &forward_path, &body.bytes).await {
             Ok(resp) => {
                 drop(body);
-                let model = match door.model.as_str() {
-                    crate::models::UNNAMED => lease.upstream.recipe.clone(),
-                    m => m.to_string(),
+                let model = match door.model() {
+                    m if m == crate::models::UNNAMED => lease.upstream.recipe.clone(),
+                    m => m,
                 };
                 proxy.metrics.waited(&model, waited.as_secs_f64());
                 let upstream = lease.upstream.clone();
@@ -376,6 +427,19 @@ async fn meet_rollout(
 
 /// No upstream for a request: 503, to be tried again.
 fn no_upstream(why: Refusal) -> Response<ProxyBody> {
+    if let Refusal::StartFailed(f) = &why {
+        let body = serde_json::json!({"error": {
+            "message": format!(
+                "its model's server was started for it and did not start: {}", f.reason
+            ),
+            "type": "sparkctl_frontdoor", "code": 503, "kind": f.kind, "attempts": f.attempts,
+        }});
+        let mut r = json(StatusCode::SERVICE_UNAVAILABLE, &body);
+        let after = f.retry_in().as_secs().max(1);
+        r.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from(after));
+        return r;
+    }
     let reason = match why {
         Refusal::QueueFull => {
             "too many requests are waiting for a backend (production is being switched or restarted)"
@@ -386,6 +450,7 @@ fn no_upstream(why: Refusal) -> Response<ProxyBody> {
         Refusal::Offline => {
             "there is no production behind this front door (`sparkctl rollback --to NAME` or `sparkctl up NAME` sets one)"
         }
+        Refusal::StartFailed(_) => unreachable!("answered above"),
     };
     let mut r = error(StatusCode::SERVICE_UNAVAILABLE, reason);
     r.headers_mut()
@@ -435,7 +500,9 @@ fn never_taken(e: &hyper_util::client::legacy::Error) -> bool {
 fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
     for (name, value) in from {
         let n = name.as_str();
-        if HOP_BY_HOP.contains(&n) || (drop_auth && name == hyper::header::AUTHORIZATION) {
+        // CORS is the door's (`origin`), in either direction.
+        let dropped = HOP_BY_HOP.contains(&n) || origin::is_cors(name);
+        if dropped || (drop_auth && name == hyper::header::AUTHORIZATION) {
             continue;
         }
         to.append(name.clone(), value.clone());

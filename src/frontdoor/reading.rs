@@ -14,6 +14,8 @@ use super::quality::{Answer, Delta, Verdict};
 
 /// The most of a whole (not streamed) answer kept to judge it; a larger one is not judged.
 const WHOLE_LIMIT: usize = 1 << 20;
+/// Bytes of an error event kept as the answer's fault.
+const EVENT_KEPT: usize = 1024;
 
 enum Form {
     Stream(crate::bench::sse::Parser),
@@ -104,7 +106,14 @@ impl Reading {
                 continue;
             };
             if self.answer.is_some() && chunk.error.is_some() {
-                self.failed = Some(format!("an error event: {event}"));
+                // Its start says what went wrong; the whole of it (a server may send
+                // megabytes) would be kept in every window and record that keeps the fault.
+                let mut cut = event.len().min(EVENT_KEPT);
+                while !event.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                let more = if cut < event.len() { "…" } else { "" };
+                self.failed = Some(format!("an error event: {}{more}", &event[..cut]));
             }
             let bears = chunk.choices.first().is_some_and(ChunkChoice::bears_token);
             let n = match bears {
@@ -197,5 +206,31 @@ impl Reading {
             (None, true) => Some(answer.end()),
             (None, false) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontdoor::quality::Asked;
+
+    #[test]
+    fn an_error_event_is_kept_by_its_start_only() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            "text/event-stream".parse().unwrap(),
+        );
+        let arrived = Instant::now();
+        let mut r = Reading::new(&headers, Some(Answer::new(Asked::default(), arrived)));
+        let event = format!(
+            "data: {{\"error\":{{\"message\":\"{}\"}}}}\n\n",
+            "é".repeat(1 << 19)
+        );
+        r.feed(&Bytes::from(event), Instant::now());
+        r.ended();
+        let why = r.verdict(arrived).unwrap().error.unwrap();
+        assert!(why.starts_with("an error event: {\"error\""), "{why:.80}");
+        assert!(why.len() <= EVENT_KEPT + 64, "{} bytes kept", why.len());
     }
 }

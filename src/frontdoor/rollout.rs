@@ -26,6 +26,9 @@ use crate::rollout::{analysis, Judgement, Mode, Sample, Spec, Tally};
 /// counted) rather than queued: a slow candidate never holds production's resources.
 const COPIES_IN_FLIGHT: usize = 64;
 
+/// Characters kept of an answer's start, or of what was wrong with it, for the evidence.
+const KEPT_CHARS: usize = 240;
+
 /// What `POST /rollout` asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Asking {
@@ -208,7 +211,7 @@ impl Rollout {
         t.answer(
             true,
             Sample {
-                fault: Some(format!("failed before its first byte: {why}")),
+                fault: Some(kept(&format!("failed before its first byte: {why}"))),
                 ttft_ms: None,
                 itl_ms: None,
                 text: None,
@@ -353,11 +356,29 @@ impl PairSlot {
     }
 }
 
+/// `text` as the evidence keeps it (the run record, `status`, the page): secrets replaced
+/// as a capture replaces them, control characters escaped, at most `KEPT_CHARS`
+/// characters and a mark where it was cut. Scrubbed over a window a little wider than
+/// what is kept: a megabyte of error event costs no more than its start.
+fn kept(text: &str) -> String {
+    let window = text
+        .char_indices()
+        .nth(4 * KEPT_CHARS)
+        .map_or(text.len(), |(i, _)| i);
+    let clean = super::quality::escape(&crate::secrets::scrub(&text[..window], None));
+    let mut out: String = clean.chars().take(KEPT_CHARS).collect();
+    if out.len() < clean.len() || window < text.len() {
+        out.push('…');
+    }
+    out
+}
+
 /// One answer, as the rollout's analysis compares it: its fault is what the server did
 /// wrong (an answer cut by the client's max_tokens, or written in markdown, is the request's
-/// doing as much as the server's).
+/// doing as much as the server's). What it keeps of the answer and of its fault is
+/// scrubbed and bounded (`kept`).
 fn sample(v: &Verdict) -> Sample {
-    let fault = v.error.clone().or_else(|| {
+    let fault = v.error.as_deref().map(kept).or_else(|| {
         v.checks
             .iter()
             .filter(|(c, _)| !matches!(c, Check::Finished | Check::NoMarkdown))
@@ -368,10 +389,7 @@ fn sample(v: &Verdict) -> Sample {
         fault,
         ttft_ms: v.ttft_ms,
         itl_ms: v.tpot_ms,
-        text: v.text.as_deref().map(|t| {
-            let cut = t.char_indices().nth(240).map_or(t.len(), |(i, _)| i);
-            super::quality::escape(&t[..cut])
-        }),
+        text: v.text.as_deref().map(kept),
     }
 }
 
@@ -392,24 +410,35 @@ fn pair(production: &Verdict, candidate: &Verdict, greedy: bool) -> Pair {
 
 /// A model's rollout slot in its lane.
 #[derive(Default)]
-pub(crate) struct Slot(Mutex<Option<Arc<Rollout>>>);
+pub(crate) struct Slot {
+    now: Mutex<Option<Arc<Rollout>>>,
+    /// Rollouts whose `up` died without ending them (SIGKILL): their candidates, for the
+    /// model's watch to stop — nobody else would, and every memory plan counts them.
+    orphans: Mutex<Vec<Arc<Rollout>>>,
+    /// Told when an orphan is left.
+    pub(crate) orphaned: tokio::sync::Notify,
+}
 
 impl Slot {
     pub(crate) fn get(&self) -> Option<Arc<Rollout>> {
-        self.0.lock().expect("rollout slot").clone()
+        self.now.lock().expect("rollout slot").clone()
     }
 
-    /// Starts `asking`'s rollout in place of any other; it ends when its owner does.
+    /// Starts `asking`'s rollout in place of any other; it ends when its owner does, and
+    /// its candidate is then left to the watch to stop.
     pub(crate) fn start(self: &Arc<Self>, asking: Asking) -> RolloutStatus {
         let owner = asking.owner;
         let r = Arc::new(Rollout::new(asking));
-        *self.0.lock().expect("rollout slot") = Some(r.clone());
+        *self.now.lock().expect("rollout slot") = Some(r.clone());
         if let Some(owner) = owner {
             let (slot, mine) = (Arc::downgrade(self), Arc::downgrade(&r));
             tokio::spawn(async move {
                 owner.ended().await;
                 if let (Some(slot), Some(mine)) = (slot.upgrade(), mine.upgrade()) {
-                    slot.end_if(&mine);
+                    if slot.end_if(&mine) {
+                        slot.orphans.lock().expect("orphans").push(mine);
+                        slot.orphaned.notify_one();
+                    }
                 }
             });
         }
@@ -420,15 +449,67 @@ impl Slot {
     /// it is sending finish (for up to `drain`) before this returns, so stopping it next cuts
     /// no client's answer. Its last status.
     pub(crate) async fn end(&self, drain: Duration) -> Option<RolloutStatus> {
-        let r = self.0.lock().expect("rollout slot").take()?;
+        let r = self.now.lock().expect("rollout slot").take()?;
         r.drain(drain).await;
         Some(r.status())
     }
 
-    fn end_if(&self, r: &Arc<Rollout>) {
-        let mut s = self.0.lock().expect("rollout slot");
-        if s.as_ref().is_some_and(|now| Arc::ptr_eq(now, r)) {
+    /// The candidates of rollouts whose owner died, once their canary answers finished
+    /// (for up to `drain`): to be stopped.
+    pub(crate) async fn orphans(&self, drain: Duration) -> Vec<Upstream> {
+        let gone = std::mem::take(&mut *self.orphans.lock().expect("orphans"));
+        let mut out = Vec::new();
+        for r in gone {
+            r.drain(drain).await;
+            out.push(r.candidate.clone());
+        }
+        out
+    }
+
+    /// Ends `r` if it is the rollout running; whether it was.
+    fn end_if(&self, r: &Arc<Rollout>) -> bool {
+        let mut s = self.now.lock().expect("rollout slot");
+        let ended = s.as_ref().is_some_and(|now| Arc::ptr_eq(now, r));
+        if ended {
             *s = None;
         }
+        ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "sk-live-0123456789abcdefghij";
+
+    /// An answer that quotes a secret, ended by a server's error event of a megabyte.
+    fn verdict() -> Verdict {
+        let event = format!("{{\"error\":{{\"message\":\"{}\"}}}}", "x".repeat(1 << 20));
+        let mut v = Verdict::failed(Instant::now(), format!("an error event: {event} {SECRET}"));
+        v.text = Some(format!(
+            "Your key is {SECRET}, and Bearer abcdef123456 too. {}",
+            "y".repeat(5000)
+        ));
+        v
+    }
+
+    #[test]
+    fn kept_evidence_is_scrubbed_and_bounded() {
+        let s = sample(&verdict());
+        let (text, fault) = (s.text.unwrap(), s.fault.unwrap());
+        for kept in [&text, &fault] {
+            assert!(
+                !kept.contains(SECRET) && !kept.contains("abcdef123456"),
+                "{kept}"
+            );
+            assert!(
+                kept.chars().count() <= KEPT_CHARS + 1,
+                "{} chars",
+                kept.chars().count()
+            );
+        }
+        assert!(text.starts_with("Your key is <redacted>"), "{text}");
+        assert!(fault.starts_with("an error event: {"), "{fault}");
     }
 }

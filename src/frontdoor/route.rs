@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::demand::StartFailed;
 pub(crate) use crate::production::Upstream;
 
 /// What the table says now.
@@ -25,7 +26,7 @@ pub(crate) enum Route {
 }
 
 /// Why a request got no upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Refusal {
     /// Too many requests already waiting.
     QueueFull,
@@ -33,12 +34,18 @@ pub(crate) enum Refusal {
     TimedOut,
     /// There is no production.
     Offline,
+    /// Its model's server was started for it and did not start: told at once, not after
+    /// the hold.
+    StartFailed(Arc<StartFailed>),
 }
 
 /// The routing table, shared by the proxy, the control API and the watch.
 #[derive(Clone)]
 pub(crate) struct Table {
     route: watch::Sender<Route>,
+    /// A start on demand that failed: waiting and new requests are refused with it until
+    /// it is cleared (the back-off ends and a request asks again, or a start serves).
+    failed: watch::Sender<Option<Arc<StartFailed>>>,
     inner: Arc<Mutex<Counts>>,
     max_waiting: usize,
 }
@@ -93,6 +100,7 @@ impl Table {
     pub(crate) fn new(route: Route, max_waiting: usize) -> Table {
         Table {
             route: watch::Sender::new(route),
+            failed: watch::Sender::new(None),
             inner: Arc::new(Mutex::new(Counts {
                 waiting: 0,
                 last: std::time::Instant::now(),
@@ -110,6 +118,17 @@ impl Table {
     /// Sends new requests to `route` from now on; returns what it replaced.
     pub(crate) fn set(&self, route: Route) -> Route {
         self.route.send_replace(route)
+    }
+
+    /// Its model's start failed: the requests waiting and those that come are refused with
+    /// `why` until `clear_failure`.
+    pub(crate) fn fail(&self, why: Arc<StartFailed>) {
+        self.failed.send_replace(Some(why));
+    }
+
+    /// Requests wait for a start again.
+    pub(crate) fn clear_failure(&self) {
+        self.failed.send_if_modified(|f| f.take().is_some());
     }
 
     /// `u` failed a request it had taken: new requests wait for the watch's look.
@@ -146,6 +165,7 @@ impl Table {
             _ => None,
         };
         let mut rx = self.route.subscribe();
+        let mut failed = self.failed.subscribe();
         match &*rx.borrow_and_update() {
             Route::Offline => return Err(Refusal::Offline),
             r => {
@@ -153,6 +173,9 @@ impl Table {
                     return Ok(self.claim(u));
                 }
             }
+        }
+        if let Some(why) = failed.borrow_and_update().clone() {
+            return Err(Refusal::StartFailed(why));
         }
         {
             let mut c = self.inner.lock().expect("route counts");
@@ -172,7 +195,14 @@ impl Table {
                 if let Some(u) = usable(&route) {
                     return Ok(u);
                 }
-                if rx.changed().await.is_err() {
+                if let Some(why) = failed.borrow_and_update().clone() {
+                    return Err(Refusal::StartFailed(why));
+                }
+                let changed = tokio::select! {
+                    r = rx.changed() => r,
+                    r = failed.changed() => r,
+                };
+                if changed.is_err() {
                     return Err(Refusal::TimedOut);
                 }
             }

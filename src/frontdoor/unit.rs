@@ -67,6 +67,10 @@ pub(crate) fn text(state: &StateDir, config: &Config, launch: &Launch) -> String
             config.names_set.join(",")
         ));
     }
+    let origins = config.origins.listed();
+    if !origins.is_empty() {
+        env.push(format!("SPARKCTL_FRONTDOOR_ORIGINS={}", origins.join(",")));
+    }
     if let Some(f) = &config.api_key_file {
         env.push(format!("SPARKCTL_FRONTDOOR_API_KEY_FILE={}", f.display()));
     }

@@ -125,14 +125,46 @@ fn is_default(l: &LoadedRecipe) -> bool {
     crate::recipe::serve::is_default(&l.recipe)
 }
 
-/// The file once `recipe` is `model`'s production: what `up` and `rollback` check before
-/// they change anything.
-pub(crate) fn with_production(file: &Production, model: &str, recipe: &str) -> Production {
-    let mut lane = file.lane(model);
-    if let Some(old) = lane.current.take() {
-        lane.previous.push(old);
+/// The lane a flow that makes `loaded` production changes: its own model's, unless one
+/// model is served and serving several was not chosen — then that one's, in its place
+/// (the lane takes `loaded`'s model at the switch, so `rollback` brings the old one back).
+/// Several are chosen by `add` (`--add-model`), by a `serve` section in `loaded` or in a
+/// production's recipe, or by two models served already.
+pub(crate) fn landing(
+    file: &Production,
+    recipes: &RecipeSet,
+    loaded: &LoadedRecipe,
+    add: bool,
+) -> String {
+    let own = of(&loaded.recipe);
+    let served = served(file);
+    if add || loaded.recipe.serve.is_some() || served.values().any(|m| *m == own) {
+        return own;
     }
-    lane.current = Some(Entry {
+    let productions: Vec<(&String, String)> = (served.values())
+        .filter_map(|m| Some((m, file.lane(m).current?.recipe)))
+        .collect();
+    let chosen =
+        (productions.iter()).any(|(_, r)| recipes.get(r).is_ok_and(|l| l.recipe.serve.is_some()));
+    match productions.as_slice() {
+        [(only, _)] if !chosen => (*only).clone(),
+        _ => own,
+    }
+}
+
+/// The file once `recipe` (serving `model`) is production in `lane`: what `up` and
+/// `rollback` check before they change anything.
+pub(crate) fn with_production(
+    file: &Production,
+    lane: &str,
+    model: &str,
+    recipe: &str,
+) -> Production {
+    let mut next = file.lane(lane);
+    if let Some(old) = next.current.take() {
+        next.previous.push(old);
+    }
+    next.current = Some(Entry {
         recipe: recipe.to_string(),
         since: String::new(),
         run_id: None,
@@ -141,7 +173,7 @@ pub(crate) fn with_production(file: &Production, model: &str, recipe: &str) -> P
         image: None,
         pin_move: None,
     });
-    file.with_lane(model, lane)
+    file.with_lane_as(lane, model, next)
 }
 
 /// Every model's production is a recipe that still names that model, no two productions
@@ -185,7 +217,8 @@ pub(crate) fn check(file: &Production, recipes: &RecipeSet) -> Result<()> {
     Ok(())
 }
 
-fn shown(model: &str) -> String {
+/// A model as a user reads it.
+pub(crate) fn shown(model: &str) -> String {
     match model {
         UNNAMED => "(none: the unnamed model)".to_string(),
         m => format!("`{m}`"),
@@ -217,9 +250,13 @@ pub(crate) fn refuse_stopping_others(
         settle(&mut file, &recipes);
     }
     let own = of(&loaded.recipe);
+    // A candidate under a rollout is no model's to stop either, its own model's included.
+    let on_trial =
+        (file.lanes().into_iter()).filter_map(|(m, p)| Some((m, p.candidate?.upstream.recipe)));
     let others: Vec<String> = (file.lanes().into_iter())
         .filter(|(m, _)| *m != own)
         .filter_map(|(m, p)| Some((m, p.current?.recipe)))
+        .chain(on_trial)
         .filter(|(_, r)| memory.must_stop.contains(r))
         .map(|(m, r)| match m.as_str() {
             UNNAMED => format!("{r} (the unnamed model)"),
@@ -236,19 +273,20 @@ pub(crate) fn refuse_stopping_others(
     })
 }
 
-/// The model `rollback` acts on: `--to`'s, which `--model` (when given too) must be; or
-/// `--model`'s; or the only one served.
+/// The model `rollback` acts on: `--to`'s (where it lands: `landing`), which `--model`
+/// (when given too) must be; or `--model`'s; or the only one served.
 pub(crate) fn of_rollback(
     state: &crate::state::StateDir,
     recipes: &RecipeSet,
     to: Option<&str>,
     model: Option<&str>,
+    add: bool,
 ) -> Result<String> {
     let file = book(state, recipes);
     let named = model.map(|m| named(&file, m)).transpose()?;
     match (to, named) {
         (Some(to), named) => {
-            let own = of(&recipes.get(to)?.recipe);
+            let own = landing(&file, recipes, recipes.get(to)?, add);
             match named {
                 Some(m) if m != own => Err(Error::Model(ModelProblem::NotItsModel {
                     to: to.to_string(),

@@ -222,20 +222,33 @@ impl Recipe {
         })
     }
 
-    /// The host process a process recipe runs: `binary`, the engine's server module under
-    /// `python`, or `sparkctl sim` for a sim recipe with neither; then the same owned flags.
+    /// The program a process recipe runs, as the recipe writes it: `binary`, the engine's
+    /// server module under `python`, or `sparkctl sim` for a sim recipe with neither.
+    pub(crate) fn program(&self) -> Program<'_> {
+        match (
+            &self.binary,
+            &self.python,
+            self.engine.profile().python_module,
+        ) {
+            (Some(b), _, _) => Program::Binary(b),
+            (None, Some(python), Some(module)) => Program::Python { python, module },
+            // Only sim recipes may leave both out, and only engines with a server module
+            // take `python` (checked at load).
+            _ => Program::Sim,
+        }
+    }
+
+    /// The host process a process recipe runs (`program`), then the same owned flags.
     fn process_launch(&self, profile: &Profile, served: Option<&str>, self_exe: &str) -> Launch {
         let server = &self.server;
         let mut args = Vec::new();
-        let program = match (&self.binary, &self.python, profile.python_module) {
-            (Some(b), _, _) => expand_home(b),
-            (None, Some(python), Some(module)) => {
+        let program = match self.program() {
+            Program::Binary(b) => expand_home(b),
+            Program::Python { python, module } => {
                 args.extend(["-m".to_string(), module.to_string()]);
                 python_interpreter(&expand_home(python))
             }
-            // Only sim recipes may leave both out, and only engines with a server module
-            // take `python` (checked at load).
-            _ => {
+            Program::Sim => {
                 args.push("sim".to_string());
                 self_exe.to_string()
             }
@@ -254,6 +267,39 @@ impl Recipe {
             args,
             env: server.env.clone(),
             env_from_host: server.env_from_host.clone(),
+        }
+    }
+}
+
+/// What a process recipe runs before its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Program<'a> {
+    /// `binary:`, as written.
+    Binary(&'a str),
+    /// `python:` (a venv or an interpreter, as written) running the engine's server module.
+    Python {
+        python: &'a str,
+        module: &'static str,
+    },
+    /// The simulated engine of this very binary.
+    Sim,
+}
+
+impl std::fmt::Display for Program<'_> {
+    /// The command as people read it: `~/env/bin/python -m sglang.launch_server`, the
+    /// home not expanded (as `binary:` is shown).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Program::Binary(b) => f.write_str(b),
+            Program::Python { python, module } => {
+                let expanded = expand_home(python);
+                let interpreter = python_interpreter(&expanded);
+                match interpreter == expanded {
+                    true => write!(f, "{python} -m {module}"),
+                    false => write!(f, "{}/bin/python -m {module}", python.trim_end_matches('/')),
+                }
+            }
+            Program::Sim => f.write_str("sparkctl sim"),
         }
     }
 }
@@ -418,6 +464,16 @@ mod tests {
             "/no/such/env/bin/python"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+        let module = "sglang.launch_server";
+        for (python, shown) in [
+            ("~/env/", "~/env/bin/python -m sglang.launch_server"),
+            (
+                "/usr/bin/python3.12",
+                "/usr/bin/python3.12 -m sglang.launch_server",
+            ),
+        ] {
+            assert_eq!(Program::Python { python, module }.to_string(), shown);
+        }
     }
 
     /// `start --dry-run --json` and run records show the launch: its JSON is a contract.

@@ -147,6 +147,8 @@ pub(crate) struct DoorSettings {
     pub(crate) max_connections: Option<usize>,
     /// `SPARKCTL_FRONTDOOR_NAMES`, split at commas.
     pub(crate) names: Vec<String>,
+    /// `SPARKCTL_FRONTDOOR_ORIGINS`, split at commas.
+    pub(crate) origins: Vec<String>,
     pub(crate) send_timeout: Duration,
     /// `SPARKCTL_FRONTDOOR_API_KEY_FILE`.
     pub(crate) api_key_file: Option<PathBuf>,
@@ -240,6 +242,9 @@ impl DoorSettings {
             warm_grace: duration(WARM_GRACE, Duration::from_secs(600))?,
             max_connections: positive(FRONTDOOR_CONNECTIONS, "connections")?,
             names: var(FRONTDOOR_NAMES)
+                .map(|n| n.split(',').map(str::to_string).collect())
+                .unwrap_or_default(),
+            origins: var(FRONTDOOR_ORIGINS)
                 .map(|n| n.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
             send_timeout: duration(FRONTDOOR_SEND_TIMEOUT, Duration::from_secs(60))?,

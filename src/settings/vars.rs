@@ -24,6 +24,7 @@ pub(crate) const FRONTDOOR_DRAIN: &str = "SPARKCTL_FRONTDOOR_DRAIN";
 pub(crate) const WARM_GRACE: &str = "SPARKCTL_WARM_GRACE";
 pub(crate) const FRONTDOOR_CONNECTIONS: &str = "SPARKCTL_FRONTDOOR_CONNECTIONS";
 pub(crate) const FRONTDOOR_NAMES: &str = "SPARKCTL_FRONTDOOR_NAMES";
+pub(crate) const FRONTDOOR_ORIGINS: &str = "SPARKCTL_FRONTDOOR_ORIGINS";
 pub(crate) const FRONTDOOR_SEND_TIMEOUT: &str = "SPARKCTL_FRONTDOOR_SEND_TIMEOUT";
 pub(crate) const FRONTDOOR_API_KEY: &str = "SPARKCTL_FRONTDOOR_API_KEY";
 pub(crate) const FRONTDOOR_API_KEY_FILE: &str = "SPARKCTL_FRONTDOOR_API_KEY_FILE";
@@ -118,6 +119,11 @@ pub(crate) const VARS: &[Var] = &[
         name: FRONTDOOR_NAMES,
         default: "none (the machine's own name is always one)",
         meaning: "host names the front door answers to, comma-separated",
+    },
+    Var {
+        name: FRONTDOOR_ORIGINS,
+        default: "none (only the front door's own page)",
+        meaning: "web page origins (scheme://host:port) that may call the API, comma-separated",
     },
     Var {
         name: FRONTDOOR_SEND_TIMEOUT,

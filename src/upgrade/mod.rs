@@ -265,7 +265,7 @@ async fn conclude(
                     crate::units::short_digest(&old),
                     c.describe(None)
                 ));
-                let flow = SwitchContext::open(ctx, recipes, &[&name], false).await?;
+                let flow = SwitchContext::open(ctx, recipes, &[&name], false, false).await?;
                 bisect::run(&flow, &name, (&old, &note.new), c, progress).await
             }
             None => crate::history::BisectNote {
@@ -364,7 +364,7 @@ impl Run<'_> {
         pin: &crate::lock::Pin,
     ) -> Result<Report> {
         let ctx = self.ctx;
-        let flow = match SwitchContext::open(ctx, recipes, &[name], false).await {
+        let flow = match SwitchContext::open(ctx, recipes, &[name], false, false).await {
             Ok(f) => f,
             Err(e) => return self.ended(Outcome::Failed, e.to_string()),
         };

@@ -97,8 +97,11 @@ pub(super) async fn tell(n: &Notify, record: &RunRecord) -> Vec<String> {
 
 async fn webhook(url: &str, n: &Notify, doc: &Value) -> Result<String, String> {
     let (target, mut secrets) = resolve(url)?;
+    // Never redirected: a redirect would carry the URL's token and the headers to a host
+    // the recipe does not name.
     let client = reqwest::Client::builder()
         .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(n.timeout())
         .build()
         .map_err(|e| format!("HTTP client: {e}"))?;
@@ -110,6 +113,10 @@ async fn webhook(url: &str, n: &Notify, doc: &Value) -> Result<String, String> {
     }
     match req.send().await {
         Ok(resp) if resp.status().is_success() => Ok(format!("sent (HTTP {})", resp.status())),
+        Ok(resp) if resp.status().is_redirection() => Err(format!(
+            "it answered HTTP {}, a redirect, which is not followed (give the webhook's own URL)",
+            resp.status()
+        )),
         Ok(resp) => Err(format!("it answered HTTP {}", resp.status())),
         Err(e) if e.is_timeout() => Err(format!(
             "no answer within {}",
@@ -136,11 +143,18 @@ async fn command(argv: &[String], within: Duration, doc: &Value) -> Result<Strin
         .spawn()
         .map_err(|e| scrub(format!("cannot run it: {e}"), &secrets))?;
     let body = serde_json::to_vec(doc).expect("the document serializes");
-    if let Some(mut stdin) = child.stdin.take() {
-        // A program that does not read its stdin may close it: not a failure of ours.
-        let _ = stdin.write_all(&body).await;
-    }
-    match tokio::time::timeout(within, child.wait()).await {
+    let stdin = child.stdin.take();
+    // The write is inside the timeout: a program that never reads its stdin would hold a
+    // document larger than the pipe's buffer, and the upgrade with it, for ever.
+    let told = async {
+        if let Some(mut stdin) = stdin {
+            // A program that does not read its stdin may close it: not a failure of ours.
+            let _ = stdin.write_all(&body).await;
+            // Closed here: the end of the document for a program that reads to its end.
+        }
+        child.wait().await
+    };
+    match tokio::time::timeout(within, told).await {
         Ok(Ok(status)) if status.success() => Ok("told (exit 0)".into()),
         Ok(Ok(status)) => Err(format!("it ended with {status}")),
         Ok(Err(e)) => Err(format!("waiting for it: {e}")),
@@ -156,7 +170,79 @@ async fn command(argv: &[String], within: Duration, doc: &Value) -> Result<Strin
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use super::*;
+
+    /// A loopback listener that counts its connections and answers each with `answer`.
+    fn listener(answer: String) -> (String, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        std::thread::spawn(move || {
+            for mut conn in l.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let _ = conn.write_all(answer.as_bytes());
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_the_webhook_s_answer_and_is_never_followed() {
+        // SAFETY: a variable of this test's own name, set before anything reads it.
+        unsafe { std::env::set_var("NOTIFY_TEST_REDIRECT_TOKEN", "t0k3n") };
+        let (elsewhere, reached) = listener("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".into());
+        let (hook, _) = listener(format!(
+            "HTTP/1.1 302 Found\r\nLocation: {elsewhere}/stolen\r\nContent-Length: 0\r\n\r\n"
+        ));
+        let n = Notify {
+            webhook: Some(format!("{hook}/hook?key=${{NOTIFY_TEST_REDIRECT_TOKEN}}")),
+            headers: [(
+                "Authorization".to_string(),
+                "Bearer ${NOTIFY_TEST_REDIRECT_TOKEN}".to_string(),
+            )]
+            .into(),
+            ..Notify::default()
+        };
+        let said = webhook(
+            n.webhook.as_deref().unwrap(),
+            &n,
+            &json!({"event": "upgrade"}),
+        )
+        .await;
+        let e = said.unwrap_err();
+        assert!(e.contains("302"), "{e}");
+        assert!(!e.contains("t0k3n"), "{e}");
+        // The redirect's target never saw the token in the URL nor the header.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            0,
+            "the redirect was followed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_that_never_reads_its_stdin_is_stopped_at_the_timeout() {
+        // Far more than a pipe holds: the write blocks until the command reads or ends.
+        let doc = json!({"event": "upgrade", "padding": "x".repeat(4 << 20)});
+        let argv = ["sleep".to_string(), "600".to_string()];
+        let told = tokio::time::timeout(
+            Duration::from_secs(30),
+            command(&argv, Duration::from_secs(1), &doc),
+        )
+        .await
+        .expect("the notify command was not bounded by its timeout");
+        let e = told.unwrap_err();
+        assert!(e.starts_with("still running after 1s"), "{e}");
+    }
 
     #[test]
     fn references_resolve_at_send_time_and_stay_out_of_messages() {

@@ -158,10 +158,10 @@ fn a_candidate_that_fails_its_gates_is_rejected_by_gates_and_one_undecided_is_in
         said.contains("up leaky rejected: leaky did not pass: thinking_leak"),
         "{said}"
     );
-    // No production to compare with: a relative gate has no evidence.
+    // A goodput gate with no load run under an SLO has no evidence.
     deck.recipe(
         "unsure",
-        &candidate("--tokens, \"8\"", "    vs_production_ttft: \"<= 10%\"\n"),
+        &candidate("--tokens, \"8\"", "    goodput_rps: \">= 1\"\n"),
     );
     let said = fails_as(
         deck.sparkctl(&json(&["up", "unsure", "--yes"])),

@@ -2,7 +2,8 @@
 //! real front door behind an API key: a production that starts looping on live traffic
 //! (its `/health` green) is restarted and failed over with no client failing, and the
 //! page shows it — production, the warm instance, the TTFT / per-token / quality /
-//! request charts drawn from the door's own metrics, the runs with their reports, the log.
+//! request charts drawn from the door's own metrics, the runs with their reports (a click on
+//! one opens it in its own sandbox), the log.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{self, free_port, Deck, Ran};
+use crate::support::{self, cdp, free_port, Deck, Ran};
 
 const KEY: &str = "page-key-W4r9qTz1Lm";
 
@@ -230,7 +231,6 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
         html.contains("<html") && html.contains("prod"),
         "{html:.200}"
     );
-    assert_eq!(get(&deck, report, false).0, 401);
     // Path-checked: nothing but a run's report under the runs dir.
     for bad in [
         "/_sparkctl/report/../../production.json",
@@ -267,6 +267,7 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
         !dom.contains("src=\"http") && !dom.contains("href=\"http"),
         "no CDN"
     );
+    report_opened_from_the_page(&deck, &url, report);
     // Without the key, the browser gets the locked shell.
     let locked = chromium(&format!("{}/_sparkctl/", deck.door_url()), None);
     assert!(locked.contains("data-rendered=\"locked\""), "{locked:.600}");
@@ -286,4 +287,78 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
         .output()
         .unwrap();
     assert!(grep.stdout.is_empty(), "{}", support::text(&grep.stdout));
+}
+
+/// A user clicks the report's link on the page (opened with the key): the report opens as
+/// the door serves it, under its own CSP's sandbox — an origin of its own, so nothing in it
+/// can read what the page keeps (the key) or call the door in the page's name; never a
+/// document the page made (a blob: is of the page's origin). The link opens that report
+/// without the key, and nothing else does.
+fn report_opened_from_the_page(deck: &Deck, page_url: &str, report: &str) {
+    let mut b = cdp::Browser::start(&deck.dir);
+    let (page, page_target) = b.open(page_url);
+    b.wait_for(
+        &page,
+        "(document.body.dataset.rendered || '').startsWith('ok:') && !!document.querySelector('a.report')",
+    );
+    b.eval(&page, "document.querySelector('a.report').click(), true");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let opened = loop {
+        let found = b.pages().into_iter().find(|(id, url)| {
+            *id != page_target && (url.starts_with("http") || url.starts_with("blob:"))
+        });
+        if let Some(t) = found {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the click opened no report: {:?}",
+            b.pages()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let tab = b.attach(&opened.0);
+    // A new window holds about:blank until the link's document comes.
+    b.wait_for(
+        &tab,
+        "location.href !== 'about:blank' && document.readyState === 'complete'",
+    );
+    let seen = b.eval(
+        &tab,
+        "JSON.stringify({origin: self.origin, href: location.href, \
+         storage: (() => { try { return 'readable: ' + localStorage.length; } catch (e) { return 'denied'; } })(), \
+         text: document.body ? document.body.innerText.slice(0, 400) : ''})",
+    );
+    let seen: Value = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+    assert_eq!(
+        (seen["origin"].as_str(), seen["storage"].as_str()),
+        (Some("null"), Some("denied")),
+        "the report is not in its sandbox: {seen}"
+    );
+    let href = seen["href"].as_str().unwrap();
+    assert_eq!(href, format!("{}{report}", deck.door_url()), "{seen}");
+    assert!(seen["text"].as_str().unwrap().contains("prod"), "{seen}");
+    drop(b);
+
+    // The link alone opens it, with the report's CSP; the run without its token, or with
+    // another's, does not.
+    let out = Command::new("curl")
+        .args(["-s", "-D", "-", "-o", "/dev/null"])
+        .arg(format!("{}{report}", deck.door_url()))
+        .output()
+        .expect("curl runs");
+    let head = support::text(&out.stdout).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.starts_with("content-security-policy:")
+                && l.contains("sandbox allow-scripts")
+                && l.contains("default-src 'none'")),
+        "{head}"
+    );
+    assert!(head.contains("referrer-policy: no-referrer"), "{head}");
+    let (bare, token) = report.rsplit_once('/').unwrap();
+    assert_eq!(get(deck, bare, false).0, 401);
+    let forged = format!("{bare}/{}", "0".repeat(token.len()));
+    assert_eq!(get(deck, &forged, false).0, 401);
 }

@@ -458,3 +458,64 @@ fn two_real_llama_servers_that_fit_only_one_at_a_time_swap_back_and_forth() {
         "{report:?}"
     );
 }
+
+/// Issue 44: one model served, `up` of a recipe serving another model (no `serve` section,
+/// no `--add-model`) replaces it — the seeds' own switch, a 27B on vLLM over a 9B on
+/// llama-server — and a bare `rollback` brings the first back; a client on the production
+/// port all along, asking for the first model's name, never fails.
+#[test]
+fn up_of_another_models_recipe_replaces_the_one_production_and_rollback_brings_it_back() {
+    let _one = one_at_a_time();
+    let (deck, _) = deck("llama-rename");
+    let tiny = std::fs::read_to_string(deck.dir.join("recipes/tiny.yaml")).unwrap();
+    let medium: Vec<String> = (tiny.lines())
+        .map(|l| match l {
+            "name: tiny" => "name: medium".to_string(),
+            "  served_name: tiny" => "  served_name: medium".to_string(),
+            l if l.starts_with("  port: ") => format!("  port: {}", free_port()),
+            l => l.to_string(),
+        })
+        .collect();
+    std::fs::write(
+        deck.dir.join("recipes/medium.yaml"),
+        medium.join("\n") + "\n",
+    )
+    .unwrap();
+    deck.ok(&["rollback", "--to", "tiny"]);
+    let every = std::time::Duration::from_millis(100);
+    let client = support::Traffic::asking_for(&deck.door_url(), every, "tiny");
+    client.answers(2, std::time::Duration::from_secs(120));
+    let models = || -> Vec<String> {
+        let v: Value = serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap();
+        let mut names: Vec<String> = (v["models"].as_array().unwrap().iter())
+            .filter(|m| !m["production"]["current"].is_null())
+            .map(|m| m["name"].as_str().unwrap_or("-").to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let production = || -> Vec<String> {
+        (deck.status().into_iter())
+            .filter(|d| d["role"] == "production")
+            .map(|d| d["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    deck.sparkctl(&["up", "medium", "--yes"])
+        .promoted("medium", deck.door_port);
+    client.answers(2, std::time::Duration::from_secs(120));
+    assert_eq!(models(), ["medium"], "one model, in the old one's place");
+    assert_eq!(production(), ["medium"]);
+    let out = deck.ok(&["rollback"]);
+    assert!(out.contains("rolled back"), "{out}");
+    client.answers(2, std::time::Duration::from_secs(120));
+    assert_eq!(models(), ["tiny"]);
+    assert_eq!(production(), ["tiny"]);
+    let report = client.stop();
+    assert_eq!(report.failed(), 0, "{report:?}");
+    assert_eq!(report.cut, 0, "{report:?}");
+    assert!(
+        report.upstreams.last().unwrap().contains("tiny "),
+        "{report:?}"
+    );
+    deck.ok(&["down", "tiny", "--force"]);
+}

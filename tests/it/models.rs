@@ -30,7 +30,7 @@ fn refused(deck: &Deck, args: &[&str], says: &[&str], name: &str) {
 
 /// A process sim recipe `name` serving model `served` (None: no served name), with `extra`
 /// keys at the end.
-fn sim(deck: &Deck, name: &str, served: Option<&str>, extra: &str) {
+pub(crate) fn sim(deck: &Deck, name: &str, served: Option<&str>, extra: &str) {
     let model = match served {
         Some(s) => {
             let dir = deck.dir.join(format!("models/{s}"));
@@ -49,17 +49,17 @@ fn sim(deck: &Deck, name: &str, served: Option<&str>, extra: &str) {
 }
 
 /// What the front door answered to one non-streamed request.
-struct Answer {
-    status: u16,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
     /// The instance that answered (`x-sparkctl-upstream`: recipe and deployment).
-    by: String,
+    pub(crate) by: String,
     /// What it waited for its model's server (`x-sparkctl-queued-ms`).
-    queued_ms: Option<u64>,
+    pub(crate) queued_ms: Option<u64>,
 }
 
 /// `body` posted to the front door at `url`, the whole answer read.
-fn answer(url: &str, body: Vec<u8>) -> Answer {
+pub(crate) fn answer(url: &str, body: Vec<u8>) -> Answer {
     let url = url.to_string();
     support::block_on(async move {
         let r = reqwest::Client::new()
@@ -86,12 +86,12 @@ fn answer(url: &str, body: Vec<u8>) -> Answer {
 
 /// One request to the front door with `body`: its status, its answer, and the instance
 /// that answered.
-fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
+pub(crate) fn ask(deck: &Deck, body: &[u8]) -> (u16, Value, String) {
     let a = answer(&deck.door_url(), body.to_vec());
     (a.status, a.body, a.by)
 }
 
-fn chat(model: Option<&str>) -> Vec<u8> {
+pub(crate) fn chat(model: Option<&str>) -> Vec<u8> {
     let mut body = json!({
         "max_tokens": 1,
         "messages": [{"role": "user", "content": "What is the capital of Japan?"}],
@@ -103,7 +103,7 @@ fn chat(model: Option<&str>) -> Vec<u8> {
 }
 
 /// The front door's status, every model in it.
-fn door(deck: &Deck) -> Value {
+pub(crate) fn door(deck: &Deck) -> Value {
     serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap()
 }
 
@@ -127,7 +127,7 @@ fn routes(deck: &Deck) -> Vec<(String, String)> {
     out
 }
 
-fn listed(deck: &Deck) -> Vec<String> {
+pub(crate) fn listed(deck: &Deck) -> Vec<String> {
     let url = deck.door_url();
     let v: Value = support::block_on(async move {
         reqwest::get(format!("{url}/v1/models"))
@@ -158,7 +158,9 @@ fn each_request_goes_to_its_models_production_and_up_of_one_leaves_the_other_unt
     let (status, _, by) = ask(&deck, &chat(Some("whatever")));
     assert_eq!(status, 200);
     assert!(by.starts_with("chat-a "), "{by}");
-    deck.ok(&["rollback", "--to", "coder-a"]);
+    // A second model is asked for: without `--add-model` (or a `serve` section) coder-a
+    // would take chat's place.
+    deck.ok(&["rollback", "--to", "coder-a", "--add-model"]);
     assert_eq!(listed(&deck), ["chat", "coder"]);
     let (status, _, by) = ask(&deck, &chat(Some("chat")));
     assert_eq!((status, by.split(' ').next()), (200, Some("chat-a")));
@@ -302,10 +304,15 @@ fn two_productions_answering_to_one_name_are_refused_with_nothing_changed() {
         "chat.yaml",
         "other.yaml",
     ];
-    refused(&deck, &["up", "other", "--yes"], &clash, "other");
+    refused(
+        &deck,
+        &["up", "other", "--yes", "--add-model"],
+        &clash,
+        "other",
+    );
 
     // A production whose recipe now names another model: refused until it is fixed.
-    deck.ok(&["rollback", "--to", "coder-a"]);
+    deck.ok(&["rollback", "--to", "coder-a", "--add-model"]);
     let path = deck.dir.join("recipes/coder-a.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -326,7 +333,7 @@ fn two_productions_answering_to_one_name_are_refused_with_nothing_changed() {
 }
 
 /// The front door's `/metrics`, one series' value (`name{labels}`), 0 when absent.
-fn series(deck: &Deck, line: &str) -> f64 {
+pub(crate) fn series(deck: &Deck, line: &str) -> f64 {
     deck.metrics()
         .lines()
         .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
@@ -334,7 +341,7 @@ fn series(deck: &Deck, line: &str) -> f64 {
 }
 
 /// The model `name` as `frontdoor status` says (`models[]`).
-fn model_status(deck: &Deck, name: &str) -> Value {
+pub(crate) fn model_status(deck: &Deck, name: &str) -> Value {
     door(deck)["models"]
         .as_array()
         .unwrap()
@@ -345,13 +352,13 @@ fn model_status(deck: &Deck, name: &str) -> Value {
 }
 
 /// Whether `recipe`'s deployment runs, as `status` says.
-fn runs(deck: &Deck, recipe: &str) -> bool {
+pub(crate) fn runs(deck: &Deck, recipe: &str) -> bool {
     deck.status_of(recipe)
         .is_some_and(|d| d["state"] == "running")
 }
 
 /// Waits up to `within` for `what` to hold.
-fn until(within: Duration, what: &str, f: impl Fn() -> bool) {
+pub(crate) fn until(within: Duration, what: &str, f: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + within;
     while !f() {
         assert!(
@@ -363,7 +370,7 @@ fn until(within: Duration, what: &str, f: impl Fn() -> bool) {
 }
 
 /// One request's wait for its model's server, as the front door says it.
-fn queued_ms(deck: &Deck, model: &str) -> u64 {
+pub(crate) fn queued_ms(deck: &Deck, model: &str) -> u64 {
     let a = answer(&deck.door_url(), chat(Some(model)));
     assert_eq!(a.status, 200, "{}", a.body);
     a.queued_ms.unwrap()
@@ -502,7 +509,7 @@ fn a_preloaded_model_starts_with_the_front_door_and_another_when_a_request_names
 }
 
 /// `sparkctl ARGS` in a pool of 5 GB, no reserve: two of the 2 GB sims fit, three do not.
-fn in_five_gb(deck: &Deck, args: &[&str]) -> String {
+pub(crate) fn in_five_gb(deck: &Deck, args: &[&str]) -> String {
     let ran = support::Ran::of(
         deck.cmd(args)
             .env("SPARKCTL_MEMORY_GB", "5")
@@ -514,7 +521,11 @@ fn in_five_gb(deck: &Deck, args: &[&str]) -> String {
 
 /// A request for `model` asking `tokens` tokens, from another thread: its status and what
 /// it waited for its model's server.
-fn ask_later(deck: &Deck, model: &str, tokens: u32) -> std::thread::JoinHandle<(u16, u64)> {
+pub(crate) fn ask_later(
+    deck: &Deck,
+    model: &str,
+    tokens: u32,
+) -> std::thread::JoinHandle<(u16, u64)> {
     let url = deck.door_url();
     let body = json!({
         "model": model, "max_tokens": tokens,
@@ -609,7 +620,7 @@ fn a_start_that_does_not_fit_evicts_the_idle_model_not_the_kept_or_the_busy_one(
 }
 
 /// What the front doors of this deck logged.
-fn door_log(deck: &Deck) -> String {
+pub(crate) fn door_log(deck: &Deck) -> String {
     let mut logs: Vec<_> = std::fs::read_dir(deck.dir.join("state/logs/frontdoor"))
         .unwrap()
         .flatten()

@@ -227,6 +227,39 @@ fn list_json_names_the_shipped_recipes() {
     }
 }
 
+/// A process recipe's column says what runs: a venv's python and the engine's module, not
+/// the simulated engine (which runs only for a sim recipe with neither).
+#[test]
+fn list_shows_the_program_a_process_recipe_runs() {
+    let table = in_repo(&["recipes", "list"]).succeeds().stdout();
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name} in:\n{table}"))
+            .to_string()
+    };
+    let sglang = row("sglang-9b");
+    assert!(
+        sglang.contains("~/sglang-env/bin/python -m sglang.launch_server"),
+        "{sglang}"
+    );
+    assert!(!sglang.contains("sparkctl sim"), "{sglang}");
+    assert!(row("demo-production").contains("sparkctl sim"));
+    assert!(row("llama-server").contains("~/llama-cpp-latest/build-gpu/bin/llama-server"));
+    let v = in_repo(&["--json", "recipes", "list"]).succeeds().json();
+    let sglang = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "sglang-9b")
+        .unwrap();
+    assert_eq!(
+        sglang["runs"], "~/sglang-env/bin/python -m sglang.launch_server",
+        "{sglang}"
+    );
+}
+
 #[test]
 fn an_unknown_recipe_name_gets_a_did_you_mean() {
     in_repo(&["recipes", "show", "qat-v2"])

@@ -457,3 +457,53 @@ fn a_rollback_that_needs_production_s_memory_swaps_back() {
     assert_eq!(cand["state"], "exited", "{cand}");
     assert_eq!(f.production()["current"]["recipe"], "prod");
 }
+
+/// The first `up` while nothing serves: a relative gate has no production to compare with,
+/// so it does not apply (said, and recorded), and the other gates decide — a pass promotes,
+/// a failure rejects; neither ends inconclusive asking for another `up` that cannot help.
+#[test]
+fn with_no_production_relative_gates_do_not_apply_and_the_others_decide() {
+    let deck = Deck::new("up-first");
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+    let recipe = |args: &str| {
+        format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [--load-time, 200ms, --ttft, 10ms, --token-rate, \"400\", --tokens, \"8\"{args}]\n  memory_gb: 7\nbench:\n  suite: tiny\n  gates:\n    thinking_leak: \"== 0%\"\n    vs_production_decode: \">= -10%\"\n",
+            free_port()
+        )
+    };
+    deck.recipe(
+        "leaky",
+        &recipe(", --reasoning-tokens, \"4\", --reasoning-as, leak"),
+    );
+    deck.recipe("first", &recipe(""));
+    let said = "vs_production_decode: not applied, no production to compare with";
+    deck.sparkctl(&["up", "leaky", "--yes"])
+        .exits(1)
+        .warns(said)
+        .warns("leaky did not pass: thinking_leak == 0% (measured 100.0)");
+    deck.sparkctl(&["up", "first", "--yes"])
+        .promoted("first", deck.door_port)
+        .warns(said);
+    let history = deck.sparkctl(&["--json", "history"]).succeeds().json();
+    let gate = |run: &Value, name: &str| {
+        run["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gate"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no gate {name} in {run}"))
+    };
+    let (first, leaky) = (&history[0], &history[1]);
+    assert_eq!(
+        (first["outcome"].as_str(), leaky["outcome"].as_str()),
+        (Some("promoted"), Some("rejected"))
+    );
+    for run in [first, leaky] {
+        let rel = gate(run, "vs_production_decode");
+        assert_eq!(rel["outcome"], "not-applied", "{rel}");
+        assert_eq!(rel["detail"], "not applied, no production to compare with");
+    }
+    assert_eq!(gate(first, "thinking_leak")["outcome"], "pass");
+}

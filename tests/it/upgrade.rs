@@ -148,28 +148,38 @@ impl Drop for Nights {
 }
 
 /// A webhook receiver on a free loopback port: every request's head and body, kept; it
-/// answers 200, or (`silent`) holds the connection and never answers.
+/// answers as `Reply` says.
 struct Hook {
     url: String,
     got: Arc<Mutex<Vec<(String, String)>>>,
 }
 
+/// How a `Hook` answers.
+#[derive(Clone)]
+enum Reply {
+    Ok,
+    /// Holds the connection and never answers.
+    Silent,
+    /// 302 to this URL.
+    Redirect(String),
+}
+
 impl Hook {
-    fn start(silent: bool) -> Hook {
+    fn start(reply: Reply) -> Hook {
         let listener = std::net::TcpListener::bind(("127.0.0.1", free_port())).unwrap();
         let url = format!("http://{}/hooks/spark", listener.local_addr().unwrap());
         let got = Arc::new(Mutex::new(Vec::new()));
         let sink = got.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let sink = sink.clone();
-                std::thread::spawn(move || Hook::serve(conn, &sink, silent));
+                let (sink, reply) = (sink.clone(), reply.clone());
+                std::thread::spawn(move || Hook::serve(conn, &sink, reply));
             }
         });
         Hook { url, got }
     }
 
-    fn serve(mut conn: std::net::TcpStream, sink: &Mutex<Vec<(String, String)>>, silent: bool) {
+    fn serve(mut conn: std::net::TcpStream, sink: &Mutex<Vec<(String, String)>>, reply: Reply) {
         use std::io::{Read, Write};
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
@@ -195,12 +205,15 @@ impl Hook {
             }
         };
         sink.lock().unwrap().push((head, body));
-        if silent {
-            std::thread::sleep(Duration::from_secs(60));
-        } else {
-            let _ = conn
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        }
+        let status = match reply {
+            Reply::Silent => return std::thread::sleep(Duration::from_secs(60)),
+            Reply::Ok => "200 OK".to_string(),
+            Reply::Redirect(to) => format!("302 Found\r\nlocation: {to}"),
+        };
+        let _ = conn.write_all(
+            format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        );
     }
 
     fn received(&self) -> Vec<(String, Value)> {
@@ -219,7 +232,7 @@ const TOKEN: &str = "tok-9f8e7d6c5b4a";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
     let mut n = Nights::new("upgrade-good").await;
-    let hook = Hook::start(false);
+    let hook = Hook::start(Reply::Ok);
     let told = n.deck.dir.join("told.json");
     n.recipe(&format!(
         "notify:\n  webhook: \"{}?key=${{SPARKCTL_HOOK_TOKEN}}\"\n  headers:\n    Authorization: \"Bearer ${{SPARKCTL_HOOK_TOKEN}}\"\n  command: [tee, {}]\n",
@@ -371,7 +384,7 @@ async fn good_nights_are_promoted_and_an_unchanged_tag_runs_nothing() {
 async fn a_night_that_gets_20_points_fewer_right_is_rejected_and_the_pin_stays() {
     let mut n = Nights::new("upgrade-bad").await;
     // The owner's webhook never answers: the outcome stands, the failure is said and kept.
-    let hook = Hook::start(true);
+    let hook = Hook::start(Reply::Silent);
     n.recipe(&format!(
         "notify:\n  webhook: {}\n  on: [rejected]\n  timeout: 2s\n",
         hook.url
@@ -423,7 +436,7 @@ fn short(d: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_digest() {
     let mut n = Nights::new("upgrade-skip").await;
-    let hook = Hook::start(false);
+    let hook = Hook::start(Reply::Ok);
     n.recipe(&format!("notify:\n  webhook: {}\n", hook.url));
     let d1 = n.push("").await;
     n.deck.sparkctl(&["upgrade", "nightly"]).succeeds();
@@ -522,6 +535,37 @@ async fn three_nights_skipped_then_a_bad_one_and_the_bisect_names_the_first_bad_
     assert!(kept(&d2).ends_with("last good"), "{}", kept(&d2));
     assert!(kept(&d3).ends_with("first bad"), "{}", kept(&d3));
     assert_eq!((kept(&d4), kept(&d5)), (String::new(), String::new()));
+}
+
+/// A webhook that answers with a redirect: the answer is said, and the URL's token and the
+/// headers go nowhere the recipe does not name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_s_redirect_is_not_followed() {
+    let mut n = Nights::new("upgrade-redirect").await;
+    let elsewhere = Hook::start(Reply::Ok);
+    let hook = Hook::start(Reply::Redirect(elsewhere.url.clone()));
+    n.recipe(&format!(
+        "notify:\n  webhook: \"{}?key=${{SPARKCTL_HOOK_TOKEN}}\"\n  headers:\n    Authorization: \"Bearer ${{SPARKCTL_HOOK_TOKEN}}\"\n",
+        hook.url
+    ));
+    n.push("").await;
+    let mut cmd = n.deck.cmd(&["upgrade", "nightly", "--fetch-only"]);
+    let ran = support::Ran::of(cmd.env("SPARKCTL_HOOK_TOKEN", TOKEN)).succeeds();
+    let out = ran.shown();
+    assert!(!out.contains(TOKEN), "{out}");
+    assert!(
+        out.contains(&format!(
+            "webhook {}?key=${{SPARKCTL_HOOK_TOKEN}}: NOT sent: it answered HTTP 302 Found",
+            hook.url
+        )),
+        "{out}"
+    );
+    assert_eq!(hook.received().len(), 1, "the webhook was asked once");
+    assert!(
+        elsewhere.received().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.received()
+    );
 }
 
 #[test]

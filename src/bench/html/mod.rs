@@ -374,7 +374,7 @@ fn gates_table(h: &mut String, r: &BenchResult) {
     }
     let _ = write!(h, "<h2>Gates: {}</h2><table><tr><th>gate</th><th>rule</th><th>value</th><th>95% interval</th><th>outcome</th><th>detail</th></tr>", escape(&name_of(r)));
     for g in &r.gates {
-        let outcome = format!("{:?}", g.outcome).to_lowercase();
+        let outcome = g.outcome.as_str();
         let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{outcome}\">{outcome}</td><td>{}</td></tr>", escape(&g.gate), escape(&g.rule), f(g.value, 1), g.interval.map_or("-".into(), |(a, b)| format!("{a:.1} to {b:.1}")), escape(&g.detail));
     }
     let _ = write!(

@@ -44,11 +44,14 @@ impl<'a> SwitchContext<'a> {
     /// first, so a name that is no recipe (or a broken one) starts nothing, not even the
     /// front door. The flow is about the model of the first (the only one, or the one
     /// `for_model` names, when none): it must not make two productions answer to one name.
+    /// With one model served, the first takes its place whatever model it serves, unless
+    /// `add` (or a `serve` section) asks for another model beside it (`models::landing`).
     pub(crate) async fn open(
         shared: &'a Context,
         recipes: &'a RecipeSet,
         needs: &[&str],
         dry_run: bool,
+        add: bool,
     ) -> Result<SwitchContext<'a>> {
         for name in needs {
             recipes.get(name)?;
@@ -56,10 +59,12 @@ impl<'a> SwitchContext<'a> {
         let book = crate::models::book(&shared.state, recipes);
         let model = match needs.first() {
             Some(name) => {
-                let model = crate::models::of(&recipes.get(name)?.recipe);
-                let next = crate::models::with_production(&book, &model, name);
+                let loaded = recipes.get(name)?;
+                let lane = crate::models::landing(&book, recipes, loaded, add);
+                let serves = crate::models::of(&loaded.recipe);
+                let next = crate::models::with_production(&book, &lane, &serves, name);
                 crate::models::check(&next, recipes)?;
-                model
+                lane
             }
             None => book.model_id().to_string(),
         };
@@ -121,6 +126,23 @@ impl<'a> SwitchContext<'a> {
     pub(crate) fn settings(&self) -> &'a Settings {
         &self.shared.settings
     }
+}
+
+/// While a rollout judges the flow's model (its `up` lent the state lock for the window),
+/// no other flow changes that model's production.
+pub(crate) async fn refuse_during_rollout(ctx: &SwitchContext<'_>) -> Result<()> {
+    let Ok(Some(r)) = ctx.door.rollout().await else {
+        return Ok(());
+    };
+    let model = ctx.door.status().await.ok();
+    let name = model
+        .and_then(|s| crate::models::answers_to(&ctx.model, &s.production))
+        .unwrap_or_else(|| ctx.model.clone());
+    Err(Error::ModelInRollout {
+        model: name,
+        mode: r.spec.mode.as_str(),
+        candidate: r.candidate.recipe,
+    })
 }
 
 /// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed SSH session): all three stop a flow

@@ -39,11 +39,34 @@ impl Watch {
         let Load::Unloaded(was) = self.door.demand.load() else {
             return;
         };
+        self.forget_failure_of_a_changed_recipe();
         let waiting = self.door.table.counts().0;
         if waiting == 0 || self.door.held_by_a_command() || !self.door.demand.may_try() {
             return;
         }
         self.load(was, waiting).await;
+    }
+
+    /// A start that failed is tried again at once when its recipe changed since (fixed).
+    fn forget_failure_of_a_changed_recipe(&self) {
+        let Some(failed) = self.door.demand.failure() else {
+            return;
+        };
+        let Some(current) = self.door.production().current else {
+            return;
+        };
+        let now = crate::recipe::load_dir(&self.recipes_dir)
+            .ok()
+            .and_then(|set| set.get(&current.recipe).ok().map(|l| l.recipe.hash()));
+        if now.is_some_and(|h| h != failed.recipe_hash) {
+            say!(
+                "model {}: {} changed since its start failed: tried again",
+                self.model_name(),
+                current.recipe
+            );
+            self.door.demand.forget_failure();
+            self.door.table.clear_failure();
+        }
     }
 
     /// Starts production's recipe for the `waiting` requests and routes them to it.
@@ -73,7 +96,7 @@ impl Watch {
             }
             Err(NoRoom::Never(e)) => {
                 say!("model {model}: {} cannot start: {e}", current.recipe);
-                self.door.demand.failed(was);
+                self.start_failed(was, &current.recipe, &e);
                 return;
             }
         }
@@ -81,7 +104,7 @@ impl Watch {
             Ok(up) => up,
             Err(e) => {
                 say!("model {model}: {} did not start: {e}", current.recipe);
-                self.door.demand.failed(was);
+                self.start_failed(was, &current.recipe, &e);
                 return;
             }
         };
@@ -96,13 +119,31 @@ impl Watch {
             stop_unrouted(&self.ctx, &self.door, &up).await;
             return;
         }
-        self.door.demand.loaded();
+        self.door.demand.loaded(began.elapsed());
+        self.door.table.clear_failure();
         self.door.metrics.loaded(&model);
         say!(
             "model {model}: {} serves after {:.1} s",
             current.recipe,
             began.elapsed().as_secs_f64()
         );
+    }
+
+    /// A start on demand failed: its waiting clients are told at once, and the next start
+    /// waits out a back-off (`Demand::failed`).
+    fn start_failed(&self, was: Unloaded, recipe: &str, e: &Error) {
+        let hash = crate::recipe::load_dir(&self.recipes_dir)
+            .ok()
+            .and_then(|set| set.get(recipe).ok().map(|l| l.recipe.hash()))
+            .unwrap_or_default();
+        let f = self.door.demand.failed(was, e, &hash);
+        say!(
+            "model {}: start {} failed; the next in {} s",
+            self.model_name(),
+            f.attempts,
+            f.retry_in().as_secs()
+        );
+        self.door.table.fail(f);
     }
 
     /// Makes room for `recipe` among the other models: when it does not fit (or leave the
@@ -133,19 +174,29 @@ impl Watch {
             plan: memory.describe(),
             unfit: crate::error::Unfit::UnderFloor,
         });
-        let idle = self.door.evictable(&self.door.model);
+        let lane = self.door.model();
+        let waiting = (self.door.demand.turn().waiting_since).unwrap_or_else(Instant::now);
+        let (idle, next) = self.door.evictable(&lane, waiting);
         let names: Vec<String> = idle.iter().map(|i| i.upstream.recipe.clone()).collect();
-        let victims = match memory.evicting(&names, &self.door.kept(&self.door.model)) {
+        let in_use = |why: String| {
+            self.door.demand.look_again_at(next);
+            NoRoom::Busy(why)
+        };
+        let victims = match memory.evicting(&names, &self.door.kept(&lane)) {
             Ok(v) if !v.is_empty() => v,
             // Nothing of the other models' to stop: the switch plan decides the rest.
             Ok(_) => return Ok(()),
             Err(true) => {
-                return Err(NoRoom::Busy(format!(
-                    "{refused}; the models in the way are in use"
+                return Err(in_use(format!(
+                    "{refused}; the models in the way are in use, within their turn"
                 )))
             }
             Err(false) => return Err(NoRoom::Never(refused)),
         };
+        // Turns go to the model that has waited longest.
+        if !self.door.first_in_line(&lane, waiting) {
+            return Err(in_use("another model has waited longer for room".into()));
+        }
         // A command changing state (an `up` benchmarking, a job starting) decides first.
         let Ok(_state) = ctx.state.lock("frontdoor watch: evicting a model") else {
             return Err(NoRoom::Busy(
@@ -153,8 +204,17 @@ impl Watch {
             ));
         };
         for i in idle.iter().filter(|i| victims.contains(&i.upstream.recipe)) {
+            if i.busy {
+                let turn = i.door.demand.turn().length();
+                let said = format!(
+                    "its turn of {} is over: {model} waits",
+                    format_duration(turn)
+                );
+                yield_turn(ctx, &i.door, &i.upstream, &said).await;
+                continue;
+            }
             let said = format!("evicted for {model}, idle for {}", format_duration(i.for_s));
-            if !evict(ctx, &i.door, &i.upstream, &said).await {
+            if !release(ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await {
                 return Err(NoRoom::Busy(format!(
                     "{} took a request as it was evicted",
                     i.upstream.recipe
@@ -170,6 +230,10 @@ impl Watch {
         let Some(ttl) = settings.ttl.filter(|_| !settings.keep) else {
             return;
         };
+        // A rollout judges it on its traffic: it stays while the rollout runs.
+        if self.door.rollout.get().is_some() {
+            return;
+        }
         // Not while another model starts (its plan counts this one running); and read again
         // under the lock.
         let Ok(_one_at_a_time) = self.door.starting.try_lock() else {
@@ -179,7 +243,7 @@ impl Watch {
         match self.door.table.idle_for() {
             Some(idle) if idle >= ttl.0 && serving && self.door.demand.load() == Load::Loaded => {
                 let why = format!("idle for {}, its ttl", format_duration(idle));
-                unload(&self.ctx, &self.door, u, Unloaded::Ttl, &why).await;
+                release(&self.ctx, &self.door, u, Unloaded::Ttl, &why).await;
             }
             _ => {}
         }
@@ -188,33 +252,40 @@ impl Watch {
 
 fn model_name(door: &Door) -> String {
     let p = door.production();
-    crate::models::answers_to(&door.model, &p).unwrap_or_default()
+    crate::models::answers_to(&door.model(), &p).unwrap_or_default()
 }
 
-/// Stops `u`, the server of `door`'s model: its requests wait from now on, and the next one
-/// starts it again.
-async fn unload(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &str) {
+/// Its turn over, `u` (the server of `door`'s model) makes way: its next requests wait in
+/// its queue from now on (its turn comes again), the ones in flight finish, for up to the
+/// drain, then it stops.
+async fn yield_turn(ctx: &Context, door: &Door, u: &Upstream, said: &str) {
     let model = model_name(door);
-    // Set first: a request that comes meanwhile wakes the watch for a start.
-    door.demand.set(Load::Unloaded(why));
+    // Set first: a request that comes meanwhile waits for its next start.
+    door.demand.set(Load::Unloaded(Unloaded::Evicted));
     let left = door.hold(door.config.drain, None).await;
     if left > 0 {
         say!("model {model}: {left} requests still in flight after the drain");
     }
-    stopped(ctx, door, u, why, said).await;
+    stopped(ctx, door, u, Unloaded::Evicted, said).await;
 }
 
-/// Evicts `u`, the idle server of `door`'s model, only if it is still idle once its
-/// requests are held: one that took a request meanwhile is given its route back, and false.
-async fn evict(ctx: &Context, door: &Door, u: &Upstream, said: &str) -> bool {
-    door.demand.set(Load::Unloaded(Unloaded::Evicted));
+/// Stops `u`, the idle server of `door`'s model (past its `ttl`, or evicted for room), only
+/// if it is still idle once its requests are held: one that took a request as it was
+/// judged idle is given its route back, and false. Its next request starts it again.
+async fn release(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &str) -> bool {
+    // Set first: a request that comes meanwhile wakes the watch for a start.
+    door.demand.set(Load::Unloaded(why));
     let left = door.hold(Duration::ZERO, None).await;
     if left > 0 || door.table.counts().0 > 0 {
         door.table.set(Route::Serving(u.clone()));
         door.demand.set(Load::Loaded);
+        say!(
+            "model {}: kept, a request came as it was judged idle",
+            model_name(door)
+        );
         return false;
     }
-    stopped(ctx, door, u, Unloaded::Evicted, said).await;
+    stopped(ctx, door, u, why, said).await;
     true
 }
 

@@ -85,11 +85,14 @@ impl Watch {
     ) -> Result<()> {
         let mut failed = 0u32;
         let mut silent_since: Option<Instant> = None;
+        // A candidate the last front door left on trial, whose `up` is gone.
+        self.stop_orphans().await;
         loop {
             tokio::select! {
                 _ = unreachable.recv() => {}
                 _ = self.door.demand.wake.notified() => {}
-                _ = tokio::time::sleep(EVERY) => {}
+                _ = self.door.rollout.orphaned.notified() => self.stop_orphans().await,
+                _ = tokio::time::sleep(self.door.demand.pause(EVERY)) => {}
             }
             // What a full disk kept back is written once there is room.
             if self.door.deferred.pending() > 0 {
@@ -455,6 +458,31 @@ impl Watch {
         };
         let log = crate::progress::ToLog;
         switch::make_room(&self.ctx.runtimes, plan, Hold::Held, None, &log).await
+    }
+
+    /// Stops the candidates of rollouts whose `up` died before it ended them: the way back
+    /// of a SIGKILLed `up --shadow/--canary`, which nobody else runs.
+    async fn stop_orphans(&self) {
+        let mut gone = self.door.rollout.orphans(self.door.config.drain).await;
+        // A rollout the front door lost (it restarted) whose `up` is gone too.
+        let lost = self.door.production().candidate;
+        if let Some(c) = lost.filter(|_| self.door.rollout.get().is_none()) {
+            if !c.owner.is_some_and(|o| o.alive()) {
+                gone.push(c.upstream);
+            }
+        }
+        for c in gone {
+            if let Ok(Some(d)) = self.ctx.runtimes.instance(&c.recipe, &c.deployment).await {
+                if d.running() {
+                    let _ = self.ctx.runtimes.stop(&d, STOP_GRACE).await;
+                }
+            }
+            let _ = self.door.forget_candidate().await;
+            crate::frontdoor::say!(
+                "rollout of {}: its `up` ended without a decision; the candidate was stopped",
+                c.recipe
+            );
+        }
     }
 
     /// Stops replaced productions whose grace is over.

@@ -1,6 +1,7 @@
 //! Shared by the integration tests: the real sparkctl binary, real processes, real HTTP.
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod disk;
 pub mod lan;
 pub mod registry;

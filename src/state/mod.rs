@@ -10,6 +10,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod lock;
+pub(crate) use lock::StateLock;
+
 /// `--state-dir` / `SPARKCTL_STATE_DIR`, else `$XDG_STATE_HOME/sparkctl`, else
 /// `~/.local/state/sparkctl`.
 pub(crate) fn default_root() -> PathBuf {
@@ -158,67 +161,7 @@ impl RunFile {
     }
 }
 
-/// One writer at a time: an exclusive `flock` on `STATE/lock`, released when the holder
-/// exits however it exits. The file names the holder's pid for the next caller's message.
-pub(crate) struct StateLock {
-    _file: std::fs::File,
-}
-
-/// The deployment records held (`StateDir::hold_deployment_records`) until dropped.
-pub(crate) struct RecordsHeld {
-    _dir: std::fs::File,
-}
-
 impl StateDir {
-    pub(crate) fn lock(&self, what: &str) -> Result<StateLock> {
-        use std::io::{Read, Seek};
-        use std::os::unix::io::AsRawFd;
-        let path = self.root.join("lock");
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(Error::StateLockHeld {
-                holder: if holder.trim().is_empty() {
-                    "holder unknown".to_string()
-                } else {
-                    holder.trim().to_string()
-                },
-            });
-        }
-        let _ = file.set_len(0);
-        let _ = file.rewind();
-        let _ = writeln!(file, "pid {} running `sparkctl {what}`", std::process::id());
-        Ok(StateLock { _file: file })
-    }
-
-    /// Holds the deployment records still while a start checks that its recipe is not
-    /// running and records the process it spawns: two starters of one recipe (the front
-    /// door's watch and a command's way back) must not both spawn, the loser's record
-    /// hiding the winner's process. An `flock` on the directory itself, so that it needs
-    /// no new file on a full disk; blocking, as the section is a spawn and one write.
-    pub(crate) fn hold_deployment_records(&self) -> Result<RecordsHeld> {
-        use std::os::unix::io::AsRawFd;
-        let dir = self.root.join("deployments");
-        let file = fs::File::open(&dir)
-            .map_err(|e| Error::io(format!("cannot open {}", dir.display()), e))?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(Error::io(
-                format!("cannot lock {}", dir.display()),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(RecordsHeld { _dir: file })
-    }
-
     pub(crate) fn production_file(&self) -> PathBuf {
         self.root.join("production.json")
     }
