@@ -224,6 +224,17 @@ impl Lock {
         }
     }
 
+    /// The lock a start of `recipe` at `image` runs from (a production entry's own digest,
+    /// an upgrade's candidate): this one with that pin in place, in memory only; this one as
+    /// it is when there is none.
+    pub(crate) fn with_image(&self, recipe: &str, image: Option<&Pin>) -> Lock {
+        let mut l = self.clone();
+        if let Some(pin) = image {
+            l.set(recipe, pin.clone());
+        }
+        l
+    }
+
     pub(crate) fn save(&self, path: &Path) -> Result<()> {
         // A damaged lock loads empty: writing it would drop every pin.
         if let Some(d) = &self.damage {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::lock::Pin;
 use crate::state::{self, StateDir};
 
 /// One running instance the front door can send requests to.
@@ -35,6 +36,25 @@ pub(crate) struct Entry {
     /// The instance serving (while it is current or warm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) upstream: Option<Upstream>,
+    /// The image it runs, exactly: the pin it was started from (without the pin's history).
+    /// A rollback to it and a restart of it start this digest, whatever images.lock pins by
+    /// then (an upgrade moves the pin on; the entry it replaced keeps its own night). None:
+    /// a host process, an unpinned image, or a file written before entries kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) image: Option<Pin>,
+    /// Promoted by an upgrade, whose next step moves images.lock's pin to `image`: kept so
+    /// that a kill between the two is healed (`deploy::pin::heal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pin_move: Option<PinMove>,
+}
+
+/// The move of a recipe's pin that an upgrade's promotion asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PinMove {
+    /// The digest images.lock pinned when the promotion was made (None: never pinned). The
+    /// pin is moved only from there: a pin changed since is someone's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) from: Option<String>,
 }
 
 /// A replaced production left running so that `rollback` is a switch, not a start.
@@ -209,6 +229,8 @@ mod tests {
             run_id: None,
             bench: None,
             upstream: None,
+            image: None,
+            pin_move: None,
         });
         p
     }

@@ -267,6 +267,9 @@ impl Flow<'_> {
             run_id: None,
             bench: None,
             upstream: Some(upstream),
+            // A server sparkctl did not start: no pin of its image is known.
+            image: None,
+            pin_move: None,
         });
         crate::state::write_json(&self.ctx.state.production_file(), &next)?;
         Ok(next)

@@ -177,6 +177,9 @@ impl StatusArgs {
 
 async fn status(ctx: &Context, out: &Output) -> Result<()> {
     let status = deploy::status::status(ctx).await?;
+    for line in &status.healed {
+        out.note(format!("==> {line}"));
+    }
     for w in &status.warnings {
         out.warn(w);
     }
@@ -498,6 +501,7 @@ async fn up(ctx: &Context, recipes: &RecipeSet, args: UpArgs, out: &Output) -> R
         progress: out,
         lock: None,
         record: None,
+        pin_move: None,
         replace: false,
         rollout,
     };

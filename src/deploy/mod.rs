@@ -4,6 +4,7 @@
 mod evaluate;
 mod golden;
 mod judge;
+pub(crate) mod pin;
 pub(crate) mod plan;
 mod replace;
 pub(crate) mod rollback;

@@ -29,6 +29,10 @@ pub(crate) struct StartPlan {
     pub(crate) unpinned: bool,
     /// The image as the recipe names it; `command` runs it by digest.
     pub(crate) image_ref: Option<String>,
+    /// The pin that digest comes from (without its history): what production's entry keeps,
+    /// so that a rollback or a restart starts this very digest again.
+    #[serde(skip)]
+    pub(crate) pin: Option<crate::lock::Pin>,
     /// Image id the container will run, or the binary.
     pub(crate) artifact: String,
     pub(crate) url: String,
@@ -69,7 +73,8 @@ pub(crate) async fn plan_start(
 ) -> Result<StartPlan> {
     let recipe = &loaded.recipe;
     let mut resolved = recipe.resolve(&ctx.self_exe);
-    let (image_ref, unpinned) = pin_image(ctx, recipe, &mut resolved, opts).await?;
+    let (image_ref, pin) = pin_image(ctx, recipe, &mut resolved, opts).await?;
+    let unpinned = image_ref.is_some() && pin.is_none();
     let (all, _) = ctx.runtimes.list().await?;
     let deployments: Vec<Deployment> = (all.iter())
         .filter(|d| opts.replacing.is_none_or(|r| r.id != d.id))
@@ -109,6 +114,7 @@ pub(crate) async fn plan_start(
         produced_by,
         unpinned,
         image_ref,
+        pin,
         artifact,
         url: crate::runtime::client_url(&resolved.host, resolved.port),
         command,
@@ -140,16 +146,16 @@ impl StartPlan {
 }
 
 /// Containers run the digest images.lock holds, never whatever the tag is today: the
-/// launch's image becomes that digest. Returns the image as named and whether it ran
-/// unpinned.
+/// launch's image becomes that digest. Returns the image as named and the pin it runs
+/// (None: unpinned, as `--allow-unpinned` lets it).
 async fn pin_image(
     ctx: &Context,
     recipe: &Recipe,
     resolved: &mut Resolved,
     opts: &StartOptions<'_>,
-) -> Result<(Option<String>, bool)> {
+) -> Result<(Option<String>, Option<crate::lock::Pin>)> {
     let crate::recipe::Launch::Docker(c) = &mut resolved.launch else {
-        return Ok((None, false));
+        return Ok((None, None));
     };
     let named = c.image.clone();
     let docker = ctx.runtimes.docker()?.client();
@@ -162,7 +168,14 @@ async fn pin_image(
     )
     .await?;
     c.image = run;
-    Ok((Some(named), !pinned))
+    let pin = match pinned {
+        true => opts.lock.pin(&recipe.name)?.cloned().map(|mut p| {
+            p.history.clear();
+            p
+        }),
+        false => None,
+    };
+    Ok((Some(named), pin))
 }
 
 /// One instance per recipe. An instance already running (started by hand, say) is left

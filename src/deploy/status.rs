@@ -40,9 +40,12 @@ pub(crate) struct Status {
     pub(crate) door: Option<DoorStatus>,
     /// Records that could not be read, nodes that could not be reached.
     pub(crate) warnings: Vec<String>,
+    /// Pin moves an upgrade's promotion left undone, made now (`super::pin::heal`).
+    pub(crate) healed: Vec<String>,
 }
 
 pub(crate) async fn status(ctx: &Context) -> Result<Status> {
+    let healed = super::pin::heal_if_free(&ctx.lock_path, &ctx.state, "status");
     let (deployments, mut warnings) = ctx.runtimes.latest_per_recipe().await?;
     // Each request carries its own limit (health_now bounds health and generation apart);
     // connecting on loopback is instant or refused.
@@ -94,6 +97,7 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
         rows,
         door,
         warnings,
+        healed,
     })
 }
 

@@ -16,7 +16,7 @@ use crate::bench::Baseline;
 use crate::error::{Error, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Lock;
-use crate::production::{Entry, Production, Warm};
+use crate::production::{Production, Warm};
 use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
 use crate::runtime::{Deployment, LogView};
@@ -35,6 +35,8 @@ pub(crate) struct UpOptions<'a> {
     pub(crate) lock: Option<&'a Lock>,
     /// The record this run writes (an upgrade's, carrying its digests); None: a new one.
     pub(crate) record: Option<RunRecord>,
+    /// The pin's move that follows the promotion (an upgrade's), recorded with it (`pin`).
+    pub(crate) pin_move: Option<crate::production::PinMove>,
     /// The candidate may be production's own recipe, whose instance it then replaces: a
     /// swap, as one recipe runs one instance on one port.
     pub(crate) replace: bool,
@@ -50,6 +52,7 @@ pub(crate) async fn up(
     opts: &UpOptions<'_>,
 ) -> Result<RunRecord> {
     let state_lock = ctx.state().lock(&format!("up {name}"))?;
+    super::pin::healed(ctx.shared, opts.dry_run, opts.progress);
     run(ctx, name, opts, Some(&state_lock)).await
 }
 
@@ -501,13 +504,9 @@ impl Flow<'_, '_> {
         // Its own model's name: with one model served, the lane takes it (`models::landing`).
         next.model = Some(crate::models::of(&self.loaded.recipe));
         let old = production.serving().cloned();
-        next.promote(Entry {
-            recipe: self.name().to_string(),
-            since: crate::units::now_utc(),
-            run_id: Some(self.record.run_id.clone()),
-            bench: Some(bench),
-            upstream: Some(switch::upstream_of(candidate)),
-        });
+        let given = (self.opts.lock, self.opts.pin_move.clone());
+        let entry = super::replace::promoted(self.ctx, given, self.record, (candidate, bench));
+        next.promote(entry);
         let grace = self.ctx.door_config.warm_grace;
         let keep_warm = old
             .as_ref()

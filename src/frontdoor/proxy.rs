@@ -296,11 +296,10 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         }),
         Err(answered) => return answered,
     };
-    let mut avoid: Option<String> = None;
     let mut held = false;
     loop {
         let left = proxy.hold.saturating_sub(arrived.elapsed());
-        let lease = match door.table.lease(left, avoid.as_deref()).await {
+        let lease = match door.table.lease(left, None).await {
             Ok(l) => l,
             Err(why) => {
                 proxy.metrics.event(Event::Rejected);
@@ -332,13 +331,16 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 return r;
             }
             Err(e) if never_taken(&e) => {
-                // It never left, or the upstream dropped it unread: the upstream is down.
-                // The request waits for the next one (a restart, a fallback), within its
-                // hold.
+                // It never left, or the upstream dropped it unread: the upstream may be
+                // down, or refused this one connection and serves on. The request waits,
+                // within its hold, for the watch's look: a restart or a fallback serves
+                // it, or this very upstream once it answers the look (it never took the
+                // request, so it is sent again; waiting for another upstream held it for
+                // one that never came).
                 tracing::warn!("{} did not answer: {e}", lease.upstream.url);
                 proxy.metrics.error(&lease.upstream.recipe, "connect");
+                door.table.suspect(&lease.upstream);
                 let _ = proxy.unreachable.send(lease.upstream.clone());
-                avoid = Some(lease.upstream.deployment.clone());
             }
             Err(e) => {
                 let judged = judging.take();

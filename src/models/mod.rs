@@ -170,6 +170,8 @@ pub(crate) fn with_production(
         run_id: None,
         bench: None,
         upstream: None,
+        image: None,
+        pin_move: None,
     });
     file.with_lane_as(lane, model, next)
 }

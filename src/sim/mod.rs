@@ -137,6 +137,11 @@ pub(crate) struct SimConfig {
     /// so fails while a benchmark's questions pass).
     #[arg(long, env = "SIM_FAIL_ON", value_name = "TEXT")]
     pub(crate) fail_on: Option<String>,
+    /// Fault: the first connection whose request head (its request line and headers: a
+    /// client's User-Agent, say) contains TEXT is reset before it is read, as a server at
+    /// its connection limit (or a proxy in front of one) does; every other one is served.
+    #[arg(long, env = "SIM_RESET_ONCE_ON", value_name = "TEXT")]
+    pub(crate) reset_once_on: Option<String>,
     /// Fault: stop sending after N tokens and hold the stream open.
     #[arg(long, env = "SIM_STALL_AFTER")]
     pub(crate) stall_after: Option<usize>,

@@ -42,6 +42,8 @@ struct State {
     _held: Vec<u8>,
     /// False until every Ray node joined (`--ray-address`); true without Ray.
     ray_ready: Arc<std::sync::atomic::AtomicBool>,
+    /// `--reset-once-on`: its one reset made.
+    reset_made: std::sync::atomic::AtomicBool,
 }
 
 /// A request's hold on a slot and its share of the KV cache, given back however the
@@ -177,6 +179,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         cache: PrefixCache::default(),
         metrics: Arc::new(Metrics::default()),
         _held: held,
+        reset_made: std::sync::atomic::AtomicBool::new(false),
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     // `close_tx` lives as long as the server: a dropped sender would wake `changed()`.
@@ -275,6 +278,10 @@ async fn accept_until_stopped(
         let state = state.clone();
         let mut closed = close_rx.clone();
         tokio::spawn(async move {
+            // Closed with its request unread in it, the connection is reset by the kernel.
+            if reset_unread(&stream, &state).await {
+                return stdio::out(format_args!("sparkctl-sim: reset a connection, unread"));
+            }
             let service = service_fn(move |req| handle(req, state.clone()));
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
@@ -285,6 +292,26 @@ async fn accept_until_stopped(
         });
     }
     Ok(())
+}
+
+/// `--reset-once-on TEXT`: whether this connection is the one to reset, by its request's
+/// head as it has arrived (looked at, not read).
+async fn reset_unread(stream: &tokio::net::TcpStream, state: &State) -> bool {
+    use std::sync::atomic::Ordering::SeqCst;
+    let text = state.cfg.reset_once_on.as_deref().unwrap_or_default();
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..50 {
+        if text.is_empty() || state.reset_made.load(SeqCst) {
+            return false;
+        }
+        let n = stream.peek(&mut buf).await.unwrap_or(0);
+        if n == buf.len() || buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            let hit = buf[..n].windows(text.len()).any(|w| w == text.as_bytes());
+            return hit && !state.reset_made.swap(true, SeqCst);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    false
 }
 
 /// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched

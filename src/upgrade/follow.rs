@@ -1,6 +1,7 @@
 //! The tag an upgrade follows: which one (a recipe's container image, by tag), where it
 //! points today, the new digest fetched and kept before anything else (so that a registry
-//! purging its old nightlies cannot lose it), and the pin moved once it was promoted.
+//! purging its old nightlies cannot lose it); the pin moves once it was promoted
+//! (`deploy::pin`).
 
 use bollard::Docker;
 
@@ -123,26 +124,5 @@ pub(crate) fn release_keeps(h: &history::History, state: &StateDir) -> Result<()
 /// The lock a candidate runs the new digest from: images.lock as it is, `recipe` pinned to
 /// `new` (in memory only; images.lock is not touched).
 pub(crate) fn candidate_lock(lock: &Lock, recipe: &str, new: &Pin) -> Lock {
-    let mut l = lock.clone();
-    l.set(recipe, new.clone());
-    l
-}
-
-/// Moves `recipe`'s pin in images.lock to `new` (the old digest stays in its history),
-/// read afresh and written whole (temp file and rename), and remembers the pin.
-pub(crate) fn move_pin(
-    lock_path: &std::path::Path,
-    state: &StateDir,
-    recipe: &str,
-    new: &Pin,
-) -> Result<()> {
-    let mut lock = Lock::load(lock_path)?.intact()?;
-    let mut pin = new.clone();
-    pin.pinned_at = crate::units::now_utc();
-    lock.set(recipe, pin);
-    lock.save(lock_path)?;
-    let mut event = Event::now(EventKind::Pinned, &new.digest, None);
-    event.image_id = new.image_id.clone();
-    event.created = new.created.clone();
-    history::record(state, recipe, &event)
+    lock.with_image(recipe, Some(new))
 }

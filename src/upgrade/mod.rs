@@ -135,6 +135,15 @@ async fn follow_tag(
 ) -> Result<Report> {
     let loaded = recipes.get(name)?;
     let reference = follow::tag_of(loaded)?;
+    // A pin an earlier upgrade's promotion left behind is moved first: tonight's digest is
+    // judged against the one production runs. Another command holding the state dir now
+    // leaves it for the check once this one holds it.
+    if !opts.dry_run {
+        let what = format!("upgrade {name}");
+        for line in crate::deploy::pin::heal_if_free(&ctx.lock_path, &ctx.state, &what) {
+            opts.progress.step(&line);
+        }
+    }
     let lock = Lock::load(&ctx.lock_path)?;
     let old = lock.pin(name)?.cloned();
     let mut run = Run {
@@ -203,9 +212,25 @@ async fn follow_tag(
             }
             Err(e) => return Err(e),
         };
+    if heal(ctx, opts.progress) {
+        let now = Lock::load(&ctx.lock_path)?;
+        if now.pin(name)?.is_some_and(|p| p.digest == run.note.new) {
+            return run.ended(Outcome::Unchanged, said(", as pinned now: nothing to do"));
+        }
+    }
     let report = run.deploy(recipes, name, &pin).await?;
     drop(state_lock);
     conclude(ctx, recipes, report, opts.progress).await
+}
+
+/// The pin moves a kill left undone, made and said (the caller holds the state lock);
+/// whether there were any.
+fn heal(ctx: &Context, progress: &dyn Progress) -> bool {
+    let said = crate::deploy::pin::heal(&ctx.lock_path, &ctx.state);
+    for line in &said {
+        progress.step(line);
+    }
+    !said.is_empty()
 }
 
 /// After the deploy: the keeps on judged digests taken back; after a rejection with nights
@@ -356,6 +381,10 @@ impl Run<'_> {
             progress: self.opts.progress,
             lock: Some(&candidate),
             record: Some(self.record.clone()),
+            // Recorded with the promotion: a kill before the pin moves is healed.
+            pin_move: Some(crate::production::PinMove {
+                from: self.note.old.clone(),
+            }),
             replace: true,
             // The new night runs on production's own port in its place: never beside it, so
             // no shadow nor canary (the recipe's `rollout` is for `up` of another recipe).
@@ -379,7 +408,7 @@ impl Run<'_> {
         };
         let mut note = record.upgrade.clone().unwrap_or_default();
         if record.outcome == Outcome::Promoted {
-            follow::move_pin(&ctx.lock_path, &ctx.state, name, pin)?;
+            crate::deploy::pin::move_pin(&ctx.lock_path, &ctx.state, name, pin)?;
             note.pinned = true;
         }
 

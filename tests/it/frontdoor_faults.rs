@@ -152,6 +152,37 @@ fn clients(url: &str, n: usize, patience: Duration) -> usize {
     })
 }
 
+/// A production that resets one request's connection unread (as a server at its
+/// connection limit, or a proxy in front of one, does) and serves on: that request is sent
+/// to it again once the watch has looked, never held for another production that does not
+/// come. The door's hold is short, so a request held for nothing fails within the test.
+#[test]
+fn a_request_production_reset_unread_is_sent_to_it_again_once_the_watch_looked() {
+    let deck = deck("fd-reset-once");
+    let args = format!(
+        "--ttft, 5ms, --token-rate, \"400\", --tokens, \"2\", --reset-once-on, {}",
+        support::TRAFFIC_AGENT
+    );
+    process(&deck, "prod", &args, "");
+    deck.ok(&["start", "prod"]);
+    let mut route = deck.cmd(&["rollback", "--to", "prod"]);
+    support::Ran::of(route.env("SPARKCTL_FRONTDOOR_HOLD", "10s")).succeeds();
+    let pid = pid_of(&deck, "prod");
+    let client = Traffic::impatient(&deck.door_url(), EVERY, Duration::from_secs(30));
+    client.answers(30, Duration::from_secs(60));
+    let report = client.stop();
+    let longest = report.latency_ms.iter().copied().fold(0.0, f64::max);
+    println!(
+        "reset once: {} answered, {} failed; longest wait {longest:.0} ms",
+        report.ok,
+        report.failed()
+    );
+    let logs = deck.ok(&["logs", "prod"]);
+    assert!(logs.contains("reset a connection, unread"), "{logs}");
+    assert_eq!((report.failed(), report.cut), (0, 0), "{report:?}");
+    assert_eq!(pid_of(&deck, "prod"), pid, "the same production serves on");
+}
+
 #[test]
 fn clients_that_give_up_while_held_free_their_places_for_the_next_restart() {
     let deck = deck("ff-queue");

@@ -52,4 +52,5 @@ mod sim_image;
 mod switch_matrix;
 mod up;
 mod upgrade;
+mod upgrade_production;
 mod vllm;

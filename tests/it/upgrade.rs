@@ -17,10 +17,10 @@ const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: factual\n
 
 /// The registry, a deck with production (a sim host process, `prod`) and the recipe that
 /// follows the tag (`nightly`), and the nights pushed so far.
-struct Nights {
-    deck: Deck,
+pub(crate) struct Nights {
+    pub(crate) deck: Deck,
     _registry: Registry,
-    repo: String,
+    pub(crate) repo: String,
     base: String,
     tag: String,
     digests: Vec<String>,
@@ -29,7 +29,7 @@ struct Nights {
 }
 
 impl Nights {
-    async fn new(tag: &str) -> Nights {
+    pub(crate) async fn new(tag: &str) -> Nights {
         let docker = docker().await;
         let (registry, deck, repo) = support::registry::with_deck(tag, SUITE);
         deck.recipe(
@@ -60,7 +60,7 @@ impl Nights {
     }
 
     /// The recipe that follows the tag, with `more` (a `notify:` section) after it.
-    fn recipe(&self, more: &str) {
+    pub(crate) fn recipe(&self, more: &str) {
         self.deck.recipe(
             "nightly",
             &format!(
@@ -71,7 +71,7 @@ impl Nights {
     }
 
     /// Tonight's image (`env`: its extra ENV lines) pushed under the tag; its digest.
-    async fn push(&mut self, env: &str) -> String {
+    pub(crate) async fn push(&mut self, env: &str) -> String {
         let docker = docker().await;
         let night = self.digests.len() + 1;
         let local = format!(
@@ -103,13 +103,13 @@ impl Nights {
         digest
     }
 
-    fn pinned(&self) -> Value {
+    pub(crate) fn pinned(&self) -> Value {
         let lock = std::fs::read_to_string(self.deck.dir.join("images.lock")).unwrap_or_default();
         let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&lock).unwrap_or_default();
         serde_json::to_value(&v["images"]["nightly"]).unwrap()
     }
 
-    fn history(&self) -> Vec<Value> {
+    pub(crate) fn history(&self) -> Vec<Value> {
         self.deck
             .sparkctl(&["--json", "history"])
             .succeeds()
@@ -120,7 +120,7 @@ impl Nights {
     }
 
     /// Who the front door routes production to: (recipe, deployment id).
-    fn production(&self) -> (String, String) {
+    pub(crate) fn production(&self) -> (String, String) {
         let d = self
             .deck
             .status()

@@ -10,7 +10,7 @@ use std::time::Instant;
 pub(crate) use plan::{make_room, retire, Hold, Mode, Plan};
 pub(crate) use restore::restore;
 
-use super::{Settings, StartOptions};
+use super::Settings;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::frontdoor::{self, Launch, Remote};
@@ -125,14 +125,6 @@ impl<'a> SwitchContext<'a> {
 
     pub(crate) fn settings(&self) -> &'a Settings {
         &self.shared.settings
-    }
-
-    pub(super) fn start_options(&self, allow_unpinned: bool) -> StartOptions<'_> {
-        StartOptions {
-            lock: &self.lock,
-            allow_unpinned,
-            replacing: None,
-        }
     }
 }
 

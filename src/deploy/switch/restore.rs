@@ -6,22 +6,31 @@ use std::time::Instant;
 
 use super::plan::{make_room, Hold, Plan};
 use super::{refuse_production_port, upstream_of, SwitchContext, Touched};
-use crate::deploy::{start, STOP_GRACE};
+use crate::deploy::{start, StartOptions, STOP_GRACE};
 use crate::error::Result;
+use crate::lock::Pin;
 use crate::progress::Progress;
 use crate::runtime::Deployment;
 
-/// Starts production `name` again on its own port, through the one switch plan (what else
-/// holds its room stops first; requests are held already), and waits until it serves.
+/// Starts production `name` again on its own port at `image` (the digest it ran; None:
+/// images.lock's), through the one switch plan (what else holds its room stops first;
+/// requests are held already), and waits until it serves.
 async fn start_production(
     ctx: &SwitchContext<'_>,
     name: &str,
+    image: Option<&Pin>,
     progress: &dyn Progress,
 ) -> Result<Deployment> {
     let loaded = ctx.recipes.get(name)?;
     refuse_production_port(ctx.settings(), name, loaded.recipe.server.port)?;
-    // What served before may have been unpinned; leaving production dark is worse.
-    let mut plan = Plan::new(ctx.shared, loaded, &ctx.start_options(true)).await?;
+    let lock = ctx.lock.with_image(name, image);
+    let opts = StartOptions {
+        lock: &lock,
+        // What served before may have been unpinned; leaving production dark is worse.
+        allow_unpinned: true,
+        replacing: None,
+    };
+    let mut plan = Plan::new(ctx.shared, loaded, &opts).await?;
     make_room(ctx.rt(), &mut plan, Hold::Held, None, progress).await?;
     Ok(start(ctx.rt(), &plan.start, None, |_| {}).await?.deployment)
 }
@@ -103,7 +112,10 @@ pub(crate) async fn restore(
     // Nothing answers behind the front door: production back, as it was.
     if let Some(prod) = t.production_stopped.as_ref().or(production.serving()) {
         progress.step(&format!("restoring production {}", prod.recipe));
-        match start_production(ctx, &prod.recipe, progress).await {
+        let image = (production.current.as_ref())
+            .filter(|e| e.recipe == prod.recipe)
+            .and_then(|e| e.image.as_ref());
+        match start_production(ctx, &prod.recipe, image, progress).await {
             Ok(d) => {
                 let mut next = production.clone();
                 match next.current.as_mut() {

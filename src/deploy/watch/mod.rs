@@ -305,16 +305,18 @@ impl Watch {
         if let Some(fb) = fallback {
             let started = {
                 let _one_at_a_time = self.door.starting.lock().await;
-                self.start_recipe(&fb, None).await
+                self.start_pinned(&fb, None).await
             };
             match started {
-                Ok(up) => {
+                Ok((up, image)) => {
                     let entry = Entry {
                         recipe: fb.clone(),
                         since: crate::units::now_utc(),
                         run_id: None,
                         bench: None,
                         upstream: Some(up.clone()),
+                        image,
+                        pin_move: None,
                     };
                     let switched = self
                         .door
@@ -401,6 +403,17 @@ impl Watch {
     /// otherwise `wedged` (the instance production named, if it still runs) is stopped and
     /// a new one started, waited for until it serves.
     async fn start_recipe(&self, name: &str, wedged: Option<&Upstream>) -> Result<Upstream> {
+        Ok(self.start_pinned(name, wedged).await?.0)
+    }
+
+    /// As `start_recipe`, with the pin a new instance runs (None: taken as it was, or no
+    /// pin). Production's own recipe starts at the digest its entry records, not at
+    /// images.lock's pin: after a rollback the two differ, and what served is what serves.
+    async fn start_pinned(
+        &self,
+        name: &str,
+        wedged: Option<&Upstream>,
+    ) -> Result<(Upstream, Option<crate::lock::Pin>)> {
         let set = crate::recipe::load_dir(&self.recipes_dir)?;
         let loaded = set.get(name)?;
         let running = self.ctx.runtimes.find(name).await?.filter(|d| d.running());
@@ -408,13 +421,16 @@ impl Watch {
             let is_wedged = wedged.is_some_and(|w| w.deployment == d.id);
             if !is_wedged && health_now(&self.client, &d).await == Liveness::Running(Health::Ready)
             {
-                return Ok(switch::upstream_of(&d));
+                return Ok((switch::upstream_of(&d), None));
             }
             if is_wedged {
                 self.ctx.runtimes.stop(&d, STOP_GRACE).await?;
             }
         }
-        let lock = crate::lock::Lock::load(&self.ctx.lock_path)?;
+        let image = (self.door.production().current)
+            .filter(|e| e.recipe == name)
+            .and_then(|e| e.image);
+        let lock = crate::lock::Lock::load(&self.ctx.lock_path)?.with_image(name, image.as_ref());
         let opts = StartOptions {
             lock: &lock,
             // What served before may have been unpinned; leaving production dark is worse.
@@ -424,7 +440,7 @@ impl Watch {
         let mut plan = Plan::new(&self.ctx, loaded, &opts).await?;
         self.make_room(name, &mut plan).await?;
         let report = start(&self.ctx.runtimes, &plan.start, None, |_| {}).await?;
-        Ok(switch::upstream_of(&report.deployment))
+        Ok((switch::upstream_of(&report.deployment), plan.start.pin))
     }
 
     /// Makes the room the switch plan names (requests are held already) — unless a command

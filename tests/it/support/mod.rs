@@ -870,6 +870,9 @@ impl TrafficReport {
     }
 }
 
+/// The User-Agent a `Traffic` client sends.
+pub const TRAFFIC_AGENT: &str = "sparkctl-test-traffic";
+
 /// A client that sends a 1-token streamed chat request to `url` every `every`, on its own
 /// thread, until stopped: a user of the production port while things change behind it.
 pub struct Traffic {
@@ -896,7 +899,23 @@ impl Traffic {
         Traffic::spawn(url, every, model, true)
     }
 
+    /// As `start`, a client that gives a request up after `patience` (a transport error):
+    /// one that hangs is a failure, not a stall of the test.
+    pub fn impatient(url: &str, every: Duration, patience: Duration) -> Traffic {
+        Traffic::spawn_with(url, every, "any", true, patience)
+    }
+
     fn spawn(url: &str, every: Duration, model: &str, keep_alive: bool) -> Traffic {
+        Traffic::spawn_with(url, every, model, keep_alive, Duration::from_secs(300))
+    }
+
+    fn spawn_with(
+        url: &str,
+        every: Duration,
+        model: &str,
+        keep_alive: bool,
+        patience: Duration,
+    ) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), answered.clone());
@@ -906,7 +925,14 @@ impl Traffic {
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(url, every, model, keep_alive, flag, count))
+                .block_on(traffic(
+                    url,
+                    every,
+                    model,
+                    (keep_alive, patience),
+                    flag,
+                    count,
+                ))
         });
         Traffic {
             stop,
@@ -939,13 +965,15 @@ async fn traffic(
     url: String,
     every: Duration,
     model: String,
-    keep_alive: bool,
+    (keep_alive, patience): (bool, Duration),
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> TrafficReport {
+    // Named, so that a fault can pick this client's requests out (`sim --reset-once-on`).
     let mut builder = ::reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(300));
+        .user_agent(TRAFFIC_AGENT)
+        .timeout(patience);
     if !keep_alive {
         builder = builder.pool_max_idle_per_host(0);
     }
