@@ -102,6 +102,13 @@ fn scenario(label: &str, deck: &Deck, run: Duration, tokens: u32) {
     let status: Value = serde_json::from_str(&deck.ok(&["--json", "frontdoor", "status"])).unwrap();
     let models = status["models"].as_array().cloned().unwrap_or_default();
     let starts: u64 = models.iter().filter_map(|m| m["loads"].as_u64()).sum();
+    // A request waits at most one turn of the other model and one start of its own.
+    let bound_s = (models.iter())
+        .map(|m| {
+            let t = &m["turn"];
+            t["length_s"].as_f64().unwrap_or(0.0) + t["last_start_s"].as_f64().unwrap_or(0.0)
+        })
+        .fold(0.0, f64::max);
     let turn = (models.iter())
         .map(|m| {
             let t = &m["turn"];
@@ -129,11 +136,15 @@ fn scenario(label: &str, deck: &Deck, run: Duration, tokens: u32) {
         a.failed + b.failed,
         starts as f64 / answered,
     );
+    let waited: Vec<f64> = waits.iter().copied().filter(|w| *w > 0.0).collect();
     println!(
-        "  wait for the model's server p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms; {turn}",
+        "  wait for the model's server p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms ({} requests waited, p50 {:.0} ms); one turn + one start {:.0} ms; {turn}",
         percentile(&waits, 50.0),
         percentile(&waits, 99.0),
         waits.last().copied().unwrap_or(0.0),
+        waited.len(),
+        percentile(&waited, 50.0),
+        bound_s * 1e3,
     );
 }
 

@@ -36,7 +36,7 @@ fn sim_by_hand(deck: &Deck, extra: &[&str]) -> ByHand {
         .unwrap();
     let by_hand = ByHand(child);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+    while support::http_status(&deck.door_url(), "/v1/models") != Some(200) {
         assert!(std::time::Instant::now() < deadline, "sim did not come up");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -92,7 +92,7 @@ fn a_hand_started_llama_server_is_imported_and_adopted_without_a_refused_connect
     let by_hand = ByHand(child);
     let pid = by_hand.0.id();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+    while support::http_status(&deck.door_url(), "/v1/models") != Some(200) {
         assert!(
             std::time::Instant::now() < deadline,
             "llama-server did not come up"
@@ -231,7 +231,10 @@ bench:
     assert_eq!(role("next").unwrap(), "production");
     deck.ok(&["rollback"]);
     assert_eq!(role("tiny").unwrap(), "production");
-    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(
+        support::http_status(&deck.door_url(), "/v1/models"),
+        Some(200)
+    );
 }
 
 #[test]
@@ -250,7 +253,10 @@ fn adopt_refuses_without_yes_and_changes_nothing() {
     assert!(
         by_hand.0.id() > 0 && std::path::Path::new(&format!("/proc/{}", by_hand.0.id())).exists()
     );
-    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(
+        support::http_status(&deck.door_url(), "/v1/models"),
+        Some(200)
+    );
     assert!(!deck.dir.join("state/frontdoor/supervisor.json").exists());
     assert!(deck.status_of("handsim").is_none());
 }
@@ -315,7 +321,7 @@ fn a_container_started_by_hand_is_adopted_by_binding_the_freed_port() {
     assert!(started.status.success(), "{}", text(&started.stderr));
     let _remove = Remove(name.clone());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+    while support::http_status(&deck.door_url(), "/v1/models") != Some(200) {
         assert!(
             std::time::Instant::now() < deadline,
             "the container did not come up"
@@ -393,7 +399,7 @@ fn a_failed_adoption_puts_the_foreign_server_back() {
     .warns("put back");
     // The port is served again by the server as it was, not by a front door.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while support::http_status(&deck.door_url(), "/health") != Some(200) {
+    while support::http_status(&deck.door_url(), "/v1/models") != Some(200) {
         assert!(std::time::Instant::now() < deadline, "{}", out.shown());
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -567,7 +573,10 @@ fn adopting_another_users_server_ends_at_once_and_frees_the_state_lock() {
     .warns(&format!("pid {pid}"));
     assert!(refused.stderr().contains("uid 0"), "{}", refused.shown());
     // Untouched, and the lock is free: its own user adopts it.
-    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(
+        support::http_status(&deck.door_url(), "/v1/models"),
+        Some(200)
+    );
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
     deck.sparkctl(&["adopt", "handsim", "--yes"])
         .succeeds()

@@ -141,6 +141,9 @@ fn after_init_sparkctl_works_from_any_directory() {
 
     installed(&deck, &home, &["up", "demo-production", "--yes"])
         .promoted("demo-production", deck.door_port);
-    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(
+        support::http_status(&deck.door_url(), "/v1/models"),
+        Some(200)
+    );
     installed(&deck, &home, &["down", "demo-production", "--force"]).succeeds();
 }

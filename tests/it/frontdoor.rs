@@ -288,7 +288,7 @@ fn a_killed_production_is_restarted_and_then_failed_over_to_its_fallback() {
         production["previous"].as_array().unwrap().last().unwrap()["recipe"],
         "flaky"
     );
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }
 
 #[test]
@@ -375,7 +375,7 @@ fn hangup_or_ctrl_c_mid_up_leaves_production_answering_and_recorded() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(130), "signal {signal}: {err}");
         assert!(err.contains("interrupted"), "{err}");
-        assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+        assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
         let d = door(&deck);
         assert_eq!(d["upstream"]["recipe"], "prod", "{d}");
         assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
@@ -424,7 +424,7 @@ fn a_full_state_disk_at_the_switch_changes_nothing_that_serves() {
     assert!(err.contains("front door refused /switch"), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     assert_eq!(report.failed(), 0, "{report:?}");
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
     assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
     let last = &history(&deck)[0];
@@ -666,7 +666,7 @@ fn ctrl_c_right_after_production_stopped_for_a_swap_brings_it_back() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }
 
 #[test]
@@ -728,7 +728,7 @@ fn a_relative_gate_without_a_usable_baseline_never_promotes() {
     // Not promoted; production was brought back behind the front door (held until then),
     // and only once: the watch and the up's way back both starting it once left the loser's
     // record naming a dead pid and the winner holding prod's port as "not sparkctl's".
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     let routed = door(&deck)["upstream"].clone();
     assert_eq!(routed["recipe"], "prod");
     let recorded = pid_of(&deck, "prod");
@@ -787,7 +787,7 @@ fn a_full_state_disk_during_rollback_leaves_production_serving() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     assert!(err.contains("serving on port"), "{err}");
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
     assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
 }

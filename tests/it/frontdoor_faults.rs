@@ -234,7 +234,7 @@ fn a_production_the_watch_restarted_never_holds_the_production_port() {
     let began = Instant::now();
     deck.ok(&["frontdoor", "start"]);
     assert!(began.elapsed() < Duration::from_secs(30));
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
 }
 
@@ -272,7 +272,7 @@ fn a_production_killed_while_an_up_holds_the_state_lock_is_held_and_restarted() 
     unsafe { libc::kill(up.id() as i32, libc::SIGINT) };
     let _ = up.wait();
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }
 
 #[test]
@@ -640,7 +640,7 @@ fn a_client_that_sends_its_request_slowly_is_cut_off() {
         began.elapsed(),
         text(&buf[..n])
     );
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }
 
 #[test]
@@ -673,7 +673,7 @@ fn a_production_killed_on_a_full_state_disk_is_restarted_and_recorded_later() {
     std::thread::sleep(Duration::from_millis(300));
     let report = client.stop();
     assert_in_flight_only(&report);
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     // Room again: the records are written.
     disk.free();
     wait_for(
@@ -847,7 +847,7 @@ fn with_the_docker_engine_gone_production_fails_over_to_a_ready_process_fallback
     assert!(report.http_errors.iter().all(|c| *c == 502), "{report:?}");
     assert!(report.failed() + report.cut <= 2, "{report:?}");
     assert!(report.transport_errors.is_empty(), "{report:?}");
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }
 
 /// An OpenAI-compatible server that closes the connection, without a word, on any chat
@@ -1011,5 +1011,5 @@ fn a_production_busy_outside_the_door_is_not_restarted_under_its_client() {
         history(&deck)
     );
     // Free again, it answers through the door.
-    assert_eq!(http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
 }

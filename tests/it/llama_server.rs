@@ -152,7 +152,7 @@ fn up_promotes_llama_server_over_a_process_production_and_rollback_returns() {
     };
     let serving = || {
         assert_eq!(
-            http_status(&deck.door_url(), "/health"),
+            http_status(&deck.door_url(), "/v1/models"),
             Some(200),
             "the production port answers"
         );

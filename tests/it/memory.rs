@@ -279,7 +279,10 @@ fn a_start_that_would_leave_less_than_the_reserve_is_refused_before_anything_sto
     assert_eq!(prod["role"], "production", "{prod}");
     assert_eq!(prod["state"], "running", "{prod}");
     assert!(deck.status_of("cand").is_none());
-    assert_eq!(support::http_status(&deck.door_url(), "/health"), Some(200));
+    assert_eq!(
+        support::http_status(&deck.door_url(), "/v1/models"),
+        Some(200)
+    );
     // `start` keeps the same floor.
     on_host(&["start", "cand", "--dry-run"])
         .exits(1)

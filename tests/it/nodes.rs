@@ -288,7 +288,7 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
         .sparkctl(&["up", "tp2", "--yes"])
         .promoted("tp2", t.deck.door_port)
         .warns("plan: tp2 (docker, 2 nodes: a, b)");
-    assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&t.deck.door_url(), "/v1/models"), Some(200));
     assert_eq!(serving().as_deref(), Some("tp2"));
     let worker = members(true, &t.state())["ray-worker"].clone();
     assert!(running(&worker), "node b's worker serves with it");
@@ -307,7 +307,7 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     loop {
         let b = members(true, &t.state());
         let back = b["ray-worker"]["Id"] != worker["Id"] && running(&b["ray-worker"]);
-        if back && http_status(&t.deck.door_url(), "/health") == Some(200) {
+        if back && http_status(&t.deck.door_url(), "/v1/models") == Some(200) {
             break;
         }
         assert!(
@@ -326,7 +326,7 @@ fn up_and_rollback_of_a_two_node_candidate_over_a_one_node_production() {
     let out = t.deck.ok(&["rollback"]);
     assert!(out.contains("rolled back"), "{out}");
     assert_eq!(serving().as_deref(), Some("prod"));
-    assert_eq!(http_status(&t.deck.door_url(), "/health"), Some(200));
+    assert_eq!(http_status(&t.deck.door_url(), "/v1/models"), Some(200));
     all_stopped(&t);
 }
 

@@ -134,7 +134,7 @@ bench:
     /// Which recipe serves on the production port, asked of the port itself and of status.
     fn serving(&self) -> Option<String> {
         assert_eq!(
-            http_status(&self.deck.door_url(), "/health"),
+            http_status(&self.deck.door_url(), "/v1/models"),
             Some(200),
             "the production port answers"
         );
