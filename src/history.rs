@@ -181,7 +181,7 @@ pub(crate) struct RunRecord {
     /// The rollout the candidate met live traffic in (shadow, canary): its counts, the
     /// comparison and the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) rollout: Option<crate::frontdoor::rollout::RolloutStatus>,
+    pub(crate) rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// What a bisect measurement was: which bisect, which digest, and the figure it was judged on.

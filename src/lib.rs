@@ -40,6 +40,7 @@ mod recipe;
 mod rollout;
 mod runtime;
 mod secrets;
+mod server;
 mod settings;
 mod sim;
 mod state;
@@ -59,13 +60,13 @@ pub mod testkit {
     pub use crate::bench::sample::Sample;
     pub use crate::bench::{http_client, load, suite::Suite};
     pub use crate::engine::{Engine, Runtime};
-    pub use crate::frontdoor::live::Live;
-    pub use crate::frontdoor::quality::{Answer, Delta};
     pub use crate::lock::Lock;
     pub use crate::patch::{fingerprint::fingerprint, safetensors::write_fixture};
     pub use crate::production::Upstream;
     pub use crate::recipe::{load_dir, parse_recipe};
     pub use crate::runtime::docker::container_spec;
     pub use crate::runtime::{ready, Deployment, Event, RunState, StartSpec, Started};
+    pub use crate::server::live::Live;
+    pub use crate::server::quality::{Answer, Delta};
     pub use crate::yaml::from_slice;
 }

@@ -111,6 +111,6 @@ pub(crate) async fn start_on(
         .map_err(|e| Error::io(format!("cannot start {} frontdoor run", launch.self_exe), e))?;
     // The supervisor holds it now; this process lets go.
     drop(socket);
-    crate::frontdoor::supervisor::until_answering(&remote, child, &log_file).await?;
+    crate::frontdoor::launch::until_answering(&remote, child, &log_file).await?;
     Ok(remote)
 }

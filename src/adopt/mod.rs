@@ -114,8 +114,8 @@ pub(crate) async fn adopt(
         });
     }
     crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
-    if let Some(r) = frontdoor::supervisor::running(&ctx.state) {
-        return Err(frontdoor::supervisor::already_running(
+    if let Some(r) = frontdoor::launch::running(&ctx.state) {
+        return Err(frontdoor::launch::already_running(
             &r,
             "adopt hands over a port that another server holds, not the front door's",
         ));
@@ -390,7 +390,7 @@ impl Flow<'_> {
         let mut notes = Vec::new();
         let t = std::mem::take(&mut self.touched);
         if t.door {
-            match frontdoor::supervisor::stop(&self.ctx.state, Duration::from_secs(5)).await {
+            match frontdoor::launch::stop(&self.ctx.state, Duration::from_secs(5)).await {
                 Ok(_) => notes.push("stopped the front door".into()),
                 Err(e) => notes.push(format!("stopping the front door failed: {e}")),
             }

@@ -111,7 +111,7 @@ async fn run(
             Ok(())
         }
         FrontdoorCommand::Stop => {
-            match frontdoor::supervisor::stop(&ctx.state, config.drain).await? {
+            match frontdoor::launch::stop(&ctx.state, config.drain).await? {
                 Some(pid) => out.say(format_args!(
                     "front door stopped (pid {pid}); production keeps running on its own port"
                 )),
@@ -123,7 +123,7 @@ async fn run(
             Ok(())
         }
         FrontdoorCommand::Restart => {
-            let (old, now) = frontdoor::supervisor::restart(&ctx.state, &config, &launch).await?;
+            let (old, now) = frontdoor::launch::restart(&ctx.state, &config, &launch).await?;
             match old {
                 Some(old) => out.say(format_args!(
                     "front door restarted onto {}: server pid {} serves; pid {old} finishes the \
@@ -150,14 +150,14 @@ async fn run(
                 server,
                 upgrade,
             };
-            frontdoor::supervisor::run(&ctx.state, &config, &launch, takeover).await
+            crate::server::supervisor::run(&ctx.state, &config, &launch, takeover).await
         }
         FrontdoorCommand::Serve { listen_fd } => {
             let ctx = Context {
                 lock_path: launch.lock,
                 ..ctx
             };
-            crate::deploy::serve::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
+            crate::server::models::serve_frontdoor(ctx, launch.recipes, config, listen_fd).await
         }
         FrontdoorCommand::Install => install(&config, &launch, &ctx.state, out),
         FrontdoorCommand::Capture { what } => capture(&ctx, what, out).await,
@@ -276,7 +276,7 @@ pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
     if s.models.len() < 2 {
         return (s.models.iter()).filter_map(failure_line).collect();
     }
-    use crate::frontdoor::lanes::ModelState;
+    use crate::frontdoor::status::ModelState;
     (s.models.iter())
         .flat_map(|m| {
             let recipe = m.production.current.as_ref().map(|e| e.recipe.as_str());
@@ -326,7 +326,7 @@ pub(crate) fn model_lines(s: &DoorStatus) -> Vec<String> {
 }
 
 /// A model whose last start on demand failed: why, and when the next is tried.
-fn failure_line(m: &crate::frontdoor::lanes::ModelStatus) -> Option<String> {
+fn failure_line(m: &crate::frontdoor::status::ModelStatus) -> Option<String> {
     let f = m.start_failed.as_ref()?;
     Some(format!(
         "    start failed ({} in a row, {}; the next in {:.0} s): {}",

@@ -2,19 +2,15 @@
 //! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
 mod evaluate;
-mod golden;
-mod judge;
 pub(crate) mod pin;
 pub(crate) mod plan;
 mod replace;
 pub(crate) mod rollback;
 mod rollout;
-pub(crate) mod serve;
 mod start;
 pub(crate) mod status;
 pub(crate) mod switch;
 pub(crate) mod up;
-pub(crate) mod watch;
 
 use std::time::Duration;
 

@@ -72,7 +72,7 @@ pub(super) async fn run(
     progress: &dyn Progress,
 ) -> Result<()> {
     let name = record.recipe.clone();
-    let asking = crate::frontdoor::rollout::Asking {
+    let asking = crate::rollout::Asking {
         spec: spec.clone(),
         candidate: switch::upstream_of(candidate),
         owner: crate::host::ProcessId::of(std::process::id()),

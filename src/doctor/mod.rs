@@ -342,7 +342,7 @@ async fn gpu_and_memory(settings: &Settings) -> [Check; 2] {
 
 /// Whether the front door runs, and whether it comes back after a reboot.
 fn frontdoor_check(state: &StateDir, settings: &Settings) -> Check {
-    let running = crate::frontdoor::supervisor::running(state);
+    let running = crate::frontdoor::launch::running(state);
     let unit = crate::frontdoor::unit::installed();
     let now = match &running {
         Some(r) => format!("runs on {}:{} (pid {})", r.host, r.port, r.pid),

@@ -219,6 +219,22 @@ pub enum Error {
     /// The front door answered, but not as asked, or its process did not do what it should.
     #[error("the front door {what}")]
     DoorFailed { what: String },
+    /// The front door refused a request: the error it met, carried over its control socket
+    /// with its kind (a full disk in the door is `io` to a script, not `failed`).
+    #[error("the front door refused {route}: {message}")]
+    DoorRefused {
+        route: &'static str,
+        kind: ErrorKind,
+        message: String,
+    },
+    /// The front door running speaks another control protocol (`speaks`; None: one from
+    /// before versions): an older sparkctl's, which outlived an upgrade of the binary.
+    #[error(
+        "the front door running is from another sparkctl (control protocol {}, this one speaks \
+         {wants}); restart it onto this binary: `sparkctl frontdoor restart`",
+        speaks.map_or("1".to_string(), |v| v.to_string())
+    )]
+    DoorTooOld { speaks: Option<u32>, wants: u32 },
     /// The front door would face the network without an API key (`what` it would do); `then`
     /// is the other way out.
     #[error(
@@ -297,7 +313,7 @@ pub enum Error {
 /// `kind`), whatever its message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum ErrorKind {
+pub enum ErrorKind {
     Usage,
     Invalid,
     UnknownRecipe,
@@ -355,7 +371,10 @@ impl Error {
             Error::PathTaken { .. } => ErrorKind::Usage,
             Error::AlreadyRunning { .. } => ErrorKind::AlreadyRunning,
             Error::ImageMissing { .. } => ErrorKind::ImageMissing,
-            Error::DoorUnreachable { .. } => ErrorKind::FrontdoorUnreachable,
+            Error::DoorUnreachable { .. } | Error::DoorTooOld { .. } => {
+                ErrorKind::FrontdoorUnreachable
+            }
+            Error::DoorRefused { kind, .. } => *kind,
             Error::EngineCall { .. }
             | Error::Registry { .. }
             | Error::DoorFailed { .. }

@@ -173,6 +173,27 @@ impl Spec {
     }
 }
 
+/// What `POST /rollout` asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Asking {
+    pub(crate) spec: Spec,
+    pub(crate) candidate: crate::production::Upstream,
+    /// The command running it: when it ends, the rollout ends with it.
+    pub(crate) owner: Option<crate::host::ProcessId>,
+}
+
+/// A rollout as `status`, the page and `up` see it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RolloutStatus {
+    pub(crate) spec: Spec,
+    pub(crate) candidate: crate::production::Upstream,
+    pub(crate) started_at: String,
+    pub(crate) elapsed_s: f64,
+    /// The counts (without the samples).
+    pub(crate) tally: Tally,
+    pub(crate) judgement: Judgement,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

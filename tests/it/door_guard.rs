@@ -165,7 +165,7 @@ fn a_probe_is_no_use_of_a_model_so_its_ttl_still_unloads_it() {
     let codes = probes.join().unwrap();
     // It may be started: the probe says so, without starting it.
     assert!(
-        codes.len() > 20 && codes.iter().all(|c| *c == 200),
+        codes.len() >= 10 && codes.iter().all(|c| *c == 200),
         "{codes:?}"
     );
     assert!(!runs(&deck, "chat-a"), "the probes woke chat-a");

@@ -533,6 +533,38 @@ fn no_sibling_modules_use_each_other() {
     assert!(found.is_empty(), "modules that use each other: {found:?}");
 }
 
+/// The front door's process is a wing of its own (`server`): the commands know the door by
+/// its face (`frontdoor`: settings, protocol, client, status), which imports neither the
+/// wing nor the flows; nothing but the CLI's dispatch and the crate root (its testkit)
+/// imports the wing.
+#[test]
+fn only_the_cli_reaches_into_the_door_s_process() {
+    let sources = read_sources();
+    let modules: BTreeSet<ModPath> = sources.keys().cloned().collect();
+    let codes: BTreeMap<ModPath, String> = sources
+        .iter()
+        .map(|(m, (_, text))| (m.clone(), code_of(text)))
+        .collect();
+    let reexported = reexports(&codes, &modules);
+    let top = |m: &ModPath| m.first().cloned().unwrap_or_default();
+    let mut found = Vec::new();
+    for (m, code) in &codes {
+        let uses = references(m, code, &modules, &reexported);
+        let me = top(m);
+        for used in uses.iter().map(top) {
+            let wall = match me.as_str() {
+                "server" | "cli" | "" => false,
+                "frontdoor" => used == "server" || used == "deploy",
+                _ => used == "server",
+            };
+            if wall {
+                found.push(format!("{} uses {used}", m.join("::")));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:?}");
+}
+
 /// The integration tests are one binary (Cargo.toml: `autotests = false`, one `[[test]]`):
 /// a new file straight under tests/ would never be built, and one under tests/it/ that
 /// main.rs does not name would never be compiled; either would pass unseen.

@@ -101,7 +101,7 @@ impl<'a> SwitchContext<'a> {
     pub(crate) async fn production(&self) -> Result<Production> {
         match self.door.status().await {
             Ok(s) => Ok(s.production),
-            Err(_) if self.dry_run && frontdoor::supervisor::running(self.state()).is_none() => {
+            Err(_) if self.dry_run && frontdoor::launch::running(self.state()).is_none() => {
                 self.production_file()
             }
             Err(e) => Err(e),

@@ -13,9 +13,10 @@ use tokio::task::JoinSet;
 use super::watch::Watch;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::frontdoor::route::Route;
-use crate::frontdoor::{Config, Door, Lanes, Launch};
+use crate::frontdoor::{Config, Launch};
 use crate::production::Upstream;
+use crate::server::route::Route;
+use crate::server::{Door, Lanes};
 
 /// `sparkctl frontdoor serve`: the front door's proxy and control socket, and the watches
 /// beside them; returns when the server is told to stop (after its drain) or the watch
@@ -27,7 +28,7 @@ pub(crate) async fn serve_frontdoor(
     listen_fd: i32,
 ) -> Result<()> {
     let opened =
-        crate::frontdoor::serve::open(&ctx.state, &ctx.runtimes, config, listen_fd, &recipes_dir)
+        crate::server::serve::open(&ctx.state, &ctx.runtimes, config, listen_fd, &recipes_dir)
             .await?;
     ctx.runtimes
         .process

@@ -73,13 +73,7 @@ pub(crate) struct Totals {
     pub(crate) itl_n: u64,
 }
 
-/// What one model's requests waited for its server.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Waits {
-    pub(crate) requests: u64,
-    pub(crate) mean_ms: f64,
-    pub(crate) max_ms: f64,
-}
+pub(crate) use crate::frontdoor::status::Waits;
 
 /// Events outside any one upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -12,10 +12,10 @@ use super::Watch;
 use crate::context::Context;
 use crate::deploy::memory_beside;
 use crate::error::Error;
-use crate::frontdoor::demand::{Load, Unloaded};
-use crate::frontdoor::route::Route;
-use crate::frontdoor::{say, Door};
 use crate::production::Upstream;
+use crate::server::demand::{Load, Unloaded};
+use crate::server::route::Route;
+use crate::server::Door;
 use crate::units::format_duration;
 
 /// Why a start on demand cannot be made now.

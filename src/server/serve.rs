@@ -16,8 +16,9 @@ use super::accept::{Conns, Limits};
 use super::demand::{Load, Unloaded};
 use super::proxy::{self, Proxy};
 use super::route::Route;
-use super::{control, control_socket, handover, Config, Door, Lanes, Launch, Shared};
+use super::{control, Door, Lanes, Shared};
 use crate::error::{Error, Result};
+use crate::frontdoor::{control_socket, handover, Config, Launch};
 use crate::host::ProcessId;
 use crate::production::{Production, Upstream};
 use crate::runtime::Runtimes;
@@ -84,7 +85,9 @@ pub(crate) async fn open(
             .unwrap_or_default();
         let lazy = !settings.eager() && (several || settings.ttl.is_some());
         let (route, load) = match production.serving() {
-            Some(u) if super::alive(runtimes, u).await => (Route::Serving(u.clone()), Load::Loaded),
+            Some(u) if crate::frontdoor::alive(runtimes, u).await => {
+                (Route::Serving(u.clone()), Load::Loaded)
+            }
             Some(_) if lazy => (Route::Holding, Load::Unloaded(Unloaded::Boot)),
             Some(_) => (Route::Holding, Load::Loaded),
             None => (Route::Offline, Load::Loaded),

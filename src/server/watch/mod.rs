@@ -19,16 +19,16 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::judge::{Cause, Judge};
-use super::switch::{self, Hold, Plan};
-use super::{start, StartOptions, STOP_GRACE};
 use crate::context::Context;
+use crate::deploy::switch::{self, Hold, Plan};
+use crate::deploy::{start, StartOptions, STOP_GRACE};
 use crate::error::{Error, Result};
-use crate::frontdoor::metrics::Event;
-use crate::frontdoor::route::Route;
-use crate::frontdoor::Door;
 use crate::history::{Command, Outcome, RunRecord};
 use crate::production::{Entry, Upstream};
 use crate::runtime::ready::{health_now, Health, Liveness};
+use crate::server::metrics::Event;
+use crate::server::route::Route;
+use crate::server::Door;
 
 /// Between two looks at production.
 const EVERY: Duration = Duration::from_secs(2);
@@ -478,7 +478,7 @@ impl Watch {
                 }
             }
             let _ = self.door.forget_candidate().await;
-            crate::frontdoor::say!(
+            crate::server::say!(
                 "rollout of {}: its `up` ended without a decision; the candidate was stopped",
                 c.recipe
             );

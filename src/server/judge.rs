@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use super::golden::{self, Rounds};
 use crate::bench::gates::{GateResult, Gates, Measures};
 use crate::bench::Baseline;
-use crate::frontdoor::live::Judging;
-use crate::frontdoor::Door;
 use crate::production::Upstream;
+use crate::server::live::Judging;
+use crate::server::Door;
 
 /// A recipe restarted for what it answered goes to its fallback when it breaches again
 /// within this time.

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::quality::{Answer, Asked, Verdict};
@@ -20,7 +20,7 @@ use super::reading::Reading;
 use crate::bench::suite::Check;
 use crate::production::Upstream;
 use crate::rollout::tally::Pair;
-use crate::rollout::{analysis, Judgement, Mode, Sample, Spec, Tally};
+use crate::rollout::{analysis, Asking, Mode, RolloutStatus, Sample, Spec, Tally};
 
 /// Shadow copies waiting on the candidate at once; past this, copies are dropped (and
 /// counted) rather than queued: a slow candidate never holds production's resources.
@@ -28,27 +28,6 @@ const COPIES_IN_FLIGHT: usize = 64;
 
 /// Characters kept of an answer's start, or of what was wrong with it, for the evidence.
 const KEPT_CHARS: usize = 240;
-
-/// What `POST /rollout` asks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Asking {
-    pub(crate) spec: Spec,
-    pub(crate) candidate: Upstream,
-    /// The command running it: when it ends, the rollout ends with it.
-    pub(crate) owner: Option<crate::host::ProcessId>,
-}
-
-/// A rollout as `status`, the page and `up` see it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RolloutStatus {
-    pub(crate) spec: Spec,
-    pub(crate) candidate: Upstream,
-    pub(crate) started_at: String,
-    pub(crate) elapsed_s: f64,
-    /// The counts (without the samples).
-    pub(crate) tally: Tally,
-    pub(crate) judgement: Judgement,
-}
 
 /// A rollout running.
 pub(crate) struct Rollout {

@@ -9,14 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hyper::{Method, StatusCode};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::demand::Load;
 use super::metrics::Metrics;
 use super::route::Route;
-use super::{capture, live, page, turns, Config, Door};
+use super::{capture, live, page, turns, Door};
+use crate::frontdoor::status::{ModelState, ModelStatus};
+use crate::frontdoor::Config;
 use crate::production::{Production, Upstream};
 use crate::state::StateDir;
 
@@ -141,92 +142,19 @@ pub(crate) struct Idle {
     pub(crate) busy: bool,
 }
 
-/// One model as the front door serves it (`GET /state`'s `models`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ModelStatus {
-    /// `""`: the unnamed model.
-    pub(crate) model: String,
-    /// What clients send for it (None: it has no production).
-    pub(crate) name: Option<String>,
-    pub(crate) upstream: Option<Upstream>,
-    pub(crate) holding: bool,
-    pub(crate) waiting: usize,
-    /// Whether its server is loaded, starting on demand, or unloaded.
-    pub(crate) load: Load,
-    /// What a user is told of it (`status`, the page, `GET /v1/models`).
-    #[serde(default)]
-    pub(crate) state: ModelState,
-    /// Starts on demand since the front door started.
-    pub(crate) loads: u64,
-    /// Requests being answered.
-    pub(crate) in_flight: usize,
-    /// Seconds since its last request began or ended; None while one is in flight.
-    pub(crate) idle_s: Option<f64>,
-    /// What its requests waited for its server, so far.
-    pub(crate) waits: Option<super::metrics::Waits>,
-    /// Requests without `model` go to it.
-    pub(crate) default: bool,
-    pub(crate) production: Production,
-    /// Its last start on demand failed: why, and when the next may be tried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) start_failed: Option<super::demand::StartFailed>,
-    /// Its turn while another model waits for room (`turns`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) turn: Option<turns::TurnStatus>,
-}
-
-/// One model as a user is told of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum ModelState {
-    /// Its server answers its requests.
-    Serving,
-    /// Started on demand for the requests that wait.
-    Starting,
-    /// Not running, with requests waiting for its start (room is being made, or a start
-    /// failed a moment ago and is tried again).
-    Queued,
-    /// Not running: not started since the front door started, or idle past its `ttl`.
-    Unloaded,
-    /// Not running: stopped to make room for another model.
-    Evicted,
-    /// Its requests are held while production changes (a swap, a restart).
-    Holding,
-    /// Not running: its last start failed, and its requests are answered 503 with why
-    /// until the back-off ends.
-    Failed,
-    /// No production: its requests get 503.
-    #[default]
-    Offline,
-}
-
-impl ModelState {
-    pub(crate) fn of(door: &Door, waiting: usize) -> ModelState {
-        let (route, load) = (door.table.route(), door.demand.load());
-        match (&route, load) {
-            (Route::Serving(_) | Route::Suspect(_), _) => ModelState::Serving,
-            // Taken out of production (`down --force`) while unloaded: nothing to start.
-            (Route::Offline, _) => ModelState::Offline,
-            (_, Load::Unloaded(_)) if door.demand.backing_off() => ModelState::Failed,
-            (_, Load::Starting) => ModelState::Starting,
-            (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
-            (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
-            (_, Load::Unloaded(_)) => ModelState::Unloaded,
-            (Route::Holding, Load::Loaded) => ModelState::Holding,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ModelState::Serving => "serving",
-            ModelState::Starting => "starting",
-            ModelState::Queued => "queued",
-            ModelState::Unloaded => "unloaded",
-            ModelState::Evicted => "evicted",
-            ModelState::Holding => "holding",
-            ModelState::Failed => "failed",
-            ModelState::Offline => "offline",
-        }
+/// What a user is told of `door`'s model, with `waiting` requests.
+pub(crate) fn state_of(door: &Door, waiting: usize) -> ModelState {
+    let (route, load) = (door.table.route(), door.demand.load());
+    match (&route, load) {
+        (Route::Serving(_) | Route::Suspect(_), _) => ModelState::Serving,
+        // Taken out of production (`down --force`) while unloaded: nothing to start.
+        (Route::Offline, _) => ModelState::Offline,
+        (_, Load::Unloaded(_)) if door.demand.backing_off() => ModelState::Failed,
+        (_, Load::Starting) => ModelState::Starting,
+        (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
+        (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
+        (_, Load::Unloaded(_)) => ModelState::Unloaded,
+        (Route::Holding, Load::Loaded) => ModelState::Holding,
     }
 }
 
@@ -370,12 +298,12 @@ impl Lanes {
                     upstream: s.upstream,
                     holding: s.holding,
                     waiting: s.waiting,
-                    state: ModelState::of(d, s.waiting),
+                    state: state_of(d, s.waiting),
                     load: d.demand.load(),
                     loads: d.demand.loads(),
                     production: s.production,
                     start_failed: d.demand.failure().map(|f| f.shown()),
-                    turn: Some(turns::TurnStatus::of(&d.demand.turn())),
+                    turn: Some(d.demand.turn().status()),
                 }
             })
             .filter(|m| !m.production.is_empty())
@@ -503,7 +431,7 @@ fn listing(served: &[(String, Arc<Door>)]) -> Value {
         .map(|(name, d)| {
             let p = d.production();
             let waiting = d.table.counts().0;
-            let state = ModelState::of(d, waiting).as_str();
+            let state = state_of(d, waiting).as_str();
             json!({
                 "id": name, "object": "model", "created": 0, "owned_by": "sparkctl",
                 "sparkctl": {

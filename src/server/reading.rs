@@ -212,7 +212,7 @@ impl Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontdoor::quality::Asked;
+    use crate::server::quality::Asked;
 
     #[test]
     fn an_error_event_is_kept_by_its_start_only() {

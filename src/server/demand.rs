@@ -7,32 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+pub(crate) use crate::frontdoor::status::{Load, Unloaded};
 
 use crate::recipe::serve::Serve;
-
-/// Why a model's server is not running while it has a production.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Unloaded {
-    /// Not started since the front door started (no `preload`).
-    Boot,
-    /// Idle past its `ttl`.
-    Ttl,
-    /// Stopped to make room for another model.
-    Evicted,
-}
-
-/// Where a model's server is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Load {
-    /// Running (or being brought back by the watch after it died: that is the watch's).
-    Loaded,
-    /// Being started for the requests that wait.
-    Starting,
-    Unloaded(Unloaded),
-}
 
 pub(crate) struct Demand {
     /// Everything about it that changes, behind one lock.
@@ -62,7 +39,7 @@ struct State {
 
 /// A start on demand that failed: what its waiting clients are told at once, until the
 /// back-off ends.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StartFailed {
     /// Why, as the start said it (the engine's fatal line among it).
     pub(crate) reason: String,
@@ -70,13 +47,8 @@ pub(crate) struct StartFailed {
     pub(crate) kind: crate::error::ErrorKind,
     /// Failed starts in a row.
     pub(crate) attempts: u32,
-    /// Seconds until the next start may be tried, when it was last read.
-    #[serde(default)]
-    pub(crate) retry_in_s: f64,
     /// The recipe's hash when it failed: a changed recipe is tried at once.
-    #[serde(skip)]
     pub(crate) recipe_hash: String,
-    #[serde(skip, default = "Instant::now")]
     until: Instant,
 }
 
@@ -86,11 +58,13 @@ impl StartFailed {
         self.until.saturating_duration_since(Instant::now())
     }
 
-    /// As shown now (`status`, the page): with the time left.
-    pub(crate) fn shown(&self) -> StartFailed {
-        StartFailed {
+    /// As `status` and the page show it, now.
+    pub(crate) fn shown(&self) -> crate::frontdoor::status::StartFailed {
+        crate::frontdoor::status::StartFailed {
+            reason: self.reason.clone(),
+            kind: self.kind,
+            attempts: self.attempts,
             retry_in_s: self.retry_in().as_secs_f64(),
-            ..self.clone()
         }
     }
 }
@@ -187,7 +161,6 @@ impl Demand {
             reason: e.to_string(),
             kind: e.kind(),
             attempts,
-            retry_in_s: back_off.as_secs_f64(),
             recipe_hash: recipe_hash.to_string(),
             until: Instant::now() + back_off,
         });

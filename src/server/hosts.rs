@@ -38,27 +38,6 @@ impl Misdirected {
     }
 }
 
-/// The names the door goes by beside its addresses: `SPARKCTL_FRONTDOOR_NAMES`, the
-/// machine's own name (and `NAME.local`), and the listening host when it is a name.
-pub(crate) fn configured_names(set: &[String], host: &str) -> Vec<String> {
-    let machine = crate::host::hostname();
-    let mut names: Vec<String> = set
-        .iter()
-        .map(String::as_str)
-        .chain([host, machine.as_str(), &format!("{machine}.local")])
-        .map(normal)
-        .filter(|n| !n.is_empty() && n.parse::<std::net::IpAddr>().is_err())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
-/// A name as compared: lowercase, without the root's dot.
-fn normal(name: &str) -> String {
-    name.trim().trim_end_matches('.').to_ascii_lowercase()
-}
-
 /// The host part of a `Host` value (`name`, `name:port`, `[v6]:port`).
 fn host_of(value: &str) -> &str {
     let value = value.trim();
@@ -74,7 +53,7 @@ fn host_of(value: &str) -> &str {
 /// Whether a `Host` value names the door: an IP address (no page can make a browser send
 /// one for its own name), `localhost` (browsers resolve it themselves), or one of `names`.
 pub(crate) fn allowed(value: &str, names: &[String]) -> bool {
-    let host = normal(host_of(value));
+    let host = crate::frontdoor::normal_name(host_of(value));
     host.parse::<std::net::IpAddr>().is_ok()
         || host == "localhost"
         || host.ends_with(".localhost")

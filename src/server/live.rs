@@ -16,6 +16,7 @@ use crate::bench::gates::{self, GateOutcome, GateResult, Gates, Measures, Metric
 use crate::bench::stats::stats;
 use crate::bench::suite::Check;
 use crate::bench::Baseline;
+pub(crate) use crate::frontdoor::status::{GoldenLast, LiveStatus};
 use crate::production::Upstream;
 
 /// Instances whose windows are kept (the newest; older ones were replaced).
@@ -83,31 +84,6 @@ struct State {
 pub(crate) struct GoldenRound {
     pub(crate) cases: usize,
     pub(crate) failed: Vec<String>,
-}
-
-/// The last golden round, as `status` shows it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct GoldenLast {
-    pub(crate) at: String,
-    pub(crate) cases: usize,
-    pub(crate) failed: Vec<String>,
-}
-
-/// What `status` shows of production's live quality.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct LiveStatus {
-    pub(crate) recipe: String,
-    pub(crate) deployment: String,
-    /// Answers in the window now.
-    pub(crate) answers: usize,
-    /// Check → % of the window's answers (leaking, for thinking_leak; passing otherwise).
-    pub(crate) rates: BTreeMap<String, f64>,
-    pub(crate) gates: Vec<GateResult>,
-    /// How long a gate has been failing, s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) failing_for_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) golden: Option<GoldenLast>,
 }
 
 /// The front door's live judge, shared by the proxy (which records) and the watch (which
@@ -483,7 +459,7 @@ fn evidence(answers: &VecDeque<Verdict>, failed: &[GateResult]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontdoor::quality::{Answer, Delta};
+    use crate::server::quality::{Answer, Delta};
 
     fn answer(text: &str) -> Verdict {
         let mut a = Answer::new(Asked::default(), Instant::now());

@@ -9,34 +9,7 @@
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, StatusCode};
 
-/// The origins allowed beside the door's own, as configured (`scheme://host[:port]`,
-/// compared without case and without a trailing slash).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct Origins(Vec<String>);
-
-impl Origins {
-    pub(crate) fn new(listed: &[String]) -> Origins {
-        Origins(
-            (listed.iter())
-                .map(|o| normal(o))
-                .filter(|o| !o.is_empty())
-                .collect(),
-        )
-    }
-
-    fn allows(&self, origin: &str) -> bool {
-        self.0.iter().any(|o| o == "*" || *o == normal(origin))
-    }
-
-    /// As `SPARKCTL_FRONTDOOR_ORIGINS` writes them: what a unit file passes on.
-    pub(crate) fn listed(&self) -> Vec<String> {
-        self.0.clone()
-    }
-}
-
-fn normal(origin: &str) -> String {
-    origin.trim().trim_end_matches('/').to_ascii_lowercase()
-}
+pub(crate) use crate::frontdoor::Origins;
 
 /// Who sent a request, as the browser says.
 #[derive(Debug, Clone, PartialEq, Eq)]

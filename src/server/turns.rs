@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use crate::frontdoor::status::TurnStatus;
 
 /// Idle this long, a model's clients are taken to be done with it for now: it may be
 /// evicted at once. Shorter, it is between two requests of a client that asks one after
@@ -32,6 +32,15 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
+    /// As `frontdoor status` shows it.
+    pub(crate) fn status(&self) -> TurnStatus {
+        TurnStatus {
+            length_s: self.length().as_secs_f64(),
+            last_start_s: self.last_start.map(|d| d.as_secs_f64()),
+            waiting_s: self.waiting_since.map(|t| t.elapsed().as_secs_f64()),
+        }
+    }
+
     /// How long it keeps serving while another model waits.
     pub(crate) fn length(&self) -> Duration {
         let starts = self.last_start.unwrap_or_default() * STARTS_PER_TURN;
@@ -73,28 +82,6 @@ pub(crate) fn way(turn: &Turn, idle: Option<Duration>, waiting: Instant, now: In
         None => Way::Keeps {
             until: gap_ends.unwrap_or(now + MIN_TURN),
         },
-    }
-}
-
-/// A model's turn as `frontdoor status` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct TurnStatus {
-    /// How long it keeps serving while another model waits: max(4 × its last start, 10 s),
-    /// at most 120 s.
-    pub(crate) length_s: f64,
-    /// Its last start on demand, from starting the server to ready (None: none measured).
-    pub(crate) last_start_s: Option<f64>,
-    /// Seconds its requests have waited for its server (None: none waits).
-    pub(crate) waiting_s: Option<f64>,
-}
-
-impl TurnStatus {
-    pub(crate) fn of(turn: &Turn) -> TurnStatus {
-        TurnStatus {
-            length_s: turn.length().as_secs_f64(),
-            last_start_s: turn.last_start.map(|d| d.as_secs_f64()),
-            waiting_s: turn.waiting_since.map(|t| t.elapsed().as_secs_f64()),
-        }
     }
 }
 

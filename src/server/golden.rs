@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use crate::bench::client::{self, Clients};
 use crate::bench::quality::checks;
 use crate::bench::suite::{Case, Check, ServerKind, Suite, Tag};
-use crate::frontdoor::live::{Breach, GoldenRound, Live};
-use crate::frontdoor::quality::escape;
 use crate::production::Upstream;
+use crate::server::live::{Breach, GoldenRound, Live};
+use crate::server::quality::escape;
 
 /// What a recipe's `live.golden` asks, resolved.
 #[derive(Debug, Clone)]
