@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use hyper::{Method, StatusCode};
@@ -167,13 +167,21 @@ pub(crate) enum Pick {
 /// Every model's lane.
 pub(crate) struct Lanes {
     pub(crate) shared: Arc<Shared>,
-    lanes: Mutex<BTreeMap<String, Arc<Door>>>,
+    /// The routing table: read on every request, replaced whole when it changes (a lane
+    /// added or renamed, a new default), never changed in place.
+    table: RwLock<Arc<Table>>,
     /// Where recipes are: which production says it is the default.
     recipes_dir: PathBuf,
-    /// The model requests without `model` go to, when several are served.
-    default: Mutex<Option<String>>,
     /// A lane added after the start (a model's first `up`): its watch starts.
     added: mpsc::UnboundedSender<Arc<Door>>,
+}
+
+/// Which lane each model's requests go to, and the model requests without `model` go to
+/// when several are served.
+#[derive(Clone, Default)]
+struct Table {
+    lanes: BTreeMap<String, Arc<Door>>,
+    default: Option<String>,
 }
 
 impl Lanes {
@@ -194,9 +202,11 @@ impl Lanes {
         }
         let lanes = Arc::new(Lanes {
             shared,
-            lanes: Mutex::new(lanes),
+            table: RwLock::new(Arc::new(Table {
+                lanes,
+                default: None,
+            })),
             recipes_dir,
-            default: Mutex::new(None),
             added,
         });
         let _ = lanes.shared.lanes.set(Arc::downgrade(&lanes));
@@ -204,50 +214,67 @@ impl Lanes {
         (lanes, rx)
     }
 
+    /// The routing table as it is now.
+    fn now(&self) -> Arc<Table> {
+        self.table.read().expect("routing table").clone()
+    }
+
+    /// The routing table replaced by `f` of a copy of it, whole.
+    fn replace<T>(&self, f: impl FnOnce(&mut Table) -> T) -> T {
+        let mut table = self.table.write().expect("routing table");
+        let mut next = Table::clone(&table);
+        let out = f(&mut next);
+        *table = Arc::new(next);
+        out
+    }
+
     /// `model`'s lane, added (with nothing to route to yet) when it has none.
     pub(crate) fn lane(&self, model: &str) -> Arc<Door> {
-        let mut lanes = self.lanes.lock().expect("lanes");
-        if let Some(d) = lanes.get(model) {
+        if let Some(d) = self.now().lanes.get(model) {
             return d.clone();
         }
-        let door = Arc::new(Door::lane(
-            self.shared.clone(),
-            model,
-            Route::Offline,
-            Load::Loaded,
-        ));
-        lanes.insert(model.to_string(), door.clone());
-        let _ = self.added.send(door.clone());
-        door
+        let added = self.replace(|t| {
+            if let Some(d) = t.lanes.get(model) {
+                return (d.clone(), false);
+            }
+            let door = Arc::new(Door::lane(
+                self.shared.clone(),
+                model,
+                Route::Offline,
+                Load::Loaded,
+            ));
+            t.lanes.insert(model.to_string(), door.clone());
+            (door, true)
+        });
+        if added.1 {
+            let _ = self.added.send(added.0.clone());
+        }
+        added.0
     }
 
     /// `from`'s lane serves `to` from now on (`Door::switch`): found under that name. An
     /// empty lane of that name (nothing served) gives way.
     pub(crate) fn renamed(&self, from: &str, to: &str) {
-        let mut lanes = self.lanes.lock().expect("lanes");
-        if let Some(d) = lanes.remove(from) {
-            lanes.insert(to.to_string(), d);
-        }
+        self.replace(|t| {
+            if let Some(d) = t.lanes.remove(from) {
+                t.lanes.insert(to.to_string(), d);
+            }
+        });
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Door>> {
-        self.lanes
-            .lock()
-            .expect("lanes")
-            .values()
-            .cloned()
-            .collect()
+        self.now().lanes.values().cloned().collect()
     }
 
     /// The lanes whose model has a production, by the name clients send.
     fn served(&self) -> Vec<(String, Arc<Door>)> {
         let book = self.shared.book.lock().expect("book").lanes();
-        let lanes = self.lanes.lock().expect("lanes");
+        let table = self.now();
         (book.iter())
             .filter(|(_, p)| p.current.is_some())
             .filter_map(|(m, p)| {
                 let name = crate::models::answers_to(m, p)?;
-                Some((name, lanes.get(m)?.clone()))
+                Some((name, table.lanes.get(m)?.clone()))
             })
             .collect()
     }
@@ -259,7 +286,7 @@ impl Lanes {
         if served.len() == 1 {
             return served.remove(0).1;
         }
-        let default = self.default.lock().expect("default").clone();
+        let default = self.now().default.clone();
         self.lane(&default.unwrap_or_default())
     }
 
@@ -270,7 +297,8 @@ impl Lanes {
             return;
         };
         let book = self.shared.book.lock().expect("book").clone();
-        *self.default.lock().expect("default") = crate::models::default_of(&book, &recipes);
+        let default = crate::models::default_of(&book, &recipes);
+        self.replace(|t| t.default = default);
         for (model, p) in book.lanes() {
             let settings = (p.current.as_ref())
                 .and_then(|e| recipes.get(&e.recipe).ok())
@@ -282,7 +310,7 @@ impl Lanes {
 
     /// Every model, for `GET /state`.
     pub(crate) fn statuses(&self) -> Vec<ModelStatus> {
-        let default = self.default.lock().expect("default").clone();
+        let default = self.now().default.clone();
         (self.all().iter())
             .map(|d| {
                 let s = d.status();
@@ -316,7 +344,7 @@ impl Lanes {
     /// several models and no default, whether any can.
     pub(crate) fn ready(&self) -> bool {
         let served = self.served();
-        let default = self.default.lock().expect("default").clone();
+        let default = self.now().default.clone();
         let can = |d: &Door| d.table.route() != Route::Offline && !d.demand.backing_off();
         match served.iter().find(|(_, d)| Some(d.model()) == default) {
             Some((_, d)) if served.len() > 1 => can(d),
@@ -371,7 +399,7 @@ impl Lanes {
                 ),
             },
             Value::Null => {
-                let default = self.default.lock().expect("default").clone();
+                let default = self.now().default.clone();
                 match served.iter().find(|(_, d)| Some(d.model()) == default) {
                     Some((_, d)) => Pick::Lane(d.clone()),
                     None => refuse(

@@ -26,6 +26,7 @@ pub(crate) mod demand;
 pub(crate) mod golden;
 pub(crate) mod hosts;
 pub(crate) mod judge;
+pub(crate) mod lane;
 pub(crate) mod lanes;
 pub(crate) mod live;
 pub(crate) mod metered;
@@ -43,7 +44,7 @@ pub(crate) mod supervisor;
 pub(crate) mod turns;
 pub(crate) mod watch;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use lanes::{Lanes, Shared};
@@ -59,18 +60,13 @@ use route::{Route, Table};
 /// book all models share), and what they share (`Shared`: settings, metrics, the page).
 pub(crate) struct Door {
     shared: Arc<Shared>,
-    /// The model this lane serves (`crate::models`; `""`: the unnamed one). It changes
-    /// when one model's lane is taken by another model's recipe (`Door::switch`).
-    model: Mutex<String>,
+    /// Everything about the lane that changes, behind its one lock (`lane::Cell`): its
+    /// model's name, route, counts, load, turn, failed start, holder and generation.
+    cell: Arc<lane::Cell>,
+    /// Its routing, a view of `cell`.
     pub(crate) table: Table,
-    /// Whether its server is loaded, starting on demand, or unloaded.
+    /// Whether its server is loaded, starting on demand, or unloaded: a view of `cell`.
     pub(crate) demand: demand::Demand,
-    /// The command that asked for the hold in force (`up`, `rollback`): production is its
-    /// business while it lives.
-    held_by: Mutex<Option<ProcessId>>,
-    /// Counts the switches and holds: the watch's recovery gives way to a command's change
-    /// made meanwhile.
-    generation: std::sync::atomic::AtomicU64,
     /// A candidate meeting this model's traffic (shadow, canary), while one does.
     pub(crate) rollout: Arc<rollout::Slot>,
 }
@@ -90,12 +86,11 @@ pub(crate) struct Superseded;
 impl Door {
     /// The lane of `model`, routing to `route`, its server `load`ed or not.
     pub(crate) fn lane(shared: Arc<Shared>, model: &str, route: Route, load: demand::Load) -> Door {
+        let cell = lane::Cell::new(model, route, load);
         Door {
-            table: Table::new(route, shared.config.queue),
-            demand: demand::Demand::new(load),
-            model: Mutex::new(model.to_string()),
-            held_by: Mutex::new(None),
-            generation: std::sync::atomic::AtomicU64::new(0),
+            table: Table::of(cell.clone(), shared.config.queue),
+            demand: demand::Demand::of(cell.clone()),
+            cell,
             rollout: Arc::default(),
             shared,
         }
@@ -103,28 +98,35 @@ impl Door {
 
     /// A request for this model: an unloaded server's watch is woken to start it, and once
     /// a failed start's back-off is over the request waits for the next attempt (during
-    /// it, the request is refused at once with the failure).
+    /// it, the request is refused at once with the failure). The wait for the model's
+    /// server begins with the first request that waits.
     pub(crate) fn want(&self) {
-        if !self.demand.unloaded() {
-            return;
+        let wake = self.cell.change(|s| {
+            if !matches!(s.load, demand::Load::Unloaded(_)) {
+                return false;
+            }
+            if s.failure.as_ref().is_none_or(|f| f.retry_in().is_zero()) {
+                s.refusing = false;
+            }
+            if s.waiting == 0 || s.waiting_since.is_none() {
+                s.waiting_since = Some(std::time::Instant::now());
+            }
+            true
+        });
+        if wake {
+            self.cell.wake.notify_one();
         }
-        if !self.demand.backing_off() {
-            self.table.clear_failure();
-        }
-        self.demand.wanted(self.table.counts().0 == 0);
     }
 
     /// Whether a command that asked for the hold in force still runs.
     pub(crate) fn held_by_a_command(&self) -> bool {
-        self.held_by
-            .lock()
-            .expect("held_by")
-            .is_some_and(|p| p.alive())
+        let holder = self.cell.lock().held_by;
+        holder.is_some_and(|p| p.alive())
     }
 
     /// The model this lane serves now.
     pub(crate) fn model(&self) -> String {
-        self.model.lock().expect("model").clone()
+        self.cell.lock().model.clone()
     }
 
     pub(crate) fn production(&self) -> Production {
@@ -162,7 +164,7 @@ impl Door {
         };
         crate::state::write_json_off_thread(self.state.production_file(), book.clone()).await?;
         if let Some(to) = &renamed {
-            *self.model.lock().expect("model") = to.clone();
+            self.cell.lock().model = to.clone();
             if let Some(lanes) = self.lanes() {
                 lanes.renamed(&lane, to);
             }
@@ -177,7 +179,7 @@ impl Door {
 
     /// Switches and holds so far (see `recover_to`).
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+        self.cell.lock().generation
     }
 
     /// The watch's switch (a restart, a failover): `change` applied to production as it is
@@ -210,18 +212,19 @@ impl Door {
     /// Routes to this model's production in `book` (production.json as just written);
     /// returns what was routed to before and where requests go now.
     fn route_to(&self, book: Production) -> (Route, Route) {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        *self.held_by.lock().expect("held_by") = None;
         let route = match book.lane(&self.model()).serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,
         };
-        if matches!(route, Route::Serving(_)) {
-            self.demand.set(demand::Load::Loaded);
-        }
         *self.book.lock().expect("book") = book;
-        let old = self.table.set(route.clone());
+        let old = self.cell.change(|s| {
+            s.generation += 1;
+            s.held_by = None;
+            if matches!(route, Route::Serving(_)) {
+                s.set_load(demand::Load::Loaded);
+            }
+            std::mem::replace(&mut s.route, route.clone())
+        });
         if old != route {
             self.metrics.event(Event::Switch);
         }
@@ -295,10 +298,12 @@ impl Door {
     /// finish first, for up to `drain`, so what is stopped next cuts no stream. Returns how
     /// many were still in flight when the drain gave up.
     pub(crate) async fn hold(&self, drain: Duration, owner: Option<ProcessId>) -> usize {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        *self.held_by.lock().expect("held_by") = owner;
-        match self.table.set(Route::Holding) {
+        let was = self.cell.change(|s| {
+            s.generation += 1;
+            s.held_by = owner;
+            std::mem::replace(&mut s.route, Route::Holding)
+        });
+        match was {
             Route::Serving(old) | Route::Suspect(old) => {
                 self.metrics.event(Event::Switch);
                 self.table.drain(&old.deployment, drain).await

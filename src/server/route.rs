@@ -4,26 +4,12 @@
 //! upstream so a switch can drain the old one.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use super::demand::StartFailed;
+pub(crate) use super::lane::Route;
+use super::lane::{Cell, StartFailed};
 pub(crate) use crate::production::Upstream;
-
-/// What the table says now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
-    Serving(Upstream),
-    /// Production dropped a request it had taken without answering (a dying server): new
-    /// requests wait until the watch has looked at it — serving again, or brought back.
-    Suspect(Upstream),
-    /// Production is being switched or brought back: requests wait.
-    Holding,
-    /// There is no production (none yet, or it was taken down): nothing to wait for.
-    Offline,
-}
 
 /// Why a request got no upstream.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,39 +25,25 @@ pub(crate) enum Refusal {
     StartFailed(Arc<StartFailed>),
 }
 
-/// The routing table, shared by the proxy, the control API and the watch.
+/// One lane's routing, a view of its state (`lane::Cell`), shared by the proxy, the control
+/// API and the watch.
 #[derive(Clone)]
 pub(crate) struct Table {
-    route: watch::Sender<Route>,
-    /// A start on demand that failed: waiting and new requests are refused with it until
-    /// it is cleared (the back-off ends and a request asks again, or a start serves).
-    failed: watch::Sender<Option<Arc<StartFailed>>>,
-    inner: Arc<Mutex<Counts>>,
+    cell: Arc<Cell>,
     max_waiting: usize,
-}
-
-struct Counts {
-    waiting: usize,
-    /// When a request last claimed an upstream or finished with it (the table's start
-    /// before any did): how long a model has been idle.
-    last: std::time::Instant,
-    /// Requests in flight per upstream deployment (two instances on one port stay apart).
-    in_flight: HashMap<String, usize>,
-    /// Notified when a deployment's in-flight count reaches 0.
-    drained: HashMap<String, Arc<tokio::sync::Notify>>,
 }
 
 /// A request's claim on an upstream: counted in flight until dropped.
 pub(crate) struct Lease {
     pub(crate) upstream: Upstream,
-    table: Table,
+    cell: Arc<Cell>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut c = self.table.inner.lock().expect("route counts");
-        c.last = std::time::Instant::now();
-        let now_idle = match c.in_flight.get_mut(&self.upstream.deployment) {
+        let mut s = self.cell.lock();
+        s.last = std::time::Instant::now();
+        let now_idle = match s.in_flight.get_mut(&self.upstream.deployment) {
             Some(n) => {
                 *n = n.saturating_sub(1);
                 *n == 0
@@ -79,10 +51,10 @@ impl Drop for Lease {
             None => false,
         };
         if now_idle {
-            c.in_flight.remove(&self.upstream.deployment);
-            if let Some(n) = c.drained.get(&self.upstream.deployment) {
-                n.notify_waiters();
-            }
+            s.in_flight.remove(&self.upstream.deployment);
+            drop(s);
+            // A drain may wait for this one.
+            self.cell.tick();
         }
     }
 }
@@ -92,65 +64,79 @@ struct WaitSlot<'a>(&'a Table);
 
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
-        self.0.inner.lock().expect("route counts").waiting -= 1;
+        self.0.cell.lock().waiting -= 1;
     }
 }
 
+/// What a request finds when it asks for an upstream.
+enum Found {
+    Upstream(Upstream),
+    Refused(Refusal),
+    Wait,
+}
+
 impl Table {
+    /// A table of a lane of its own (no model's, loaded): the unit tests'.
+    #[cfg(test)]
     pub(crate) fn new(route: Route, max_waiting: usize) -> Table {
-        Table {
-            route: watch::Sender::new(route),
-            failed: watch::Sender::new(None),
-            inner: Arc::new(Mutex::new(Counts {
-                waiting: 0,
-                last: std::time::Instant::now(),
-                in_flight: HashMap::new(),
-                drained: HashMap::new(),
-            })),
+        Table::of(
+            Cell::new("", route, super::demand::Load::Loaded),
             max_waiting,
-        }
+        )
+    }
+
+    /// The routing view of `cell`.
+    pub(crate) fn of(cell: Arc<Cell>, max_waiting: usize) -> Table {
+        Table { cell, max_waiting }
     }
 
     pub(crate) fn route(&self) -> Route {
-        self.route.borrow().clone()
+        self.cell.lock().route.clone()
     }
 
     /// Sends new requests to `route` from now on; returns what it replaced.
     pub(crate) fn set(&self, route: Route) -> Route {
-        self.route.send_replace(route)
-    }
-
-    /// Its model's start failed: the requests waiting and those that come are refused with
-    /// `why` until `clear_failure`.
-    pub(crate) fn fail(&self, why: Arc<StartFailed>) {
-        self.failed.send_replace(Some(why));
-    }
-
-    /// Requests wait for a start again.
-    pub(crate) fn clear_failure(&self) {
-        self.failed.send_if_modified(|f| f.take().is_some());
+        self.cell.change(|s| std::mem::replace(&mut s.route, route))
     }
 
     /// `u` failed a request it had taken: new requests wait for the watch's look.
     pub(crate) fn suspect(&self, u: &Upstream) {
-        self.route.send_if_modified(|r| match r {
+        self.cell.change(|s| match &s.route {
             Route::Serving(now) if now.deployment == u.deployment => {
-                *r = Route::Suspect(now.clone());
-                true
+                s.route = Route::Suspect(now.clone());
             }
-            _ => false,
+            _ => {}
         });
     }
 
     /// The watch found `u` well: it serves again (unless the route changed meanwhile).
     pub(crate) fn clear_suspicion(&self, u: &Upstream) {
-        self.route.send_if_modified(|r| match r {
+        self.cell.change(|s| match &s.route {
             Route::Suspect(now) if now.deployment == u.deployment => {
-                *r = Route::Serving(now.clone());
-                true
+                s.route = Route::Serving(now.clone());
             }
-            _ => false,
+            _ => {}
         });
+    }
+
+    /// What a request finds now, claiming the upstream it finds (under the same lock, so a
+    /// hold cannot drain past it).
+    fn find(&self, avoid: Option<&str>) -> Found {
+        let mut s = self.cell.lock();
+        match &s.route {
+            Route::Offline => return Found::Refused(Refusal::Offline),
+            Route::Serving(u) if Some(u.deployment.as_str()) != avoid => {
+                let u = u.clone();
+                s.last = std::time::Instant::now();
+                *s.in_flight.entry(u.deployment.clone()).or_default() += 1;
+                return Found::Upstream(u);
+            }
+            _ => {}
+        }
+        match (&s.failure, s.refusing) {
+            (Some(why), true) => Found::Refused(Refusal::StartFailed(why.clone())),
+            _ => Found::Wait,
+        }
     }
 
     /// An upstream for one request: now, or once one is set, within `bound`. `avoid` is a
@@ -160,106 +146,79 @@ impl Table {
         bound: Duration,
         avoid: Option<&str>,
     ) -> Result<Lease, Refusal> {
-        let usable = |r: &Route| match r {
-            Route::Serving(u) if Some(u.deployment.as_str()) != avoid => Some(u.clone()),
-            _ => None,
-        };
-        let mut rx = self.route.subscribe();
-        let mut failed = self.failed.subscribe();
-        match &*rx.borrow_and_update() {
-            Route::Offline => return Err(Refusal::Offline),
-            r => {
-                if let Some(u) = usable(r) {
-                    return Ok(self.claim(u));
-                }
-            }
-        }
-        if let Some(why) = failed.borrow_and_update().clone() {
-            return Err(Refusal::StartFailed(why));
+        // Subscribed before the first look: a change right after it still wakes the wait.
+        let mut ticks = self.cell.ticks();
+        match self.find(avoid) {
+            Found::Upstream(u) => return Ok(self.lease_of(u)),
+            Found::Refused(why) => return Err(why),
+            Found::Wait => {}
         }
         {
-            let mut c = self.inner.lock().expect("route counts");
-            if c.waiting >= self.max_waiting {
+            let mut s = self.cell.lock();
+            if s.waiting >= self.max_waiting {
                 return Err(Refusal::QueueFull);
             }
-            c.waiting += 1;
+            s.waiting += 1;
         }
         // Given back however the wait ends: a client that goes away drops this future.
         let _slot = WaitSlot(self);
         let waited = tokio::time::timeout(bound, async {
             loop {
-                let route = rx.borrow_and_update().clone();
-                if route == Route::Offline {
-                    return Err(Refusal::Offline);
+                ticks.borrow_and_update();
+                match self.find(avoid) {
+                    Found::Upstream(u) => return Ok(u),
+                    Found::Refused(why) => return Err(why),
+                    Found::Wait => {}
                 }
-                if let Some(u) = usable(&route) {
-                    return Ok(u);
-                }
-                if let Some(why) = failed.borrow_and_update().clone() {
-                    return Err(Refusal::StartFailed(why));
-                }
-                let changed = tokio::select! {
-                    r = rx.changed() => r,
-                    r = failed.changed() => r,
-                };
-                if changed.is_err() {
+                if ticks.changed().await.is_err() {
                     return Err(Refusal::TimedOut);
                 }
             }
         })
         .await;
         match waited {
-            Ok(Ok(u)) => Ok(self.claim(u)),
+            Ok(Ok(u)) => Ok(self.lease_of(u)),
             Ok(Err(why)) => Err(why),
             Err(_) => Err(Refusal::TimedOut),
         }
     }
 
-    fn claim(&self, upstream: Upstream) -> Lease {
-        let mut c = self.inner.lock().expect("route counts");
-        c.last = std::time::Instant::now();
-        *c.in_flight.entry(upstream.deployment.clone()).or_default() += 1;
-        drop(c);
+    /// The lease of an upstream `find` claimed.
+    fn lease_of(&self, upstream: Upstream) -> Lease {
         Lease {
             upstream,
-            table: self.clone(),
+            cell: self.cell.clone(),
         }
     }
 
     /// Requests waiting for an upstream, and in flight per deployment.
     pub(crate) fn counts(&self) -> (usize, HashMap<String, usize>) {
-        let c = self.inner.lock().expect("route counts");
-        (c.waiting, c.in_flight.clone())
+        let s = self.cell.lock();
+        (s.waiting, s.in_flight.clone())
     }
 
-    /// How long nothing was asked of this table: None while a request is in flight or
+    /// How long nothing was asked of this lane: None while a request is in flight or
     /// waiting.
     pub(crate) fn idle_for(&self) -> Option<std::time::Duration> {
-        let c = self.inner.lock().expect("route counts");
-        (c.waiting == 0 && c.in_flight.values().all(|n| *n == 0)).then(|| c.last.elapsed())
+        let s = self.cell.lock();
+        (s.waiting == 0 && s.in_flight.values().all(|n| *n == 0)).then(|| s.last.elapsed())
     }
 
     /// Waits until nothing is in flight to `deployment`, at most `bound`. Returns what is left.
     pub(crate) async fn drain(&self, deployment: &str, bound: Duration) -> usize {
-        let notify = {
-            let mut c = self.inner.lock().expect("route counts");
-            if c.in_flight.get(deployment).copied().unwrap_or(0) == 0 {
-                return 0;
-            }
-            c.drained.entry(deployment.to_string()).or_default().clone()
-        };
+        let mut ticks = self.cell.ticks();
         let left = || self.counts().1.get(deployment).copied().unwrap_or(0);
         let deadline = tokio::time::Instant::now() + bound;
         loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            // Registered before the count is read: a last request ending in between still wakes us.
-            notified.as_mut().enable();
-            if left() == 0 {
+            ticks.borrow_and_update();
+            // Read after the subscription: a last request ending in between still ticks.
+            let n = left();
+            if n == 0 {
                 return 0;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return left();
+            match tokio::time::timeout_at(deadline, ticks.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return left(),
             }
         }
     }

@@ -65,7 +65,6 @@ impl Watch {
                 current.recipe
             );
             self.door.demand.forget_failure();
-            self.door.table.clear_failure();
         }
     }
 
@@ -120,7 +119,6 @@ impl Watch {
             return;
         }
         self.door.demand.loaded(began.elapsed());
-        self.door.table.clear_failure();
         self.door.metrics.loaded(&model);
         say!(
             "model {model}: {} serves after {:.1} s",
@@ -143,7 +141,6 @@ impl Watch {
             f.attempts,
             f.retry_in().as_secs()
         );
-        self.door.table.fail(f);
     }
 
     /// Makes room for `recipe` among the other models: when it does not fit (or leave the

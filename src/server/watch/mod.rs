@@ -90,7 +90,7 @@ impl Watch {
         loop {
             tokio::select! {
                 _ = unreachable.recv() => {}
-                _ = self.door.demand.wake.notified() => {}
+                _ = self.door.demand.wake().notified() => {}
                 _ = self.door.rollout.orphaned.notified() => self.stop_orphans().await,
                 _ = tokio::time::sleep(self.door.demand.pause(EVERY)) => {}
             }

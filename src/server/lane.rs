@@ -1,0 +1,173 @@
+//! One model's lane, as one owner: everything about it that changes — where its requests
+//! go, who waits and who is in flight, whether its server is loaded, its turn, its failed
+//! start, the command holding it — in one `State` behind one lock. The races of earlier
+//! turns were between separate cells (a route in one, a count in another, a load in a
+//! third); here a decision reads and writes them together. `route::Table` and
+//! `demand::Demand` are views of it for the proxy and the watch; every change that a
+//! waiting request or a drain may wait for ticks `ticks`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Notify};
+
+use crate::frontdoor::status::Load;
+use crate::host::ProcessId;
+use crate::production::Upstream;
+use crate::recipe::serve::Serve;
+
+/// What the table says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    Serving(Upstream),
+    /// Production dropped a request it had taken without answering (a dying server): new
+    /// requests wait until the watch has looked at it — serving again, or brought back.
+    Suspect(Upstream),
+    /// Production is being switched or brought back: requests wait.
+    Holding,
+    /// There is no production (none yet, or it was taken down): nothing to wait for.
+    Offline,
+}
+
+/// A start on demand that failed: what its waiting clients are told at once, until the
+/// back-off ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StartFailed {
+    /// Why, as the start said it (the engine's fatal line among it).
+    pub(crate) reason: String,
+    /// The error's kind, as `--json` names it.
+    pub(crate) kind: crate::error::ErrorKind,
+    /// Failed starts in a row.
+    pub(crate) attempts: u32,
+    /// The recipe's hash when it failed: a changed recipe is tried at once.
+    pub(crate) recipe_hash: String,
+    pub(super) until: Instant,
+}
+
+impl StartFailed {
+    /// How long until the next start may be tried.
+    pub(crate) fn retry_in(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+
+    /// As `status` and the page show it, now.
+    pub(crate) fn shown(&self) -> crate::frontdoor::status::StartFailed {
+        crate::frontdoor::status::StartFailed {
+            reason: self.reason.clone(),
+            kind: self.kind,
+            attempts: self.attempts,
+            retry_in_s: self.retry_in().as_secs_f64(),
+        }
+    }
+}
+
+/// One model's lane state and what waits on it.
+pub(crate) struct Cell {
+    state: Mutex<State>,
+    /// Ticked on every change a waiting request or a drain may be waiting for.
+    ticks: watch::Sender<u64>,
+    /// A request found the model unloaded: its watch starts it now rather than at its next
+    /// look.
+    pub(crate) wake: Notify,
+}
+
+/// Everything about one lane that changes.
+pub(crate) struct State {
+    /// The model this lane serves (`crate::models`; `""`: the unnamed one). It changes when
+    /// one model's lane is taken by another model's recipe (`Door::switch`).
+    pub(crate) model: String,
+    pub(crate) route: Route,
+    /// Requests waiting for an upstream.
+    pub(crate) waiting: usize,
+    /// When a request last claimed an upstream or finished with it (the lane's start before
+    /// any did): how long the model has been idle.
+    pub(crate) last: Instant,
+    /// Requests in flight per upstream deployment (two instances on one port stay apart).
+    pub(crate) in_flight: HashMap<String, usize>,
+    pub(crate) load: Load,
+    /// Its production recipe's `serve` section, as last read.
+    pub(crate) settings: Serve,
+    /// Starts on demand since the front door started.
+    pub(crate) loads: u64,
+    /// The last start on demand failed: its reason, and when the next may be tried.
+    pub(crate) failure: Option<Arc<StartFailed>>,
+    /// Whether requests are refused with `failure` now (from the failure until the back-off
+    /// ends and a request asks again, or a start serves).
+    pub(crate) refusing: bool,
+    /// How long its last start on demand took, from starting the server to ready.
+    pub(crate) last_start: Option<Duration>,
+    /// When its server last began to serve: its turn, while another model waits.
+    pub(crate) serving_since: Option<Instant>,
+    /// Since when requests wait for its server (None: none waits, or it serves).
+    pub(crate) waiting_since: Option<Instant>,
+    /// When its watch looks again for room: the moment another model's turn ends.
+    pub(crate) look_again: Option<Instant>,
+    /// The command that asked for the hold in force (`up`, `rollback`): production is its
+    /// business while it lives.
+    pub(crate) held_by: Option<ProcessId>,
+    /// Counts the switches and holds: the watch's recovery gives way to a command's change
+    /// made meanwhile.
+    pub(crate) generation: u64,
+}
+
+impl State {
+    /// Its server is where `load` says. One that comes to serve begins a turn.
+    pub(crate) fn set_load(&mut self, load: Load) {
+        if load == Load::Loaded && self.load != Load::Loaded {
+            self.serving_since = Some(Instant::now());
+            self.waiting_since = None;
+            self.look_again = None;
+        }
+        self.load = load;
+    }
+}
+
+impl Cell {
+    pub(crate) fn new(model: &str, route: Route, load: Load) -> Arc<Cell> {
+        Arc::new(Cell {
+            state: Mutex::new(State {
+                model: model.to_string(),
+                route,
+                waiting: 0,
+                last: Instant::now(),
+                in_flight: HashMap::new(),
+                load,
+                settings: Serve::default(),
+                loads: 0,
+                failure: None,
+                refusing: false,
+                last_start: None,
+                serving_since: (load == Load::Loaded).then(Instant::now),
+                waiting_since: None,
+                look_again: None,
+                held_by: None,
+                generation: 0,
+            }),
+            ticks: watch::Sender::new(0),
+            wake: Notify::new(),
+        })
+    }
+
+    /// The lane's state, to read or change; `tick` after a change others may wait for.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("lane")
+    }
+
+    /// Wakes what waits on the lane (requests for an upstream, drains) to look again.
+    pub(crate) fn tick(&self) {
+        self.ticks.send_modify(|t| *t = t.wrapping_add(1));
+    }
+
+    /// Ticks from now on.
+    pub(crate) fn ticks(&self) -> watch::Receiver<u64> {
+        self.ticks.subscribe()
+    }
+
+    /// Changes the state with `f`, then ticks.
+    pub(crate) fn change<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let out = f(&mut self.lock());
+        self.tick();
+        out
+    }
+}
