@@ -67,7 +67,7 @@ struct Touched {
     started: Option<Deployment>,
     door: bool,
     foreign_stopped: bool,
-    production_before: Option<Production>,
+    production_before: Option<crate::production::Book>,
 }
 
 struct Flow<'a> {
@@ -258,9 +258,9 @@ impl Flow<'_> {
 
     /// production.json before the door starts: NAME is production, at `upstream`.
     fn write_production(&mut self, upstream: Upstream) -> Result<Production> {
-        let before = Production::load(&self.ctx.state).unwrap_or_default();
+        let before = crate::production::Book::load(&self.ctx.state).unwrap_or_default();
         self.touched.production_before = Some(before.clone());
-        let mut next = before;
+        let mut next = before.top();
         next.promote(Entry {
             recipe: self.name.clone(),
             since: crate::units::now_utc(),
@@ -271,8 +271,9 @@ impl Flow<'_> {
             image: None,
             pin_move: None,
         });
-        crate::state::write_json(&self.ctx.state.production_file(), &next)?;
-        Ok(next)
+        let book = before.with_lane(before.model_id(), next.clone());
+        crate::state::write_json(&self.ctx.state.production_file(), &book)?;
+        Ok(book.lane(book.model_id()))
     }
 
     /// The door on the port: sharing the foreign socket (then the foreign server stops once

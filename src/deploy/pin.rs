@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::error::Result;
 use crate::images::history::{self, Event, EventKind};
 use crate::lock::{Lock, Pin};
-use crate::production::{Entry, Production};
+use crate::production::Entry;
 use crate::progress::Progress;
 use crate::state::StateDir;
 
@@ -42,7 +42,7 @@ pub(crate) fn healed(ctx: &crate::context::Context, dry_run: bool, progress: &dy
 /// is not refused for it.
 pub(crate) fn heal_if_free(lock_path: &Path, state: &StateDir, who: &str) -> Vec<String> {
     let lock = Lock::load(lock_path).unwrap_or_default();
-    let left = Production::load(state).is_ok_and(|file| {
+    let left = crate::production::Book::load(state).is_ok_and(|file| {
         (file.lanes().into_values())
             .filter_map(|lane| lane.current)
             .any(|e| undone(&lock, &e).is_some())
@@ -58,7 +58,7 @@ pub(crate) fn heal_if_free(lock_path: &Path, state: &StateDir, who: &str) -> Vec
 /// The caller holds the state lock (nothing else changes the lock meanwhile). A state file
 /// that cannot be read heals nothing; the commands that need it report it.
 pub(crate) fn heal(lock_path: &Path, state: &StateDir) -> Vec<String> {
-    let Ok(file) = Production::load(state) else {
+    let Ok(file) = crate::production::Book::load(state) else {
         return Vec::new();
     };
     let lock = Lock::load(lock_path).unwrap_or_default();
@@ -165,9 +165,10 @@ mod tests {
         pinned("sha256:11", "2026-11-27T03:30:00Z")
             .save(&lock_path)
             .unwrap();
-        let mut file = Production::default();
+        let mut file = crate::production::Production::default();
         file.promote(promoted("sha256:22", Some("sha256:11")));
-        crate::state::write_json(&state.production_file(), &file).unwrap();
+        let book = crate::production::Book::default().with_lane("", file);
+        crate::state::write_json(&state.production_file(), &book).unwrap();
         let said = heal(&lock_path, &state);
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(

@@ -300,7 +300,7 @@ pub(crate) async fn memory_beside(
         Err(_) => Vec::new(),
     };
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let production = crate::production::Production::current_recipes(&ctx.state);
+    let production = crate::production::Book::current_recipes(&ctx.state);
     let mut memory = memory::for_server(
         &ctx.runtimes,
         recipe,

@@ -11,7 +11,6 @@ use serde::Serialize;
 use crate::context::Context;
 use crate::error::Result;
 use crate::nvidia::Gpu;
-use crate::production::Production;
 use crate::recipe::{LoadedRecipe, RecipeSet, Runtime};
 use crate::runtime::Runtimes;
 use crate::settings::Settings;
@@ -168,11 +167,11 @@ fn in_use<'r>(
     deployments: &[crate::runtime::Deployment],
 ) -> (Vec<(&'r LoadedRecipe, Option<String>)>, Vec<Check>) {
     let mut problems = Vec::new();
-    let production = match Production::load(state) {
+    let production = match crate::production::Book::load(state) {
         Ok(p) => p,
         Err(e) => {
             problems.push(check("production", Verdict::Fail, e.to_string()));
-            Production::default()
+            crate::production::Book::default()
         }
     };
     let mut wanted: VecDeque<(String, String)> = VecDeque::new();

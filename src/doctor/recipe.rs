@@ -203,7 +203,7 @@ async fn port(
 async fn memory(ctx: &Context, subject: &Subject<'_>, deployments: &[Deployment]) -> Check {
     let recipe = &subject.loaded.recipe;
     let label = format!("{} memory", recipe.name);
-    let production = crate::production::Production::current_recipes(&ctx.state);
+    let production = crate::production::Book::current_recipes(&ctx.state);
     let plan = match crate::memory::for_server(
         &ctx.runtimes,
         recipe,

@@ -51,9 +51,9 @@ impl Remote {
     /// door knows which).
     pub(crate) fn about(state: &crate::state::StateDir, recipe: &str) -> Remote {
         let door = Remote::new(super::control_socket(state));
-        let file = crate::production::Production::load(state).unwrap_or_default();
+        let file = crate::production::Book::load(state).unwrap_or_default();
         match crate::models::serving(&file, recipe) {
-            Some(m) if file.model.is_some() => door.for_model(&m),
+            Some(m) if file.settled() => door.for_model(&m),
             _ => door,
         }
     }

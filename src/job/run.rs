@@ -72,7 +72,7 @@ pub(crate) async fn plan(
     // Other running jobs keep what they declared: servers can be stopped, they are not.
     let jobs = super::Runs::of(ctx)?.running_memory().await;
     let jobs_gb: f64 = jobs.iter().map(|(_, gb)| gb).sum();
-    let prod = crate::production::Production::current_recipes(&ctx.state);
+    let prod = crate::production::Book::current_recipes(&ctx.state);
     let holders = deployments
         .iter()
         .filter(|d| d.running())
@@ -91,9 +91,9 @@ pub(crate) async fn plan(
             unfit: crate::error::Unfit::JobAlone(held),
         });
     }
-    let production = crate::production::Production::load(&ctx.state)
+    let production = crate::production::Book::load(&ctx.state)
         .ok()
-        .and_then(|p| p.current.map(|e| e.recipe));
+        .and_then(|p| p.top().current.map(|e| e.recipe));
     Ok(JobPlan {
         job: r.name.clone(),
         recipe_file: loaded.path.clone(),
@@ -452,7 +452,7 @@ async fn create_and_start(
 /// Stops what the memory plan names; production only when confirmed.
 async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<()> {
     for victim in &plan.memory.must_stop {
-        let productions = crate::production::Production::current_recipes(&ctx.state);
+        let productions = crate::production::Book::current_recipes(&ctx.state);
         let is_prod = productions.contains(victim);
         if is_prod
             && !(opts.confirm)(&format!(

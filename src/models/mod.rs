@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, ModelProblem, Result};
-use crate::production::{Entry, Production};
+use crate::production::{Book, Entry, Production};
 use crate::recipe::{LoadedRecipe, Recipe, RecipeSet};
 
 /// The model of recipes that name no served name.
@@ -36,26 +36,27 @@ pub(crate) fn answers_to(model: &str, p: &Production) -> Option<String> {
 
 /// A file written before there were several models names none: its recipes say which
 /// model its production is.
-pub(crate) fn settle(file: &mut Production, recipes: &RecipeSet) {
-    if file.model.is_some() {
+pub(crate) fn settle(file: &mut Book, recipes: &RecipeSet) {
+    if file.settled() {
         return;
     }
-    let recipe = (file.current.as_ref())
-        .or(file.previous.last())
+    let top = file.top();
+    let recipe = (top.current.as_ref())
+        .or(top.previous.last())
         .and_then(|e| recipes.get(&e.recipe).ok());
-    file.model = Some(recipe.map(|l| of(&l.recipe)).unwrap_or_default());
+    file.settle(recipe.map(|l| of(&l.recipe)).unwrap_or_default());
 }
 
 /// production.json with its top model settled by `recipes`, or empty when there is none
 /// (an unreadable one is the callers' to report: they read it again).
-pub(crate) fn book(state: &crate::state::StateDir, recipes: &RecipeSet) -> Production {
-    let mut file = Production::load(state).unwrap_or_default();
+pub(crate) fn book(state: &crate::state::StateDir, recipes: &RecipeSet) -> Book {
+    let mut file = Book::load(state).unwrap_or_default();
     settle(&mut file, recipes);
     file
 }
 
 /// The models that have a production, by the name clients send.
-pub(crate) fn served(file: &Production) -> BTreeMap<String, String> {
+pub(crate) fn served(file: &Book) -> BTreeMap<String, String> {
     (file.lanes().into_iter())
         .filter(|(_, p)| p.current.is_some())
         .filter_map(|(m, p)| Some((answers_to(&m, &p)?, m)))
@@ -63,7 +64,7 @@ pub(crate) fn served(file: &Production) -> BTreeMap<String, String> {
 }
 
 /// The model a user names (`--model`): a model, or the recipe the unnamed one serves.
-pub(crate) fn named(file: &Production, name: &str) -> Result<String> {
+pub(crate) fn named(file: &Book, name: &str) -> Result<String> {
     let lanes = file.lanes();
     if let Some((m, _)) = lanes.iter().find(|(m, p)| {
         !m.is_empty() && m.as_str() == name || answers_to(m, p).as_deref() == Some(name)
@@ -80,7 +81,7 @@ pub(crate) fn named(file: &Production, name: &str) -> Result<String> {
 }
 
 /// The model whose production, or warm instance, is `recipe`'s.
-pub(crate) fn serving(file: &Production, recipe: &str) -> Option<String> {
+pub(crate) fn serving(file: &Book, recipe: &str) -> Option<String> {
     file.lanes().into_iter().find_map(|(m, p)| {
         let current = p.current.as_ref().is_some_and(|e| e.recipe == recipe);
         let warm = p.warm.iter().any(|w| w.upstream.recipe == recipe);
@@ -90,7 +91,7 @@ pub(crate) fn serving(file: &Production, recipe: &str) -> Option<String> {
 
 /// The model a flow acts on when it names none (`rollback`): the only one with a
 /// production, else the user must say.
-pub(crate) fn only(file: &Production) -> Result<String> {
+pub(crate) fn only(file: &Book) -> Result<String> {
     let served = served(file);
     match served.len() {
         0 => Ok(file.model_id().to_string()),
@@ -103,7 +104,7 @@ pub(crate) fn only(file: &Production) -> Result<String> {
 
 /// The model requests without `model` go to: the only one served, or the one whose
 /// production recipe says `serve.default: true`.
-pub(crate) fn default_of(file: &Production, recipes: &RecipeSet) -> Option<String> {
+pub(crate) fn default_of(file: &Book, recipes: &RecipeSet) -> Option<String> {
     let lanes = file.lanes();
     let served: Vec<(&String, &Entry)> = (lanes.iter())
         .filter_map(|(m, p)| Some((m, p.current.as_ref()?)))
@@ -131,7 +132,7 @@ fn is_default(l: &LoadedRecipe) -> bool {
 /// Several are chosen by `add` (`--add-model`), by a `serve` section in `loaded` or in a
 /// production's recipe, or by two models served already.
 pub(crate) fn landing(
-    file: &Production,
+    file: &Book,
     recipes: &RecipeSet,
     loaded: &LoadedRecipe,
     add: bool,
@@ -154,12 +155,7 @@ pub(crate) fn landing(
 
 /// The file once `recipe` (serving `model`) is production in `lane`: what `up` and
 /// `rollback` check before they change anything.
-pub(crate) fn with_production(
-    file: &Production,
-    lane: &str,
-    model: &str,
-    recipe: &str,
-) -> Production {
+pub(crate) fn with_production(file: &Book, lane: &str, model: &str, recipe: &str) -> Book {
     let mut next = file.lane(lane);
     if let Some(old) = next.current.take() {
         next.previous.push(old);
@@ -179,7 +175,7 @@ pub(crate) fn with_production(
 /// Every model's production is a recipe that still names that model, no two productions
 /// answer to one name, and at most one is the default. A recipe whose file is gone claims
 /// nothing.
-pub(crate) fn check(file: &Production, recipes: &RecipeSet) -> Result<()> {
+pub(crate) fn check(file: &Book, recipes: &RecipeSet) -> Result<()> {
     let mut claims: BTreeMap<String, Vec<&LoadedRecipe>> = BTreeMap::new();
     let mut defaults = Vec::new();
     let lanes = file.lanes();
@@ -239,7 +235,7 @@ pub(crate) fn refuse_stopping_others(
     loaded: &LoadedRecipe,
     memory: &crate::memory::MemoryPlan,
 ) -> Result<()> {
-    let Ok(mut file) = Production::load(&ctx.state) else {
+    let Ok(mut file) = Book::load(&ctx.state) else {
         return Ok(());
     };
     if let Some(recipes) = loaded
@@ -304,7 +300,7 @@ pub(crate) fn of_rollback(
 
 /// The model a user names for reading (`history --model`): one a recipe here serves, or
 /// one with a production.
-pub(crate) fn known(file: &Production, recipes: &RecipeSet, name: &str) -> Result<String> {
+pub(crate) fn known(file: &Book, recipes: &RecipeSet, name: &str) -> Result<String> {
     if recipes.recipes.iter().any(|l| of(&l.recipe) == name) && !name.is_empty() {
         return Ok(name.to_string());
     }

@@ -18,7 +18,7 @@ use super::route::Route;
 use super::{capture, live, page, turns, Door};
 use crate::frontdoor::status::{ModelState, ModelStatus};
 use crate::frontdoor::Config;
-use crate::production::{Production, Upstream};
+use crate::production::Upstream;
 use crate::state::StateDir;
 
 /// What every lane shares.
@@ -35,7 +35,7 @@ pub(crate) struct Shared {
     /// State writes that found the disk full.
     pub(crate) deferred: crate::state::Deferred,
     /// production.json as last written: every model's production.
-    pub(crate) book: Mutex<Production>,
+    pub(crate) book: Mutex<crate::production::Book>,
     /// One change of production at a time, whichever model's: its write, then its route.
     pub(crate) changing: tokio::sync::Mutex<()>,
     /// One start on demand at a time, with the evictions it makes: two models starting at
@@ -46,7 +46,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(state: StateDir, config: Config, book: Production) -> Shared {
+    pub(crate) fn new(state: StateDir, config: Config, book: crate::production::Book) -> Shared {
         Shared {
             metrics: Arc::new(Metrics::default()),
             live: Arc::new(live::Live::new(config.quality)),

@@ -134,7 +134,7 @@ impl Door {
     }
 
     /// production.json with this model's production replaced by `new`.
-    fn book_with(&self, new: Production) -> Production {
+    fn book_with(&self, new: Production) -> crate::production::Book {
         self.book
             .lock()
             .expect("book")
@@ -211,7 +211,7 @@ impl Door {
 
     /// Routes to this model's production in `book` (production.json as just written);
     /// returns what was routed to before and where requests go now.
-    fn route_to(&self, book: Production) -> (Route, Route) {
+    fn route_to(&self, book: crate::production::Book) -> (Route, Route) {
         let route = match book.lane(&self.model()).serving() {
             Some(u) => Route::Serving(u.clone()),
             None => Route::Offline,

@@ -20,7 +20,7 @@ use super::{control, Door, Lanes, Shared};
 use crate::error::{Error, Result};
 use crate::frontdoor::{control_socket, handover, Config, Launch};
 use crate::host::ProcessId;
-use crate::production::{Production, Upstream};
+use crate::production::Upstream;
 use crate::runtime::Runtimes;
 use crate::state::StateDir;
 
@@ -64,7 +64,7 @@ pub(crate) async fn open(
         .map_err(|e| Error::io("the production port's socket", e))?;
     let listener = tokio::net::TcpListener::from_std(std_listener)
         .map_err(|e| Error::io("the production port's socket", e))?;
-    let mut book = Production::load(state)?;
+    let mut book = crate::production::Book::load(state)?;
     let recipes = crate::recipe::load_dir(recipes_dir).ok();
     if let Some(recipes) = &recipes {
         crate::models::settle(&mut book, recipes);

@@ -110,7 +110,7 @@ impl<'a> SwitchContext<'a> {
 
     /// The model's production as production.json holds it.
     pub(crate) fn production_file(&self) -> Result<Production> {
-        let mut file = Production::load(self.state())?;
+        let mut file = crate::production::Book::load(self.state())?;
         crate::models::settle(&mut file, self.recipes);
         Ok(file.lane(&self.model))
     }
