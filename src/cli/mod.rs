@@ -16,6 +16,7 @@ mod import;
 mod init;
 mod jobs;
 mod man;
+mod memory;
 mod output;
 mod patch;
 mod prune;
@@ -114,6 +115,9 @@ pub(crate) enum Command {
     /// The front door: the process that owns the production port and switches between
     /// deployments without dropping a request.
     Frontdoor(frontdoor::FrontdoorArgs),
+    /// What each recipe measurably held at its starts (the memory plan counts it when it is
+    /// more than the recipe declares); `memory forget NAME` drops a recipe's figures.
+    Memory(memory::MemoryArgs),
     /// Remove old exited containers and old image digests (all but the newest few per recipe,
     /// and the retained digests); lists them unless --yes.
     Prune(prune::PruneArgs),
@@ -166,6 +170,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Recipes(args) => args.exec(g, &out),
         Command::Frontdoor(args) => args.exec(g, &out),
         Command::Prune(args) => args.exec(g, &out),
+        Command::Memory(args) => args.exec(g, &out),
         Command::Run(args) => args.exec(g, &out),
         Command::Jobs(args) => args.exec(g, &out),
         Command::Stop(args) => args.exec(g, &out),

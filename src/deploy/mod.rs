@@ -22,7 +22,7 @@ pub(crate) use crate::runtime::STOP_GRACE;
 use crate::runtime::{Deployment, Runtimes};
 use crate::settings::Settings;
 pub(crate) use plan::PortOwner;
-pub(crate) use start::{memory_beside, plan_start, start, StartOptions, StartPlan};
+pub(crate) use start::{learned_gb, memory_beside, plan_start, start, StartOptions, StartPlan};
 
 /// What a deployment is to the front door.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -308,6 +308,7 @@ pub(crate) async fn memory_beside(
         jobs_gb,
         deployments,
         &production,
+        learned_gb(ctx, recipe),
     )
     .await
     .map_err(|why| Error::RecipeCannot {
@@ -318,6 +319,37 @@ pub(crate) async fn memory_beside(
         memory.stop_also(&r.name);
     }
     Ok((memory, jobs))
+}
+
+/// What `recipe` held at its last starts with its image pinned as images.lock says now, if
+/// it was measured (`memory::learned`; the newest figure, whatever the model's fingerprint,
+/// as a plan does not fingerprint the model).
+pub(crate) fn learned_gb(ctx: &Context, recipe: &Recipe) -> Option<f64> {
+    let digest = crate::lock::Lock::load(&ctx.lock_path)
+        .ok()
+        .and_then(|l| l.pin(&recipe.name).ok().flatten().map(|p| p.digest.clone()));
+    let key = memory::learned::Key {
+        recipe: recipe.name.clone(),
+        recipe_hash: recipe.hash(),
+        digest,
+        fingerprint: None,
+    };
+    memory::learned::of(&ctx.state, &key).map(|f| f.gb)
+}
+
+/// What the start of `plan` held once ready, kept for the next plans (`memory::learned`).
+fn learn(rt: &Runtimes, plan: &StartPlan, observed: &memory::MemoryObserved) {
+    let Some(best) = &observed.best else { return };
+    let key = memory::learned::Key {
+        recipe: plan.name.clone(),
+        recipe_hash: plan.recipe_hash.clone(),
+        digest: plan.pin.as_ref().map(|p| p.digest.clone()),
+        fingerprint: plan.model_fingerprint.clone(),
+    };
+    let gb = best.bytes as f64 / 1e9;
+    if let Err(e) = memory::learned::record(rt.process.state(), key, gb, &best.what) {
+        tracing::warn!("{}: what it holds was not kept: {e}", plan.name);
+    }
 }
 
 /// A started, ready deployment.
@@ -440,6 +472,7 @@ async fn report(
     let measuring = std::time::Instant::now();
     let memory_observed = memory::observe(rt, &deployment, before).await;
     tracing::debug!("memory observed in {:?}", measuring.elapsed());
+    learn(rt, plan, &memory_observed);
     let mut warnings = plan.warnings.clone();
     warnings.extend(memory_observed.warnings(&plan.name));
     StartReport {

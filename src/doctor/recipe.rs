@@ -211,6 +211,7 @@ async fn memory(ctx: &Context, subject: &Subject<'_>, deployments: &[Deployment]
         0.0,
         deployments,
         &production,
+        crate::deploy::learned_gb(ctx, recipe),
     )
     .await
     {

@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod learned;
 mod measure;
 mod plan;
 pub(crate) mod pools;
@@ -267,9 +268,9 @@ impl MemoryObserved {
         let holds = format!("{} ({})", format_gb(best.bytes), best.what);
         match (self.declared_gb, self.exceeds_declared) {
             (Some(gb), Some(true)) => vec![format!(
-                "{name} holds {holds}, more than its declared server.memory_gb {gb} GB, which is \
-                 all the memory plan counts for it; raise memory_gb in its recipe, or make the \
-                 server take less (e.g. --gpu-memory-utilization)"
+                "{name} holds {holds}, more than its declared server.memory_gb {gb} GB; the memory \
+                 plan counts what it held from now on (`sparkctl memory`), but raise memory_gb \
+                 in its recipe, or make the server take less (e.g. --gpu-memory-utilization)"
             )],
             (None, _) => vec![format!(
                 "{name} declares no server.memory_gb, so the memory plan counts 0 GB for it, but \

@@ -144,6 +144,10 @@ pub(crate) struct MemoryPlan {
     /// from the same counts.
     #[serde(skip)]
     pub(crate) frees_counted: bool,
+    /// What the candidate held at an earlier start (`learned`), when that is more than it
+    /// declares: the plan counts it instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) learned_gb: Option<f64>,
 }
 
 impl MemoryPlan {
@@ -175,6 +179,7 @@ impl MemoryPlan {
             fits: used + need <= budget_gb,
             floor: None,
             frees_counted: false,
+            learned_gb: None,
         }
     }
 
@@ -285,10 +290,11 @@ impl MemoryPlan {
     }
 
     pub(crate) fn describe(&self) -> String {
-        let need = self
-            .need_gb
-            .map(|g| format!("{g} GB"))
-            .unwrap_or_else(|| "no declared memory".into());
+        let need = match (self.learned_gb, self.need_gb) {
+            (Some(l), _) => format!("{l:.2} GB (held at an earlier start, more than it declares)"),
+            (None, Some(g)) => format!("{g} GB"),
+            (None, None) => "no declared memory".into(),
+        };
         let running: Vec<String> = self.running.iter().map(Holder::describe).collect();
         let running = if running.is_empty() {
             "nothing".to_string()
@@ -324,6 +330,7 @@ pub(crate) async fn for_server(
     jobs_gb: f64,
     running: &[Deployment],
     production: &[String],
+    learned_gb: Option<f64>,
 ) -> Result<MemoryPlan, String> {
     let devices = Devices::probe().await;
     let host_gb = settings.memory_budget_gb - jobs_gb;
@@ -342,7 +349,10 @@ pub(crate) async fn for_server(
             ..Holder::declared(d, production)
         })
         .collect();
-    let mut plan = MemoryPlan::new(budget.gb, recipe.server.memory_gb, holders);
+    // What it held before counts when it is more than it declares.
+    let learned_gb = learned_gb.filter(|l| *l > recipe.server.memory_gb.unwrap_or(0.0));
+    let mut plan = MemoryPlan::new(budget.gb, learned_gb.or(recipe.server.memory_gb), holders);
+    plan.learned_gb = learned_gb;
     plan.frees_counted = settings.memory_declared_gb.is_some() && !is_gpus(&budget.pool);
     let freed: f64 = (plan.running.iter())
         .filter(|h| plan.must_stop.contains(&h.name))

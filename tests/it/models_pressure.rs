@@ -250,3 +250,60 @@ fn a_killed_rollout_leaves_no_candidate_running() {
     assert_eq!(a.status, 200);
     assert!(a.by.starts_with("chat-a "), "{}", a.by);
 }
+
+/// Issue 46, memory learned: two models declared at a guess (0.1 GB) that hold 0.4 GB each,
+/// in a pool of 0.7 GB. Declared, they fit together, so the second start evicts nothing —
+/// and each start's measured figure is kept; the next start of one counts what it held and
+/// evicts the other first.
+#[test]
+fn what_a_model_held_at_its_last_start_is_what_the_next_plan_counts() {
+    let deck = crate::frontdoor_faults::deck("pressure-learned");
+    sim(&deck, "a-1", Some("a"), "");
+    sim(&deck, "b-1", Some("b"), "serve:\n  ttl: 2s\n");
+    for r in ["a-1", "b-1"] {
+        replace_in(
+            &deck,
+            r,
+            "--load-time, 300ms",
+            "--load-time, 300ms, --hold-memory, 400m",
+        );
+        replace_in(&deck, r, "memory_gb: 2", "memory_gb: 0.1");
+    }
+    rebooted(&deck, "0.7", &["a-1", "b-1"]);
+    // Made production in a pool that holds both: what that taught is forgotten, so the
+    // next starts know only the guess.
+    for r in ["a-1", "b-1"] {
+        deck.ok(&["memory", "forget", r]);
+    }
+    for m in ["a", "b"] {
+        let a = answer(&deck.door_url(), chat(Some(m)));
+        assert_eq!(a.status, 200, "{m}: {} {}", a.body, door_log(&deck));
+    }
+    assert!(
+        runs(&deck, "a-1") && runs(&deck, "b-1"),
+        "declared, both fit"
+    );
+    let learned: Value = serde_json::from_str(&deck.ok(&["--json", "memory"])).unwrap();
+    for r in ["a-1", "b-1"] {
+        let gb = learned[r][0]["gb"].as_f64().unwrap_or(0.0);
+        assert!((0.38..1.0).contains(&gb), "{r} held {gb} GB: {learned}");
+    }
+    until(Duration::from_secs(20), "b unloaded after its ttl", || {
+        !runs(&deck, "b-1")
+    });
+    // b's next start counts the 0.4 GB it held: a (idle) makes room first.
+    let a = answer(&deck.door_url(), chat(Some("b")));
+    assert_eq!(a.status, 200, "{} {}", a.body, door_log(&deck));
+    assert!(runs(&deck, "b-1"));
+    assert!(
+        !runs(&deck, "a-1"),
+        "a was not evicted: {}",
+        door_log(&deck)
+    );
+    deck.sparkctl(&["up", "a-1", "--dry-run", "--yes"])
+        .succeeds()
+        .warns("held at an earlier start");
+    // Forgotten, the declaration counts again.
+    let out = deck.ok(&["memory", "forget", "a-1"]);
+    assert!(out.contains("a-1: 1 learned figures forgotten"), "{out}");
+}

@@ -136,6 +136,7 @@ impl Plan {
         next.pool_what = m.pool_what.clone();
         next.floor = m.floor.clone();
         next.frees_counted = m.frees_counted;
+        next.learned_gb = m.learned_gb;
         self.mode = Mode::of(&next);
         self.start.memory = next;
     }

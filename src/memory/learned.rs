@@ -1,0 +1,146 @@
+//! What each recipe measurably held at its last starts (`STATE/memory/learned.json`): a plan
+//! counts a server that is not running by the larger of its declaration and what it held,
+//! so a guess (`memory_gb: 22` for a server that holds 88) costs one start, not every one.
+//! A figure is keyed by what decides it — the recipe as it runs (its hash: arguments,
+//! environment, image reference), the image digest and the model's fingerprint — and a
+//! change of any is a new key; `sparkctl memory forget NAME` drops a recipe's figures.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::state::StateDir;
+
+/// What decides what a server holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Key {
+    pub(crate) recipe: String,
+    pub(crate) recipe_hash: String,
+    /// The image digest it ran (None: a process recipe, or unpinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) digest: Option<String>,
+    /// Its model dir's fingerprint (None: no model dir, or not taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fingerprint: Option<String>,
+}
+
+/// One key's figure: the most it was seen holding.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Figure {
+    pub(crate) key: Key,
+    pub(crate) gb: f64,
+    /// How it was measured (`MemoryObserved`'s best instrument).
+    pub(crate) what: String,
+    /// When it was last seen (UTC).
+    pub(crate) at: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct File {
+    /// By recipe, its figures (one per key).
+    #[serde(default)]
+    recipes: BTreeMap<String, Vec<Figure>>,
+}
+
+fn path(state: &StateDir) -> std::path::PathBuf {
+    state.root().join("memory").join("learned.json")
+}
+
+fn read(state: &StateDir) -> File {
+    crate::state::read_json(&path(state)).unwrap_or_default()
+}
+
+fn write(state: &StateDir, file: &File) -> Result<()> {
+    let p = path(state);
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::error::Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    crate::state::write_json(&p, file)
+}
+
+/// `key` was seen holding `gb` (by `what`): kept when it is the most it has held.
+pub(crate) fn record(state: &StateDir, key: Key, gb: f64, what: &str) -> Result<()> {
+    let mut file = read(state);
+    let figures = file.recipes.entry(key.recipe.clone()).or_default();
+    let now = crate::units::now_utc();
+    match figures.iter_mut().find(|f| f.key == key) {
+        Some(f) if f.gb >= gb => f.at = now,
+        Some(f) => {
+            f.gb = gb;
+            f.what = what.to_string();
+            f.at = now;
+        }
+        None => figures.push(Figure {
+            key,
+            gb,
+            what: what.to_string(),
+            at: now,
+        }),
+    }
+    write(state, &file)
+}
+
+/// What a start of `key` held before. A part the caller does not know (None) matches any,
+/// the newest figure first.
+pub(crate) fn of(state: &StateDir, key: &Key) -> Option<Figure> {
+    let file = read(state);
+    let matches = |f: &&Figure| {
+        f.key.recipe_hash == key.recipe_hash
+            && (key.digest.is_none() || f.key.digest == key.digest)
+            && (key.fingerprint.is_none() || f.key.fingerprint == key.fingerprint)
+    };
+    let mut found: Vec<&Figure> = file
+        .recipes
+        .get(&key.recipe)?
+        .iter()
+        .filter(matches)
+        .collect();
+    found.sort_by(|a, b| b.at.cmp(&a.at));
+    found.first().map(|f| (*f).clone())
+}
+
+/// Every figure, by recipe (`sparkctl memory`).
+pub(crate) fn all(state: &StateDir) -> BTreeMap<String, Vec<Figure>> {
+    read(state).recipes
+}
+
+/// Drops `recipe`'s figures; how many there were.
+pub(crate) fn forget(state: &StateDir, recipe: &str) -> Result<usize> {
+    let mut file = read(state);
+    let n = file.recipes.remove(recipe).map_or(0, |v| v.len());
+    if n > 0 {
+        write(state, &file)?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_held_is_kept_per_key_and_a_changed_key_starts_again() {
+        let dir = std::env::temp_dir().join(format!("sparkctl-learned-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = StateDir::open(&dir).unwrap();
+        let key = |hash: &str, digest: Option<&str>| Key {
+            recipe: "qwen".into(),
+            recipe_hash: hash.into(),
+            digest: digest.map(String::from),
+            fingerprint: Some("sha256:m".into()),
+        };
+        record(&state, key("h1", Some("d1")), 88.0, "GPU").unwrap();
+        record(&state, key("h1", Some("d1")), 60.0, "GPU").unwrap();
+        assert_eq!(of(&state, &key("h1", Some("d1"))).unwrap().gb, 88.0);
+        // Another digest, another recipe hash: nothing learned for them.
+        assert!(of(&state, &key("h1", Some("d2"))).is_none());
+        assert!(of(&state, &key("h2", Some("d1"))).is_none());
+        // A part not known matches any.
+        assert_eq!(of(&state, &key("h1", None)).unwrap().gb, 88.0);
+        assert_eq!(forget(&state, "qwen").unwrap(), 1);
+        assert!(of(&state, &key("h1", Some("d1"))).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
