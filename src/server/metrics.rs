@@ -426,31 +426,4 @@ fn render_models(out: &mut String, inner: &Inner) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histograms_are_cumulative_and_the_text_format_holds() {
-        let m = Metrics::default();
-        m.ttft("a", 0.03);
-        m.ttft("a", 0.3);
-        m.itl("a", 0.02, 2);
-        m.status("a", 200);
-        m.event(Event::Switch);
-        let text = m.render(&[Route::Holding]);
-        assert!(
-            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.05\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.5\"} 2")
-        );
-        assert!(text.contains("sparkctl_frontdoor_ttft_seconds_count{upstream=\"a\"} 2"));
-        assert!(
-            text.contains("sparkctl_frontdoor_itl_seconds_bucket{upstream=\"a\",le=\"0.01\"} 2")
-        );
-        assert!(text.contains("sparkctl_frontdoor_requests_total{upstream=\"a\",code=\"200\"} 1"));
-        assert!(text.contains("sparkctl_frontdoor_switches_total 1"));
-        assert!(text.contains("# TYPE sparkctl_frontdoor_ttft_seconds histogram"));
-    }
-}
+mod tests;

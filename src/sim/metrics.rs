@@ -159,4 +159,34 @@ mod tests {
             "0.0"
         );
     }
+
+    /// The simulator's page as the hand-written encoder wrote it for `scripted`'s events.
+    const RECORDED: &str = include_str!("../../tests/fixtures/metrics/sim.prom");
+
+    /// Every series with a value of its own: gauges, counters, a KV-cache share, and time
+    /// to first token in a bucket, on a bound, and beyond the last.
+    fn scripted() -> String {
+        let m = Metrics::default();
+        for (a, v) in [
+            (&m.running, 2),
+            (&m.waiting, 1),
+            (&m.kv_tokens, 300),
+            (&m.prompt_tokens, 1234),
+            (&m.generation_tokens, 567),
+            (&m.prefix_queries, 1000),
+            (&m.prefix_hits, 250),
+            (&m.successes, 7),
+        ] {
+            a.store(v, Ordering::Relaxed);
+        }
+        for ms in [3, 90, 1_000, 1_500, 3_000_000] {
+            m.observe_ttft(Duration::from_millis(ms));
+        }
+        m.render("tiny", 1200)
+    }
+
+    #[test]
+    fn the_page_holds_what_the_recorded_scrape_held() {
+        assert_eq!(scripted(), RECORDED);
+    }
 }
