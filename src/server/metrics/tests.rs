@@ -5,6 +5,7 @@ use super::*;
 use crate::bench::gates;
 use crate::bench::suite::Check;
 use crate::bench::Baseline;
+use crate::exposition::Scrape;
 use crate::frontdoor::capture::{CaptureConfig, DEFAULT_MAX};
 use crate::production::Upstream;
 use crate::server::capture::Capture;
@@ -22,7 +23,10 @@ fn histograms_are_cumulative_and_the_text_format_holds() {
     m.itl("a", 0.02, 2);
     m.status("a", 200);
     m.event(Event::Switch);
-    let text = m.render(&[Route::Holding]);
+    let text = exposition::encode(
+        Format::Text,
+        vec![Box::new(m), Box::new(Serving(vec![Route::Holding]))],
+    );
     assert!(
         text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.05\"} 1"),
         "{text}"
@@ -59,9 +63,21 @@ fn verdict(checks: &[(Check, bool)], decode_tps: f64, error: Option<&str>) -> Ve
     }
 }
 
+/// A capture that is off (its writer on the current tokio runtime).
+fn no_capture() -> Arc<Capture> {
+    Capture::start(
+        std::env::temp_dir().join("sparkctl-metrics-fixture"),
+        CaptureConfig {
+            on: false,
+            max_bytes: DEFAULT_MAX,
+        },
+        None,
+    )
+}
+
 /// Each series the door writes, with more than one label set where it has labels: two
 /// upstreams (one with no TTFT yet), two models, answers judged, golden rounds, capture.
-async fn scripted_page() -> String {
+async fn scripted_page(format: Format) -> String {
     let m = Metrics::default();
     for (upstream, code) in [("prod", 200), ("prod", 200), ("prod", 503), ("cand", 200)] {
         m.started(upstream);
@@ -126,22 +142,44 @@ async fn scripted_page() -> String {
     live.golden("prod", &round(&["capital"]));
     live.golden("cand", &round(&[]));
 
-    let capture = Capture::start(
-        std::env::temp_dir().join("sparkctl-metrics-fixture"),
-        CaptureConfig {
-            on: false,
-            max_bytes: DEFAULT_MAX,
-        },
-        None,
-    );
-    let mut page = m.render(&routes);
-    live.render(&mut page);
-    capture.render(&mut page);
-    page
+    page(
+        &Arc::new(m),
+        routes.to_vec(),
+        &Arc::new(live),
+        &no_capture(),
+        format,
+    )
 }
 
+/// The same HELP and TYPE lines, series and values as before the encoder changed, line by
+/// line: names and labels (their order, the bounds as written) the very text; a value
+/// differs only where a whole number is now written as a float (`80` → `80.0`).
 #[tokio::test]
 async fn the_page_holds_what_the_recorded_scrape_held() {
-    let page = scripted_page().await;
-    assert_eq!(page, RECORDED);
+    let page = scripted_page(Format::Text).await;
+    assert_eq!(Scrape::parse(&page), Scrape::parse(RECORDED), "{page}");
+    let recorded: Vec<&str> = RECORDED.lines().collect();
+    assert_eq!(page.lines().count(), recorded.len(), "{page}");
+    for (now, then) in page.lines().zip(recorded) {
+        let (series, value) = now.rsplit_once(' ').unwrap();
+        let whole = value.strip_suffix(".0").map(|v| format!("{series} {v}"));
+        assert!(
+            now == then || whole.as_deref() == Some(then),
+            "{now}\nwas {then}"
+        );
+    }
+}
+
+/// OpenMetrics, for a scraper that asks: the same samples, a counter's family named
+/// without its `_total`, and the end marker.
+#[tokio::test]
+async fn openmetrics_holds_the_same_samples() {
+    let open = scripted_page(Format::OpenMetrics).await;
+    assert!(open.ends_with("\n# EOF\n"), "{open}");
+    assert!(
+        open.contains("# TYPE sparkctl_frontdoor_requests counter\n"),
+        "{open}"
+    );
+    let (open, recorded) = (Scrape::parse(&open), Scrape::parse(RECORDED));
+    assert_eq!(open.samples, recorded.samples);
 }
