@@ -19,6 +19,7 @@ mod doctor;
 mod engine;
 mod error;
 mod eval;
+mod exposition;
 mod frontdoor;
 mod history;
 mod host;

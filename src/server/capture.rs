@@ -10,6 +10,7 @@
 //! (`metadata`, `user` and the like are dropped), values under secret-looking keys and
 //! secret-looking strings replaced, and the front door's own key wherever it appears.
 
+use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 use super::body::Read;
 pub(crate) use crate::capture_file::{dir, files, CapturedRequest};
 use crate::error::{Error, Result};
+use crate::exposition::{Exposed, Kind, Page};
 pub(crate) use crate::frontdoor::capture::{
     config_file, read_config, CaptureConfig, CaptureStatus,
 };
@@ -115,28 +117,6 @@ impl Capture {
         }
     }
 
-    /// The capture's counters, in Prometheus' text format.
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        super::metrics::head(
-            out,
-            "sparkctl_frontdoor_captured_total",
-            "counter",
-            "Requests written to the traffic capture.",
-        );
-        let _ = writeln!(
-            out,
-            "sparkctl_frontdoor_captured_total {}",
-            self.written.load(Ordering::Relaxed)
-        );
-        super::metrics::head(out, "sparkctl_frontdoor_capture_dropped_total", "counter", "Requests the capture could not keep (queue full, unreadable, larger than half the bound).");
-        let _ = writeln!(
-            out,
-            "sparkctl_frontdoor_capture_dropped_total {}",
-            self.dropped.load(Ordering::Relaxed)
-        );
-    }
-
     pub(crate) fn config(&self) -> CaptureConfig {
         *self.config.lock().expect("capture")
     }
@@ -177,6 +157,24 @@ impl Capture {
             return false;
         }
         true
+    }
+}
+
+impl Exposed for Capture {
+    /// The capture's counters.
+    fn expose(&self, page: &mut Page<'_>) -> fmt::Result {
+        page.family(
+            "sparkctl_frontdoor_captured",
+            "Requests written to the traffic capture.",
+            Kind::Counter,
+        )?
+        .counter(&[], self.written.load(Ordering::Relaxed))?;
+        page.family(
+            "sparkctl_frontdoor_capture_dropped",
+            "Requests the capture could not keep (queue full, unreadable, larger than half the bound).",
+            Kind::Counter,
+        )?
+        .counter(&[], self.dropped.load(Ordering::Relaxed))
     }
 }
 

@@ -4,18 +4,18 @@
 //! long enough to make production unhealthy (the watch acts on it).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::metrics::head;
 use super::quality::{Asked, Verdict};
 use crate::bench::gates::{self, GateOutcome, GateResult, Gates, Measures, Metric};
 use crate::bench::stats::stats;
 use crate::bench::suite::Check;
 use crate::bench::Baseline;
+use crate::exposition::{Exposed, Kind, Page};
 pub(crate) use crate::frontdoor::status::{GoldenLast, LiveStatus};
 use crate::production::Upstream;
 
@@ -280,96 +280,92 @@ impl Live {
             failed: round.failed.clone(),
         };
     }
+}
 
-    /// The live series, in Prometheus' text format.
-    pub(crate) fn render(&self, out: &mut String) {
+impl Exposed for Live {
+    /// The live series: answers and their faults, golden rounds, and each recipe's most
+    /// recently used instance's rates, gates and decode speed.
+    fn expose(&self, page: &mut Page<'_>) -> fmt::Result {
         let s = self.state.lock().expect("live");
-        head(
-            out,
-            "sparkctl_frontdoor_answers_total",
-            "counter",
+        let mut f = page.family(
+            "sparkctl_frontdoor_answers",
             "Answers judged on live traffic, by upstream.",
-        );
+            Kind::Counter,
+        )?;
         for (up, t) in &s.totals {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_answers_total{{upstream=\"{up}\"}} {}",
-                t.answers
-            );
+            f.counter(&[("upstream", up)], t.answers)?;
         }
-        head(
-            out,
-            "sparkctl_frontdoor_answer_faults_total",
-            "counter",
+        let mut f = page.family(
+            "sparkctl_frontdoor_answer_faults",
             "Judged answers that failed a check (empty, markdown, thinking leak, tool call left as text, loop or garbled, cut by length), by upstream and check; error: failed by the server.",
-        );
+            Kind::Counter,
+        )?;
         for (up, t) in &s.totals {
             for (c, n) in &t.faults {
-                let _ = writeln!(
-                    out,
-                    "sparkctl_frontdoor_answer_faults_total{{upstream=\"{up}\",check=\"{c}\"}} {n}"
-                );
+                f.counter(&[("upstream", up), ("check", c.name())], *n)?;
             }
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_answer_faults_total{{upstream=\"{up}\",check=\"error\"}} {}",
-                t.errors
-            );
+            f.counter(&[("upstream", up), ("check", "error")], t.errors)?;
         }
-        head(
-            out,
-            "sparkctl_frontdoor_golden_rounds_total",
-            "counter",
+        let mut f = page.family(
+            "sparkctl_frontdoor_golden_rounds",
             "Rounds of golden prompts sent to production, by upstream and outcome.",
-        );
+            Kind::Counter,
+        )?;
         for (up, (passed, failed, _)) in &s.golden {
-            let _ = writeln!(out, "sparkctl_frontdoor_golden_rounds_total{{upstream=\"{up}\",outcome=\"pass\"}} {passed}");
-            let _ = writeln!(out, "sparkctl_frontdoor_golden_rounds_total{{upstream=\"{up}\",outcome=\"fail\"}} {failed}");
+            f.counter(&[("upstream", up), ("outcome", "pass")], *passed)?;
+            f.counter(&[("upstream", up), ("outcome", "fail")], *failed)?;
         }
         let current: Vec<(&String, &Window)> = latest_per_recipe(&s.windows);
-        head(
-            out,
+        let mut f = page.family(
             "sparkctl_frontdoor_live_rate",
-            "gauge",
             "% of the instance's recent answers passing each check (leaking, for thinking_leak).",
-        );
+            Kind::Gauge,
+        )?;
         for (id, w) in &current {
             for (check, v) in measures(&w.answers, 1).rates {
-                let _ = writeln!(out, "sparkctl_frontdoor_live_rate{{upstream=\"{}\",deployment=\"{id}\",check=\"{check}\"}} {v}", w.recipe);
+                let labels = [
+                    ("upstream", w.recipe.as_str()),
+                    ("deployment", id),
+                    ("check", &check),
+                ];
+                f.gauge(&labels, v)?;
             }
         }
-        head(
-            out,
+        let mut f = page.family(
             "sparkctl_frontdoor_live_gate",
-            "gauge",
             "Each live gate as last judged: 1 pass, 0 fail, -1 inconclusive.",
-        );
+            Kind::Gauge,
+        )?;
         for (id, w) in &current {
             for g in &w.last {
-                let v = match g.outcome {
+                let v: i64 = match g.outcome {
                     GateOutcome::Pass => 1,
                     GateOutcome::Fail => 0,
                     // Live gates judge production itself: none is ever "not applied".
                     GateOutcome::Inconclusive | GateOutcome::NotApplied => -1,
                 };
-                let _ = writeln!(out, "sparkctl_frontdoor_live_gate{{upstream=\"{}\",deployment=\"{id}\",gate=\"{}\"}} {v}", w.recipe, g.gate);
+                let labels = [
+                    ("upstream", w.recipe.as_str()),
+                    ("deployment", id),
+                    ("gate", &g.gate),
+                ];
+                f.gauge(&labels, v)?;
             }
         }
-        head(
-            out,
+        let mut f = page.family(
             "sparkctl_frontdoor_live_decode_tps",
-            "gauge",
             "Median decode speed of the instance's recent answers, tokens/s.",
-        );
+            Kind::Gauge,
+        )?;
         for (id, w) in &current {
             if let Some(d) = measures(&w.answers, 1).stats.get(&Metric::Decode) {
-                let _ = writeln!(
-                    out,
-                    "sparkctl_frontdoor_live_decode_tps{{upstream=\"{}\",deployment=\"{id}\"}} {}",
-                    w.recipe, d.p50
-                );
+                f.gauge(
+                    &[("upstream", w.recipe.as_str()), ("deployment", id)],
+                    d.p50,
+                )?;
             }
         }
+        Ok(())
     }
 }
 
@@ -544,8 +540,11 @@ mod tests {
         assert!(live
             .judge("b", &gates, how, &Baseline::missing("-"))
             .is_none());
-        let mut text = String::new();
-        live.render(&mut text);
+        let live = std::sync::Arc::new(live);
+        let text = crate::exposition::encode(
+            crate::exposition::Format::Text,
+            vec![Box::new(live.clone())],
+        );
         assert!(
             text.contains("sparkctl_frontdoor_answers_total{upstream=\"prod\"} 13"),
             "{text}"

@@ -1,11 +1,15 @@
-//! The front door's `/metrics`, in the Prometheus text format: what live traffic saw, per
-//! upstream. A handful of counters and two histograms need no client library.
+//! The front door's `/metrics`: what live traffic saw, per upstream and per model, counted
+//! here as it passes (one lock per event), and the page a scrape reads, written by
+//! `crate::exposition`'s encoder with the live quality's and the capture's series after.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
+use super::capture::Capture;
+use super::live::Live;
 use super::route::Route;
+use crate::exposition::{self, Exposed, Family, Format, Kind, Labels, Page};
 
 const TTFT_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -18,6 +22,7 @@ const WAIT_BUCKETS: &[f64] = &[
 
 #[derive(Clone, Default)]
 struct Histogram {
+    /// Observations per bucket (not cumulative), once there is one.
     counts: Vec<u64>,
     sum: f64,
     n: u64,
@@ -28,23 +33,20 @@ impl Histogram {
         if self.counts.is_empty() {
             self.counts = vec![0; buckets.len()];
         }
-        for (i, b) in buckets.iter().enumerate() {
-            if v <= *b {
-                self.counts[i] += 1;
-            }
+        // In its own bucket only, the first bound at or above it: the encoder adds them up.
+        if let Some(i) = buckets.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
         }
         self.sum += v;
         self.n += 1;
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str, buckets: &[f64]) {
-        for (i, b) in buckets.iter().enumerate() {
-            let c = self.counts.get(i).copied().unwrap_or(0);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {c}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.n);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.n);
+    fn write(&self, f: &mut Family<'_>, labels: &Labels<'_>, buckets: &[f64]) -> fmt::Result {
+        let counts = buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (*b, self.counts.get(i).copied().unwrap_or(0)));
+        f.histogram(labels, counts, self.n, self.sum)
     }
 }
 
@@ -88,13 +90,22 @@ pub(crate) enum Event {
 }
 
 impl Event {
+    const ALL: [Event; 5] = [
+        Event::Held,
+        Event::Rejected,
+        Event::Switch,
+        Event::Restart,
+        Event::Failover,
+    ];
+
+    /// Its counter's name, less the `_total` the encoder writes.
     fn name(self) -> &'static str {
         match self {
-            Event::Held => "sparkctl_frontdoor_held_total",
-            Event::Rejected => "sparkctl_frontdoor_rejected_total",
-            Event::Switch => "sparkctl_frontdoor_switches_total",
-            Event::Restart => "sparkctl_frontdoor_restarts_total",
-            Event::Failover => "sparkctl_frontdoor_failovers_total",
+            Event::Held => "sparkctl_frontdoor_held",
+            Event::Rejected => "sparkctl_frontdoor_rejected",
+            Event::Switch => "sparkctl_frontdoor_switches",
+            Event::Restart => "sparkctl_frontdoor_restarts",
+            Event::Failover => "sparkctl_frontdoor_failovers",
         }
     }
 
@@ -257,200 +268,157 @@ impl Metrics {
             .entry(e)
             .or_default() += 1;
     }
+}
 
-    /// Prometheus' text format: per upstream, then the events, then the upstreams in
-    /// service (one per model).
-    pub(crate) fn render(&self, routes: &[Route]) -> String {
+impl Exposed for Metrics {
+    /// Per upstream, per model, then the events.
+    fn expose(&self, page: &mut Page<'_>) -> fmt::Result {
         let i = self.inner.lock().expect("metrics");
-        let mut out = String::new();
-        render_upstreams(&mut out, &i);
-        render_models(&mut out, &i);
-        for e in [
-            Event::Held,
-            Event::Rejected,
-            Event::Switch,
-            Event::Restart,
-            Event::Failover,
-        ] {
-            head(&mut out, e.name(), "counter", e.help());
-            let _ = writeln!(
-                out,
-                "{} {}",
-                e.name(),
-                i.events.get(&e).copied().unwrap_or(0)
-            );
+        expose_upstreams(page, &i)?;
+        expose_models(page, &i)?;
+        for e in Event::ALL {
+            let n = i.events.get(&e).copied().unwrap_or(0);
+            page.family(e.name(), e.help(), Kind::Counter)?
+                .counter(&[], n)?;
         }
-        head(
-            &mut out,
-            "sparkctl_frontdoor_upstream",
-            "gauge",
-            "The upstream in service (1), none while holding.",
-        );
-        for u in routes.iter().filter_map(|r| match r {
-            Route::Serving(u) => Some(u),
-            _ => None,
-        }) {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_upstream{{recipe=\"{}\",deployment=\"{}\",url=\"{}\"}} 1",
-                u.recipe, u.deployment, u.url
-            );
-        }
-        out
+        Ok(())
     }
 }
 
-/// A series' HELP and TYPE lines.
-pub(super) fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// The upstreams in service, one per model's lane.
+struct Serving(Vec<Route>);
+
+impl Exposed for Serving {
+    fn expose(&self, page: &mut Page<'_>) -> fmt::Result {
+        let mut f = page.family(
+            "sparkctl_frontdoor_upstream",
+            "The upstream in service (1), none while holding.",
+            Kind::Gauge,
+        )?;
+        for u in self.0.iter().filter_map(|r| match r {
+            Route::Serving(u) => Some(u),
+            _ => None,
+        }) {
+            let labels = [
+                ("recipe", u.recipe.as_str()),
+                ("deployment", &u.deployment),
+                ("url", &u.url),
+            ];
+            f.gauge(&labels, 1i64)?;
+        }
+        Ok(())
+    }
+}
+
+/// The door's `/metrics` in `format`: the traffic's figures, the upstreams in service
+/// (`routes`, one per lane), then the live quality's and the capture's.
+pub(crate) fn page(
+    metrics: &Arc<Metrics>,
+    routes: Vec<Route>,
+    live: &Arc<Live>,
+    capture: &Arc<Capture>,
+    format: Format,
+) -> String {
+    exposition::encode(
+        format,
+        vec![
+            Box::new(metrics.clone()),
+            Box::new(Serving(routes)),
+            Box::new(live.clone()),
+            Box::new(capture.clone()),
+        ],
+    )
 }
 
 /// A counter per upstream and `label` value (`code="200"`), under one HELP and TYPE.
-fn counts_by<K: std::fmt::Display>(
-    out: &mut String,
+fn counts_by<K: ToString>(
+    page: &mut Page<'_>,
     inner: &Inner,
     (name, label): (&str, &str),
     help: &str,
     counts: impl Fn(&PerUpstream) -> &BTreeMap<K, u64>,
-) {
-    head(out, name, "counter", help);
+) -> fmt::Result {
+    let mut f = page.family(name, help, Kind::Counter)?;
     for (up, u) in &inner.upstreams {
         for (value, n) in counts(u) {
-            let _ = writeln!(out, "{name}{{upstream=\"{up}\",{label}=\"{value}\"}} {n}");
+            f.counter(&[("upstream", up), (label, &value.to_string())], *n)?;
         }
     }
+    Ok(())
 }
 
 /// Requests, errors, in-flight requests and the TTFT and ITL histograms, by upstream.
-fn render_upstreams(out: &mut String, inner: &Inner) {
+fn expose_upstreams(page: &mut Page<'_>, inner: &Inner) -> fmt::Result {
     counts_by(
-        out,
+        page,
         inner,
-        ("sparkctl_frontdoor_requests_total", "code"),
+        ("sparkctl_frontdoor_requests", "code"),
         "Requests forwarded, by upstream and status.",
         |u| &u.requests,
-    );
+    )?;
     counts_by(
-        out,
+        page,
         inner,
-        ("sparkctl_frontdoor_errors_total", "kind"),
+        ("sparkctl_frontdoor_errors", "kind"),
         "Requests that failed: connect (no answer) or stream (cut after it began).",
         |u| &u.errors,
-    );
-    head(
-        out,
+    )?;
+    let mut f = page.family(
         "sparkctl_frontdoor_in_flight",
-        "gauge",
         "Requests being answered now.",
-    );
+        Kind::Gauge,
+    )?;
     for (up, u) in &inner.upstreams {
-        let _ = writeln!(
-            out,
-            "sparkctl_frontdoor_in_flight{{upstream=\"{up}\"}} {}",
-            u.in_flight
-        );
+        f.gauge(&[("upstream", up)], u.in_flight)?;
     }
-    head(
-        out,
+    let mut f = page.family(
         "sparkctl_frontdoor_ttft_seconds",
-        "histogram",
         "Time to the first token of streamed answers, from the request's arrival.",
-    );
+        Kind::Histogram,
+    )?;
     for (up, u) in &inner.upstreams {
-        u.ttft.render(
-            out,
-            "sparkctl_frontdoor_ttft_seconds",
-            &format!("upstream=\"{up}\""),
-            TTFT_BUCKETS,
-        );
+        u.ttft.write(&mut f, &[("upstream", up)], TTFT_BUCKETS)?;
     }
-    head(
-        out,
+    let mut f = page.family(
         "sparkctl_frontdoor_itl_seconds",
-        "histogram",
         "Per-token inter-token latency of streamed answers.",
-    );
+        Kind::Histogram,
+    )?;
     for (up, u) in &inner.upstreams {
-        u.itl.render(
-            out,
-            "sparkctl_frontdoor_itl_seconds",
-            &format!("upstream=\"{up}\""),
-            ITL_BUCKETS,
-        );
+        u.itl.write(&mut f, &[("upstream", up)], ITL_BUCKETS)?;
     }
+    Ok(())
 }
 
-fn render_models(out: &mut String, inner: &Inner) {
-    head(
-        out,
+fn expose_models(page: &mut Page<'_>, inner: &Inner) -> fmt::Result {
+    let mut f = page.family(
         "sparkctl_frontdoor_queue_wait_seconds",
-        "histogram",
         "What each request waited for its model's server (a switch, a start on demand).",
-    );
+        Kind::Histogram,
+    )?;
     for (model, m) in &inner.models {
-        let labels = format!("model=\"{model}\"");
-        m.wait.render(
-            out,
-            "sparkctl_frontdoor_queue_wait_seconds",
-            &labels,
-            WAIT_BUCKETS,
-        );
+        m.wait.write(&mut f, &[("model", model)], WAIT_BUCKETS)?;
     }
-    head(
-        out,
-        "sparkctl_frontdoor_model_loads_total",
-        "counter",
+    let mut f = page.family(
+        "sparkctl_frontdoor_model_loads",
         "Starts of a model's server on demand.",
-    );
+        Kind::Counter,
+    )?;
     for (model, m) in &inner.models {
-        let _ = writeln!(
-            out,
-            "sparkctl_frontdoor_model_loads_total{{model=\"{model}\"}} {}",
-            m.loads
-        );
+        f.counter(&[("model", model)], m.loads)?;
     }
-    head(
-        out,
-        "sparkctl_frontdoor_model_unloads_total",
-        "counter",
+    let mut f = page.family(
+        "sparkctl_frontdoor_model_unloads",
         "Stops of a model's server: idle past its ttl, or evicted for another model.",
-    );
+        Kind::Counter,
+    )?;
     for (model, m) in &inner.models {
         for (why, n) in &m.unloads {
-            let _ = writeln!(
-                out,
-                "sparkctl_frontdoor_model_unloads_total{{model=\"{model}\",why=\"{why}\"}} {n}"
-            );
+            f.counter(&[("model", model), ("why", why)], *n)?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histograms_are_cumulative_and_the_text_format_holds() {
-        let m = Metrics::default();
-        m.ttft("a", 0.03);
-        m.ttft("a", 0.3);
-        m.itl("a", 0.02, 2);
-        m.status("a", 200);
-        m.event(Event::Switch);
-        let text = m.render(&[Route::Holding]);
-        assert!(
-            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.05\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sparkctl_frontdoor_ttft_seconds_bucket{upstream=\"a\",le=\"0.5\"} 2")
-        );
-        assert!(text.contains("sparkctl_frontdoor_ttft_seconds_count{upstream=\"a\"} 2"));
-        assert!(
-            text.contains("sparkctl_frontdoor_itl_seconds_bucket{upstream=\"a\",le=\"0.01\"} 2")
-        );
-        assert!(text.contains("sparkctl_frontdoor_requests_total{upstream=\"a\",code=\"200\"} 1"));
-        assert!(text.contains("sparkctl_frontdoor_switches_total 1"));
-        assert!(text.contains("# TYPE sparkctl_frontdoor_ttft_seconds histogram"));
-    }
-}
+mod tests;

@@ -29,6 +29,7 @@ use super::quality::{Answer, Verdict};
 use super::reading::Reading;
 use super::rollout::Way;
 use super::route::{Lease, Refusal, Upstream};
+use crate::exposition::Format;
 
 /// How long a shadow copy's answer may take: the longest a client waits for one.
 const COPY_LIMIT: Duration = Duration::from_secs(600);
@@ -149,16 +150,15 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     r
 }
 
-/// `/metrics`: the traffic's figures, then the live quality's.
-fn metrics_page(proxy: &Proxy) -> Response<ProxyBody> {
+/// `/metrics`: the traffic's figures, then the live quality's, as the scraper asks.
+fn metrics_page(proxy: &Proxy, headers: &HeaderMap) -> Response<ProxyBody> {
     let routes: Vec<_> = proxy.lanes.all().iter().map(|d| d.table.route()).collect();
-    let mut page = proxy.metrics.render(&routes);
-    proxy.live.render(&mut page);
-    proxy.capture.render(&mut page);
+    let format = Format::asked(headers);
+    let page = super::metrics::page(&proxy.metrics, routes, &proxy.live, &proxy.capture, format);
     let mut r = text(StatusCode::OK, page);
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(format.content_type()),
     );
     r
 }
@@ -223,7 +223,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         );
     }
     let mut r = match path.as_str() {
-        "/metrics" => metrics_page(proxy),
+        "/metrics" => metrics_page(proxy, req.headers()),
         _ => proxied(proxy, req).await,
     };
     origin::allow(&caller, r.headers_mut());

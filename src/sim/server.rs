@@ -401,12 +401,12 @@ async fn handle(
         ),
         (&Method::GET, "/metrics") => {
             let capacity = (cfg.slots.max(1) * cfg.ctx_size) as u64;
+            let format = crate::exposition::Format::asked(req.headers());
+            let page = state.metrics.render(&cfg.model_name, capacity, format);
             Response::builder()
                 .status(StatusCode::OK)
-                .header(CONTENT_TYPE, "text/plain; version=0.0.4")
-                .body(
-                    Full::new(Bytes::from(state.metrics.render(&cfg.model_name, capacity))).boxed(),
-                )
+                .header(CONTENT_TYPE, format.content_type())
+                .body(Full::new(Bytes::from(page)).boxed())
                 .expect("static response parts are valid")
         }
         (&Method::GET, "/version") => json_response(

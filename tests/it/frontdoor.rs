@@ -1,7 +1,8 @@
 //! The front door with a client streaming to the production port every 20 ms: promotion
 //! and rollback drop nothing, a swap holds instead of refusing, a killed production is
 //! restarted or replaced by its fallback, and an interrupt or a full state disk in the
-//! middle of a switch leaves it routing to a backend that answers.
+//! middle of a switch leaves it routing to a backend that answers; its `/metrics` in the
+//! format the scraper asks for.
 
 use std::time::{Duration, Instant};
 
@@ -790,4 +791,62 @@ fn a_full_state_disk_during_rollback_leaves_production_serving() {
     assert_eq!(http_status(&deck.door_url(), "/v1/models"), Some(200));
     assert_eq!(door(&deck)["upstream"]["recipe"], "prod");
     assert_eq!(production_file(&deck)["current"]["recipe"], "prod");
+}
+
+/// `/metrics` over HTTP with this `Accept` (none when empty): the `Content-Type` and the
+/// body.
+fn scrape(deck: &Deck, accept: &str) -> (String, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-i", "-H", &format!("Accept: {accept}")])
+        .arg(format!("{}/metrics", deck.door_url()))
+        .output()
+        .unwrap();
+    let page = text(&out.stdout);
+    let (head, body) = page
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{page}"));
+    let kind = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .unwrap_or_else(|| panic!("{head}"));
+    (kind.to_string(), body.to_string())
+}
+
+/// Prometheus' text format 0.0.4, as the door always answered, unless a scraper asks for
+/// OpenMetrics as Prometheus does: then OpenMetrics, the same samples in it.
+#[test]
+fn metrics_are_prometheus_text_unless_the_scraper_asks_for_openmetrics() {
+    let deck = deck("fd-om", "--load-time, 300ms, --ttft, 20ms, --tokens, \"4\"");
+    deck.ok(&["rollback", "--to", "prod"]);
+    let chat = r#"{"model": "any", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let answer = std::process::Command::new("curl")
+        .args(["-s", "-H", "Content-Type: application/json", "-d", chat])
+        .arg(format!("{}/v1/chat/completions", deck.door_url()))
+        .output()
+        .unwrap();
+    assert!(text(&answer.stdout).contains("choices"), "{answer:?}");
+    let requests = "sparkctl_frontdoor_requests_total{upstream=\"prod\",code=\"200\"} 1\n";
+    let (kind, page) = scrape(&deck, "");
+    assert_eq!(kind, "text/plain; version=0.0.4");
+    assert!(page.contains(requests), "{page}");
+    assert!(
+        page.contains("# TYPE sparkctl_frontdoor_requests_total counter\n"),
+        "{page}"
+    );
+    assert!(!page.contains("# EOF"), "{page}");
+    let (kind, _) = scrape(&deck, "text/plain;version=0.0.4");
+    assert_eq!(kind, "text/plain; version=0.0.4");
+    // Prometheus' own Accept.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (kind, open) = scrape(&deck, prometheus);
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(open.contains(requests), "{open}");
+    assert!(
+        open.contains("# TYPE sparkctl_frontdoor_requests counter\n"),
+        "{open}"
+    );
+    assert!(open.ends_with("\n# EOF\n"), "{open}");
 }

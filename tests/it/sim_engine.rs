@@ -1,4 +1,5 @@
-//! The simulated engine as a real process, driven by a real streaming client (reqwest).
+//! The simulated engine as a real process, driven by a real streaming client (reqwest);
+//! its `/metrics` as a scraper reads them.
 
 use std::time::Duration;
 
@@ -319,4 +320,45 @@ fn sigterm_stops_it_cleanly() {
         .unwrap()
         .success());
     assert_eq!(sim.child.wait().unwrap().code(), Some(0));
+}
+
+/// `/metrics` in Prometheus' text format 0.0.4 under vLLM's names, as before; OpenMetrics
+/// for a scraper that asks for it, as vLLM's Python client answers one.
+#[tokio::test]
+async fn metrics_are_prometheus_text_unless_the_scraper_asks_for_openmetrics() {
+    let sim = fast_sim(&["--tokens", "4"]);
+    let c = client();
+    assert_eq!(stream_chat(&c, &sim.url, &chat("hi")).await.0, 200);
+    let scrape = |accept: Option<&'static str>| {
+        let mut r = c.get(format!("{}/metrics", sim.url));
+        if let Some(a) = accept {
+            r = r.header("Accept", a);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+            (kind, r.text().await.unwrap())
+        }
+    };
+    // Counted before its first token went out, so before the client had its answer.
+    let done = "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"sim-model\"} 1\n";
+    let (kind, page) = scrape(None).await;
+    assert_eq!(kind, "text/plain; version=0.0.4");
+    assert!(page.contains(done), "{page}");
+    assert!(
+        page.contains("# TYPE vllm:request_success_total counter\n"),
+        "{page}"
+    );
+    assert!(!page.contains("# EOF"), "{page}");
+    let (kind, open) = scrape(Some("application/openmetrics-text;version=1.0.0")).await;
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(open.contains(done), "{open}");
+    assert!(
+        open.contains("# TYPE vllm:request_success counter\n"),
+        "{open}"
+    );
+    assert!(open.ends_with("\n# EOF\n"), "{open}");
 }
