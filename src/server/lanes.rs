@@ -97,7 +97,8 @@ impl Shared {
                 }
             })
             .collect();
-        idle.sort_by_key(|i| (i.busy, std::cmp::Reverse(i.for_s)));
+        // The idle first, the cheapest to bring back first; those at the end of a turn last.
+        idle.sort_by(|a, b| (a.busy.cmp(&b.busy)).then(a.cost().total_cmp(&b.cost())));
         (idle, next)
     }
 
@@ -140,6 +141,34 @@ pub(crate) struct Idle {
     pub(crate) for_s: std::time::Duration,
     /// At the end of its turn with requests in flight or due: they finish first.
     pub(crate) busy: bool,
+}
+
+/// What a start is taken to cost when none was measured (the shortest turn's worth).
+const UNMEASURED_START_S: f64 = 10.0;
+
+impl Idle {
+    /// Its last measured start, in seconds (`UNMEASURED_START_S` when none was measured).
+    pub(crate) fn start_s(&self) -> f64 {
+        (self.door.demand.turn().last_start).map_or(UNMEASURED_START_S, |d| d.as_secs_f64())
+    }
+
+    /// What evicting it is likely to cost: the start that brings it back, weighed by how
+    /// recently it was used (a model idle for a minute counts half its start; for an hour,
+    /// a sixtieth). The cheapest goes first — not the least recently used alone.
+    pub(crate) fn cost(&self) -> f64 {
+        self.start_s() / (1.0 + self.for_s.as_secs_f64() / 60.0)
+    }
+
+    /// Its figures, for the log.
+    pub(crate) fn shown(&self) -> String {
+        format!(
+            "{} (start {:.1} s, idle {:.0} s, cost {:.2})",
+            self.upstream.recipe,
+            self.start_s(),
+            self.for_s.as_secs_f64(),
+            self.cost()
+        )
+    }
 }
 
 /// What a user is told of `door`'s model, with `waiting` requests.

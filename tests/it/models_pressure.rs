@@ -307,3 +307,38 @@ fn what_a_model_held_at_its_last_start_is_what_the_next_plan_counts() {
     let out = deck.ok(&["memory", "forget", "a-1"]);
     assert!(out.contains("a-1: 1 learned figures forgotten"), "{out}");
 }
+
+/// Issue 46, evict by cost: three idle models that start in 0.3, 2 and 3 s, the quickest
+/// the most recently used; a fourth's start needs one of them gone. Least recently used
+/// alone would take the 2 s one; the door takes the one cheapest to bring back.
+#[test]
+fn the_idle_model_cheapest_to_bring_back_is_evicted() {
+    let deck = crate::frontdoor_faults::deck("pressure-cost");
+    for (r, m, load) in [
+        ("x-1", "x", "300ms"),
+        ("y-1", "y", "2s"),
+        ("z-1", "z", "3s"),
+        ("w-1", "w", "300ms"),
+    ] {
+        sim(&deck, r, Some(m), "");
+        replace_in(
+            &deck,
+            r,
+            "--load-time, 300ms",
+            &format!("--load-time, {load}"),
+        );
+    }
+    // 2 GB each in 6.5: three at a time.
+    rebooted(&deck, "6.5", &["x-1", "y-1", "z-1", "w-1"]);
+    for m in ["y", "z", "x"] {
+        let a = answer(&deck.door_url(), chat(Some(m)));
+        assert_eq!(a.status, 200, "{m}: {}", a.body);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let a = answer(&deck.door_url(), chat(Some("w")));
+    assert_eq!(a.status, 200, "{} {}", a.body, door_log(&deck));
+    let log = door_log(&deck);
+    assert!(!runs(&deck, "x-1"), "x (0.3 s to start) still runs: {log}");
+    assert!(runs(&deck, "y-1") && runs(&deck, "z-1"), "{log}");
+    assert!(log.contains("cheapest to bring back first"), "{log}");
+}

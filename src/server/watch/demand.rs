@@ -200,6 +200,13 @@ impl Watch {
                 "a running command holds the state lock".into(),
             ));
         };
+        let weighed: Vec<String> = idle.iter().filter(|i| !i.busy).map(|i| i.shown()).collect();
+        if !weighed.is_empty() {
+            say!(
+                "model {model}: room from the idle, cheapest to bring back first: {}",
+                weighed.join(", ")
+            );
+        }
         for i in idle.iter().filter(|i| victims.contains(&i.upstream.recipe)) {
             if i.busy {
                 let turn = i.door.demand.turn().length();
