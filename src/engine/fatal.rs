@@ -7,6 +7,25 @@
 //! seed 001), and the suite's real servers for those that can be provoked on a CPU
 //! (tests/it/vllm.rs and tests/it/llama_server.rs provoke them).
 
+/// What engines print when they run out of memory as they start: the door answers such a
+/// start by making room and trying once more at once (a plan that trusted a guess).
+const OUT_OF_MEMORY: &[&str] = &[
+    "out of memory",
+    "outofmemoryerror",
+    "not enough memory",
+    "cudamalloc failed",
+    "no available memory for the cache blocks",
+    "exit 137",
+    "killed by signal 9",
+];
+
+/// Whether `text` (a start's error, its fatal line and last words among it) says the server
+/// ran out of memory.
+pub(crate) fn out_of_memory(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    OUT_OF_MEMORY.iter().any(|s| text.contains(s))
+}
+
 /// A log signature that means the server will not come up, and what to do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fatal {

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod fatal;
+pub(crate) use fatal::out_of_memory;
 
 pub(crate) use fatal::{ErrorLine, Fatal, FirstError};
 use fatal::{GPU_FATAL, LLAMA_FATAL, SGLANG_FATAL, VLLM_FATAL};

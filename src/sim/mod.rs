@@ -127,6 +127,10 @@ pub(crate) struct SimConfig {
     /// Fault halfway through loading (see --fatal-line for the line printed).
     #[arg(long, env = "SIM_LOAD_FAULT", value_enum)]
     pub(crate) load_fault: Option<LoadFault>,
+    /// Fault: die of out-of-memory as it loads while a server answers at this URL — a
+    /// GPU whose memory that other server holds (the line is CUDA's).
+    #[arg(long, env = "SIM_OOM_BESIDE", value_name = "URL")]
+    pub(crate) oom_beside: Option<String>,
     /// Fault: stay loading forever (/health is 503 for good).
     #[arg(long, env = "SIM_NEVER_READY")]
     pub(crate) never_ready: bool,
@@ -259,5 +263,23 @@ impl SimConfig {
         } else {
             Duration::ZERO
         }
+    }
+}
+
+/// `--oom-beside URL`: the other server answers, so its memory is not free — this one dies
+/// as a CUDA engine does, with the line such an engine prints.
+pub(crate) async fn out_of_memory_beside(cfg: &SimConfig) {
+    let Some(url) = &cfg.oom_beside else { return };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(1))
+        .build()
+        .unwrap_or_default();
+    if client.get(format!("{url}/health")).send().await.is_ok() {
+        crate::stdio::err(format_args!(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (another \
+             server at {url} holds the GPU's memory)"
+        ));
+        std::process::exit(1);
     }
 }

@@ -134,6 +134,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
     if let Some(done) = other_part(&cfg).await {
         return done;
     }
+    super::out_of_memory_beside(&cfg).await;
     // vLLM opens its port only once the engine is up: connections are refused until then.
     let listener = match cfg.mimic {
         Mimic::Generic => Some(listen(&cfg).await?),

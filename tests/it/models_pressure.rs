@@ -342,3 +342,34 @@ fn the_idle_model_cheapest_to_bring_back_is_evicted() {
     assert!(runs(&deck, "y-1") && runs(&deck, "z-1"), "{log}");
     assert!(log.contains("cheapest to bring back first"), "{log}");
 }
+
+/// Issue 46, out of memory is a fact: b is declared small and fits by the plan, but its GPU
+/// memory is a's (the sim's `--oom-beside`): its start dies of CUDA's out-of-memory. The
+/// door makes room (a is idle) and tries once more at once: b's client gets its answer.
+#[test]
+fn a_start_that_runs_out_of_memory_makes_room_and_is_tried_once_more() {
+    let deck = crate::frontdoor_faults::deck("pressure-oom");
+    sim(&deck, "a-1", Some("a"), "");
+    sim(&deck, "b-1", Some("b"), "");
+    let a_port = std::fs::read_to_string(deck.dir.join("recipes/a-1.yaml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("port: ").map(String::from))
+        .unwrap();
+    rebooted(&deck, "16", &["a-1", "b-1"]);
+    replace_in(
+        &deck,
+        "b-1",
+        "--load-time, 300ms",
+        &format!("--load-time, 300ms, --oom-beside, \"http://127.0.0.1:{a_port}\""),
+    );
+    let a = answer(&deck.door_url(), chat(Some("a")));
+    assert_eq!(a.status, 200, "{}", a.body);
+    std::thread::sleep(Duration::from_secs(1));
+    let b = answer(&deck.door_url(), chat(Some("b")));
+    let log = door_log(&deck);
+    assert_eq!(b.status, 200, "{} {log}", b.body);
+    assert!(log.contains("ran out of memory as it started"), "{log}");
+    assert!(!runs(&deck, "a-1") && runs(&deck, "b-1"), "{log}");
+    assert_eq!(model_status(&deck, "b")["loads"], 1);
+}

@@ -100,6 +100,21 @@ impl Watch {
             }
         }
         let up = match self.start_recipe(&current.recipe, None).await {
+            Ok(up) => Ok(up),
+            // Out of memory is a fact, not a retry: the plan trusted a figure that was too
+            // low. What may go makes room, and the start is tried once more at once.
+            Err(e) if crate::engine::out_of_memory(&e.to_string()) => {
+                say!(
+                    "model {model}: {} ran out of memory as it started: making room, \
+                     trying once more",
+                    current.recipe
+                );
+                self.evict_every_idle(&model).await;
+                self.start_recipe(&current.recipe, None).await
+            }
+            Err(e) => Err(e),
+        };
+        let up = match up {
             Ok(up) => up,
             Err(e) => {
                 say!("model {model}: {} did not start: {e}", current.recipe);
@@ -125,6 +140,24 @@ impl Watch {
             current.recipe,
             began.elapsed().as_secs_f64()
         );
+    }
+
+    /// Every other model idle now is stopped (one with a request as it is judged keeps
+    /// its route): the room a start that ran out of memory is given before its retry.
+    async fn evict_every_idle(&self, model: &str) {
+        let lane = self.door.model();
+        let (idle, _) = self.door.evictable(&lane, Instant::now());
+        let Ok(_state) = self
+            .ctx
+            .state
+            .lock("frontdoor watch: room after out of memory")
+        else {
+            return;
+        };
+        for i in idle.iter().filter(|i| !i.busy) {
+            let said = format!("evicted: {model} ran out of memory beside it");
+            release(&self.ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await;
+        }
     }
 
     /// A start on demand failed: its waiting clients are told at once, and the next start
