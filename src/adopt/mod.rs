@@ -21,7 +21,7 @@ use crate::context::Context;
 pub(crate) use crate::deploy::switch::Mode as Way;
 use crate::deploy::switch::{make_room, Hold, Plan};
 use crate::deploy::{start, StartOptions, StartPlan, STOP_GRACE};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Undoing};
 use crate::frontdoor::{self, Launch, Remote};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::import::record;
@@ -226,22 +226,27 @@ impl Flow<'_> {
                 Ok((handover, d))
             }
             Err(e) => {
-                let notes = self.put_back().await;
-                let notes = if notes.is_empty() {
-                    "nothing had changed".into()
-                } else {
-                    notes.join("; ")
-                };
+                let put_back = self.put_back().await;
                 let mut e = Error::Undone {
-                    what: format!("adopt {name}"),
+                    what: Undoing::Adopt {
+                        name: name.to_string(),
+                        put_back,
+                        unrecorded: None,
+                    },
                     cause: Box::new(e),
-                    notes,
                 };
                 run.error = Some(e.to_string());
                 // The failure is what the user must hear; a record that cannot be written
                 // is a note on it.
-                if let (Err(w), Error::Undone { notes, .. }) = (run.save(state), &mut e) {
-                    notes.push_str(&format!("\n  run record not written: {w}"));
+                if let (
+                    Err(w),
+                    Error::Undone {
+                        what: Undoing::Adopt { unrecorded, .. },
+                        ..
+                    },
+                ) = (run.save(state), &mut e)
+                {
+                    *unrecorded = Some(w.to_string());
                 }
                 Err(e)
             }

@@ -23,7 +23,7 @@ pub(crate) use search::steps_for;
 
 use crate::bench::result::BenchResult;
 use crate::deploy::switch::{self, SwitchContext, Touched};
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
@@ -182,7 +182,7 @@ pub(crate) async fn bisect(
                         _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
                     }
                 }
-                Err(Error::Interrupted("interrupted".into()))
+                Err(Error::Interrupted(Interruption::Signal))
             }
         }
     };

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{port_owner, PortOwner, STOP_GRACE};
 use crate::context::Context;
-use crate::error::{Error, Result, Unfit};
+use crate::error::{Error, Interruption, Result, Unfit};
 use crate::memory::{self, MemoryPlan};
 use crate::recipe::{LoadedRecipe, Recipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Fault, Ready, Waiting};
@@ -388,15 +388,9 @@ pub(crate) async fn start(
         }
         None => {
             let stopped = rt.stop(&deployment, STOP_GRACE).await;
-            Err(Error::Interrupted(match stopped {
-                Ok(()) => format!(
-                    "interrupted: stopped {} before it was ready; its logs are kept (`sparkctl logs {}`)",
-                    plan.name, plan.name
-                ),
-                Err(e) => format!(
-                    "interrupted, and stopping {} failed ({e}); `sparkctl status` shows what runs",
-                    plan.name
-                ),
+            Err(Error::Interrupted(Interruption::BeforeReady {
+                name: plan.name.clone(),
+                stop_failed: stopped.err().map(|e| e.to_string()),
             }))
         }
     }

@@ -13,7 +13,7 @@ use super::switch::{
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Lock;
 use crate::production::{Production, Warm};
@@ -96,7 +96,7 @@ async fn run(
         };
         tokio::select! {
             r = flow.run() => r,
-            _ = interrupted() => Err(Error::Interrupted("interrupted".into())),
+            _ = interrupted() => Err(Error::Interrupted(Interruption::Signal)),
         }
     };
     let e = match outcome {

@@ -11,6 +11,7 @@
 mod detail;
 mod diagnostic;
 mod model;
+mod partway;
 mod unfit;
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use diagnostic::render_diagnostics;
 pub(crate) use diagnostic::Diagnostic;
 pub(crate) use diagnostic::Location;
 pub(crate) use model::ModelProblem;
+pub(crate) use partway::{BisectStopped, Interruption, Undoing};
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +47,7 @@ pub enum Error {
     Reported(String),
     /// Ctrl-C: what was running has been stopped or left as the message says.
     #[error("{0}")]
-    Interrupted(String),
+    Interrupted(Interruption),
     /// A name that no recipe in `dir` has; `hint` is the did-you-mean over those that are.
     #[error("no recipe named `{name}` in {}; {hint}", dir.display())]
     UnknownRecipe {
@@ -297,16 +299,16 @@ pub enum Error {
     #[error("{what} was interrupted: {cause}")]
     TaskLost { what: String, cause: String },
     /// A flow that failed after it began (`adopt`), and what was put back: its cause's kind.
-    #[error("{what} failed: {cause}\n  put back: {notes}")]
-    Undone {
-        what: String,
-        cause: Box<Error>,
-        notes: String,
-    },
+    #[error("{} failed: {cause}\n  put back: {}", what.what(), what.put_back())]
+    Undone { what: Undoing, cause: Box<Error> },
     /// `up` or `rollback` failed and took the way back: the cause (whose kind it keeps), then
     /// what was restored and what serves now.
     #[error("{0}")]
     RunFailed(Box<RunFailure>),
+    /// A bisect stopped by an error or an interrupt (whose kind it keeps; any other cause
+    /// is `failed`), its steps put back, kept for `--resume`.
+    #[error("{0}")]
+    BisectStopped(Box<BisectStopped>),
 }
 
 /// What kind of failure an error is: stable words for scripts (`--json` prints it as
@@ -335,9 +337,11 @@ pub enum ErrorKind {
 impl Error {
     pub(crate) fn exit_code(&self) -> i32 {
         // A run that failed after it began (its record says so) is an operation that
-        // failed, whatever its cause.
-        if let Error::RunFailed(_) | Error::Undone { .. } = self {
-            return 1;
+        // failed, whatever its cause; one that was interrupted exits as interrupted.
+        match self {
+            Error::RunFailed(run) if run.cause.is_interrupted() => return 130,
+            Error::RunFailed(_) | Error::Undone { .. } => return 1,
+            _ => {}
         }
         match self.kind() {
             // Bad input: nothing was changed.
@@ -406,7 +410,15 @@ impl Error {
             Error::Failed(_) | Error::Reported(_) => ErrorKind::Failed,
             Error::RunFailed(run) => run.cause.kind(),
             Error::Undone { cause, .. } => cause.kind(),
+            Error::BisectStopped(b) if b.cause.is_interrupted() => ErrorKind::Interrupted,
+            Error::BisectStopped(_) => ErrorKind::Failed,
         }
+    }
+
+    /// Whether an interrupt is what this error says, however it was carried (a run that
+    /// took the way back keeps it as its cause).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        self.kind() == ErrorKind::Interrupted
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {

@@ -12,7 +12,7 @@ use super::container;
 use super::recipe::{host_path, LoadedJob};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::memory::MemoryPlan;
 use crate::patch::owner::Owner;
 use crate::progress::Progress;
@@ -318,10 +318,9 @@ async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<J
     let inputs = tokio::select! {
         r = fingerprint_inputs(ctx, r, opts) => r?,
         _ = tokio::signal::ctrl_c() => {
-            return Err(Error::Interrupted(format!(
-                "interrupted while fingerprinting the inputs of {}; nothing was started",
-                r.name
-            )))
+            return Err(Error::Interrupted(Interruption::Fingerprinting {
+                job: r.name.clone(),
+            }))
         }
     };
     make_room(ctx, plan, opts).await?;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::create::{create_and_start, member_body, ray_session_dir};
 use super::plan::GroupPlan;
 use super::ray::{parse_status, Cluster};
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result, Undoing};
 use crate::recipe::nodes::Nodes;
 use crate::runtime::group::{self, Role};
 use crate::runtime::remote::{connect_all, Connected};
@@ -76,7 +76,7 @@ pub(crate) async fn start(
     };
     let outcome = tokio::select! {
         r = starting.parts(host_env) => r,
-        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted("interrupted".into())),
+        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted(Interruption::Signal)),
     };
     match outcome {
         Ok(started) => Ok(started),
@@ -85,16 +85,17 @@ pub(crate) async fn start(
             if stopped.is_empty() {
                 return Err(e);
             }
-            let notes = format!(
-                "the group was stopped on every node{}",
-                group::summary(&stopped)
-            );
             Err(match e {
-                Error::Interrupted(_) => Error::Interrupted(format!("{e}; {notes}")),
+                Error::Interrupted(cause) => Error::Interrupted(Interruption::GroupStopped {
+                    cause: Box::new(cause),
+                    stopped: group::summary(&stopped),
+                }),
                 _ => Error::Undone {
-                    what: format!("starting {} on its nodes", spec.resolved.name),
+                    what: Undoing::NodeStart {
+                        name: spec.resolved.name.clone(),
+                        stopped: group::summary(&stopped),
+                    },
                     cause: Box::new(e),
-                    notes,
                 },
             })
         }

@@ -393,7 +393,7 @@ impl Run<'_> {
         let run_id = self.record.run_id.clone();
         let error = match up_locked(&flow, name, &opts).await {
             Ok(_) => None,
-            Err(e @ Error::Interrupted(_)) => return Err(e),
+            Err(e) if e.is_interrupted() => return Err(e),
             Err(e) => Some(e.to_string()),
         };
         // A run refused before it began (the production port as its port) wrote no record.

@@ -265,7 +265,7 @@ pub(crate) async fn failed(
     what: &str,
 ) -> Error {
     use crate::history::Outcome;
-    let interrupted = matches!(e, Error::Interrupted(_));
+    let interrupted = e.is_interrupted();
     record.outcome = match record.outcome {
         _ if interrupted => Outcome::Interrupted,
         o @ (Outcome::Rejected | Outcome::Inconclusive) => o,
@@ -275,7 +275,7 @@ pub(crate) async fn failed(
     record.serving = serving_now(ctx).await;
     record.finished_at = crate::units::now_utc();
     let saved = record.save(ctx.state());
-    let failed = Error::RunFailed(Box::new(crate::error::RunFailure {
+    Error::RunFailed(Box::new(crate::error::RunFailure {
         what: what.to_string(),
         outcome: record.outcome.to_string(),
         cause: e,
@@ -286,12 +286,7 @@ pub(crate) async fn failed(
             Ok(p) => p.display().to_string(),
             Err(e) => format!("not written ({e})"),
         },
-    }));
-    if interrupted {
-        Error::Interrupted(failed.to_string())
-    } else {
-        failed
-    }
+    }))
 }
 
 /// What a flow changed, for the way back.
