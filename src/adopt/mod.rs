@@ -93,24 +93,20 @@ pub(crate) async fn adopt(
     let loaded = recipes.get(name)?;
     let imported = record::load(&ctx.state, name)?.ok_or_else(|| Error::RecipeCannot {
         recipe: name.to_string(),
-        why: format!(
-            "it was not imported from a running server; `sparkctl import {name} --port PORT` \
-             (or --pid, --container) reads the one to adopt"
-        ),
+        why: crate::error::RecipeProblem::NotImported,
     })?;
     let port = imported.origin.port().ok_or_else(|| Error::RecipeCannot {
         recipe: name.to_string(),
-        why: "its import found no port the server serves".into(),
+        why: crate::error::RecipeProblem::NoImportedPort,
     })?;
     if port != ctx.settings.production_port {
         return Err(Error::RecipeCannot {
             recipe: name.to_string(),
-            why: format!(
-                "{} serves port {port}, not the production port {}; set \
-                 SPARKCTL_PRODUCTION_PORT={port} to make it the production port, then adopt",
-                imported.origin.describe(),
-                ctx.settings.production_port
-            ),
+            why: crate::error::RecipeProblem::NotOnProductionPort {
+                origin: imported.origin.describe(),
+                port,
+                production_port: ctx.settings.production_port,
+            },
         });
     }
     crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
@@ -353,13 +349,10 @@ impl Flow<'_> {
         let (remote, handover) = self.take_port(progress, false).await?;
         let serving = remote.status().await?.upstream;
         if serving.as_ref().is_none_or(|u| u.deployment != d.id) {
-            return Err(Error::DoorFailed {
-                what: format!(
-                    "does not route to {} ({})",
-                    self.name,
-                    crate::units::short_id(&d.id)
-                ),
-            });
+            return Err(Error::DoorFailed(crate::error::DoorProblem::NotRouting {
+                name: self.name.clone(),
+                id: d.id.clone(),
+            }));
         }
         Ok((handover, d))
     }

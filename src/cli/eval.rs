@@ -57,10 +57,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
         None => None,
     };
     if rule.is_some_and(|r| r.of_production) && args.against.is_none() {
-        return Err(Error::BadFlag {
-            flag: "--gate".into(),
-            why: "a rule on production needs --against NAME|URL: the server to compare with".into(),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::GateNeedsAgainst));
     }
     let names = match (&args.sets, recipes.get(&args.target)) {
         (given, _) if !given.is_empty() => given.clone(),

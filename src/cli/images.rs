@@ -105,11 +105,10 @@ impl At<'_> {
 fn name_at_digest(text: &str) -> Result<(&str, &str)> {
     text.split_once('@')
         .filter(|(n, d)| !n.is_empty() && !d.is_empty())
-        .ok_or_else(|| Error::BadFlag {
-            flag: text.to_string(),
-            why: "write NAME@DIGEST, e.g. qat-v2b@sha256:3f2a9c01b7e4 (a unique prefix of a \
-                  digest in `sparkctl images history NAME` will do)"
-                .into(),
+        .ok_or_else(|| {
+            Error::BadFlag(crate::error::FlagProblem::NotNameAtDigest {
+                given: text.to_string(),
+            })
         })
 }
 
@@ -152,13 +151,10 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
                 .map(|t| vec![t])
                 .ok_or_else(|| Error::RecipeCannot {
                     recipe: n.to_string(),
-                    why: "it runs no container image (runtime process); nothing to pin".into(),
+                    why: crate::error::RecipeProblem::NoImage,
                 })
         }
-        (None, false) => Err(Error::BadFlag {
-            flag: "NAME".into(),
-            why: "name a recipe, or pass --all for every recipe with an image".into(),
-        }),
+        (None, false) => Err(Error::BadFlag(crate::error::FlagProblem::NoRecipeNamed)),
     }
 }
 

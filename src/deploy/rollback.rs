@@ -43,10 +43,9 @@ pub(crate) async fn rollback(
         None => match production.previous.last() {
             Some(e) => (e.recipe.clone(), Some(e)),
             None => {
-                return Err(Error::BadFlag {
-                    flag: "--to NAME".into(),
-                    why: "is needed: there is no previous production to roll back to".into(),
-                })
+                return Err(Error::BadFlag(
+                    crate::error::FlagProblem::NothingToRollBackTo,
+                ))
             }
         },
     };

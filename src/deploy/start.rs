@@ -215,10 +215,10 @@ async fn check_model(
     if !Path::new(&path).exists() {
         return Err(Error::RecipeCannot {
             recipe: recipe.name.clone(),
-            why: format!(
-                "model.path {path} does not exist ({}); download the model or fix the path",
-                loaded.path.display()
-            ),
+            why: crate::error::RecipeProblem::NoModel {
+                path,
+                file: loaded.path.clone(),
+            },
         });
     }
     let mut produced_by = None;
@@ -312,7 +312,9 @@ pub(crate) async fn memory_beside(
     .await
     .map_err(|why| Error::RecipeCannot {
         recipe: recipe.name.clone(),
-        why: format!("{why}; fix server.gpus or CUDA_VISIBLE_DEVICES"),
+        why: crate::error::RecipeProblem::Gpus {
+            why: why.to_string(),
+        },
     })?;
     if let Some(r) = replacing {
         memory.stop_also(&r.name);

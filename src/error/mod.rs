@@ -10,8 +10,11 @@
 
 mod detail;
 mod diagnostic;
+mod door;
+mod flag;
 mod model;
 mod partway;
+mod recipe;
 mod unfit;
 
 use std::path::PathBuf;
@@ -20,8 +23,11 @@ pub(crate) use detail::{EndProblem, ImageNeed, RegistryProblem, ServerProblem, T
 use diagnostic::render_diagnostics;
 pub(crate) use diagnostic::Diagnostic;
 pub(crate) use diagnostic::Location;
+pub(crate) use door::{DoorProblem, Task};
+pub(crate) use flag::FlagProblem;
 pub(crate) use model::ModelProblem;
 pub(crate) use partway::{BisectStopped, Interruption, Undoing};
+pub(crate) use recipe::RecipeProblem;
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -155,9 +161,9 @@ pub enum Error {
         value: String,
         want: String,
     },
-    /// A flag (or flag-like argument) whose value cannot be used: `why`, and the fix.
-    #[error("{flag}: {why}")]
-    BadFlag { flag: String, why: String },
+    /// A flag (or flag-like argument) whose value cannot be used: why, and the fix.
+    #[error("{}: {}", .0.flag(), .0)]
+    BadFlag(FlagProblem),
     /// A variable a recipe names for its server or job (`key`: where) that is not set here.
     #[error(
         "{recipe}: {key} names {name}, which is not set in your environment; export it (its \
@@ -173,8 +179,8 @@ pub enum Error {
     NotConfirmed { what: String },
     /// A recipe that cannot do what was asked of it (a multi-node recipe bisected, a process
     /// recipe pinned, a model path that is not there): `why`, and the fix.
-    #[error("{recipe}: {why}")]
-    RecipeCannot { recipe: String, why: String },
+    #[error("{recipe}: {}", why.words(recipe))]
+    RecipeCannot { recipe: String, why: RecipeProblem },
     /// A name that names nothing of its kind here (a job recipe, a suite, a run, a
     /// container, a process); `hint` says where to look or what is near.
     #[error("{}{}", what.none(name), hint_of(hint))]
@@ -219,8 +225,8 @@ pub enum Error {
     )]
     DoorUnreachable { socket: PathBuf, cause: String },
     /// The front door answered, but not as asked, or its process did not do what it should.
-    #[error("the front door {what}")]
-    DoorFailed { what: String },
+    #[error("the front door {0}")]
+    DoorFailed(DoorProblem),
     /// The front door refused a request: the error it met, carried over its control socket
     /// with its kind (a full disk in the door is `io` to a script, not `failed`).
     #[error("the front door refused {route}: {message}")]
@@ -297,7 +303,7 @@ pub enum Error {
     Model(ModelProblem),
     /// Work handed to another thread that never came back (it panicked or was cancelled).
     #[error("{what} was interrupted: {cause}")]
-    TaskLost { what: String, cause: String },
+    TaskLost { what: Task, cause: String },
     /// A flow that failed after it began (`adopt`), and what was put back: its cause's kind.
     #[error("{} failed: {cause}\n  put back: {}", what.what(), what.put_back())]
     Undone { what: Undoing, cause: Box<Error> },
@@ -360,7 +366,7 @@ impl Error {
         match self {
             Error::Usage(_)
             | Error::Setting { .. }
-            | Error::BadFlag { .. }
+            | Error::BadFlag(_)
             | Error::HostVarUnset { .. }
             | Error::NotConfirmed { .. }
             | Error::RecipeCannot { .. }
@@ -381,7 +387,7 @@ impl Error {
             Error::DoorRefused { kind, .. } => *kind,
             Error::EngineCall { .. }
             | Error::Registry { .. }
-            | Error::DoorFailed { .. }
+            | Error::DoorFailed(_)
             | Error::OnNode { .. }
             | Error::NoNvidiaRuntime { .. }
             | Error::ModelRefused { .. }

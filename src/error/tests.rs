@@ -126,7 +126,7 @@ fn wordy_sites(text: &str, bare: &[String]) -> Vec<usize> {
 
 /// At most this many (174 when the cap was widened from `Failed`/`Usage` to every
 /// construction; it only comes down).
-const WORDED_AT_CALL_SITES: usize = 162;
+const WORDED_AT_CALL_SITES: usize = 111;
 
 /// The module's comment says so: callers pass facts and a variant's `Display` words
 /// them; what a call site words itself stays a few one-offs. A new failure that recurs

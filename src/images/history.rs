@@ -257,14 +257,11 @@ impl History {
                     self.recipe, self.recipe
                 ),
             }),
-            many => Err(Error::BadFlag {
-                flag: text.to_string(),
-                why: format!(
-                    "names {} digests of {}'s image; give more of it",
-                    many.len(),
-                    self.recipe
-                ),
-            }),
+            many => Err(Error::BadFlag(crate::error::FlagProblem::AmbiguousDigest {
+                prefix: text.to_string(),
+                many: many.len(),
+                recipe: self.recipe.clone(),
+            })),
         }
     }
 }

@@ -181,11 +181,10 @@ pub(crate) async fn run_reference(
     if pin.reference != reference {
         return Err(Error::RecipeCannot {
             recipe: recipe.to_string(),
-            why: format!(
-                "the recipe names {reference} but images.lock pinned {}; run `sparkctl images \
-                 pin {recipe}`",
-                pin.reference
-            ),
+            why: crate::error::RecipeProblem::PinOfAnother {
+                reference: reference.to_string(),
+                pinned: pin.reference.clone(),
+            },
         });
     }
     let run = pin.run_reference();

@@ -98,7 +98,7 @@ pub(crate) async fn fingerprint_in_background(
     tokio::task::spawn_blocking(move || fingerprint::fingerprint(&model, &cache, threads()))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "fingerprinting".into(),
+            what: crate::error::Task::Fingerprinting,
             cause: e.to_string(),
         })?
 }
@@ -112,7 +112,7 @@ pub(crate) async fn file_hashes_in_background(
     tokio::task::spawn_blocking(move || fingerprint::file_hashes(&model, &cache, threads()))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "fingerprinting".into(),
+            what: crate::error::Task::Fingerprinting,
             cause: e.to_string(),
         })?
 }
@@ -248,15 +248,11 @@ async fn chown(
         .as_deref()
         .ok_or_else(|| Error::RecipeCannot {
             recipe: loaded.recipe.name.clone(),
-            why: format!(
-                "{} path(s) in {} are not owned by {}; without root that needs a helper \
-                 container, and this recipe has no image: run `sudo chown -R {} {}`",
-                change.paths.len(),
-                root.display(),
-                change.owner,
-                change.owner,
-                root.display()
-            ),
+            why: crate::error::RecipeProblem::NotOwned {
+                paths: change.paths.len(),
+                root: root.to_path_buf(),
+                owner: change.owner.to_string(),
+            },
         })?;
     let docker = docker.ok_or_else(|| Error::EngineUnreachable {
         cause: "needed for the chown step's helper container".into(),

@@ -228,7 +228,7 @@ pub(crate) fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
 fn not_docker(resolved: &Resolved) -> Error {
     Error::RecipeCannot {
         recipe: resolved.name.clone(),
-        why: "it is not a docker recipe".into(),
+        why: crate::error::RecipeProblem::NotDocker,
     }
 }
 

@@ -142,7 +142,7 @@ fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
     else {
         return Err(Error::RecipeCannot {
             recipe: resolved.name.clone(),
-            why: "it is not a process recipe".into(),
+            why: crate::error::RecipeProblem::NotProcess,
         });
     };
     // Host variables are inherited anyway; checked so a missing secret fails here, not
@@ -176,15 +176,10 @@ impl Supervisor for ProcessRuntime {
         if !host::is_executable(&path) {
             return Err(Error::RecipeCannot {
                 recipe: resolved.name.clone(),
-                why: format!(
-                    "binary {} {}; build it or fix `binary:` (or `python:`) in the recipe",
-                    path.display(),
-                    if path.exists() {
-                        "is not executable"
-                    } else {
-                        "does not exist"
-                    }
-                ),
+                why: crate::error::RecipeProblem::Binary {
+                    exists: path.exists(),
+                    path,
+                },
             });
         }
         Ok(program.to_string())

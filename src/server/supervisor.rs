@@ -295,8 +295,5 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::
 
 /// `--listen-fd FD` that is no listening socket (the supervisor's and the server's flag).
 pub(crate) fn not_listening(fd: i32) -> Error {
-    Error::BadFlag {
-        flag: "--listen-fd".into(),
-        why: format!("{fd} is not a listening socket"),
-    }
+    Error::BadFlag(crate::error::FlagProblem::NotListening { fd })
 }

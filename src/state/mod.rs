@@ -292,7 +292,7 @@ pub(crate) async fn write_json_off_thread<T: Serialize + Send + 'static>(
     tokio::task::spawn_blocking(move || write_json(&path, &value))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "writing state".into(),
+            what: crate::error::Task::WritingState,
             cause: e.to_string(),
         })?
 }

@@ -245,10 +245,7 @@ pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16)
     if port == settings.production_port {
         return Err(Error::RecipeCannot {
             recipe: name.to_string(),
-            why: format!(
-                "server.port is the production port {port}, which the front door owns; give the \
-                 recipe its own port (the front door sends production's requests there)"
-            ),
+            why: crate::error::RecipeProblem::ProductionPort { port },
         });
     }
     Ok(())
