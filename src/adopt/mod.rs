@@ -111,10 +111,7 @@ pub(crate) async fn adopt(
     }
     crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
     if let Some(r) = frontdoor::launch::running(&ctx.state) {
-        return Err(frontdoor::launch::already_running(
-            &r,
-            "adopt hands over a port that another server holds, not the front door's",
-        ));
+        return Err(frontdoor::launch::already_running(&r, true));
     }
     let docker = ctx.runtimes.docker().ok().map(|d| d.client().clone());
     let foreign = Foreign::find(&imported.origin, docker.as_ref()).await?;
@@ -152,9 +149,9 @@ pub(crate) async fn adopt(
         "stop {} and serve port {port} with {name}?",
         foreign.describe()
     )) {
-        return Err(Error::NotConfirmed {
-            what: format!("adopt stops {}", foreign.describe()),
-        });
+        return Err(Error::NotConfirmed(crate::error::Unconfirmed::Adopt {
+            foreign: foreign.describe(),
+        }));
     }
     let mut flow = Flow {
         ctx,

@@ -117,7 +117,9 @@ fn no_pin(recipe: &str) -> Error {
     Error::NoSuch {
         what: crate::error::Thing::Pin,
         name: recipe.to_string(),
-        hint: format!("`sparkctl images pin {recipe}` first"),
+        hint: crate::error::Hint::PinFirst {
+            recipe: recipe.to_string(),
+        },
     }
 }
 

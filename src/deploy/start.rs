@@ -182,21 +182,13 @@ async fn pin_image(
 /// alone: a flow benchmarks and promotes only an instance it started itself.
 fn refuse_running(deployments: &[Deployment], name: &str) -> Result<()> {
     match deployments.iter().find(|d| d.name == name && d.running()) {
-        Some(d) => Err(Error::AlreadyRunning {
-            what: d.name.clone(),
-            detail: format!(
-                "{} {}, {}, run {}",
-                d.runtime.as_str(),
-                crate::units::short_id(&d.id),
-                d.url(),
-                d.run_id
-            ),
-            fix: format!(
-                "it is left as it is. `sparkctl down {}` first, or `sparkctl rollback --to {}` to \
-                 route production to that very instance",
-                d.name, d.name
-            ),
-        }),
+        Some(d) => Err(Error::AlreadyRunning(crate::error::Running::Deployment {
+            name: d.name.clone(),
+            runtime: d.runtime.as_str(),
+            id: d.id.clone(),
+            url: d.url(),
+            run: d.run_id.clone(),
+        })),
         None => Ok(()),
     }
 }

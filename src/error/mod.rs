@@ -15,11 +15,12 @@ mod flag;
 mod model;
 mod partway;
 mod recipe;
+mod running;
 mod unfit;
 
 use std::path::PathBuf;
 
-pub(crate) use detail::{EndProblem, ImageNeed, RegistryProblem, ServerProblem, Thing};
+pub(crate) use detail::{EndProblem, Hint, ImageNeed, RegistryProblem, ServerProblem, Thing};
 use diagnostic::render_diagnostics;
 pub(crate) use diagnostic::Diagnostic;
 pub(crate) use diagnostic::Location;
@@ -28,6 +29,7 @@ pub(crate) use flag::FlagProblem;
 pub(crate) use model::ModelProblem;
 pub(crate) use partway::{BisectStopped, Interruption, Undoing};
 pub(crate) use recipe::RecipeProblem;
+pub(crate) use running::{Gone, Refusal, Running, Stuck, Taken, Unconfirmed};
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -175,30 +177,26 @@ pub enum Error {
         name: String,
     },
     /// A step that stops what serves, not confirmed on a terminal nor allowed by `--yes`.
-    #[error("{what}; confirm, or pass --yes (nothing was changed)")]
-    NotConfirmed { what: String },
+    #[error("{0}; confirm, or pass --yes (nothing was changed)")]
+    NotConfirmed(Unconfirmed),
     /// A recipe that cannot do what was asked of it (a multi-node recipe bisected, a process
     /// recipe pinned, a model path that is not there): `why`, and the fix.
     #[error("{recipe}: {}", why.words(recipe))]
     RecipeCannot { recipe: String, why: RecipeProblem },
     /// A name that names nothing of its kind here (a job recipe, a suite, a run, a
     /// container, a process); `hint` says where to look or what is near.
-    #[error("{}{}", what.none(name), hint_of(hint))]
+    #[error("{}{}", what.none(name), hint_of(&hint.to_string()))]
     NoSuch {
         what: Thing,
         name: String,
-        hint: String,
+        hint: Hint,
     },
     /// What the command works on is not running (a server to adopt, a job to stop).
-    #[error("{what} is not running{}", hint_of(fix))]
-    Stopped { what: String, fix: String },
-    /// What was asked to start already runs (`detail`: which instance); it is left as it is.
-    #[error("{what} is already running ({detail}){}", hint_of(fix))]
-    AlreadyRunning {
-        what: String,
-        detail: String,
-        fix: String,
-    },
+    #[error("{0}")]
+    Stopped(Gone),
+    /// What was asked to start already runs (which instance); it is left as it is.
+    #[error("{0}")]
+    AlreadyRunning(Running),
     /// An image this machine does not have: sparkctl pulls only when asked to.
     #[error("image {image}{} is not on this machine{}", needed.whose(), needed.fix())]
     ImageMissing { image: String, needed: ImageNeed },
@@ -260,14 +258,9 @@ pub enum Error {
     /// A model sparkctl will not serve: its producing job did not leave it whole or fresh.
     #[error("refusing the model {}: {why}", model.display())]
     ModelRefused { model: PathBuf, why: String },
-    /// Something sparkctl refused to change or start (`what`, and `why`: a sentence's
-    /// predicate), before anything was (`left`: "changed", "started").
-    #[error("{what} {why}; nothing was {left}")]
-    Refused {
-        what: String,
-        why: String,
-        left: &'static str,
-    },
+    /// Something sparkctl refused to change or start, before anything was.
+    #[error("{0}")]
+    Refused(Refusal),
     /// A patch's expectations that do not hold for the model dir (one line each).
     #[error(
         "{} expectation(s) do not hold for {recipe}; nothing was changed:\n{}",
@@ -278,16 +271,12 @@ pub enum Error {
     /// A server, by its URL, that does not answer its model listing as it should.
     #[error("the server at {url} {problem}")]
     Server { url: String, problem: ServerProblem },
-    /// A process sparkctl stopped (`what`) that did not end, even after SIGKILL.
-    #[error("{what} did not end after SIGKILL{detail}")]
-    NotEnded { what: String, detail: String },
-    /// A path where sparkctl would write, taken by something else (`there`: what it is).
-    #[error("{} {there}; {fix}", path.display())]
-    PathTaken {
-        path: PathBuf,
-        there: String,
-        fix: String,
-    },
+    /// A process sparkctl stopped that did not end, even after SIGKILL.
+    #[error("{0}")]
+    NotEnded(Stuck),
+    /// A path where sparkctl would write, taken by something else (`why`: what it is).
+    #[error("{} {why}", path.display())]
+    PathTaken { path: PathBuf, why: Taken },
     /// An end of a bisect that cannot serve as one (`role`: good or bad).
     #[error("the {role} end {digest} {problem}")]
     BadEnd {
@@ -368,18 +357,18 @@ impl Error {
             | Error::Setting { .. }
             | Error::BadFlag(_)
             | Error::HostVarUnset { .. }
-            | Error::NotConfirmed { .. }
+            | Error::NotConfirmed(_)
             | Error::RecipeCannot { .. }
             | Error::OpenWithoutKey { .. }
             | Error::Model(_) => ErrorKind::Usage,
             Error::NoSuch { what, .. } => what.kind(),
-            Error::Stopped { .. } => ErrorKind::NotRunning,
+            Error::Stopped(_) => ErrorKind::NotRunning,
             Error::Server {
                 problem: ServerProblem::Unreachable(_),
                 ..
             } => ErrorKind::NotRunning,
             Error::PathTaken { .. } => ErrorKind::Usage,
-            Error::AlreadyRunning { .. } => ErrorKind::AlreadyRunning,
+            Error::AlreadyRunning(_) => ErrorKind::AlreadyRunning,
             Error::ImageMissing { .. } => ErrorKind::ImageMissing,
             Error::DoorUnreachable { .. } | Error::DoorTooOld { .. } => {
                 ErrorKind::FrontdoorUnreachable
@@ -392,10 +381,10 @@ impl Error {
             | Error::NoNvidiaRuntime { .. }
             | Error::ModelRefused { .. }
             | Error::TaskLost { .. }
-            | Error::Refused { .. }
+            | Error::Refused(_)
             | Error::HttpClient { .. }
             | Error::Server { .. }
-            | Error::NotEnded { .. }
+            | Error::NotEnded(_)
             | Error::BadEnd { .. }
             | Error::ExpectationsFail { .. } => ErrorKind::Failed,
             Error::Invalid(_) => ErrorKind::Invalid,

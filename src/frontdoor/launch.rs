@@ -94,17 +94,13 @@ pub(crate) async fn answering(state: &StateDir, config: &Config) -> Result<Optio
         return Ok(None);
     };
     if s.port != config.port {
-        return Err(Error::AlreadyRunning {
-            what: "the front door of this state dir".into(),
-            detail: format!(
-                "pid {}, on port {}, not the production port {}",
-                s.pid, s.port, config.port
-            ),
-            fix: format!(
-                "`sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
-                s.port
-            ),
-        });
+        return Err(Error::AlreadyRunning(
+            crate::error::Running::DoorElsewhere {
+                pid: s.pid,
+                port: s.port,
+                production_port: config.port,
+            },
+        ));
     }
     Ok(Some(remote))
 }
@@ -286,11 +282,11 @@ pub(crate) async fn restart(
     }))
 }
 
-/// A front door runs for this state dir already (`r`); `fix` what to do, if anything.
-pub(crate) fn already_running(r: &Record, fix: &str) -> Error {
-    Error::AlreadyRunning {
-        what: "a front door of this state dir".into(),
-        detail: format!("pid {}, port {}", r.pid, r.port),
-        fix: fix.into(),
-    }
+/// A front door runs for this state dir already (`r`); `for_adopt`: in adopt's way.
+pub(crate) fn already_running(r: &Record, for_adopt: bool) -> Error {
+    Error::AlreadyRunning(crate::error::Running::Door {
+        pid: r.pid,
+        port: r.port,
+        for_adopt,
+    })
 }

@@ -252,10 +252,9 @@ impl History {
             [] => Err(Error::NoSuch {
                 what: crate::error::Thing::Digest,
                 name: text.to_string(),
-                hint: format!(
-                    "in {}'s image history; `sparkctl images history {}` lists them",
-                    self.recipe, self.recipe
-                ),
+                hint: crate::error::Hint::ImageHistory {
+                    recipe: self.recipe.clone(),
+                },
             }),
             many => Err(Error::BadFlag(crate::error::FlagProblem::AmbiguousDigest {
                 prefix: text.to_string(),

@@ -172,10 +172,10 @@ pub(crate) async fn run_reference(
         return Err(Error::NoSuch {
             what: Thing::Pin,
             name: recipe.to_string(),
-            hint: format!(
-                "run `sparkctl images pin {recipe}` (its image is {reference}; or pass \
-                 --allow-unpinned, recorded with the run)"
-            ),
+            hint: crate::error::Hint::PinOrAllow {
+                recipe: recipe.to_string(),
+                reference: reference.to_string(),
+            },
         });
     };
     if pin.reference != reference {

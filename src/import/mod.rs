@@ -150,8 +150,7 @@ pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if path.exists() && !force {
         return Err(Error::PathTaken {
             path: path.to_path_buf(),
-            there: "exists".into(),
-            fix: "choose another name with --name, or pass --force to replace it".into(),
+            why: crate::error::Taken::Exists,
         });
     }
     if let Some(dir) = path.parent() {

@@ -48,7 +48,7 @@ pub(crate) fn observe_port(port: u16) -> Result<Observed> {
     let listener = crate::host::listener_on(port).ok_or_else(|| Error::NoSuch {
         what: Thing::Listener,
         name: port.to_string(),
-        hint: String::new(),
+        hint: crate::error::Hint::None,
     })?;
     let pid = listener.pid.ok_or_else(|| {
         Error::Failed(format!(
@@ -71,7 +71,7 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
     let id = crate::host::ProcessId::of(pid).ok_or_else(|| Error::NoSuch {
         what: Thing::Pid,
         name: pid.to_string(),
-        hint: String::new(),
+        hint: crate::error::Hint::None,
     })?;
     let cmdline = std::fs::read(proc_dir.join("cmdline"))
         .map_err(|e| Error::io(format!("cannot read the command line of pid {pid}"), e))?;

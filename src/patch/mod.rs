@@ -126,15 +126,10 @@ fn preflight(plan: &Plan) -> Result<()> {
             .permissions()
             .mode();
         if mode & 0o222 == 0 {
-            return Err(Error::Refused {
-                left: "changed",
-                what: path.display().to_string(),
-                why: format!(
-                    "is read-only (mode {:o}); make it writable (`chmod u+w`) if it may be \
-                     patched",
-                    mode & 0o777
-                ),
-            });
+            return Err(Error::Refused(crate::error::Refusal::ReadOnly {
+                path: path.clone(),
+                mode: mode & 0o777,
+            }));
         }
     }
     Ok(())
@@ -362,19 +357,11 @@ pub(crate) fn revert(loaded: &LoadedRecipe) -> Result<Reverted> {
         .filter(|rel| !root.join(format!("{rel}{BACKUP_SUFFIX}")).exists())
         .collect();
     if !missing.is_empty() {
-        return Err(Error::Refused {
-            left: "changed",
-            what: format!(
-                "the backups of {} in {}",
-                missing
-                    .iter()
-                    .map(|m| format!("{m}{BACKUP_SUFFIX}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                root.display()
-            ),
-            why: "are gone, so it cannot be reverted".into(),
-        });
+        return Err(Error::Refused(crate::error::Refusal::BackupsGone {
+            missing: missing.iter().map(|m| m.to_string()).collect(),
+            suffix: BACKUP_SUFFIX,
+            root: root.to_path_buf(),
+        }));
     }
     // The manifest shrinks with each file put back, so an interrupted revert can resume.
     let mut restored = Vec::new();

@@ -187,12 +187,11 @@ const RUN_FILES_ROOM: u64 = 16 << 20;
 /// otherwise: a run killed outright still shows in `history`) and the room its files will
 /// take is free. A full disk then fails the flow at once, with nothing started.
 pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
-    let cannot = |why: String| Error::Refused {
-        what: format!("the state dir {}", state.root().display()),
-        why: format!(
-            "cannot take this run's records ({why}); free some space there and run it again"
-        ),
-        left: "changed",
+    let cannot = |why: String| {
+        Error::Refused(crate::error::Refusal::RecordsUnwritable {
+            root: state.root().to_path_buf(),
+            why,
+        })
     };
     let mut first = record.clone();
     first.outcome = crate::history::Outcome::Interrupted;
@@ -202,11 +201,13 @@ pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()
     ));
     let path = first.save(state).map_err(|e| cannot(e.to_string()))?;
     match path.parent().and_then(free_bytes) {
-        Some(free) if free < RUN_FILES_ROOM => Err(cannot(format!(
-            "{} MB free, {} MB needed",
-            free >> 20,
-            RUN_FILES_ROOM >> 20
-        ))),
+        Some(free) if free < RUN_FILES_ROOM => {
+            Err(Error::Refused(crate::error::Refusal::NoRoomForRecords {
+                root: state.root().to_path_buf(),
+                free: free >> 20,
+                need: RUN_FILES_ROOM >> 20,
+            }))
+        }
         _ => Ok(()),
     }
 }
