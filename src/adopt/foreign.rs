@@ -342,8 +342,11 @@ fn relaunch_of(pid: u32) -> Relaunch {
 }
 
 /// No engine to `doing` the container `name` with (it did not answer when adopt began).
-fn unreachable(doing: &str, name: &str) -> Error {
+fn unreachable(doing: &'static str, name: &str) -> Error {
     Error::EngineUnreachable {
-        cause: format!("needed to {doing} container {name}"),
+        cause: crate::error::Reach::Needed(crate::error::EngineNeed::Container {
+            doing,
+            name: name.to_string(),
+        }),
     }
 }

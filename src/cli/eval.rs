@@ -116,11 +116,10 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
             }
             match j.outcome {
                 Outcome::Pass => Ok(()),
-                o => Err(Error::Reported(format!(
-                    "eval_accuracy {}: {}",
-                    args.gate.as_deref().unwrap_or_default(),
-                    outcome_word(o)
-                ))),
+                o => Err(Error::Reported(crate::error::Summary::EvalGate {
+                    gate: args.gate.clone().unwrap_or_default(),
+                    word: outcome_word(o),
+                })),
             }
         }
     }

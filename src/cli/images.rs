@@ -179,10 +179,7 @@ async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
             if audit.ok {
                 Ok(())
             } else {
-                Err(Error::Reported(
-                    "images audit found drift, missing pins or local images that differ (see above)"
-                        .into(),
-                ))
+                Err(Error::Reported(crate::error::Summary::AuditDrift))
             }
         }
         ImagesCommand::Pull {

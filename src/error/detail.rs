@@ -257,9 +257,9 @@ pub enum RegistryProblem {
     PullFailed(String),
     #[error(
         "was built on this machine and never pushed under that name: no registry moves its \
-         tag, so there is nothing to follow; {0}"
+         tag, so there is nothing to follow; push it, or name the registry's tag in the recipe"
     )]
-    NeverPushed(String),
+    NeverPushed,
     #[error(
         "the registry no longer holds this digest ({0}); it cannot be pulled back (a machine \
          that still has it can `docker save` it; `sparkctl images keep` keeps a digest here for good)"

@@ -5,17 +5,22 @@
 //! 130 interrupted by Ctrl-C. So are the kinds (`ErrorKind`) `--json` prints: a failure
 //! that recurs (an image not on this machine, an engine that does not answer, a setting or a
 //! flag with a bad value, ...) is a variant with its message written once, in its `Display`
-//! where the variant is declared, and one kind wherever it is met. `Usage` and `Failed`
-//! carry the one-offs, each said where it happens; a test keeps them few (at most 40).
+//! where the variant is declared, and one kind wherever it is met: callers pass facts (the
+//! typed detail in this module's files), the variant's `Display` words them. `Usage` and
+//! `Failed` carry the one-offs, each said where it happens; a test keeps the call sites
+//! that word an error themselves few (at most 40, `tests.rs`).
 
 mod detail;
 mod diagnostic;
 mod door;
+mod engine;
 mod flag;
 mod model;
 mod partway;
 mod recipe;
+mod report;
 mod running;
+mod setting;
 mod unfit;
 
 use std::path::PathBuf;
@@ -25,11 +30,14 @@ use diagnostic::render_diagnostics;
 pub(crate) use diagnostic::Diagnostic;
 pub(crate) use diagnostic::Location;
 pub(crate) use door::{DoorProblem, Task};
+pub(crate) use engine::{EngineNeed, NodeProblem, Reach};
 pub(crate) use flag::FlagProblem;
-pub(crate) use model::ModelProblem;
+pub(crate) use model::{ModelProblem, Unfresh};
 pub(crate) use partway::{BisectStopped, Interruption, Undoing};
 pub(crate) use recipe::RecipeProblem;
+pub(crate) use report::Summary;
 pub(crate) use running::{Gone, Refusal, Running, Stuck, Taken, Unconfirmed};
+pub(crate) use setting::{Exposure, Want};
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +60,7 @@ pub enum Error {
     /// A failure whose details the command already printed (e.g. `images audit --json`):
     /// exit 1, and only this summary on stderr, so stdout stays one document.
     #[error("{0}")]
-    Reported(String),
+    Reported(Summary),
     /// Ctrl-C: what was running has been stopped or left as the message says.
     #[error("{0}")]
     Interrupted(Interruption),
@@ -88,7 +96,7 @@ pub enum Error {
         "cannot reach the Docker Engine ({cause}); is dockerd running and may this user use its \
          socket? `sparkctl doctor` checks the machine"
     )]
-    EngineUnreachable { cause: String },
+    EngineUnreachable { cause: Reach },
     /// A node's Docker Engine (a `nodes:` recipe) does not answer: `cause` is the client's
     /// words, or None when it did not answer in time.
     #[error(
@@ -110,8 +118,11 @@ pub enum Error {
     NodesUnreachable { nodes: Vec<String> },
     /// Another sparkctl holds the state lock (`StateLock`); `holder` is what it wrote there
     /// (its kind stays `lock_held`).
-    #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
-    StateLockHeld { holder: String },
+    #[error(
+        "another sparkctl is changing state ({}); wait for it to finish, then retry",
+        holder.as_deref().unwrap_or("holder unknown")
+    )]
+    StateLockHeld { holder: Option<String> },
     /// A rollout judges the model a flow would change: its `up` lent the state lock for the
     /// window, and the model stays its own (kind `lock_held`).
     #[error(
@@ -157,11 +168,11 @@ pub enum Error {
     },
     /// A variable of sparkctl's environment whose value it cannot use (`want`: what it
     /// can, and how to give it).
-    #[error("{name}={value} {want}")]
+    #[error("{name}={value} {}", want.words(name))]
     Setting {
         name: &'static str,
         value: String,
-        want: String,
+        want: Want,
     },
     /// A flag (or flag-like argument) whose value cannot be used: why, and the fix.
     #[error("{}: {}", .0.flag(), .0)]
@@ -200,13 +211,18 @@ pub enum Error {
     /// An image this machine does not have: sparkctl pulls only when asked to.
     #[error("image {image}{} is not on this machine{}", needed.whose(), needed.fix())]
     ImageMissing { image: String, needed: ImageNeed },
-    /// A recipe asks for GPUs of an engine that cannot give containers any.
+    /// A recipe asks for GPUs (`gpus`: as its server says, where it says) of an engine
+    /// that cannot give containers any.
     #[error(
-        "{recipe} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
+        "{recipe}{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
          NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker) and restart \
-         dockerd"
+         dockerd",
+        gpus.as_ref().map_or(String::new(), |g| format!(" (server.gpus: {g})"))
     )]
-    NoNvidiaRuntime { recipe: String },
+    NoNvidiaRuntime {
+        recipe: String,
+        gpus: Option<String>,
+    },
     /// A Docker Engine answered a call with an error (`doing`: the call, in words).
     #[error("{doing}: {cause}")]
     EngineCall { doing: String, cause: String },
@@ -241,23 +257,25 @@ pub enum Error {
         speaks.map_or("1".to_string(), |v| v.to_string())
     )]
     DoorTooOld { speaks: Option<u32>, wants: u32 },
-    /// The front door would face the network without an API key (`what` it would do); `then`
-    /// is the other way out.
+    /// The front door would face the network without an API key (what it would do, and
+    /// the other way out).
     #[error(
-        "{what} without an API key: anyone who reaches this machine could use the API, the live \
+        "{} without an API key: anyone who reaches this machine could use the API, the live \
          page and /metrics. Put a key in a file only you can read and name it: \
          `(umask 077; mkdir -p ~/.config/sparkctl; head -c 32 /dev/urandom | base64 > \
          ~/.config/sparkctl/frontdoor.key)` (mode 600), then \
          SPARKCTL_FRONTDOOR_API_KEY_FILE=~/.config/sparkctl/frontdoor.key; clients send \
-         `Authorization: Bearer <the key>`; {then}"
+         `Authorization: Bearer <the key>`; {}",
+        .0.what(),
+        .0.then()
     )]
-    OpenWithoutKey { what: String, then: String },
+    OpenWithoutKey(Exposure),
     /// A member node of a `nodes:` recipe: what failed there.
     #[error("node {node}: {what}")]
-    OnNode { node: String, what: String },
+    OnNode { node: String, what: NodeProblem },
     /// A model sparkctl will not serve: its producing job did not leave it whole or fresh.
     #[error("refusing the model {}: {why}", model.display())]
-    ModelRefused { model: PathBuf, why: String },
+    ModelRefused { model: PathBuf, why: Unfresh },
     /// Something sparkctl refused to change or start, before anything was.
     #[error("{0}")]
     Refused(Refusal),
@@ -284,6 +302,12 @@ pub enum Error {
         digest: String,
         problem: EndProblem,
     },
+    /// A state file that does not parse: never silently reset (`cause`: the parser's words).
+    #[error(
+        "state file {} is damaged ({cause}); move it aside and run `sparkctl status`",
+        path.display()
+    )]
+    DamagedState { path: PathBuf, cause: String },
     /// The HTTP client could not be built (TLS roots, the resolver).
     #[error("cannot build the HTTP client: {cause}")]
     HttpClient { cause: String },
@@ -359,7 +383,7 @@ impl Error {
             | Error::HostVarUnset { .. }
             | Error::NotConfirmed(_)
             | Error::RecipeCannot { .. }
-            | Error::OpenWithoutKey { .. }
+            | Error::OpenWithoutKey(_)
             | Error::Model(_) => ErrorKind::Usage,
             Error::NoSuch { what, .. } => what.kind(),
             Error::Stopped(_) => ErrorKind::NotRunning,
@@ -383,6 +407,7 @@ impl Error {
             | Error::TaskLost { .. }
             | Error::Refused(_)
             | Error::HttpClient { .. }
+            | Error::DamagedState { .. }
             | Error::Server { .. }
             | Error::NotEnded(_)
             | Error::BadEnd { .. }

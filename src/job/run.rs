@@ -141,6 +141,7 @@ async fn resolve_image(
     {
         return Err(Error::NoNvidiaRuntime {
             recipe: r.name.clone(),
+            gpus: None,
         });
     }
     Ok((image, pinned, image_id))

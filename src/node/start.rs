@@ -263,7 +263,10 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
             if let Some(exit) = ended(&conn.docker, id).await {
                 return Err(Error::OnNode {
                     node: conn.node.name.clone(),
-                    what: format!("its {} {exit} before every node joined Ray", role.as_str()),
+                    what: crate::error::NodeProblem::Ended {
+                        role: role.as_str(),
+                        exit: exit.to_string(),
+                    },
                 });
             }
         }
@@ -277,17 +280,12 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::OnNode {
                 node: head_conn.node.name.clone(),
-                what: format!(
-                    "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never \
-                     joined; check that the nodes reach each other on their high-speed \
-                     addresses (`sparkctl doctor RECIPE`) and that port {} is open on the head",
-                    seen.nodes,
-                    want.nodes,
-                    seen.gpus,
-                    want.gpus,
-                    g.join_timeout(),
-                    g.nodes.ray_port
-                ),
+                what: crate::error::NodeProblem::RayShort {
+                    nodes: (seen.nodes, want.nodes),
+                    gpus: (seen.gpus, want.gpus),
+                    after: g.join_timeout(),
+                    port: g.nodes.ray_port,
+                },
             });
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

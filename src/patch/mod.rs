@@ -249,8 +249,8 @@ async fn chown(
                 owner: change.owner.to_string(),
             },
         })?;
-    let docker = docker.ok_or_else(|| Error::EngineUnreachable {
-        cause: "needed for the chown step's helper container".into(),
+    let docker = docker.ok_or(Error::EngineUnreachable {
+        cause: crate::error::Reach::Needed(crate::error::EngineNeed::ChownHelper),
     })?;
     owner::chown_via_container(
         docker,

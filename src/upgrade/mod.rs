@@ -68,10 +68,11 @@ impl Report {
     pub(crate) fn failure(&self) -> Option<Error> {
         match self.outcome {
             Outcome::Promoted | Outcome::Unchanged | Outcome::Skipped | Outcome::Planned => None,
-            _ => Some(Error::Reported(format!(
-                "upgrade {} {}: {}",
-                self.recipe, self.outcome, self.summary
-            ))),
+            _ => Some(Error::Reported(crate::error::Summary::Upgrade {
+                recipe: self.recipe.clone(),
+                outcome: self.outcome.to_string(),
+                summary: self.summary.clone(),
+            })),
         }
     }
 }

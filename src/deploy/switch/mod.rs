@@ -280,10 +280,7 @@ pub(crate) async fn failed(
         notes: notes.join("; "),
         port: ctx.settings().production_port,
         serving: record.serving.clone().unwrap_or_else(|| "nothing".into()),
-        record: match &saved {
-            Ok(p) => p.display().to_string(),
-            Err(e) => format!("not written ({e})"),
-        },
+        record: saved.map_err(|e| e.to_string()),
     }))
 }
 
