@@ -274,7 +274,7 @@ pub(crate) fn run_record(state: &StateDir, run: &str) -> Result<RunRecord> {
         return Err(Error::NoSuch {
             what: crate::error::Thing::Run,
             name: run.to_string(),
-            hint: "`sparkctl history` lists them".into(),
+            hint: crate::error::Hint::History,
         });
     }
     state::read_json(&path)

@@ -91,16 +91,14 @@ impl Pin {
         match (old, new) {
             (Some(o), Some(n)) => Ok((as_ref(&o), as_ref(&n))),
             (None, None) => {
-                let prev = self.history.first().ok_or_else(|| Error::BadFlag {
-                    flag: "OLD NEW".into(),
-                    why: format!("{name} has been pinned once; give both digests"),
+                let prev = self.history.first().ok_or_else(|| {
+                    Error::BadFlag(crate::error::FlagProblem::PinnedOnce {
+                        name: name.to_string(),
+                    })
                 })?;
                 Ok((as_ref(&prev.digest), self.run_reference()))
             }
-            _ => Err(Error::BadFlag {
-                flag: "OLD NEW".into(),
-                why: "give both, or neither".into(),
-            }),
+            _ => Err(Error::BadFlag(crate::error::FlagProblem::OneDigest)),
         }
     }
 

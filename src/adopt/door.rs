@@ -5,7 +5,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Exposure, Result};
 use crate::frontdoor::{handover, Config, Launch, Remote};
 use crate::import::record::Imported;
 use crate::state::StateDir;
@@ -24,21 +24,22 @@ pub(crate) fn refuse_open(
         return Ok(());
     }
     let port = config.port;
-    let why = match (imported.access_key(), crate::frontdoor::loopback_only(host)) {
-        (Some(flag), _) => format!(
-            "{foreign} asked its callers for a key ({flag}, which import left out of the \
-             recipe), and the front door would serve port {port} in its place"
-        ),
-        (None, false) => format!(
-            "{foreign} listened on {host}:{port}, beyond this machine, and the front door \
-             would serve that address in its place"
-        ),
-        (None, true) => return Ok(()),
-    };
-    Err(Error::OpenWithoutKey {
-        what: why,
-        then: "then `sparkctl adopt` again (nothing was changed)".into(),
-    })
+    let foreign = foreign.to_string();
+    Err(Error::OpenWithoutKey(
+        match (imported.access_key(), crate::frontdoor::loopback_only(host)) {
+            (Some(flag), _) => Exposure::AdoptKeyed {
+                foreign,
+                flag: flag.to_string(),
+                port,
+            },
+            (None, false) => Exposure::AdoptOpen {
+                foreign,
+                host: host.to_string(),
+                port,
+            },
+            (None, true) => return Ok(()),
+        },
+    ))
 }
 
 /// Connections the kernel keeps while the front door starts (as the front door binds).

@@ -31,12 +31,9 @@ impl Foreign {
         match origin {
             Origin::Process { process, .. } => {
                 if !process.alive() {
-                    return Err(Error::Stopped {
-                        what: format!("pid {}, that the recipe was imported from,", process.pid),
-                        fix: "nothing to adopt (`sparkctl up NAME` serves the recipe behind the \
-                              front door)"
-                            .into(),
-                    });
+                    return Err(Error::Stopped(crate::error::Gone::ImportedPid {
+                        pid: process.pid,
+                    }));
                 }
                 same_user(process.pid)?;
                 let (argv, cwd, env) = relaunch_of(process.pid);
@@ -57,10 +54,9 @@ impl Foreign {
                     .and_then(|s| s.running)
                     .unwrap_or(false);
                 if !running {
-                    return Err(Error::Stopped {
-                        what: format!("container {name}, that the recipe was imported from,"),
-                        fix: "nothing to adopt".into(),
-                    });
+                    return Err(Error::Stopped(crate::error::Gone::ImportedContainer {
+                        name: name.clone(),
+                    }));
                 }
                 Ok(Foreign::Container {
                     id: id.clone(),
@@ -178,15 +174,11 @@ impl Foreign {
                 if ended_within(id, AFTER_KILL).await {
                     return Ok(());
                 }
-                Err(Error::NotEnded {
-                    what: format!("pid {}", id.pid),
-                    detail: format!(
-                        " within {} s (state {}: stuck in the kernel, on a disk or a device); it \
-                         still holds its port",
-                        AFTER_KILL.as_secs(),
-                        crate::host::process_state(id.pid).unwrap_or('?')
-                    ),
-                })
+                Err(Error::NotEnded(crate::error::Stuck::Adopted {
+                    pid: id.pid,
+                    secs: AFTER_KILL.as_secs(),
+                    state: crate::host::process_state(id.pid).unwrap_or('?'),
+                }))
             }
             Foreign::Container { id, name } => {
                 let docker = docker.ok_or_else(|| unreachable("stop", name))?;
@@ -290,23 +282,14 @@ fn same_user(pid: u32) -> Result<()> {
     let me = unsafe { libc::geteuid() };
     match crate::host::process_uid(pid) {
         Some(uid) if uid == me => Ok(()),
-        Some(uid) => Err(Error::Refused {
-            what: format!("pid {pid}",),
-            why: format!(
-                "runs as {}, and this sparkctl as {}: adopt stops the server it hands over and \
-                 starts it again as it was if anything fails, which only its own user may do; \
-                 run `sparkctl adopt` as {}",
-                crate::host::user(uid),
-                crate::host::user(me),
-                crate::host::user(uid)
-            ),
-            left: "changed",
-        }),
-        None => Err(Error::Refused {
-            what: format!("pid {pid}"),
-            why: "runs as a user sparkctl cannot read, so it cannot be adopted".into(),
-            left: "changed",
-        }),
+        Some(uid) => Err(Error::Refused(crate::error::Refusal::OtherUser {
+            pid,
+            owner: crate::host::user(uid),
+            me: crate::host::user(me),
+        })),
+        None => Err(Error::Refused(crate::error::Refusal::UnreadableUser {
+            pid,
+        })),
     }
 }
 
@@ -359,8 +342,11 @@ fn relaunch_of(pid: u32) -> Relaunch {
 }
 
 /// No engine to `doing` the container `name` with (it did not answer when adopt began).
-fn unreachable(doing: &str, name: &str) -> Error {
+fn unreachable(doing: &'static str, name: &str) -> Error {
     Error::EngineUnreachable {
-        cause: format!("needed to {doing} container {name}"),
+        cause: crate::error::Reach::Needed(crate::error::EngineNeed::Container {
+            doing,
+            name: name.to_string(),
+        }),
     }
 }

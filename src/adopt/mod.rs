@@ -21,7 +21,7 @@ use crate::context::Context;
 pub(crate) use crate::deploy::switch::Mode as Way;
 use crate::deploy::switch::{make_room, Hold, Plan};
 use crate::deploy::{start, StartOptions, StartPlan, STOP_GRACE};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Undoing};
 use crate::frontdoor::{self, Launch, Remote};
 use crate::history::{Command, Outcome, RunRecord};
 use crate::import::record;
@@ -93,32 +93,25 @@ pub(crate) async fn adopt(
     let loaded = recipes.get(name)?;
     let imported = record::load(&ctx.state, name)?.ok_or_else(|| Error::RecipeCannot {
         recipe: name.to_string(),
-        why: format!(
-            "it was not imported from a running server; `sparkctl import {name} --port PORT` \
-             (or --pid, --container) reads the one to adopt"
-        ),
+        why: crate::error::RecipeProblem::NotImported,
     })?;
     let port = imported.origin.port().ok_or_else(|| Error::RecipeCannot {
         recipe: name.to_string(),
-        why: "its import found no port the server serves".into(),
+        why: crate::error::RecipeProblem::NoImportedPort,
     })?;
     if port != ctx.settings.production_port {
         return Err(Error::RecipeCannot {
             recipe: name.to_string(),
-            why: format!(
-                "{} serves port {port}, not the production port {}; set \
-                 SPARKCTL_PRODUCTION_PORT={port} to make it the production port, then adopt",
-                imported.origin.describe(),
-                ctx.settings.production_port
-            ),
+            why: crate::error::RecipeProblem::NotOnProductionPort {
+                origin: imported.origin.describe(),
+                port,
+                production_port: ctx.settings.production_port,
+            },
         });
     }
     crate::deploy::switch::refuse_production_port(&ctx.settings, name, loaded.recipe.server.port)?;
     if let Some(r) = frontdoor::launch::running(&ctx.state) {
-        return Err(frontdoor::launch::already_running(
-            &r,
-            "adopt hands over a port that another server holds, not the front door's",
-        ));
+        return Err(frontdoor::launch::already_running(&r, true));
     }
     let docker = ctx.runtimes.docker().ok().map(|d| d.client().clone());
     let foreign = Foreign::find(&imported.origin, docker.as_ref()).await?;
@@ -156,9 +149,9 @@ pub(crate) async fn adopt(
         "stop {} and serve port {port} with {name}?",
         foreign.describe()
     )) {
-        return Err(Error::NotConfirmed {
-            what: format!("adopt stops {}", foreign.describe()),
-        });
+        return Err(Error::NotConfirmed(crate::error::Unconfirmed::Adopt {
+            foreign: foreign.describe(),
+        }));
     }
     let mut flow = Flow {
         ctx,
@@ -226,22 +219,27 @@ impl Flow<'_> {
                 Ok((handover, d))
             }
             Err(e) => {
-                let notes = self.put_back().await;
-                let notes = if notes.is_empty() {
-                    "nothing had changed".into()
-                } else {
-                    notes.join("; ")
-                };
+                let put_back = self.put_back().await;
                 let mut e = Error::Undone {
-                    what: format!("adopt {name}"),
+                    what: Undoing::Adopt {
+                        name: name.to_string(),
+                        put_back,
+                        unrecorded: None,
+                    },
                     cause: Box::new(e),
-                    notes,
                 };
                 run.error = Some(e.to_string());
                 // The failure is what the user must hear; a record that cannot be written
                 // is a note on it.
-                if let (Err(w), Error::Undone { notes, .. }) = (run.save(state), &mut e) {
-                    notes.push_str(&format!("\n  run record not written: {w}"));
+                if let (
+                    Err(w),
+                    Error::Undone {
+                        what: Undoing::Adopt { unrecorded, .. },
+                        ..
+                    },
+                ) = (run.save(state), &mut e)
+                {
+                    *unrecorded = Some(w.to_string());
                 }
                 Err(e)
             }
@@ -349,13 +347,10 @@ impl Flow<'_> {
         let (remote, handover) = self.take_port(progress, false).await?;
         let serving = remote.status().await?.upstream;
         if serving.as_ref().is_none_or(|u| u.deployment != d.id) {
-            return Err(Error::DoorFailed {
-                what: format!(
-                    "does not route to {} ({})",
-                    self.name,
-                    crate::units::short_id(&d.id)
-                ),
-            });
+            return Err(Error::DoorFailed(crate::error::DoorProblem::NotRouting {
+                name: self.name.clone(),
+                id: d.id.clone(),
+            }));
         }
         Ok((handover, d))
     }

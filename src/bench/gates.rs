@@ -127,10 +127,10 @@ pub(crate) enum GateError {
 
 /// A `--gate` flag that does not parse.
 pub(crate) fn bad_gate_flag(e: &GateError) -> crate::error::Error {
-    crate::error::Error::BadFlag {
-        flag: "--gate".into(),
+    crate::error::Error::BadFlag(crate::error::FlagProblem::Said {
+        flag: "--gate",
         why: e.to_string(),
-    }
+    })
 }
 
 impl std::fmt::Display for GateError {

@@ -72,10 +72,7 @@ impl Plan {
     ) -> Result<Plan> {
         if let Some(g) = over.bandwidth_gbps {
             if !(g.is_finite() && g > 0.0) {
-                return Err(Error::BadFlag {
-                    flag: "--bandwidth-gbps".into(),
-                    why: "give the device's peak in GB/s, e.g. 3350".into(),
-                });
+                return Err(Error::BadFlag(crate::error::FlagProblem::Bandwidth));
             }
             target.set_bound(Ok(bound::declared(
                 g,
@@ -141,22 +138,13 @@ impl Options {
     /// The load flags that cannot mean anything.
     fn check(&self) -> Result<()> {
         if self.repeat == Some(0) {
-            return Err(Error::BadFlag {
-                flag: "--repeat 0".into(),
-                why: "give 1 or more runs".into(),
-            });
+            return Err(Error::BadFlag(crate::error::FlagProblem::RepeatZero));
         }
         if self.concurrency.contains(&0) {
-            return Err(Error::BadFlag {
-                flag: "--concurrency 0".into(),
-                why: "a level is 1 or more streams (e.g. --concurrency 1,4,16)".into(),
-            });
+            return Err(Error::BadFlag(crate::error::FlagProblem::ConcurrencyZero));
         }
         if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-            return Err(Error::BadFlag {
-                flag: "--rate".into(),
-                why: "give a positive number of requests per second".into(),
-            });
+            return Err(Error::BadFlag(crate::error::FlagProblem::Rate));
         }
         Ok(())
     }

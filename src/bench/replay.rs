@@ -100,7 +100,7 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
         return Err(Error::NoSuch {
             what: crate::error::Thing::Capture,
             name: path.display().to_string(),
-            hint: "`sparkctl frontdoor capture on`, then let production serve".into(),
+            hint: crate::error::Hint::CaptureOn,
         });
     }
     let (captured, _) = capture::read(path)?;
@@ -135,8 +135,7 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
         return Err(Error::NoSuch {
             what: crate::error::Thing::Capture,
             name: path.display().to_string(),
-            hint: "no chat request: let production serve with `sparkctl frontdoor capture on`"
-                .into(),
+            hint: crate::error::Hint::NoChatRequest,
         });
     }
     Ok(Suite {

@@ -200,11 +200,11 @@ impl Suite {
             return Err(Error::NoSuch {
                 what: crate::error::Thing::Suite,
                 name: spec.to_string(),
-                hint: format!(
-                    "not a file, not {}; built in: {}",
-                    in_dir.display(),
-                    names.join(", ")
-                ),
+                hint: crate::error::Hint::NotFileNorBuiltIn {
+                    yaml: false,
+                    file: in_dir,
+                    built_in: names.iter().map(|n| n.to_string()).collect(),
+                },
             });
         };
         let suite: Suite = crate::yaml::from_slice(

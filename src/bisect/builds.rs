@@ -24,11 +24,9 @@ pub(crate) fn history(
         _ => {
             return Err(Error::RecipeCannot {
                 recipe: r.name.clone(),
-                why: format!(
-                    "--builds walks builds of a host binary; this recipe has no `binary:` of a \
-                     process runtime ({})",
-                    loaded.path.display()
-                ),
+                why: crate::error::RecipeProblem::NoBinaryToBuild {
+                    file: loaded.path.clone(),
+                },
             })
         }
     };
@@ -76,16 +74,11 @@ pub(crate) fn history(
         paths.insert(sha, path);
     }
     if entries.len() < 2 {
-        return Err(Error::BadFlag {
-            flag: "--builds".into(),
-            why: format!(
-                "{} holds {} build(s) named {} (in it or a directory right below it); a bisect \
-                 needs two at least",
-                dir.display(),
-                entries.len(),
-                name.to_string_lossy()
-            ),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::TooFewBuilds {
+            dir: dir.to_path_buf(),
+            builds: entries.len(),
+            name: name.to_string_lossy().into_owned(),
+        }));
     }
     let h = History {
         recipe: r.name.clone(),

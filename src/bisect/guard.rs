@@ -116,7 +116,7 @@ pub(crate) async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
         .path(state)
         .and_then(|p| crate::state::read_json(&p))
         .unwrap_or(b);
-    let interrupted = matches!(e, Error::Interrupted(_));
+    let interrupted = e.is_interrupted();
     b.status = if interrupted {
         Status::Interrupted
     } else {
@@ -135,23 +135,12 @@ pub(crate) async fn stopped(env: &Env<'_, '_>, b: Bisect, e: Error) -> Error {
         r.finished_at = crate::units::now_utc();
         let _ = r.save(state);
     }
-    let put_back = if notes.is_empty() {
-        String::new()
-    } else {
-        format!("\n  {}", notes.join("; "))
-    };
-    let kept = match saved {
-        Ok(()) => format!(
-            "{} measurement(s) recorded; `sparkctl bisect {} --resume` goes on from them",
-            b.measurements.len(),
-            b.recipe
-        ),
-        Err(w) => format!("the bisect's record was not written ({w})"),
-    };
-    let text = format!("bisect of {} stopped: {e}{put_back}\n  {kept}", b.recipe);
-    if interrupted {
-        Error::Interrupted(text)
-    } else {
-        Error::Failed(text)
-    }
+    Error::BisectStopped(Box::new(crate::error::BisectStopped {
+        kept: saved
+            .map(|()| b.measurements.len())
+            .map_err(|w| w.to_string()),
+        recipe: b.recipe,
+        cause: e,
+        put_back: notes,
+    }))
 }

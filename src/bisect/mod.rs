@@ -23,7 +23,7 @@ pub(crate) use search::steps_for;
 
 use crate::bench::result::BenchResult;
 use crate::deploy::switch::{self, SwitchContext, Touched};
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::images::history::{self as image_history, EventKind, History};
 use crate::progress::Progress;
 use crate::recipe::LoadedRecipe;
@@ -71,7 +71,7 @@ async fn candidates(
     if loaded.recipe.nodes.is_some() {
         return Err(Error::RecipeCannot {
             recipe: loaded.recipe.name.clone(),
-            why: "a bisect starts one server per step; a multi-node recipe is not bisected".into(),
+            why: crate::error::RecipeProblem::MultiNodeBisect,
         });
     }
     if let Some(dir) = builds {
@@ -95,11 +95,9 @@ fn image_of(loaded: &LoadedRecipe) -> Result<String> {
         (Some(image), crate::recipe::Runtime::Docker) => Ok(image.clone()),
         _ => Err(Error::RecipeCannot {
             recipe: r.name.clone(),
-            why: format!(
-                "a bisect walks the digests of a container image, or with --builds DIR the \
-                 builds of a host binary; this recipe runs a host process ({})",
-                loaded.path.display()
-            ),
+            why: crate::error::RecipeProblem::HostProcessBisect {
+                file: loaded.path.clone(),
+            },
         }),
     }
 }
@@ -129,12 +127,11 @@ pub(crate) async fn bisect(
     let mut b = match (opts.resume, record::unfinished(state, name)?) {
         (true, Some(b)) => resumed(b, opts),
         (true, None) => {
-            return Err(Error::BadFlag {
-                flag: "--resume".into(),
-                why: format!(
-                    "there is no unfinished bisect of {name}; start one with --good REF --bad REF"
-                ),
-            })
+            return Err(Error::BadFlag(
+                crate::error::FlagProblem::NoBisectToResume {
+                    name: name.to_string(),
+                },
+            ))
         }
         (false, Some(old)) if !opts.fresh => {
             return Err(Error::Usage(format!(
@@ -182,7 +179,7 @@ pub(crate) async fn bisect(
                         _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
                     }
                 }
-                Err(Error::Interrupted("interrupted".into()))
+                Err(Error::Interrupted(Interruption::Signal))
             }
         }
     };
@@ -224,40 +221,30 @@ async fn begin(
     opts: &Options<'_>,
 ) -> Result<Bisect> {
     let name = &loaded.recipe.name;
-    let need = |r: &Option<String>, which: &str| {
-        r.clone().ok_or_else(|| Error::BadFlag {
-            flag: format!("--{which} REF"),
-            why: format!(
-                "is needed (a digest, a run id or a date); `sparkctl images history {name}` lists \
-                 the digests"
-            ),
+    let need = |r: &Option<String>, which: &'static str| {
+        r.clone().ok_or_else(|| {
+            Error::BadFlag(crate::error::FlagProblem::EndNeeded {
+                which,
+                name: name.clone(),
+            })
         })
     };
     let (good, bad) = (need(&opts.good, "good")?, need(&opts.bad, "bad")?);
     let (good, bad) = (builds::ref_of(paths, &good), builds::ref_of(paths, &bad));
     let (gi, bi) = (search::resolve(h, &good)?, search::resolve(h, &bad)?);
-    let short = |i: usize| crate::units::short_digest(&h.entries[i].digest);
     if gi >= bi {
-        return Err(Error::BadFlag {
-            flag: format!("--good {good}"),
-            why: format!(
-                "{} is {} --bad {bad} ({}) in {name}'s image history; a bisect looks for the \
-                 first bad digest after a good one",
-                short(gi),
-                if gi == bi {
-                    "the same digest as"
-                } else {
-                    "newer than"
-                },
-                short(bi)
-            ),
-        });
+        return Err(Error::BadFlag(
+            crate::error::FlagProblem::GoodNotBeforeBad {
+                good: good.to_string(),
+                bad: bad.to_string(),
+                digests: Box::new((h.entries[gi].digest.clone(), h.entries[bi].digest.clone())),
+                same: gi == bi,
+                name: name.clone(),
+            },
+        ));
     }
     if opts.repeat < 2 {
-        return Err(Error::BadFlag {
-            flag: "--repeat".into(),
-            why: "must be at least 2: a round's interval needs two runs".into(),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::RepeatUnderTwo));
     }
     let suite = opts.suite.clone().unwrap_or_else(|| {
         loaded

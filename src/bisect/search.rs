@@ -73,22 +73,19 @@ pub(crate) fn resolve(h: &History, text: &str) -> Result<usize> {
             .ok_or_else(|| Error::NoSuch {
                 what: crate::error::Thing::Digest,
                 name: text.to_string(),
-                hint: format!(
-                    "{}'s image history has no digest from before then (its oldest was first \
-                     seen {})",
-                    h.recipe,
-                    h.entries.first().map_or("never", |e| e.first_seen.as_str())
-                ),
+                hint: crate::error::Hint::BeforeOldest {
+                    recipe: h.recipe.clone(),
+                    oldest: h.entries.first().map(|e| e.first_seen.clone()),
+                },
             });
     }
     if is_run_id(text) {
         return Err(Error::NoSuch {
             what: crate::error::Thing::Run,
             name: text.to_string(),
-            hint: format!(
-                "there is no run of {} with an image by this id; `sparkctl history` lists runs",
-                h.recipe
-            ),
+            hint: crate::error::Hint::NoRunWithImage {
+                recipe: h.recipe.clone(),
+            },
         });
     }
     let e = h.lookup(text)?;

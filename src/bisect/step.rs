@@ -132,7 +132,7 @@ pub(crate) async fn measure(
         step_note.detail = j.detail.clone();
     }
     record.outcome = match (&outcome, &m.skipped, m.verdict()) {
-        (Err(Error::Interrupted(_)), _, _) => Outcome::Interrupted,
+        (Err(e), _, _) if e.is_interrupted() => Outcome::Interrupted,
         (Err(_), _, _) => Outcome::Failed,
         (_, Some(why), _) => {
             step_note.detail = why.clone();
@@ -149,7 +149,7 @@ pub(crate) async fn measure(
     b.measurements.insert(digest, m);
     b.save(state)?;
     // Interrupted: the caller records it once it has put things back.
-    if !matches!(outcome, Err(Error::Interrupted(_))) {
+    if !outcome.as_ref().is_err_and(Error::is_interrupted) {
         *env.current.lock().expect("current") = None;
         record.save(state)?;
     }
@@ -221,7 +221,7 @@ async fn run(
     .await;
     let d = match started {
         Ok(report) => report.deployment,
-        Err(e @ Error::Interrupted(_)) => return Err(e),
+        Err(e) if e.is_interrupted() => return Err(e),
         Err(e) => {
             put_back(env, swapped).await;
             m.skipped = Some(format!("did not start: {e}"));
@@ -261,7 +261,7 @@ async fn rounds(
         let result = timed(record, PhaseName::Bench, bench(env, b, d)).await;
         let result = match result {
             Ok(r) => r,
-            Err(e @ Error::Interrupted(_)) => return Err(e),
+            Err(e) if e.is_interrupted() => return Err(e),
             Err(e) => {
                 m.skipped = Some(format!("its benchmark failed: {e}"));
                 env.progress

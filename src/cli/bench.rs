@@ -213,31 +213,28 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BenchArgs, out: &Output) 
 fn verdict_exit(name: &str, result: &BenchResult, path: &Path) -> Result<()> {
     match result.verdict {
         Verdict::Pass => Ok(()),
-        Verdict::Fail => Err(Error::Reported(format!(
-            "{name}: {} (result kept in {})",
-            result.verdict_reason,
-            path.display()
-        ))),
-        Verdict::Inconclusive => Err(Error::Reported(format!(
-            "{name}: inconclusive: {} (result kept in {})",
-            result.verdict_reason,
-            path.display()
-        ))),
+        Verdict::Fail => Err(Error::Reported(crate::error::Summary::BenchFailed {
+            name: name.to_string(),
+            reason: result.verdict_reason.clone(),
+            path: path.to_path_buf(),
+        })),
+        Verdict::Inconclusive => Err(Error::Reported(crate::error::Summary::BenchInconclusive {
+            name: name.to_string(),
+            reason: result.verdict_reason.clone(),
+            path: path.to_path_buf(),
+        })),
         Verdict::Error => {
             // The reason may already quote the first failure; say it once.
             let first = result.problems.first().map_or("", String::as_str);
             let said = first.split_once(": ").map_or(first, |(_, m)| m);
             let head: String = said.chars().take(60).collect();
-            let more = if result.verdict_reason.contains(&head) {
-                String::new()
-            } else {
-                format!(": {first}")
-            };
-            Err(Error::Reported(format!(
-                "{name}: {}{more} (partial samples kept in {})",
-                result.verdict_reason,
-                path.display()
-            )))
+            let more = (!result.verdict_reason.contains(&head)).then(|| first.to_string());
+            Err(Error::Reported(crate::error::Summary::BenchError {
+                name: name.to_string(),
+                reason: result.verdict_reason.clone(),
+                first: more,
+                path: path.to_path_buf(),
+            }))
         }
     }
 }

@@ -385,9 +385,7 @@ impl DownArgs {
             if !recipes.knows(&name) && crate::job::has_runs(&ctx.state, &name) {
                 return Err(Error::RecipeCannot {
                     recipe: name.clone(),
-                    why: format!(
-                        "it is a job: `sparkctl stop {name}` stops it (`down` is for servers)"
-                    ),
+                    why: crate::error::RecipeProblem::IsAJob,
                 });
             }
             crate::deploy::ensure_known(&ctx.runtimes, recipes, &name).await?;

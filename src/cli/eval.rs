@@ -57,10 +57,7 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
         None => None,
     };
     if rule.is_some_and(|r| r.of_production) && args.against.is_none() {
-        return Err(Error::BadFlag {
-            flag: "--gate".into(),
-            why: "a rule on production needs --against NAME|URL: the server to compare with".into(),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::GateNeedsAgainst));
     }
     let names = match (&args.sets, recipes.get(&args.target)) {
         (given, _) if !given.is_empty() => given.clone(),
@@ -119,11 +116,10 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
             }
             match j.outcome {
                 Outcome::Pass => Ok(()),
-                o => Err(Error::Reported(format!(
-                    "eval_accuracy {}: {}",
-                    args.gate.as_deref().unwrap_or_default(),
-                    outcome_word(o)
-                ))),
+                o => Err(Error::Reported(crate::error::Summary::EvalGate {
+                    gate: args.gate.clone().unwrap_or_default(),
+                    word: outcome_word(o),
+                })),
             }
         }
     }

@@ -426,10 +426,7 @@ pub(crate) fn rollout_lines(s: &DoorStatus) -> Vec<String> {
 pub(crate) async fn logs(ctx: &Context, view: crate::runtime::LogView, out: &Output) -> Result<()> {
     let crate::runtime::LogView { tail, follow } = view;
     let Some(path) = ctx.state.latest_log("frontdoor") else {
-        return Err(Error::Stopped {
-            what: "the front door".into(),
-            fix: "it has not run yet: `sparkctl frontdoor start`".into(),
-        });
+        return Err(Error::Stopped(crate::error::Gone::DoorNeverRan));
     };
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;

@@ -105,11 +105,10 @@ impl At<'_> {
 fn name_at_digest(text: &str) -> Result<(&str, &str)> {
     text.split_once('@')
         .filter(|(n, d)| !n.is_empty() && !d.is_empty())
-        .ok_or_else(|| Error::BadFlag {
-            flag: text.to_string(),
-            why: "write NAME@DIGEST, e.g. qat-v2b@sha256:3f2a9c01b7e4 (a unique prefix of a \
-                  digest in `sparkctl images history NAME` will do)"
-                .into(),
+        .ok_or_else(|| {
+            Error::BadFlag(crate::error::FlagProblem::NotNameAtDigest {
+                given: text.to_string(),
+            })
         })
 }
 
@@ -118,7 +117,9 @@ fn no_pin(recipe: &str) -> Error {
     Error::NoSuch {
         what: crate::error::Thing::Pin,
         name: recipe.to_string(),
-        hint: format!("`sparkctl images pin {recipe}` first"),
+        hint: crate::error::Hint::PinFirst {
+            recipe: recipe.to_string(),
+        },
     }
 }
 
@@ -152,13 +153,10 @@ fn targets(recipes: &RecipeSet, name: Option<&str>, all: bool) -> Result<Vec<(St
                 .map(|t| vec![t])
                 .ok_or_else(|| Error::RecipeCannot {
                     recipe: n.to_string(),
-                    why: "it runs no container image (runtime process); nothing to pin".into(),
+                    why: crate::error::RecipeProblem::NoImage,
                 })
         }
-        (None, false) => Err(Error::BadFlag {
-            flag: "NAME".into(),
-            why: "name a recipe, or pass --all for every recipe with an image".into(),
-        }),
+        (None, false) => Err(Error::BadFlag(crate::error::FlagProblem::NoRecipeNamed)),
     }
 }
 
@@ -181,10 +179,7 @@ async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
             if audit.ok {
                 Ok(())
             } else {
-                Err(Error::Reported(
-                    "images audit found drift, missing pins or local images that differ (see above)"
-                        .into(),
-                ))
+                Err(Error::Reported(crate::error::Summary::AuditDrift))
             }
         }
         ImagesCommand::Pull {

@@ -199,7 +199,10 @@ fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
     }
     match rec.state {
         JobState::Running | JobState::Succeeded => Ok(()),
-        s => Err(Error::Reported(format!("job {} {s}", rec.job))),
+        s => Err(Error::Reported(crate::error::Summary::Job {
+            job: rec.job.clone(),
+            state: s.to_string(),
+        })),
     }
 }
 

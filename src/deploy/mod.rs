@@ -93,11 +93,12 @@ pub(crate) async fn port_owner(
 /// Refuses to change what a running server reads (its model dir) underneath it.
 pub(crate) async fn ensure_not_running(rt: &Runtimes, name: &str, doing: &str) -> Result<()> {
     match rt.find(name).await? {
-        Some(d) if d.running() => Err(Error::AlreadyRunning {
-            what: name.to_string(),
-            detail: format!("{} {}", d.runtime.as_str(), crate::units::short_id(&d.id)),
-            fix: format!("it reads this model dir; `sparkctl down {name}` before you {doing}"),
-        }),
+        Some(d) if d.running() => Err(Error::AlreadyRunning(crate::error::Running::ReadsModel {
+            name: name.to_string(),
+            runtime: d.runtime.as_str(),
+            id: d.id.clone(),
+            doing: doing.to_string(),
+        })),
         _ => Ok(()),
     }
 }

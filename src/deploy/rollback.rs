@@ -12,7 +12,7 @@ use super::switch::{
     self, interrupted, serving_now, timed, upstream_of, Hold, Plan, SwitchContext, Touched,
 };
 use super::StartOptions;
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Pin;
 use crate::production::{Entry, Production, Upstream};
@@ -43,10 +43,9 @@ pub(crate) async fn rollback(
         None => match production.previous.last() {
             Some(e) => (e.recipe.clone(), Some(e)),
             None => {
-                return Err(Error::BadFlag {
-                    flag: "--to NAME".into(),
-                    why: "is needed: there is no previous production to roll back to".into(),
-                })
+                return Err(Error::BadFlag(
+                    crate::error::FlagProblem::NothingToRollBackTo,
+                ))
             }
         },
     };
@@ -112,7 +111,7 @@ pub(crate) async fn rollback(
     };
     let outcome = tokio::select! {
         r = flow => r,
-        _ = interrupted() => Err(Error::Interrupted("interrupted".into())),
+        _ = interrupted() => Err(Error::Interrupted(Interruption::Signal)),
     };
     record.finished_at = crate::units::now_utc();
     match outcome {

@@ -3,7 +3,7 @@
 //! the analysis decides; the decision, its comparison and its evidence go into the record.
 
 use super::switch::{self, Mode, Plan, SwitchContext};
-use crate::error::{Error, Result};
+use crate::error::{DoorProblem, Error, RecipeProblem, Result};
 use crate::history::{Outcome, PhaseName, RunRecord};
 use crate::production::Production;
 use crate::progress::Progress;
@@ -14,9 +14,11 @@ use crate::runtime::Deployment;
 
 /// The rollout the flags and the recipe ask for, if any.
 pub(super) fn spec(loaded: &LoadedRecipe, asked: &Asked) -> Result<Option<Spec>> {
-    crate::recipe::rollout::spec(&loaded.recipe, asked).map_err(|b| Error::BadFlag {
-        flag: b.at,
-        why: format!("{}; nothing was changed", b.why),
+    crate::recipe::rollout::spec(&loaded.recipe, asked).map_err(|b| {
+        Error::BadFlag(crate::error::FlagProblem::Rollout {
+            at: b.at,
+            why: b.why,
+        })
     })
 }
 
@@ -33,28 +35,23 @@ pub(super) fn plan(
         return Ok(None);
     };
     let mode = spec.mode.as_str();
-    let cannot = |why: String| Error::RecipeCannot {
+    let cannot = |why: RecipeProblem| Error::RecipeCannot {
         recipe: name.to_string(),
-        why: format!("{why}; nothing was changed"),
+        why,
     };
     if no_promote {
-        return Err(Error::BadFlag {
-            flag: "--no-promote".into(),
-            why: format!("a {mode} ends in a promotion; add --no-rollout to stop after the gates"),
-        });
+        return Err(Error::BadFlag(
+            crate::error::FlagProblem::NoPromoteInRollout { mode },
+        ));
     }
     let prod = production.current.as_ref().map(|e| e.recipe.as_str());
     match (prod, plan.mode, serving) {
-        (None, ..) | (_, _, false) => Err(cannot(format!(
-            "a {mode} compares the candidate with production's answers, and no production \
-                 serves; `sparkctl up {} --no-rollout` makes it production",
-            name
-        ))),
-        (Some(p), Mode::Swap, _) => Err(cannot(format!(
-            "a {mode} needs production and the candidate running side by side, and it does \
-                 not fit beside production {p} ({}); with --no-rollout it is swapped in",
-            plan.start.memory.describe()
-        ))),
+        (None, ..) | (_, _, false) => Err(cannot(RecipeProblem::RolloutWithoutProduction { mode })),
+        (Some(p), Mode::Swap, _) => Err(cannot(RecipeProblem::RolloutDoesNotFit {
+            mode,
+            production: p.to_string(),
+            memory: plan.start.memory.describe(),
+        })),
         (Some(_), Mode::BlueGreen, true) => {
             progress.step(&format!("rollout: {}", spec.describe()));
             Ok(Some(spec))
@@ -90,9 +87,10 @@ pub(super) async fn run(
     let last = loop {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         let Some(now) = door.rollout().await? else {
-            return Err(Error::DoorFailed {
-                what: format!("ended the {mode} of {} before its decision", name),
-            });
+            return Err(Error::DoorFailed(DoorProblem::RolloutEnded {
+                mode,
+                name: name.to_string(),
+            }));
         };
         if now.judgement.decision != Decision::Going {
             break now;

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{port_owner, PortOwner, STOP_GRACE};
 use crate::context::Context;
-use crate::error::{Error, Result, Unfit};
+use crate::error::{Error, Interruption, Result, Unfit};
 use crate::memory::{self, MemoryPlan};
 use crate::recipe::{LoadedRecipe, Recipe, Resolved, Runtime};
 use crate::runtime::ready::{self, Fault, Ready, Waiting};
@@ -182,21 +182,13 @@ async fn pin_image(
 /// alone: a flow benchmarks and promotes only an instance it started itself.
 fn refuse_running(deployments: &[Deployment], name: &str) -> Result<()> {
     match deployments.iter().find(|d| d.name == name && d.running()) {
-        Some(d) => Err(Error::AlreadyRunning {
-            what: d.name.clone(),
-            detail: format!(
-                "{} {}, {}, run {}",
-                d.runtime.as_str(),
-                crate::units::short_id(&d.id),
-                d.url(),
-                d.run_id
-            ),
-            fix: format!(
-                "it is left as it is. `sparkctl down {}` first, or `sparkctl rollback --to {}` to \
-                 route production to that very instance",
-                d.name, d.name
-            ),
-        }),
+        Some(d) => Err(Error::AlreadyRunning(crate::error::Running::Deployment {
+            name: d.name.clone(),
+            runtime: d.runtime.as_str(),
+            id: d.id.clone(),
+            url: d.url(),
+            run: d.run_id.clone(),
+        })),
         None => Ok(()),
     }
 }
@@ -215,10 +207,10 @@ async fn check_model(
     if !Path::new(&path).exists() {
         return Err(Error::RecipeCannot {
             recipe: recipe.name.clone(),
-            why: format!(
-                "model.path {path} does not exist ({}); download the model or fix the path",
-                loaded.path.display()
-            ),
+            why: crate::error::RecipeProblem::NoModel {
+                path,
+                file: loaded.path.clone(),
+            },
         });
     }
     let mut produced_by = None;
@@ -313,7 +305,9 @@ pub(crate) async fn memory_beside(
     .await
     .map_err(|why| Error::RecipeCannot {
         recipe: recipe.name.clone(),
-        why: format!("{why}; fix server.gpus or CUDA_VISIBLE_DEVICES"),
+        why: crate::error::RecipeProblem::Gpus {
+            why: why.to_string(),
+        },
     })?;
     if let Some(r) = replacing {
         memory.stop_also(&r.name);
@@ -420,15 +414,9 @@ pub(crate) async fn start(
         }
         None => {
             let stopped = rt.stop(&deployment, STOP_GRACE).await;
-            Err(Error::Interrupted(match stopped {
-                Ok(()) => format!(
-                    "interrupted: stopped {} before it was ready; its logs are kept (`sparkctl logs {}`)",
-                    plan.name, plan.name
-                ),
-                Err(e) => format!(
-                    "interrupted, and stopping {} failed ({e}); `sparkctl status` shows what runs",
-                    plan.name
-                ),
+            Err(Error::Interrupted(Interruption::BeforeReady {
+                name: plan.name.clone(),
+                stop_failed: stopped.err().map(|e| e.to_string()),
             }))
         }
     }

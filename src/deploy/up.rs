@@ -13,7 +13,7 @@ use super::switch::{
 use crate::bench::gates::GateOutcome;
 use crate::bench::result::{BenchResult, Verdict};
 use crate::bench::Baseline;
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::history::{Command, Outcome, PhaseName, RunRecord};
 use crate::lock::Lock;
 use crate::production::{Production, Warm};
@@ -96,7 +96,7 @@ async fn run(
         };
         tokio::select! {
             r = flow.run() => r,
-            _ = interrupted() => Err(Error::Interrupted("interrupted".into())),
+            _ = interrupted() => Err(Error::Interrupted(Interruption::Signal)),
         }
     };
     let e = match outcome {
@@ -266,9 +266,10 @@ impl Flow<'_, '_> {
         if let Some(p) = plan.stops_production() {
             let question = format!("stop production {p} to make room for {}?", self.name());
             if !(self.opts.confirm)(&question) {
-                return Err(Error::NotConfirmed {
-                    what: format!("{} needs production {p} stopped first", self.name()),
-                });
+                return Err(Error::NotConfirmed(crate::error::Unconfirmed::Swap {
+                    name: self.name().to_string(),
+                    production: p.to_string(),
+                }));
             }
         }
         let hold = Hold::Ask(&self.ctx.door, self.ctx.door_config.drain);
@@ -440,10 +441,10 @@ impl Flow<'_, '_> {
                 crate::runtime::RunState::Exited { exit: Some(exit) } => exit.to_string(),
                 _ => "exited".into(),
             };
-            return Err(Error::Stopped {
-                what: name.clone(),
-                fix: format!("it {how} during the benchmark; see `sparkctl logs {name}`"),
-            });
+            return Err(Error::Stopped(crate::error::Gone::DuringBench {
+                name: name.clone(),
+                how,
+            }));
         }
         if result.verdict == Verdict::Inconclusive {
             self.record.outcome = Outcome::Inconclusive;

@@ -52,9 +52,9 @@ pub(crate) fn outcome(checks: &[Check]) -> Result<()> {
     match checks.iter().filter(|c| c.verdict == Verdict::Fail).count() {
         0 => Ok(()),
         // The checks are printed already (one JSON document with --json).
-        n => Err(crate::error::Error::Reported(format!(
-            "{n} check(s) failed; see the FAIL lines above"
-        ))),
+        n => Err(crate::error::Error::Reported(
+            crate::error::Summary::ChecksFailed { n },
+        )),
     }
 }
 

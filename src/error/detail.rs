@@ -55,6 +55,114 @@ impl Thing {
     }
 }
 
+/// Where to look for what `NoSuch` did not find, or what is near it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hint {
+    None,
+    /// Runs: `sparkctl history` lists them.
+    History,
+    /// A bisect's date from before `recipe`'s oldest digest (`oldest`: when it was first
+    /// seen; None: never).
+    BeforeOldest {
+        recipe: String,
+        oldest: Option<String>,
+    },
+    /// A run id of no run of `recipe` with an image.
+    NoRunWithImage {
+        recipe: String,
+    },
+    /// A digest: `recipe`'s image history lists them.
+    ImageHistory {
+        recipe: String,
+    },
+    /// A recipe with no pin (`reference`: its image): pin it, or allow it unpinned.
+    PinOrAllow {
+        recipe: String,
+        reference: String,
+    },
+    /// A recipe with no pin, for a command that needs one.
+    PinFirst {
+        recipe: String,
+    },
+    /// A job that has not run here.
+    RunJob {
+        job: String,
+    },
+    /// A name not in `dir`; `near`: the did-you-mean over the names that are.
+    NotIn {
+        dir: PathBuf,
+        near: String,
+    },
+    /// Neither a file (`file`: where it was looked for; `yaml`: as NAME.yaml) nor one of
+    /// the `built_in`.
+    NotFileNorBuiltIn {
+        yaml: bool,
+        file: PathBuf,
+        built_in: Vec<String>,
+    },
+    /// A container: `docker ps` lists them.
+    DockerPs,
+    /// Captured traffic: capture it first.
+    CaptureOn,
+    /// A capture that holds no chat request.
+    NoChatRequest,
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hint::None => Ok(()),
+            Hint::History => f.write_str("`sparkctl history` lists them"),
+            Hint::BeforeOldest { recipe, oldest } => write!(
+                f,
+                "{recipe}'s image history has no digest from before then (its oldest was first \
+                 seen {})",
+                oldest.as_deref().unwrap_or("never")
+            ),
+            Hint::NoRunWithImage { recipe } => write!(
+                f,
+                "there is no run of {recipe} with an image by this id; `sparkctl history` lists \
+                 runs"
+            ),
+            Hint::ImageHistory { recipe } => write!(
+                f,
+                "in {recipe}'s image history; `sparkctl images history {recipe}` lists them"
+            ),
+            Hint::PinOrAllow { recipe, reference } => write!(
+                f,
+                "run `sparkctl images pin {recipe}` (its image is {reference}; or pass \
+                 --allow-unpinned, recorded with the run)"
+            ),
+            Hint::PinFirst { recipe } => write!(f, "`sparkctl images pin {recipe}` first"),
+            Hint::RunJob { job } => {
+                write!(
+                    f,
+                    "`sparkctl run {job}` starts it, `sparkctl jobs` lists runs"
+                )
+            }
+            Hint::NotIn { dir, near } => write!(f, "not in {}; {near}", dir.display()),
+            Hint::NotFileNorBuiltIn {
+                yaml,
+                file,
+                built_in,
+            } => write!(
+                f,
+                "not a {}file, not {}; built in: {}",
+                if *yaml { ".yaml " } else { "" },
+                file.display(),
+                built_in.join(", ")
+            ),
+            Hint::DockerPs => f.write_str("`docker ps` lists the running ones"),
+            Hint::CaptureOn => {
+                f.write_str("`sparkctl frontdoor capture on`, then let production serve")
+            }
+            Hint::NoChatRequest => f.write_str(
+                "no chat request: let production serve with `sparkctl frontdoor capture on`",
+            ),
+        }
+    }
+}
+
 /// Why an image missing here was wanted, and so what gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageNeed {
@@ -149,9 +257,9 @@ pub enum RegistryProblem {
     PullFailed(String),
     #[error(
         "was built on this machine and never pushed under that name: no registry moves its \
-         tag, so there is nothing to follow; {0}"
+         tag, so there is nothing to follow; push it, or name the registry's tag in the recipe"
     )]
-    NeverPushed(String),
+    NeverPushed,
     #[error(
         "the registry no longer holds this digest ({0}); it cannot be pulled back (a machine \
          that still has it can `docker save` it; `sparkctl images keep` keeps a digest here for good)"

@@ -5,21 +5,39 @@
 //! 130 interrupted by Ctrl-C. So are the kinds (`ErrorKind`) `--json` prints: a failure
 //! that recurs (an image not on this machine, an engine that does not answer, a setting or a
 //! flag with a bad value, ...) is a variant with its message written once, in its `Display`
-//! where the variant is declared, and one kind wherever it is met. `Usage` and `Failed`
-//! carry the one-offs, each said where it happens; a test keeps them few (at most 40).
+//! where the variant is declared, and one kind wherever it is met: callers pass facts (the
+//! typed detail in this module's files), the variant's `Display` words them. `Usage` and
+//! `Failed` carry the one-offs, each said where it happens; a test keeps the call sites
+//! that word an error themselves few (at most 40, `tests.rs`).
 
 mod detail;
 mod diagnostic;
+mod door;
+mod engine;
+mod flag;
 mod model;
+mod partway;
+mod recipe;
+mod report;
+mod running;
+mod setting;
 mod unfit;
 
 use std::path::PathBuf;
 
-pub(crate) use detail::{EndProblem, ImageNeed, RegistryProblem, ServerProblem, Thing};
+pub(crate) use detail::{EndProblem, Hint, ImageNeed, RegistryProblem, ServerProblem, Thing};
 use diagnostic::render_diagnostics;
 pub(crate) use diagnostic::Diagnostic;
 pub(crate) use diagnostic::Location;
-pub(crate) use model::ModelProblem;
+pub(crate) use door::{DoorProblem, Task};
+pub(crate) use engine::{EngineNeed, NodeProblem, Reach};
+pub(crate) use flag::FlagProblem;
+pub(crate) use model::{ModelProblem, Unfresh};
+pub(crate) use partway::{BisectStopped, Interruption, Undoing};
+pub(crate) use recipe::RecipeProblem;
+pub(crate) use report::Summary;
+pub(crate) use running::{Gone, Refusal, Running, Stuck, Taken, Unconfirmed};
+pub(crate) use setting::{Exposure, Want};
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -42,10 +60,10 @@ pub enum Error {
     /// A failure whose details the command already printed (e.g. `images audit --json`):
     /// exit 1, and only this summary on stderr, so stdout stays one document.
     #[error("{0}")]
-    Reported(String),
+    Reported(Summary),
     /// Ctrl-C: what was running has been stopped or left as the message says.
     #[error("{0}")]
-    Interrupted(String),
+    Interrupted(Interruption),
     /// A name that no recipe in `dir` has; `hint` is the did-you-mean over those that are.
     #[error("no recipe named `{name}` in {}; {hint}", dir.display())]
     UnknownRecipe {
@@ -78,7 +96,7 @@ pub enum Error {
         "cannot reach the Docker Engine ({cause}); is dockerd running and may this user use its \
          socket? `sparkctl doctor` checks the machine"
     )]
-    EngineUnreachable { cause: String },
+    EngineUnreachable { cause: Reach },
     /// A node's Docker Engine (a `nodes:` recipe) does not answer: `cause` is the client's
     /// words, or None when it did not answer in time.
     #[error(
@@ -100,8 +118,11 @@ pub enum Error {
     NodesUnreachable { nodes: Vec<String> },
     /// Another sparkctl holds the state lock (`StateLock`); `holder` is what it wrote there
     /// (its kind stays `lock_held`).
-    #[error("another sparkctl is changing state ({holder}); wait for it to finish, then retry")]
-    StateLockHeld { holder: String },
+    #[error(
+        "another sparkctl is changing state ({}); wait for it to finish, then retry",
+        holder.as_deref().unwrap_or("holder unknown")
+    )]
+    StateLockHeld { holder: Option<String> },
     /// A rollout judges the model a flow would change: its `up` lent the state lock for the
     /// window, and the model stays its own (kind `lock_held`).
     #[error(
@@ -147,15 +168,15 @@ pub enum Error {
     },
     /// A variable of sparkctl's environment whose value it cannot use (`want`: what it
     /// can, and how to give it).
-    #[error("{name}={value} {want}")]
+    #[error("{name}={value} {}", want.words(name))]
     Setting {
         name: &'static str,
         value: String,
-        want: String,
+        want: Want,
     },
-    /// A flag (or flag-like argument) whose value cannot be used: `why`, and the fix.
-    #[error("{flag}: {why}")]
-    BadFlag { flag: String, why: String },
+    /// A flag (or flag-like argument) whose value cannot be used: why, and the fix.
+    #[error("{}: {}", .0.flag(), .0)]
+    BadFlag(FlagProblem),
     /// A variable a recipe names for its server or job (`key`: where) that is not set here.
     #[error(
         "{recipe}: {key} names {name}, which is not set in your environment; export it (its \
@@ -167,40 +188,41 @@ pub enum Error {
         name: String,
     },
     /// A step that stops what serves, not confirmed on a terminal nor allowed by `--yes`.
-    #[error("{what}; confirm, or pass --yes (nothing was changed)")]
-    NotConfirmed { what: String },
+    #[error("{0}; confirm, or pass --yes (nothing was changed)")]
+    NotConfirmed(Unconfirmed),
     /// A recipe that cannot do what was asked of it (a multi-node recipe bisected, a process
     /// recipe pinned, a model path that is not there): `why`, and the fix.
-    #[error("{recipe}: {why}")]
-    RecipeCannot { recipe: String, why: String },
+    #[error("{recipe}: {}", why.words(recipe))]
+    RecipeCannot { recipe: String, why: RecipeProblem },
     /// A name that names nothing of its kind here (a job recipe, a suite, a run, a
     /// container, a process); `hint` says where to look or what is near.
-    #[error("{}{}", what.none(name), hint_of(hint))]
+    #[error("{}{}", what.none(name), hint_of(&hint.to_string()))]
     NoSuch {
         what: Thing,
         name: String,
-        hint: String,
+        hint: Hint,
     },
     /// What the command works on is not running (a server to adopt, a job to stop).
-    #[error("{what} is not running{}", hint_of(fix))]
-    Stopped { what: String, fix: String },
-    /// What was asked to start already runs (`detail`: which instance); it is left as it is.
-    #[error("{what} is already running ({detail}){}", hint_of(fix))]
-    AlreadyRunning {
-        what: String,
-        detail: String,
-        fix: String,
-    },
+    #[error("{0}")]
+    Stopped(Gone),
+    /// What was asked to start already runs (which instance); it is left as it is.
+    #[error("{0}")]
+    AlreadyRunning(Running),
     /// An image this machine does not have: sparkctl pulls only when asked to.
     #[error("image {image}{} is not on this machine{}", needed.whose(), needed.fix())]
     ImageMissing { image: String, needed: ImageNeed },
-    /// A recipe asks for GPUs of an engine that cannot give containers any.
+    /// A recipe asks for GPUs (`gpus`: as its server says, where it says) of an engine
+    /// that cannot give containers any.
     #[error(
-        "{recipe} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
+        "{recipe}{} asks for GPUs but this Docker Engine has no `nvidia` runtime; install the \
          NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker) and restart \
-         dockerd"
+         dockerd",
+        gpus.as_ref().map_or(String::new(), |g| format!(" (server.gpus: {g})"))
     )]
-    NoNvidiaRuntime { recipe: String },
+    NoNvidiaRuntime {
+        recipe: String,
+        gpus: Option<String>,
+    },
     /// A Docker Engine answered a call with an error (`doing`: the call, in words).
     #[error("{doing}: {cause}")]
     EngineCall { doing: String, cause: String },
@@ -217,8 +239,8 @@ pub enum Error {
     )]
     DoorUnreachable { socket: PathBuf, cause: String },
     /// The front door answered, but not as asked, or its process did not do what it should.
-    #[error("the front door {what}")]
-    DoorFailed { what: String },
+    #[error("the front door {0}")]
+    DoorFailed(DoorProblem),
     /// The front door refused a request: the error it met, carried over its control socket
     /// with its kind (a full disk in the door is `io` to a script, not `failed`).
     #[error("the front door refused {route}: {message}")]
@@ -235,31 +257,28 @@ pub enum Error {
         speaks.map_or("1".to_string(), |v| v.to_string())
     )]
     DoorTooOld { speaks: Option<u32>, wants: u32 },
-    /// The front door would face the network without an API key (`what` it would do); `then`
-    /// is the other way out.
+    /// The front door would face the network without an API key (what it would do, and
+    /// the other way out).
     #[error(
-        "{what} without an API key: anyone who reaches this machine could use the API, the live \
+        "{} without an API key: anyone who reaches this machine could use the API, the live \
          page and /metrics. Put a key in a file only you can read and name it: \
          `(umask 077; mkdir -p ~/.config/sparkctl; head -c 32 /dev/urandom | base64 > \
          ~/.config/sparkctl/frontdoor.key)` (mode 600), then \
          SPARKCTL_FRONTDOOR_API_KEY_FILE=~/.config/sparkctl/frontdoor.key; clients send \
-         `Authorization: Bearer <the key>`; {then}"
+         `Authorization: Bearer <the key>`; {}",
+        .0.what(),
+        .0.then()
     )]
-    OpenWithoutKey { what: String, then: String },
+    OpenWithoutKey(Exposure),
     /// A member node of a `nodes:` recipe: what failed there.
     #[error("node {node}: {what}")]
-    OnNode { node: String, what: String },
+    OnNode { node: String, what: NodeProblem },
     /// A model sparkctl will not serve: its producing job did not leave it whole or fresh.
     #[error("refusing the model {}: {why}", model.display())]
-    ModelRefused { model: PathBuf, why: String },
-    /// Something sparkctl refused to change or start (`what`, and `why`: a sentence's
-    /// predicate), before anything was (`left`: "changed", "started").
-    #[error("{what} {why}; nothing was {left}")]
-    Refused {
-        what: String,
-        why: String,
-        left: &'static str,
-    },
+    ModelRefused { model: PathBuf, why: Unfresh },
+    /// Something sparkctl refused to change or start, before anything was.
+    #[error("{0}")]
+    Refused(Refusal),
     /// A patch's expectations that do not hold for the model dir (one line each).
     #[error(
         "{} expectation(s) do not hold for {recipe}; nothing was changed:\n{}",
@@ -270,16 +289,12 @@ pub enum Error {
     /// A server, by its URL, that does not answer its model listing as it should.
     #[error("the server at {url} {problem}")]
     Server { url: String, problem: ServerProblem },
-    /// A process sparkctl stopped (`what`) that did not end, even after SIGKILL.
-    #[error("{what} did not end after SIGKILL{detail}")]
-    NotEnded { what: String, detail: String },
-    /// A path where sparkctl would write, taken by something else (`there`: what it is).
-    #[error("{} {there}; {fix}", path.display())]
-    PathTaken {
-        path: PathBuf,
-        there: String,
-        fix: String,
-    },
+    /// A process sparkctl stopped that did not end, even after SIGKILL.
+    #[error("{0}")]
+    NotEnded(Stuck),
+    /// A path where sparkctl would write, taken by something else (`why`: what it is).
+    #[error("{} {why}", path.display())]
+    PathTaken { path: PathBuf, why: Taken },
     /// An end of a bisect that cannot serve as one (`role`: good or bad).
     #[error("the {role} end {digest} {problem}")]
     BadEnd {
@@ -287,6 +302,12 @@ pub enum Error {
         digest: String,
         problem: EndProblem,
     },
+    /// A state file that does not parse: never silently reset (`cause`: the parser's words).
+    #[error(
+        "state file {} is damaged ({cause}); move it aside and run `sparkctl status`",
+        path.display()
+    )]
+    DamagedState { path: PathBuf, cause: String },
     /// The HTTP client could not be built (TLS roots, the resolver).
     #[error("cannot build the HTTP client: {cause}")]
     HttpClient { cause: String },
@@ -295,18 +316,18 @@ pub enum Error {
     Model(ModelProblem),
     /// Work handed to another thread that never came back (it panicked or was cancelled).
     #[error("{what} was interrupted: {cause}")]
-    TaskLost { what: String, cause: String },
+    TaskLost { what: Task, cause: String },
     /// A flow that failed after it began (`adopt`), and what was put back: its cause's kind.
-    #[error("{what} failed: {cause}\n  put back: {notes}")]
-    Undone {
-        what: String,
-        cause: Box<Error>,
-        notes: String,
-    },
+    #[error("{} failed: {cause}\n  put back: {}", what.what(), what.put_back())]
+    Undone { what: Undoing, cause: Box<Error> },
     /// `up` or `rollback` failed and took the way back: the cause (whose kind it keeps), then
     /// what was restored and what serves now.
     #[error("{0}")]
     RunFailed(Box<RunFailure>),
+    /// A bisect stopped by an error or an interrupt (whose kind it keeps; any other cause
+    /// is `failed`), its steps put back, kept for `--resume`.
+    #[error("{0}")]
+    BisectStopped(Box<BisectStopped>),
 }
 
 /// What kind of failure an error is: stable words for scripts (`--json` prints it as
@@ -335,9 +356,11 @@ pub enum ErrorKind {
 impl Error {
     pub(crate) fn exit_code(&self) -> i32 {
         // A run that failed after it began (its record says so) is an operation that
-        // failed, whatever its cause.
-        if let Error::RunFailed(_) | Error::Undone { .. } = self {
-            return 1;
+        // failed, whatever its cause; one that was interrupted exits as interrupted.
+        match self {
+            Error::RunFailed(run) if run.cause.is_interrupted() => return 130,
+            Error::RunFailed(_) | Error::Undone { .. } => return 1,
+            _ => {}
         }
         match self.kind() {
             // Bad input: nothing was changed.
@@ -356,20 +379,20 @@ impl Error {
         match self {
             Error::Usage(_)
             | Error::Setting { .. }
-            | Error::BadFlag { .. }
+            | Error::BadFlag(_)
             | Error::HostVarUnset { .. }
-            | Error::NotConfirmed { .. }
+            | Error::NotConfirmed(_)
             | Error::RecipeCannot { .. }
-            | Error::OpenWithoutKey { .. }
+            | Error::OpenWithoutKey(_)
             | Error::Model(_) => ErrorKind::Usage,
             Error::NoSuch { what, .. } => what.kind(),
-            Error::Stopped { .. } => ErrorKind::NotRunning,
+            Error::Stopped(_) => ErrorKind::NotRunning,
             Error::Server {
                 problem: ServerProblem::Unreachable(_),
                 ..
             } => ErrorKind::NotRunning,
             Error::PathTaken { .. } => ErrorKind::Usage,
-            Error::AlreadyRunning { .. } => ErrorKind::AlreadyRunning,
+            Error::AlreadyRunning(_) => ErrorKind::AlreadyRunning,
             Error::ImageMissing { .. } => ErrorKind::ImageMissing,
             Error::DoorUnreachable { .. } | Error::DoorTooOld { .. } => {
                 ErrorKind::FrontdoorUnreachable
@@ -377,15 +400,16 @@ impl Error {
             Error::DoorRefused { kind, .. } => *kind,
             Error::EngineCall { .. }
             | Error::Registry { .. }
-            | Error::DoorFailed { .. }
+            | Error::DoorFailed(_)
             | Error::OnNode { .. }
             | Error::NoNvidiaRuntime { .. }
             | Error::ModelRefused { .. }
             | Error::TaskLost { .. }
-            | Error::Refused { .. }
+            | Error::Refused(_)
             | Error::HttpClient { .. }
+            | Error::DamagedState { .. }
             | Error::Server { .. }
-            | Error::NotEnded { .. }
+            | Error::NotEnded(_)
             | Error::BadEnd { .. }
             | Error::ExpectationsFail { .. } => ErrorKind::Failed,
             Error::Invalid(_) => ErrorKind::Invalid,
@@ -406,7 +430,15 @@ impl Error {
             Error::Failed(_) | Error::Reported(_) => ErrorKind::Failed,
             Error::RunFailed(run) => run.cause.kind(),
             Error::Undone { cause, .. } => cause.kind(),
+            Error::BisectStopped(b) if b.cause.is_interrupted() => ErrorKind::Interrupted,
+            Error::BisectStopped(_) => ErrorKind::Failed,
         }
+    }
+
+    /// Whether an interrupt is what this error says, however it was carried (a run that
+    /// took the way back keeps it as its cause).
+    pub(crate) fn is_interrupted(&self) -> bool {
+        self.kind() == ErrorKind::Interrupted
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {

@@ -89,3 +89,63 @@ impl fmt::Display for ModelProblem {
         }
     }
 }
+
+/// Why sparkctl will not serve a model its job produced (`Error::ModelRefused`).
+#[derive(Debug)]
+pub enum Unfresh {
+    /// Its producing job has not run here.
+    NotRun { job: String },
+    /// Its producing job's run did not succeed: still running (None), or ended so
+    /// (its state, and how in words).
+    NotSucceeded {
+        job: String,
+        run: String,
+        ended: Option<(String, Option<String>)>,
+    },
+    /// It is marked incomplete (`reason`: the marker's).
+    Incomplete { reason: String },
+    /// An input changed (at `when`, unix seconds) after the job's run started.
+    Stale {
+        input: std::path::PathBuf,
+        when: u64,
+        job: String,
+        started_at: String,
+    },
+}
+
+impl fmt::Display for Unfresh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unfresh::NotRun { job } => write!(
+                f,
+                "it is produced by job {job} (model.produced_by), which has not run here; \
+                 `sparkctl run {job}` first"
+            ),
+            Unfresh::NotSucceeded { job, run, ended } => {
+                write!(f, "its producing job {job} (run {run}) ")?;
+                match ended {
+                    None => f.write_str("is still running")?,
+                    Some((state, how)) => write!(f, "{state}: {}", how.as_deref().unwrap_or("-"))?,
+                }
+                write!(
+                    f,
+                    "; its outputs are marked incomplete. Fix the job and `sparkctl run {job}` \
+                     again (`sparkctl logs {job}` shows its output)"
+                )
+            }
+            Unfresh::Incomplete { reason } => write!(f, "it is marked incomplete: {reason}"),
+            Unfresh::Stale {
+                input,
+                when,
+                job,
+                started_at,
+            } => write!(
+                f,
+                "it is older than its inputs: {} changed at {} after job {job} started \
+                 ({started_at}); `sparkctl run {job}` again",
+                input.display(),
+                crate::units::utc_stamp(*when)
+            ),
+        }
+    }
+}

@@ -6,7 +6,11 @@ use super::Error;
 /// A failed `up` or `rollback`, after the way back.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {record}"
+    "{what} {outcome}: {cause}\n  {notes}\n  serving on port {port}: {serving}\n  run record: {}",
+    match record {
+        Ok(path) => path.display().to_string(),
+        Err(e) => format!("not written ({e})"),
+    }
 )]
 pub struct RunFailure {
     pub(crate) what: String,
@@ -15,7 +19,8 @@ pub struct RunFailure {
     pub(crate) notes: String,
     pub(crate) port: u16,
     pub(crate) serving: String,
-    pub(crate) record: String,
+    /// Where the run record was written, or why it was not.
+    pub(crate) record: Result<std::path::PathBuf, String>,
 }
 
 /// Why a memory plan cannot be met, and so what to do about it.

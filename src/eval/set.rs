@@ -89,11 +89,11 @@ impl EvalSet {
             return Err(Error::NoSuch {
                 what: crate::error::Thing::EvalSet,
                 name: spec.to_string(),
-                hint: format!(
-                    "not a .yaml file, not {}; built in: {}",
-                    dir.join(format!("{spec}.yaml")).display(),
-                    built_in_names().join(", ")
-                ),
+                hint: crate::error::Hint::NotFileNorBuiltIn {
+                    yaml: true,
+                    file: dir.join(spec.to_string() + ".yaml"),
+                    built_in: built_in_names().iter().map(|n| n.to_string()).collect(),
+                },
             });
         };
         Self::parse(&file, &text)

@@ -207,9 +207,10 @@ impl Remote {
 
 /// An answer of the front door this sparkctl cannot read (another version's, say).
 fn unreadable(what: &str, e: serde_json::Error) -> Error {
-    Error::DoorFailed {
-        what: format!("gave a {what} this sparkctl cannot read ({e})"),
-    }
+    Error::DoorFailed(crate::error::DoorProblem::Unreadable {
+        route: what.to_string(),
+        cause: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{control_socket, dir, Config, Remote};
-use crate::error::{Error, Result};
+use crate::error::{DoorProblem, Error, Result};
 use crate::host::ProcessId;
 use crate::state::{self, StateDir};
 
@@ -94,17 +94,13 @@ pub(crate) async fn answering(state: &StateDir, config: &Config) -> Result<Optio
         return Ok(None);
     };
     if s.port != config.port {
-        return Err(Error::AlreadyRunning {
-            what: "the front door of this state dir".into(),
-            detail: format!(
-                "pid {}, on port {}, not the production port {}",
-                s.pid, s.port, config.port
-            ),
-            fix: format!(
-                "`sparkctl frontdoor stop` first, or set SPARKCTL_PRODUCTION_PORT={}",
-                s.port
-            ),
-        });
+        return Err(Error::AlreadyRunning(
+            crate::error::Running::DoorElsewhere {
+                pid: s.pid,
+                port: s.port,
+                production_port: config.port,
+            },
+        ));
     }
     Ok(Some(remote))
 }
@@ -138,6 +134,11 @@ pub(crate) async fn ensure(state: &StateDir, config: &Config, launch: &Launch) -
     Ok(remote)
 }
 
+/// How long a front door just spawned has to answer.
+const ANSWER_S: u64 = 15;
+/// How long a restarted front door has to answer again.
+const RESTART_S: u64 = 45;
+
 /// Waits (15 s at most) until a front door just spawned as `child` answers on its control
 /// socket; an exit or silence is an error quoting its log.
 pub(crate) async fn until_answering(
@@ -145,7 +146,7 @@ pub(crate) async fn until_answering(
     mut child: std::process::Child,
     log_file: &std::path::Path,
 ) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(ANSWER_S);
     while Instant::now() < deadline {
         if remote.status().await.is_ok() {
             // Reaped by init once this command exits; not waited for here.
@@ -153,23 +154,19 @@ pub(crate) async fn until_answering(
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::DoorFailed {
-                what: format!(
-                    "exited at once ({status}); its log {} says:\n{}",
-                    log_file.display(),
-                    tail(log_file)
-                ),
-            });
+            return Err(Error::DoorFailed(DoorProblem::ExitedAtOnce {
+                status: status.to_string(),
+                log: log_file.to_path_buf(),
+                tail: tail(log_file),
+            }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Err(Error::DoorFailed {
-        what: format!(
-            "did not answer within 15 s; its log {} says:\n{}",
-            log_file.display(),
-            tail(log_file)
-        ),
-    })
+    Err(Error::DoorFailed(DoorProblem::Silent {
+        secs: ANSWER_S,
+        log: log_file.to_path_buf(),
+        tail: tail(log_file),
+    }))
 }
 
 fn tail(path: &std::path::Path) -> String {
@@ -242,13 +239,10 @@ pub(crate) async fn stop(state: &StateDir, drain: Duration) -> Result<Option<u32
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Err(Error::DoorFailed {
-        what: format!(
-            "(pid {}) did not stop within {} s",
-            target.pid,
-            stop_bound(drain).as_secs()
-        ),
-    })
+    Err(Error::DoorFailed(DoorProblem::NotStopped {
+        pid: target.pid,
+        secs: stop_bound(drain).as_secs(),
+    }))
 }
 
 /// `sparkctl frontdoor restart`: the running front door restarts in place onto this
@@ -273,7 +267,7 @@ pub(crate) async fn restart(
     )?;
     // SAFETY: a signal to the supervisor whose identity was just checked.
     unsafe { libc::kill(r.pid as i32, libc::SIGHUP) };
-    let deadline = Instant::now() + Duration::from_secs(45);
+    let deadline = Instant::now() + Duration::from_secs(RESTART_S);
     while Instant::now() < deadline {
         if let Ok(s) = remote.status().await {
             if Some(s.pid) != before {
@@ -282,19 +276,17 @@ pub(crate) async fn restart(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(Error::DoorFailed {
-        what: format!(
-            "did not restart within 45 s; its log: {}",
-            r.log_file.display()
-        ),
-    })
+    Err(Error::DoorFailed(DoorProblem::NotRestarted {
+        secs: RESTART_S,
+        log: r.log_file.clone(),
+    }))
 }
 
-/// A front door runs for this state dir already (`r`); `fix` what to do, if anything.
-pub(crate) fn already_running(r: &Record, fix: &str) -> Error {
-    Error::AlreadyRunning {
-        what: "a front door of this state dir".into(),
-        detail: format!("pid {}, port {}", r.pid, r.port),
-        fix: fix.into(),
-    }
+/// A front door runs for this state dir already (`r`); `for_adopt`: in adopt's way.
+pub(crate) fn already_running(r: &Record, for_adopt: bool) -> Error {
+    Error::AlreadyRunning(crate::error::Running::Door {
+        pid: r.pid,
+        port: r.port,
+        for_adopt,
+    })
 }

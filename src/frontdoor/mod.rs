@@ -89,7 +89,7 @@ fn api_key(file: Option<&std::path::Path>) -> Result<Option<String>> {
                 return Err(Error::Setting {
                     name: crate::settings::FRONTDOOR_API_KEY_FILE,
                     value: path.display().to_string(),
-                    want: "is empty; put the key on its first line".into(),
+                    want: crate::error::Want::EmptyKeyFile,
                 });
             }
             private_key_file(path)?;
@@ -115,11 +115,10 @@ fn private_key_file(path: &std::path::Path) -> Result<()> {
         return Err(Error::Setting {
             name: crate::settings::FRONTDOOR_API_KEY_FILE,
             value: path.display().to_string(),
-            want: format!(
-                "is a file other users may read (mode {:o}); `chmod 600 {}`",
-                mode & 0o777,
-                path.display()
-            ),
+            want: crate::error::Want::KeyFileOpen {
+                mode: mode & 0o777,
+                path: path.to_path_buf(),
+            },
         });
     }
     Ok(())
@@ -140,13 +139,10 @@ impl Config {
         if self.api_key_required || loopback_only(&self.host) {
             return Ok(());
         }
-        Err(Error::OpenWithoutKey {
-            what: format!(
-                "the front door would serve {}:{} to the network",
-                self.host, self.port
-            ),
-            then: "or serve this machine only: SPARKCTL_FRONTDOOR_HOST=127.0.0.1".into(),
-        })
+        Err(Error::OpenWithoutKey(crate::error::Exposure::Door {
+            host: self.host.clone(),
+            port: self.port,
+        }))
     }
 
     pub(crate) fn new(settings: &crate::settings::Settings, port: u16) -> Result<Config> {

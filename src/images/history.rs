@@ -252,19 +252,15 @@ impl History {
             [] => Err(Error::NoSuch {
                 what: crate::error::Thing::Digest,
                 name: text.to_string(),
-                hint: format!(
-                    "in {}'s image history; `sparkctl images history {}` lists them",
-                    self.recipe, self.recipe
-                ),
+                hint: crate::error::Hint::ImageHistory {
+                    recipe: self.recipe.clone(),
+                },
             }),
-            many => Err(Error::BadFlag {
-                flag: text.to_string(),
-                why: format!(
-                    "names {} digests of {}'s image; give more of it",
-                    many.len(),
-                    self.recipe
-                ),
-            }),
+            many => Err(Error::BadFlag(crate::error::FlagProblem::AmbiguousDigest {
+                prefix: text.to_string(),
+                many: many.len(),
+                recipe: self.recipe.clone(),
+            })),
         }
     }
 }

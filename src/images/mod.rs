@@ -172,20 +172,19 @@ pub(crate) async fn run_reference(
         return Err(Error::NoSuch {
             what: Thing::Pin,
             name: recipe.to_string(),
-            hint: format!(
-                "run `sparkctl images pin {recipe}` (its image is {reference}; or pass \
-                 --allow-unpinned, recorded with the run)"
-            ),
+            hint: crate::error::Hint::PinOrAllow {
+                recipe: recipe.to_string(),
+                reference: reference.to_string(),
+            },
         });
     };
     if pin.reference != reference {
         return Err(Error::RecipeCannot {
             recipe: recipe.to_string(),
-            why: format!(
-                "the recipe names {reference} but images.lock pinned {}; run `sparkctl images \
-                 pin {recipe}`",
-                pin.reference
-            ),
+            why: crate::error::RecipeProblem::PinOfAnother {
+                reference: reference.to_string(),
+                pinned: pin.reference.clone(),
+            },
         });
     }
     let run = pin.run_reference();

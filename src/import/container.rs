@@ -22,7 +22,7 @@ pub(crate) async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observ
             return Err(Error::NoSuch {
                 what: crate::error::Thing::Container,
                 name: id.to_string(),
-                hint: "`docker ps` lists the running ones".into(),
+                hint: crate::error::Hint::DockerPs,
             })
         }
         Err(e) => return Err(engine_error(&format!("inspecting container {id}"), e)),
@@ -35,10 +35,9 @@ pub(crate) async fn observe(docker: &bollard::Docker, id: &str) -> Result<Observ
         .trim_start_matches('/')
         .to_string();
     if !info.state.as_ref().and_then(|s| s.running).unwrap_or(false) {
-        return Err(Error::Stopped {
-            what: format!("container {name}"),
-            fix: "start it, or import its docker run line with --docker-run".into(),
-        });
+        return Err(Error::Stopped(crate::error::Gone::Container {
+            name: name.to_string(),
+        }));
     }
     let config = info.config.clone().unwrap_or_default();
     let host = info.host_config.clone().unwrap_or_default();

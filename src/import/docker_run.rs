@@ -311,10 +311,10 @@ fn ulimit(v: &str) -> Option<(String, i64)> {
 
 /// A pasted line `--docker-run` cannot import: why.
 fn bad(why: impl Into<String>) -> Error {
-    Error::BadFlag {
-        flag: "--docker-run".into(),
+    Error::BadFlag(crate::error::FlagProblem::Said {
+        flag: "--docker-run",
         why: why.into(),
-    }
+    })
 }
 
 #[cfg(test)]

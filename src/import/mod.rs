@@ -123,7 +123,10 @@ pub(crate) async fn observe(source: &Source, docker: Option<&bollard::Docker>) -
         Source::Port(port) => process::observe_port(*port),
         Source::Container(id) => {
             let docker = docker.ok_or_else(|| Error::EngineUnreachable {
-                cause: format!("needed to inspect container {id}"),
+                cause: crate::error::Reach::Needed(crate::error::EngineNeed::Container {
+                    doing: "inspect",
+                    name: id.to_string(),
+                }),
             })?;
             container::observe(docker, id).await
         }
@@ -150,8 +153,7 @@ pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if path.exists() && !force {
         return Err(Error::PathTaken {
             path: path.to_path_buf(),
-            there: "exists".into(),
-            fix: "choose another name with --name, or pass --force to replace it".into(),
+            why: crate::error::Taken::Exists,
         });
     }
     if let Some(dir) = path.parent() {

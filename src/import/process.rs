@@ -48,7 +48,7 @@ pub(crate) fn observe_port(port: u16) -> Result<Observed> {
     let listener = crate::host::listener_on(port).ok_or_else(|| Error::NoSuch {
         what: Thing::Listener,
         name: port.to_string(),
-        hint: String::new(),
+        hint: crate::error::Hint::None,
     })?;
     let pid = listener.pid.ok_or_else(|| {
         Error::Failed(format!(
@@ -58,13 +58,9 @@ pub(crate) fn observe_port(port: u16) -> Result<Observed> {
     })?;
     if let Some(cmd) = listener.command.as_deref() {
         if cmd == "docker-proxy" {
-            return Err(Error::BadFlag {
-                flag: "--port".into(),
-                why: format!(
-                    "port {port} is published by a container; import it with --container \
-                     (`docker ps` names it)"
-                ),
-            });
+            return Err(Error::BadFlag(crate::error::FlagProblem::PortOfContainer {
+                port,
+            }));
         }
     }
     observe_pid(pid)
@@ -75,7 +71,7 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
     let id = crate::host::ProcessId::of(pid).ok_or_else(|| Error::NoSuch {
         what: Thing::Pid,
         name: pid.to_string(),
-        hint: String::new(),
+        hint: crate::error::Hint::None,
     })?;
     let cmdline = std::fs::read(proc_dir.join("cmdline"))
         .map_err(|e| Error::io(format!("cannot read the command line of pid {pid}"), e))?;
@@ -85,10 +81,9 @@ pub(crate) fn observe_pid(pid: u32) -> Result<Observed> {
         .map(|w| String::from_utf8_lossy(w).into_owned())
         .collect();
     let Some((first, args)) = argv.split_first() else {
-        return Err(Error::BadFlag {
-            flag: "--pid".into(),
-            why: format!("pid {pid} has no command line (a kernel thread?)"),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::NoCommandLine {
+            pid,
+        }));
     };
     let cwd = std::fs::read_link(proc_dir.join("cwd")).ok();
     let exe = std::fs::read_link(proc_dir.join("exe")).ok();
@@ -220,8 +215,8 @@ fn listening_port(pid: u32, args: &[String]) -> Option<u16> {
 
 /// A pasted line `--command` cannot import: why.
 fn bad_command(why: impl ToString) -> Error {
-    Error::BadFlag {
-        flag: "--command".into(),
+    Error::BadFlag(crate::error::FlagProblem::Said {
+        flag: "--command",
         why: why.to_string(),
-    }
+    })
 }

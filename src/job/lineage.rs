@@ -51,31 +51,30 @@ pub(crate) async fn check(
 ) -> Result<Lineage> {
     let rec = super::record::latest(state, job)?.ok_or_else(|| Error::ModelRefused {
         model: model.to_path_buf(),
-        why: format!(
-            "it is produced by job {job} (model.produced_by), which has not run here; \
-             `sparkctl run {job}` first"
-        ),
+        why: crate::error::Unfresh::NotRun {
+            job: job.to_string(),
+        },
     })?;
     let rec = super::finalize::finalize(docker, state, rec).await?;
     if rec.state != JobState::Succeeded {
-        let why = match rec.state {
-            JobState::Running => "is still running".to_string(),
-            s => format!("{s}: {}", rec.explanation.as_deref().unwrap_or("-")),
+        let ended = match rec.state {
+            JobState::Running => None,
+            s => Some((s.to_string(), rec.explanation.clone())),
         };
         return Err(Error::ModelRefused {
             model: model.to_path_buf(),
-            why: format!(
-                "its producing job {job} (run {}) {why}; its outputs are marked incomplete. Fix \
-                 the job and `sparkctl run {job}` again (`sparkctl logs {job}` shows its output)",
-                rec.run_id
-            ),
+            why: crate::error::Unfresh::NotSucceeded {
+                job: job.to_string(),
+                run: rec.run_id.clone(),
+                ended,
+            },
         });
     }
     let out = output_holding(&rec, model)?;
     if let Some(reason) = super::finalize::incomplete_reason(&out.path) {
         return Err(Error::ModelRefused {
             model: model.to_path_buf(),
-            why: format!("it is marked incomplete: {reason}"),
+            why: crate::error::Unfresh::Incomplete { reason },
         });
     }
     inputs_unchanged(&rec, model)?;
@@ -120,15 +119,12 @@ fn inputs_unchanged(rec: &JobRecord, model: &Path) -> Result<()> {
             if when > rec.started_unix {
                 return Err(Error::ModelRefused {
                     model: model.to_path_buf(),
-                    why: format!(
-                        "it is older than its inputs: {} changed at {} after job {} started ({}); \
-                     `sparkctl run {}` again",
-                        input.path.display(),
-                        crate::units::utc_stamp(when),
-                        rec.job,
-                        rec.started_at,
-                        rec.job
-                    ),
+                    why: crate::error::Unfresh::Stale {
+                        input: input.path.clone(),
+                        when,
+                        job: rec.job.clone(),
+                        started_at: rec.started_at.clone(),
+                    },
                 });
             }
         }

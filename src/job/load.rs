@@ -60,11 +60,10 @@ pub(crate) fn find_job(dir: &Path, name: &str) -> Result<LoadedJob> {
     Err(Error::NoSuch {
         what: crate::error::Thing::JobRecipe,
         name: name.to_string(),
-        hint: format!(
-            "not in {}; {}",
-            dir.display(),
-            crate::recipe::did_you_mean(name, &names, "known jobs")
-        ),
+        hint: crate::error::Hint::NotIn {
+            dir: dir.to_path_buf(),
+            near: crate::recipe::did_you_mean(name, &names, "known jobs"),
+        },
     })
 }
 

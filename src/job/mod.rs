@@ -100,7 +100,9 @@ impl<'a> Runs<'a> {
         let rec = record::latest(self.state, job)?.ok_or_else(|| Error::NoSuch {
             what: crate::error::Thing::JobRun,
             name: job.to_string(),
-            hint: format!("`sparkctl run {job}` starts it, `sparkctl jobs` lists runs"),
+            hint: crate::error::Hint::RunJob {
+                job: job.to_string(),
+            },
         })?;
         finalize::finalize(self.docker, self.state, rec).await
     }
@@ -111,19 +113,17 @@ impl<'a> Runs<'a> {
         let _state_lock = self.state.lock(&format!("stop {job}"))?;
         let mut rec = self.latest(job).await?;
         if rec.state.is_final() {
-            return Err(Error::Stopped {
-                what: format!("job {job} (its last run {} {})", rec.run_id, rec.state),
-                fix: "nothing to stop".into(),
-            });
+            return Err(Error::Stopped(crate::error::Gone::Job {
+                job: job.to_string(),
+                run: rec.run_id.clone(),
+                state: rec.state.to_string(),
+            }));
         }
         if !container::is_ours(self.docker, &rec.container, &self.state.id(), job).await {
-            return Err(Error::Refused {
-                what: format!("container {} of job {job}'s record", rec.container_name),
-                why: "does not carry this state dir's job labels; sparkctl stops only its own \
-                      containers"
-                    .into(),
-                left: "changed",
-            });
+            return Err(Error::Refused(crate::error::Refusal::ForeignJobContainer {
+                container: rec.container_name.clone(),
+                job: job.to_string(),
+            }));
         }
         // Recorded first, so the SIGKILL that may follow is not blamed on memory.
         rec.stop_requested = true;

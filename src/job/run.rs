@@ -12,7 +12,7 @@ use super::container;
 use super::recipe::{host_path, LoadedJob};
 use super::record::{InputPrint, JobRecord, JobState, OutputResult};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result};
 use crate::memory::MemoryPlan;
 use crate::patch::owner::Owner;
 use crate::progress::Progress;
@@ -141,6 +141,7 @@ async fn resolve_image(
     {
         return Err(Error::NoNvidiaRuntime {
             recipe: r.name.clone(),
+            gpus: None,
         });
     }
     Ok((image, pinned, image_id))
@@ -155,11 +156,10 @@ async fn refuse_if_running(ctx: &Context, job: &str) -> Result<()> {
     }
     let docker = ctx.runtimes.docker()?.client();
     if matches!(container::ended(docker, &rec.container).await?, Ok(None)) {
-        return Err(Error::AlreadyRunning {
-            what: format!("job {job}"),
-            detail: format!("run {}", rec.run_id),
-            fix: format!("`sparkctl logs {job} -f` follows it, `sparkctl stop {job}` ends it"),
-        });
+        return Err(Error::AlreadyRunning(crate::error::Running::Job {
+            job: job.to_string(),
+            run: rec.run_id.clone(),
+        }));
     }
     Ok(())
 }
@@ -208,20 +208,13 @@ fn check_outputs_writable(loaded: &LoadedJob, user: &str) -> Result<()> {
         }
         let writable = uid == 0 || meta.uid() == uid || meta.mode() & 0o002 != 0;
         if !writable {
-            return Err(Error::Refused {
-                left: "started",
-                what: format!(
-                    "{}: outputs[{i}].path {}",
-                    loaded.path.display(),
-                    path.display()
-                ),
-                why: format!(
-                    "belongs to uid {} and the job runs as {user}: it could not write there; \
-                     `sudo chown -R {user} {}` or choose another path",
-                    meta.uid(),
-                    path.display()
-                ),
-            });
+            return Err(Error::Refused(crate::error::Refusal::OutputNotWritable {
+                file: loaded.path.clone(),
+                i,
+                path: path.to_path_buf(),
+                uid: meta.uid(),
+                user: user.to_string(),
+            }));
         }
     }
     Ok(())
@@ -269,16 +262,12 @@ fn check_disk(loaded: &LoadedJob) -> Result<Vec<DiskCheck>> {
         }
     }
     if let Some((_, need, free, keys)) = per_fs.iter().find(|f| f.1 > f.2) {
-        return Err(Error::Refused {
-            left: "started",
-            what: format!("{}: {}", loaded.path.display(), keys.join(", ")),
-            why: format!(
-                "declare {} of output but their filesystem has {} free; free space or point \
-                 the output elsewhere",
-                crate::units::ByteSize(*need),
-                crate::units::ByteSize(*free)
-            ),
-        });
+        return Err(Error::Refused(crate::error::Refusal::OutputNoSpace {
+            file: loaded.path.clone(),
+            keys: keys.clone(),
+            need: *need,
+            free: *free,
+        }));
     }
     Ok(checks)
 }
@@ -318,10 +307,9 @@ async fn start(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Result<J
     let inputs = tokio::select! {
         r = fingerprint_inputs(ctx, r, opts) => r?,
         _ = tokio::signal::ctrl_c() => {
-            return Err(Error::Interrupted(format!(
-                "interrupted while fingerprinting the inputs of {}; nothing was started",
-                r.name
-            )))
+            return Err(Error::Interrupted(Interruption::Fingerprinting {
+                job: r.name.clone(),
+            }))
         }
     };
     make_room(ctx, plan, opts).await?;
@@ -461,9 +449,10 @@ async fn make_room(ctx: &Context, plan: &JobPlan, opts: &RunOptions<'_>) -> Resu
                 plan.job
             ))
         {
-            return Err(Error::NotConfirmed {
-                what: format!("job {} needs production {victim} stopped first", plan.job),
-            });
+            return Err(Error::NotConfirmed(crate::error::Unconfirmed::JobSwap {
+                job: plan.job.clone(),
+                production: victim.to_string(),
+            }));
         }
         let Some(d) = ctx.runtimes.find(victim).await?.filter(|d| d.running()) else {
             continue;

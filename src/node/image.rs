@@ -52,12 +52,11 @@ pub(crate) async fn ensure(head: &Connected, node: &Connected, id: &str) -> Resu
         Some(got) if got == id => Ok(Presence::Copied),
         got => Err(Error::OnNode {
             node: node.node.name.clone(),
-            what: format!(
-                "the image copied from {} has id {} there, not {id}; refusing to run different \
-                 bits on different nodes",
-                head.node.name,
-                got.as_deref().unwrap_or("(none)")
-            ),
+            what: crate::error::NodeProblem::WrongImage {
+                head: head.node.name.clone(),
+                got,
+                id: id.to_string(),
+            },
         }),
     }
 }
@@ -65,11 +64,10 @@ pub(crate) async fn ensure(head: &Connected, node: &Connected, id: &str) -> Resu
 fn copy_failed(head: &Connected, node: &Connected, id: &str, why: &str) -> Error {
     Error::OnNode {
         node: node.node.name.clone(),
-        what: format!(
-            "it lacks image {} and copying it from {} failed ({why}); load it there \
-             (`docker save` / `docker load`) or pull the pinned digest on that node",
-            crate::units::short_id(id),
-            head.node.name
-        ),
+        what: crate::error::NodeProblem::CopyFailed {
+            id: id.to_string(),
+            head: head.node.name.clone(),
+            why: why.to_string(),
+        },
     }
 }

@@ -190,24 +190,23 @@ impl GroupPlan {
     /// The group a recipe with `nodes:` runs; an error for recipes without, or engines
     /// that do not run on Ray.
     pub(crate) fn new(recipe: &Recipe) -> Result<GroupPlan> {
-        let cannot = |why: String| Error::RecipeCannot {
+        let cannot = |why: crate::error::RecipeProblem| Error::RecipeCannot {
             recipe: recipe.name.clone(),
             why,
         };
         let nodes = recipe
             .nodes
             .as_ref()
-            .ok_or_else(|| cannot("it has no nodes: it runs on one engine".into()))?;
+            .ok_or_else(|| cannot(crate::error::RecipeProblem::NoNodes))?;
         let words = ray_words(recipe.engine).ok_or_else(|| {
-            cannot(format!(
-                "engine {} does not run across nodes here; multi-node recipes use vllm",
-                recipe.engine
-            ))
+            cannot(crate::error::RecipeProblem::NotAcrossNodes {
+                engine: recipe.engine.to_string(),
+            })
         })?;
         let head = nodes
             .members
             .first()
-            .ok_or_else(|| cannot("nodes.members is empty".into()))?;
+            .ok_or_else(|| cannot(crate::error::RecipeProblem::NoMembers))?;
         let ray_address = format!("{}:{}", head.address, nodes.ray_port);
         let mut plan = GroupPlan {
             ray_address: ray_address.clone(),

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::create::{create_and_start, member_body, ray_session_dir};
 use super::plan::GroupPlan;
 use super::ray::{parse_status, Cluster};
-use crate::error::{Error, Result};
+use crate::error::{Error, Interruption, Result, Undoing};
 use crate::recipe::nodes::Nodes;
 use crate::runtime::group::{self, Role};
 use crate::runtime::remote::{connect_all, Connected};
@@ -76,7 +76,7 @@ pub(crate) async fn start(
     };
     let outcome = tokio::select! {
         r = starting.parts(host_env) => r,
-        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted("interrupted".into())),
+        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted(Interruption::Signal)),
     };
     match outcome {
         Ok(started) => Ok(started),
@@ -85,16 +85,17 @@ pub(crate) async fn start(
             if stopped.is_empty() {
                 return Err(e);
             }
-            let notes = format!(
-                "the group was stopped on every node{}",
-                group::summary(&stopped)
-            );
             Err(match e {
-                Error::Interrupted(_) => Error::Interrupted(format!("{e}; {notes}")),
+                Error::Interrupted(cause) => Error::Interrupted(Interruption::GroupStopped {
+                    cause: Box::new(cause),
+                    stopped: group::summary(&stopped),
+                }),
                 _ => Error::Undone {
-                    what: format!("starting {} on its nodes", spec.resolved.name),
+                    what: Undoing::NodeStart {
+                        name: spec.resolved.name.clone(),
+                        stopped: group::summary(&stopped),
+                    },
                     cause: Box::new(e),
-                    notes,
                 },
             })
         }
@@ -262,7 +263,10 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
             if let Some(exit) = ended(&conn.docker, id).await {
                 return Err(Error::OnNode {
                     node: conn.node.name.clone(),
-                    what: format!("its {} {exit} before every node joined Ray", role.as_str()),
+                    what: crate::error::NodeProblem::Ended {
+                        role: role.as_str(),
+                        exit: exit.to_string(),
+                    },
                 });
             }
         }
@@ -276,17 +280,12 @@ async fn wait_joined(g: &GroupStart, started: &[(Connected, Role, String)]) -> R
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::OnNode {
                 node: head_conn.node.name.clone(),
-                what: format!(
-                    "Ray reports {} of {} nodes ({} of {} GPUs) after {:?}: a worker never \
-                     joined; check that the nodes reach each other on their high-speed \
-                     addresses (`sparkctl doctor RECIPE`) and that port {} is open on the head",
-                    seen.nodes,
-                    want.nodes,
-                    seen.gpus,
-                    want.gpus,
-                    g.join_timeout(),
-                    g.nodes.ray_port
-                ),
+                what: crate::error::NodeProblem::RayShort {
+                    nodes: (seen.nodes, want.nodes),
+                    gpus: (seen.gpus, want.gpus),
+                    after: g.join_timeout(),
+                    port: g.nodes.ray_port,
+                },
             });
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -98,7 +98,7 @@ pub(crate) async fn fingerprint_in_background(
     tokio::task::spawn_blocking(move || fingerprint::fingerprint(&model, &cache, threads()))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "fingerprinting".into(),
+            what: crate::error::Task::Fingerprinting,
             cause: e.to_string(),
         })?
 }
@@ -112,7 +112,7 @@ pub(crate) async fn file_hashes_in_background(
     tokio::task::spawn_blocking(move || fingerprint::file_hashes(&model, &cache, threads()))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "fingerprinting".into(),
+            what: crate::error::Task::Fingerprinting,
             cause: e.to_string(),
         })?
 }
@@ -126,15 +126,10 @@ fn preflight(plan: &Plan) -> Result<()> {
             .permissions()
             .mode();
         if mode & 0o222 == 0 {
-            return Err(Error::Refused {
-                left: "changed",
-                what: path.display().to_string(),
-                why: format!(
-                    "is read-only (mode {:o}); make it writable (`chmod u+w`) if it may be \
-                     patched",
-                    mode & 0o777
-                ),
-            });
+            return Err(Error::Refused(crate::error::Refusal::ReadOnly {
+                path: path.clone(),
+                mode: mode & 0o777,
+            }));
         }
     }
     Ok(())
@@ -248,18 +243,14 @@ async fn chown(
         .as_deref()
         .ok_or_else(|| Error::RecipeCannot {
             recipe: loaded.recipe.name.clone(),
-            why: format!(
-                "{} path(s) in {} are not owned by {}; without root that needs a helper \
-                 container, and this recipe has no image: run `sudo chown -R {} {}`",
-                change.paths.len(),
-                root.display(),
-                change.owner,
-                change.owner,
-                root.display()
-            ),
+            why: crate::error::RecipeProblem::NotOwned {
+                paths: change.paths.len(),
+                root: root.to_path_buf(),
+                owner: change.owner.to_string(),
+            },
         })?;
-    let docker = docker.ok_or_else(|| Error::EngineUnreachable {
-        cause: "needed for the chown step's helper container".into(),
+    let docker = docker.ok_or(Error::EngineUnreachable {
+        cause: crate::error::Reach::Needed(crate::error::EngineNeed::ChownHelper),
     })?;
     owner::chown_via_container(
         docker,
@@ -366,19 +357,11 @@ pub(crate) fn revert(loaded: &LoadedRecipe) -> Result<Reverted> {
         .filter(|rel| !root.join(format!("{rel}{BACKUP_SUFFIX}")).exists())
         .collect();
     if !missing.is_empty() {
-        return Err(Error::Refused {
-            left: "changed",
-            what: format!(
-                "the backups of {} in {}",
-                missing
-                    .iter()
-                    .map(|m| format!("{m}{BACKUP_SUFFIX}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                root.display()
-            ),
-            why: "are gone, so it cannot be reverted".into(),
-        });
+        return Err(Error::Refused(crate::error::Refusal::BackupsGone {
+            missing: missing.iter().map(|m| m.to_string()).collect(),
+            suffix: BACKUP_SUFFIX,
+            root: root.to_path_buf(),
+        }));
     }
     // The manifest shrinks with each file put back, so an interrupted revert can resume.
     let mut restored = Vec::new();

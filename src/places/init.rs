@@ -131,8 +131,7 @@ pub(crate) fn init(root: &Path) -> Result<InitReport> {
     if root.exists() && !root.is_dir() {
         return Err(Error::PathTaken {
             path: root.to_path_buf(),
-            there: "exists and is not a directory".into(),
-            fix: "give `sparkctl init` another place (--dir)".into(),
+            why: crate::error::Taken::NotADir,
         });
     }
     let files = shipped();
@@ -141,8 +140,9 @@ pub(crate) fn init(root: &Path) -> Result<InitReport> {
         if path.is_dir() {
             return Err(Error::PathTaken {
                 path,
-                there: format!("is a directory where sparkctl's {rel} goes"),
-                fix: "move it aside, nothing was written".into(),
+                why: crate::error::Taken::DirWhereFile {
+                    rel: rel.to_string(),
+                },
             });
         }
     }

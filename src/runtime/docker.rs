@@ -60,7 +60,10 @@ pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
         | E::RequestTimeoutError
         | E::HyperLegacyError { .. }
         | E::SocketNotFoundError(_) => Error::EngineUnreachable {
-            cause: format!("{context}: {e}"),
+            cause: crate::error::Reach::Doing {
+                doing: context.to_string(),
+                said: e.to_string(),
+            },
         },
         _ => Error::EngineCall {
             doing: context.to_string(),
@@ -72,7 +75,7 @@ pub(crate) fn engine_error(context: &str, e: bollard::errors::Error) -> Error {
 /// Connects to the local engine (DOCKER_HOST or the default socket) and agrees on an API version.
 pub(crate) async fn connect() -> Result<Docker> {
     let unreachable = |e: bollard::errors::Error| Error::EngineUnreachable {
-        cause: e.to_string(),
+        cause: crate::error::Reach::Said(e.to_string()),
     };
     Docker::connect_with_local_defaults()
         .map_err(unreachable)?
@@ -228,7 +231,7 @@ pub(crate) fn host_env(resolved: &Resolved) -> Result<Vec<String>> {
 fn not_docker(resolved: &Resolved) -> Error {
     Error::RecipeCannot {
         recipe: resolved.name.clone(),
-        why: "it is not a docker recipe".into(),
+        why: crate::error::RecipeProblem::NotDocker,
     }
 }
 
@@ -397,7 +400,8 @@ impl Supervisor for DockerRuntime {
         if let Some(g) = &c.resources.gpus {
             if !self.has_nvidia_runtime().await? {
                 return Err(Error::NoNvidiaRuntime {
-                    recipe: format!("{} (server.gpus: {g})", resolved.name),
+                    recipe: resolved.name.clone(),
+                    gpus: Some(g.to_string()),
                 });
             }
         }

@@ -231,24 +231,17 @@ pub(crate) async fn logs(
     out: &mut LogSink,
 ) -> Result<()> {
     let Some(nodes) = nodes_of(docker.client(), &d.id).await else {
-        return Err(Error::BadFlag {
-            flag: "--node".into(),
-            why: format!(
-                "{} runs on one engine; --node is for recipes with nodes:",
-                d.name
-            ),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::NodeOfOneEngine {
+            name: d.name.clone(),
+        }));
     };
     let Some(member) = nodes.members.iter().find(|n| n.name == node) else {
         let names: Vec<&str> = nodes.members.iter().map(|n| n.name.as_str()).collect();
-        return Err(Error::BadFlag {
-            flag: "--node".into(),
-            why: format!(
-                "{} has no node `{node}`; its nodes: {}",
-                d.name,
-                names.join(", ")
-            ),
-        });
+        return Err(Error::BadFlag(crate::error::FlagProblem::NoSuchNode {
+            name: d.name.clone(),
+            node: node.to_string(),
+            nodes: names.iter().map(|n| n.to_string()).collect(),
+        }));
     };
     let conn = Connected {
         node: member.clone(),

@@ -228,7 +228,7 @@ pub(crate) trait Supervisor {
 /// Engine is optional here: without it, process deployments still list, stop and log.
 pub(crate) struct Runtimes {
     pub(crate) process: ProcessRuntime,
-    docker: std::result::Result<DockerRuntime, String>,
+    docker: std::result::Result<DockerRuntime, crate::error::Reach>,
 }
 
 impl Runtimes {
@@ -238,7 +238,7 @@ impl Runtimes {
             // The client's own words: `docker()` says them in the one message.
             docker: DockerRuntime::connect(state).await.map_err(|e| match e {
                 crate::error::Error::EngineUnreachable { cause } => cause,
-                other => other.to_string(),
+                other => crate::error::Reach::Said(other.to_string()),
             }),
         }
     }

@@ -142,7 +142,7 @@ fn launch_parts(resolved: &Resolved) -> Result<ProcessLaunch<'_>> {
     else {
         return Err(Error::RecipeCannot {
             recipe: resolved.name.clone(),
-            why: "it is not a process recipe".into(),
+            why: crate::error::RecipeProblem::NotProcess,
         });
     };
     // Host variables are inherited anyway; checked so a missing secret fails here, not
@@ -176,15 +176,10 @@ impl Supervisor for ProcessRuntime {
         if !host::is_executable(&path) {
             return Err(Error::RecipeCannot {
                 recipe: resolved.name.clone(),
-                why: format!(
-                    "binary {} {}; build it or fix `binary:` (or `python:`) in the recipe",
-                    path.display(),
-                    if path.exists() {
-                        "is not executable"
-                    } else {
-                        "does not exist"
-                    }
-                ),
+                why: crate::error::RecipeProblem::Binary {
+                    exists: path.exists(),
+                    path,
+                },
             });
         }
         Ok(program.to_string())
@@ -232,19 +227,20 @@ impl Supervisor for ProcessRuntime {
         }
         let held = self.state.hold_deployment_records()?;
         if let Some(d) = self.find(&resolved.name).filter(Deployment::running) {
-            return Err(Error::AlreadyRunning {
-                what: resolved.name.clone(),
-                detail: format!("pid {}, started meanwhile by another sparkctl", d.id),
-                fix: "`sparkctl status` shows it".into(),
-            });
+            return Err(Error::AlreadyRunning(crate::error::Running::Process {
+                name: resolved.name.clone(),
+                id: d.id.clone(),
+            }));
         }
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::io(format!("cannot start {artifact}"), e))?;
         let pid = child.id().expect("a just-spawned child has a pid");
-        let process = ProcessId::of(pid).ok_or_else(|| Error::Stopped {
-            what: format!("{artifact} (pid {pid})"),
-            fix: "it ended as it started; `sparkctl logs` shows its output".into(),
+        let process = ProcessId::of(pid).ok_or_else(|| {
+            Error::Stopped(crate::error::Gone::Ended {
+                artifact: artifact.to_string(),
+                pid,
+            })
         })?;
         let deployment = Deployment {
             log_file: Some(log_path.clone()),
@@ -297,10 +293,10 @@ impl Supervisor for ProcessRuntime {
             if !wait_gone(process, grace).await {
                 signal_group(process.pid, libc::SIGKILL);
                 if !wait_gone(process, Duration::from_secs(5)).await {
-                    return Err(Error::NotEnded {
-                        what: format!("{} (pid {})", deployment.name, process.pid),
-                        detail: String::new(),
-                    });
+                    return Err(Error::NotEnded(crate::error::Stuck::Server {
+                        name: deployment.name.clone(),
+                        pid: process.pid,
+                    }));
                 }
             }
         }

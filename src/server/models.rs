@@ -80,7 +80,7 @@ pub(crate) async fn every_model(
             }
             Some(ended) = watches.join_next() => {
                 return ended.map_err(|e| Error::TaskLost {
-                    what: "a model's watch".into(),
+                    what: crate::error::Task::ModelWatch,
                     cause: e.to_string(),
                 })?;
             }

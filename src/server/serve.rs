@@ -185,7 +185,7 @@ impl Opened {
         if let Some(r) = ended {
             supervised.abort();
             return r.map_err(|e| Error::TaskLost {
-                what: "the front door's watch".into(),
+                what: crate::error::Task::DoorWatch,
                 cause: e.to_string(),
             })?;
         }

@@ -101,7 +101,7 @@ pub(crate) async fn run(
     handover::raise_fd_limit();
     if let Some(r) = running(state) {
         if r.pid != std::process::id() {
-            return Err(already_running(&r, ""));
+            return Err(already_running(&r, false));
         }
     }
     // A socket of its own to bind: not on an open address without a key. One inherited is
@@ -117,10 +117,7 @@ pub(crate) async fn run(
         (Some(old), true) => upgrade_from(state, launch, fd, old).await,
         (Some(pid), false) => {
             super::say!("supervising the front door server pid {pid}, whose supervisor is gone");
-            let p = ProcessId::of(pid).ok_or_else(|| Error::Stopped {
-                what: format!("pid {pid}"),
-                fix: String::new(),
-            })?;
+            let p = ProcessId::of(pid).ok_or(Error::Stopped(crate::error::Gone::Pid { pid }))?;
             Server::Other(p)
         }
         (None, _) => spawn_server(state, launch, fd)?,
@@ -295,8 +292,5 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::
 
 /// `--listen-fd FD` that is no listening socket (the supervisor's and the server's flag).
 pub(crate) fn not_listening(fd: i32) -> Error {
-    Error::BadFlag {
-        flag: "--listen-fd".into(),
-        why: format!("{fd} is not a listening socket"),
-    }
+    Error::BadFlag(crate::error::FlagProblem::NotListening { fd })
 }

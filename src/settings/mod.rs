@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Want};
 
 mod vars;
 pub(crate) use vars::*;
@@ -52,43 +52,30 @@ pub(crate) fn api_key_value() -> Option<String> {
 }
 
 /// A value of `name` that cannot be used: what can, and how to give it.
-fn bad(name: &'static str, value: String, want: String) -> Error {
+fn bad(name: &'static str, value: String, want: Want) -> Error {
     Error::Setting { name, value, want }
 }
 
 fn number<T: std::str::FromStr>(name: &'static str) -> Result<Option<T>> {
     var(name)
-        .map(|v| {
-            v.trim().parse().map_err(|_| {
-                bad(
-                    name,
-                    v,
-                    format!("is not a number; unset it or give e.g. {name}=128"),
-                )
-            })
-        })
+        .map(|v| v.trim().parse().map_err(|_| bad(name, v, Want::Number)))
         .transpose()
 }
 
 fn count(name: &'static str, default: usize) -> Result<usize> {
     var(name).map_or(Ok(default), |v| {
-        v.trim().parse().map_err(|_| {
-            let want =
-                format!("is not a count; give a whole number such as {default} (0 keeps none)");
-            bad(name, v, want)
-        })
+        v.trim()
+            .parse()
+            .map_err(|_| bad(name, v, Want::Count { default }))
     })
 }
 
 /// A count that must be positive (`what` it counts, for the message).
-fn positive(name: &'static str, what: &str) -> Result<Option<usize>> {
+fn positive(name: &'static str, what: &'static str) -> Result<Option<usize>> {
     var(name)
         .map(|v| match v.trim().parse() {
             Ok(n) if n > 0 => Ok(n),
-            _ => {
-                let want = format!("is not a number of {what}; unset it or give e.g. {name}=256");
-                Err(bad(name, v, want))
-            }
+            _ => Err(bad(name, v, Want::Positive { what })),
         })
         .transpose()
 }
@@ -96,7 +83,7 @@ fn positive(name: &'static str, what: &str) -> Result<Option<usize>> {
 fn duration(name: &'static str, default: Duration) -> Result<Duration> {
     var(name).map_or(Ok(default), |v| {
         crate::units::parse_duration(v.trim())
-            .map_err(|e| bad(name, v, format!("is not a duration: {e}")))
+            .map_err(|e| bad(name, v, Want::Duration { why: e.to_string() }))
     })
 }
 
@@ -180,13 +167,7 @@ impl Settings {
         let bandwidth_gbps = var(BANDWIDTH_GBPS)
             .map(|v| match v.trim().parse::<f64>() {
                 Ok(g) if g.is_finite() && g > 0.0 => Ok(g),
-                _ => Err(bad(
-                    BANDWIDTH_GBPS,
-                    v,
-                    format!(
-                        "is not a bandwidth; give GB/s, e.g. {BANDWIDTH_GBPS}=3350, or unset it"
-                    ),
-                )),
+                _ => Err(bad(BANDWIDTH_GBPS, v, Want::Bandwidth)),
             })
             .transpose()?;
         Ok(Settings {

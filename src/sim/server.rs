@@ -318,10 +318,8 @@ async fn reset_unread(stream: &tokio::net::TcpStream, state: &State) -> bool {
 /// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
 /// allocation is only address space, and would not show in RSS or the cgroup's use).
 fn hold(bytes: u64) -> Result<Vec<u8>> {
-    let n = usize::try_from(bytes).map_err(|_| Error::BadFlag {
-        flag: "--hold-memory".into(),
-        why: format!("{bytes} is too big"),
-    })?;
+    let n = usize::try_from(bytes)
+        .map_err(|_| Error::BadFlag(crate::error::FlagProblem::HoldMemoryTooBig { bytes }))?;
     let mut held: Vec<u8> = Vec::new();
     held.try_reserve_exact(n).map_err(|e| {
         Error::Failed(format!(

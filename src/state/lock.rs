@@ -59,11 +59,7 @@ impl StateDir {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             return Err(Error::StateLockHeld {
-                holder: if holder.trim().is_empty() {
-                    "holder unknown".to_string()
-                } else {
-                    holder.trim().to_string()
-                },
+                holder: Some(holder.trim().to_string()).filter(|h| !h.is_empty()),
             });
         }
         let _ = file.set_len(0);

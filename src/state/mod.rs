@@ -292,7 +292,7 @@ pub(crate) async fn write_json_off_thread<T: Serialize + Send + 'static>(
     tokio::task::spawn_blocking(move || write_json(&path, &value))
         .await
         .map_err(|e| Error::TaskLost {
-            what: "writing state".into(),
+            what: crate::error::Task::WritingState,
             cause: e.to_string(),
         })?
 }
@@ -383,11 +383,9 @@ impl Deferred {
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    serde_json::from_slice(&text).map_err(|e| {
-        Error::Failed(format!(
-            "state file {} is damaged ({e}); move it aside and run `sparkctl status`",
-            path.display()
-        ))
+    serde_json::from_slice(&text).map_err(|e| Error::DamagedState {
+        path: path.to_path_buf(),
+        cause: e.to_string(),
     })
 }
 

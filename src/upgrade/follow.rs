@@ -58,9 +58,7 @@ pub(crate) async fn today(docker: &Docker, reference: &str) -> Result<Pin> {
     if pin.source != crate::lock::Source::Registry {
         return Err(Error::Registry {
             reference: reference.to_string(),
-            problem: crate::error::RegistryProblem::NeverPushed(
-                "push it, or name the registry's tag in the recipe".into(),
-            ),
+            problem: crate::error::RegistryProblem::NeverPushed,
         });
     }
     Ok(pin)

@@ -68,10 +68,11 @@ impl Report {
     pub(crate) fn failure(&self) -> Option<Error> {
         match self.outcome {
             Outcome::Promoted | Outcome::Unchanged | Outcome::Skipped | Outcome::Planned => None,
-            _ => Some(Error::Reported(format!(
-                "upgrade {} {}: {}",
-                self.recipe, self.outcome, self.summary
-            ))),
+            _ => Some(Error::Reported(crate::error::Summary::Upgrade {
+                recipe: self.recipe.clone(),
+                outcome: self.outcome.to_string(),
+                summary: self.summary.clone(),
+            })),
         }
     }
 }
@@ -393,7 +394,7 @@ impl Run<'_> {
         let run_id = self.record.run_id.clone();
         let error = match up_locked(&flow, name, &opts).await {
             Ok(_) => None,
-            Err(e @ Error::Interrupted(_)) => return Err(e),
+            Err(e) if e.is_interrupted() => return Err(e),
             Err(e) => Some(e.to_string()),
         };
         // A run refused before it began (the production port as its port) wrote no record.

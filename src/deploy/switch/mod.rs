@@ -187,12 +187,11 @@ const RUN_FILES_ROOM: u64 = 16 << 20;
 /// otherwise: a run killed outright still shows in `history`) and the room its files will
 /// take is free. A full disk then fails the flow at once, with nothing started.
 pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()> {
-    let cannot = |why: String| Error::Refused {
-        what: format!("the state dir {}", state.root().display()),
-        why: format!(
-            "cannot take this run's records ({why}); free some space there and run it again"
-        ),
-        left: "changed",
+    let cannot = |why: String| {
+        Error::Refused(crate::error::Refusal::RecordsUnwritable {
+            root: state.root().to_path_buf(),
+            why,
+        })
     };
     let mut first = record.clone();
     first.outcome = crate::history::Outcome::Interrupted;
@@ -202,11 +201,13 @@ pub(crate) fn reserve_records(state: &StateDir, record: &RunRecord) -> Result<()
     ));
     let path = first.save(state).map_err(|e| cannot(e.to_string()))?;
     match path.parent().and_then(free_bytes) {
-        Some(free) if free < RUN_FILES_ROOM => Err(cannot(format!(
-            "{} MB free, {} MB needed",
-            free >> 20,
-            RUN_FILES_ROOM >> 20
-        ))),
+        Some(free) if free < RUN_FILES_ROOM => {
+            Err(Error::Refused(crate::error::Refusal::NoRoomForRecords {
+                root: state.root().to_path_buf(),
+                free: free >> 20,
+                need: RUN_FILES_ROOM >> 20,
+            }))
+        }
         _ => Ok(()),
     }
 }
@@ -245,10 +246,7 @@ pub(crate) fn refuse_production_port(settings: &Settings, name: &str, port: u16)
     if port == settings.production_port {
         return Err(Error::RecipeCannot {
             recipe: name.to_string(),
-            why: format!(
-                "server.port is the production port {port}, which the front door owns; give the \
-                 recipe its own port (the front door sends production's requests there)"
-            ),
+            why: crate::error::RecipeProblem::ProductionPort { port },
         });
     }
     Ok(())
@@ -265,7 +263,7 @@ pub(crate) async fn failed(
     what: &str,
 ) -> Error {
     use crate::history::Outcome;
-    let interrupted = matches!(e, Error::Interrupted(_));
+    let interrupted = e.is_interrupted();
     record.outcome = match record.outcome {
         _ if interrupted => Outcome::Interrupted,
         o @ (Outcome::Rejected | Outcome::Inconclusive) => o,
@@ -275,23 +273,15 @@ pub(crate) async fn failed(
     record.serving = serving_now(ctx).await;
     record.finished_at = crate::units::now_utc();
     let saved = record.save(ctx.state());
-    let failed = Error::RunFailed(Box::new(crate::error::RunFailure {
+    Error::RunFailed(Box::new(crate::error::RunFailure {
         what: what.to_string(),
         outcome: record.outcome.to_string(),
         cause: e,
         notes: notes.join("; "),
         port: ctx.settings().production_port,
         serving: record.serving.clone().unwrap_or_else(|| "nothing".into()),
-        record: match &saved {
-            Ok(p) => p.display().to_string(),
-            Err(e) => format!("not written ({e})"),
-        },
-    }));
-    if interrupted {
-        Error::Interrupted(failed.to_string())
-    } else {
-        failed
-    }
+        record: saved.map_err(|e| e.to_string()),
+    }))
 }
 
 /// What a flow changed, for the way back.
