@@ -176,7 +176,7 @@ impl Family<'_> {
 #[cfg(test)]
 #[derive(Debug, PartialEq)]
 pub(crate) struct Scrape {
-    pub(crate) heads: Vec<String>,
+    heads: Vec<String>,
     pub(crate) samples: std::collections::BTreeMap<(String, Vec<(String, String)>), f64>,
 }
 

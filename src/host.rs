@@ -72,7 +72,7 @@ pub(crate) fn own_rss_bytes(pid: u32) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Listener {
     pub(crate) address: String,
-    pub(crate) port: u16,
+    port: u16,
     pub(crate) pid: Option<u32>,
     pub(crate) command: Option<String>,
 }

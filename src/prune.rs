@@ -33,10 +33,10 @@ pub(crate) struct Old {
 /// What `prune` decided; nothing has been removed yet.
 #[derive(Debug, Clone, Serialize, Default)]
 pub(crate) struct Plan {
-    pub(crate) keep_per_recipe: usize,
-    pub(crate) remove: Vec<Old>,
+    keep_per_recipe: usize,
+    remove: Vec<Old>,
     /// Recipes whose containers are all kept: production's, and fallbacks.
-    pub(crate) protected: Vec<String>,
+    protected: Vec<String>,
 }
 
 /// The recipes whose containers are never removed: production's (`production.json`) and
@@ -151,17 +151,17 @@ pub(crate) struct PrunedImages {
     pub(crate) remove: Vec<crate::images::retain::OldImage>,
     pub(crate) kept: Vec<crate::images::retain::KeptImage>,
     pub(crate) removed: Vec<crate::images::retain::Removed>,
-    pub(crate) failed: Vec<NotRemoved>,
+    failed: Vec<NotRemoved>,
 }
 
 /// A container (`id`) or an image (`reference`) the engine would not remove, and why.
 #[derive(Debug, Serialize)]
 pub(crate) struct NotRemoved {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) id: Option<String>,
+    id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) reference: Option<String>,
-    pub(crate) error: String,
+    reference: Option<String>,
+    error: String,
 }
 
 /// `sparkctl prune`: under the state lock (a start in progress may be about to use these),

@@ -31,7 +31,7 @@ pub(crate) enum Source {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Bandwidth {
     pub(crate) gb_per_s: f64,
-    pub(crate) source: Source,
+    source: Source,
     /// In words: the GPUs, the variable or the key it was read from.
     pub(crate) from: String,
 }

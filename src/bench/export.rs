@@ -13,23 +13,23 @@ use crate::error::Result;
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Row {
     /// suite, load, sweep or depth.
-    pub(crate) phase: &'static str,
+    phase: &'static str,
     /// Case and run (suite), profile (load, sweep), depth and cache (depth).
-    pub(crate) what: String,
-    pub(crate) index: usize,
-    pub(crate) ok: bool,
-    pub(crate) warmup: bool,
-    pub(crate) scheduled_ms: Option<f64>,
-    pub(crate) send_lag_ms: Option<f64>,
-    pub(crate) ttft_ms: Option<f64>,
-    pub(crate) tpot_ms: Option<f64>,
-    pub(crate) e2el_ms: Option<f64>,
-    pub(crate) decode_tps: Option<f64>,
-    pub(crate) prompt_tokens: Option<u64>,
-    pub(crate) cached_tokens: Option<u64>,
-    pub(crate) completion_tokens: Option<u64>,
-    pub(crate) met_slo: Option<bool>,
-    pub(crate) error: Option<String>,
+    what: String,
+    index: usize,
+    ok: bool,
+    warmup: bool,
+    scheduled_ms: Option<f64>,
+    send_lag_ms: Option<f64>,
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    e2el_ms: Option<f64>,
+    decode_tps: Option<f64>,
+    prompt_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    met_slo: Option<bool>,
+    error: Option<String>,
 }
 
 const COLUMNS: &str = "phase,what,index,ok,warmup,scheduled_ms,send_lag_ms,ttft_ms,tpot_ms,e2el_ms,decode_tps,prompt_tokens,cached_tokens,completion_tokens,met_slo,error";

@@ -57,7 +57,7 @@ pub(crate) struct Overrides {
 /// One benchmark, resolved: the target, the suite, the options.
 pub(crate) struct Plan {
     pub(crate) target: Target,
-    pub(crate) suite: Suite,
+    suite: Suite,
     pub(crate) options: Options,
 }
 

@@ -27,12 +27,12 @@ pub(crate) const CAPTURED: &str = "captured";
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Replay {
     /// Where the requests came from.
-    pub(crate) source: String,
+    source: String,
     /// How they were sent: `as captured`, `concurrency N`, `constant R req/s`.
-    pub(crate) pace: String,
-    pub(crate) requests: usize,
+    pace: String,
+    requests: usize,
     /// Each request's last user message, in the order sent.
-    pub(crate) prompts: Vec<String>,
+    prompts: Vec<String>,
 }
 
 /// A suite by its spec: `captured`, a capture file, or a suite (built in, named, a file).

@@ -37,7 +37,7 @@ pub(crate) struct CaseSummary {
     pub(crate) ttfo_ms: Option<Stats>,
     /// TTFT p50 per turn (multi-turn growth).
     pub(crate) ttft_p50_per_turn_ms: Vec<f64>,
-    pub(crate) ttfr_ms: Option<Stats>,
+    ttfr_ms: Option<Stats>,
     #[serde(default)]
     pub(crate) tpot_ms: Option<Stats>,
     pub(crate) decode_tps: Option<Stats>,
@@ -51,7 +51,7 @@ pub(crate) struct CaseSummary {
     pub(crate) cached_tokens: Option<Stats>,
     /// Measured TTFTs whose prompt was a near-full cache hit.
     #[serde(default)]
-    pub(crate) near_full_cache_hits: usize,
+    near_full_cache_hits: usize,
     /// Mean tokens per token-bearing chunk.
     #[serde(default)]
     pub(crate) tokens_per_chunk: Option<f64>,
@@ -60,7 +60,7 @@ pub(crate) struct CaseSummary {
     pub(crate) bursts: usize,
     /// Samples whose decode speed the memory bandwidth cannot deliver (excluded).
     #[serde(default)]
-    pub(crate) impossible: usize,
+    impossible: usize,
     /// The server's own decode speed (llama-server `timings.predicted_per_second`).
     #[serde(default)]
     pub(crate) server_decode_tps: Option<Stats>,

@@ -45,25 +45,25 @@ pub(crate) struct Roofline {
     #[serde(default)]
     pub(crate) bandwidth_from: String,
     /// The weights read per token (active ones for MoE), bytes.
-    pub(crate) weights_bytes: u64,
+    weights_bytes: u64,
     /// KV-cache bytes per token of context, when the recipe declares it.
-    pub(crate) kv_bytes_per_token: Option<u64>,
+    kv_bytes_per_token: Option<u64>,
     /// Median context of the decoding samples, tokens.
-    pub(crate) depth_tokens: f64,
-    pub(crate) bytes_per_token: f64,
+    depth_tokens: f64,
+    bytes_per_token: f64,
     /// The bandwidth over bytes per token.
     pub(crate) bound_tps: f64,
-    pub(crate) measured_tps: Option<f64>,
+    measured_tps: Option<f64>,
     /// The server's own decode speed over the same samples (llama-server
     /// `timings.predicted_per_second`), when it sends one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) server_tps: Option<f64>,
+    server_tps: Option<f64>,
     /// measured / bound, when it is possible (≤ 1).
     pub(crate) share: Option<f64>,
     pub(crate) impossible: bool,
     /// Per depth of the depth sweep: (depth, bound tok/s).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) per_depth: Vec<(usize, f64)>,
+    per_depth: Vec<(usize, f64)>,
 }
 
 impl Roofline {

@@ -64,11 +64,11 @@ pub(crate) enum Figure {
 /// One scrape: when (ms from the run's start) and what.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Snapshot {
-    pub(crate) at_ms: f64,
-    pub(crate) figures: BTreeMap<Figure, f64>,
+    at_ms: f64,
+    figures: BTreeMap<Figure, f64>,
     /// The host's MemAvailable then, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) mem_available: Option<u64>,
+    mem_available: Option<u64>,
 }
 
 /// The known figures of an exposition text.
@@ -150,17 +150,17 @@ pub(crate) async fn watch(
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct During {
     /// Scrapes that returned the server's metrics.
-    pub(crate) scrapes: usize,
+    scrapes: usize,
     /// The least memory the host had available while the level ran, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) host_available_min: Option<u64>,
     pub(crate) waiting_mean: Option<f64>,
     pub(crate) waiting_max: Option<f64>,
-    pub(crate) running_max: Option<f64>,
-    pub(crate) kv_usage_max: Option<f64>,
+    running_max: Option<f64>,
+    kv_usage_max: Option<f64>,
     /// Counters' growth between the first and the last scrape.
-    pub(crate) generation_tokens: Option<f64>,
-    pub(crate) prefix_hit_pct: Option<f64>,
+    generation_tokens: Option<f64>,
+    prefix_hit_pct: Option<f64>,
 }
 
 pub(crate) fn during(snaps: &[Snapshot]) -> During {

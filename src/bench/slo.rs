@@ -14,13 +14,13 @@ use crate::units::HumanDuration;
 pub struct Slo {
     /// Time to first token, from the request's scheduled send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) ttft: Option<HumanDuration>,
+    ttft: Option<HumanDuration>,
     /// Time per output token after the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) tpot: Option<HumanDuration>,
+    tpot: Option<HumanDuration>,
     /// End-to-end latency, from the scheduled send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) e2el: Option<HumanDuration>,
+    e2el: Option<HumanDuration>,
 }
 
 fn ms(d: Option<HumanDuration>) -> Option<f64> {

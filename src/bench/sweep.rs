@@ -55,7 +55,7 @@ pub(crate) fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SweepResult {
     pub(crate) kind: SweepKind,
-    pub(crate) asked: Vec<f64>,
+    asked: Vec<f64>,
     pub(crate) levels: Vec<LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) knee: Option<Knee>,

@@ -36,56 +36,56 @@ pub(crate) struct Measure {
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
     /// Recipe name (its running deployment) or base URL (http://127.0.0.1:8003).
-    pub(crate) target: Option<String>,
+    target: Option<String>,
     #[command(subcommand)]
-    pub(crate) compare: Option<BenchCommand>,
+    compare: Option<BenchCommand>,
     #[command(flatten)]
-    pub(crate) measure: Measure,
+    measure: Measure,
     /// Replay captured traffic instead of a suite: `captured` (what the front door
     /// captured, `frontdoor capture on`) or a capture file. Each request is sent once as it
     /// came, with the gaps it arrived with, or at --concurrency/--rate when given.
     #[arg(long, value_name = "FILE|captured", conflicts_with = "suite")]
-    pub(crate) replay: Option<String>,
+    replay: Option<String>,
     /// Closed-loop load levels: this many simultaneous streams each (e.g. 4,16).
     #[arg(long, value_delimiter = ',', value_name = "N,N")]
-    pub(crate) concurrency: Vec<usize>,
+    concurrency: Vec<usize>,
     /// An open-loop load level: requests per second, sent on schedule whatever the server does.
     #[arg(long, value_name = "REQ/S")]
-    pub(crate) rate: Option<f64>,
+    rate: Option<f64>,
     /// Arrivals of open-loop levels: poisson (seeded exponential gaps) or constant.
     #[arg(long, value_name = "KIND", value_parser = parse_arrival)]
-    pub(crate) arrival: Option<engine::load::Arrival>,
+    arrival: Option<engine::load::Arrival>,
     /// Seed of the Poisson arrivals (the same seed sends at the same times) [default: 1].
     #[arg(long, value_name = "N")]
-    pub(crate) seed: Option<u64>,
+    seed: Option<u64>,
     /// Requests per load level [default: 40].
     #[arg(long, value_name = "N")]
-    pub(crate) requests: Option<usize>,
+    requests: Option<usize>,
     /// Step the load until the server saturates, and name the knee: concurrency:1,2,4,8
     /// or rate:1,2,4,8.
     #[arg(long, value_name = "KIND:LEVELS", value_parser = parse_sweep)]
-    pub(crate) sweep: Option<engine::load::Sweep>,
+    sweep: Option<engine::load::Sweep>,
     /// Objectives a request must meet to count toward goodput: ttft=500ms,tpot=50ms
     /// (e2el too) [default: the recipe's bench.slo].
     #[arg(long, value_name = "KEY=DURATION,…", value_parser = parse_slo)]
-    pub(crate) slo: Option<engine::slo::Slo>,
+    slo: Option<engine::slo::Slo>,
     /// Ask one question behind prior contexts of these many tokens, cold and warm (e.g. 0,4096,16384).
     #[arg(long, value_delimiter = ',', value_name = "TOKENS,…")]
-    pub(crate) depth: Vec<usize>,
+    depth: Vec<usize>,
     /// A gate, as in recipes (`thinking_leak='== 0%'`); adds to or overrides the recipe's.
     #[arg(long = "gate", value_name = "NAME=RULE")]
-    pub(crate) gates: Vec<String>,
+    gates: Vec<String>,
     /// The production backend's result, for the vs_production_* gates.
     #[arg(long, value_name = "FILE")]
-    pub(crate) baseline: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     /// Peak memory bandwidth of the device that serves, GB/s: the roofline's bound, over
     /// the recipe's, the host's and the GPU's (a URL on another machine has none without it).
     #[arg(long, value_name = "GB/S")]
-    pub(crate) bandwidth_gbps: Option<f64>,
+    bandwidth_gbps: Option<f64>,
     /// Where to write the JSON result [default: STATE/bench/RUN-NAME.json]; the HTML
     /// report, per-request JSONL and CSV go beside it.
     #[arg(long, value_name = "FILE")]
-    pub(crate) out: Option<PathBuf>,
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]

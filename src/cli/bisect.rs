@@ -14,46 +14,46 @@ const ROUND_REPEAT: usize = 3;
 #[derive(Debug, clap::Args)]
 pub(crate) struct BisectArgs {
     /// The recipe whose image regressed.
-    pub(crate) name: String,
+    name: String,
     /// A digest that was good: a digest (a unique prefix will do), a run id, or a date
     /// (what this machine had by then).
     #[arg(long, value_name = "REF", required_unless_present = "resume")]
-    pub(crate) good: Option<String>,
+    good: Option<String>,
     /// A later digest that is bad (same forms as --good).
     #[arg(long, value_name = "REF", required_unless_present = "resume")]
-    pub(crate) bad: Option<String>,
+    bad: Option<String>,
     /// Judge each digest on this metric's p50, nearer the good end's or the bad end's
     /// (ttft_p50, ttfo_p50, tpot_p50, itl_p50, e2el_p50, decode_tps_p50) [default: the
     /// metric that differs most between the ends, beyond the noise].
     #[arg(long, value_name = "METRIC", conflicts_with = "gate")]
-    pub(crate) metric: Option<String>,
+    metric: Option<String>,
     /// Judge each digest on a gate: pass is good, fail is bad ('decode_tps_p50=>= 30').
     #[arg(long, value_name = "NAME=RULE")]
-    pub(crate) gate: Option<String>,
+    gate: Option<String>,
     #[command(flatten)]
-    pub(crate) measure: super::bench::Measure,
+    measure: super::bench::Measure,
     /// Rounds a digest gets before it is left inconclusive (the bisect stops there, and
     /// --resume measures it again).
     #[arg(long, default_value_t = 4, value_name = "N")]
-    pub(crate) rounds: usize,
+    rounds: usize,
     /// When a step needs production's memory, hold production's requests at the front door
     /// and stop it while the step runs (it serves again between steps).
     #[arg(long)]
-    pub(crate) allow_swap: bool,
+    allow_swap: bool,
     /// Walk the builds of a process recipe's binary instead of image digests: every
     /// executable with the binary's file name in DIR or a directory right below it, known by
     /// its sha256, oldest first by modification time (REFs may name a build by its path).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
-    pub(crate) builds: Option<std::path::PathBuf>,
+    builds: Option<std::path::PathBuf>,
     /// Go on with this recipe's unfinished bisect from its recorded measurements.
     #[arg(long, conflicts_with_all = ["good", "bad", "fresh", "metric", "gate"])]
-    pub(crate) resume: bool,
+    resume: bool,
     /// Abandon this recipe's unfinished bisect and start over.
     #[arg(long)]
-    pub(crate) fresh: bool,
+    fresh: bool,
     /// Show the digests in the range and how many steps it takes; start nothing.
     #[arg(long)]
-    pub(crate) dry_run: bool,
+    dry_run: bool,
 }
 
 impl BisectArgs {

@@ -12,19 +12,19 @@ use crate::import::{self, Machine, Seen, Source};
 pub(crate) struct From {
     /// A running host process.
     #[arg(long, value_name = "PID")]
-    pub(crate) pid: Option<u32>,
+    pid: Option<u32>,
     /// The host process listening on this port.
     #[arg(long, value_name = "PORT")]
-    pub(crate) port: Option<u16>,
+    port: Option<u16>,
     /// A running container (id or name); its image digest is pinned into images.lock.
     #[arg(long, value_name = "ID")]
-    pub(crate) container: Option<String>,
+    container: Option<String>,
     /// A pasted `docker run …` line (split like a shell splits it; nothing is run).
     #[arg(long = "docker-run", value_name = "LINE")]
-    pub(crate) docker_run: Option<String>,
+    docker_run: Option<String>,
     /// A pasted host command line (`~/llama.cpp/build/bin/llama-server -m … --port 8003`).
     #[arg(long, value_name = "LINE")]
-    pub(crate) command: Option<String>,
+    command: Option<String>,
 }
 
 impl From {
@@ -50,15 +50,15 @@ impl From {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ImportArgs {
     /// Name of the recipe [default: the served model name, else the model's].
-    pub(crate) name: Option<String>,
+    name: Option<String>,
     #[command(flatten)]
-    pub(crate) from: From,
+    from: From,
     /// Replace a recipe of that name.
     #[arg(long)]
-    pub(crate) force: bool,
+    force: bool,
     /// Show the recipe; write nothing.
     #[arg(long)]
-    pub(crate) dry_run: bool,
+    dry_run: bool,
 }
 
 /// What `--json` prints.

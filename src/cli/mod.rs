@@ -47,9 +47,9 @@ use setup::{
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
-    pub(crate) globals: Globals,
+    globals: Globals,
     #[command(subcommand)]
-    pub(crate) command: Command,
+    command: Command,
 }
 
 /// Options every command takes.
@@ -58,22 +58,22 @@ pub(crate) struct Globals {
     /// Directory of recipes [default: ./recipes when it exists, else
     /// $XDG_CONFIG_HOME/sparkctl/recipes].
     #[arg(long, global = true, env = crate::settings::RECIPES, value_name = "DIR")]
-    pub(crate) recipes: Option<PathBuf>,
+    recipes: Option<PathBuf>,
     /// Where sparkctl keeps deployments and logs [default: $XDG_STATE_HOME/sparkctl].
     #[arg(long, global = true, env = crate::settings::STATE_DIR, value_name = "DIR")]
-    pub(crate) state_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
     /// The image lock [default: images.lock beside the recipes dir].
     #[arg(long, global = true, env = crate::settings::LOCK, value_name = "FILE")]
-    pub(crate) lock: Option<PathBuf>,
+    lock: Option<PathBuf>,
     /// Machine-readable JSON output: one document on stdout, progress on stderr.
     #[arg(long, global = true)]
-    pub(crate) json: bool,
+    json: bool,
     /// No progress on stderr (steps, spinners, bars); results, warnings and errors stay.
     #[arg(short, long, global = true)]
-    pub(crate) quiet: bool,
+    quiet: bool,
     /// More log output on stderr (-v info, -vv debug); SPARKCTL_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub(crate) verbose: u8,
+    verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]

@@ -28,7 +28,7 @@ enum Stream {
 
 pub(crate) struct Output {
     pub(crate) json: bool,
-    pub(crate) color: bool,
+    color: bool,
     /// `--quiet`: no progress (steps, notes, spinners, bars); results and warnings stay.
     quiet: bool,
     /// What unit tests read back instead of the terminal.

@@ -42,7 +42,7 @@ pub(crate) struct StartPlan {
     /// This recipe's exited containers beyond the newest `SPARKCTL_KEEP_EXITED`, removed
     /// just before the start.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) old_containers: Vec<crate::prune::Old>,
+    old_containers: Vec<crate::prune::Old>,
     /// A multi-node recipe's group: what runs on each node, the image on each.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) group: Option<crate::node::start::GroupStart>,
@@ -352,7 +352,7 @@ pub(crate) struct StartReport {
     pub(crate) deployment: Deployment,
     pub(crate) ready_after_ms: f64,
     /// Unix time in microseconds when readiness was noticed.
-    pub(crate) ready_noticed_at_us: u128,
+    ready_noticed_at_us: u128,
     pub(crate) model: String,
     /// What it holds once ready, measured, against its declared `memory_gb`.
     pub(crate) memory_observed: memory::MemoryObserved,

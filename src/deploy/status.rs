@@ -18,7 +18,7 @@ pub(crate) struct StatusRow {
     #[serde(flatten)]
     pub(crate) deployment: Deployment,
     pub(crate) health: String,
-    pub(crate) production: bool,
+    production: bool,
     pub(crate) role: Role,
     /// The model it is production of, or kept warm for, when several are served (the name
     /// clients send).

@@ -31,7 +31,7 @@ pub(crate) fn out_of_memory(text: &str) -> bool {
 pub(crate) struct Fatal {
     /// Matched anywhere in a line, ignoring ASCII case (vLLM says "Address already in use",
     /// Docker "address already in use").
-    pub(crate) sign: &'static str,
+    sign: &'static str,
     pub(crate) hint: &'static str,
 }
 

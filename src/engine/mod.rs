@@ -76,7 +76,7 @@ pub(crate) struct Profile {
     pub(crate) runtime_note: &'static str,
     /// Log lines that mean the server will not come up; found early instead of at timeout.
     /// The engine's own first, then those any CUDA engine prints.
-    pub(crate) fatal_lines: &'static [&'static [Fatal]],
+    fatal_lines: &'static [&'static [Fatal]],
     /// The module a Python launcher runs (`python -m MODULE`, recipe key `python:`), for
     /// engines served from a venv.
     pub(crate) python_module: Option<&'static str>,

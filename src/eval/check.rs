@@ -29,10 +29,10 @@ pub(crate) enum Check {
 #[serde(deny_unknown_fields)]
 pub(crate) struct JsonShape {
     /// Each field the object must hold, and its type.
-    pub(crate) fields: BTreeMap<String, JsonType>,
+    fields: BTreeMap<String, JsonType>,
     /// Values some of them must have.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) equals: BTreeMap<String, Value>,
+    equals: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

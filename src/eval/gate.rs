@@ -54,7 +54,7 @@ pub(crate) struct Record {
     pub(crate) candidate: Vec<super::SetScore>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) production: Vec<super::SetScore>,
-    pub(crate) items: Vec<RecordItem>,
+    items: Vec<RecordItem>,
     /// The items production got right and the candidate wrong.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) lost: Vec<String>,
@@ -62,11 +62,11 @@ pub(crate) struct Record {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RecordItem {
-    pub(crate) key: String,
+    key: String,
     /// None: the server did not answer it.
-    pub(crate) candidate: Option<bool>,
+    candidate: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) production: Option<bool>,
+    production: Option<bool>,
 }
 
 impl Evaluation {

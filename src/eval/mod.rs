@@ -28,8 +28,8 @@ use crate::error::{Error, Result};
 pub(crate) struct ItemResult {
     /// `SET#INDEX@DIGEST`: what pairs it with another server's answer to the same item.
     pub(crate) key: String,
-    pub(crate) set: String,
-    pub(crate) index: usize,
+    set: String,
+    index: usize,
     /// The question, shortened.
     #[serde(default)]
     pub(crate) prompt: String,
@@ -43,7 +43,7 @@ pub(crate) struct ItemResult {
     /// Why there is no answer (the request failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) failed: Option<String>,
-    pub(crate) ms: f64,
+    ms: f64,
 }
 
 /// One set's score.
@@ -55,7 +55,7 @@ pub(crate) struct SetScore {
     /// Items the server failed to answer (counted as not right).
     pub(crate) failed: usize,
     pub(crate) accuracy_pct: f64,
-    pub(crate) seconds: f64,
+    seconds: f64,
     pub(crate) items_per_minute: f64,
 }
 

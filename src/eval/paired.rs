@@ -14,9 +14,9 @@ pub(crate) const ALPHA: f64 = 0.05;
 /// One item as both answered it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PairedItem {
-    pub(crate) key: String,
-    pub(crate) candidate: bool,
-    pub(crate) production: bool,
+    key: String,
+    candidate: bool,
+    production: bool,
 }
 
 /// Candidate and production over the items both were asked.
@@ -24,8 +24,8 @@ pub(crate) struct PairedItem {
 pub(crate) struct Paired {
     /// Items both answered (same set, place and content).
     pub(crate) items: usize,
-    pub(crate) candidate_right: usize,
-    pub(crate) production_right: usize,
+    candidate_right: usize,
+    production_right: usize,
     /// Keys of the items production got right and the candidate wrong.
     pub(crate) lost: Vec<String>,
     /// Keys of the items the candidate got right and production wrong.
@@ -37,8 +37,8 @@ pub(crate) struct Paired {
     /// The same, that it is better.
     pub(crate) p_better: f64,
     /// Items of either side the other was not asked (another version of the set).
-    pub(crate) unpaired: usize,
-    pub(crate) per_item: Vec<PairedItem>,
+    unpaired: usize,
+    per_item: Vec<PairedItem>,
 }
 
 /// P(X ≥ k) for X ~ Binomial(n, 1/2): the exact one-sided McNemar p-value.

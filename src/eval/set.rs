@@ -51,7 +51,7 @@ fn default_max_tokens() -> u32 {
 pub(crate) struct EvalSet {
     pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) description: Option<String>,
+    description: Option<String>,
     /// The system prompt of every item that gives none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) system: Option<String>,
@@ -70,10 +70,10 @@ pub(crate) struct EvalSet {
 pub(crate) struct Item {
     pub(crate) prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) system: Option<String>,
+    system: Option<String>,
     /// The tools offered (names under the set's `tools`); unset: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) tools: Option<Vec<String>>,
+    tools: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_tokens: Option<u32>,
     /// One key: the check's kind (`number: 7`, `one_word: Paris`).

@@ -45,7 +45,7 @@ pub(crate) struct Config {
     /// Whether an API key is required (the key itself is never kept here, nor printed).
     pub(crate) api_key_required: bool,
     /// The file the key is read from, when it comes from one.
-    pub(crate) api_key_file: Option<PathBuf>,
+    api_key_file: Option<PathBuf>,
     /// Client connections at once (default: what the open-file limit allows); beyond it
     /// they wait in the kernel's backlog.
     pub(crate) max_connections: Option<usize>,
@@ -54,7 +54,7 @@ pub(crate) struct Config {
     pub(crate) names: Vec<String>,
     /// The names as `SPARKCTL_FRONTDOOR_NAMES` gives them: what a unit file passes on.
     #[serde(skip)]
-    pub(crate) names_set: Vec<String>,
+    names_set: Vec<String>,
     /// The web pages that may call the API beside the door's own (`origin`).
     pub(crate) origins: Origins,
     /// How long a client may leave an answer unread before its connection is closed: a

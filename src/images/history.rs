@@ -39,16 +39,16 @@ impl EventKind {
 /// One event of one digest: `STATE/images/RECIPE/TIME-KIND.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Event {
-    pub(crate) kind: EventKind,
-    pub(crate) digest: String,
+    kind: EventKind,
+    digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) image_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) created: Option<String>,
-    pub(crate) at: String,
+    at: String,
     /// Why (a keep's reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
+    note: Option<String>,
 }
 
 impl Event {
@@ -267,11 +267,11 @@ impl History {
 
 /// What a history is assembled from.
 pub(crate) struct Sources<'a> {
-    pub(crate) pin: Option<&'a Pin>,
-    pub(crate) events: &'a [Event],
-    pub(crate) runs: &'a [RunUse],
+    pin: Option<&'a Pin>,
+    events: &'a [Event],
+    runs: &'a [RunUse],
     /// Image id → registry digest, for the image ids run records hold.
-    pub(crate) ids: &'a BTreeMap<String, String>,
+    ids: &'a BTreeMap<String, String>,
 }
 
 /// The history of `recipe`'s image `reference` from the lock, the events and the runs

@@ -21,14 +21,14 @@ use crate::runtime::docker::{engine_error, is_not_found};
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LocalImage {
     pub(crate) id: String,
-    pub(crate) repo_digests: Vec<String>,
+    repo_digests: Vec<String>,
     pub(crate) created: Option<String>,
     pub(crate) platform: String,
-    pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) env: Vec<String>,
+    labels: BTreeMap<String, String>,
+    env: Vec<String>,
     pub(crate) layers: usize,
     /// The layers' content digests, bottom first.
-    pub(crate) layer_ids: Vec<String>,
+    layer_ids: Vec<String>,
     pub(crate) size: i64,
 }
 
@@ -275,7 +275,7 @@ pub(crate) struct AuditRow {
     pub(crate) registry_created: Option<String>,
     pub(crate) registry_error: Option<String>,
     /// What the tag is on this machine, when it differs from the pin.
-    pub(crate) local_differs: Option<String>,
+    local_differs: Option<String>,
     pub(crate) findings: Vec<Finding>,
 }
 

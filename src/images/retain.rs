@@ -72,9 +72,9 @@ pub(crate) struct OldImage {
     pub(crate) recipe: String,
     /// `repo@digest`: what is removed (the image goes once nothing else names it).
     pub(crate) reference: String,
-    pub(crate) digest: String,
+    digest: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) created: Option<String>,
+    created: Option<String>,
 }
 
 /// One digest that stays, and why.

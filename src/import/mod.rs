@@ -40,16 +40,16 @@ pub(crate) enum Source {
 #[derive(Debug, Clone)]
 pub(crate) struct Observed {
     /// Said in the recipe's first comment: where it came from.
-    pub(crate) from: String,
+    from: String,
     pub(crate) launch: Seen,
     /// Variable names the server had set (values are never read).
-    pub(crate) env_names: Vec<String>,
+    env_names: Vec<String>,
     /// Things seen that a recipe cannot carry, said in its comments.
-    pub(crate) dropped: Vec<String>,
+    dropped: Vec<String>,
     /// The running server, for `adopt`; None for a pasted line.
-    pub(crate) origin: Option<Origin>,
+    origin: Option<Origin>,
     /// Resident memory of the process (bytes), where it could be read.
-    pub(crate) rss: Option<u64>,
+    rss: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -67,30 +67,30 @@ pub(crate) enum Seen {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ContainerSeen {
     /// The image as the user named it (a tag).
-    pub(crate) image: String,
+    image: String,
     /// The image id the container runs (running containers only).
-    pub(crate) image_id: Option<String>,
+    image_id: Option<String>,
     /// `--entrypoint`, or the image's; None: not known (a pasted line, image absent).
-    pub(crate) entrypoint: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
     /// Whether `entrypoint` was set by the user rather than the image.
-    pub(crate) entrypoint_given: bool,
-    pub(crate) cmd: Vec<String>,
-    pub(crate) mounts: Vec<ExtraMount>,
-    pub(crate) ports: Vec<Published>,
-    pub(crate) network_host: bool,
-    pub(crate) gpus: Option<Gpus>,
-    pub(crate) ipc: Option<Ipc>,
-    pub(crate) shm_size: Option<ByteSize>,
-    pub(crate) ulimits: BTreeMap<String, i64>,
-    pub(crate) user: Option<String>,
+    entrypoint_given: bool,
+    cmd: Vec<String>,
+    mounts: Vec<ExtraMount>,
+    ports: Vec<Published>,
+    network_host: bool,
+    gpus: Option<Gpus>,
+    ipc: Option<Ipc>,
+    shm_size: Option<ByteSize>,
+    ulimits: BTreeMap<String, i64>,
+    user: Option<String>,
 }
 
 /// One `-p [IP:]HOST:CONTAINER`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Published {
-    pub(crate) host_ip: String,
-    pub(crate) host_port: u16,
-    pub(crate) container_port: u16,
+    host_ip: String,
+    host_port: u16,
+    container_port: u16,
 }
 
 /// A recipe made from what was seen, with what the file says around it.
@@ -100,9 +100,9 @@ pub(crate) struct Draft {
     /// What could not be inferred or carried: comments at the top of the file.
     pub(crate) unknown: Vec<String>,
     /// How what was seen became this recipe (port moved, host narrowed, …).
-    pub(crate) notes: Vec<String>,
+    notes: Vec<String>,
     /// Patch steps the model dir looks like it needs, as YAML lines to uncomment.
-    pub(crate) suggested_patches: Vec<model_dir::Suggestion>,
+    suggested_patches: Vec<model_dir::Suggestion>,
     pub(crate) origin: Option<Origin>,
     /// The port the server was seen on: the production port `adopt` hands over.
     pub(crate) seen_port: Option<u16>,

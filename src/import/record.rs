@@ -52,12 +52,12 @@ impl Origin {
 /// One import of a running server.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Imported {
-    pub(crate) recipe: String,
+    recipe: String,
     pub(crate) origin: Origin,
-    pub(crate) imported_at: String,
+    imported_at: String,
     /// The flags (or variables) whose secret values import left out, names only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) secrets_left_out: Vec<String>,
+    secrets_left_out: Vec<String>,
 }
 
 impl Imported {

@@ -16,7 +16,7 @@ pub(crate) struct LeftOut {
     /// The flags (or variable names) whose values were left out, in the order seen.
     pub(crate) flags: Vec<String>,
     /// Secret-looking arguments with no flag of their own.
-    pub(crate) bare: usize,
+    bare: usize,
     /// The values themselves: never written; replaced wherever they would appear.
     values: Vec<String>,
 }

@@ -15,15 +15,15 @@ use crate::state::StateDir;
 /// Which job made a model, from what, with what.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Lineage {
-    pub(crate) job: String,
-    pub(crate) run_id: String,
-    pub(crate) image: String,
-    pub(crate) image_digest: String,
-    pub(crate) inputs: Vec<InputPrint>,
-    pub(crate) output: PathBuf,
+    job: String,
+    run_id: String,
+    image: String,
+    image_digest: String,
+    inputs: Vec<InputPrint>,
+    output: PathBuf,
     /// The output as the job left it (a serving recipe's patches may change it since).
-    pub(crate) output_fingerprint: Option<String>,
-    pub(crate) finished_at: Option<String>,
+    output_fingerprint: Option<String>,
+    finished_at: Option<String>,
 }
 
 impl std::fmt::Display for Lineage {

@@ -38,18 +38,18 @@ pub(crate) struct DiskCheck {
 pub(crate) struct JobPlan {
     pub(crate) job: String,
     pub(crate) recipe_file: PathBuf,
-    pub(crate) recipe_hash: String,
+    recipe_hash: String,
     pub(crate) image_ref: String,
     /// What runs: the pinned digest (or the tag, unpinned).
     pub(crate) image: String,
-    pub(crate) image_id: String,
+    image_id: String,
     pub(crate) unpinned: bool,
     /// `UID:GID` the container runs as, and who owns the outputs afterwards.
     pub(crate) user: String,
     pub(crate) owner: Owner,
     pub(crate) command: Vec<String>,
     pub(crate) memory: MemoryPlan,
-    pub(crate) production: Option<String>,
+    production: Option<String>,
     pub(crate) disk: Vec<DiskCheck>,
     #[serde(skip)]
     loaded: LoadedJob,

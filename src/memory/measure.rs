@@ -193,9 +193,9 @@ async fn container_memory(docker: &bollard::Docker, id: &str) -> Figure {
 /// (a process's anonymous and shared pages; a container's cgroup less inactive page cache).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Share {
-    pub(crate) gpu: Option<u64>,
+    gpu: Option<u64>,
     pub(crate) on_gpu: bool,
-    pub(crate) resident: Option<u64>,
+    resident: Option<u64>,
 }
 
 pub(super) async fn share(rt: &Runtimes, d: &Deployment, apps: &[ComputeApp]) -> Share {

@@ -66,9 +66,9 @@ pub(crate) enum PidSource {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Processes {
     /// Host pids (what nvidia-smi lists).
-    pub(crate) pids: Vec<u32>,
-    pub(crate) found_by: PidSource,
-    pub(crate) detail: String,
+    pids: Vec<u32>,
+    found_by: PidSource,
+    detail: String,
 }
 
 /// Which instrument a figure comes from.
@@ -86,11 +86,11 @@ pub(crate) enum Method {
 /// One measured figure, or why there is none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Figure {
-    pub(crate) method: Method,
+    method: Method,
     /// None: not measured (`how` says why). Never a guess.
-    pub(crate) bytes: Option<u64>,
+    bytes: Option<u64>,
     /// How it was measured, or why it could not be.
-    pub(crate) how: String,
+    how: String,
 }
 
 impl Figure {
@@ -114,13 +114,13 @@ impl Figure {
 /// MemAvailable (/proc/meminfo) just before the start and after readiness.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct MemAvailableDelta {
-    pub(crate) before_bytes: Option<u64>,
-    pub(crate) after_bytes: Option<u64>,
+    before_bytes: Option<u64>,
+    after_bytes: Option<u64>,
     /// before − after: what the machine lost meanwhile (negative: memory was freed).
-    pub(crate) drop_bytes: Option<i64>,
+    drop_bytes: Option<i64>,
     /// Always true: other processes and the page cache move MemAvailable as well.
-    pub(crate) noisy: bool,
-    pub(crate) how: String,
+    noisy: bool,
+    how: String,
 }
 
 /// The measure the declaration is checked against.
@@ -135,7 +135,7 @@ pub(crate) enum Measure {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Best {
-    pub(crate) measure: Measure,
+    measure: Measure,
     pub(crate) bytes: u64,
     /// The measure in words, with its limits.
     pub(crate) what: String,
@@ -145,15 +145,15 @@ pub(crate) struct Best {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct MemoryObserved {
     /// `server.memory_gb`, what the memory plan counts for it.
-    pub(crate) declared_gb: Option<f64>,
-    pub(crate) processes: Processes,
-    pub(crate) gpu: Figure,
-    pub(crate) resident: Figure,
-    pub(crate) mem_available: MemAvailableDelta,
+    declared_gb: Option<f64>,
+    processes: Processes,
+    gpu: Figure,
+    resident: Figure,
+    mem_available: MemAvailableDelta,
     /// The most reliable measure taken; None when nothing could be measured.
     pub(crate) best: Option<Best>,
     /// `best` above `declared_gb`; None when either is missing.
-    pub(crate) exceeds_declared: Option<bool>,
+    exceeds_declared: Option<bool>,
 }
 
 /// Measures what `d`, just turned ready, holds.
@@ -180,15 +180,15 @@ pub(crate) async fn observe(rt: &Runtimes, d: &Deployment, before: Before) -> Me
 /// What a running deployment holds now, beside what it declared (`status` shows it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Held {
-    pub(crate) declared_gb: Option<f64>,
+    declared_gb: Option<f64>,
     /// Its processes' GPU memory (nvidia-smi), or why it is not known.
-    pub(crate) gpu: Figure,
+    gpu: Figure,
     /// Its processes' resident memory (VmRSS, or the container's cgroup).
-    pub(crate) resident: Figure,
+    resident: Figure,
     /// What the memory plan counts it holding (its GPU memory, and on unified memory its
     /// own resident pages, page cache left out); None: not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) counted_gb: Option<f64>,
+    counted_gb: Option<f64>,
     /// It holds more than it declares: the plan counts what it holds.
     #[serde(default)]
     pub(crate) over_declared: bool,

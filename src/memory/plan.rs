@@ -79,13 +79,13 @@ impl Holder {
 /// a host out of memory hangs rather than failing the start.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Floor {
-    pub(crate) reserve_gb: f64,
+    reserve_gb: f64,
     /// Available now; None when it cannot be had (`what` says why).
-    pub(crate) available_gb: Option<f64>,
+    available_gb: Option<f64>,
     /// Where `available_gb` comes from.
-    pub(crate) what: String,
+    what: String,
     /// What the stops the plan makes give back.
-    pub(crate) freed_gb: f64,
+    freed_gb: f64,
 }
 
 impl Floor {

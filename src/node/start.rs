@@ -37,7 +37,7 @@ pub(crate) struct GroupStart {
     /// The image on each node: already there, or to be copied from the head.
     pub(crate) images: Vec<(String, bool)>,
     #[serde(skip)]
-    pub(crate) conns: Vec<Connected>,
+    conns: Vec<Connected>,
     /// Old runs kept on each node (`SPARKCTL_KEEP_EXITED`).
     #[serde(skip)]
     keep_exited: usize,

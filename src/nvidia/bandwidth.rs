@@ -13,9 +13,9 @@
 /// the system's (a GB10 shares LPDDR5X with the CPU).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Known {
-    pub(crate) name: &'static str,
+    name: &'static str,
     pub(crate) gb_per_s: f64,
-    pub(crate) unified: bool,
+    unified: bool,
 }
 
 const fn gpu(name: &'static str, gb_per_s: f64) -> Known {

@@ -31,7 +31,7 @@ pub(crate) struct FileChange {
     pub(crate) after: Content,
     /// For copies: where from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) from: Option<PathBuf>,
+    from: Option<PathBuf>,
 }
 
 /// Pending contents over the model dir.

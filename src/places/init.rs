@@ -114,7 +114,7 @@ pub(crate) enum FileOutcome {
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct InitReport {
-    pub(crate) root: PathBuf,
+    root: PathBuf,
     pub(crate) files: Vec<(String, FileOutcome)>,
 }
 

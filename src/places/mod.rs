@@ -21,7 +21,7 @@ pub(crate) fn config_dir() -> PathBuf {
 pub(crate) struct RecipesDir {
     pub(crate) path: PathBuf,
     /// Named by `--recipes` or `SPARKCTL_RECIPES`: it must exist.
-    pub(crate) given: bool,
+    given: bool,
 }
 
 impl RecipesDir {

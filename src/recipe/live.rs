@@ -31,17 +31,17 @@ pub(crate) struct Live {
     /// beneath them, a floor: `non_empty: ">= 50%"` and `no_loop: ">= 50%"` (a gate of the
     /// same name set here replaces the floor's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) gates: BTreeMap<String, String>,
+    gates: BTreeMap<String, String>,
     /// Answers judged together: the most recent this many (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) window: Option<usize>,
+    window: Option<usize>,
     /// Answers needed before a gate is judged (default: half the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) min_answers: Option<usize>,
+    min_answers: Option<usize>,
     /// How long a gate must stay failed before production counts as unhealthy: restarted,
     /// then replaced by its `fallback` (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) sustain: Option<HumanDuration>,
+    sustain: Option<HumanDuration>,
     /// Known questions sent to production on a schedule, their answers checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) golden: Option<Golden>,
@@ -57,7 +57,7 @@ pub(crate) struct Golden {
     pub(crate) cases: Vec<String>,
     /// The suite they come from (default: `bench.suite`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) suite: Option<String>,
+    suite: Option<String>,
     /// Rounds failed in a row before production counts as unhealthy (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) failures: Option<u32>,

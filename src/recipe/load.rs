@@ -64,8 +64,8 @@ pub struct RecipeSet {
 pub(crate) struct BrokenRecipe {
     pub(crate) path: PathBuf,
     /// The names it may stand for: its file name, and the `name:` it declares if that parsed.
-    pub(crate) names: Vec<String>,
-    pub(crate) diagnostics: Vec<Diagnostic>,
+    names: Vec<String>,
+    diagnostics: Vec<Diagnostic>,
 }
 
 impl std::fmt::Display for BrokenRecipe {

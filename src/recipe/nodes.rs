@@ -52,7 +52,7 @@ pub(crate) struct Node {
     /// A directory with ca.pem, cert.pem and key.pem for a `tcp://` engine (as docker's
     /// DOCKER_CERT_PATH).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) tls: Option<String>,
+    tls: Option<String>,
     /// Its address on the high-speed interface: Ray, NCCL and the other nodes use it.
     pub(crate) address: String,
     /// The high-speed interface's name (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, UCX).

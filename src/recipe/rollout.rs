@@ -35,30 +35,30 @@ impl std::fmt::Display for Scalar {
 pub(crate) struct Rollout {
     /// `shadow` (copies of live requests; production answers every client) or `canary` (a
     /// share of the conversations answered by the candidate).
-    pub(crate) mode: Mode,
+    mode: Mode,
     /// % of requests copied (shadow, default 100%) or of conversations sent (canary,
     /// default 10%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) share: Option<Scalar>,
+    share: Option<Scalar>,
     /// Requests compared (`50`, the default) or a duration (`10m`) before promoting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) window: Option<Scalar>,
+    window: Option<Scalar>,
     /// A window of requests ends inconclusive when they do not come within this (default
     /// 1h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) within: Option<HumanDuration>,
+    within: Option<HumanDuration>,
     /// Answers to greedy requests (temperature 0) that may differ from production's, e.g.
     /// `20%` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) max_disagreement: Option<Scalar>,
+    max_disagreement: Option<Scalar>,
     /// How much slower between tokens than production is no regression, e.g. `15%` (default:
     /// from `bench.gates.vs_production_decode`, else 15%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) itl_tolerance: Option<Scalar>,
+    itl_tolerance: Option<Scalar>,
     /// The same for the first token (default: from `bench.gates.vs_production_ttft`, else
     /// 50%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) ttft_tolerance: Option<Scalar>,
+    ttft_tolerance: Option<Scalar>,
 }
 
 /// What `up`'s flags ask of the rollout; each wins over the recipe's section.

@@ -26,11 +26,11 @@ pub(crate) struct Serve {
     pub(crate) keep: bool,
     /// Started with the front door rather than by the first request that names it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) preload: bool,
+    preload: bool,
     /// Requests that name no `model` go to this recipe's model while it is production (with
     /// one model behind the front door, every request goes to it anyway).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) default: bool,
+    default: bool,
 }
 
 impl Serve {

@@ -46,24 +46,24 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Comparison {
     /// `faults`, `agreement`, `itl`, `ttft`.
-    pub(crate) signal: String,
+    signal: String,
     /// One line with both sides' figures.
     pub(crate) detail: String,
     /// Requests it was judged on.
-    pub(crate) n: u64,
+    n: u64,
     /// The one-sided p-value that the candidate is worse.
-    pub(crate) p: f64,
+    p: f64,
     /// Worse beyond the tolerance as measured (significant or not).
-    pub(crate) worse: bool,
+    worse: bool,
     /// Worse, and significantly so.
-    pub(crate) regressed: bool,
+    regressed: bool,
 }
 
 /// The pair (or answers) that show a regression best.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Evidence {
-    pub(crate) production: Option<Sample>,
-    pub(crate) candidate: Sample,
+    production: Option<Sample>,
+    candidate: Sample,
 }
 
 impl Evidence {

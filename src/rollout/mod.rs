@@ -133,7 +133,7 @@ pub(crate) struct Spec {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Rules {
     /// A one-sided test's p-value below this is significant.
-    pub(crate) alpha: f64,
+    alpha: f64,
     /// Slower by more than this share (0.15: 15%) is a regression, in the time between
     /// tokens.
     pub(crate) itl_tolerance: f64,
@@ -143,9 +143,9 @@ pub(crate) struct Rules {
     pub(crate) max_disagreement: f64,
     /// Faulty answers (empty, looping, failed, …) the candidate may have beyond
     /// production's share.
-    pub(crate) fault_margin: f64,
+    fault_margin: f64,
     /// Requests compared before any verdict but an abort.
-    pub(crate) min_compared: u64,
+    min_compared: u64,
 }
 
 impl Default for Rules {

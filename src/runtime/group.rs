@@ -65,10 +65,10 @@ impl Role {
 pub(crate) struct Placed {
     pub(crate) node: String,
     pub(crate) role: Role,
-    pub(crate) id: String,
+    id: String,
     pub(crate) running: bool,
     #[serde(skip)]
-    pub(crate) docker: Option<Docker>,
+    docker: Option<Docker>,
 }
 
 fn run_filter(state_id: &str, run_id: &str) -> HashMap<&'static str, Vec<String>> {

@@ -27,13 +27,13 @@ pub(crate) struct ChunkChoice<'a> {
 #[derive(serde::Deserialize, Default)]
 pub(crate) struct ChunkDelta<'a> {
     #[serde(default)]
-    pub(crate) role: Option<serde::de::IgnoredAny>,
+    role: Option<serde::de::IgnoredAny>,
     #[serde(default, borrow)]
     pub(crate) content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
-    pub(crate) reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
-    pub(crate) reasoning: Option<std::borrow::Cow<'a, str>>,
+    reasoning: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     pub(crate) tool_calls: Option<Vec<serde::de::IgnoredAny>>,
 }

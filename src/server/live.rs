@@ -90,7 +90,7 @@ pub(crate) struct GoldenRound {
 /// judges).
 pub struct Live {
     /// `SPARKCTL_FRONTDOOR_QUALITY=off` turns the classifier off (to measure its cost).
-    pub(crate) enabled: bool,
+    enabled: bool,
     state: Mutex<State>,
 }
 

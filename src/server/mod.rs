@@ -64,11 +64,11 @@ pub(crate) struct Door {
     /// model's name, route, counts, load, turn, failed start, holder and generation.
     cell: Arc<lane::Cell>,
     /// Its routing, a view of `cell`.
-    pub(crate) table: Table,
+    table: Table,
     /// Whether its server is loaded, starting on demand, or unloaded: a view of `cell`.
-    pub(crate) demand: demand::Demand,
+    demand: demand::Demand,
     /// A candidate meeting this model's traffic (shadow, canary), while one does.
-    pub(crate) rollout: Arc<rollout::Slot>,
+    rollout: Arc<rollout::Slot>,
 }
 
 impl std::ops::Deref for Door {

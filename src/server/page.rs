@@ -59,24 +59,24 @@ const REPORT_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
 /// One upstream's traffic over one interval.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub(crate) struct Figures {
-    pub(crate) requests: u64,
+    requests: u64,
     /// Mean time to the first token of the answers that began, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) ttft_ms: Option<f64>,
+    ttft_ms: Option<f64>,
     /// Mean gap per token, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tpot_ms: Option<f64>,
+    tpot_ms: Option<f64>,
     /// Answers judged, and the share that passed every check.
-    pub(crate) answers: u64,
+    answers: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) good_pct: Option<f64>,
+    good_pct: Option<f64>,
 }
 
 /// One point of the charts: unix ms, and each upstream that moved in the interval.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Point {
-    pub(crate) t: u64,
-    pub(crate) by: BTreeMap<String, Figures>,
+    t: u64,
+    by: BTreeMap<String, Figures>,
 }
 
 #[derive(Default)]
@@ -137,7 +137,7 @@ impl Series {
 /// report links.
 pub(crate) struct Page {
     /// `SPARKCTL_FRONTDOOR_PAGE=off` neither samples nor serves (to measure its cost).
-    pub(crate) enabled: bool,
+    enabled: bool,
     series: Mutex<Series>,
     links: Arc<link::Signer>,
 }

@@ -52,17 +52,17 @@ const HOP_BY_HOP: &[&str] = &[
 pub(crate) struct Proxy {
     /// Every model's lane: where a request goes; the live page's production and state dir.
     lanes: Arc<Lanes>,
-    pub(crate) metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     /// Judges the answers on their way.
-    pub(crate) live: Arc<Live>,
+    live: Arc<Live>,
     /// Keeps production's requests for a replay, when asked.
-    pub(crate) capture: Arc<super::capture::Capture>,
+    capture: Arc<super::capture::Capture>,
     /// A new connection per request: a kept-alive one the upstream closed meanwhile
     /// (llama-server does) would leave it unknown whether the request was taken, and a
     /// request is never sent twice. A connect costs microseconds; an answer, seconds.
     client: Client<HttpConnector, Full<Bytes>>,
     /// How long a request may wait for an upstream.
-    pub(crate) hold: Duration,
+    hold: Duration,
     /// `Authorization: Bearer KEY` required when set; never logged.
     api_key: Option<String>,
     /// The watch hears of an upstream that did not answer.

@@ -31,7 +31,7 @@ const KEPT_CHARS: usize = 240;
 
 /// A rollout running.
 pub(crate) struct Rollout {
-    pub(crate) spec: Spec,
+    spec: Spec,
     pub(crate) candidate: Upstream,
     started: Instant,
     started_at: String,

@@ -140,7 +140,7 @@ pub(crate) struct DoorSettings {
     /// `SPARKCTL_FRONTDOOR_API_KEY_FILE`.
     pub(crate) api_key_file: Option<PathBuf>,
     /// Whether the key is given in the environment itself (its value is not kept here).
-    pub(crate) api_key_in_env: bool,
+    api_key_in_env: bool,
     pub(crate) page: bool,
     pub(crate) quality: bool,
 }

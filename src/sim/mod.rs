@@ -83,157 +83,157 @@ pub(crate) enum LoadFault {
 pub(crate) struct SimConfig {
     /// Address to listen on.
     #[arg(long, env = "SIM_HOST", default_value = "127.0.0.1")]
-    pub(crate) host: String,
+    host: String,
     /// Port to listen on; 0 picks a free one (printed at start).
     #[arg(long, env = "SIM_PORT", default_value_t = 8000)]
-    pub(crate) port: u16,
+    port: u16,
     /// Whose wire to follow: `generic`, or `vllm` (vLLM 0.32's).
     #[arg(long, env = "SIM_MIMIC", value_enum, default_value = "generic")]
-    pub(crate) mimic: Mimic,
+    mimic: Mimic,
     /// Model id served in /v1/models.
     #[arg(long, env = "SIM_MODEL_NAME", default_value = "sim-model")]
-    pub(crate) model_name: String,
+    model_name: String,
     /// Time /health answers 503 before the model counts as loaded.
     #[arg(long, env = "SIM_LOAD_TIME", default_value = "0s", value_parser = duration)]
-    pub(crate) load_time: Duration,
+    load_time: Duration,
     /// Time from request to the first generated token (reasoning or content).
     #[arg(long, env = "SIM_TTFT", default_value = "50ms", value_parser = duration)]
-    pub(crate) ttft: Duration,
+    ttft: Duration,
     /// Noise on each request's TTFT: drawn evenly from ttft × (1 ± this fraction), 0 to 1
     /// (0: none). The draws follow the request number, so a run of a fresh server repeats.
     #[arg(long, env = "SIM_TTFT_JITTER", default_value_t = 0.0, value_parser = fraction)]
-    pub(crate) ttft_jitter: f64,
+    ttft_jitter: f64,
     /// Decode speed in tokens per second; tokens are spaced 1/rate apart.
     #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 50.0)]
-    pub(crate) token_rate: f64,
+    token_rate: f64,
     /// Content tokens per answer (capped by the request's max_tokens).
     #[arg(long, env = "SIM_TOKENS", default_value_t = 24)]
-    pub(crate) tokens: usize,
+    tokens: usize,
     /// Reasoning tokens generated before the content.
     #[arg(long, env = "SIM_REASONING_TOKENS", default_value_t = 0)]
-    pub(crate) reasoning_tokens: usize,
+    reasoning_tokens: usize,
     /// How reasoning reaches the client.
     #[arg(long, env = "SIM_REASONING_AS", value_enum, default_value = "field")]
-    pub(crate) reasoning_as: ReasoningAs,
+    reasoning_as: ReasoningAs,
     /// Answer with markdown (headers, bold, lists).
     #[arg(long, env = "SIM_MARKDOWN")]
-    pub(crate) markdown: bool,
+    markdown: bool,
     /// How tool calls are returned when the request offers tools.
     #[arg(long, env = "SIM_TOOL_CALLS", value_enum, default_value = "field")]
-    pub(crate) tool_calls: ToolCallsAs,
+    tool_calls: ToolCallsAs,
     /// Never send a usage block, even when asked.
     #[arg(long, env = "SIM_NO_USAGE")]
-    pub(crate) no_usage: bool,
+    no_usage: bool,
     /// Fault halfway through loading (see --fatal-line for the line printed).
     #[arg(long, env = "SIM_LOAD_FAULT", value_enum)]
-    pub(crate) load_fault: Option<LoadFault>,
+    load_fault: Option<LoadFault>,
     /// Fault: die of out-of-memory as it loads while a server answers at this URL — a
     /// GPU whose memory that other server holds (the line is CUDA's).
     #[arg(long, env = "SIM_OOM_BESIDE", value_name = "URL")]
-    pub(crate) oom_beside: Option<String>,
+    oom_beside: Option<String>,
     /// Fault: stay loading forever (/health is 503 for good).
     #[arg(long, env = "SIM_NEVER_READY")]
-    pub(crate) never_ready: bool,
+    never_ready: bool,
     /// Fault: every Nth chat request answers 500 (0 = never).
     #[arg(long, env = "SIM_FAIL_EVERY", default_value_t = 0)]
-    pub(crate) fail_every: u64,
+    fail_every: u64,
     /// Fault: a chat request whose messages contain TEXT answers 500 (live traffic marked
     /// so fails while a benchmark's questions pass).
     #[arg(long, env = "SIM_FAIL_ON", value_name = "TEXT")]
-    pub(crate) fail_on: Option<String>,
+    fail_on: Option<String>,
     /// Fault: the first connection whose request head (its request line and headers: a
     /// client's User-Agent, say) contains TEXT is reset before it is read, as a server at
     /// its connection limit (or a proxy in front of one) does; every other one is served.
     #[arg(long, env = "SIM_RESET_ONCE_ON", value_name = "TEXT")]
-    pub(crate) reset_once_on: Option<String>,
+    reset_once_on: Option<String>,
     /// Fault: stop sending after N tokens and hold the stream open.
     #[arg(long, env = "SIM_STALL_AFTER")]
-    pub(crate) stall_after: Option<usize>,
+    stall_after: Option<usize>,
     /// Fault: send an error event after N tokens and end the stream.
     #[arg(long, env = "SIM_ERROR_AFTER")]
-    pub(crate) error_after: Option<usize>,
+    error_after: Option<usize>,
     /// Fault: after N chat requests, answers turn to garbled text past their first tokens
     /// (replacement characters and fragments), while /health stays 200 and one-token
     /// answers stay correct — a server whose kernels or KV cache went bad.
     #[arg(long, env = "SIM_GARBAGE_AFTER", value_name = "N")]
-    pub(crate) garbage_after: Option<u64>,
+    garbage_after: Option<u64>,
     /// Fault: after N chat requests, answers loop past their first tokens (the same words
     /// over and over).
     #[arg(long, env = "SIM_LOOP_AFTER", value_name = "N")]
-    pub(crate) loop_after: Option<u64>,
+    loop_after: Option<u64>,
     /// Fault: after N chat requests, answers are empty (healthy, finished, no text).
     #[arg(long, env = "SIM_EMPTY_AFTER", value_name = "N")]
-    pub(crate) empty_after: Option<u64>,
+    empty_after: Option<u64>,
     /// Fault: after N chat requests, tool calls are left in the content as `<tool_call>`
     /// text (as `--tool-calls content` does from the start).
     #[arg(long, env = "SIM_TOOL_TEXT_AFTER", value_name = "N")]
-    pub(crate) tool_text_after: Option<u64>,
+    tool_text_after: Option<u64>,
     /// The built-in evaluation sets' items are answered right, except this share of each
     /// set (`20%`), always the same items, answered fluently and wrong: a model that got
     /// that many points worse.
     #[arg(long, env = "SIM_EVAL_WRONG", default_value = "0", value_parser = eval::share, value_name = "SHARE")]
-    pub(crate) eval_wrong: f64,
+    eval_wrong: f64,
     /// Allocate this much RAM (e.g. 512m, 2g) at startup, touch every page so it is really
     /// resident, and hold it while serving: a server that takes memory, as a real engine's
     /// weights and KV cache do.
     #[arg(long, env = "SIM_HOLD_MEMORY", value_parser = size, value_name = "SIZE")]
-    pub(crate) hold_memory: Option<ByteSize>,
+    hold_memory: Option<ByteSize>,
     /// Requests served at once; more wait in a queue, their TTFT clock already running
     /// (0 = no limit). A known saturation point for load sweeps.
     #[arg(long, env = "SIM_SLOTS", default_value_t = 0)]
-    pub(crate) slots: usize,
+    slots: usize,
     /// Prompt tokens evaluated per second: each uncached prompt token adds 1/rate to the
     /// TTFT (0 = prompts cost nothing).
     #[arg(long, env = "SIM_PREFILL_RATE", default_value_t = 0.0)]
-    pub(crate) prefill_rate: f64,
+    prefill_rate: f64,
     /// Keep evaluated prompt prefixes (in blocks of 16 tokens, as vLLM's prefix cache does):
     /// a repeated prefix is not evaluated again and is reported as cached tokens.
     #[arg(long, env = "SIM_PREFIX_CACHE")]
-    pub(crate) prefix_cache: bool,
+    prefix_cache: bool,
     /// KV-cache tokens per slot: the denominator of the kv-cache usage metric.
     #[arg(long, env = "SIM_CTX_SIZE", default_value_t = 8192)]
-    pub(crate) ctx_size: usize,
+    ctx_size: usize,
     /// Log line printed before a crash (a real engine's fatal line by default).
     #[arg(
         long,
         env = "SIM_FATAL_LINE",
         default_value = "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
     )]
-    pub(crate) fatal_line: String,
+    fatal_line: String,
     /// Ray's part in a multi-node group: play `ray start --head` listening on ADDR:PORT
     /// (no HTTP); workers join it, `--ray-status` asks it.
     #[arg(long, env = "SIM_RAY_HEAD", value_name = "ADDR:PORT")]
-    pub(crate) ray_head: Option<String>,
+    ray_head: Option<String>,
     /// Play `ray start --address HEAD:PORT --block`: join, keep the connection, end with
     /// status 1 when it drops.
     #[arg(long, env = "SIM_RAY_JOIN", value_name = "HEAD:PORT")]
-    pub(crate) ray_join: Option<String>,
+    ray_join: Option<String>,
     /// This node's address as it reports itself to the head (`--node-ip-address`).
     #[arg(long, env = "SIM_RAY_NODE_IP", value_name = "IP")]
-    pub(crate) ray_node_ip: Option<String>,
+    ray_node_ip: Option<String>,
     /// GPUs this node brings to the cluster.
     #[arg(long, env = "SIM_RAY_GPUS", default_value_t = 1)]
-    pub(crate) ray_gpus: u32,
+    ray_gpus: u32,
     /// Print the head's `ray status` (nodes, GPUs) and exit.
     #[arg(long, value_name = "HEAD:PORT")]
-    pub(crate) ray_status: Option<String>,
+    ray_status: Option<String>,
     /// The API server of a group: ready only once the Ray head at HEAD:PORT reports
     /// `--ray-nodes` nodes; ends with status 1 when a node leaves.
     #[arg(long, env = "SIM_RAY_ADDRESS", value_name = "HEAD:PORT")]
-    pub(crate) ray_address: Option<String>,
+    ray_address: Option<String>,
     /// Nodes the API server waits for (the tensor-parallel group's size in nodes).
     #[arg(long, env = "SIM_RAY_NODES", default_value_t = 1)]
-    pub(crate) ray_nodes: usize,
+    ray_nodes: usize,
     /// Print `sha256sum`-style lines (`HASH  FILE`) for these files and exit: what a
     /// group's model check runs on another node, where a FROM-scratch image has no coreutils.
     #[arg(long, num_args = 1.., value_name = "FILE")]
-    pub(crate) sha256_files: Vec<String>,
+    sha256_files: Vec<String>,
     /// Taken as vLLM takes it, so a group's API server has vLLM's argv; logged only.
     #[arg(long, value_name = "N")]
-    pub(crate) tensor_parallel_size: Option<u32>,
+    tensor_parallel_size: Option<u32>,
     /// Taken as vLLM takes it (`ray`); logged only.
     #[arg(long, value_name = "BACKEND")]
-    pub(crate) distributed_executor_backend: Option<String>,
+    distributed_executor_backend: Option<String>,
 }
 
 impl SimConfig {

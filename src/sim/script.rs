@@ -9,16 +9,16 @@ use super::{Mimic, ReasoningAs, SimConfig, ToolCallsAs};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Request {
     pub(crate) messages: Vec<Value>,
-    pub(crate) tools: Vec<Value>,
-    pub(crate) tool_choice_none: bool,
+    tools: Vec<Value>,
+    tool_choice_none: bool,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
     pub(crate) continuous_usage: bool,
     /// `chat_template_kwargs.enable_thinking`: false closes the think block in the prompt
     /// (Qwen3's templates), so a model served by vLLM does not reason.
-    pub(crate) thinking: Option<bool>,
-    pub(crate) max_tokens: Option<usize>,
+    thinking: Option<bool>,
+    max_tokens: Option<usize>,
     /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
     pub(crate) no_cache: bool,
 }

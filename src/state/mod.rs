@@ -392,8 +392,8 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 /// A state file that could not be read, kept apart so the rest can still be shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Damaged {
-    pub(crate) path: PathBuf,
-    pub(crate) problem: String,
+    path: PathBuf,
+    problem: String,
 }
 
 impl std::fmt::Display for Damaged {

@@ -40,11 +40,11 @@ pub(crate) struct Options<'a> {
 pub(crate) struct Report {
     pub(crate) recipe: String,
     /// The image as the recipe names it: the tag followed.
-    pub(crate) reference: String,
+    reference: String,
     /// The pinned digest before (None: never pinned).
-    pub(crate) old: Option<String>,
+    old: Option<String>,
     /// What the tag points to today.
-    pub(crate) new: String,
+    new: String,
     /// In history's words.
     pub(crate) outcome: Outcome,
     /// Its run record (none for a dry run).
@@ -57,9 +57,9 @@ pub(crate) struct Report {
     pub(crate) error: Option<String>,
     /// What answers on the production port afterwards.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) serving: Option<String>,
+    serving: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) upgrade: Option<UpgradeNote>,
+    upgrade: Option<UpgradeNote>,
 }
 
 impl Report {

@@ -67,7 +67,7 @@ pub(crate) struct Scheduled {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) on_calendar: Option<String>,
     /// `systemctl --user` took it in.
-    pub(crate) enabled: bool,
+    enabled: bool,
     /// What systemd did, or what to run by hand and why.
     pub(crate) systemd: String,
 }

@@ -31,7 +31,7 @@ pub(crate) struct SwitchContext<'a> {
     /// The front door, about the model the flow changes (`crate::models`).
     pub(crate) door: Remote,
     /// That model (`""`: the unnamed one).
-    pub(crate) model: String,
+    model: String,
     pub(crate) door_config: frontdoor::Config,
     /// A dry run: the front door is asked, never started.
     dry_run: bool,
