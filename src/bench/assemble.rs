@@ -17,13 +17,13 @@ use super::{depth, roofline, scrape, stats, Options};
 /// What the phases beyond the suite measured.
 #[derive(Default)]
 pub(super) struct Phases {
-    pub(crate) load: Vec<LoadRun>,
-    pub(crate) sweep: Option<SweepResult>,
-    pub(crate) depth: Vec<depth::DepthPoint>,
-    pub(crate) server_side: scrape::ServerSide,
-    pub(crate) repeat: usize,
+    pub(in crate::bench) load: Vec<LoadRun>,
+    pub(in crate::bench) sweep: Option<SweepResult>,
+    pub(in crate::bench) depth: Vec<depth::DepthPoint>,
+    pub(in crate::bench) server_side: scrape::ServerSide,
+    pub(in crate::bench) repeat: usize,
     /// The evaluation sets' answers, when the run asked them.
-    pub(crate) eval: Option<crate::eval::Evaluation>,
+    pub(in crate::bench) eval: Option<crate::eval::Evaluation>,
 }
 
 /// Each metric over `samples` (per-token ones over the streams that describe decoding).

@@ -30,10 +30,10 @@ pub(crate) enum Source {
 /// A memory bandwidth that bounds single-stream decoding, and where it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Bandwidth {
-    pub(crate) gb_per_s: f64,
+    pub(in crate::bench) gb_per_s: f64,
     source: Source,
     /// In words: the GPUs, the variable or the key it was read from.
-    pub(crate) from: String,
+    pub(in crate::bench) from: String,
 }
 
 impl std::fmt::Display for Bandwidth {

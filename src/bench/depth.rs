@@ -13,17 +13,17 @@ use super::suite::{CacheMode, Case, ServerKind, Suite, Tag};
 /// One request at a depth.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct DepthRecord {
-    pub(crate) ok: bool,
+    pub(in crate::bench) ok: bool,
     /// The request primed the cache (warm only) and is not in the statistics.
-    pub(crate) priming: bool,
-    pub(crate) ttft_ms: Option<f64>,
-    pub(crate) decode_tps: Option<f64>,
-    pub(crate) prompt_tokens: Option<u64>,
-    pub(crate) cached_tokens: Option<u64>,
+    pub(in crate::bench) priming: bool,
+    pub(in crate::bench) ttft_ms: Option<f64>,
+    pub(in crate::bench) decode_tps: Option<f64>,
+    pub(in crate::bench) prompt_tokens: Option<u64>,
+    pub(in crate::bench) cached_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
+    pub(in crate::bench) error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) failure: Option<client::Failure>,
+    pub(in crate::bench) failure: Option<client::Failure>,
 }
 
 /// One depth, cold or warm.
@@ -31,27 +31,27 @@ pub(crate) struct DepthRecord {
 pub(crate) struct DepthPoint {
     /// Prior context asked for, in tokens (4 characters each; the server's count is
     /// `prompt_tokens`).
-    pub(crate) depth: usize,
-    pub(crate) cache: CacheMode,
-    pub(crate) ttft_ms: Option<Stats>,
-    pub(crate) decode_tps: Option<Stats>,
-    pub(crate) prompt_tokens: Option<Stats>,
-    pub(crate) cached_tokens: Option<Stats>,
+    pub(in crate::bench) depth: usize,
+    pub(in crate::bench) cache: CacheMode,
+    pub(in crate::bench) ttft_ms: Option<Stats>,
+    pub(in crate::bench) decode_tps: Option<Stats>,
+    pub(in crate::bench) prompt_tokens: Option<Stats>,
+    pub(in crate::bench) cached_tokens: Option<Stats>,
     /// What the server's cache reports say was measured.
-    pub(crate) verdict: String,
-    pub(crate) records: Vec<DepthRecord>,
+    pub(in crate::bench) verdict: String,
+    pub(in crate::bench) records: Vec<DepthRecord>,
 }
 
 /// Where and what to ask.
 pub(crate) struct Setup<'a> {
-    pub(crate) clients: &'a Clients,
-    pub(crate) url: &'a str,
-    pub(crate) suite: &'a Suite,
-    pub(crate) model: &'a str,
-    pub(crate) kind: ServerKind,
-    pub(crate) nonce: &'a str,
+    pub(in crate::bench) clients: &'a Clients,
+    pub(in crate::bench) url: &'a str,
+    pub(in crate::bench) suite: &'a Suite,
+    pub(in crate::bench) model: &'a str,
+    pub(in crate::bench) kind: ServerKind,
+    pub(in crate::bench) nonce: &'a str,
     /// Measured requests per depth and cache mode.
-    pub(crate) runs: usize,
+    pub(in crate::bench) runs: usize,
 }
 
 fn body(s: &Setup, case: &Case, run: usize) -> Value {

@@ -43,26 +43,26 @@ impl std::str::FromStr for Arrival {
 pub(crate) struct LoadSpec {
     /// Closed-loop levels: this many simultaneous streams each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) concurrency: Vec<usize>,
+    pub(in crate::bench) concurrency: Vec<usize>,
     /// An open-loop level: requests per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) rate: Option<f64>,
+    pub(in crate::bench) rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) arrival: Option<Arrival>,
+    pub(in crate::bench) arrival: Option<Arrival>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) seed: Option<u64>,
+    pub(in crate::bench) seed: Option<u64>,
     /// Requests per level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) requests: Option<usize>,
+    pub(in crate::bench) requests: Option<usize>,
     /// `concurrency:1,2,4,8` or `rate:1,2,4,8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) sweep: Option<String>,
+    pub(in crate::bench) sweep: Option<String>,
     /// Prior-context depths in tokens, each cold and warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) depth: Vec<usize>,
+    pub(in crate::bench) depth: Vec<usize>,
     /// Runs of the whole suite, for confidence intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) repeat: Option<usize>,
+    pub(in crate::bench) repeat: Option<usize>,
 }
 
 impl LoadSpec {
@@ -181,62 +181,62 @@ pub(crate) fn schedule(rps: f64, arrival: Arrival, seed: u64, n: usize) -> Vec<f
 /// One request of a load level, timed from its scheduled send.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Record {
-    pub(crate) index: usize,
+    pub(in crate::bench) index: usize,
     /// When it was due, ms from the level's start.
     pub scheduled_ms: f64,
     /// How late the client sent it.
-    pub(crate) send_lag_ms: f64,
+    pub(in crate::bench) send_lag_ms: f64,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
+    pub(in crate::bench) error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) failure: Option<super::sample::Failure>,
+    pub(in crate::bench) failure: Option<super::sample::Failure>,
     /// From the scheduled send (send lag included).
     pub ttft_ms: Option<f64>,
-    pub(crate) tpot_ms: Option<f64>,
-    pub(crate) e2el_ms: f64,
-    pub(crate) itl_ms: Vec<f64>,
-    pub(crate) prompt_tokens: Option<u64>,
-    pub(crate) cached_tokens: Option<u64>,
-    pub(crate) completion_tokens: Option<u64>,
+    pub(in crate::bench) tpot_ms: Option<f64>,
+    pub(in crate::bench) e2el_ms: f64,
+    pub(in crate::bench) itl_ms: Vec<f64>,
+    pub(in crate::bench) prompt_tokens: Option<u64>,
+    pub(in crate::bench) cached_tokens: Option<u64>,
+    pub(in crate::bench) completion_tokens: Option<u64>,
     /// Against the SLO, when one was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) met_slo: Option<bool>,
+    pub(in crate::bench) met_slo: Option<bool>,
 }
 
 /// One load level's outcome.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadRun {
-    pub(crate) profile: Profile,
-    pub(crate) requests: usize,
-    pub(crate) completed: usize,
+    pub(in crate::bench) profile: Profile,
+    pub(in crate::bench) requests: usize,
+    pub(in crate::bench) completed: usize,
     pub failed: usize,
     /// Open loop: the send rate achieved, (n − 1) / (last send − first send).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) achieved_rps: Option<f64>,
+    pub(in crate::bench) achieved_rps: Option<f64>,
     /// From the level's start (the first send is due then) to the last answer's end.
-    pub(crate) duration_s: f64,
+    pub(in crate::bench) duration_s: f64,
     /// Completed requests per second over `duration_s`.
-    pub(crate) request_rps: f64,
+    pub(in crate::bench) request_rps: f64,
     /// Output tokens per second over `duration_s`.
-    pub(crate) output_tps: f64,
-    pub(crate) ttft_ms: Option<Stats>,
-    pub(crate) tpot_ms: Option<Stats>,
-    pub(crate) itl_ms: Option<Stats>,
-    pub(crate) e2el_ms: Option<Stats>,
-    pub(crate) send_lag_ms: Option<Stats>,
+    pub(in crate::bench) output_tps: f64,
+    pub(in crate::bench) ttft_ms: Option<Stats>,
+    pub(in crate::bench) tpot_ms: Option<Stats>,
+    pub(in crate::bench) itl_ms: Option<Stats>,
+    pub(in crate::bench) e2el_ms: Option<Stats>,
+    pub(in crate::bench) send_lag_ms: Option<Stats>,
     /// Requests per second that met the SLO, and their share (%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) goodput_rps: Option<f64>,
+    pub(in crate::bench) goodput_rps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) goodput_pct: Option<f64>,
+    pub(in crate::bench) goodput_pct: Option<f64>,
     /// What the server's metrics said while it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) server: Option<During>,
+    pub(in crate::bench) server: Option<During>,
     /// Connections opened (and answered) before the level's clock started, one per stream
     /// of a closed loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) connections_opened: Option<usize>,
+    pub(in crate::bench) connections_opened: Option<usize>,
     pub records: Vec<Record>,
 }
 
@@ -447,8 +447,8 @@ pub(crate) enum SweepKind {
 /// `concurrency:1,2,4,8` or `rate:1,2,4,8`: levels tried in order until one saturates.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sweep {
-    pub(crate) kind: SweepKind,
-    pub(crate) levels: Vec<f64>,
+    pub(in crate::bench) kind: SweepKind,
+    pub(in crate::bench) levels: Vec<f64>,
 }
 
 impl std::str::FromStr for Sweep {

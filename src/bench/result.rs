@@ -24,55 +24,55 @@ pub(crate) use super::stats::{median, stats, Stats};
 pub(crate) struct CaseSummary {
     pub(crate) case: String,
     #[serde(default)]
-    pub(crate) cache: CacheMode,
-    pub(crate) samples: usize,
-    pub(crate) failed: usize,
+    pub(in crate::bench) cache: CacheMode,
+    pub(in crate::bench) samples: usize,
+    pub(in crate::bench) failed: usize,
     /// Measured requests sent a second time after a transport error before any byte.
     #[serde(default)]
-    pub(crate) retried: usize,
+    pub(in crate::bench) retried: usize,
     /// TTFT (first token of any kind).
     pub(crate) ttft_ms: Option<Stats>,
     /// TTFO (first output: content or tool call).
     #[serde(default)]
-    pub(crate) ttfo_ms: Option<Stats>,
+    pub(in crate::bench) ttfo_ms: Option<Stats>,
     /// TTFT p50 per turn (multi-turn growth).
-    pub(crate) ttft_p50_per_turn_ms: Vec<f64>,
+    pub(in crate::bench) ttft_p50_per_turn_ms: Vec<f64>,
     ttfr_ms: Option<Stats>,
     #[serde(default)]
-    pub(crate) tpot_ms: Option<Stats>,
+    pub(in crate::bench) tpot_ms: Option<Stats>,
     pub(crate) decode_tps: Option<Stats>,
-    pub(crate) itl_ms: Option<Stats>,
-    pub(crate) e2e_ms: Option<Stats>,
-    pub(crate) cold_start_ttft_ms: Option<f64>,
+    pub(in crate::bench) itl_ms: Option<Stats>,
+    pub(in crate::bench) e2e_ms: Option<Stats>,
+    pub(in crate::bench) cold_start_ttft_ms: Option<f64>,
     #[serde(default)]
-    pub(crate) prompt_tokens: Option<Stats>,
+    pub(in crate::bench) prompt_tokens: Option<Stats>,
     /// Prompt tokens the server reported as served from its cache.
     #[serde(default)]
-    pub(crate) cached_tokens: Option<Stats>,
+    pub(in crate::bench) cached_tokens: Option<Stats>,
     /// Measured TTFTs whose prompt was a near-full cache hit.
     #[serde(default)]
     near_full_cache_hits: usize,
     /// Mean tokens per token-bearing chunk.
     #[serde(default)]
-    pub(crate) tokens_per_chunk: Option<f64>,
+    pub(in crate::bench) tokens_per_chunk: Option<f64>,
     /// Streams the server delivered in bursts (no per-token figures from them).
     #[serde(default)]
-    pub(crate) bursts: usize,
+    pub(in crate::bench) bursts: usize,
     /// Samples whose decode speed the memory bandwidth cannot deliver (excluded).
     #[serde(default)]
     impossible: usize,
     /// The server's own decode speed (llama-server `timings.predicted_per_second`).
     #[serde(default)]
-    pub(crate) server_decode_tps: Option<Stats>,
+    pub(in crate::bench) server_decode_tps: Option<Stats>,
     /// Median of (client − server) / server decode speed, %.
     #[serde(default)]
-    pub(crate) decode_vs_server_pct: Option<f64>,
+    pub(in crate::bench) decode_vs_server_pct: Option<f64>,
     /// Median of client TTFT − the server's prompt time (llama-server `prompt_ms`): what
     /// the client saw beyond the server's own prompt processing.
     #[serde(default)]
-    pub(crate) ttft_minus_server_prompt_ms: Option<f64>,
+    pub(in crate::bench) ttft_minus_server_prompt_ms: Option<f64>,
     /// Check → % of this case's answers (leak rate for thinking_leak, pass rate otherwise).
-    pub(crate) checks: BTreeMap<String, f64>,
+    pub(in crate::bench) checks: BTreeMap<String, f64>,
 }
 
 /// What a benchmark concludes. `Inconclusive` never promotes and never blames the
@@ -102,16 +102,16 @@ impl std::fmt::Display for Verdict {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct BenchResult {
-    pub(crate) sparkctl_version: String,
-    pub(crate) host: String,
-    pub(crate) time: String,
+    pub(in crate::bench) sparkctl_version: String,
+    pub(in crate::bench) host: String,
+    pub(in crate::bench) time: String,
     pub(crate) target: Target,
     pub(crate) suite: String,
     pub(crate) warmup: usize,
     pub(crate) runs: usize,
     /// Runs of the whole suite (confidence intervals need two or more).
     #[serde(default = "one")]
-    pub(crate) repeat: usize,
+    pub(in crate::bench) repeat: usize,
     pub(crate) cases: Vec<CaseSummary>,
     /// Fixed load levels (closed-loop concurrency, open-loop rate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -127,7 +127,7 @@ pub(crate) struct BenchResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) server_side: Option<super::scrape::ServerSide>,
     /// Check → % over all measured answers it applies to.
-    pub(crate) quality: BTreeMap<String, f64>,
+    pub(in crate::bench) quality: BTreeMap<String, f64>,
     pub(crate) ttft_p50_ms: Option<f64>,
     #[serde(default)]
     pub(crate) ttfo_p50_ms: Option<f64>,
@@ -135,7 +135,7 @@ pub(crate) struct BenchResult {
     /// Every metric over the measured requests of the suite (per-token ones over decoding
     /// streams only), for the percentile gates.
     #[serde(default)]
-    pub(crate) latency: BTreeMap<Metric, Stats>,
+    pub(in crate::bench) latency: BTreeMap<Metric, Stats>,
     /// Each metric's per-run p50 over `--repeat` runs: mean, CV and 95% interval.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) confidence: BTreeMap<Metric, Interval>,
@@ -160,11 +160,11 @@ pub(crate) struct BenchResult {
     pub(crate) notes: Vec<String>,
     /// A replay of captured traffic: its source, pace and prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) replay: Option<super::replay::Replay>,
+    pub(in crate::bench) replay: Option<super::replay::Replay>,
     /// The evaluation sets' answers, item by item (and production's, when compared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) eval: Option<crate::eval::Evaluation>,
-    pub(crate) samples: Vec<Sample>,
+    pub(in crate::bench) samples: Vec<Sample>,
 }
 
 impl BenchResult {

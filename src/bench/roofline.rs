@@ -59,8 +59,8 @@ pub(crate) struct Roofline {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     server_tps: Option<f64>,
     /// measured / bound, when it is possible (≤ 1).
-    pub(crate) share: Option<f64>,
-    pub(crate) impossible: bool,
+    pub(in crate::bench) share: Option<f64>,
+    pub(in crate::bench) impossible: bool,
     /// Per depth of the depth sweep: (depth, bound tok/s).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     per_depth: Vec<(usize, f64)>,

@@ -55,13 +55,13 @@ pub(crate) enum ChunkTokens {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ServerTimings {
     /// Prompt tokens reused from the server's cache.
-    pub(crate) cache_n: Option<u64>,
+    pub(in crate::bench) cache_n: Option<u64>,
     /// Prompt tokens evaluated for this request.
-    pub(crate) prompt_n: Option<u64>,
-    pub(crate) prompt_ms: Option<f64>,
-    pub(crate) predicted_n: Option<u64>,
-    pub(crate) predicted_ms: Option<f64>,
-    pub(crate) predicted_per_second: Option<f64>,
+    pub(in crate::bench) prompt_n: Option<u64>,
+    pub(in crate::bench) prompt_ms: Option<f64>,
+    pub(in crate::bench) predicted_n: Option<u64>,
+    pub(in crate::bench) predicted_ms: Option<f64>,
+    pub(in crate::bench) predicted_per_second: Option<f64>,
 }
 
 impl ServerTimings {
@@ -81,14 +81,14 @@ impl ServerTimings {
 /// retry's send when the first attempt never reached the server).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Sample {
-    pub(crate) case: String,
-    pub(crate) run: usize,
+    pub(in crate::bench) case: String,
+    pub(in crate::bench) run: usize,
     /// 1-based turn of a multi-turn case.
-    pub(crate) turn: usize,
-    pub(crate) warmup: bool,
+    pub(in crate::bench) turn: usize,
+    pub(in crate::bench) warmup: bool,
     /// Which of the `--repeat` runs of the suite it belongs to (0-based).
     #[serde(default)]
-    pub(crate) repeat: usize,
+    pub(in crate::bench) repeat: usize,
     pub ok: bool,
     /// The response's `id` (to find it in the server's log).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,69 +96,69 @@ pub struct Sample {
     /// When the request was sent, Unix µs: lines the sample up with server-side timestamps.
     pub sent_unix_us: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) failure: Option<Failure>,
+    pub(in crate::bench) failure: Option<Failure>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The first attempt's transport error, when the request was sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) retried_after: Option<String>,
-    pub(crate) status: Option<u16>,
+    pub(in crate::bench) retried_after: Option<String>,
+    pub(in crate::bench) status: Option<u16>,
     /// TTFT: time to the first token of any kind (reasoning, content or tool call).
     pub ttft_ms: Option<f64>,
     /// TTFO: time to the first output token (content or tool call; reasoning does not count).
     #[serde(default)]
-    pub(crate) ttfo_ms: Option<f64>,
+    pub(in crate::bench) ttfo_ms: Option<f64>,
     /// Time to the first reasoning token.
-    pub(crate) ttfr_ms: Option<f64>,
+    pub(in crate::bench) ttfr_ms: Option<f64>,
     /// E2EL: until the stream ended.
-    pub(crate) e2e_ms: f64,
+    pub(in crate::bench) e2e_ms: f64,
     /// TPOT: (E2EL − TTFT) / (tokens − 1), as vLLM's benchmark defines it.
     #[serde(default)]
-    pub(crate) tpot_ms: Option<f64>,
+    pub(in crate::bench) tpot_ms: Option<f64>,
     /// ITL: per-token inter-token latency (a chunk's gap over the tokens it carried).
     pub itl_ms: Vec<f64>,
     /// When each token-bearing chunk arrived, and the tokens it carried (see `chunk_tokens`).
     #[serde(default)]
     pub chunk_at_ms: Vec<f64>,
     #[serde(default)]
-    pub(crate) chunk_token_counts: Vec<f64>,
+    pub(in crate::bench) chunk_token_counts: Vec<f64>,
     #[serde(default)]
-    pub(crate) chunk_tokens: ChunkTokens,
-    pub(crate) content_deltas: usize,
-    pub(crate) reasoning_deltas: usize,
-    pub(crate) prompt_tokens: Option<u64>,
+    pub(in crate::bench) chunk_tokens: ChunkTokens,
+    pub(in crate::bench) content_deltas: usize,
+    pub(in crate::bench) reasoning_deltas: usize,
+    pub(in crate::bench) prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
-    pub(crate) reasoning_tokens: Option<u64>,
+    pub(in crate::bench) reasoning_tokens: Option<u64>,
     /// Prompt tokens the server served from its cache (`usage.prompt_tokens_details.
     /// cached_tokens`, or llama-server's `timings.cache_n`).
-    pub(crate) cached_tokens: Option<u64>,
+    pub(in crate::bench) cached_tokens: Option<u64>,
     /// Decode speed: tokens after the first chunk, over the time from the first chunk to
     /// the last.
     pub decode_tps: Option<f64>,
     #[serde(default)]
-    pub(crate) token_source: TokenSource,
+    pub(in crate::bench) token_source: TokenSource,
     /// True when no `usage` came and token counts are estimated from chunks.
-    pub(crate) usage_estimated: bool,
+    pub(in crate::bench) usage_estimated: bool,
     /// Most tokens arrived within a few ms: the server buffered the stream, so per-token
     /// figures say nothing about decoding.
     #[serde(default)]
-    pub(crate) burst: bool,
+    pub(in crate::bench) burst: bool,
     /// Its decode speed is above what the memory bandwidth allows for the model's size.
     #[serde(default)]
-    pub(crate) impossible: bool,
+    pub(in crate::bench) impossible: bool,
     /// llama-server's own `timings`, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) server_timings: Option<ServerTimings>,
+    pub(in crate::bench) server_timings: Option<ServerTimings>,
     pub(crate) content: String,
-    pub(crate) reasoning: String,
+    pub(in crate::bench) reasoning: String,
     pub(crate) tool_calls: Vec<ToolCall>,
-    pub(crate) finish_reason: Option<String>,
+    pub(in crate::bench) finish_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub(crate) struct ToolCall {
     pub(crate) name: String,
-    pub(crate) arguments: String,
+    pub(in crate::bench) arguments: String,
 }
 
 impl Sample {

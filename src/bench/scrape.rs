@@ -153,9 +153,9 @@ pub(crate) struct During {
     scrapes: usize,
     /// The least memory the host had available while the level ran, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) host_available_min: Option<u64>,
-    pub(crate) waiting_mean: Option<f64>,
-    pub(crate) waiting_max: Option<f64>,
+    pub(in crate::bench) host_available_min: Option<u64>,
+    pub(in crate::bench) waiting_mean: Option<f64>,
+    pub(in crate::bench) waiting_max: Option<f64>,
     running_max: Option<f64>,
     kv_usage_max: Option<f64>,
     /// Counters' growth between the first and the last scrape.
@@ -200,9 +200,9 @@ pub(crate) struct ServerSide {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) unavailable: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) before: Option<BTreeMap<Figure, f64>>,
+    pub(in crate::bench) before: Option<BTreeMap<Figure, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) after: Option<BTreeMap<Figure, f64>>,
+    pub(in crate::bench) after: Option<BTreeMap<Figure, f64>>,
     /// The server's own mean time to first token over the benchmark (its histogram's sum
     /// and count, after less before), beside the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,12 +226,12 @@ pub(crate) fn ttft_mean_ms(
 /// `/proc/meminfo`, in bytes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct HostMemory {
-    pub(crate) total: u64,
-    pub(crate) available_before: u64,
-    pub(crate) available_after: u64,
+    pub(in crate::bench) total: u64,
+    pub(in crate::bench) available_before: u64,
+    pub(in crate::bench) available_after: u64,
     /// The least seen while load levels ran (scraped every 200 ms with the metrics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) available_min: Option<u64>,
+    pub(in crate::bench) available_min: Option<u64>,
 }
 
 impl std::fmt::Display for HostMemory {

@@ -13,7 +13,7 @@ use crate::error::Result;
 pub(crate) struct ServerInfo {
     pub(crate) model: String,
     pub(crate) kind: ServerKind,
-    pub(crate) version: Option<String>,
+    pub(in crate::bench) version: Option<String>,
 }
 
 async fn get_json(client: &reqwest::Client, url: &str, path: &str) -> Option<Value> {

@@ -4,12 +4,12 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Stats {
-    pub(crate) n: usize,
+    pub(in crate::bench) n: usize,
     pub(crate) p50: f64,
-    pub(crate) p90: f64,
-    pub(crate) p99: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
+    pub(in crate::bench) p90: f64,
+    pub(in crate::bench) p99: f64,
+    pub(in crate::bench) min: f64,
+    pub(in crate::bench) max: f64,
 }
 
 /// Which percentile of a `Stats`.

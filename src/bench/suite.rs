@@ -32,25 +32,25 @@ pub(crate) const DEFAULT_SUITE: &str = "voice-assistant";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Suite {
-    pub(crate) name: String,
+    pub(in crate::bench) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) description: Option<String>,
+    pub(in crate::bench) description: Option<String>,
     /// Runs per case before measuring; reported as cold start, never in the statistics.
     #[serde(default = "one")]
-    pub(crate) warmup: usize,
+    pub(in crate::bench) warmup: usize,
     /// Measured runs per case (at least 5).
     #[serde(default = "five")]
-    pub(crate) runs: usize,
+    pub(in crate::bench) runs: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) system: Option<String>,
+    pub(in crate::bench) system: Option<String>,
     /// Tool definitions (OpenAI format) by name; cases pick them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) tools: BTreeMap<String, Value>,
+    pub(in crate::bench) tools: BTreeMap<String, Value>,
     pub(crate) cases: Vec<Case>,
     /// Captured traffic (where it came from): each case is a captured request, sent once
     /// as it came (`bench::replay`).
     #[serde(skip)]
-    pub(crate) replay: Option<String>,
+    pub(in crate::bench) replay: Option<String>,
 }
 
 fn one() -> usize {
@@ -70,12 +70,12 @@ pub(crate) struct Case {
     /// User messages, one per turn; the server's answers are kept between turns.
     pub(crate) turns: Vec<String>,
     #[serde(default = "default_max_tokens")]
-    pub(crate) max_tokens: u32,
+    pub(in crate::bench) max_tokens: u32,
     /// Sent as `chat_template_kwargs.enable_thinking` (Qwen3 chat templates).
     #[serde(default)]
-    pub(crate) enable_thinking: bool,
+    pub(in crate::bench) enable_thinking: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) tools: Vec<String>,
+    pub(in crate::bench) tools: Vec<String>,
     /// Text the answer must contain (case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) expect: Option<String>,
@@ -86,19 +86,19 @@ pub(crate) struct Case {
     /// non_empty, no_markdown, thinking_leak, no_loop, finished, plus expected_answer /
     /// tool_calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) checks: Option<Vec<Check>>,
+    pub(in crate::bench) checks: Option<Vec<Check>>,
     /// Pads the system prompt to about this many tokens (4 characters each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) system_tokens: Option<usize>,
+    pub(in crate::bench) system_tokens: Option<usize>,
     /// What the server may take from its prompt cache (see `CacheMode`).
     #[serde(default)]
-    pub(crate) cache: CacheMode,
+    pub(in crate::bench) cache: CacheMode,
     /// A captured request, sent as it came (a replay's case).
     #[serde(skip)]
-    pub(crate) body: Option<Value>,
+    pub(in crate::bench) body: Option<Value>,
     /// When it arrived, ms after the first captured request.
     #[serde(skip)]
-    pub(crate) at_ms: Option<u64>,
+    pub(in crate::bench) at_ms: Option<u64>,
 }
 
 /// A per-answer check a case may ask for (suites name them; gates judge their rates).

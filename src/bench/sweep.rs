@@ -9,10 +9,10 @@ use super::load::{LoadRun, Sweep, SweepKind};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Knee {
     /// The last level whose extra load still bought throughput.
-    pub(crate) level: f64,
+    pub(in crate::bench) level: f64,
     /// The level past it, where throughput stopped growing and latency (or the queue) grew.
-    pub(crate) saturated_at: f64,
-    pub(crate) why: String,
+    pub(in crate::bench) saturated_at: f64,
+    pub(in crate::bench) why: String,
 }
 
 /// Throughput must grow by this share of the added load to count as growing.
@@ -54,11 +54,11 @@ pub(crate) fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
 /// A sweep's levels, and where it found the knee.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SweepResult {
-    pub(crate) kind: SweepKind,
+    pub(in crate::bench) kind: SweepKind,
     asked: Vec<f64>,
     pub(crate) levels: Vec<LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) knee: Option<Knee>,
+    pub(in crate::bench) knee: Option<Knee>,
     /// How the sweep ended, in one line.
     pub(crate) outcome: String,
 }

@@ -120,13 +120,13 @@ pub(crate) enum Verdict {
 /// A verdict, the figure it rests on and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Judgement {
-    pub(crate) verdict: Verdict,
+    pub(in crate::bisect) verdict: Verdict,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) value: Option<f64>,
     /// The figure's 95% interval over every run measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) interval: Option<(f64, f64)>,
-    pub(crate) detail: String,
+    pub(in crate::bisect) detail: String,
 }
 
 impl Judgement {

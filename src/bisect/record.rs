@@ -33,14 +33,14 @@ pub(crate) enum Status {
 pub(crate) struct Plan {
     pub(crate) suite: String,
     /// Measured runs per case per repeat [default: the suite's].
-    pub(crate) runs: Option<usize>,
-    pub(crate) warmup: Option<usize>,
+    pub(in crate::bisect) runs: Option<usize>,
+    pub(in crate::bisect) warmup: Option<usize>,
     /// Runs of the whole suite per round: the interval's runs.
     pub(crate) repeat: usize,
     /// Rounds a digest gets before it is left inconclusive.
     pub(crate) rounds: usize,
     /// Production may be held and stopped for a step that needs its memory.
-    pub(crate) allow_swap: bool,
+    pub(in crate::bisect) allow_swap: bool,
 }
 
 /// Which part a measurement plays.
@@ -58,7 +58,7 @@ pub(crate) struct Candidate {
     pub(crate) digest: String,
     /// A build's file (`--builds`); images have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) path: Option<PathBuf>,
+    pub(in crate::bisect) path: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) created: Option<String>,
     pub(crate) first_seen: String,
@@ -67,11 +67,11 @@ pub(crate) struct Candidate {
 /// One benchmark of a digest (`repeat` runs of the suite).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Round {
-    pub(crate) run_id: String,
-    pub(crate) bench: PathBuf,
+    pub(in crate::bisect) run_id: String,
+    pub(in crate::bisect) bench: PathBuf,
     /// Each metric's per-run p50 over this round's runs.
-    pub(crate) confidence: BTreeMap<Metric, Interval>,
-    pub(crate) seconds: f64,
+    pub(in crate::bisect) confidence: BTreeMap<Metric, Interval>,
+    pub(in crate::bisect) seconds: f64,
 }
 
 /// Everything measured of one digest.
@@ -125,19 +125,19 @@ pub(crate) struct Bisect {
     pub(crate) recipe: String,
     /// The image as the recipe names it.
     pub(crate) reference: String,
-    pub(crate) started_at: String,
+    pub(in crate::bisect) started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) finished_at: Option<String>,
-    pub(crate) status: Status,
+    pub(in crate::bisect) finished_at: Option<String>,
+    pub(in crate::bisect) status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) why_stopped: Option<String>,
+    pub(in crate::bisect) why_stopped: Option<String>,
     pub(crate) criterion: Criterion,
     /// The metric `Differs` chose once the ends were measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) chosen: Option<Metric>,
     pub(crate) plan: Plan,
     /// The model every digest serves: a bisect over a changed model compares nothing.
-    pub(crate) model_fingerprint: Option<String>,
+    pub(in crate::bisect) model_fingerprint: Option<String>,
     /// The directory of builds walked (`--builds`), for a process recipe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) builds: Option<PathBuf>,

@@ -30,20 +30,20 @@ pub(crate) fn candidate_name(recipe: &str) -> String {
 
 /// What every measurement shares.
 pub(crate) struct Env<'a, 'b> {
-    pub(crate) ctx: &'a SwitchContext<'b>,
-    pub(crate) loaded: &'a LoadedRecipe,
-    pub(crate) history: &'a History,
-    pub(crate) suite: &'a Suite,
-    pub(crate) progress: &'a dyn Progress,
+    pub(in crate::bisect) ctx: &'a SwitchContext<'b>,
+    pub(in crate::bisect) loaded: &'a LoadedRecipe,
+    pub(in crate::bisect) history: &'a History,
+    pub(in crate::bisect) suite: &'a Suite,
+    pub(in crate::bisect) progress: &'a dyn Progress,
     /// Asked before production is stopped for a step; false refuses.
-    pub(crate) confirm: &'a dyn Fn(&str) -> bool,
+    pub(in crate::bisect) confirm: &'a dyn Fn(&str) -> bool,
     /// What the step in progress changed, for the way back after Ctrl-C.
-    pub(crate) touched: Arc<Mutex<Touched>>,
+    pub(in crate::bisect) touched: Arc<Mutex<Touched>>,
     /// The step in progress's run record, saved as interrupted after Ctrl-C.
-    pub(crate) current: Arc<Mutex<Option<RunRecord>>>,
+    pub(in crate::bisect) current: Arc<Mutex<Option<RunRecord>>>,
     /// Production is being brought back after a step: Ctrl-C lets that finish, since a
     /// restore cut short leaves a production started that nothing routes to or owns.
-    pub(crate) restoring: Arc<AtomicBool>,
+    pub(in crate::bisect) restoring: Arc<AtomicBool>,
 }
 
 /// Marks a restore under way for as long as it lives.

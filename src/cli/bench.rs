@@ -18,18 +18,18 @@ pub(crate) struct Measure {
     /// Suite: built-in voice-assistant, a name in recipes/suites/, a file, or `captured`
     /// (production's captured traffic) [default: the recipe's bench.suite].
     #[arg(long, value_name = "SUITE")]
-    pub(crate) suite: Option<String>,
+    pub(in crate::cli) suite: Option<String>,
     /// Measured runs per case in each run of the suite (the suite says; at least 5).
     #[arg(long, value_name = "N")]
-    pub(crate) runs: Option<usize>,
+    pub(in crate::cli) runs: Option<usize>,
     /// Warm-up runs per case, reported apart as cold start (the suite says).
     #[arg(long, value_name = "N")]
-    pub(crate) warmup: Option<usize>,
+    pub(in crate::cli) warmup: Option<usize>,
     /// Runs of the whole suite: each figure's p50 gets a CV and a 95% interval, and a gate
     /// whose interval holds its threshold is inconclusive [default: bench: the recipe's
     /// bench.load.repeat, else 1; bisect: 3 per round, at least 2].
     #[arg(long, value_name = "N")]
-    pub(crate) repeat: Option<usize>,
+    pub(in crate::cli) repeat: Option<usize>,
 }
 
 /// `sparkctl bench`'s arguments.

@@ -27,7 +27,7 @@ enum Stream {
 }
 
 pub(crate) struct Output {
-    pub(crate) json: bool,
+    pub(in crate::cli) json: bool,
     color: bool,
     /// `--quiet`: no progress (steps, notes, spinners, bars); results and warnings stay.
     quiet: bool,

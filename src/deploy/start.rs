@@ -24,11 +24,11 @@ pub(crate) struct StartPlan {
     pub(crate) model_fingerprint: Option<String>,
     /// The job that made the model (`model.produced_by`), checked before the start.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) produced_by: Option<crate::job::lineage::Lineage>,
+    pub(in crate::deploy) produced_by: Option<crate::job::lineage::Lineage>,
     /// A container image run without a pin (`--allow-unpinned`).
-    pub(crate) unpinned: bool,
+    pub(in crate::deploy) unpinned: bool,
     /// The image as the recipe names it; `command` runs it by digest.
-    pub(crate) image_ref: Option<String>,
+    pub(in crate::deploy) image_ref: Option<String>,
     /// The pin that digest comes from (without its history): what production's entry keeps,
     /// so that a rollback or a restart starts this very digest again.
     #[serde(skip)]

@@ -14,9 +14,9 @@ use crate::runtime::Deployment;
 
 /// A recipe to check deeply, and why it is checked.
 pub(super) struct Subject<'a> {
-    pub(crate) loaded: &'a LoadedRecipe,
+    pub(in crate::doctor) loaded: &'a LoadedRecipe,
     /// Its running deployment, if one serves now.
-    pub(crate) running: Option<&'a Deployment>,
+    pub(in crate::doctor) running: Option<&'a Deployment>,
 }
 
 pub(super) async fn checks(

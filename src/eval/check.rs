@@ -72,7 +72,7 @@ impl JsonType {
 pub(crate) struct ToolCall {
     pub(crate) name: String,
     #[serde(default)]
-    pub(crate) arguments: BTreeMap<String, Value>,
+    pub(in crate::eval) arguments: BTreeMap<String, Value>,
 }
 
 /// What a server answered to one item.

@@ -23,19 +23,19 @@ pub(crate) struct PairedItem {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Paired {
     /// Items both answered (same set, place and content).
-    pub(crate) items: usize,
+    pub(in crate::eval) items: usize,
     candidate_right: usize,
     production_right: usize,
     /// Keys of the items production got right and the candidate wrong.
     pub(crate) lost: Vec<String>,
     /// Keys of the items the candidate got right and production wrong.
-    pub(crate) gained: Vec<String>,
+    pub(in crate::eval) gained: Vec<String>,
     /// Candidate's accuracy minus production's, in points, over the paired items.
-    pub(crate) difference_points: f64,
+    pub(in crate::eval) difference_points: f64,
     /// One-sided exact McNemar p-value that the candidate is worse (lost ≥ as observed).
-    pub(crate) p_worse: f64,
+    pub(in crate::eval) p_worse: f64,
     /// The same, that it is better.
-    pub(crate) p_better: f64,
+    pub(in crate::eval) p_better: f64,
     /// Items of either side the other was not asked (another version of the set).
     unpaired: usize,
     per_item: Vec<PairedItem>,

@@ -49,7 +49,7 @@ fn default_max_tokens() -> u32 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EvalSet {
-    pub(crate) name: String,
+    pub(in crate::eval) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     /// The system prompt of every item that gives none of its own.
@@ -57,11 +57,11 @@ pub(crate) struct EvalSet {
     pub(crate) system: Option<String>,
     /// The answer's bound, per item unless the item sets its own.
     #[serde(default = "default_max_tokens")]
-    pub(crate) max_tokens: u32,
+    pub(in crate::eval) max_tokens: u32,
     /// Tool definitions (OpenAI format) by name: every item is offered all of them unless
     /// it names its own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) tools: BTreeMap<String, Value>,
+    pub(in crate::eval) tools: BTreeMap<String, Value>,
     pub(crate) items: Vec<Item>,
 }
 
@@ -75,7 +75,7 @@ pub(crate) struct Item {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tools: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) max_tokens: Option<u32>,
+    pub(in crate::eval) max_tokens: Option<u32>,
     /// One key: the check's kind (`number: 7`, `one_word: Paris`).
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub(crate) check: Check,

@@ -79,8 +79,8 @@ pub(crate) struct Updated {
 /// Why the door did not do what it was asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Refusal {
-    pub(crate) kind: ErrorKind,
-    pub(crate) message: String,
+    pub(in crate::frontdoor) kind: ErrorKind,
+    pub(in crate::frontdoor) message: String,
 }
 
 /// An answer that is a refusal: `{"error": {"kind": …, "message": …}}`.

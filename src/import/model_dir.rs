@@ -11,8 +11,8 @@ use serde_json::Value;
 /// One suggested step: why, and the YAML list item that does it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Suggestion {
-    pub(crate) why: String,
-    pub(crate) step: String,
+    pub(in crate::import) why: String,
+    pub(in crate::import) step: String,
 }
 
 fn read_json(path: &Path) -> Option<Value> {

@@ -18,14 +18,14 @@ pub(crate) const JOB_LABEL: &str = "io.sparkctl.job";
 
 /// What the container needs beyond the recipe.
 pub(crate) struct Spec<'a> {
-    pub(crate) recipe: &'a JobRecipe,
-    pub(crate) image: &'a str,
-    pub(crate) image_ref: &'a str,
-    pub(crate) run_id: &'a str,
-    pub(crate) state_id: &'a str,
-    pub(crate) user: &'a str,
+    pub(in crate::job) recipe: &'a JobRecipe,
+    pub(in crate::job) image: &'a str,
+    pub(in crate::job) image_ref: &'a str,
+    pub(in crate::job) run_id: &'a str,
+    pub(in crate::job) state_id: &'a str,
+    pub(in crate::job) user: &'a str,
     /// `NAME=value` of the `env_from_host` names, read now; never logged.
-    pub(crate) host_env: Vec<String>,
+    pub(in crate::job) host_env: Vec<String>,
 }
 
 /// Host path → container path binds: inputs read-only, outputs and caches read-write.

@@ -60,8 +60,8 @@ pub(crate) struct Finding {
 /// An input as the job read it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct InputPrint {
-    pub(crate) path: PathBuf,
-    pub(crate) fingerprint: String,
+    pub(in crate::job) path: PathBuf,
+    pub(in crate::job) fingerprint: String,
 }
 
 /// An output as the job left it.
@@ -81,14 +81,14 @@ pub(crate) struct OutputResult {
 pub(crate) struct JobRecord {
     pub(crate) run_id: String,
     pub(crate) job: String,
-    pub(crate) recipe_hash: String,
-    pub(crate) recipe_file: PathBuf,
+    pub(in crate::job) recipe_hash: String,
+    pub(in crate::job) recipe_file: PathBuf,
     /// The recipe as it ran.
     pub(crate) recipe: JobRecipe,
-    pub(crate) image: String,
+    pub(in crate::job) image: String,
     /// The image id the container ran.
-    pub(crate) image_digest: String,
-    pub(crate) unpinned: bool,
+    pub(in crate::job) image_digest: String,
+    pub(in crate::job) unpinned: bool,
     pub(crate) container: String,
     pub(crate) container_name: String,
     /// `UID:GID` the container ran as.
@@ -102,13 +102,13 @@ pub(crate) struct JobRecord {
     pub(crate) finished_at: Option<String>,
     pub(crate) state: JobState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) exit: Option<Exit>,
+    pub(in crate::job) exit: Option<Exit>,
     /// How it ended, in words (exit code, OOM, who stopped it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) explanation: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) findings: Vec<Finding>,
-    pub(crate) inputs: Vec<InputPrint>,
+    pub(in crate::job) inputs: Vec<InputPrint>,
     pub(crate) outputs: Vec<OutputResult>,
     /// The container's output, copied when it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,10 +118,10 @@ pub(crate) struct JobRecord {
     pub(crate) chowned: usize,
     /// `sparkctl stop` asked for the end (so a SIGKILL exit is not blamed on memory).
     #[serde(default)]
-    pub(crate) stop_requested: bool,
+    pub(in crate::job) stop_requested: bool,
     /// Servers stopped to make room before the start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) stopped_for_memory: Vec<String>,
+    pub(in crate::job) stopped_for_memory: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) warnings: Vec<String>,
     /// Progress last parsed from the log (done, total).

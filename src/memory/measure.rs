@@ -194,7 +194,7 @@ async fn container_memory(docker: &bollard::Docker, id: &str) -> Figure {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Share {
     gpu: Option<u64>,
-    pub(crate) on_gpu: bool,
+    pub(in crate::memory) on_gpu: bool,
     resident: Option<u64>,
 }
 

@@ -26,10 +26,10 @@ pub(crate) enum Pool {
 /// A pool and its size.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Budget {
-    pub(crate) pool: Pool,
-    pub(crate) gb: f64,
+    pub(in crate::memory) pool: Pool,
+    pub(in crate::memory) gb: f64,
     /// The pool in words, with where its size comes from.
-    pub(crate) what: String,
+    pub(in crate::memory) what: String,
 }
 
 /// The budget a server using `use_` is planned against. `host_gb` is the host's budget

@@ -40,13 +40,13 @@ fn paths(head: &BTreeMap<String, String>, mount: &str, single_file: bool) -> Vec
 
 /// What to hash on a node.
 pub(crate) struct ModelCheck<'a> {
-    pub(crate) engine: Engine,
-    pub(crate) image: &'a str,
-    pub(crate) host_path: &'a str,
-    pub(crate) mount: &'a str,
-    pub(crate) single_file: bool,
-    pub(crate) state_id: &'a str,
-    pub(crate) run_id: &'a str,
+    pub(in crate::node) engine: Engine,
+    pub(in crate::node) image: &'a str,
+    pub(in crate::node) host_path: &'a str,
+    pub(in crate::node) mount: &'a str,
+    pub(in crate::node) single_file: bool,
+    pub(in crate::node) state_id: &'a str,
+    pub(in crate::node) run_id: &'a str,
 }
 
 /// Runs the hashing container on `node`; its `HASH  PATH` lines by path.

@@ -4,8 +4,8 @@
 /// Nodes and GPUs a `ray status` report shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Cluster {
-    pub(crate) nodes: usize,
-    pub(crate) gpus: u32,
+    pub(in crate::node) nodes: usize,
+    pub(in crate::node) gpus: u32,
 }
 
 /// Reads `ray status` output: one ` 1 node_…` line per active node under `Active:`, and

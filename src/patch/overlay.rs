@@ -21,14 +21,14 @@ pub(crate) enum Content {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FileChange {
     /// Path relative to the model dir.
-    pub(crate) rel: String,
+    pub(in crate::patch) rel: String,
     /// Steps (0-based) that changed it.
-    pub(crate) steps: Vec<usize>,
-    pub(crate) existed: bool,
+    pub(in crate::patch) steps: Vec<usize>,
+    pub(in crate::patch) existed: bool,
     #[serde(skip)]
-    pub(crate) before: Option<Vec<u8>>,
+    pub(in crate::patch) before: Option<Vec<u8>>,
     #[serde(skip)]
-    pub(crate) after: Content,
+    pub(in crate::patch) after: Content,
     /// For copies: where from.
     #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<PathBuf>,

@@ -18,8 +18,8 @@ pub(crate) use super::json_edit::{apply_op, wrap_vl};
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct OwnerChange {
-    pub(crate) step: usize,
-    pub(crate) owner: Owner,
+    pub(in crate::patch) step: usize,
+    pub(in crate::patch) owner: Owner,
     /// Relative paths ("." for the model dir itself) not owned by `owner` now.
     pub(crate) paths: Vec<String>,
 }
@@ -37,7 +37,7 @@ pub(crate) struct Plan {
     pub(crate) recipe: String,
     pub(crate) model_dir: PathBuf,
     pub(crate) steps: Vec<StepSummary>,
-    pub(crate) files: Vec<FileChange>,
+    pub(in crate::patch) files: Vec<FileChange>,
     pub(crate) owners: Vec<OwnerChange>,
     pub(crate) checks: Vec<Check>,
 }

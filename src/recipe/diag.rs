@@ -9,7 +9,7 @@ use crate::yaml::locate::{key_of, locate};
 /// The problems found in one file, each at its key's line.
 pub(crate) struct Report<'a> {
     pub(crate) path: &'a Path,
-    pub(crate) src: &'a str,
+    pub(in crate::recipe) src: &'a str,
     pub(crate) diags: Vec<Diagnostic>,
 }
 

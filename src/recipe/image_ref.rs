@@ -8,7 +8,7 @@ use oci_spec::distribution::{ParseError, Reference};
 /// What is wrong with a reference: where in the text (a byte offset), what, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Problem {
-    pub(crate) offset: usize,
+    pub(in crate::recipe) offset: usize,
     pub(crate) message: String,
     pub(crate) help: String,
 }

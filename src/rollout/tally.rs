@@ -52,13 +52,13 @@ pub(crate) struct Tally {
     pub(crate) candidate_bytes_to_clients: u64,
     /// Shadow: each request's pair of answers.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
-    pub(crate) pairs: VecDeque<Pair>,
+    pub(in crate::rollout) pairs: VecDeque<Pair>,
     /// Canary: production's answers over the same window.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
-    pub(crate) production: VecDeque<Sample>,
+    pub(in crate::rollout) production: VecDeque<Sample>,
     /// Canary: the candidate's answers.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
-    pub(crate) candidate: VecDeque<Sample>,
+    pub(in crate::rollout) candidate: VecDeque<Sample>,
 }
 
 fn keep<T>(v: &mut VecDeque<T>, x: T) {

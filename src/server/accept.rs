@@ -46,12 +46,12 @@ impl Listener for tokio::net::UnixListener {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// Connections open at once; beyond it new ones wait in the kernel's backlog.
-    pub(crate) connections: usize,
+    pub(in crate::server) connections: usize,
     /// How long a request's head may take to arrive, and an idle kept-alive connection
     /// may wait for the next one.
-    pub(crate) header_timeout: Duration,
+    pub(in crate::server) header_timeout: Duration,
     /// How long a write may wait for the client to read before the connection is closed.
-    pub(crate) send_timeout: Duration,
+    pub(in crate::server) send_timeout: Duration,
 }
 
 /// A connection whose writes must make progress: a client that reads nothing of its answer

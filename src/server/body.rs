@@ -59,7 +59,7 @@ impl Refused {
 /// A body read whole, holding its share of the budget until the last of its holders (the
 /// request, a capture waiting to be written) drops it.
 pub(crate) struct Read {
-    pub(crate) bytes: Bytes,
+    pub(in crate::server) bytes: Bytes,
     room: Arc<Room>,
 }
 

@@ -6,22 +6,22 @@
 #[derive(serde::Deserialize)]
 pub(crate) struct Chunk<'a> {
     #[serde(default, borrow)]
-    pub(crate) choices: Vec<ChunkChoice<'a>>,
+    pub(in crate::server) choices: Vec<ChunkChoice<'a>>,
     #[serde(default)]
-    pub(crate) timings: Option<RunningCount>,
+    pub(in crate::server) timings: Option<RunningCount>,
     #[serde(default)]
-    pub(crate) usage: Option<RunningUsage>,
+    pub(in crate::server) usage: Option<RunningUsage>,
     /// An error event in place of a chunk.
     #[serde(default)]
-    pub(crate) error: Option<serde::de::IgnoredAny>,
+    pub(in crate::server) error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
 pub(crate) struct ChunkChoice<'a> {
     #[serde(default, borrow)]
-    pub(crate) delta: ChunkDelta<'a>,
+    pub(in crate::server) delta: ChunkDelta<'a>,
     #[serde(default)]
-    pub(crate) finish_reason: Option<std::borrow::Cow<'a, str>>,
+    pub(in crate::server) finish_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -29,23 +29,23 @@ pub(crate) struct ChunkDelta<'a> {
     #[serde(default)]
     role: Option<serde::de::IgnoredAny>,
     #[serde(default, borrow)]
-    pub(crate) content: Option<std::borrow::Cow<'a, str>>,
+    pub(in crate::server) content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     reasoning_content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     reasoning: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
-    pub(crate) tool_calls: Option<Vec<serde::de::IgnoredAny>>,
+    pub(in crate::server) tool_calls: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 #[derive(serde::Deserialize)]
 pub(crate) struct RunningCount {
-    pub(crate) predicted_n: Option<u64>,
+    pub(in crate::server) predicted_n: Option<u64>,
 }
 
 #[derive(serde::Deserialize)]
 pub(crate) struct RunningUsage {
-    pub(crate) completion_tokens: Option<u64>,
+    pub(in crate::server) completion_tokens: Option<u64>,
 }
 
 impl ChunkChoice<'_> {

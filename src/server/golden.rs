@@ -18,11 +18,11 @@ use crate::server::quality::escape;
 /// What a recipe's `live.golden` asks, resolved.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    pub(crate) every: Duration,
-    pub(crate) failures: u32,
-    pub(crate) suite: Suite,
-    pub(crate) cases: Vec<Case>,
-    pub(crate) kind: Option<ServerKind>,
+    pub(in crate::server) every: Duration,
+    pub(in crate::server) failures: u32,
+    pub(in crate::server) suite: Suite,
+    pub(in crate::server) cases: Vec<Case>,
+    pub(in crate::server) kind: Option<ServerKind>,
 }
 
 #[derive(Default)]

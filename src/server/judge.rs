@@ -24,14 +24,14 @@ const RELOAD: Duration = Duration::from_secs(30);
 /// Why production is brought back, and how.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cause {
-    pub(crate) why: String,
+    pub(in crate::server) why: String,
     /// It still answers (badly): the answers in flight finish before it is stopped.
-    pub(crate) drain: bool,
+    pub(in crate::server) drain: bool,
     /// Straight to the fallback: a restart was tried already.
-    pub(crate) fallback_now: bool,
+    pub(in crate::server) fallback_now: bool,
     /// What showed it (the offending answers), for the run record.
-    pub(crate) evidence: Vec<String>,
-    pub(crate) gates: Vec<GateResult>,
+    pub(in crate::server) evidence: Vec<String>,
+    pub(in crate::server) gates: Vec<GateResult>,
 }
 
 impl Cause {

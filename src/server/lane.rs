@@ -35,13 +35,13 @@ pub(crate) enum Route {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StartFailed {
     /// Why, as the start said it (the engine's fatal line among it).
-    pub(crate) reason: String,
+    pub(in crate::server) reason: String,
     /// The error's kind, as `--json` names it.
-    pub(crate) kind: crate::error::ErrorKind,
+    pub(in crate::server) kind: crate::error::ErrorKind,
     /// Failed starts in a row.
-    pub(crate) attempts: u32,
+    pub(in crate::server) attempts: u32,
     /// The recipe's hash when it failed: a changed recipe is tried at once.
-    pub(crate) recipe_hash: String,
+    pub(in crate::server) recipe_hash: String,
     pub(super) until: Instant,
 }
 
@@ -69,46 +69,46 @@ pub(crate) struct Cell {
     ticks: watch::Sender<u64>,
     /// A request found the model unloaded: its watch starts it now rather than at its next
     /// look.
-    pub(crate) wake: Notify,
+    pub(in crate::server) wake: Notify,
 }
 
 /// Everything about one lane that changes.
 pub(crate) struct State {
     /// The model this lane serves (`crate::models`; `""`: the unnamed one). It changes when
     /// one model's lane is taken by another model's recipe (`Door::switch`).
-    pub(crate) model: String,
-    pub(crate) route: Route,
+    pub(in crate::server) model: String,
+    pub(in crate::server) route: Route,
     /// Requests waiting for an upstream.
-    pub(crate) waiting: usize,
+    pub(in crate::server) waiting: usize,
     /// When a request last claimed an upstream or finished with it (the lane's start before
     /// any did): how long the model has been idle.
-    pub(crate) last: Instant,
+    pub(in crate::server) last: Instant,
     /// Requests in flight per upstream deployment (two instances on one port stay apart).
-    pub(crate) in_flight: HashMap<String, usize>,
-    pub(crate) load: Load,
+    pub(in crate::server) in_flight: HashMap<String, usize>,
+    pub(in crate::server) load: Load,
     /// Its production recipe's `serve` section, as last read.
-    pub(crate) settings: Serve,
+    pub(in crate::server) settings: Serve,
     /// Starts on demand since the front door started.
-    pub(crate) loads: u64,
+    pub(in crate::server) loads: u64,
     /// The last start on demand failed: its reason, and when the next may be tried.
-    pub(crate) failure: Option<Arc<StartFailed>>,
+    pub(in crate::server) failure: Option<Arc<StartFailed>>,
     /// Whether requests are refused with `failure` now (from the failure until the back-off
     /// ends and a request asks again, or a start serves).
-    pub(crate) refusing: bool,
+    pub(in crate::server) refusing: bool,
     /// How long its last start on demand took, from starting the server to ready.
-    pub(crate) last_start: Option<Duration>,
+    pub(in crate::server) last_start: Option<Duration>,
     /// When its server last began to serve: its turn, while another model waits.
-    pub(crate) serving_since: Option<Instant>,
+    pub(in crate::server) serving_since: Option<Instant>,
     /// Since when requests wait for its server (None: none waits, or it serves).
-    pub(crate) waiting_since: Option<Instant>,
+    pub(in crate::server) waiting_since: Option<Instant>,
     /// When its watch looks again for room: the moment another model's turn ends.
-    pub(crate) look_again: Option<Instant>,
+    pub(in crate::server) look_again: Option<Instant>,
     /// The command that asked for the hold in force (`up`, `rollback`): production is its
     /// business while it lives.
-    pub(crate) held_by: Option<ProcessId>,
+    pub(in crate::server) held_by: Option<ProcessId>,
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
-    pub(crate) generation: u64,
+    pub(in crate::server) generation: u64,
 }
 
 impl State {

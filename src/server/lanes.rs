@@ -23,24 +23,24 @@ use crate::state::StateDir;
 
 /// What every lane shares.
 pub(crate) struct Shared {
-    pub(crate) state: StateDir,
-    pub(crate) config: Config,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(in crate::server) state: StateDir,
+    pub(in crate::server) config: Config,
+    pub(in crate::server) metrics: Arc<Metrics>,
     /// Production judged on what it answers.
-    pub(crate) live: Arc<live::Live>,
+    pub(in crate::server) live: Arc<live::Live>,
     /// Production's requests kept for a replay, when asked.
-    pub(crate) capture: Arc<capture::Capture>,
+    pub(in crate::server) capture: Arc<capture::Capture>,
     /// The live page's series.
-    pub(crate) page: page::Page,
+    pub(in crate::server) page: page::Page,
     /// State writes that found the disk full.
-    pub(crate) deferred: crate::state::Deferred,
+    pub(in crate::server) deferred: crate::state::Deferred,
     /// production.json as last written: every model's production.
-    pub(crate) book: Mutex<crate::production::Book>,
+    pub(in crate::server) book: Mutex<crate::production::Book>,
     /// One change of production at a time, whichever model's: its write, then its route.
-    pub(crate) changing: tokio::sync::Mutex<()>,
+    pub(in crate::server) changing: tokio::sync::Mutex<()>,
     /// One start on demand at a time, with the evictions it makes: two models starting at
     /// once would each plan beside the other as absent and together not fit.
-    pub(crate) starting: tokio::sync::Mutex<()>,
+    pub(in crate::server) starting: tokio::sync::Mutex<()>,
     /// Every lane, for a start that must evict another model (set once the lanes open).
     lanes: std::sync::OnceLock<std::sync::Weak<Lanes>>,
 }
@@ -135,12 +135,12 @@ impl Shared {
 
 /// Another model's lane that nobody uses now.
 pub(crate) struct Idle {
-    pub(crate) door: Arc<Door>,
-    pub(crate) upstream: Upstream,
+    pub(in crate::server) door: Arc<Door>,
+    pub(in crate::server) upstream: Upstream,
     /// Since its last request ended (0 when busy).
-    pub(crate) for_s: std::time::Duration,
+    pub(in crate::server) for_s: std::time::Duration,
     /// At the end of its turn with requests in flight or due: they finish first.
-    pub(crate) busy: bool,
+    pub(in crate::server) busy: bool,
 }
 
 /// What a start is taken to cost when none was measured (the shortest turn's worth).
@@ -195,7 +195,7 @@ pub(crate) enum Pick {
 
 /// Every model's lane.
 pub(crate) struct Lanes {
-    pub(crate) shared: Arc<Shared>,
+    pub(in crate::server) shared: Arc<Shared>,
     /// The routing table: read on every request, replaced whole when it changes (a lane
     /// added or renamed, a new default), never changed in place.
     table: RwLock<Arc<Table>>,

@@ -25,9 +25,9 @@ const INSTANCES: usize = 8;
 /// How the live gates are judged for one instance (the recipe's `live` section).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Judging {
-    pub(crate) window: usize,
-    pub(crate) min_answers: usize,
-    pub(crate) sustain: Duration,
+    pub(in crate::server) window: usize,
+    pub(in crate::server) min_answers: usize,
+    pub(in crate::server) sustain: Duration,
 }
 
 impl Default for Judging {
@@ -45,10 +45,10 @@ impl Default for Judging {
 #[derive(Debug, Clone)]
 pub(crate) struct Breach {
     /// One line: which gates failed, for how long, over how many answers.
-    pub(crate) why: String,
+    pub(in crate::server) why: String,
     /// The offending answers (trimmed, escaped), one per failed check.
-    pub(crate) evidence: Vec<String>,
-    pub(crate) gates: Vec<GateResult>,
+    pub(in crate::server) evidence: Vec<String>,
+    pub(in crate::server) gates: Vec<GateResult>,
 }
 
 struct Window {
@@ -82,8 +82,8 @@ struct State {
 /// One round of golden prompts: how many were asked, and each failure with its answer.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct GoldenRound {
-    pub(crate) cases: usize,
-    pub(crate) failed: Vec<String>,
+    pub(in crate::server) cases: usize,
+    pub(in crate::server) failed: Vec<String>,
 }
 
 /// The front door's live judge, shared by the proxy (which records) and the watch (which

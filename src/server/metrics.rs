@@ -68,11 +68,11 @@ struct PerUpstream {
 /// per-token histograms (seconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Totals {
-    pub(crate) requests: u64,
-    pub(crate) ttft_sum: f64,
-    pub(crate) ttft_n: u64,
-    pub(crate) itl_sum: f64,
-    pub(crate) itl_n: u64,
+    pub(in crate::server) requests: u64,
+    pub(in crate::server) ttft_sum: f64,
+    pub(in crate::server) ttft_n: u64,
+    pub(in crate::server) itl_sum: f64,
+    pub(in crate::server) itl_n: u64,
 }
 
 pub(crate) use crate::frontdoor::status::Waits;

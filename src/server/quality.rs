@@ -26,10 +26,10 @@ const LINE_DECIDES: usize = 24;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Asked {
     /// Tools were offered: a tool call left in the content is a fault.
-    pub(crate) tools: bool,
+    pub(in crate::server) tools: bool,
     /// Sampled greedily (temperature 0): two servers of one model should answer alike, so
     /// a rollout compares the candidate's words with production's.
-    pub(crate) deterministic: bool,
+    pub(in crate::server) deterministic: bool,
 }
 
 /// The most of an answer's text a rollout keeps to compare two answers: the start of an
@@ -155,20 +155,20 @@ pub(crate) fn escape(text: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Verdict {
     /// The server failed it (an error status, a stream cut or ended by an error event).
-    pub(crate) error: Option<String>,
+    pub(in crate::server) error: Option<String>,
     /// Each check that applied, and whether it passed (for thinking_leak: whether it
     /// leaked, as the benchmark counts it).
-    pub(crate) checks: Vec<(Check, bool)>,
-    pub(crate) degenerate: Option<Degeneracy>,
-    pub(crate) ttft_ms: Option<f64>,
-    pub(crate) ttfo_ms: Option<f64>,
-    pub(crate) e2el_ms: f64,
-    pub(crate) tpot_ms: Option<f64>,
-    pub(crate) decode_tps: Option<f64>,
+    pub(in crate::server) checks: Vec<(Check, bool)>,
+    pub(in crate::server) degenerate: Option<Degeneracy>,
+    pub(in crate::server) ttft_ms: Option<f64>,
+    pub(in crate::server) ttfo_ms: Option<f64>,
+    pub(in crate::server) e2el_ms: f64,
+    pub(in crate::server) tpot_ms: Option<f64>,
+    pub(in crate::server) decode_tps: Option<f64>,
     /// The answer's text (start and end, escaped), kept when a check failed.
-    pub(crate) evidence: Option<String>,
+    pub(in crate::server) evidence: Option<String>,
     /// Its first `KEPT_TEXT` bytes, kept when asked (a rollout's pair).
-    pub(crate) text: Option<String>,
+    pub(in crate::server) text: Option<String>,
 }
 
 impl Verdict {

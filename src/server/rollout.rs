@@ -32,7 +32,7 @@ const KEPT_CHARS: usize = 240;
 /// A rollout running.
 pub(crate) struct Rollout {
     spec: Spec,
-    pub(crate) candidate: Upstream,
+    pub(in crate::server) candidate: Upstream,
     started: Instant,
     started_at: String,
     copies: Arc<Semaphore>,
@@ -395,7 +395,7 @@ pub(crate) struct Slot {
     /// model's watch to stop — nobody else would, and every memory plan counts them.
     orphans: Mutex<Vec<Arc<Rollout>>>,
     /// Told when an orphan is left.
-    pub(crate) orphaned: tokio::sync::Notify,
+    pub(in crate::server) orphaned: tokio::sync::Notify,
 }
 
 impl Slot {

@@ -35,7 +35,7 @@ pub(crate) struct Table {
 
 /// A request's claim on an upstream: counted in flight until dropped.
 pub(crate) struct Lease {
-    pub(crate) upstream: Upstream,
+    pub(in crate::server) upstream: Upstream,
     cell: Arc<Cell>,
 }
 

@@ -32,7 +32,7 @@ const CONTROL_CONNECTIONS: usize = 64;
 /// The serving front door: every model's lane, the lanes added later and what its proxy
 /// reports of upstreams that did not answer (for the watch), and how to end it.
 pub(crate) struct Opened {
-    pub(crate) lanes: Arc<Lanes>,
+    pub(in crate::server) lanes: Arc<Lanes>,
     added: UnboundedReceiver<Arc<Door>>,
     unreachable: UnboundedReceiver<Upstream>,
     stop: watch::Sender<bool>,

@@ -24,11 +24,11 @@ const STARTS_PER_TURN: u32 = 4;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Turn {
     /// When its server began to serve (None: it does not serve).
-    pub(crate) serving_since: Option<Instant>,
+    pub(in crate::server) serving_since: Option<Instant>,
     /// Since when requests wait for its server (None: none waits).
-    pub(crate) waiting_since: Option<Instant>,
+    pub(in crate::server) waiting_since: Option<Instant>,
     /// How long its last start on demand took, from starting the server to ready.
-    pub(crate) last_start: Option<Duration>,
+    pub(in crate::server) last_start: Option<Duration>,
 }
 
 impl Turn {

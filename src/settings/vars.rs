@@ -2,9 +2,9 @@
 
 /// One variable: its name, its default, and what it changes.
 pub(crate) struct Var {
-    pub(crate) name: &'static str,
-    pub(crate) default: &'static str,
-    pub(crate) meaning: &'static str,
+    pub(in crate::settings) name: &'static str,
+    pub(in crate::settings) default: &'static str,
+    pub(in crate::settings) meaning: &'static str,
 }
 
 pub(crate) const RECIPES: &str = "SPARKCTL_RECIPES";

@@ -22,16 +22,16 @@ const TTFT_BUCKETS: [f64; 22] = [
 /// Counters and gauges the simulator keeps while it serves.
 #[derive(Default)]
 pub(crate) struct Metrics {
-    pub(crate) running: AtomicU64,
-    pub(crate) waiting: AtomicU64,
+    pub(in crate::sim) running: AtomicU64,
+    pub(in crate::sim) waiting: AtomicU64,
     /// KV-cache tokens held by running requests (prompt + completion).
-    pub(crate) kv_tokens: AtomicU64,
-    pub(crate) prompt_tokens: AtomicU64,
-    pub(crate) generation_tokens: AtomicU64,
+    pub(in crate::sim) kv_tokens: AtomicU64,
+    pub(in crate::sim) prompt_tokens: AtomicU64,
+    pub(in crate::sim) generation_tokens: AtomicU64,
     /// Prompt tokens looked up in the prefix cache, and those found there.
-    pub(crate) prefix_queries: AtomicU64,
-    pub(crate) prefix_hits: AtomicU64,
-    pub(crate) successes: AtomicU64,
+    pub(in crate::sim) prefix_queries: AtomicU64,
+    pub(in crate::sim) prefix_hits: AtomicU64,
+    pub(in crate::sim) successes: AtomicU64,
     /// Requests whose first token went out within each bound of `TTFT_BUCKETS` (not
     /// cumulative; summed when rendered), and all of them with their total in µs.
     ttft_buckets: [AtomicU64; TTFT_BUCKETS.len()],

@@ -8,19 +8,19 @@ use super::{Mimic, ReasoningAs, SimConfig, ToolCallsAs};
 /// The parts of an OpenAI chat request the simulator looks at.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Request {
-    pub(crate) messages: Vec<Value>,
+    pub(in crate::sim) messages: Vec<Value>,
     tools: Vec<Value>,
     tool_choice_none: bool,
-    pub(crate) stream: bool,
-    pub(crate) include_usage: bool,
+    pub(in crate::sim) stream: bool,
+    pub(in crate::sim) include_usage: bool,
     /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
-    pub(crate) continuous_usage: bool,
+    pub(in crate::sim) continuous_usage: bool,
     /// `chat_template_kwargs.enable_thinking`: false closes the think block in the prompt
     /// (Qwen3's templates), so a model served by vLLM does not reason.
     thinking: Option<bool>,
     max_tokens: Option<usize>,
     /// llama-server's `cache_prompt: false`: neither reuse nor keep this prompt.
-    pub(crate) no_cache: bool,
+    pub(in crate::sim) no_cache: bool,
 }
 
 impl Request {
@@ -132,11 +132,11 @@ pub(crate) enum Piece {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan {
-    pub(crate) pieces: Vec<Piece>,
-    pub(crate) finish_reason: &'static str,
-    pub(crate) prompt_tokens: usize,
+    pub(in crate::sim) pieces: Vec<Piece>,
+    pub(in crate::sim) finish_reason: &'static str,
+    pub(in crate::sim) prompt_tokens: usize,
     /// Prompt tokens served from the prefix cache (set once the request is admitted).
-    pub(crate) cached_tokens: usize,
+    pub(in crate::sim) cached_tokens: usize,
 }
 
 const REASONING: &str =

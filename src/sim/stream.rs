@@ -153,20 +153,20 @@ impl Count {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Wire {
     /// vLLM 0.32's field names, chunks and usage (`--mimic vllm`).
-    pub(crate) vllm: bool,
+    pub(in crate::sim) vllm: bool,
     /// A usage block at the end (asked with `stream_options.include_usage`, not refused by
     /// `--no-usage`).
-    pub(crate) usage: bool,
+    pub(in crate::sim) usage: bool,
     /// Usage in every chunk (vLLM's `continuous_usage_stats`, asked and honoured).
-    pub(crate) continuous: bool,
+    pub(in crate::sim) continuous: bool,
 }
 
 /// What every chunk of one answer repeats.
 pub(super) struct Meta {
-    pub(crate) id: String,
-    pub(crate) created: u64,
-    pub(crate) model: String,
-    pub(crate) wire: Wire,
+    pub(in crate::sim) id: String,
+    pub(in crate::sim) created: u64,
+    pub(in crate::sim) model: String,
+    pub(in crate::sim) wire: Wire,
 }
 
 impl Meta {

@@ -16,20 +16,20 @@ pub(crate) fn escape(s: &str) -> String {
 }
 
 pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) points: Vec<(f64, f64)>,
+    pub(in crate::bench) name: String,
+    pub(in crate::bench) points: Vec<(f64, f64)>,
     /// Dashed (a second kind of the same result, e.g. warm beside cold).
-    pub(crate) dashed: bool,
+    pub(in crate::bench) dashed: bool,
 }
 
 pub(crate) struct Chart<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) title: &'a str,
-    pub(crate) x_label: &'a str,
-    pub(crate) y_label: &'a str,
-    pub(crate) series: Vec<Series>,
+    pub(in crate::bench) id: &'a str,
+    pub(in crate::bench) title: &'a str,
+    pub(in crate::bench) x_label: &'a str,
+    pub(in crate::bench) y_label: &'a str,
+    pub(in crate::bench) series: Vec<Series>,
     /// Vertical markers: (x, label), e.g. the knee.
-    pub(crate) marks: Vec<(f64, String)>,
+    pub(in crate::bench) marks: Vec<(f64, String)>,
 }
 
 const W: f64 = 560.0;
