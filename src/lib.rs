@@ -44,6 +44,7 @@ mod secrets;
 mod server;
 mod settings;
 mod sim;
+mod starts;
 mod state;
 mod stdio;
 mod units;

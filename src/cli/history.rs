@@ -19,12 +19,25 @@ pub(crate) struct HistoryArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum HistoryCommand {
-    Show { run: String },
+    Show {
+        run: String,
+    },
+    /// What each start took, step by step (the last 20 per recipe), and their p50.
+    Starts {
+        /// Only this recipe's.
+        recipe: Option<String>,
+    },
 }
 
 impl HistoryArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        let run = self.show.map(|HistoryCommand::Show { run }| run);
+        let run = match self.show {
+            Some(HistoryCommand::Starts { recipe }) => {
+                return in_context(g, async |ctx| starts(ctx, recipe.as_deref(), out));
+            }
+            Some(HistoryCommand::Show { run }) => Some(run),
+            None => None,
+        };
         match self.model {
             Some(model) => with_recipes(g, out, async |ctx, recipes| {
                 let file = crate::models::book(&ctx.state, recipes);
@@ -127,6 +140,49 @@ fn history(
         ));
         for e in &r.evidence {
             out.say(format_args!("  evidence: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// `history starts [RECIPE]`: each kept start's steps, oldest first, and each recipe's p50.
+fn starts(ctx: &Context, recipe: Option<&str>, out: &Output) -> Result<()> {
+    let mut all = crate::starts::all(&ctx.state);
+    all.retain(|name, _| recipe.is_none_or(|r| r == name));
+    if out.json {
+        out.print_json(&all);
+        return Ok(());
+    }
+    if all.is_empty() {
+        out.say("no starts measured yet");
+        return Ok(());
+    }
+    let mut t = out.table();
+    let mut header = vec!["RECIPE", "AT", "DEPLOYMENT"];
+    header.extend(
+        crate::runtime::ready::Phases::default()
+            .steps()
+            .map(|(name, _)| name),
+    );
+    t.set_header(header);
+    for (name, kept) in &all {
+        for s in kept {
+            let mut row = vec![
+                name.clone(),
+                s.at.clone(),
+                crate::units::short_id(&s.deployment).to_string(),
+            ];
+            row.extend(s.phases.steps().map(|(_, ms)| format!("{:.2} s", ms / 1e3)));
+            t.add_row(row);
+        }
+    }
+    out.print_table(&t);
+    for (name, kept) in &all {
+        if let Some(s) = crate::starts::summary(kept) {
+            out.say(format_args!(
+                "{name}: p50 {:.2} s of {} starts",
+                s.p50_s, s.of
+            ));
         }
     }
     Ok(())

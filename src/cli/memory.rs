@@ -53,6 +53,15 @@ impl MemoryArgs {
                 }
             }
             out.print_table(&t);
+            for (recipe, figures) in &all {
+                let declared = (recipes.get(recipe).ok()).and_then(|l| l.recipe.server.memory_gb);
+                let newest = figures.iter().max_by(|a, b| a.at.cmp(&b.at));
+                if let Some(d) =
+                    newest.and_then(|f| crate::memory::learned::Drift::of(recipe, declared, f.gb))
+                {
+                    out.warn(d);
+                }
+            }
             Ok(())
         })
     }

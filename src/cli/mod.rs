@@ -22,6 +22,7 @@ mod patch;
 mod prune;
 mod recipes;
 mod setup;
+mod status;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -85,9 +86,9 @@ pub(crate) enum Command {
     /// Make the previous production serve again.
     Rollback(deploy::RollbackArgs),
     /// What sparkctl runs: recipe, runtime, digest, port, uptime, health, production.
-    Status(deploy::StatusArgs),
+    Status(status::StatusArgs),
     /// Same as status.
-    Ps(deploy::StatusArgs),
+    Ps(status::StatusArgs),
     /// Output of a deployment (kept after it exits).
     Logs(deploy::LogsArgs),
     /// Stop a deployment (its container and logs are kept).

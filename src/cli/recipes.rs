@@ -34,11 +34,12 @@ pub(crate) enum RecipesCommand {
 
 impl RecipesArgs {
     pub(super) fn exec(self, g: &Globals, out: &Output) -> Result<()> {
-        run(&g.recipes_dir(), self.command, out)
+        let state = super::setup::state_root(g);
+        run(&g.recipes_dir(), &state, self.command, out)
     }
 }
 
-fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> {
+fn run(found: &RecipesDir, state: &Path, command: RecipesCommand, out: &Output) -> Result<()> {
     let dir = found.path.as_path();
     match command {
         RecipesCommand::List if found.absent() => {
@@ -52,7 +53,7 @@ fn run(found: &RecipesDir, command: RecipesCommand, out: &Output) -> Result<()> 
             Ok(())
         }
         RecipesCommand::List => list(dir, out),
-        RecipesCommand::Show { name } => show(dir, &name, out),
+        RecipesCommand::Show { name } => show(dir, state, &name, out),
         RecipesCommand::Validate { targets } => validate(dir, &targets, out),
         RecipesCommand::Schema { job } => {
             if job {
@@ -183,7 +184,62 @@ fn job_recipes(dir: &Path, out: &Output) -> Result<Vec<crate::job::recipe::Loade
     Ok(jobs)
 }
 
-fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
+/// What a recipe's starts measured: what it held (beside its declaration) and took.
+#[derive(serde::Serialize)]
+struct Measured {
+    declared_gb: Option<f64>,
+    learned_gb: Option<f64>,
+    starts: Option<crate::starts::Summary>,
+}
+
+impl Measured {
+    /// From the state dir when there is one: `recipes show` never makes it.
+    fn of(state: &Path, recipe: &crate::recipe::Recipe) -> Measured {
+        let state = state
+            .is_dir()
+            .then(|| crate::state::StateDir::open(state).ok())
+            .flatten();
+        let learned = state.as_ref().and_then(|s| {
+            let key = crate::memory::learned::Key {
+                recipe: recipe.name.clone(),
+                recipe_hash: recipe.hash(),
+                digest: None,
+                fingerprint: None,
+            };
+            crate::memory::learned::of(s, &key)
+        });
+        Measured {
+            declared_gb: recipe.server.memory_gb,
+            learned_gb: learned.map(|f| f.gb),
+            starts: (state.as_ref())
+                .and_then(|s| crate::starts::summary(&crate::starts::of(s, &recipe.name))),
+        }
+    }
+
+    fn say(&self, name: &str, out: &Output) {
+        let declared = self
+            .declared_gb
+            .map_or("none".into(), |g| format!("{g} GB"));
+        let learned = self.learned_gb.map_or("not yet measured".into(), |g| {
+            format!("{g:.2} GB at its starts")
+        });
+        out.say(format_args!(
+            "# memory: declared {declared}; held {learned}"
+        ));
+        if let Some(d) = (self.learned_gb)
+            .and_then(|l| crate::memory::learned::Drift::of(name, self.declared_gb, l))
+        {
+            out.warn(d);
+        }
+        match &self.starts {
+            Some(s) => out.say(format_args!("# starts: {s}")),
+            None => out.say("# starts: none measured yet"),
+        }
+        out.say("");
+    }
+}
+
+fn show(dir: &Path, state: &Path, name: &str, out: &Output) -> Result<()> {
     let set = super::recipes_in(dir, out)?;
     let jobs = crate::job::load::jobs_dir(dir);
     if !set.knows(name) && jobs.join(format!("{name}.yaml")).is_file() {
@@ -209,11 +265,13 @@ fn show(dir: &Path, name: &str, out: &Output) -> Result<()> {
                 Some(_) => Some(crate::node::plan::GroupPlan::new(&loaded.recipe)?),
                 None => None,
             },
+            measured: Measured::of(state, &loaded.recipe),
         });
         return Ok(());
     }
     out.titled("# recipe", loaded.path.display());
     out.say(format_args!("# hash {}", loaded.recipe.hash()));
+    Measured::of(state, &loaded.recipe).say(name, out);
     out.text(serde_yaml_ng::to_string(&full).expect("recipes serialize"));
     out.say("");
     out.title("# patch steps, in order");
@@ -476,6 +534,7 @@ struct Shown<'a> {
     launch: &'a crate::recipe::Resolved,
     equivalent_command: Vec<String>,
     group: Option<crate::node::plan::GroupPlan>,
+    measured: Measured,
 }
 
 /// `recipes show JOB --json`.

@@ -351,6 +351,8 @@ fn learn(rt: &Runtimes, plan: &StartPlan, observed: &memory::MemoryObserved) {
 pub(crate) struct StartReport {
     pub(crate) deployment: Deployment,
     pub(crate) ready_after_ms: f64,
+    /// Each step of the start, from the start asked to the first token.
+    pub(crate) phases: crate::runtime::ready::Phases,
     /// Unix time in microseconds when readiness was noticed.
     ready_noticed_at_us: u128,
     pub(crate) model: String,
@@ -387,7 +389,9 @@ pub(crate) async fn start(
         }
     }
     let before = memory::before_start();
+    let asked = std::time::Instant::now();
     let mut started = launch(rt, plan, &spec).await?;
+    let launched = asked.elapsed();
     let engine = spec.resolved.engine;
     let timeout = timeout.unwrap_or(plan.health_timeout);
     let outcome = tokio::select! {
@@ -396,7 +400,10 @@ pub(crate) async fn start(
     };
     let deployment = started.deployment;
     match outcome {
-        Some(Ok(ready)) => Ok(report(rt, plan, deployment, ready, before).await),
+        Some(Ok(mut ready)) => {
+            ready.phases = ready.phases.after_launch(launched);
+            Ok(report(rt, plan, deployment, ready, before).await)
+        }
         Some(Err(fault)) => {
             // A fatal line or a timeout leaves it running but useless: stop it, keep its logs.
             // A group's API server stops the rest of the group on every node with it.
@@ -461,11 +468,16 @@ async fn report(
     let memory_observed = memory::observe(rt, &deployment, before).await;
     tracing::debug!("memory observed in {:?}", measuring.elapsed());
     learn(rt, plan, &memory_observed);
+    let state = rt.process.state();
+    if let Err(e) = crate::starts::record(state, &plan.name, &deployment.id, ready.phases) {
+        tracing::warn!("{}: what its start took was not kept: {e}", plan.name);
+    }
     let mut warnings = plan.warnings.clone();
     warnings.extend(memory_observed.warnings(&plan.name));
     StartReport {
         deployment,
         ready_after_ms: ready.after.as_secs_f64() * 1e3,
+        phases: ready.phases,
         ready_noticed_at_us: ready.noticed_at.as_micros(),
         model: ready.model,
         memory_observed,

@@ -32,6 +32,20 @@ pub(crate) struct StatusRow {
     /// declaration; running deployments only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) memory: Option<crate::memory::Held>,
+    /// What its recipe's starts took: the latest step by step, the p50 of the kept ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) starts: Option<crate::starts::Summary>,
+    /// What its recipe as it runs held at its starts (`memory::learned`), when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) learned_gb: Option<f64>,
+}
+
+impl StatusRow {
+    /// Its learned figure when it is more than a fifth off the declaration.
+    pub(crate) fn drift(&self) -> Option<crate::memory::learned::Drift> {
+        let d = &self.deployment;
+        crate::memory::learned::Drift::of(&d.name, d.memory_gb, self.learned_gb?)
+    }
 }
 
 pub(crate) struct Status {
@@ -89,6 +103,8 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
             model: door.as_ref().and_then(|s| model_of(&d, s)),
             uptime_s: d.running().then(|| now.saturating_sub(d.started_at)),
             memory: if d.running() { held.next() } else { None },
+            starts: crate::starts::summary(&crate::starts::of(&ctx.state, &d.name)),
+            learned_gb: learned(ctx, &d),
             nodes,
             deployment: d,
         });
@@ -99,6 +115,17 @@ pub(crate) async fn status(ctx: &Context) -> Result<Status> {
         warnings,
         healed,
     })
+}
+
+/// What `d`'s recipe, as it ran, held at its latest measured start.
+fn learned(ctx: &Context, d: &Deployment) -> Option<f64> {
+    let key = crate::memory::learned::Key {
+        recipe: d.name.clone(),
+        recipe_hash: d.recipe_hash.clone(),
+        digest: None,
+        fingerprint: None,
+    };
+    crate::memory::learned::of(&ctx.state, &key).map(|f| f.gb)
 }
 
 /// The model whose production `d` is, or is kept warm for, when the front door serves

@@ -101,6 +101,50 @@ pub(crate) fn of(state: &StateDir, key: &Key) -> Option<Figure> {
     found.first().map(|f| (*f).clone())
 }
 
+/// A learned figure more than `DRIFT` off its recipe's declaration: the declaration is a
+/// guess the plans no longer take (when it is lower) or a reserve that is never used.
+pub(crate) const DRIFT: f64 = 0.20;
+
+/// A recipe whose learned figure is off its declaration by more than `DRIFT`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Drift {
+    pub(crate) recipe: String,
+    pub(crate) declared_gb: Option<f64>,
+    pub(crate) learned_gb: f64,
+}
+
+impl Drift {
+    /// When `learned_gb` is more than `DRIFT` off `declared_gb` (none declared: always).
+    pub(crate) fn of(recipe: &str, declared_gb: Option<f64>, learned_gb: f64) -> Option<Drift> {
+        let off = match declared_gb {
+            Some(d) if d > 0.0 => (learned_gb - d).abs() / d > DRIFT,
+            _ => true,
+        };
+        off.then(|| Drift {
+            recipe: recipe.to_string(),
+            declared_gb,
+            learned_gb,
+        })
+    }
+}
+
+impl std::fmt::Display for Drift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (r, l) = (&self.recipe, self.learned_gb);
+        let declared = self
+            .declared_gb
+            .map_or("declares none".into(), |d| format!("declares {d} GB"));
+        let counted = self.declared_gb.map_or(l, |d| d.max(l));
+        write!(
+            f,
+            "{r} held {l:.1} GB at its starts and {declared}: plans count {counted:.1} GB; \
+             set `server.memory_gb: {}` in its recipe (`sparkctl memory forget {r}` once it \
+             changed)",
+            l.ceil()
+        )
+    }
+}
+
 /// Every figure, by recipe (`sparkctl memory`).
 pub(crate) fn all(state: &StateDir) -> BTreeMap<String, Vec<Figure>> {
     read(state).recipes
@@ -142,5 +186,20 @@ mod tests {
         assert_eq!(forget(&state, "qwen").unwrap(), 1);
         assert!(of(&state, &key("h1", Some("d1"))).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_figure_a_fifth_off_its_declaration_is_drift() {
+        assert_eq!(Drift::of("q", Some(80.0), 88.0), None);
+        let under = Drift::of("q", Some(22.0), 88.0).unwrap();
+        assert!(under.to_string().contains("plans count 88.0 GB"), "{under}");
+        assert!(
+            under.to_string().contains("server.memory_gb: 88"),
+            "{under}"
+        );
+        // Declared far more than it holds: said too, and the plan keeps the declaration.
+        let over = Drift::of("q", Some(40.0), 10.0).unwrap();
+        assert!(over.to_string().contains("plans count 40.0 GB"), "{over}");
+        assert!(Drift::of("q", None, 3.0).is_some());
     }
 }

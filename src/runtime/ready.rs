@@ -27,10 +27,13 @@ use crate::units::format_duration;
 
 mod ask;
 mod fault;
+mod phases;
 
 use ask::{ask_health, completion, Generation};
 pub use ask::{health_now, Liveness};
 pub use fault::Fault;
+pub use phases::Phases;
+use phases::Seen;
 
 /// Between two health probes: small at first, so a quick start is noticed within a few ms;
 /// wider after `FAST_FOR`, so a model loading for minutes is not asked 200 times a second.
@@ -157,6 +160,8 @@ pub struct Waiting<'a> {
 pub struct Ready {
     /// From the start of waiting to readiness noticed.
     pub after: Duration,
+    /// Each step of the wait, from its start (`launched_ms` 0: the caller adds the launch).
+    pub(crate) phases: Phases,
     /// When readiness was noticed (Unix time), for latency measurements.
     pub(crate) noticed_at: Duration,
     /// The model id the server answered the check completion with.
@@ -274,6 +279,7 @@ pub async fn wait_ready(
     let _stop_prober = AbortOnDrop(prober);
 
     let mut health = Health::Waiting;
+    let mut seen = Seen::default();
     let mut lines = Lines::default();
     let mut events_open = true;
     let mut answered = false;
@@ -321,8 +327,10 @@ pub async fn wait_ready(
             },
             report = probes.recv() => match report {
                 Some(Report::Ready(model)) => {
+                    let after = began.elapsed();
                     return Ok(Ready {
-                        after: began.elapsed(),
+                        after,
+                        phases: seen.phases(after),
                         noticed_at: crate::units::unix_now(),
                         model,
                     });
@@ -339,6 +347,7 @@ pub async fn wait_ready(
                         _ => None,
                     };
                     answered |= !matches!(h, Health::Waiting | Health::Refused);
+                    seen.saw(&h, began.elapsed());
                     health = h;
                 }
                 None => {}

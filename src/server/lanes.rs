@@ -85,6 +85,7 @@ impl Shared {
                 let for_s = d.table.idle_for();
                 match turns::way(&d.demand.turn(), for_s, waiting, now) {
                     turns::Way::Yields { busy } => Some(Idle {
+                        start_s: self.start_cost(&d, &upstream.recipe),
                         door: d,
                         upstream,
                         for_s: for_s.unwrap_or_default(),
@@ -100,6 +101,15 @@ impl Shared {
         // The idle first, the cheapest to bring back first; those at the end of a turn last.
         idle.sort_by(|a, b| (a.busy.cmp(&b.busy)).then(a.cost().total_cmp(&b.cost())));
         (idle, next)
+    }
+
+    /// What bringing `recipe` (the server of `d`'s model) back costs, in seconds: the p50
+    /// of its kept starts (`starts`), else the door's last measure of one, else
+    /// `UNMEASURED_START_S`.
+    fn start_cost(&self, d: &Door, recipe: &str) -> f64 {
+        crate::starts::p50_s(&self.state, recipe)
+            .or_else(|| d.demand.turn().last_start.map(|t| t.as_secs_f64()))
+            .unwrap_or(UNMEASURED_START_S)
     }
 
     /// Whether `model`, whose requests wait since `waiting`, is the next to start among
@@ -141,22 +151,19 @@ pub(crate) struct Idle {
     pub(in crate::server) for_s: std::time::Duration,
     /// At the end of its turn with requests in flight or due: they finish first.
     pub(in crate::server) busy: bool,
+    /// What its start costs, in seconds (`Shared::start_cost`).
+    start_s: f64,
 }
 
 /// What a start is taken to cost when none was measured (the shortest turn's worth).
 const UNMEASURED_START_S: f64 = 10.0;
 
 impl Idle {
-    /// Its last measured start, in seconds (`UNMEASURED_START_S` when none was measured).
-    pub(crate) fn start_s(&self) -> f64 {
-        (self.door.demand.turn().last_start).map_or(UNMEASURED_START_S, |d| d.as_secs_f64())
-    }
-
     /// What evicting it is likely to cost: the start that brings it back, weighed by how
     /// recently it was used (a model idle for a minute counts half its start; for an hour,
     /// a sixtieth). The cheapest goes first — not the least recently used alone.
     pub(crate) fn cost(&self) -> f64 {
-        self.start_s() / (1.0 + self.for_s.as_secs_f64() / 60.0)
+        self.start_s / (1.0 + self.for_s.as_secs_f64() / 60.0)
     }
 
     /// Its figures, for the log.
@@ -164,7 +171,7 @@ impl Idle {
         format!(
             "{} (start {:.1} s, idle {:.0} s, cost {:.2})",
             self.upstream.recipe,
-            self.start_s(),
+            self.start_s,
             self.for_s.as_secs_f64(),
             self.cost()
         )

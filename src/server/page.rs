@@ -268,10 +268,12 @@ async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
     let status = door.status();
     let points = door.page.points();
     let (state, links) = (door.state.clone(), door.page.links.clone());
-    let (runs, jobs, events) =
-        tokio::task::spawn_blocking(move || (runs(&state, &links), jobs(&state), events(&state)))
-            .await
-            .map_err(|e| format!("reading the state dir: {e}"))?;
+    let (runs, jobs, events, starts) = tokio::task::spawn_blocking(move || {
+        let starts = starts(&state);
+        (runs(&state, &links), jobs(&state), events(&state), starts)
+    })
+    .await
+    .map_err(|e| format!("reading the state dir: {e}"))?;
     Ok(json!({
         "now": crate::units::unix_now().as_millis() as u64,
         "door": status,
@@ -281,7 +283,19 @@ async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
         "runs": runs,
         "jobs": jobs,
         "events": events,
+        "starts": starts,
     }))
+}
+
+/// Each recipe's latest start, step by step, beside the p50 of its kept ones.
+fn starts(state: &StateDir) -> Vec<Value> {
+    (crate::starts::all(state).into_iter())
+        .filter_map(|(recipe, kept)| {
+            let at = kept.last()?.at.clone();
+            let s = crate::starts::summary(&kept)?;
+            Some(json!({"recipe": recipe, "at": at, "last": s.last, "p50_s": s.p50_s, "of": s.of}))
+        })
+        .collect()
 }
 
 /// `s` cut to `TRIM` characters, control characters escaped.

@@ -215,6 +215,13 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
     assert!(good("prod").iter().any(|g| *g < 50.0), "{:?}", good("prod"));
     assert!(good("prod").contains(&100.0), "{:?}", good("prod"));
     assert!(!good("safe").is_empty() && good("safe").iter().all(|g| *g == 100.0));
+    // Each recipe's latest start, step by step, in order (issue 46).
+    let starts = data["starts"].as_array().unwrap();
+    for recipe in ["prod", "safe"] {
+        let s = starts.iter().find(|s| s["recipe"] == recipe).unwrap();
+        assert!(support::phases_in_order(&s["last"]) > 0.0, "{s}");
+        assert!(s["p50_s"].as_f64().unwrap() > 0.0, "{s}");
+    }
     let runs = data["runs"].as_array().unwrap();
     let failover = runs.iter().find(|r| r["command"] == "failover").unwrap();
     assert!(

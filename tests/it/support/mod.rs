@@ -1214,3 +1214,68 @@ async fn one_stream(client: &reqwest::Client, url: &str, body: &Value) -> Result
         done: text.contains("[DONE]"),
     })
 }
+
+/// `sparkctl start NAME` timed from outside: from the command's spawn until a one-token
+/// completion sent to `port` (every 20 ms) first answers 200. Returns those seconds and the
+/// start's steps as sparkctl kept them (`history starts NAME --json`, the latest).
+pub fn start_timed_from_outside(deck: &Deck, name: &str, port: u16) -> (f64, Value) {
+    use std::io::{Read, Write};
+    let body = r#"{"max_tokens":1,"messages":[{"role":"user","content":"hi"}]}"#;
+    let answers = || -> bool {
+        let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+        let sent = write!(
+            c,
+            "POST /v1/chat/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut head = [0u8; 12];
+        sent.is_ok() && c.read_exact(&mut head).is_ok() && &head[9..12] == b"200"
+    };
+    let began = Instant::now();
+    let mut start = Ran::spawn(&mut deck.cmd(&["start", name]));
+    let outside = loop {
+        if answers() {
+            break began.elapsed();
+        }
+        if start.child.try_wait().unwrap().is_some() && !answers() {
+            start.wait().succeeds();
+            panic!("{name} started and answered no completion");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    start.wait().succeeds();
+    let kept: Value =
+        serde_json::from_str(&deck.ok(&["--json", "history", "starts", name])).unwrap();
+    let last = kept[name].as_array().and_then(|a| a.last()).cloned();
+    (
+        outside.as_secs_f64(),
+        last.unwrap_or_else(|| panic!("no start kept: {kept}"))["phases"].clone(),
+    )
+}
+
+/// A start's steps are in order, each after the one before; returns its total in seconds.
+pub fn phases_in_order(phases: &Value) -> f64 {
+    let steps: Vec<f64> = [
+        "launched_ms",
+        "port_open_ms",
+        "http_ms",
+        "loaded_ms",
+        "first_token_ms",
+    ]
+    .iter()
+    .map(|k| {
+        phases[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {k} in {phases}"))
+    })
+    .collect();
+    assert!(steps[0] > 0.0, "{phases}");
+    assert!(
+        steps.windows(2).all(|w| w[0] <= w[1]),
+        "out of order: {phases}"
+    );
+    steps[4] / 1e3
+}
