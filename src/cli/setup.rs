@@ -120,7 +120,11 @@ pub(super) fn in_context(
     g: &Globals,
     f: impl AsyncFnOnce(&crate::context::Context) -> Result<()>,
 ) -> Result<()> {
-    executor()?.block_on(async { f(&context(g).await?).await })
+    executor()?.block_on(async {
+        let done = f(&context(g).await?).await;
+        crate::state::settled().await;
+        done
+    })
 }
 
 pub(super) fn with_recipes(
@@ -130,6 +134,8 @@ pub(super) fn with_recipes(
 ) -> Result<()> {
     executor()?.block_on(async {
         let recipes = load_recipes(g, out)?;
-        f(&context(g).await?, &recipes).await
+        let done = f(&context(g).await?, &recipes).await;
+        crate::state::settled().await;
+        done
     })
 }

@@ -153,4 +153,3 @@ fn print_status_table(rows: &[deploy::status::StatusRow], out: &Output) {
     }
     out.print_table(&t);
 }
-

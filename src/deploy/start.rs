@@ -331,19 +331,37 @@ pub(crate) fn learned_gb(ctx: &Context, recipe: &Recipe) -> Option<f64> {
     memory::learned::of(&ctx.state, &key).map(|f| f.gb)
 }
 
-/// What the start of `plan` held once ready, kept for the next plans (`memory::learned`).
-fn learn(rt: &Runtimes, plan: &StartPlan, observed: &memory::MemoryObserved) {
-    let Some(best) = &observed.best else { return };
-    let key = memory::learned::Key {
-        recipe: plan.name.clone(),
-        recipe_hash: plan.recipe_hash.clone(),
-        digest: plan.pin.as_ref().map(|p| p.digest.clone()),
-        fingerprint: plan.model_fingerprint.clone(),
-    };
-    let gb = best.bytes as f64 / 1e9;
-    if let Err(e) = memory::learned::record(rt.process.state(), key, gb, &best.what) {
-        tracing::warn!("{}: what it holds was not kept: {e}", plan.name);
-    }
+/// What the start of `plan` took and held once ready, kept for the next plans and starts
+/// (`memory::learned`, `starts`). Written `later`: a start on demand's waiting requests go
+/// to the server without these fsyncs first.
+fn keep(
+    rt: &Runtimes,
+    plan: &StartPlan,
+    deployment: &Deployment,
+    ready: &Ready,
+    observed: &memory::MemoryObserved,
+) {
+    let state = rt.process.state().clone();
+    let (name, id, phases) = (plan.name.clone(), deployment.id.clone(), ready.phases);
+    let held = observed.best.as_ref().map(|best| {
+        let key = memory::learned::Key {
+            recipe: plan.name.clone(),
+            recipe_hash: plan.recipe_hash.clone(),
+            digest: plan.pin.as_ref().map(|p| p.digest.clone()),
+            fingerprint: plan.model_fingerprint.clone(),
+        };
+        (key, best.bytes as f64 / 1e9, best.what.clone())
+    });
+    crate::state::later(move || {
+        if let Some((key, gb, what)) = held {
+            if let Err(e) = memory::learned::record(&state, key, gb, &what) {
+                tracing::warn!("{name}: what it holds was not kept: {e}");
+            }
+        }
+        if let Err(e) = crate::starts::record(&state, &name, &id, phases) {
+            tracing::warn!("{name}: what its start took was not kept: {e}");
+        }
+    });
 }
 
 /// A started, ready deployment.
@@ -467,11 +485,7 @@ async fn report(
     let measuring = std::time::Instant::now();
     let memory_observed = memory::observe(rt, &deployment, before).await;
     tracing::debug!("memory observed in {:?}", measuring.elapsed());
-    learn(rt, plan, &memory_observed);
-    let state = rt.process.state();
-    if let Err(e) = crate::starts::record(state, &plan.name, &deployment.id, ready.phases) {
-        tracing::warn!("{}: what its start took was not kept: {e}", plan.name);
-    }
+    keep(rt, plan, &deployment, &ready, &memory_observed);
     let mut warnings = plan.warnings.clone();
     warnings.extend(memory_observed.warnings(&plan.name));
     StartReport {

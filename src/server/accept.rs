@@ -19,6 +19,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 
+/// The connection a request came on: one client, as far as the door can tell (a client
+/// keeps its connection for its next request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Client(pub(crate) u64);
+
 /// A socket that hands out connections.
 pub(crate) trait Listener: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
@@ -431,8 +436,9 @@ async fn connection<IO, H, F, B>(
 {
     let service = {
         let conns = conns.clone();
-        hyper::service::service_fn(move |req| {
+        hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let busy = conns.busy(id);
+            req.extensions_mut().insert(Client(id));
             let answer = handle(req);
             async move {
                 let resp = answer.await;

@@ -16,6 +16,7 @@ use crate::frontdoor::status::Load;
 use crate::host::ProcessId;
 use crate::production::Upstream;
 use crate::recipe::serve::Serve;
+use crate::server::accept::Client;
 
 /// What the table says now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +110,38 @@ pub(crate) struct State {
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
     pub(in crate::server) generation: u64,
+    /// The clients whose requests ended here lately, newest last (at most `RECENT`).
+    pub(in crate::server) recent: Vec<(Client, Instant)>,
+    /// The clients whose requests wait here, one entry a request.
+    pub(in crate::server) waiters: Vec<Client>,
+}
+
+/// Clients remembered per lane: more than a household's or a team's agents at once.
+const RECENT: usize = 32;
+
+impl State {
+    /// `client`'s request here ended now.
+    pub(crate) fn ended(&mut self, client: Client) {
+        let now = Instant::now();
+        self.last = now;
+        self.recent.retain(|(c, _)| *c != client);
+        if self.recent.len() == RECENT {
+            self.recent.remove(0);
+        }
+        self.recent.push((client, now));
+    }
+
+    /// Whether everyone who used this idle lane within `within` now waits in `waiters` (for
+    /// another model): its clients moved on, so none of them is between two requests here.
+    pub(crate) fn moved_on(&self, waiters: &[Client], within: Duration) -> bool {
+        let mut lately = (self.recent.iter()).filter(|(_, at)| at.elapsed() < within);
+        let mut any = false;
+        let all = lately.all(|(c, _)| {
+            any = true;
+            waiters.contains(c)
+        });
+        any && all
+    }
 }
 
 impl State {
@@ -143,6 +176,8 @@ impl Cell {
                 look_again: None,
                 held_by: None,
                 generation: 0,
+                recent: Vec::new(),
+                waiters: Vec::new(),
             }),
             ticks: watch::Sender::new(0),
             wake: Notify::new(),
@@ -169,5 +204,34 @@ impl Cell {
         let out = f(&mut self.lock());
         self.tick();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lane_s_clients_moved_on_when_all_who_used_it_lately_wait_elsewhere() {
+        let cell = Cell::new("a", Route::Offline, Load::Loaded);
+        let mut s = cell.lock();
+        let gap = Duration::from_secs(60);
+        // Nobody used it: nobody moved on (the gap decides).
+        assert!(!s.moved_on(&[Client(1)], gap));
+        s.ended(Client(1));
+        assert!(s.moved_on(&[Client(1)], gap));
+        assert!(!s.moved_on(&[Client(2)], gap));
+        // Another client used it too and does not wait elsewhere: it may be back.
+        s.ended(Client(2));
+        assert!(!s.moved_on(&[Client(1)], gap));
+        assert!(s.moved_on(&[Client(2), Client(1), Client(3)], gap));
+        // Only the clients of the last `within` count.
+        assert!(!s.moved_on(&[Client(1)], Duration::ZERO));
+        // Bounded: the oldest go first, each client once.
+        for c in 0..100 {
+            s.ended(Client(c));
+        }
+        assert_eq!(s.recent.len(), RECENT);
+        assert_eq!(s.recent.last().map(|r| r.0), Some(Client(99)));
     }
 }

@@ -74,6 +74,9 @@ impl Shared {
     pub(crate) fn evictable(&self, model: &str, waiting: Instant) -> (Vec<Idle>, Option<Instant>) {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
+        let waiters = (self.lanes().and_then(|l| l.now().lanes.get(model).cloned()))
+            .map(|d| d.table.waiters())
+            .unwrap_or_default();
         let mut idle: Vec<Idle> = (self.other_lanes(model).into_iter())
             .filter(|d| d.demand.load() == Load::Loaded)
             .filter(|d| !d.demand.settings().keep && !d.held_by_a_command())
@@ -83,7 +86,8 @@ impl Shared {
                     return None;
                 };
                 let for_s = d.table.idle_for();
-                match turns::way(&d.demand.turn(), for_s, waiting, now) {
+                let moved_on = d.table.moved_on(&waiters, turns::GAP);
+                match turns::way(&d.demand.turn(), for_s, moved_on, waiting, now) {
                     turns::Way::Yields { busy } => Some(Idle {
                         start_s: self.start_cost(&d, &upstream.recipe),
                         door: d,

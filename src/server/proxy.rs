@@ -255,6 +255,7 @@ fn health(proxy: &Proxy, method: &hyper::Method) -> Response<ProxyBody> {
 async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
+    let client = parts.extensions.get::<super::accept::Client>().copied();
     let body = match proxy.bodies.read(&parts.headers, body).await {
         Ok(b) => b,
         Err(why) => return body_refused(why),
@@ -299,7 +300,7 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let mut held = false;
     loop {
         let left = proxy.hold.saturating_sub(arrived.elapsed());
-        let lease = match door.table.lease(left, None).await {
+        let lease = match door.table.lease(left, None, client).await {
             Ok(l) => l,
             Err(why) => {
                 proxy.metrics.event(Event::Rejected);

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::accept::Client;
 pub(crate) use super::lane::Route;
 use super::lane::{Cell, StartFailed};
 pub(crate) use crate::production::Upstream;
@@ -37,12 +38,16 @@ pub(crate) struct Table {
 pub(crate) struct Lease {
     pub(in crate::server) upstream: Upstream,
     cell: Arc<Cell>,
+    client: Option<Client>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut s = self.cell.lock();
-        s.last = std::time::Instant::now();
+        match self.client {
+            Some(c) => s.ended(c),
+            None => s.last = std::time::Instant::now(),
+        }
         let now_idle = match s.in_flight.get_mut(&self.upstream.deployment) {
             Some(n) => {
                 *n = n.saturating_sub(1);
@@ -60,11 +65,15 @@ impl Drop for Lease {
 }
 
 /// One request's place among those waiting, freed when its wait ends or is dropped.
-struct WaitSlot<'a>(&'a Table);
+struct WaitSlot<'a>(&'a Table, Option<Client>);
 
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
-        self.0.cell.lock().waiting -= 1;
+        let mut s = self.0.cell.lock();
+        s.waiting -= 1;
+        if let Some(i) = self.1.and_then(|c| s.waiters.iter().position(|w| *w == c)) {
+            s.waiters.swap_remove(i);
+        }
     }
 }
 
@@ -145,11 +154,12 @@ impl Table {
         &self,
         bound: Duration,
         avoid: Option<&str>,
+        client: Option<Client>,
     ) -> Result<Lease, Refusal> {
         // Subscribed before the first look: a change right after it still wakes the wait.
         let mut ticks = self.cell.ticks();
         match self.find(avoid) {
-            Found::Upstream(u) => return Ok(self.lease_of(u)),
+            Found::Upstream(u) => return Ok(self.lease_of(u, client)),
             Found::Refused(why) => return Err(why),
             Found::Wait => {}
         }
@@ -159,9 +169,10 @@ impl Table {
                 return Err(Refusal::QueueFull);
             }
             s.waiting += 1;
+            s.waiters.extend(client);
         }
         // Given back however the wait ends: a client that goes away drops this future.
-        let _slot = WaitSlot(self);
+        let _slot = WaitSlot(self, client);
         let waited = tokio::time::timeout(bound, async {
             loop {
                 ticks.borrow_and_update();
@@ -177,18 +188,29 @@ impl Table {
         })
         .await;
         match waited {
-            Ok(Ok(u)) => Ok(self.lease_of(u)),
+            Ok(Ok(u)) => Ok(self.lease_of(u, client)),
             Ok(Err(why)) => Err(why),
             Err(_) => Err(Refusal::TimedOut),
         }
     }
 
     /// The lease of an upstream `find` claimed.
-    fn lease_of(&self, upstream: Upstream) -> Lease {
+    fn lease_of(&self, upstream: Upstream, client: Option<Client>) -> Lease {
         Lease {
             upstream,
             cell: self.cell.clone(),
+            client,
         }
+    }
+
+    /// The clients whose requests wait here now.
+    pub(crate) fn waiters(&self) -> Vec<Client> {
+        self.cell.lock().waiters.clone()
+    }
+
+    /// Whether everyone who used this idle lane within `within` waits in `waiters`.
+    pub(crate) fn moved_on(&self, waiters: &[Client], within: Duration) -> bool {
+        self.cell.lock().moved_on(waiters, within)
     }
 
     /// Requests waiting for an upstream, and in flight per deployment.
@@ -242,7 +264,7 @@ mod tests {
         let waiter = {
             let t = t.clone();
             tokio::spawn(async move {
-                t.lease(Duration::from_secs(5), None)
+                t.lease(Duration::from_secs(5), None, None)
                     .await
                     .map(|l| l.upstream.clone())
             })
@@ -254,21 +276,21 @@ mod tests {
         // Bounded in time...
         t.set(Route::Holding);
         let began = std::time::Instant::now();
-        let r = t.lease(Duration::from_millis(50), None).await;
+        let r = t.lease(Duration::from_millis(50), None, None).await;
         assert!(matches!(r, Err(Refusal::TimedOut)));
         assert!(began.elapsed() >= Duration::from_millis(50));
         // ... and in number.
         let a = {
             let t = t.clone();
-            tokio::spawn(async move { t.lease(Duration::from_secs(1), None).await.is_ok() })
+            tokio::spawn(async move { t.lease(Duration::from_secs(1), None, None).await.is_ok() })
         };
         let b = {
             let t = t.clone();
-            tokio::spawn(async move { t.lease(Duration::from_secs(1), None).await.is_ok() })
+            tokio::spawn(async move { t.lease(Duration::from_secs(1), None, None).await.is_ok() })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(matches!(
-            t.lease(Duration::from_secs(1), None).await,
+            t.lease(Duration::from_secs(1), None, None).await,
             Err(Refusal::QueueFull)
         ));
         t.set(Route::Serving(up("b")));
@@ -281,7 +303,7 @@ mod tests {
         for _ in 0..10 {
             let gone = tokio::time::timeout(
                 Duration::from_millis(5),
-                t.lease(Duration::from_secs(60), None),
+                t.lease(Duration::from_secs(60), None, None),
             )
             .await;
             assert!(gone.is_err(), "still holding");
@@ -289,7 +311,7 @@ mod tests {
         assert_eq!(t.counts().0, 0);
         let waiter = {
             let t = t.clone();
-            tokio::spawn(async move { t.lease(Duration::from_secs(5), None).await.is_ok() })
+            tokio::spawn(async move { t.lease(Duration::from_secs(5), None, None).await.is_ok() })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         t.set(Route::Serving(up("a")));
@@ -301,14 +323,14 @@ mod tests {
         let t = Table::new(Route::Offline, 4);
         let began = std::time::Instant::now();
         assert!(matches!(
-            t.lease(Duration::from_secs(5), None).await,
+            t.lease(Duration::from_secs(5), None, None).await,
             Err(Refusal::Offline)
         ));
         assert!(began.elapsed() < Duration::from_secs(1));
         t.set(Route::Holding);
         let waiter = {
             let t = t.clone();
-            tokio::spawn(async move { t.lease(Duration::from_secs(5), None).await.is_ok() })
+            tokio::spawn(async move { t.lease(Duration::from_secs(5), None, None).await.is_ok() })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         t.set(Route::Offline);
@@ -318,10 +340,10 @@ mod tests {
     #[tokio::test]
     async fn a_switch_drains_the_old_upstream() {
         let t = Table::new(Route::Serving(up("old")), 8);
-        let lease = t.lease(Duration::ZERO, None).await.ok().unwrap();
+        let lease = t.lease(Duration::ZERO, None, None).await.ok().unwrap();
         t.set(Route::Serving(up("new")));
         assert_eq!(
-            t.lease(Duration::ZERO, None)
+            t.lease(Duration::ZERO, None, None)
                 .await
                 .ok()
                 .unwrap()
@@ -331,7 +353,8 @@ mod tests {
         );
         // A request that failed on `new` waits for another deployment.
         assert!(matches!(
-            t.lease(Duration::from_millis(20), Some("new-id")).await,
+            t.lease(Duration::from_millis(20), Some("new-id"), None)
+                .await,
             Err(Refusal::TimedOut)
         ));
         // Still one in flight on the old one: the drain waits for it.

@@ -65,9 +65,16 @@ pub(crate) enum Way {
 }
 
 /// `turn` of a model idle for `idle` (None: a request is in flight or waits), asked to
-/// make way for one waiting since `waiting`.
-pub(crate) fn way(turn: &Turn, idle: Option<Duration>, waiting: Instant, now: Instant) -> Way {
-    if idle.is_some_and(|i| i >= GAP) {
+/// make way for one waiting since `waiting`. `moved_on`: everyone who used it within `GAP`
+/// now waits for the other model, so nobody is between two requests here: idle is idle.
+pub(crate) fn way(
+    turn: &Turn,
+    idle: Option<Duration>,
+    moved_on: bool,
+    waiting: Instant,
+    now: Instant,
+) -> Way {
+    if idle.is_some_and(|i| i >= GAP || moved_on) {
         return Way::Yields { busy: false };
     }
     let gap_ends = idle.map(|i| now + (GAP - i));
@@ -110,24 +117,34 @@ mod tests {
         // Another waits from t0 + 30 s: the turn runs from then.
         let waiting = t0 + s(30);
         assert_eq!(
-            way(&serving, None, waiting, t0 + s(40)),
+            way(&serving, None, false, waiting, t0 + s(40)),
             Way::Keeps { until: t0 + s(50) }
         );
         assert_eq!(
-            way(&serving, None, waiting, t0 + s(50)),
+            way(&serving, None, false, waiting, t0 + s(50)),
             Way::Yields { busy: true }
         );
         // Between two requests within its turn: kept, looked at again when the gap ends.
         let between = Some(Duration::from_millis(200));
         assert_eq!(
-            way(&serving, between, waiting, t0 + s(40)),
+            way(&serving, between, false, waiting, t0 + s(40)),
             Way::Keeps {
                 until: t0 + s(40) + Duration::from_millis(50)
             }
         );
+        // Within the gap, but its one client now waits for the other model: at once.
+        assert_eq!(
+            way(&serving, between, true, waiting, t0 + s(40)),
+            Way::Yields { busy: false }
+        );
+        // Busy stays busy whoever waits.
+        assert_eq!(
+            way(&serving, None, true, waiting, t0 + s(40)),
+            Way::Keeps { until: t0 + s(50) }
+        );
         // Idle past the gap: at once.
         assert_eq!(
-            way(&serving, Some(s(2)), waiting, t0 + s(31)),
+            way(&serving, Some(s(2)), false, waiting, t0 + s(31)),
             Way::Yields { busy: false }
         );
     }

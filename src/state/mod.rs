@@ -262,7 +262,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // Per process and per write: two threads of one process (the front door's blocking
+    // pool) may write one file at once, and must not share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
     let result = (|| {
         let mut file = fs::File::create(&tmp)?;
         file.write_all(bytes)?;
@@ -281,6 +285,28 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(value).expect("state types serialize");
     text.push(b'\n');
     write_atomic(path, &text)
+}
+
+/// Writes handed to the blocking pool that nothing waits for where they are made (what a
+/// start measured: a start on demand's waiting requests go on without its fsyncs). A
+/// command waits for them before it exits (`settled`); the front door lives on.
+static LATER: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Runs `write` on the blocking pool, not waited for here.
+pub(crate) fn later(write: impl FnOnce() + Send + 'static) {
+    let handle = tokio::task::spawn_blocking(write);
+    let mut pending = LATER.lock().expect("later");
+    pending.retain(|h| !h.is_finished());
+    pending.push(handle);
+}
+
+/// Waits for every write `later` took: a command calls it before it exits.
+pub(crate) async fn settled() {
+    let pending = std::mem::take(&mut *LATER.lock().expect("later"));
+    for h in pending {
+        let _ = h.await;
+    }
 }
 
 /// `write_json` on the blocking pool: its fsync must not stall an async worker that is
