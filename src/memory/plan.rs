@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use super::holder::Holder;
 use super::measure;
 use super::pools::{self, Pool};
 use crate::nvidia::device::{Devices, Kind};
@@ -14,66 +15,6 @@ use crate::runtime::{Deployment, Runtimes};
 use crate::settings::Settings;
 
 const GB: f64 = 1e9;
-
-/// A running server as the plan counts it.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Holder {
-    pub(crate) name: String,
-    /// `server.memory_gb` of its recipe.
-    pub(crate) declared_gb: Option<f64>,
-    /// What it holds in this pool now (None: not measured): GPU memory on a discrete GPU;
-    /// on unified memory or host RAM its GPU memory and its own resident pages, page cache
-    /// left out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) measured_gb: Option<f64>,
-    /// What the front door routes production to: stopped last.
-    pub(crate) production: bool,
-}
-
-impl Holder {
-    /// A deployment counted by its declaration alone.
-    pub(crate) fn declared(d: &Deployment, production: &[String]) -> Holder {
-        Holder {
-            name: d.name.clone(),
-            declared_gb: d.memory_gb,
-            measured_gb: None,
-            production: production.contains(&d.name),
-        }
-    }
-
-    /// What the plan counts: the larger of the declaration and the measure.
-    pub(crate) fn gb(&self) -> f64 {
-        self.declared_gb
-            .unwrap_or(0.0)
-            .max(self.measured_gb.unwrap_or(0.0))
-    }
-
-    /// It holds more than it declares.
-    pub(crate) fn over(&self) -> bool {
-        self.measured_gb
-            .is_some_and(|m| m > self.declared_gb.unwrap_or(0.0))
-    }
-
-    /// What stopping it gives back: what it measurably holds, else its declaration.
-    fn frees_gb(&self) -> f64 {
-        self.measured_gb.or(self.declared_gb).unwrap_or(0.0)
-    }
-
-    /// `prod 7 GB`, `prod ?`, or with both figures when it holds more than it declares.
-    pub(crate) fn describe(&self) -> String {
-        match (self.over(), self.measured_gb, self.declared_gb) {
-            (true, Some(m), Some(d)) => {
-                format!(
-                    "{} {m:.2} GB held, more than its declared {d} GB",
-                    self.name
-                )
-            }
-            (true, Some(m), None) => format!("{} {m:.2} GB held, none declared", self.name),
-            (_, _, Some(d)) => format!("{} {d} GB", self.name),
-            (_, _, None) => format!("{} ?", self.name),
-        }
-    }
-}
 
 /// What no start may push available memory under (`SPARKCTL_MEMORY_RESERVE_GB`): on a Spark
 /// a host out of memory hangs rather than failing the start.
@@ -340,12 +281,15 @@ pub(crate) async fn for_server(
     let running: Vec<&Deployment> = running.iter().filter(|d| d.running()).collect();
     let shares =
         futures_util::future::join_all(running.iter().map(|d| measure::share(rt, d, &apps))).await;
+    let asleep = super::holder::asleep(&running).await;
     let holders: Vec<Holder> = running
         .iter()
         .zip(shares)
-        .filter(|(_, s)| !discrete || pools::counts_in(&budget.pool, s.on_gpu))
-        .map(|(d, s)| Holder {
+        .zip(asleep)
+        .filter(|((_, s), _)| !discrete || pools::counts_in(&budget.pool, s.on_gpu))
+        .map(|((d, s), asleep)| Holder {
             measured_gb: s.gb(discrete),
+            asleep,
             ..Holder::declared(d, production)
         })
         .collect();
@@ -433,6 +377,7 @@ mod tests {
             declared_gb: Some(gb),
             measured_gb: None,
             production,
+            asleep: false,
         }
     }
 

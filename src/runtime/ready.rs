@@ -30,7 +30,7 @@ mod fault;
 mod phases;
 
 use ask::{ask_health, completion, Generation};
-pub use ask::{health_now, Liveness};
+pub use ask::{asleep, health_now, Liveness};
 pub use fault::Fault;
 pub use phases::Phases;
 use phases::Seen;
@@ -111,6 +111,9 @@ pub enum Health {
         within: Duration,
     },
     Ready,
+    /// Health is ok and the server says it sleeps (its own idle sleep, or put to sleep):
+    /// well, holding less, and not woken to be asked whether it generates.
+    Asleep,
 }
 
 impl std::fmt::Display for Health {
@@ -145,6 +148,7 @@ impl std::fmt::Display for Health {
                 format_duration(*within)
             ),
             Health::Ready => f.write_str("ready"),
+            Health::Asleep => f.write_str("asleep (ready; wakes for its next request)"),
         }
     }
 }

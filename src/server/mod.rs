@@ -23,6 +23,7 @@ pub(crate) mod capture;
 pub(crate) mod chunk;
 pub(crate) mod control;
 pub(crate) mod demand;
+mod engine_routes;
 pub(crate) mod golden;
 pub(crate) mod hosts;
 pub(crate) mod judge;

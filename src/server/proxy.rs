@@ -200,6 +200,16 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     if path == "/health" {
         return health(proxy, req.method());
     }
+    // The engines' own control (sleep, weights, RPC) is the door's, never a client's.
+    if let Some(route) = super::engine_routes::control(req.method(), &path) {
+        return error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "{route} controls the engine and is the front door's own: clients behind the \
+                 door do not reach it (serve.sleep in the recipe lets the door sleep a model)"
+            ),
+        );
+    }
     let caller = origin::caller(req.headers(), &config.origins);
     if origin::preflight(req.method(), req.headers()) {
         let (status, headers) = origin::preflight_answer(&caller, req.headers());

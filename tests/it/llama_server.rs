@@ -567,3 +567,71 @@ fn a_real_llama_server_s_start_is_measured_step_by_step() {
     );
     deck.ok(&["down", "smol"]);
 }
+
+/// Issue 46: `llama-server`'s own sleep (`--sleep-idle-seconds`) behind the door. Asleep it
+/// is well (`status` says asleep, the watch restarts nothing) and the door's looks do not
+/// wake it (its log says it woke only for the client's requests); a request after it slept
+/// is answered. A client asks in bursts with quiet between them long enough to sleep.
+#[test]
+fn a_llama_server_that_sleeps_when_idle_is_well_and_wakes_for_its_requests() {
+    let _one = one_at_a_time();
+    let (binary, model) = support::llama_server_and_model();
+    let deck = Deck::new("llama-sleep");
+    deck.recipe(
+        "tiny",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: tiny\nserver:\n  port: {}\n  args: [-t, \"1\", -c, \"512\", -np, \"1\", --sleep-idle-seconds, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\n",
+            binary.display(),
+            model.display(),
+            free_port()
+        ),
+    );
+    deck.ok(&["rollback", "--to", "tiny"]);
+    let row = deck.status_of("tiny").unwrap();
+    let pid = row["id"].as_str().unwrap().to_string();
+    // Asked on its own port: reading /props does not keep it awake (a completion would).
+    let props = format!("http://127.0.0.1:{}/props", row["port"]);
+    let sleeping = || {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-m", "5", &props])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["is_sleeping"] == true
+    };
+    let woke = || {
+        let log = deck.ok(&["logs", "tiny"]);
+        log.matches("server is exiting sleeping state").count()
+    };
+    let mut failed = 0;
+    for burst in 0..3 {
+        // Quiet: it sleeps within a second, and stays asleep while the door looks at it
+        // (every 2 s).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !sleeping() {
+            assert!(std::time::Instant::now() < deadline, "it never slept");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let before = woke();
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        assert_eq!(woke(), before, "burst {burst}: woken while nobody asked");
+        // Well, and said so, without waking it.
+        let shown = deck.ok(&["status"]);
+        assert!(shown.contains("asleep"), "{shown}");
+        assert_eq!(woke(), before, "burst {burst}: `status` woke it");
+        let client = support::Traffic::asking_for(
+            &deck.door_url(),
+            std::time::Duration::from_millis(50),
+            "tiny",
+        );
+        client.answers(3, std::time::Duration::from_secs(60));
+        let report = client.stop();
+        failed += report.failed() + report.cut;
+        assert!(woke() > before, "burst {burst}: answered without waking?");
+    }
+    assert_eq!(failed, 0);
+    // Never restarted: the server that slept is the one that serves.
+    assert_eq!(deck.status_of("tiny").unwrap()["id"], pid.as_str());
+    deck.ok(&["frontdoor", "stop"]);
+    deck.ok(&["down", "tiny", "--force"]);
+}

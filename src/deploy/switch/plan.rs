@@ -127,6 +127,7 @@ impl Plan {
             declared_gb: gb,
             measured_gb: None,
             production: true,
+            asleep: false,
         });
         let mut next = MemoryPlan::new(m.budget_gb, m.need_gb, running);
         if gb.is_none() && !next.must_stop.iter().any(|n| n == name) {

@@ -100,6 +100,9 @@ pub async fn health_now(client: &reqwest::Client, d: &Deployment) -> Liveness {
     if health != Health::Ready {
         return Liveness::Running(health);
     }
+    if asleep(client, d).await {
+        return Liveness::Running(Health::Asleep);
+    }
     let within = STATUS_GENERATION_TIMEOUT;
     if let Some(path) = d.engine.profile().liveness_path {
         let check = GenerationCheck::Endpoint(path);
@@ -128,6 +131,22 @@ pub async fn health_now(client: &reqwest::Client, d: &Deployment) -> Liveness {
             Err(Generation::Failed(why)) => Health::GenerationFailing { check, why },
         },
     )
+}
+
+/// Whether `d` says it sleeps (`Profile::sleep_probe`); no when it cannot say.
+pub async fn asleep(client: &reqwest::Client, d: &Deployment) -> bool {
+    let Some(path) = d.engine.profile().sleep_probe else {
+        return false;
+    };
+    let url = format!("{}{path}", d.url());
+    let Ok(r) = client.get(url).timeout(STATUS_HEALTH_TIMEOUT).send().await else {
+        return false;
+    };
+    if !r.status().is_success() {
+        return false;
+    }
+    let said: Option<serde_json::Value> = r.json().await.ok();
+    said.and_then(|v| v.get("is_sleeping")?.as_bool()) == Some(true)
 }
 
 /// Why the one-token completion did not succeed.

@@ -186,6 +186,6 @@ fn timeout_reason(health: &Health, url: &str) -> String {
              generation is wedged",
             format_duration(*within)
         ),
-        Health::Ready => "ready too late".to_string(),
+        Health::Ready | Health::Asleep => "ready too late".to_string(),
     }
 }

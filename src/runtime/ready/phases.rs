@@ -77,7 +77,8 @@ impl Seen {
             Health::GenerationPending { .. }
             | Health::GenerationFailing { .. }
             | Health::GenerationSilent { .. }
-            | Health::Ready => (true, true, true),
+            | Health::Ready
+            | Health::Asleep => (true, true, true),
         };
         for (now, first) in [
             (port, &mut self.port_open),

@@ -194,7 +194,7 @@ impl Watch {
             };
         }
         match health_now(&self.client, &d).await {
-            Liveness::Running(Health::Ready) => Look::Fine,
+            Liveness::Running(Health::Ready | Health::Asleep) => Look::Fine,
             Liveness::Exited(_) | Liveness::Created => Look::Gone(format!("{} exited", u.recipe)),
             Liveness::Running(h @ Health::GenerationSilent { .. }) => Look::Silent(h.to_string()),
             Liveness::Running(h) => Look::Failing(h.to_string()),
@@ -419,8 +419,11 @@ impl Watch {
         let running = self.ctx.runtimes.find(name).await?.filter(|d| d.running());
         if let Some(d) = running {
             let is_wedged = wedged.is_some_and(|w| w.deployment == d.id);
-            if !is_wedged && health_now(&self.client, &d).await == Liveness::Running(Health::Ready)
-            {
+            let well = matches!(
+                health_now(&self.client, &d).await,
+                Liveness::Running(Health::Ready | Health::Asleep)
+            );
+            if !is_wedged && well {
                 return Ok((switch::upstream_of(&d), None));
             }
             if is_wedged {
