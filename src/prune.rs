@@ -182,10 +182,10 @@ pub(crate) async fn run(
             .await?
             .into_iter()
             .map(|r| Old {
-                recipe: format!("job {}", r.job),
-                id: r.container,
-                run_id: r.run_id,
-                created: r.started_unix,
+                recipe: format!("job {}", r.job()),
+                id: r.container().to_string(),
+                run_id: r.run_id().to_string(),
+                created: r.started_unix(),
             }),
     );
     let newest = opts.keep_images.unwrap_or(ctx.settings.keep_images);
