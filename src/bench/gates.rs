@@ -439,14 +439,14 @@ fn eval_gate(g: &GateRule, now: &Measures) -> GateResult {
     GateResult {
         gate: g.name.clone(),
         rule: g.text.clone(),
-        value: j.value,
+        value: j.value(),
         interval: None,
-        outcome: match j.outcome {
+        outcome: match j.outcome() {
             Outcome::Pass => GateOutcome::Pass,
             Outcome::Fail => GateOutcome::Fail,
             Outcome::Inconclusive => GateOutcome::Inconclusive,
         },
-        detail: j.detail,
+        detail: j.detail().to_string(),
     }
 }
 

@@ -38,10 +38,10 @@ pub(super) fn criterion(run: &RunRecord) -> Option<Criterion> {
         if !g.rule.of_production {
             return Criterion::check_gate(&format!("{}={}", g.name, g.text)).ok();
         }
-        let sets = &run.eval.as_ref()?.production;
+        let sets = &run.eval.as_ref()?.production();
         let (right, items) = sets
             .iter()
-            .fold((0, 0), |(r, n), s| (r + s.right, n + s.items));
+            .fold((0, 0), |(r, n), s| (r + s.right(), n + s.items()));
         if items == 0 {
             return None;
         }
