@@ -89,12 +89,12 @@ pub(super) async fn run(
     };
     match crate::bisect::bisect(flow, name, &opts).await {
         Ok(report) => {
-            let answer = report.bisect.answer.as_ref();
+            let answer = report.bisect().answer();
             BisectNote {
-                id: Some(report.bisect.id.clone()),
+                id: Some(report.bisect().id().to_string()),
                 judged_on,
-                last_good: answer.map(|a| a.last_good.clone()),
-                first_bad: answer.map(|a| a.first_bad.clone()),
+                last_good: answer.map(|a| a.last_good().to_string()),
+                first_bad: answer.map(|a| a.first_bad().to_string()),
                 error: None,
             }
         }
