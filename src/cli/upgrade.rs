@@ -93,19 +93,19 @@ fn show_schedule(
     match s {
         None => out.say(format_args!("no schedule of upgrade {name} is installed")),
         Some(s) => {
-            match &s.on_calendar {
+            match s.on_calendar() {
                 Some(c) => out.say(format_args!(
                     "upgrade {name} scheduled (OnCalendar={c}): {} and {}",
-                    s.timer.display(),
-                    s.service.display()
+                    s.timer().display(),
+                    s.service().display()
                 )),
                 None => out.say(format_args!(
                     "upgrade {name} unscheduled: {} and {} removed",
-                    s.timer.display(),
-                    s.service.display()
+                    s.timer().display(),
+                    s.service().display()
                 )),
             }
-            out.say(format_args!("systemd: {}", s.systemd));
+            out.say(format_args!("systemd: {}", s.systemd()));
         }
     }
     Ok(())
