@@ -255,8 +255,18 @@ pub(crate) struct GateResult {
 /// The best goodput of a result's load levels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct GoodputFigure {
-    pub(crate) rps: f64,
-    pub(crate) pct: f64,
+    pub(in crate::bench) rps: f64,
+    pub(in crate::bench) pct: f64,
+}
+
+impl GoodputFigure {
+    pub(crate) fn rps(&self) -> f64 {
+        self.rps
+    }
+
+    pub(crate) fn pct(&self) -> f64 {
+        self.pct
+    }
 }
 
 /// What the gates are judged on, from one result (and production's for `vs_*`).
