@@ -63,15 +63,14 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: UpgradeArgs, out: &Output
     } else {
         out.say(format_args!(
             "upgrade {} {}: {}{}",
-            report.recipe,
-            report.outcome,
-            report.summary,
+            report.recipe(),
+            report.outcome(),
+            report.summary(),
             report
-                .run_id
-                .as_deref()
+                .run_id()
                 .map_or(String::new(), |r| format!("; run {r}"))
         ));
-        if let Some(e) = &report.error {
+        if let Some(e) = report.error() {
             out.say(format_args!("  {e}"));
         }
     }
