@@ -252,7 +252,7 @@ fn evidence(b: &Bisect, out: &Output) {
             (Some(x), _) => m.pooled().get(&x).map_or("-".into(), |i| {
                 format!("{:.1} [{:.1}, {:.1}] n={}", i.mean, i.low, i.high, i.n)
             }),
-            (None, Some(j)) => match (j.value, j.interval) {
+            (None, Some(j)) => match (j.value(), j.interval()) {
                 (Some(v), Some((lo, hi))) => format!("{v:.1} [{lo:.1}, {hi:.1}]"),
                 (Some(v), None) => format!("{v:.1}"),
                 _ => "-".into(),
