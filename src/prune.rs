@@ -136,22 +136,40 @@ pub(crate) struct Options {
 /// What a prune found, and with `--yes` did: its `--json` document.
 #[derive(Debug, Serialize)]
 pub(crate) struct Pruned {
-    pub(crate) dry_run: bool,
-    pub(crate) keep_per_recipe: usize,
-    pub(crate) protected: Vec<String>,
-    pub(crate) remove: Vec<Old>,
-    pub(crate) failed: Vec<NotRemoved>,
-    pub(crate) images: PrunedImages,
+    dry_run: bool,
+    keep_per_recipe: usize,
+    protected: Vec<String>,
+    remove: Vec<Old>,
+    failed: Vec<NotRemoved>,
+    images: PrunedImages,
 }
 
 /// The image half of `Pruned`.
 #[derive(Debug, Serialize)]
 pub(crate) struct PrunedImages {
-    pub(crate) keep_newest: usize,
-    pub(crate) remove: Vec<crate::images::retain::OldImage>,
-    pub(crate) kept: Vec<crate::images::retain::KeptImage>,
-    pub(crate) removed: Vec<crate::images::retain::Removed>,
+    keep_newest: usize,
+    remove: Vec<crate::images::retain::OldImage>,
+    kept: Vec<crate::images::retain::KeptImage>,
+    removed: Vec<crate::images::retain::Removed>,
     failed: Vec<NotRemoved>,
+}
+
+impl PrunedImages {
+    pub(crate) fn keep_newest(&self) -> usize {
+        self.keep_newest
+    }
+
+    pub(crate) fn remove(&self) -> &[crate::images::retain::OldImage] {
+        &self.remove
+    }
+
+    pub(crate) fn kept(&self) -> &[crate::images::retain::KeptImage] {
+        &self.kept
+    }
+
+    pub(crate) fn removed(&self) -> &[crate::images::retain::Removed] {
+        &self.removed
+    }
 }
 
 /// A container (`id`) or an image (`reference`) the engine would not remove, and why.
@@ -182,10 +200,10 @@ pub(crate) async fn run(
             .await?
             .into_iter()
             .map(|r| Old {
-                recipe: format!("job {}", r.job),
-                id: r.container,
-                run_id: r.run_id,
-                created: r.started_unix,
+                recipe: format!("job {}", r.job()),
+                id: r.container().to_string(),
+                run_id: r.run_id().to_string(),
+                created: r.started_unix(),
             }),
     );
     let newest = opts.keep_images.unwrap_or(ctx.settings.keep_images);
@@ -199,7 +217,7 @@ pub(crate) async fn run(
     };
     // Images after containers: an old container no longer holds its image.
     let (removed, image_failed) = match opts.yes {
-        true => crate::images::retain::apply(docker.client(), &images.remove).await,
+        true => crate::images::retain::apply(docker.client(), images.remove()).await,
         false => (Vec::new(), Vec::new()),
     };
     Ok(Pruned {
@@ -216,15 +234,15 @@ pub(crate) async fn run(
             })
             .collect(),
         images: PrunedImages {
-            keep_newest: images.keep_newest,
-            remove: images.remove,
-            kept: images.kept,
+            keep_newest: images.keep_newest(),
+            remove: images.remove().to_vec(),
+            kept: images.kept().to_vec(),
             removed,
             failed: image_failed
                 .into_iter()
                 .map(|(o, error)| NotRemoved {
                     id: None,
-                    reference: Some(o.reference),
+                    reference: Some(o.reference().to_string()),
                     error,
                 })
                 .collect(),
@@ -233,6 +251,30 @@ pub(crate) async fn run(
 }
 
 impl Pruned {
+    pub(crate) fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    pub(crate) fn keep_per_recipe(&self) -> usize {
+        self.keep_per_recipe
+    }
+
+    pub(crate) fn protected(&self) -> &[String] {
+        &self.protected
+    }
+
+    pub(crate) fn remove(&self) -> &[Old] {
+        &self.remove
+    }
+
+    pub(crate) fn failed(&self) -> &[NotRemoved] {
+        &self.failed
+    }
+
+    pub(crate) fn images(&self) -> &PrunedImages {
+        &self.images
+    }
+
     /// Ok when everything asked for went; else an error naming each that did not.
     pub(crate) fn outcome(&self) -> Result<()> {
         let failed: Vec<String> = self

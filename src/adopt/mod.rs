@@ -95,15 +95,18 @@ pub(crate) async fn adopt(
         recipe: name.to_string(),
         why: crate::error::RecipeProblem::NotImported,
     })?;
-    let port = imported.origin.port().ok_or_else(|| Error::RecipeCannot {
-        recipe: name.to_string(),
-        why: crate::error::RecipeProblem::NoImportedPort,
-    })?;
+    let port = imported
+        .origin()
+        .port()
+        .ok_or_else(|| Error::RecipeCannot {
+            recipe: name.to_string(),
+            why: crate::error::RecipeProblem::NoImportedPort,
+        })?;
     if port != ctx.settings.production_port {
         return Err(Error::RecipeCannot {
             recipe: name.to_string(),
             why: crate::error::RecipeProblem::NotOnProductionPort {
-                origin: imported.origin.describe(),
+                origin: imported.origin().describe(),
                 port,
                 production_port: ctx.settings.production_port,
             },
@@ -114,7 +117,7 @@ pub(crate) async fn adopt(
         return Err(frontdoor::launch::already_running(&r, true));
     }
     let docker = ctx.runtimes.docker().ok().map(|d| d.client().clone());
-    let foreign = Foreign::find(&imported.origin, docker.as_ref()).await?;
+    let foreign = Foreign::find(imported.origin(), docker.as_ref()).await?;
     let lock = crate::lock::Lock::load(&ctx.lock_path)?;
     let start_opts = StartOptions {
         lock: &lock,

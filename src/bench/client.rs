@@ -19,11 +19,15 @@ use super::sse;
 /// `fresh` keeps none, so a retry is certain to open a new connection.
 #[derive(Clone)]
 pub struct Clients {
-    pub(crate) pooled: reqwest::Client,
+    pub(in crate::bench) pooled: reqwest::Client,
     fresh: reqwest::Client,
 }
 
 impl Clients {
+    pub(crate) fn pooled(&self) -> &reqwest::Client {
+        &self.pooled
+    }
+
     pub fn new() -> Result<Clients, String> {
         let build = |pool: bool| {
             let b = reqwest::Client::builder()

@@ -255,8 +255,18 @@ pub(crate) struct GateResult {
 /// The best goodput of a result's load levels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct GoodputFigure {
-    pub(crate) rps: f64,
-    pub(crate) pct: f64,
+    pub(in crate::bench) rps: f64,
+    pub(in crate::bench) pct: f64,
+}
+
+impl GoodputFigure {
+    pub(crate) fn rps(&self) -> f64 {
+        self.rps
+    }
+
+    pub(crate) fn pct(&self) -> f64 {
+        self.pct
+    }
 }
 
 /// What the gates are judged on, from one result (and production's for `vs_*`).
@@ -439,14 +449,14 @@ fn eval_gate(g: &GateRule, now: &Measures) -> GateResult {
     GateResult {
         gate: g.name.clone(),
         rule: g.text.clone(),
-        value: j.value,
+        value: j.value(),
         interval: None,
-        outcome: match j.outcome {
+        outcome: match j.outcome() {
             Outcome::Pass => GateOutcome::Pass,
             Outcome::Fail => GateOutcome::Fail,
             Outcome::Inconclusive => GateOutcome::Inconclusive,
         },
-        detail: j.detail,
+        detail: j.detail().to_string(),
     }
 }
 

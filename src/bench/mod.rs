@@ -281,7 +281,7 @@ async fn evaluate(
         (None, Baseline::Measured(r)) => r
             .eval
             .as_ref()
-            .map(|e| e.candidate.clone())
+            .map(|e| e.candidate().clone())
             .ok_or_else(|| "production's last result has no evaluation".to_string()),
         (None, Baseline::Missing(why)) => Err(why.clone()),
         (None, Baseline::NoProduction) => Err("there is no production".to_string()),

@@ -22,7 +22,7 @@ pub(crate) use super::stats::{median, stats, Stats};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct CaseSummary {
-    pub(crate) case: String,
+    pub(in crate::bench) case: String,
     #[serde(default)]
     pub(in crate::bench) cache: CacheMode,
     pub(in crate::bench) samples: usize,
@@ -31,7 +31,7 @@ pub(crate) struct CaseSummary {
     #[serde(default)]
     pub(in crate::bench) retried: usize,
     /// TTFT (first token of any kind).
-    pub(crate) ttft_ms: Option<Stats>,
+    pub(in crate::bench) ttft_ms: Option<Stats>,
     /// TTFO (first output: content or tool call).
     #[serde(default)]
     pub(in crate::bench) ttfo_ms: Option<Stats>,
@@ -40,7 +40,7 @@ pub(crate) struct CaseSummary {
     ttfr_ms: Option<Stats>,
     #[serde(default)]
     pub(in crate::bench) tpot_ms: Option<Stats>,
-    pub(crate) decode_tps: Option<Stats>,
+    pub(in crate::bench) decode_tps: Option<Stats>,
     pub(in crate::bench) itl_ms: Option<Stats>,
     pub(in crate::bench) e2e_ms: Option<Stats>,
     pub(in crate::bench) cold_start_ttft_ms: Option<f64>,
@@ -73,6 +73,20 @@ pub(crate) struct CaseSummary {
     pub(in crate::bench) ttft_minus_server_prompt_ms: Option<f64>,
     /// Check → % of this case's answers (leak rate for thinking_leak, pass rate otherwise).
     pub(in crate::bench) checks: BTreeMap<String, f64>,
+}
+
+impl CaseSummary {
+    pub(crate) fn case(&self) -> &str {
+        &self.case
+    }
+
+    pub(crate) fn ttft_ms(&self) -> Option<&Stats> {
+        self.ttft_ms.as_ref()
+    }
+
+    pub(crate) fn decode_tps(&self) -> Option<&Stats> {
+        self.decode_tps.as_ref()
+    }
 }
 
 /// What a benchmark concludes. `Inconclusive` never promotes and never blames the

@@ -41,9 +41,9 @@ const AGREE: f64 = 0.10;
 pub(crate) struct Roofline {
     /// The bound's bandwidth, GB/s, and where it comes from.
     #[serde(default)]
-    pub(crate) bandwidth_gb_per_s: f64,
+    pub(in crate::bench) bandwidth_gb_per_s: f64,
     #[serde(default)]
-    pub(crate) bandwidth_from: String,
+    pub(in crate::bench) bandwidth_from: String,
     /// The weights read per token (active ones for MoE), bytes.
     weights_bytes: u64,
     /// KV-cache bytes per token of context, when the recipe declares it.
@@ -52,7 +52,7 @@ pub(crate) struct Roofline {
     depth_tokens: f64,
     bytes_per_token: f64,
     /// The bandwidth over bytes per token.
-    pub(crate) bound_tps: f64,
+    pub(in crate::bench) bound_tps: f64,
     measured_tps: Option<f64>,
     /// The server's own decode speed over the same samples (llama-server
     /// `timings.predicted_per_second`), when it sends one.
@@ -67,6 +67,18 @@ pub(crate) struct Roofline {
 }
 
 impl Roofline {
+    pub(crate) fn bandwidth_gb_per_s(&self) -> f64 {
+        self.bandwidth_gb_per_s
+    }
+
+    pub(crate) fn bandwidth_from(&self) -> &str {
+        &self.bandwidth_from
+    }
+
+    pub(crate) fn bound_tps(&self) -> f64 {
+        self.bound_tps
+    }
+
     pub(crate) fn of(
         target: &Target,
         samples: &[Sample],

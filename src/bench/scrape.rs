@@ -195,10 +195,10 @@ pub(crate) fn during(snaps: &[Snapshot]) -> During {
 /// The server's metrics endpoint over the whole benchmark: before, after, or why none.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct ServerSide {
-    pub(crate) url: String,
+    pub(in crate::bench) url: String,
     /// Why the server's metrics are missing from this result, when they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) unavailable: Option<String>,
+    pub(in crate::bench) unavailable: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::bench) before: Option<BTreeMap<Figure, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,10 +206,28 @@ pub(crate) struct ServerSide {
     /// The server's own mean time to first token over the benchmark (its histogram's sum
     /// and count, after less before), beside the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) ttft_mean_ms: Option<f64>,
+    pub(in crate::bench) ttft_mean_ms: Option<f64>,
     /// The host's memory before, after, and the least available seen between.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) host_memory: Option<HostMemory>,
+    pub(in crate::bench) host_memory: Option<HostMemory>,
+}
+
+impl ServerSide {
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(crate) fn unavailable(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    pub(crate) fn ttft_mean_ms(&self) -> Option<f64> {
+        self.ttft_mean_ms
+    }
+
+    pub(crate) fn host_memory(&self) -> Option<HostMemory> {
+        self.host_memory
+    }
 }
 
 /// The server's mean time to first token between two scrapes, ms; None when it reports

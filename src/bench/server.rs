@@ -11,9 +11,19 @@ use crate::error::Result;
 /// What a server said about itself.
 #[derive(Debug, Clone)]
 pub(crate) struct ServerInfo {
-    pub(crate) model: String,
-    pub(crate) kind: ServerKind,
+    pub(in crate::bench) model: String,
+    pub(in crate::bench) kind: ServerKind,
     pub(in crate::bench) version: Option<String>,
+}
+
+impl ServerInfo {
+    pub(crate) fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub(crate) fn kind(&self) -> ServerKind {
+        self.kind
+    }
 }
 
 async fn get_json(client: &reqwest::Client, url: &str, path: &str) -> Option<Value> {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Stats {
     pub(in crate::bench) n: usize,
-    pub(crate) p50: f64,
+    pub(in crate::bench) p50: f64,
     pub(in crate::bench) p90: f64,
     pub(in crate::bench) p99: f64,
     pub(in crate::bench) min: f64,
@@ -21,6 +21,10 @@ pub(crate) enum Pct {
 }
 
 impl Stats {
+    pub(crate) fn p50(&self) -> f64 {
+        self.p50
+    }
+
     pub(crate) fn at(&self, p: Pct) -> f64 {
         match p {
             Pct::P50 => self.p50,

@@ -46,7 +46,7 @@ pub struct Suite {
     /// Tool definitions (OpenAI format) by name; cases pick them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(in crate::bench) tools: BTreeMap<String, Value>,
-    pub(crate) cases: Vec<Case>,
+    pub(in crate::bench) cases: Vec<Case>,
     /// Captured traffic (where it came from): each case is a captured request, sent once
     /// as it came (`bench::replay`).
     #[serde(skip)]
@@ -66,9 +66,9 @@ fn default_max_tokens() -> u32 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Case {
-    pub(crate) name: String,
+    pub(in crate::bench) name: String,
     /// User messages, one per turn; the server's answers are kept between turns.
-    pub(crate) turns: Vec<String>,
+    pub(in crate::bench) turns: Vec<String>,
     #[serde(default = "default_max_tokens")]
     pub(in crate::bench) max_tokens: u32,
     /// Sent as `chat_template_kwargs.enable_thinking` (Qwen3 chat templates).
@@ -78,10 +78,10 @@ pub(crate) struct Case {
     pub(in crate::bench) tools: Vec<String>,
     /// Text the answer must contain (case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) expect: Option<String>,
+    pub(in crate::bench) expect: Option<String>,
     /// The tool the answer must call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) expect_tool: Option<String>,
+    pub(in crate::bench) expect_tool: Option<String>,
     /// The answer checks that apply (default: all that the case's fields allow:
     /// non_empty, no_markdown, thinking_leak, no_loop, finished, plus expected_answer /
     /// tool_calls).
@@ -99,6 +99,24 @@ pub(crate) struct Case {
     /// When it arrived, ms after the first captured request.
     #[serde(skip)]
     pub(in crate::bench) at_ms: Option<u64>,
+}
+
+impl Case {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn turns(&self) -> &[String] {
+        &self.turns
+    }
+
+    pub(crate) fn expect(&self) -> Option<&str> {
+        self.expect.as_deref()
+    }
+
+    pub(crate) fn expect_tool(&self) -> Option<&str> {
+        self.expect_tool.as_deref()
+    }
 }
 
 /// A per-answer check a case may ask for (suites name them; gates judge their rates).
@@ -192,6 +210,10 @@ pub(crate) struct Tag<'a> {
 }
 
 impl Suite {
+    pub(crate) fn cases(&self) -> &[Case] {
+        &self.cases
+    }
+
     /// `voice-assistant` (built in), a name in `suites_dir`, or a path to a YAML file.
     pub(crate) fn load(spec: &str, suites_dir: &Path) -> Result<Suite> {
         let Some((file, text)) = crate::yaml::named(spec, suites_dir, &BUILT_IN, true)? else {

@@ -56,14 +56,22 @@ pub(crate) fn saturated(a: &LoadRun, b: &LoadRun) -> Option<String> {
 pub(crate) struct SweepResult {
     pub(in crate::bench) kind: SweepKind,
     asked: Vec<f64>,
-    pub(crate) levels: Vec<LoadRun>,
+    pub(in crate::bench) levels: Vec<LoadRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::bench) knee: Option<Knee>,
     /// How the sweep ended, in one line.
-    pub(crate) outcome: String,
+    pub(in crate::bench) outcome: String,
 }
 
 impl SweepResult {
+    pub(crate) fn levels(&self) -> &[LoadRun] {
+        &self.levels
+    }
+
+    pub(crate) fn outcome(&self) -> &str {
+        &self.outcome
+    }
+
     pub(crate) fn new(sweep: &Sweep, levels: Vec<LoadRun>, knee: Option<Knee>) -> SweepResult {
         let outcome = match &knee {
             Some(k) => format!(

@@ -122,14 +122,22 @@ pub(crate) enum Verdict {
 pub(crate) struct Judgement {
     pub(in crate::bisect) verdict: Verdict,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) value: Option<f64>,
+    pub(in crate::bisect) value: Option<f64>,
     /// The figure's 95% interval over every run measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) interval: Option<(f64, f64)>,
+    pub(in crate::bisect) interval: Option<(f64, f64)>,
     pub(in crate::bisect) detail: String,
 }
 
 impl Judgement {
+    pub(crate) fn value(&self) -> Option<f64> {
+        self.value
+    }
+
+    pub(crate) fn interval(&self) -> Option<(f64, f64)> {
+        self.interval
+    }
+
     pub(crate) fn inconclusive(detail: String) -> Judgement {
         Judgement {
             verdict: Verdict::Inconclusive,

@@ -55,10 +55,24 @@ pub(crate) struct Options<'a> {
 
 /// What a bisect found (or planned, for a dry run).
 pub(crate) struct Report {
-    pub(crate) bisect: Bisect,
-    pub(crate) history: History,
+    bisect: Bisect,
+    history: History,
     /// What changed between the last good and the first bad digest, or why it is not known.
-    pub(crate) diff: Option<std::result::Result<crate::images::ImageDiff, String>>,
+    diff: Option<std::result::Result<crate::images::ImageDiff, String>>,
+}
+
+impl Report {
+    pub(crate) fn bisect(&self) -> &Bisect {
+        &self.bisect
+    }
+
+    pub(crate) fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub(crate) fn diff(&self) -> Option<&std::result::Result<crate::images::ImageDiff, String>> {
+        self.diff.as_ref()
+    }
 }
 
 /// What the candidates are: the digests of the recipe's image, or (`--builds`) the builds

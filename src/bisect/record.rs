@@ -31,16 +31,30 @@ pub(crate) enum Status {
 /// How every digest is measured: the same for all of them, fixed when the bisect began.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Plan {
-    pub(crate) suite: String,
+    pub(in crate::bisect) suite: String,
     /// Measured runs per case per repeat [default: the suite's].
     pub(in crate::bisect) runs: Option<usize>,
     pub(in crate::bisect) warmup: Option<usize>,
     /// Runs of the whole suite per round: the interval's runs.
-    pub(crate) repeat: usize,
+    pub(in crate::bisect) repeat: usize,
     /// Rounds a digest gets before it is left inconclusive.
-    pub(crate) rounds: usize,
+    pub(in crate::bisect) rounds: usize,
     /// Production may be held and stopped for a step that needs its memory.
     pub(in crate::bisect) allow_swap: bool,
+}
+
+impl Plan {
+    pub(crate) fn suite(&self) -> &str {
+        &self.suite
+    }
+
+    pub(crate) fn repeat(&self) -> usize {
+        self.repeat
+    }
+
+    pub(crate) fn rounds(&self) -> usize {
+        self.rounds
+    }
 }
 
 /// Which part a measurement plays.
@@ -55,13 +69,27 @@ pub(crate) enum Role {
 /// One digest in the range, in history order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Candidate {
-    pub(crate) digest: String,
+    pub(in crate::bisect) digest: String,
     /// A build's file (`--builds`); images have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::bisect) path: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) created: Option<String>,
-    pub(crate) first_seen: String,
+    pub(in crate::bisect) created: Option<String>,
+    pub(in crate::bisect) first_seen: String,
+}
+
+impl Candidate {
+    pub(crate) fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    pub(crate) fn created(&self) -> Option<&str> {
+        self.created.as_deref()
+    }
+
+    pub(crate) fn first_seen(&self) -> &str {
+        &self.first_seen
+    }
 }
 
 /// One benchmark of a digest (`repeat` runs of the suite).
@@ -77,20 +105,44 @@ pub(crate) struct Round {
 /// Everything measured of one digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Measurement {
-    pub(crate) role: Role,
+    pub(in crate::bisect) role: Role,
     /// The step's number (1, 2, …); 0 for the ends.
-    pub(crate) step: usize,
-    pub(crate) rounds: Vec<Round>,
+    pub(in crate::bisect) step: usize,
+    pub(in crate::bisect) rounds: Vec<Round>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) judgement: Option<Judgement>,
+    pub(in crate::bisect) judgement: Option<Judgement>,
     /// Why it could not be measured (pull or start failed): passed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) skipped: Option<String>,
+    pub(in crate::bisect) skipped: Option<String>,
     /// Wall time spent on it: image, start, rounds, stop.
-    pub(crate) seconds: f64,
+    pub(in crate::bisect) seconds: f64,
 }
 
 impl Measurement {
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    pub(crate) fn step(&self) -> usize {
+        self.step
+    }
+
+    pub(crate) fn rounds(&self) -> &[Round] {
+        &self.rounds
+    }
+
+    pub(crate) fn judgement(&self) -> Option<&Judgement> {
+        self.judgement.as_ref()
+    }
+
+    pub(crate) fn skipped(&self) -> Option<&str> {
+        self.skipped.as_deref()
+    }
+
+    pub(crate) fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
     pub(crate) fn verdict(&self) -> Option<Verdict> {
         self.judgement.as_ref().map(|j| j.verdict)
     }
@@ -111,46 +163,104 @@ impl Measurement {
 /// The answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Answer {
-    pub(crate) last_good: String,
-    pub(crate) first_bad: String,
+    pub(in crate::bisect) last_good: String,
+    pub(in crate::bisect) first_bad: String,
     /// Digests between the two that could not be measured: the change is in one of them
     /// or in the first bad.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) unmeasured: Vec<String>,
+    pub(in crate::bisect) unmeasured: Vec<String>,
+}
+
+impl Answer {
+    pub(crate) fn last_good(&self) -> &str {
+        &self.last_good
+    }
+
+    pub(crate) fn first_bad(&self) -> &str {
+        &self.first_bad
+    }
+
+    pub(crate) fn unmeasured(&self) -> &[String] {
+        &self.unmeasured
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Bisect {
-    pub(crate) id: String,
-    pub(crate) recipe: String,
+    pub(in crate::bisect) id: String,
+    pub(in crate::bisect) recipe: String,
     /// The image as the recipe names it.
-    pub(crate) reference: String,
+    pub(in crate::bisect) reference: String,
     pub(in crate::bisect) started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::bisect) finished_at: Option<String>,
     pub(in crate::bisect) status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::bisect) why_stopped: Option<String>,
-    pub(crate) criterion: Criterion,
+    pub(in crate::bisect) criterion: Criterion,
     /// The metric `Differs` chose once the ends were measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) chosen: Option<Metric>,
-    pub(crate) plan: Plan,
+    pub(in crate::bisect) chosen: Option<Metric>,
+    pub(in crate::bisect) plan: Plan,
     /// The model every digest serves: a bisect over a changed model compares nothing.
     pub(in crate::bisect) model_fingerprint: Option<String>,
     /// The directory of builds walked (`--builds`), for a process recipe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) builds: Option<PathBuf>,
-    pub(crate) order: Order,
+    pub(in crate::bisect) builds: Option<PathBuf>,
+    pub(in crate::bisect) order: Order,
     /// The good end first, the bad end last, the digests between in history order.
-    pub(crate) digests: Vec<Candidate>,
+    pub(in crate::bisect) digests: Vec<Candidate>,
     /// By digest.
-    pub(crate) measurements: BTreeMap<String, Measurement>,
+    pub(in crate::bisect) measurements: BTreeMap<String, Measurement>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) answer: Option<Answer>,
+    pub(in crate::bisect) answer: Option<Answer>,
 }
 
 impl Bisect {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    pub(crate) fn criterion(&self) -> &Criterion {
+        &self.criterion
+    }
+
+    pub(crate) fn chosen(&self) -> Option<Metric> {
+        self.chosen
+    }
+
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub(crate) fn builds(&self) -> Option<&Path> {
+        self.builds.as_deref()
+    }
+
+    pub(crate) fn order(&self) -> Order {
+        self.order
+    }
+
+    pub(crate) fn digests(&self) -> &[Candidate] {
+        &self.digests
+    }
+
+    pub(crate) fn measurements(&self) -> &BTreeMap<String, Measurement> {
+        &self.measurements
+    }
+
+    pub(crate) fn answer(&self) -> Option<&Answer> {
+        self.answer.as_ref()
+    }
+
     pub(crate) fn path(&self, state: &StateDir) -> Result<PathBuf> {
         Ok(state.bisect_dir()?.join(format!("{}.json", self.id)))
     }

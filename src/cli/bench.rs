@@ -270,9 +270,9 @@ fn render(out: &Output, r: &BenchResult, baseline: Option<&BenchResult>) {
             (Some(roof), Some(s)) => format!(
                 " ({:.0}% of the {:.0} tok/s that {} GB/s allows: {})",
                 s * 100.0,
-                roof.bound_tps,
-                crate::bench::bound::fmt_gbps(roof.bandwidth_gb_per_s),
-                roof.bandwidth_from
+                roof.bound_tps(),
+                crate::bench::bound::fmt_gbps(roof.bandwidth_gb_per_s()),
+                roof.bandwidth_from()
             ),
             _ => String::new(),
         },
@@ -322,7 +322,7 @@ fn render_phases(out: &Output, r: &BenchResult) {
     let levels: Vec<&engine::load::LoadRun> = r
         .load
         .iter()
-        .chain(r.sweep.iter().flat_map(|s| s.levels.iter()))
+        .chain(r.sweep.iter().flat_map(|s| s.levels().iter()))
         .collect();
     if !levels.is_empty() {
         let mut table = out.table();
@@ -330,13 +330,13 @@ fn render_phases(out: &Output, r: &BenchResult) {
         out.print_table(&table);
     }
     if let Some(s) = &r.sweep {
-        out.say(format_args!("sweep: {}", s.outcome));
+        out.say(format_args!("sweep: {}", s.outcome()));
     }
     if let Some(g) = &r.goodput {
         out.say(format_args!(
             "goodput: {:.2} req/s ({:.0}% of requests) met {}",
-            g.rps,
-            g.pct,
+            g.rps(),
+            g.pct(),
             r.slo.map(|s| s.to_string()).unwrap_or_default()
         ));
     }
@@ -346,19 +346,19 @@ fn render_phases(out: &Output, r: &BenchResult) {
         out.print_table(&table);
     }
     if let Some(s) = &r.server_side {
-        match &s.unavailable {
+        match s.unavailable() {
             Some(why) => out.say(format_args!("server metrics: none ({why})")),
             None => out.say(format_args!(
                 "server metrics: scraped from {} before, during and after",
-                s.url
+                s.url()
             )),
         }
-        if let Some(ms) = s.ttft_mean_ms {
+        if let Some(ms) = s.ttft_mean_ms() {
             out.say(format_args!(
                 "server TTFT: mean {ms:.1} ms (the server's own histogram)"
             ));
         }
-        if let Some(m) = &s.host_memory {
+        if let Some(m) = s.host_memory() {
             out.say(m);
         }
     }
@@ -392,10 +392,10 @@ pub(crate) fn compare(
                 .iter()
                 .map(|c| {
                     (
-                        c.case.clone(),
+                        c.case().to_string(),
                         (
-                            c.ttft_ms.as_ref().map(|s| s.p50),
-                            c.decode_tps.as_ref().map(|s| s.p50),
+                            c.ttft_ms().map(|s| s.p50()),
+                            c.decode_tps().map(|s| s.p50()),
                         ),
                     )
                 })

@@ -93,14 +93,14 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
     let report = bisect::bisect(&flow, &args.name, &opts).await?;
     if out.json {
         out.print_json(&Found {
-            bisect: &report.bisect,
+            bisect: report.bisect(),
             diff: report
-                .diff
+                .diff()
                 .as_ref()
                 .map(|d| d.as_ref().map_err(String::as_str)),
         });
     } else if args.dry_run {
-        print_plan(&report.bisect, out);
+        print_plan(report.bisect(), out);
     } else {
         print_answer(&report, out);
     }
@@ -108,39 +108,39 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: BisectArgs, out: &Output)
 }
 
 fn print_plan(b: &Bisect, out: &Output) {
-    let n = b.digests.len();
+    let n = b.digests().len();
     out.say(format_args!(
         "bisect {}: {n} digests of {} from {} (good) to {} (bad), {}",
-        b.recipe,
-        b.reference,
+        b.recipe(),
+        b.reference(),
         short_digest(b.good_end()),
         short_digest(b.bad_end()),
         order_words(b)
     ));
     let mut t = out.table();
     t.set_header(vec!["#", "DIGEST", "CREATED", "FIRST SEEN"]);
-    for (i, c) in b.digests.iter().enumerate() {
+    for (i, c) in b.digests().iter().enumerate() {
         t.add_row(vec![
             (i + 1).to_string(),
-            short_digest(&c.digest),
-            created(c.created.as_deref()),
-            c.first_seen.clone(),
+            short_digest(c.digest()),
+            created(c.created()),
+            c.first_seen().to_string(),
         ]);
     }
     out.print_table(&t);
     out.say(format_args!(
         "judged on {}; both ends measured first, then at most {} step(s); each measurement: \
          up to {} round(s) of {} run(s) of the suite {}\nnothing was started (--dry-run)",
-        b.criterion.describe(b.chosen),
+        b.criterion().describe(b.chosen()),
         bisect::steps_for(n.saturating_sub(2)),
-        b.plan.rounds,
-        b.plan.repeat,
-        b.plan.suite
+        b.plan().rounds(),
+        b.plan().repeat(),
+        b.plan().suite()
     ));
 }
 
 fn order_words(b: &Bisect) -> &'static str {
-    match b.order {
+    match b.order() {
         crate::images::history::Order::Created => "oldest build first",
         crate::images::history::Order::FirstSeen => "in the order this machine first saw them",
     }
@@ -153,38 +153,42 @@ fn created(c: Option<&str>) -> String {
 }
 
 fn print_answer(r: &Report, out: &Output) {
-    let b = &r.bisect;
-    let answer = b.answer.as_ref().expect("a finished bisect has its answer");
+    let b = r.bisect();
+    let answer = b.answer().expect("a finished bisect has its answer");
     out.say(format_args!(
         "\nbisect {} ({} digests, {}), judged on {}:",
-        b.recipe,
-        b.digests.len(),
+        b.recipe(),
+        b.digests().len(),
         order_words(b),
-        b.criterion.describe(b.chosen)
+        b.criterion().describe(b.chosen())
     ));
     evidence(b, out);
     let when = |d: &str| {
-        b.digests
+        b.digests()
             .iter()
-            .find(|c| c.digest == d)
-            .and_then(|c| c.created.as_deref())
+            .find(|c| c.digest() == d)
+            .and_then(|c| c.created())
             .map_or(String::new(), |c| format!(" (built {})", created(Some(c))))
     };
     out.say(format_args!(
         "first bad: {}{}\nlast good: {}{}",
-        b.label(&r.history, &answer.first_bad),
-        when(&answer.first_bad),
-        b.label(&r.history, &answer.last_good),
-        when(&answer.last_good)
+        b.label(r.history(), answer.first_bad()),
+        when(answer.first_bad()),
+        b.label(r.history(), answer.last_good()),
+        when(answer.last_good())
     ));
-    if !answer.unmeasured.is_empty() {
-        let list: Vec<String> = answer.unmeasured.iter().map(|d| short_digest(d)).collect();
+    if !answer.unmeasured().is_empty() {
+        let list: Vec<String> = answer
+            .unmeasured()
+            .iter()
+            .map(|d| short_digest(d))
+            .collect();
         out.say(format_args!(
             "between them, not measurable (the change may be in one of them): {}",
             list.join(", ")
         ));
     }
-    let secs: Vec<f64> = b.measurements.values().map(|m| m.seconds).collect();
+    let secs: Vec<f64> = b.measurements().values().map(|m| m.seconds()).collect();
     let total: f64 = secs.iter().sum();
     out.say(format_args!(
         "{} step(s) after the 2 ends; {} measurement(s) in {total:.0} s, {:.1} s each on average",
@@ -192,23 +196,23 @@ fn print_answer(r: &Report, out: &Output) {
         secs.len(),
         total / secs.len().max(1) as f64
     ));
-    match &r.diff {
+    match r.diff() {
         Some(Ok(d)) => {
             out.say(format_args!(
                 "what changed ({} -> {}):",
-                short_digest(&answer.last_good),
-                short_digest(&answer.first_bad)
+                short_digest(answer.last_good()),
+                short_digest(answer.first_bad())
             ));
             super::images::print_diff(d, out);
         }
         Some(Err(e)) => out.say(format_args!("what changed is not known: {e}")),
         None => {}
     }
-    if b.builds.is_none() {
+    if b.builds().is_none() {
         out.say(format_args!(
             "both are kept for good (`sparkctl images history {}`); each measurement is a run \
              record (`sparkctl history`)",
-            b.recipe
+            b.recipe()
         ));
     } else {
         out.say("each measurement is a run record (`sparkctl history`)");
@@ -225,12 +229,12 @@ fn evidence(b: &Bisect, out: &Output) {
     t.set_header(vec![
         "#", "DIGEST", "CREATED", "ROLE", "ROUNDS", &figure, "VERDICT", "TIME",
     ]);
-    for (i, c) in b.digests.iter().enumerate() {
-        let Some(m) = b.measurements.get(&c.digest) else {
+    for (i, c) in b.digests().iter().enumerate() {
+        let Some(m) = b.measurements().get(c.digest()) else {
             t.add_row(vec![
                 (i + 1).to_string(),
-                short_digest(&c.digest),
-                created(c.created.as_deref()),
+                short_digest(c.digest()),
+                created(c.created()),
                 "-".into(),
                 "-".into(),
                 "-".into(),
@@ -239,23 +243,23 @@ fn evidence(b: &Bisect, out: &Output) {
             ]);
             continue;
         };
-        let role = match m.role {
+        let role = match m.role() {
             Role::GoodEnd => "good end".to_string(),
             Role::BadEnd => "bad end".to_string(),
-            Role::Step => format!("step {}", m.step),
+            Role::Step => format!("step {}", m.step()),
         };
-        let value = match (b.metric(), &m.judgement) {
+        let value = match (b.metric(), m.judgement()) {
             (Some(x), _) => m.pooled().get(&x).map_or("-".into(), |i| {
                 format!("{:.1} [{:.1}, {:.1}] n={}", i.mean, i.low, i.high, i.n)
             }),
-            (None, Some(j)) => match (j.value, j.interval) {
+            (None, Some(j)) => match (j.value(), j.interval()) {
                 (Some(v), Some((lo, hi))) => format!("{v:.1} [{lo:.1}, {hi:.1}]"),
                 (Some(v), None) => format!("{v:.1}"),
                 _ => "-".into(),
             },
             _ => "-".into(),
         };
-        let verdict = match (&m.skipped, m.verdict()) {
+        let verdict = match (m.skipped(), m.verdict()) {
             (Some(_), _) => "skipped",
             (_, Some(Verdict::Good)) => "good",
             (_, Some(Verdict::Bad)) => "bad",
@@ -263,13 +267,13 @@ fn evidence(b: &Bisect, out: &Output) {
         };
         t.add_row(vec![
             (i + 1).to_string(),
-            short_digest(&c.digest),
-            created(c.created.as_deref()),
+            short_digest(c.digest()),
+            created(c.created()),
             role,
-            m.rounds.len().to_string(),
+            m.rounds().len().to_string(),
             value,
             verdict.to_string(),
-            format!("{:.1} s", m.seconds),
+            format!("{:.1} s", m.seconds()),
         ]);
     }
     out.print_table(&t);

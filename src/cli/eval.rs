@@ -95,9 +95,9 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
             evaluation: &e,
             gate: judged.as_ref().map(|j| GateJudged {
                 rule: args.gate.as_deref(),
-                value: j.value,
-                outcome: outcome_word(j.outcome),
-                detail: &j.detail,
+                value: j.value(),
+                outcome: outcome_word(j.outcome()),
+                detail: j.detail(),
             }),
         });
     } else {
@@ -110,11 +110,11 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: EvalArgs, out: &Output) -
                 out.say(format_args!(
                     "eval_accuracy {}: {} ({})",
                     args.gate.as_deref().unwrap_or_default(),
-                    outcome_word(j.outcome),
-                    j.detail
+                    outcome_word(j.outcome()),
+                    j.detail()
                 ));
             }
-            match j.outcome {
+            match j.outcome() {
                 Outcome::Pass => Ok(()),
                 o => Err(Error::Reported(crate::error::Summary::EvalGate {
                     gate: args.gate.clone().unwrap_or_default(),
@@ -139,7 +139,13 @@ fn render(out: &Output, e: &Evaluation) {
             "eval",
             format_args!(
                 "{name} {} ({}): {}/{} right ({:.1}%) in {:.1} s, {:.0} items per minute",
-                r.url, r.model, r.right, r.total, r.accuracy_pct, r.seconds, r.items_per_minute
+                r.url(),
+                r.model(),
+                r.right(),
+                r.total(),
+                r.accuracy_pct(),
+                r.seconds(),
+                r.items_per_minute()
             ),
         );
         let mut t = out.table();
@@ -151,32 +157,32 @@ fn render(out: &Output, e: &Evaluation) {
             "ITEMS/MIN",
             "NOT ANSWERED",
         ]);
-        for s in &r.sets {
+        for s in r.sets() {
             t.add_row(vec![
-                s.set.clone(),
-                s.items.to_string(),
-                s.right.to_string(),
-                format!("{:.1}%", s.accuracy_pct),
-                format!("{:.0}", s.items_per_minute),
-                s.failed.to_string(),
+                s.set().to_string(),
+                s.items().to_string(),
+                s.right().to_string(),
+                format!("{:.1}%", s.accuracy_pct()),
+                format!("{:.0}", s.items_per_minute()),
+                s.failed().to_string(),
             ]);
         }
         out.print_table(&t);
     };
-    side("candidate", &e.candidate);
-    for i in e.candidate.missed().take(20) {
+    side("candidate", e.candidate());
+    for i in e.candidate().missed().take(20) {
         out.say(format_args!(
             "  missed {}: {}",
-            i.key,
-            i.failed.as_deref().or(i.why.as_deref()).unwrap_or("-")
+            i.key(),
+            i.failed().or(i.why()).unwrap_or("-")
         ));
     }
-    if let Some(p) = &e.production {
+    if let Some(p) = e.production() {
         side("against", p);
     }
-    if let Some(p) = &e.paired {
+    if let Some(p) = e.paired() {
         out.say(format_args!("paired: {}", p.describe()));
-        for k in p.lost.iter().take(20) {
+        for k in p.lost().iter().take(20) {
             out.say(format_args!("  lost {k}"));
         }
     }

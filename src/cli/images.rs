@@ -174,9 +174,9 @@ async fn run(at: &At<'_>, command: ImagesCommand, out: &Output) -> Result<()> {
             let all = targets(recipes, None, true)?;
             let mut audit = images::audit(docker, &all, &lock).await?;
             // A pin whose recipe file is broken (skipped, with a warning) is not stale.
-            audit.stale.retain(|name| !recipes.knows(name));
+            audit.retain_stale(|name| !recipes.knows(name));
             print_audit(&audit, out);
-            if audit.ok {
+            if audit.ok() {
                 Ok(())
             } else {
                 Err(Error::Reported(crate::error::Summary::AuditDrift))
@@ -314,14 +314,16 @@ fn print_pins(changes: &[images::PinChange], lock_path: &Path, out: &Output) {
         return;
     }
     for c in changes {
-        let new = short_digest(&c.new);
-        match &c.old {
-            Some(d) if *d == c.new => out.say(format_args!("{}: {new} unchanged", c.recipe)),
-            Some(d) => out.say(format_args!("{}: {} -> {new}", c.recipe, short_digest(d))),
+        let new = short_digest(c.new_digest());
+        match c.old_digest() {
+            Some(d) if d == c.new_digest() => {
+                out.say(format_args!("{}: {new} unchanged", c.recipe()))
+            }
+            Some(d) => out.say(format_args!("{}: {} -> {new}", c.recipe(), short_digest(d))),
             None => out.say(format_args!(
                 "{}: (none) -> {new} ({})",
-                c.recipe,
-                format!("{:?}", c.source).to_lowercase()
+                c.recipe(),
+                format!("{:?}", c.source()).to_lowercase()
             )),
         }
     }
@@ -342,14 +344,14 @@ fn print_audit(audit: &images::Audit, out: &Output) {
         "REGISTRY NOW",
         "FINDINGS",
     ]);
-    let dated = |d: &Option<String>, c: &Option<String>| match (d, c) {
+    let dated = |d: Option<&str>, c: Option<&str>| match (d, c) {
         (Some(d), Some(c)) => format!("{} ({})", short_digest(d), &c[..c.len().min(19)]),
         (Some(d), None) => short_digest(d),
         (None, _) => "-".into(),
     };
-    for r in &audit.rows {
+    for r in audit.rows() {
         let findings: Vec<String> = r
-            .findings
+            .findings()
             .iter()
             .map(|f| {
                 serde_json::to_value(f)
@@ -360,11 +362,15 @@ fn print_audit(audit: &images::Audit, out: &Output) {
             })
             .collect();
         t.add_row(vec![
-            r.recipe.clone(),
-            r.reference.clone(),
-            dated(&r.pinned, &r.pinned_created),
-            if r.present { "yes".into() } else { "no".into() },
-            dated(&r.registry, &r.registry_created),
+            r.recipe().to_string(),
+            r.reference().to_string(),
+            dated(r.pinned(), r.pinned_created()),
+            if r.present() {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+            dated(r.registry(), r.registry_created()),
             if findings.is_empty() {
                 "ok".into()
             } else {
@@ -373,23 +379,23 @@ fn print_audit(audit: &images::Audit, out: &Output) {
         ]);
     }
     out.print_table(&t);
-    for r in &audit.rows {
-        if r.findings.contains(&Finding::Drift) {
+    for r in audit.rows() {
+        if r.findings().contains(&Finding::Drift) {
             out.say(format_args!(
                 "drift: {} now points to {} in the registry; {} runs the pinned {} (`sparkctl images pin {}` moves it, `images diff {}` after a pull shows what changed)",
-                r.reference,
-                r.registry.as_deref().map(short_digest).unwrap_or_default(),
-                r.recipe,
-                r.pinned.as_deref().map(short_digest).unwrap_or_default(),
-                r.recipe,
-                r.recipe
+                r.reference(),
+                r.registry().map(short_digest).unwrap_or_default(),
+                r.recipe(),
+                r.pinned().map(short_digest).unwrap_or_default(),
+                r.recipe(),
+                r.recipe()
             ));
         }
-        if let Some(e) = &r.registry_error {
+        if let Some(e) = r.registry_error() {
             out.say(format_args!("warning: {e}"));
         }
     }
-    for s in &audit.stale {
+    for s in audit.stale() {
         out.say(format_args!("stale: images.lock pins {s}, which is no longer a recipe; `sparkctl images pin --all` keeps it, delete the entry by hand to drop it"));
     }
 }
@@ -425,22 +431,34 @@ pub(super) fn print_diff(d: &images::ImageDiff, out: &Output) {
     let rows = [
         (
             "created",
-            d.old.created.clone().unwrap_or_default(),
-            d.new.created.clone().unwrap_or_default(),
+            d.old_image().created().unwrap_or_default().to_string(),
+            d.new_image().created().unwrap_or_default().to_string(),
         ),
-        ("image id", short_digest(&d.old.id), short_digest(&d.new.id)),
-        ("platform", d.old.platform.clone(), d.new.platform.clone()),
-        ("layers", d.old.layers.to_string(), d.new.layers.to_string()),
+        (
+            "image id",
+            short_digest(d.old_image().id()),
+            short_digest(d.new_image().id()),
+        ),
+        (
+            "platform",
+            d.old_image().platform().to_string(),
+            d.new_image().platform().to_string(),
+        ),
+        (
+            "layers",
+            d.old_image().layers().to_string(),
+            d.new_image().layers().to_string(),
+        ),
         (
             "size",
-            format!("{:.1} MB", d.old.size as f64 / 1e6),
-            format!("{:.1} MB", d.new.size as f64 / 1e6),
+            format!("{:.1} MB", d.old_image().size() as f64 / 1e6),
+            format!("{:.1} MB", d.new_image().size() as f64 / 1e6),
         ),
     ];
     for (what, old, new) in rows {
         t.add_row(vec![what.to_string(), old, new]);
     }
-    let layers = [("-", &d.layers_only_old), ("+", &d.layers_only_new)];
+    let layers = [("-", d.layers_only_old()), ("+", d.layers_only_new())];
     for (sign, list) in layers {
         for l in list {
             let (old, new) = if sign == "-" {
@@ -451,7 +469,7 @@ pub(super) fn print_diff(d: &images::ImageDiff, out: &Output) {
             t.add_row(vec![format!("layer {sign}"), old, new]);
         }
     }
-    let changed = [("label", &d.labels), ("env", &d.env)];
+    let changed = [("label", d.labels()), ("env", d.env())];
     for (what, pairs) in changed {
         for (k, (o, n)) in pairs {
             t.add_row(vec![

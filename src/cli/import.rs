@@ -98,38 +98,38 @@ async fn run(
     let machine = Machine {
         production_port: settings.production_port,
     };
-    let container = match &observed.launch {
+    let container = match observed.launch() {
         Seen::Container(c) => Some(c.clone()),
         Seen::Process { .. } => None,
     };
     let name = match &args.name {
         Some(n) => n.clone(),
         None => {
-            import::default_name(&import::draft("imported", observed.clone(), &machine)?.recipe)
+            import::default_name(import::draft("imported", observed.clone(), &machine)?.recipe())
         }
     };
     let draft = import::draft(&name, observed, &machine)?;
     let path = recipes_dir.join(format!("{name}.yaml"));
     let (text, _) = import::render(&draft, &path)?;
     if args.dry_run {
-        return show(out, &name, &path, false, None, &draft.unknown, &text);
+        return show(out, &name, &path, false, None, draft.unknown(), &text);
     }
     import::write(&path, &text, args.force)?;
-    let pinned = match (&container, &docker, &draft.origin) {
+    let pinned = match (&container, &docker, draft.origin()) {
         (Some(c), Some(d), Some(_)) => import::pin_image(d, &lock_path, &name, c, state).await?,
         _ => None,
     };
-    if let Some(origin) = &draft.origin {
-        import::record::save(state, &name, origin, &draft.left_out.flags)?;
+    if let Some(origin) = draft.origin() {
+        import::record::save(state, &name, origin, draft.left_out().flags())?;
     }
-    show(out, &name, &path, true, pinned, &draft.unknown, &text)?;
+    show(out, &name, &path, true, pinned, draft.unknown(), &text)?;
     if !out.json {
-        if let (Some(o), Some(port)) = (&draft.origin, draft.seen_port) {
+        if let (Some(o), Some(port)) = (draft.origin(), draft.seen_port()) {
             out.say(format_args!(
                 "`sparkctl adopt {name}` hands port {port} from {} to the front door, serving {name}",
                 o.describe()
             ));
-            if draft.left_out.access_key() {
+            if draft.left_out().access_key() {
                 out.say(format_args!(
                     "it asked its callers for a key: the front door will too \
                      (SPARKCTL_FRONTDOOR_API_KEY_FILE names a file, mode 600, holding it)"

@@ -89,10 +89,10 @@ async fn run(ctx: &Context, recipes: &Path, args: RunArgs, out: &Output) -> Resu
     };
     out.note(format_args!(
         "job {name} started: run {}, container {} ({}), as user {}",
-        rec.run_id,
-        rec.container_name,
-        crate::units::short_id(&rec.container),
-        rec.user
+        rec.run_id(),
+        rec.container_name(),
+        crate::units::short_id(rec.container()),
+        rec.user()
     ));
     if args.detach {
         return finish(&rec, out, false);
@@ -108,33 +108,34 @@ async fn run(ctx: &Context, recipes: &Path, args: RunArgs, out: &Output) -> Resu
 fn print_plan(plan: &job::run::JobPlan, out: &Output) {
     out.say(format_args!(
         "job:     {}  ({})",
-        plan.job,
-        plan.recipe_file.display()
+        plan.job(),
+        plan.recipe_file().display()
     ));
     out.say(format_args!(
         "image:   {} → {}{}",
-        plan.image_ref,
-        plan.image,
-        if plan.unpinned { " (UNPINNED)" } else { "" }
+        plan.image_ref(),
+        plan.image(),
+        if plan.unpinned() { " (UNPINNED)" } else { "" }
     ));
     out.say(format_args!(
         "user:    {} (outputs end owned by {})",
-        plan.user, plan.owner
+        plan.user(),
+        plan.owner()
     ));
-    out.say(format_args!("memory:  {}", plan.memory.describe()));
-    for v in &plan.memory.must_stop {
+    out.say(format_args!("memory:  {}", plan.memory().describe()));
+    for v in &plan.memory().must_stop {
         out.say(format_args!("stops:   {v} to make room"));
     }
-    for d in &plan.disk {
+    for d in plan.disk() {
         out.say(format_args!(
             "disk:    {} needs {}, {} free",
-            d.output.display(),
-            crate::units::ByteSize(d.needs),
-            crate::units::ByteSize(d.free)
+            d.output().display(),
+            crate::units::ByteSize(d.needs()),
+            crate::units::ByteSize(d.free())
         ));
     }
     out.say("# equivalent command, for review (sparkctl never runs a shell)");
-    out.say(crate::recipe::resolve_shell_line(&plan.command));
+    out.say(crate::recipe::resolve_shell_line(plan.command()));
 }
 
 /// Streams the output, with a progress bar when the recipe's pattern matches.
@@ -184,23 +185,23 @@ async fn follow_with_bar(
 fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
     if out.json {
         out.print_json(rec);
-    } else if !rec.state.is_final() {
+    } else if !rec.state().is_final() {
         out.say(format_args!(
             "job {} keeps running{} (run {}); `sparkctl logs {} -f` follows it, `sparkctl stop {}` \
              ends it, `sparkctl jobs` lists runs",
-            rec.job,
+            rec.job(),
             if detached { ", detached" } else { "" },
-            rec.run_id,
-            rec.job,
-            rec.job
+            rec.run_id(),
+            rec.job(),
+            rec.job()
         ));
     } else {
         print_outcome(rec, out);
     }
-    match rec.state {
+    match rec.state() {
         JobState::Running | JobState::Succeeded => Ok(()),
         s => Err(Error::Reported(crate::error::Summary::Job {
-            job: rec.job.clone(),
+            job: rec.job().to_string(),
             state: s.to_string(),
         })),
     }
@@ -209,49 +210,52 @@ fn finish(rec: &JobRecord, out: &Output, detached: bool) -> Result<()> {
 fn print_outcome(rec: &JobRecord, out: &Output) {
     out.say(format_args!(
         "job {} {}: {}",
-        rec.job,
-        rec.state,
-        rec.explanation.as_deref().unwrap_or("-")
+        rec.job(),
+        rec.state(),
+        rec.explanation().unwrap_or("-")
     ));
-    for f in &rec.findings {
+    for f in rec.findings() {
         out.say(format_args!(
             "  found: {}\n    cause: {}\n    fix: {}",
-            f.line, f.cause, f.fix
+            f.line(),
+            f.cause(),
+            f.fix()
         ));
     }
-    for o in &rec.outputs {
-        for c in &o.checks {
+    for o in rec.outputs() {
+        for c in o.checks() {
             out.say(format_args!(
                 "  {} {}: {} ({})",
                 if c.ok { "ok  " } else { "FAIL" },
-                o.path.display(),
+                o.path().display(),
                 c.what,
                 c.detail
             ));
         }
-        match (&o.fingerprint, o.incomplete) {
+        match (o.fingerprint(), o.incomplete()) {
             (Some(fp), _) => out.say(format_args!(
                 "  output {} fingerprint {fp}",
-                o.path.display()
+                o.path().display()
             )),
             (None, true) => out.say(format_args!(
                 "  output {} is marked incomplete ({}): partial, not a result",
-                o.path.display(),
+                o.path().display(),
                 job::finalize::INCOMPLETE
             )),
             (None, false) => {}
         }
     }
-    if rec.chowned > 0 {
+    if rec.chowned() > 0 {
         out.say(format_args!(
             "  gave {} path(s) back to {}",
-            rec.chowned, rec.owner
+            rec.chowned(),
+            rec.owner()
         ));
     }
-    for w in &rec.warnings {
+    for w in rec.warnings() {
         out.say(format_args!("  warning: {w}"));
     }
-    if let Some(log) = &rec.log {
+    if let Some(log) = rec.log() {
         out.say(format_args!("  log kept: {}", log.display()));
     }
 }
@@ -275,21 +279,21 @@ async fn list(ctx: &Context, out: &Output) -> Result<()> {
     ]);
     for r in &runs {
         let outputs: Vec<String> = r
-            .outputs
+            .outputs()
             .iter()
-            .map(|o| match (&o.fingerprint, o.incomplete) {
-                (Some(fp), _) => format!("{} {}", o.path.display(), crate::units::short_id(fp)),
-                (None, true) => format!("{} (incomplete)", o.path.display()),
-                (None, false) => o.path.display().to_string(),
+            .map(|o| match (o.fingerprint(), o.incomplete()) {
+                (Some(fp), _) => format!("{} {}", o.path().display(), crate::units::short_id(fp)),
+                (None, true) => format!("{} (incomplete)", o.path().display()),
+                (None, false) => o.path().display().to_string(),
             })
             .collect();
         t.add_row([
-            r.job.clone(),
-            r.run_id.clone(),
-            r.state.to_string(),
-            r.progress.map_or("-".into(), |(d, t)| format!("{d}/{t}")),
-            r.started_at.clone(),
-            r.explanation.clone().unwrap_or_else(|| "-".into()),
+            r.job().to_string(),
+            r.run_id().to_string(),
+            r.state().to_string(),
+            r.progress().map_or("-".into(), |(d, t)| format!("{d}/{t}")),
+            r.started_at().to_string(),
+            r.explanation().unwrap_or("-").to_string(),
             outputs.join(", "),
         ]);
     }
@@ -307,17 +311,17 @@ async fn stop(
     let runs = job::Runs::of(ctx)?;
     if dry_run {
         let rec = runs.latest(name).await?;
-        match rec.state {
+        match rec.state() {
             JobState::Running => out.say(format_args!(
                 "would stop job {name} (run {}, container {}): SIGTERM, SIGKILL after {}; \
                  nothing was changed (--dry-run)",
-                rec.run_id,
-                rec.container_name,
+                rec.run_id(),
+                rec.container_name(),
                 crate::units::format_duration(grace)
             )),
             s => out.say(format_args!(
                 "job {name} is not running (its last run {} {s})",
-                rec.run_id
+                rec.run_id()
             )),
         }
         return Ok(());

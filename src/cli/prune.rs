@@ -42,7 +42,7 @@ async fn run(
         out.print_json(&pruned);
     } else {
         print_containers(&pruned, out);
-        print_images(&pruned.images, !pruned.dry_run, out);
+        print_images(pruned.images(), !pruned.dry_run(), out);
     }
     pruned.outcome()
 }
@@ -51,7 +51,7 @@ async fn run(
 fn print_containers(pruned: &crate::prune::Pruned, out: &Output) {
     let mut t = out.table();
     t.set_header(vec!["RECIPE", "CONTAINER", "RUN", "CREATED"]);
-    for o in &pruned.remove {
+    for o in pruned.remove() {
         t.add_row(vec![
             o.recipe.clone(),
             crate::units::short_id(&o.id).to_string(),
@@ -59,26 +59,26 @@ fn print_containers(pruned: &crate::prune::Pruned, out: &Output) {
             crate::units::utc_stamp(o.created),
         ]);
     }
-    if !pruned.remove.is_empty() {
+    if !pruned.remove().is_empty() {
         out.print_table(&t);
     }
-    let kept = if pruned.protected.is_empty() {
+    let kept = if pruned.protected().is_empty() {
         String::new()
     } else {
         format!(
             "; all of {} kept (production, fallback)",
-            pruned.protected.join(", ")
+            pruned.protected().join(", ")
         )
     };
-    let (n, keep) = (pruned.remove.len(), pruned.keep_per_recipe);
+    let (n, keep) = (pruned.remove().len(), pruned.keep_per_recipe());
     if n == 0 {
         out.say(format_args!(
             "nothing to remove: at most {keep} exited container(s) per recipe{kept}"
         ));
-    } else if !pruned.dry_run {
+    } else if !pruned.dry_run() {
         out.say(format_args!(
             "removed {} old container(s), kept the newest {keep} exited per recipe{kept}",
-            n - pruned.failed.len()
+            n - pruned.failed().len()
         ));
     } else {
         out.say(format_args!(
@@ -91,26 +91,33 @@ fn print_containers(pruned: &crate::prune::Pruned, out: &Output) {
 /// The images part: what goes (or went), and what stays and why.
 fn print_images(images: &crate::prune::PrunedImages, yes: bool, out: &Output) {
     use crate::units::short_digest;
-    for o in &images.remove {
-        let done = images.removed.iter().find(|r| r.reference == o.reference);
+    for o in images.remove() {
+        let done = images
+            .removed()
+            .iter()
+            .find(|r| r.reference() == o.reference());
         let what = match (yes, done) {
             (false, _) => "would remove",
-            (true, Some(r)) if r.deleted => "removed",
+            (true, Some(r)) if r.deleted() => "removed",
             (true, Some(_)) => "untagged (another name still holds the image)",
             (true, None) => "could not remove",
         };
-        out.say(format_args!("image {what}: {} ({})", o.reference, o.recipe));
+        out.say(format_args!(
+            "image {what}: {} ({})",
+            o.reference(),
+            o.recipe()
+        ));
     }
     let here: Vec<String> = images
-        .kept
+        .kept()
         .iter()
-        .filter(|k| k.present)
+        .filter(|k| k.present())
         .map(|k| {
-            let why: Vec<String> = k.why.iter().map(ToString::to_string).collect();
+            let why: Vec<String> = k.why().iter().map(ToString::to_string).collect();
             format!(
                 "{} {} ({})",
-                k.recipe,
-                short_digest(&k.digest),
+                k.recipe(),
+                short_digest(k.digest()),
                 why.join(", ")
             )
         })
@@ -118,11 +125,11 @@ fn print_images(images: &crate::prune::PrunedImages, yes: bool, out: &Output) {
     if !here.is_empty() {
         out.say(format_args!(
             "images kept (newest {} per recipe, pinned, production's, kept for good): {}",
-            images.keep_newest,
+            images.keep_newest(),
             here.join("; ")
         ));
     }
-    if !yes && !images.remove.is_empty() {
+    if !yes && !images.remove().is_empty() {
         out.say("no image was removed: `sparkctl prune --yes` removes them");
     }
 }

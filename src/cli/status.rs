@@ -62,9 +62,9 @@ async fn status(ctx: &Context, out: &Output) -> Result<()> {
     for j in &jobs {
         out.say(format_args!(
             "job {} running (run {}{}); `sparkctl jobs`",
-            j.job,
-            j.run_id,
-            j.recipe
+            j.job(),
+            j.run_id(),
+            j.recipe()
                 .memory_gb
                 .map_or(String::new(), |gb| format!(", holds {gb} GB"))
         ));

@@ -63,15 +63,14 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: UpgradeArgs, out: &Output
     } else {
         out.say(format_args!(
             "upgrade {} {}: {}{}",
-            report.recipe,
-            report.outcome,
-            report.summary,
+            report.recipe(),
+            report.outcome(),
+            report.summary(),
             report
-                .run_id
-                .as_deref()
+                .run_id()
                 .map_or(String::new(), |r| format!("; run {r}"))
         ));
-        if let Some(e) = &report.error {
+        if let Some(e) = report.error() {
             out.say(format_args!("  {e}"));
         }
     }
@@ -93,19 +92,19 @@ fn show_schedule(
     match s {
         None => out.say(format_args!("no schedule of upgrade {name} is installed")),
         Some(s) => {
-            match &s.on_calendar {
+            match s.on_calendar() {
                 Some(c) => out.say(format_args!(
                     "upgrade {name} scheduled (OnCalendar={c}): {} and {}",
-                    s.timer.display(),
-                    s.service.display()
+                    s.timer().display(),
+                    s.service().display()
                 )),
                 None => out.say(format_args!(
                     "upgrade {name} unscheduled: {} and {} removed",
-                    s.timer.display(),
-                    s.service.display()
+                    s.timer().display(),
+                    s.service().display()
                 )),
             }
-            out.say(format_args!("systemd: {}", s.systemd));
+            out.say(format_args!("systemd: {}", s.systemd()));
         }
     }
     Ok(())

@@ -11,18 +11,34 @@ use super::Report;
 /// when the gate compares with it (or why there are none).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Evaluation {
-    pub(crate) candidate: Report,
+    candidate: Report,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) production: Option<Report>,
+    production: Option<Report>,
     /// Why production's answers are missing, when a gate needed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) production_missing: Option<String>,
+    production_missing: Option<String>,
     /// The two side by side, item by item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) paired: Option<Paired>,
+    paired: Option<Paired>,
 }
 
 impl Evaluation {
+    pub(crate) fn candidate(&self) -> &Report {
+        &self.candidate
+    }
+
+    pub(crate) fn production(&self) -> Option<&Report> {
+        self.production.as_ref()
+    }
+
+    pub(crate) fn production_missing(&self) -> Option<&str> {
+        self.production_missing.as_deref()
+    }
+
+    pub(crate) fn paired(&self) -> Option<&Paired> {
+        self.paired.as_ref()
+    }
+
     pub(crate) fn new(candidate: Report, production: Result<Report, String>) -> Evaluation {
         let (production, production_missing) = match production {
             Ok(p) => (Some(p), None),
@@ -51,13 +67,27 @@ impl Evaluation {
 /// item which answers were right.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Record {
-    pub(crate) candidate: Vec<super::SetScore>,
+    candidate: Vec<super::SetScore>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) production: Vec<super::SetScore>,
+    production: Vec<super::SetScore>,
     items: Vec<RecordItem>,
     /// The items production got right and the candidate wrong.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) lost: Vec<String>,
+    lost: Vec<String>,
+}
+
+impl Record {
+    pub(crate) fn candidate(&self) -> &[super::SetScore] {
+        &self.candidate
+    }
+
+    pub(crate) fn production(&self) -> &[super::SetScore] {
+        &self.production
+    }
+
+    pub(crate) fn lost(&self) -> &[String] {
+        &self.lost
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -96,14 +126,14 @@ impl Evaluation {
             lost: self
                 .paired
                 .as_ref()
-                .map(|p| p.lost.clone())
+                .map(|p| p.lost().to_vec())
                 .unwrap_or_default(),
         }
     }
 
     /// The items production got right and the candidate missed, for a rejection's message.
     pub(crate) fn lost_line(&self) -> Option<String> {
-        let lost = &self.paired.as_ref()?.lost;
+        let lost = self.paired.as_ref()?.lost();
         if lost.is_empty() {
             return None;
         }
@@ -132,9 +162,23 @@ pub(crate) enum Outcome {
 /// The gate's figure, outcome and why.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Judged {
-    pub(crate) value: Option<f64>,
-    pub(crate) outcome: Outcome,
-    pub(crate) detail: String,
+    value: Option<f64>,
+    outcome: Outcome,
+    detail: String,
+}
+
+impl Judged {
+    pub(crate) fn value(&self) -> Option<f64> {
+        self.value
+    }
+
+    pub(crate) fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    pub(crate) fn detail(&self) -> &str {
+        &self.detail
+    }
 }
 
 /// Judges `eval_accuracy`. `relative`: the rule's figure is the difference from
@@ -197,11 +241,11 @@ pub(crate) fn judge(
     // A rule that wants more (>=) fails on a candidate worse than it; one that wants less
     // on a better one: the test looks in that direction.
     let (p_value, against) = if holds(f64::MAX) {
-        (p.p_worse, p.lost.len())
+        (p.p_worse, p.lost().len())
     } else {
         (p.p_better, p.gained.len())
     };
-    let discordant = p.lost.len() + p.gained.len();
+    let discordant = p.lost().len() + p.gained.len();
     if p_value < ALPHA {
         return Judged {
             value: Some(value),
@@ -260,7 +304,7 @@ mod tests {
         let j = judge(Some(&e), true, &at_least_minus_3);
         assert_eq!(j.outcome, Outcome::Fail, "{}", j.detail);
         assert_eq!(j.value, Some(-20.0));
-        assert_eq!(e.paired.as_ref().unwrap().lost.len(), 5);
+        assert_eq!(e.paired.as_ref().unwrap().lost().len(), 5);
         // 2 of 25 lost: 8 points down, but 2 discordant items cannot decide.
         let mut two = vec![true; 25];
         two[..2].fill(false);

@@ -27,50 +27,102 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ItemResult {
     /// `SET#INDEX@DIGEST`: what pairs it with another server's answer to the same item.
-    pub(crate) key: String,
+    key: String,
     set: String,
     index: usize,
     /// The question, shortened.
     #[serde(default)]
-    pub(crate) prompt: String,
-    pub(crate) right: bool,
+    prompt: String,
+    right: bool,
     /// The answer (its text, or `name(arguments)` for a tool call), shortened.
     #[serde(default)]
-    pub(crate) answer: String,
+    answer: String,
     /// Why it is wrong.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) why: Option<String>,
+    why: Option<String>,
     /// Why there is no answer (the request failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) failed: Option<String>,
+    failed: Option<String>,
     ms: f64,
+}
+
+impl ItemResult {
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(crate) fn prompt(&self) -> &str {
+        &self.prompt
+    }
+
+    pub(crate) fn right(&self) -> bool {
+        self.right
+    }
+
+    pub(crate) fn answer(&self) -> &str {
+        &self.answer
+    }
+
+    pub(crate) fn why(&self) -> Option<&str> {
+        self.why.as_deref()
+    }
+
+    pub(crate) fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
 }
 
 /// One set's score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SetScore {
-    pub(crate) set: String,
-    pub(crate) items: usize,
-    pub(crate) right: usize,
+    set: String,
+    items: usize,
+    right: usize,
     /// Items the server failed to answer (counted as not right).
-    pub(crate) failed: usize,
-    pub(crate) accuracy_pct: f64,
+    failed: usize,
+    accuracy_pct: f64,
     seconds: f64,
-    pub(crate) items_per_minute: f64,
+    items_per_minute: f64,
+}
+
+impl SetScore {
+    pub(crate) fn set(&self) -> &str {
+        &self.set
+    }
+
+    pub(crate) fn items(&self) -> usize {
+        self.items
+    }
+
+    pub(crate) fn right(&self) -> usize {
+        self.right
+    }
+
+    pub(crate) fn failed(&self) -> usize {
+        self.failed
+    }
+
+    pub(crate) fn accuracy_pct(&self) -> f64 {
+        self.accuracy_pct
+    }
+
+    pub(crate) fn items_per_minute(&self) -> f64 {
+        self.items_per_minute
+    }
 }
 
 /// One server's answers to the items of some sets.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Report {
-    pub(crate) url: String,
-    pub(crate) model: String,
-    pub(crate) sets: Vec<SetScore>,
-    pub(crate) right: usize,
-    pub(crate) total: usize,
-    pub(crate) accuracy_pct: f64,
-    pub(crate) seconds: f64,
-    pub(crate) items_per_minute: f64,
-    pub(crate) items: Vec<ItemResult>,
+    url: String,
+    model: String,
+    sets: Vec<SetScore>,
+    right: usize,
+    total: usize,
+    accuracy_pct: f64,
+    seconds: f64,
+    items_per_minute: f64,
+    items: Vec<ItemResult>,
 }
 
 fn pct(right: usize, total: usize) -> f64 {
@@ -90,6 +142,42 @@ fn per_minute(n: usize, seconds: f64) -> f64 {
 }
 
 impl Report {
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(crate) fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub(crate) fn sets(&self) -> &[SetScore] {
+        &self.sets
+    }
+
+    pub(crate) fn right(&self) -> usize {
+        self.right
+    }
+
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    pub(crate) fn accuracy_pct(&self) -> f64 {
+        self.accuracy_pct
+    }
+
+    pub(crate) fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
+    pub(crate) fn items_per_minute(&self) -> f64 {
+        self.items_per_minute
+    }
+
+    pub(crate) fn items(&self) -> &[ItemResult] {
+        &self.items
+    }
+
     /// The report of `items`, in the order they were asked, over `seconds`.
     pub(crate) fn of(url: String, model: String, items: Vec<ItemResult>, seconds: f64) -> Report {
         let mut sets: Vec<SetScore> = Vec::new();

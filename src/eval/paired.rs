@@ -27,7 +27,7 @@ pub(crate) struct Paired {
     candidate_right: usize,
     production_right: usize,
     /// Keys of the items production got right and the candidate wrong.
-    pub(crate) lost: Vec<String>,
+    lost: Vec<String>,
     /// Keys of the items the candidate got right and production wrong.
     pub(in crate::eval) gained: Vec<String>,
     /// Candidate's accuracy minus production's, in points, over the paired items.
@@ -128,6 +128,10 @@ pub(crate) fn pair(candidate: &Report, production: &Report) -> Paired {
 }
 
 impl Paired {
+    pub(crate) fn lost(&self) -> &[String] {
+        &self.lost
+    }
+
     /// One line: both scores and the discordant counts with the test's p-value.
     pub(crate) fn describe(&self) -> String {
         let pct = |r: usize| {

@@ -20,19 +20,39 @@ use crate::runtime::docker::{engine_error, is_not_found};
 /// What this machine knows about one image.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LocalImage {
-    pub(crate) id: String,
+    id: String,
     repo_digests: Vec<String>,
-    pub(crate) created: Option<String>,
-    pub(crate) platform: String,
+    created: Option<String>,
+    platform: String,
     labels: BTreeMap<String, String>,
     env: Vec<String>,
-    pub(crate) layers: usize,
+    layers: usize,
     /// The layers' content digests, bottom first.
     layer_ids: Vec<String>,
-    pub(crate) size: i64,
+    size: i64,
 }
 
 impl LocalImage {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn created(&self) -> Option<&str> {
+        self.created.as_deref()
+    }
+
+    pub(crate) fn platform(&self) -> &str {
+        &self.platform
+    }
+
+    pub(crate) fn layers(&self) -> usize {
+        self.layers
+    }
+
+    pub(crate) fn size(&self) -> i64 {
+        self.size
+    }
+
     /// Its registry digest for `repo`, if it came from (or went to) that repository.
     pub(crate) fn digest_in(&self, repo: &str) -> Option<String> {
         self.repo_digests.iter().find_map(|rd| {
@@ -211,12 +231,30 @@ pub(crate) async fn run_reference(
 /// One recipe's new pin, and the digest it replaced.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PinChange {
-    pub(crate) recipe: String,
-    pub(crate) old: Option<String>,
-    pub(crate) new: String,
+    recipe: String,
+    old: Option<String>,
+    new: String,
     /// Shown to people; `--json` keeps the three fields it always had.
     #[serde(skip)]
-    pub(crate) source: crate::lock::Source,
+    source: crate::lock::Source,
+}
+
+impl PinChange {
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn old_digest(&self) -> Option<&str> {
+        self.old.as_deref()
+    }
+
+    pub(crate) fn new_digest(&self) -> &str {
+        &self.new
+    }
+
+    pub(crate) fn source(&self) -> crate::lock::Source {
+        self.source
+    }
 }
 
 /// Resolves every target's digest, then writes them into the lock at `lock_path` at once:
@@ -264,19 +302,57 @@ pub(crate) async fn pin(
 /// One recipe's audit.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct AuditRow {
-    pub(crate) recipe: String,
-    pub(crate) reference: String,
-    pub(crate) pinned: Option<String>,
-    pub(crate) pinned_created: Option<String>,
+    recipe: String,
+    reference: String,
+    pinned: Option<String>,
+    pinned_created: Option<String>,
     /// The pinned image is on this machine.
-    pub(crate) present: bool,
+    present: bool,
     /// What the tag points to in the registry now (None when unknown).
-    pub(crate) registry: Option<String>,
-    pub(crate) registry_created: Option<String>,
-    pub(crate) registry_error: Option<String>,
+    registry: Option<String>,
+    registry_created: Option<String>,
+    registry_error: Option<String>,
     /// What the tag is on this machine, when it differs from the pin.
     local_differs: Option<String>,
-    pub(crate) findings: Vec<Finding>,
+    findings: Vec<Finding>,
+}
+
+impl AuditRow {
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    pub(crate) fn pinned(&self) -> Option<&str> {
+        self.pinned.as_deref()
+    }
+
+    pub(crate) fn pinned_created(&self) -> Option<&str> {
+        self.pinned_created.as_deref()
+    }
+
+    pub(crate) fn present(&self) -> bool {
+        self.present
+    }
+
+    pub(crate) fn registry(&self) -> Option<&str> {
+        self.registry.as_deref()
+    }
+
+    pub(crate) fn registry_created(&self) -> Option<&str> {
+        self.registry_created.as_deref()
+    }
+
+    pub(crate) fn registry_error(&self) -> Option<&str> {
+        self.registry_error.as_deref()
+    }
+
+    pub(crate) fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -308,10 +384,29 @@ impl Finding {
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Audit {
-    pub(crate) rows: Vec<AuditRow>,
+    rows: Vec<AuditRow>,
     /// Lock entries for recipes that no longer exist.
-    pub(crate) stale: Vec<String>,
-    pub(crate) ok: bool,
+    stale: Vec<String>,
+    ok: bool,
+}
+
+impl Audit {
+    pub(crate) fn rows(&self) -> &[AuditRow] {
+        &self.rows
+    }
+
+    pub(crate) fn stale(&self) -> &[String] {
+        &self.stale
+    }
+
+    pub(crate) fn ok(&self) -> bool {
+        self.ok
+    }
+
+    /// Keeps only the stale pins `keep` says are (a caller's own judgement of a name).
+    pub(crate) fn retain_stale(&mut self, keep: impl FnMut(&String) -> bool) {
+        self.stale.retain(keep);
+    }
 }
 
 /// Audits every (recipe, image reference) against the lock, this machine and the registry.
@@ -471,14 +566,40 @@ pub(crate) async fn pull_digest(
 /// What changed between two local images.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ImageDiff {
-    pub(crate) old: LocalImage,
-    pub(crate) new: LocalImage,
+    old: LocalImage,
+    new: LocalImage,
     /// label → (old, new); None where absent.
-    pub(crate) labels: BTreeMap<String, (Option<String>, Option<String>)>,
-    pub(crate) env: BTreeMap<String, (Option<String>, Option<String>)>,
+    labels: BTreeMap<String, (Option<String>, Option<String>)>,
+    env: BTreeMap<String, (Option<String>, Option<String>)>,
     /// Layers only the old image has, and only the new one.
-    pub(crate) layers_only_old: Vec<String>,
-    pub(crate) layers_only_new: Vec<String>,
+    layers_only_old: Vec<String>,
+    layers_only_new: Vec<String>,
+}
+
+impl ImageDiff {
+    pub(crate) fn old_image(&self) -> &LocalImage {
+        &self.old
+    }
+
+    pub(crate) fn new_image(&self) -> &LocalImage {
+        &self.new
+    }
+
+    pub(crate) fn labels(&self) -> &BTreeMap<String, (Option<String>, Option<String>)> {
+        &self.labels
+    }
+
+    pub(crate) fn env(&self) -> &BTreeMap<String, (Option<String>, Option<String>)> {
+        &self.env
+    }
+
+    pub(crate) fn layers_only_old(&self) -> &[String] {
+        &self.layers_only_old
+    }
+
+    pub(crate) fn layers_only_new(&self) -> &[String] {
+        &self.layers_only_new
+    }
 }
 
 fn changed(

@@ -69,29 +69,71 @@ pub(crate) fn retained(h: &History, newest: usize) -> BTreeMap<String, Vec<Why>>
 /// One image `prune` would remove.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct OldImage {
-    pub(crate) recipe: String,
+    recipe: String,
     /// `repo@digest`: what is removed (the image goes once nothing else names it).
-    pub(crate) reference: String,
+    reference: String,
     digest: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     created: Option<String>,
 }
 
+impl OldImage {
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn reference(&self) -> &str {
+        &self.reference
+    }
+}
+
 /// One digest that stays, and why.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeptImage {
-    pub(crate) recipe: String,
-    pub(crate) digest: String,
-    pub(crate) present: bool,
-    pub(crate) why: Vec<Why>,
+    recipe: String,
+    digest: String,
+    present: bool,
+    why: Vec<Why>,
+}
+
+impl KeptImage {
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    pub(crate) fn present(&self) -> bool {
+        self.present
+    }
+
+    pub(crate) fn why(&self) -> &[Why] {
+        &self.why
+    }
 }
 
 /// What `prune` decided about images; nothing removed yet.
 #[derive(Debug, Clone, Serialize, Default)]
 pub(crate) struct ImagePlan {
-    pub(crate) keep_newest: usize,
-    pub(crate) remove: Vec<OldImage>,
-    pub(crate) kept: Vec<KeptImage>,
+    keep_newest: usize,
+    remove: Vec<OldImage>,
+    kept: Vec<KeptImage>,
+}
+
+impl ImagePlan {
+    pub(crate) fn keep_newest(&self) -> usize {
+        self.keep_newest
+    }
+
+    pub(crate) fn remove(&self) -> &[OldImage] {
+        &self.remove
+    }
+
+    pub(crate) fn kept(&self) -> &[KeptImage] {
+        &self.kept
+    }
 }
 
 /// Over every recipe's history: the digests on this machine that no rule keeps, nor a
@@ -154,9 +196,19 @@ pub(crate) fn plan(
 /// What became of one removal.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Removed {
-    pub(crate) reference: String,
+    reference: String,
     /// The image itself is gone (else only this name of it: another still holds it).
-    pub(crate) deleted: bool,
+    deleted: bool,
+}
+
+impl Removed {
+    pub(crate) fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    pub(crate) fn deleted(&self) -> bool {
+        self.deleted
+    }
 }
 
 /// Removes each image's `repo@digest`, never forced: the engine refuses an image a

@@ -197,7 +197,7 @@ pub(crate) async fn pin(
     let platform = crate::images::platform(docker).await.ok();
     let (digest, source) = match image.digest_in(repository(reference)) {
         Some(d) => (d, Source::Registry),
-        None => (image.id.clone(), Source::Local),
+        None => (image.id().to_string(), Source::Local),
     };
     let at = crate::units::now_utc();
     let mut lock = Lock::load(lock_path)?.intact()?;
@@ -209,8 +209,8 @@ pub(crate) async fn pin(
             source,
             media_type: None,
             platform,
-            image_id: Some(image.id.clone()),
-            created: image.created.clone(),
+            image_id: Some(image.id().to_string()),
+            created: image.created().map(str::to_string),
             pinned_at: at.clone(),
             history: Vec::new(),
         },
@@ -221,7 +221,7 @@ pub(crate) async fn pin(
         &digest,
         None,
     );
-    event.image_id = Some(image.id);
+    event.image_id = Some(image.id().to_string());
     if let Err(e) = crate::images::history::record(state, recipe, &event) {
         tracing::warn!("the pin of {recipe} is not in its image history: {e}");
     }

@@ -41,7 +41,7 @@ pub(crate) enum Source {
 pub(crate) struct Observed {
     /// Said in the recipe's first comment: where it came from.
     from: String,
-    pub(crate) launch: Seen,
+    launch: Seen,
     /// Variable names the server had set (values are never read).
     env_names: Vec<String>,
     /// Things seen that a recipe cannot carry, said in its comments.
@@ -50,6 +50,12 @@ pub(crate) struct Observed {
     origin: Option<Origin>,
     /// Resident memory of the process (bytes), where it could be read.
     rss: Option<u64>,
+}
+
+impl Observed {
+    pub(crate) fn launch(&self) -> &Seen {
+        &self.launch
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -96,18 +102,40 @@ pub(crate) struct Published {
 /// A recipe made from what was seen, with what the file says around it.
 #[derive(Debug, Clone)]
 pub(crate) struct Draft {
-    pub(crate) recipe: Recipe,
+    recipe: Recipe,
     /// What could not be inferred or carried: comments at the top of the file.
-    pub(crate) unknown: Vec<String>,
+    unknown: Vec<String>,
     /// How what was seen became this recipe (port moved, host narrowed, …).
     notes: Vec<String>,
     /// Patch steps the model dir looks like it needs, as YAML lines to uncomment.
     suggested_patches: Vec<model_dir::Suggestion>,
-    pub(crate) origin: Option<Origin>,
+    origin: Option<Origin>,
     /// The port the server was seen on: the production port `adopt` hands over.
-    pub(crate) seen_port: Option<u16>,
+    seen_port: Option<u16>,
     /// The secrets left out of the recipe (their values never written).
-    pub(crate) left_out: secrets::LeftOut,
+    left_out: secrets::LeftOut,
+}
+
+impl Draft {
+    pub(crate) fn recipe(&self) -> &Recipe {
+        &self.recipe
+    }
+
+    pub(crate) fn unknown(&self) -> &[String] {
+        &self.unknown
+    }
+
+    pub(crate) fn origin(&self) -> Option<&Origin> {
+        self.origin.as_ref()
+    }
+
+    pub(crate) fn seen_port(&self) -> Option<u16> {
+        self.seen_port
+    }
+
+    pub(crate) fn left_out(&self) -> &secrets::LeftOut {
+        &self.left_out
+    }
 }
 
 /// What sparkctl knows about the machine while shaping a recipe.

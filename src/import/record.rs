@@ -53,7 +53,7 @@ impl Origin {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Imported {
     recipe: String,
-    pub(crate) origin: Origin,
+    origin: Origin,
     imported_at: String,
     /// The flags (or variables) whose secret values import left out, names only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -61,6 +61,10 @@ pub(crate) struct Imported {
 }
 
 impl Imported {
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
     /// The flag that made the server ask its callers for a key, when one did.
     pub(crate) fn access_key(&self) -> Option<&str> {
         self.secrets_left_out

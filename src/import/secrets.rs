@@ -14,7 +14,7 @@ use crate::secrets::{secret_flag, secret_key, secret_word, REDACTED};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LeftOut {
     /// The flags (or variable names) whose values were left out, in the order seen.
-    pub(crate) flags: Vec<String>,
+    flags: Vec<String>,
     /// Secret-looking arguments with no flag of their own.
     bare: usize,
     /// The values themselves: never written; replaced wherever they would appear.
@@ -22,6 +22,10 @@ pub(crate) struct LeftOut {
 }
 
 impl LeftOut {
+    pub(crate) fn flags(&self) -> &[String] {
+        &self.flags
+    }
+
     fn flag(&mut self, flag: &str, value: &str) {
         if !self.flags.iter().any(|f| f == flag) {
             self.flags.push(flag.to_string());

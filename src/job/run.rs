@@ -28,31 +28,87 @@ pub(crate) struct RunOptions<'a> {
 /// One output's free-disk check.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DiskCheck {
-    pub(crate) output: PathBuf,
-    pub(crate) needs: u64,
-    pub(crate) free: u64,
+    output: PathBuf,
+    needs: u64,
+    free: u64,
+}
+
+impl DiskCheck {
+    pub(crate) fn output(&self) -> &Path {
+        &self.output
+    }
+
+    pub(crate) fn needs(&self) -> u64 {
+        self.needs
+    }
+
+    pub(crate) fn free(&self) -> u64 {
+        self.free
+    }
 }
 
 /// Everything decided before a job starts; `--dry-run` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct JobPlan {
-    pub(crate) job: String,
-    pub(crate) recipe_file: PathBuf,
+    job: String,
+    recipe_file: PathBuf,
     recipe_hash: String,
-    pub(crate) image_ref: String,
+    image_ref: String,
     /// What runs: the pinned digest (or the tag, unpinned).
-    pub(crate) image: String,
+    image: String,
     image_id: String,
-    pub(crate) unpinned: bool,
+    unpinned: bool,
     /// `UID:GID` the container runs as, and who owns the outputs afterwards.
-    pub(crate) user: String,
-    pub(crate) owner: Owner,
-    pub(crate) command: Vec<String>,
-    pub(crate) memory: MemoryPlan,
+    user: String,
+    owner: Owner,
+    command: Vec<String>,
+    memory: MemoryPlan,
     production: Option<String>,
-    pub(crate) disk: Vec<DiskCheck>,
+    disk: Vec<DiskCheck>,
     #[serde(skip)]
     loaded: LoadedJob,
+}
+
+impl JobPlan {
+    pub(crate) fn job(&self) -> &str {
+        &self.job
+    }
+
+    pub(crate) fn recipe_file(&self) -> &Path {
+        &self.recipe_file
+    }
+
+    pub(crate) fn image_ref(&self) -> &str {
+        &self.image_ref
+    }
+
+    pub(crate) fn image(&self) -> &str {
+        &self.image
+    }
+
+    pub(crate) fn unpinned(&self) -> bool {
+        self.unpinned
+    }
+
+    pub(crate) fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    pub(crate) fn command(&self) -> &[String] {
+        &self.command
+    }
+
+    pub(crate) fn memory(&self) -> &MemoryPlan {
+        &self.memory
+    }
+
+    pub(crate) fn disk(&self) -> &[DiskCheck] {
+        &self.disk
+    }
 }
 
 /// Checks everything; changes nothing.

@@ -190,15 +190,15 @@ fn check_golden(out: &mut Report, r: &Recipe, g: &Golden) {
             "name a built-in suite, one in recipes/suites/, or a file",
         ),
         Ok(suite) => {
-            let names: Vec<&str> = suite.cases.iter().map(|c| c.name.as_str()).collect();
+            let names: Vec<&str> = suite.cases().iter().map(|c| c.name()).collect();
             for (i, c) in g.cases.iter().enumerate() {
-                match suite.cases.iter().find(|x| &x.name == c) {
+                match suite.cases().iter().find(|x| x.name() == c) {
                     None => out.bad(
                         &format!("live.golden.cases[{i}]"),
                         format!("the suite `{name}` has no case `{c}`"),
                         &suggest(c, &names, "cases"),
                     ),
-                    Some(x) if x.expect.is_none() && x.expect_tool.is_none() => out.bad(
+                    Some(x) if x.expect().is_none() && x.expect_tool().is_none() => out.bad(
                         &format!("live.golden.cases[{i}]"),
                         format!("case `{c}` expects nothing (no `expect`, no `expect_tool`)"),
                         "a golden prompt is a case whose answer is known",
@@ -233,11 +233,11 @@ pub(crate) fn golden_cases<'a>(
     named: &[String],
 ) -> Vec<&'a crate::bench::suite::Case> {
     suite
-        .cases
+        .cases()
         .iter()
         .filter(|c| match named.is_empty() {
-            true => c.expect.is_some() || c.expect_tool.is_some(),
-            false => named.contains(&c.name),
+            true => c.expect().is_some() || c.expect_tool().is_some(),
+            false => named.iter().any(|n| n == c.name()),
         })
         .collect()
 }

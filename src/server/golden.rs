@@ -109,7 +109,7 @@ pub(crate) async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
             return out;
         }
     };
-    let info = match crate::bench::server::probe(&clients.pooled, &u.url, plan.kind).await {
+    let info = match crate::bench::server::probe(clients.pooled(), &u.url, plan.kind).await {
         Ok(i) => i,
         Err(e) => {
             out.failed.push(format!("golden: {e}"));
@@ -125,12 +125,12 @@ pub(crate) async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
         };
         let mut history: Vec<Value> = Vec::new();
         let mut last = None;
-        for (t, user) in case.turns.iter().enumerate() {
+        for (t, user) in case.turns().iter().enumerate() {
             history.push(json!({"role": "user", "content": user}));
             let tag = Tag { turn: t + 1, ..tag };
             let body = plan
                 .suite
-                .request(&info.model, case, &history, tag, info.kind);
+                .request(info.model(), case, &history, tag, info.kind());
             let s = client::stream(&clients, &u.url, &body).await;
             history.push(json!({"role": "assistant", "content": s.content}));
             let ok = s.ok;
@@ -143,7 +143,7 @@ pub(crate) async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
         if !s.ok {
             out.failed.push(format!(
                 "golden {}: no answer: {}",
-                case.name,
+                case.name(),
                 s.error.unwrap_or_default()
             ));
             continue;
@@ -165,7 +165,7 @@ pub(crate) async fn round(u: &Upstream, plan: &Plan) -> GoldenRound {
         };
         out.failed.push(format!(
             "golden {} failed {}: \"{}{more}\"{}",
-            case.name,
+            case.name(),
             failed.join(", "),
             escape(&answer),
             match calls.is_empty() {

@@ -361,7 +361,7 @@ impl Exposed for Live {
             if let Some(d) = measures(&w.answers, 1).stats.get(&Metric::Decode) {
                 f.gauge(
                     &[("upstream", w.recipe.as_str()), ("deployment", id)],
-                    d.p50,
+                    d.p50(),
                 )?;
             }
         }

@@ -368,13 +368,13 @@ struct JobRow {
 impl JobRow {
     fn of(j: JobRecord) -> JobRow {
         JobRow {
-            explanation: j.explanation.as_deref().map(trimmed),
-            run_id: j.run_id,
-            job: j.job,
-            state: j.state,
-            started_at: j.started_at,
-            finished_at: j.finished_at,
-            progress: j.progress,
+            explanation: j.explanation().map(trimmed),
+            run_id: j.run_id().to_string(),
+            job: j.job().to_string(),
+            state: j.state(),
+            started_at: j.started_at().to_string(),
+            finished_at: j.finished_at().map(str::to_string),
+            progress: j.progress(),
         }
     }
 }

@@ -38,10 +38,10 @@ pub(super) fn criterion(run: &RunRecord) -> Option<Criterion> {
         if !g.rule.of_production {
             return Criterion::check_gate(&format!("{}={}", g.name, g.text)).ok();
         }
-        let sets = &run.eval.as_ref()?.production;
+        let sets = &run.eval.as_ref()?.production();
         let (right, items) = sets
             .iter()
-            .fold((0, 0), |(r, n), s| (r + s.right, n + s.items));
+            .fold((0, 0), |(r, n), s| (r + s.right(), n + s.items()));
         if items == 0 {
             return None;
         }
@@ -89,12 +89,12 @@ pub(super) async fn run(
     };
     match crate::bisect::bisect(flow, name, &opts).await {
         Ok(report) => {
-            let answer = report.bisect.answer.as_ref();
+            let answer = report.bisect().answer();
             BisectNote {
-                id: Some(report.bisect.id.clone()),
+                id: Some(report.bisect().id().to_string()),
                 judged_on,
-                last_good: answer.map(|a| a.last_good.clone()),
-                first_bad: answer.map(|a| a.first_bad.clone()),
+                last_good: answer.map(|a| a.last_good().to_string()),
+                first_bad: answer.map(|a| a.first_bad().to_string()),
                 error: None,
             }
         }

@@ -86,8 +86,8 @@ pub(crate) async fn fetch_and_keep(
             image: reference.clone(),
             needed: crate::error::ImageNeed::AfterPull,
         })?;
-    pin.image_id = Some(img.id.clone());
-    pin.created = img.created.clone();
+    pin.image_id = Some(img.id().to_string());
+    pin.created = img.created().map(str::to_string);
     for (kind, note) in [
         (EventKind::Pulled, None),
         (

@@ -38,7 +38,7 @@ pub(crate) struct Options<'a> {
 /// What an upgrade came to.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {
-    pub(crate) recipe: String,
+    recipe: String,
     /// The image as the recipe names it: the tag followed.
     reference: String,
     /// The pinned digest before (None: never pinned).
@@ -46,15 +46,15 @@ pub(crate) struct Report {
     /// What the tag points to today.
     new: String,
     /// In history's words.
-    pub(crate) outcome: Outcome,
+    outcome: Outcome,
     /// Its run record (none for a dry run).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) run_id: Option<String>,
+    run_id: Option<String>,
     /// What happened, in one line.
-    pub(crate) summary: String,
+    summary: String,
     /// Why it was not promoted, as `up` said it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
+    error: Option<String>,
     /// What answers on the production port afterwards.
     #[serde(skip_serializing_if = "Option::is_none")]
     serving: Option<String>,
@@ -63,6 +63,26 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    pub(crate) fn recipe(&self) -> &str {
+        &self.recipe
+    }
+
+    pub(crate) fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+
+    pub(crate) fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    pub(crate) fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
     /// The error the command ends with: none when the upgrade did its part (promoted, the
     /// digest unchanged, fetched and skipped, or a dry run); else exit 1 with the summary.
     pub(crate) fn failure(&self) -> Option<Error> {

@@ -41,7 +41,7 @@ pub(super) fn payload(record: &RunRecord) -> Value {
     let score = |sets: &[crate::eval::SetScore]| {
         let (right, items) = sets
             .iter()
-            .fold((0, 0), |(r, n), s| (r + s.right, n + s.items));
+            .fold((0, 0), |(r, n), s| (r + s.right(), n + s.items()));
         (items > 0).then(|| {
             json!({"right": right, "items": items, "accuracy_pct": right as f64 / items as f64 * 100.0, "sets": sets})
         })
@@ -57,9 +57,9 @@ pub(super) fn payload(record: &RunRecord) -> Value {
         "skipped": note.skipped,
         "gates": record.gates,
         "evaluation": record.eval.as_ref().map(|e| json!({
-            "candidate": score(&e.candidate),
-            "production": score(&e.production),
-            "lost": e.lost,
+            "candidate": score(e.candidate()),
+            "production": score(e.production()),
+            "lost": e.lost(),
         })),
         "first_bad": note.bisect.as_ref().and_then(|b| b.first_bad.clone()),
         "bisect": note.bisect,

@@ -61,15 +61,33 @@ fn units(name: &str) -> Result<(PathBuf, PathBuf)> {
 /// What was installed or taken away, and whether systemd took it in.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Scheduled {
-    pub(crate) service: PathBuf,
-    pub(crate) timer: PathBuf,
+    service: PathBuf,
+    timer: PathBuf,
     /// `OnCalendar=` (none when unscheduled).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) on_calendar: Option<String>,
+    on_calendar: Option<String>,
     /// `systemctl --user` took it in.
     enabled: bool,
     /// What systemd did, or what to run by hand and why.
-    pub(crate) systemd: String,
+    systemd: String,
+}
+
+impl Scheduled {
+    pub(crate) fn service(&self) -> &Path {
+        &self.service
+    }
+
+    pub(crate) fn timer(&self) -> &Path {
+        &self.timer
+    }
+
+    pub(crate) fn on_calendar(&self) -> Option<&str> {
+        self.on_calendar.as_deref()
+    }
+
+    pub(crate) fn systemd(&self) -> &str {
+        &self.systemd
+    }
 }
 
 /// An absolute path, as a unit file needs it (a relative `--recipes` was given).
