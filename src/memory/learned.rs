@@ -135,12 +135,17 @@ impl std::fmt::Display for Drift {
             .declared_gb
             .map_or("declares none".into(), |d| format!("declares {d} GB"));
         let counted = self.declared_gb.map_or(l, |d| d.max(l));
+        // What it held, rounded up where a declaration is written: to a tenth of a GB
+        // below 10 GB, to a whole GB above.
+        let fix = match l < 10.0 {
+            true => format!("{}", (l * 10.0).ceil() / 10.0),
+            false => format!("{}", l.ceil()),
+        };
         write!(
             f,
-            "{r} held {l:.1} GB at its starts and {declared}: plans count {counted:.1} GB; \
-             set `server.memory_gb: {}` in its recipe (`sparkctl memory forget {r}` once it \
-             changed)",
-            l.ceil()
+            "{r} held {l:.2} GB at its starts and {declared}: plans count {counted:.2} GB; \
+             set `server.memory_gb: {fix}` in its recipe (`sparkctl memory forget {r}` once \
+             it changed)"
         )
     }
 }
@@ -191,15 +196,16 @@ mod tests {
     #[test]
     fn a_figure_a_fifth_off_its_declaration_is_drift() {
         assert_eq!(Drift::of("q", Some(80.0), 88.0), None);
-        let under = Drift::of("q", Some(22.0), 88.0).unwrap();
-        assert!(under.to_string().contains("plans count 88.0 GB"), "{under}");
-        assert!(
-            under.to_string().contains("server.memory_gb: 88"),
-            "{under}"
-        );
+        let under = Drift::of("q", Some(22.0), 87.3).unwrap().to_string();
+        assert!(under.contains("plans count 87.30 GB"), "{under}");
+        assert!(under.contains("server.memory_gb: 88`"), "{under}");
         // Declared far more than it holds: said too, and the plan keeps the declaration.
-        let over = Drift::of("q", Some(40.0), 10.0).unwrap();
-        assert!(over.to_string().contains("plans count 40.0 GB"), "{over}");
+        let over = Drift::of("q", Some(40.0), 10.0).unwrap().to_string();
+        assert!(over.contains("plans count 40.00 GB"), "{over}");
+        // A small server's fix is in tenths, not a whole GB it never holds.
+        let small = Drift::of("b", Some(0.25), 0.17).unwrap().to_string();
+        assert!(small.contains("declares 0.25 GB"), "{small}");
+        assert!(small.contains("server.memory_gb: 0.2`"), "{small}");
         assert!(Drift::of("q", None, 3.0).is_some());
     }
 }
