@@ -32,6 +32,7 @@ mod models;
 mod node;
 mod nvidia;
 mod openai;
+mod pagecache;
 mod patch;
 mod places;
 mod production;

@@ -54,6 +54,9 @@ pub(crate) struct StartPlan {
     pub(crate) warnings: Vec<String>,
     #[serde(skip)]
     resolved: Resolved,
+    /// The model's files on this host, to read into the page cache before it starts.
+    #[serde(skip)]
+    pub(crate) model_files: crate::pagecache::ModelFiles,
 }
 
 /// How a start may go: the lock it runs images from, and whether an unpinned one may run.
@@ -125,6 +128,7 @@ pub(crate) async fn plan_start(
         run_id: crate::state::new_run_id(),
         warnings: warnings.into_iter().collect(),
         resolved,
+        model_files: crate::pagecache::ModelFiles::of(recipe),
     })
 }
 

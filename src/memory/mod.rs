@@ -26,7 +26,7 @@ mod plan;
 pub(crate) mod pools;
 
 pub(crate) use holder::Holder;
-pub(crate) use plan::{for_server, MemoryPlan};
+pub(crate) use plan::{for_server, Floor, MemoryPlan};
 
 use crate::host::{self, MemInfo};
 use crate::runtime::{Deployment, Runtimes};

@@ -30,6 +30,11 @@ pub(crate) struct Floor {
 }
 
 impl Floor {
+    /// What no start may push available memory under.
+    pub(crate) fn reserve_gb(&self) -> f64 {
+        self.reserve_gb
+    }
+
     /// Available once the stops are made and the candidate holds `need_gb`.
     pub(crate) fn left_gb(&self, need_gb: f64) -> Option<f64> {
         Some(self.available_gb? + self.freed_gb - need_gb)

@@ -27,6 +27,7 @@ mod engine_routes;
 pub(crate) mod golden;
 pub(crate) mod hosts;
 pub(crate) mod judge;
+mod key;
 pub(crate) mod lane;
 pub(crate) mod lanes;
 pub(crate) mod live;

@@ -163,23 +163,6 @@ fn metrics_page(proxy: &Proxy, headers: &HeaderMap) -> Response<ProxyBody> {
     r
 }
 
-/// Compares in time independent of where the first difference is.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
-/// Whether the request carries the door's API key (always, when it has none).
-fn authorized(proxy: &Proxy, headers: &HeaderMap) -> bool {
-    proxy.api_key.as_ref().is_none_or(|key| {
-        let given = headers
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        same_secret(given.as_bytes(), key.as_bytes())
-    })
-}
-
 async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     let config = &proxy.lanes.shared.config;
     // Not the door's: another host's name (a rebound page), a target that is no path.
@@ -187,7 +170,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         return error(why.status(), &why.message());
     }
     let path = req.uri().path().to_string();
-    let authorized = authorized(proxy, req.headers());
+    let authorized = super::key::authorized(proxy.api_key.as_deref(), req.headers());
     // The live page decides itself what it shows without the key (a shell that asks it).
     if super::page::owns(&path) {
         let lanes = &proxy.lanes;

@@ -39,6 +39,7 @@ mod models_pressure;
 mod nodes;
 mod nodes_checks;
 mod nodes_sim;
+mod pagecache;
 mod patch;
 mod readiness;
 mod recipes_cli;

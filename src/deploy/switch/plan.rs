@@ -163,6 +163,16 @@ pub(crate) async fn make_room(
     progress: &dyn crate::progress::Progress,
 ) -> Result<()> {
     let prod = plan.stops_production().map(String::from);
+    // While production drains and stops, the candidate's files are read in where the host
+    // has room for them: its start then reads them from memory.
+    let reading = match plan.start.memory.must_stop.is_empty() {
+        true => None,
+        false => {
+            let floor = plan.start.memory.floor.as_ref();
+            let reserve_gb = floor.map_or(0.0, crate::memory::Floor::reserve_gb);
+            crate::pagecache::read_in_beside(&plan.start.model_files, reserve_gb)
+        }
+    };
     for victim in plan.start.memory.must_stop.clone() {
         let Some(d) = rt.find(&victim).await?.filter(Deployment::running) else {
             continue;
@@ -181,6 +191,17 @@ pub(crate) async fn make_room(
         }
         progress.step(&format!("stopping {victim} to make room"));
         rt.stop(&d, STOP_GRACE).await?;
+    }
+    if let Some(Ok((bytes, took))) = match reading {
+        Some(r) => Some(r.await),
+        None => None,
+    } {
+        progress.step(&format!(
+            "{}: its files read in ({:.0} MB in {:.1} s) while room was made",
+            plan.start.name,
+            bytes as f64 / 1e6,
+            took.as_secs_f64()
+        ));
     }
     plan.start.memory = plan.start.memory.after_stops();
     Ok(())

@@ -86,6 +86,9 @@ impl Watch {
             current.recipe
         );
         let began = Instant::now();
+        // While the models in the way go, this one's files are read in, where there is room
+        // (a look that must wait for room leaves the reading on: the next start finds them).
+        let reading = self.read_in(&current.recipe, &model);
         match self.evict_for(&current.recipe, &model).await {
             Ok(()) => {}
             Err(NoRoom::Busy(why)) => {
@@ -98,6 +101,9 @@ impl Watch {
                 self.start_failed(was, &current.recipe, &e);
                 return;
             }
+        }
+        if let Some(r) = reading {
+            let _ = r.await;
         }
         let up = match self.start_recipe(&current.recipe, None).await {
             Ok(up) => Ok(up),
@@ -142,6 +148,44 @@ impl Watch {
         );
     }
 
+    /// `recipe`'s model files read into the page cache on the blocking pool, when they are
+    /// not there and the host has room (`pagecache::read_in_beside`).
+    fn read_in(&self, recipe: &str, model: &str) -> Option<tokio::task::JoinHandle<()>> {
+        let set = crate::recipe::load_dir(&self.recipes_dir).ok()?;
+        let files = crate::pagecache::ModelFiles::of(&set.get(recipe).ok()?.recipe);
+        let reserve_gb = self.ctx.settings.memory_reserve_gb;
+        let reading = crate::pagecache::read_in_beside(&files, reserve_gb)?;
+        let (model, recipe) = (model.to_string(), recipe.to_string());
+        Some(tokio::spawn(async move {
+            if let Ok((bytes, took)) = reading.await {
+                say!(
+                    "model {model}: {recipe} read in ({:.0} MB in {:.1} s) while room was made",
+                    bytes as f64 / 1e6,
+                    took.as_secs_f64()
+                );
+            }
+        }))
+    }
+
+    /// The page cache of models stopped for room for `next`, on memory the GPU shares
+    /// (their files only, none that `next` serves too): their cached pages would stand in
+    /// the way of the next model's allocations.
+    async fn drop_pages_of(&self, recipes: &[String], next: &str) {
+        use crate::pagecache::ModelFiles;
+        if recipes.is_empty() || !crate::pagecache::shared_with_the_gpu().await {
+            return;
+        }
+        let Ok(set) = crate::recipe::load_dir(&self.recipes_dir) else {
+            return;
+        };
+        let files_of = |r: &str| set.get(r).ok().map(|l| ModelFiles::of(&l.recipe));
+        let kept = files_of(next).unwrap_or_default();
+        let gone: Vec<ModelFiles> = (recipes.iter())
+            .filter_map(|r| Some(files_of(r)?.without(&kept)))
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || gone.iter().for_each(|f| f.drop_pages())).await;
+    }
+
     /// Every other model idle now is stopped (one with a request as it is judged keeps
     /// its route): the room a start that ran out of memory is given before its retry.
     async fn evict_every_idle(&self, model: &str) {
@@ -154,10 +198,23 @@ impl Watch {
         else {
             return;
         };
+        let mut gone = Vec::new();
         for i in idle.iter().filter(|i| !i.busy) {
             let said = format!("evicted: {model} ran out of memory beside it");
-            release(&self.ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await;
+            if release(&self.ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await {
+                gone.push(i.upstream.recipe.clone());
+            }
         }
+        self.drop_pages_of(
+            &gone,
+            &self
+                .door
+                .production()
+                .current
+                .map(|e| e.recipe)
+                .unwrap_or_default(),
+        )
+        .await;
     }
 
     /// A start on demand failed: its waiting clients are told at once, and the next start
@@ -240,6 +297,7 @@ impl Watch {
                 weighed.join(", ")
             );
         }
+        let mut gone = Vec::new();
         for i in idle.iter().filter(|i| victims.contains(&i.upstream.recipe)) {
             if i.busy {
                 let turn = i.door.demand.turn().length();
@@ -248,16 +306,20 @@ impl Watch {
                     format_duration(turn)
                 );
                 yield_turn(ctx, &i.door, &i.upstream, &said).await;
+                gone.push(i.upstream.recipe.clone());
                 continue;
             }
             let said = format!("evicted for {model}, idle for {}", format_duration(i.for_s));
             if !release(ctx, &i.door, &i.upstream, Unloaded::Evicted, &said).await {
+                self.drop_pages_of(&gone, recipe).await;
                 return Err(NoRoom::Busy(format!(
                     "{} took a request as it was evicted",
                     i.upstream.recipe
                 )));
             }
+            gone.push(i.upstream.recipe.clone());
         }
+        self.drop_pages_of(&gone, recipe).await;
         Ok(())
     }
 
