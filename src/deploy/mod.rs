@@ -2,6 +2,7 @@
 //! stopping one, and who holds a port. The gated `up`/`rollback` flow builds on these.
 
 mod evaluate;
+mod evict;
 pub(crate) mod pin;
 pub(crate) mod plan;
 mod replace;

@@ -186,12 +186,9 @@ impl Flow<'_, '_> {
             (self.opts.lock, self.opts.allow_unpinned),
             replacing.as_ref(),
         );
-        let plan = timed(
-            self.record,
-            PhaseName::Plan,
-            Plan::new(self.ctx.shared, self.loaded, &opts),
-        )
-        .await?;
+        let (confirm, progress) = (self.opts.confirm, self.opts.progress);
+        let planned = super::evict::planned(self.ctx, self.loaded, &opts, confirm, progress);
+        let plan = timed(self.record, PhaseName::Plan, planned).await?;
         let start = &plan.start;
         self.record.plan = serde_json::to_value(start).ok();
         self.record.image = start.image_ref.clone();

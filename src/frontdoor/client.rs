@@ -131,6 +131,20 @@ impl Remote {
             .map_err(|_| unreachable(format!("no answer within {} s", limit.as_secs())))?
     }
 
+    /// The models whose production is one of `recipes` evicted for `for_recipe`, those that
+    /// are idle; what was evicted and what kept.
+    pub(crate) async fn evict(
+        &self,
+        recipes: Vec<String>,
+        for_recipe: &str,
+    ) -> Result<protocol::Evicted> {
+        let ask = Ask::Evict(protocol::Evict {
+            recipes,
+            for_recipe: for_recipe.to_string(),
+        });
+        self.ask(&ask, Duration::from_secs(60)).await
+    }
+
     pub(crate) async fn status(&self) -> Result<DoorStatus> {
         self.ask(&Ask::State, Duration::from_secs(5)).await
     }
@@ -218,10 +232,11 @@ mod tests {
     use super::*;
 
     /// A control socket that answers every request with `answer` (head and body).
-    fn socket(answer: &'static str) -> (tempdir::Dir, PathBuf) {
+    fn socket(answer: &str) -> (tempdir::Dir, PathBuf) {
         let dir = tempdir::Dir::new();
         let path = dir.0.join("control.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let answer = answer.to_string();
         std::thread::spawn(move || {
             use std::io::{Read, Write};
             for mut conn in listener.incoming().flatten() {
@@ -262,9 +277,11 @@ mod tests {
         assert!(matches!(e, Error::DoorTooOld { speaks: None, .. }), "{e}");
         assert!(e.to_string().contains("sparkctl frontdoor restart"), "{e}");
         // A full disk in the door reaches the command as `io`, not `failed`.
-        let (_dir, path) = socket(
-            "HTTP/1.1 500 Internal Server Error\r\nx-sparkctl-control: 2\r\ncontent-length: 71\r\nconnection: close\r\n\r\n{\"error\": {\"kind\": \"io\", \"message\": \"No space left on device (os 28)\"}}",
+        let answer = format!(
+            "HTTP/1.1 500 Internal Server Error\r\nx-sparkctl-control: {}\r\ncontent-length: 71\r\nconnection: close\r\n\r\n{{\"error\": {{\"kind\": \"io\", \"message\": \"No space left on device (os 28)\"}}}}",
+            protocol::VERSION
         );
+        let (_dir, path) = socket(&answer);
         let e = Remote::new(path)
             .update(&Production::default())
             .await

@@ -16,7 +16,7 @@ use crate::production::Production;
 use crate::rollout::Asking;
 
 /// This sparkctl's control protocol.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// The header every request and answer carries it in.
 pub(crate) const VERSION_HEADER: &str = "x-sparkctl-control";
 
@@ -42,6 +42,26 @@ pub(crate) enum Request {
     Capture,
     /// `POST /capture`: the new config written, then in force; a `CaptureStatus`.
     SetCapture(CaptureConfig),
+    /// `POST /evict`: the models whose production is one of these recipes stopped, as a
+    /// start on demand evicts them, when they are idle; an `Evicted`.
+    Evict(Evict),
+}
+
+/// `POST /evict`'s body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Evict {
+    /// The production recipes to evict.
+    pub(crate) recipes: Vec<String>,
+    /// The recipe they make room for (said in the door's log).
+    pub(crate) for_recipe: String,
+}
+
+/// `POST /evict`'s answer: what was evicted, and what was kept with why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Evicted {
+    pub(crate) evicted: Vec<String>,
+    pub(crate) kept: Vec<(String, String)>,
 }
 
 /// `POST /hold`'s body.
@@ -138,6 +158,7 @@ impl Request {
             Request::EndRollout => (Method::DELETE, "/rollout"),
             Request::Capture => (Method::GET, "/capture"),
             Request::SetCapture(_) => (Method::POST, "/capture"),
+            Request::Evict(_) => (Method::POST, "/evict"),
         }
     }
 
@@ -149,6 +170,7 @@ impl Request {
             Request::Update(p) => serde_json::to_value(p),
             Request::StartRollout(a) => serde_json::to_value(a),
             Request::SetCapture(c) => serde_json::to_value(c),
+            Request::Evict(e) => serde_json::to_value(e),
             Request::State | Request::Rollout | Request::EndRollout | Request::Capture => {
                 return None
             }
@@ -169,6 +191,7 @@ impl Request {
             ("DELETE", "/rollout") => Request::EndRollout,
             ("GET", "/capture") => Request::Capture,
             ("POST", "/capture") => Request::SetCapture(body("/capture", bytes)?),
+            ("POST", "/evict") => Request::Evict(body("/evict", bytes)?),
             _ => {
                 return Err(Refusal::new(
                     ErrorKind::Usage,

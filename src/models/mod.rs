@@ -235,25 +235,7 @@ pub(crate) fn refuse_stopping_others(
     loaded: &LoadedRecipe,
     memory: &crate::memory::MemoryPlan,
 ) -> Result<()> {
-    let Ok(mut file) = Book::load(&ctx.state) else {
-        return Ok(());
-    };
-    if let Some(recipes) = loaded
-        .path
-        .parent()
-        .and_then(|d| crate::recipe::load_dir(d).ok())
-    {
-        settle(&mut file, &recipes);
-    }
-    let own = of(&loaded.recipe);
-    // A candidate under a rollout is no model's to stop either, its own model's included.
-    let on_trial =
-        (file.lanes().into_iter()).filter_map(|(m, p)| Some((m, p.candidate?.upstream.recipe)));
-    let others: Vec<String> = (file.lanes().into_iter())
-        .filter(|(m, _)| *m != own)
-        .filter_map(|(m, p)| Some((m, p.current?.recipe)))
-        .chain(on_trial)
-        .filter(|(_, r)| memory.must_stop.contains(r))
+    let others: Vec<String> = (in_the_way(ctx, loaded, memory).into_iter())
         .map(|(m, r)| match m.as_str() {
             UNNAMED => format!("{r} (the unnamed model)"),
             m => format!("{r} (model {m})"),
@@ -267,6 +249,35 @@ pub(crate) fn refuse_stopping_others(
         plan: memory.describe(),
         unfit: crate::error::Unfit::BesideModels(others),
     })
+}
+
+/// The other models' productions (and candidates on trial) that `memory` would stop for
+/// `loaded`: (model, recipe).
+pub(crate) fn in_the_way(
+    ctx: &crate::context::Context,
+    loaded: &LoadedRecipe,
+    memory: &crate::memory::MemoryPlan,
+) -> Vec<(String, String)> {
+    let Ok(mut file) = Book::load(&ctx.state) else {
+        return Vec::new();
+    };
+    if let Some(recipes) = loaded
+        .path
+        .parent()
+        .and_then(|d| crate::recipe::load_dir(d).ok())
+    {
+        settle(&mut file, &recipes);
+    }
+    let own = of(&loaded.recipe);
+    // A candidate under a rollout is no model's to stop either, its own model's included.
+    let on_trial =
+        (file.lanes().into_iter()).filter_map(|(m, p)| Some((m, p.candidate?.upstream.recipe)));
+    (file.lanes().into_iter())
+        .filter(|(m, _)| *m != own)
+        .filter_map(|(m, p)| Some((m, p.current?.recipe)))
+        .chain(on_trial)
+        .filter(|(_, r)| memory.must_stop.contains(r))
+        .collect()
 }
 
 /// The model `rollback` acts on: `--to`'s (where it lands: `landing`), which `--model`

@@ -63,6 +63,10 @@ fn model_of(query: Option<&str>) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// How long a command's eviction may take: the watch's next look, the drain of a request
+/// that slipped in, the stop.
+const EVICT_WITHIN: Duration = Duration::from_secs(45);
+
 async fn handle(lanes: &Lanes, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let door = match model_of(req.uri().query()) {
         Some(m) => lanes.lane(&m),
@@ -138,6 +142,22 @@ async fn apply(lanes: &Lanes, door: &Door, request: Ask) -> Result<Value, Refusa
             )?;
             door.capture.set(c);
             answer(serde_json::to_value(capture_status(door)))
+        }
+        Ask::Evict(e) => {
+            let mut out = crate::frontdoor::protocol::Evicted::default();
+            for lane in lanes.all() {
+                let Some(recipe) = lane.production().current.map(|c| c.recipe) else {
+                    continue;
+                };
+                if !e.recipes.contains(&recipe) {
+                    continue;
+                }
+                match lane.demand.evict_for(&e.for_recipe, EVICT_WITHIN).await {
+                    Ok(()) => out.evicted.push(recipe),
+                    Err(why) => out.kept.push((recipe, why)),
+                }
+            }
+            answer(serde_json::to_value(out))
         }
         // A write of production.json that failed changed nothing.
         Ask::Switch(s) => done(

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 pub(crate) use crate::frontdoor::status::{Load, Unloaded};
 
-use super::lane::Cell;
 pub(crate) use super::lane::StartFailed;
+use super::lane::{Cell, Eviction};
 use crate::recipe::serve::Serve;
 
 /// One lane's server on demand, a view of its state (`lane::Cell`).
@@ -30,6 +30,64 @@ impl Demand {
     /// Wakes the watch: a request found the model unloaded.
     pub(crate) fn wake(&self) -> &tokio::sync::Notify {
         &self.cell.wake
+    }
+
+    /// Asks the watch to evict this model's server for `for_recipe` (a command's `up
+    /// --yes`), and waits for its answer, at most `within`.
+    pub(crate) async fn evict_for(&self, for_recipe: &str, within: Duration) -> Result<(), String> {
+        let mut ticks = self.cell.ticks();
+        self.cell
+            .change(|s| s.eviction = Eviction::Asked(for_recipe.to_string()));
+        self.cell.wake.notify_one();
+        let answered = tokio::time::timeout(within, async {
+            loop {
+                ticks.borrow_and_update();
+                let done = {
+                    let mut s = self.cell.lock();
+                    match std::mem::take(&mut s.eviction) {
+                        Eviction::Done(r) => Some(r),
+                        other => {
+                            s.eviction = other;
+                            None
+                        }
+                    }
+                };
+                if let Some(r) = done {
+                    return r;
+                }
+                if ticks.changed().await.is_err() {
+                    return Err("the front door is stopping".to_string());
+                }
+            }
+        });
+        match answered.await {
+            Ok(r) => r,
+            Err(_) => {
+                self.cell.lock().eviction = Eviction::None;
+                Err(format!(
+                    "its watch did not answer within {} s",
+                    within.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// The eviction a command asked for, taken by the watch to carry out.
+    pub(crate) fn eviction_asked(&self) -> Option<String> {
+        let mut s = self.cell.lock();
+        match &s.eviction {
+            Eviction::Asked(r) => {
+                let r = r.clone();
+                s.eviction = Eviction::None;
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    /// The watch's answer to the eviction a command asked for.
+    pub(crate) fn eviction_done(&self, r: Result<(), String>) {
+        self.cell.change(|s| s.eviction = Eviction::Done(r));
     }
 
     pub(crate) fn load(&self) -> Load {

@@ -110,10 +110,23 @@ pub(crate) struct State {
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
     pub(in crate::server) generation: u64,
+    /// A command's ask that this model make room (`up --yes`), and its answer.
+    pub(in crate::server) eviction: Eviction,
     /// The clients whose requests ended here lately, newest last (at most `RECENT`).
     pub(in crate::server) recent: Vec<(Client, Instant)>,
     /// The clients whose requests wait here, one entry a request.
     pub(in crate::server) waiters: Vec<Client>,
+}
+
+/// A command's ask that a model's idle server make room, as its watch takes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) enum Eviction {
+    #[default]
+    None,
+    /// Asked, for the recipe named: the watch evicts it at its next look.
+    Asked(String),
+    /// Done: evicted, or kept and why.
+    Done(Result<(), String>),
 }
 
 /// Clients remembered per lane: more than a household's or a team's agents at once.
@@ -176,6 +189,7 @@ impl Cell {
                 look_again: None,
                 held_by: None,
                 generation: 0,
+                eviction: Eviction::None,
                 recent: Vec::new(),
                 waiters: Vec::new(),
             }),

@@ -373,3 +373,41 @@ fn a_start_that_runs_out_of_memory_makes_room_and_is_tried_once_more() {
     assert!(!runs(&deck, "a-1") && runs(&deck, "b-1"), "{log}");
     assert_eq!(model_status(&deck, "b")["loads"], 1);
 }
+
+/// Issue 46: `up` of a model that does not fit beside another model's idle production. It
+/// was refused even with `--yes` ("does not fit beside other models' production"), though
+/// a start on demand would have evicted that model. Without `--yes` it still is, nothing
+/// stopped; with `--yes` the door evicts the idle model as a start on demand does, the new
+/// one is promoted, and the evicted one's next request starts it again.
+#[test]
+fn up_yes_evicts_another_model_s_idle_production_for_room() {
+    let deck = crate::frontdoor_faults::deck("pressure-up-evicts");
+    sim(&deck, "chat-1", Some("chat"), "");
+    sim(&deck, "coder-1", Some("coder"), "");
+    sim(&deck, "coder-2", Some("coder"), "");
+    rebooted(&deck, "3", &["chat-1", "coder-1"]);
+    // chat serves, idle; coder is not loaded.
+    let a = answer(&deck.door_url(), chat(Some("chat")));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(runs(&deck, "chat-1"));
+    in_pool(&deck, "3", &["up", "coder-2", "--add-model"])
+        .exits(1)
+        .warns("beside other models' production chat-1 (model chat)");
+    assert!(runs(&deck, "chat-1"), "a refusal stopped chat-1");
+    in_pool(&deck, "3", &["up", "coder-2", "--add-model", "--yes"])
+        .succeeds()
+        .warns("chat-1 evicted to make room");
+    assert!(!runs(&deck, "chat-1"), "chat-1 still runs");
+    assert_eq!(model_status(&deck, "chat")["state"], "evicted");
+    let log = door_log(&deck);
+    assert!(
+        log.contains("evicted for coder-2, as `up --yes` asked"),
+        "{log}"
+    );
+    let c = answer(&deck.door_url(), chat(Some("coder")));
+    assert_eq!(c.status, 200, "{}", c.body);
+    assert!(c.by.starts_with("coder-2 "), "{}", c.by);
+    // chat's next request starts it again (evicting coder, idle now).
+    let a = answer(&deck.door_url(), chat(Some("chat")));
+    assert_eq!(a.status, 200, "{} {}", a.body, door_log(&deck));
+}

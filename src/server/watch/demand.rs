@@ -323,6 +323,33 @@ impl Watch {
         Ok(())
     }
 
+    /// Its idle server stopped for `for_recipe`, as a start on demand evicts it, at a
+    /// command's asking (`up --yes` of a model that does not fit beside it); why not when
+    /// it may not go: kept, judged by a rollout, busy, or not serving.
+    pub(super) async fn evict_for_a_command(&self, for_recipe: &str) -> Result<(), String> {
+        if self.door.demand.settings().keep {
+            return Err("it is kept (serve.keep)".into());
+        }
+        if self.door.rollout.get().is_some() {
+            return Err("a rollout is judging it".into());
+        }
+        let Route::Serving(u) = self.door.table.route() else {
+            return Err("it is not serving".into());
+        };
+        if self.door.table.idle_for().is_none() {
+            return Err("it has requests in flight or waiting".into());
+        }
+        let said = format!("evicted for {for_recipe}, as `up --yes` asked");
+        match release(&self.ctx, &self.door, &u, Unloaded::Evicted, &said).await {
+            true => {
+                self.drop_pages_of(std::slice::from_ref(&u.recipe), for_recipe)
+                    .await;
+                Ok(())
+            }
+            false => Err("a request came as it was evicted".into()),
+        }
+    }
+
     /// Unloaded when idle past its `ttl` (a kept model never is).
     pub(super) async fn expire(&self, u: &Upstream) {
         let settings = self.door.demand.settings();

@@ -94,6 +94,11 @@ impl Watch {
                 _ = self.door.rollout.orphaned.notified() => self.stop_orphans().await,
                 _ = tokio::time::sleep(self.door.demand.pause(EVERY)) => {}
             }
+            // A command's `up --yes` asked this model to make room.
+            if let Some(for_recipe) = self.door.demand.eviction_asked() {
+                let r = self.evict_for_a_command(&for_recipe).await;
+                self.door.demand.eviction_done(r);
+            }
             // What a full disk kept back is written once there is room.
             if self.door.deferred.pending() > 0 {
                 let deferred = self.door.deferred.clone();
