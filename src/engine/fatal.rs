@@ -76,6 +76,14 @@ pub(super) const VLLM_FATAL: &[Fatal] = &[
         "Engine core initialization failed",
         "the engine's worker died while starting; its first error (quoted as `error:`) says why",
     ),
+    // vLLM's CPU build (and any platform without its memory pool): sleep is asked and
+    // cannot be had; the check is in its config, before anything loads.
+    fatal(
+        "Sleep mode is not supported on current platform",
+        "this platform has no vLLM sleep mode (its CPU build has none): take \
+         --enable-sleep-mode out of server.args; the front door then stops this model \
+         instead of putting it to sleep",
+    ),
     // Seed 001: Qwen3.5's partial_rotary_factor 0.25 on the NVFP4 path of vLLM 0.16.
     fatal(
         "query, key and positions must have the same batch_size and seq_len",

@@ -8,6 +8,7 @@ mod metrics;
 mod ray;
 mod script;
 mod server;
+mod sleep;
 mod stream;
 
 use std::time::Duration;
@@ -178,6 +179,14 @@ pub(crate) struct SimConfig {
     /// weights and KV cache do.
     #[arg(long, env = "SIM_HOLD_MEMORY", value_parser = size, value_name = "SIZE")]
     hold_memory: Option<ByteSize>,
+    /// vLLM's sleep mode: with `VLLM_SERVER_DEV_MODE=1`, `POST /sleep?level=N` frees what
+    /// `--hold-memory` holds and `POST /wake_up` takes it back (without this flag a sleep
+    /// only pauses, as vLLM's CPU worker does).
+    #[arg(long, env = "SIM_ENABLE_SLEEP_MODE")]
+    enable_sleep_mode: bool,
+    /// How long a wake from sleep takes (its memory taken back).
+    #[arg(long, env = "SIM_WAKE_TIME", value_parser = duration, default_value = "200ms")]
+    wake_time: Duration,
     /// Requests served at once; more wait in a queue, their TTFT clock already running
     /// (0 = no limit). A known saturation point for load sweeps.
     #[arg(long, env = "SIM_SLOTS", default_value_t = 0)]

@@ -38,8 +38,10 @@ struct State {
     slots: Option<Arc<tokio::sync::Semaphore>>,
     cache: PrefixCache,
     metrics: Arc<Metrics>,
-    /// `--hold-memory`: kept for the server's life, never read.
-    _held: Vec<u8>,
+    /// vLLM's sleep mode: it holds `--hold-memory` while awake.
+    sleep: super::sleep::Sleep,
+    /// `VLLM_SERVER_DEV_MODE=1`: the development routes (sleep among them) are open.
+    dev_mode: bool,
     /// False until every Ray node joined (`--ray-address`); true without Ray.
     ray_ready: Arc<std::sync::atomic::AtomicBool>,
     /// `--reset-once-on`: its one reset made.
@@ -169,7 +171,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         ));
         super::ray::drive(addr.clone(), cfg.ray_nodes, ray_ready.clone());
     }
-    let cfg_slots = cfg.slots;
+    let (cfg_slots, cfg_sleep, cfg_wake) = (cfg.slots, cfg.enable_sleep_mode, cfg.wake_time);
     let state = Arc::new(State {
         ray_ready,
         cfg,
@@ -179,7 +181,8 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         slots: (cfg_slots > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg_slots))),
         cache: PrefixCache::default(),
         metrics: Arc::new(Metrics::default()),
-        _held: held,
+        sleep: super::sleep::Sleep::new(cfg_sleep, held, cfg_wake),
+        dev_mode: std::env::var("VLLM_SERVER_DEV_MODE").is_ok_and(|v| v == "1"),
         reset_made: std::sync::atomic::AtomicBool::new(false),
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
@@ -317,7 +320,7 @@ async fn reset_unread(stream: &tokio::net::TcpStream, state: &State) -> bool {
 
 /// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
 /// allocation is only address space, and would not show in RSS or the cgroup's use).
-fn hold(bytes: u64) -> Result<Vec<u8>> {
+pub(super) fn hold(bytes: u64) -> Result<Vec<u8>> {
     let n = usize::try_from(bytes)
         .map_err(|_| Error::BadFlag(crate::error::FlagProblem::HoldMemoryTooBig { bytes }))?;
     let mut held: Vec<u8> = Vec::new();
@@ -427,12 +430,41 @@ async fn handle(
             )
         }
         (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
+        (_, "/sleep" | "/wake_up" | "/is_sleeping" | "/collective_rpc") if state.dev_mode => {
+            dev(req, &state).await
+        }
         _ => json_response(
             StatusCode::NOT_FOUND,
             error_body("no such route", "not_found", 404),
         ),
     };
     Ok(response)
+}
+
+/// vLLM's development routes for its sleep mode (`sleep.rs`).
+async fn dev(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
+    let sleep = &state.sleep;
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let query = req.uri().query().map(String::from);
+    let (code, body) = match (&method, path.as_str()) {
+        (&Method::POST, "/sleep") => sleep.sleep(query.as_deref()),
+        (&Method::POST, "/wake_up") => sleep.wake_up(query.as_deref()).await,
+        (&Method::GET, "/is_sleeping") => (200, sleep.is_sleeping()),
+        (&Method::POST, "/collective_rpc") => {
+            let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
+            let body: Value = bytes
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            sleep.collective_rpc(&body)
+        }
+        _ => (405, json!({"detail": "Method Not Allowed"})),
+    };
+    stdio::out(format_args!("{method} {path} {code}"));
+    json_response(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+    )
 }
 
 async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
@@ -470,7 +502,10 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
         ),
         false => plan(cfg, &request),
     };
-    if after(cfg.garbage_after) {
+    // Taken while asleep, it waits for the wake (scheduling paused), as vLLM's does; woken
+    // from level 2 without its weights reloaded, it answers garbage, as vLLM's would.
+    state.sleep.resumed().await;
+    if after(cfg.garbage_after) || state.sleep.weights_lost() {
         break_answer(&mut plan, Broken::Garbage);
     } else if after(cfg.loop_after) {
         break_answer(&mut plan, Broken::Loop);

@@ -307,3 +307,53 @@ fn a_page_of_another_origin_gets_no_cors_and_moves_no_model() {
     assert_eq!(after["loads"], 1, "{after}");
     deck.ok(&["down", "tiny", "--force"]);
 }
+
+/// Issue 46: an engine's control routes are the door's. A sim in vLLM's development mode
+/// with sleep on (its `/sleep` would free its memory and pause it) behind the door: a
+/// client's `/sleep`, `/wake_up`, `/collective_rpc` and `/is_sleeping` get 403 and reach
+/// nothing (the engine, asked on its own port, still says it is awake); chat goes on.
+#[test]
+fn a_client_cannot_put_a_model_to_sleep_through_the_door() {
+    let deck = crate::frontdoor_faults::deck("guard-sleep");
+    let port = support::free_port();
+    deck.recipe(
+        "prod",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {port}\n  args: [--mimic, vllm, --load-time, 100ms, --enable-sleep-mode, --hold-memory, 64m]\n  env:\n    VLLM_SERVER_DEV_MODE: \"1\"\n  memory_gb: 1\nhealth:\n  timeout: 30s\nbench:\n  suite: tiny\n"
+        ),
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    let door = deck.door_url();
+    let engine = format!("http://127.0.0.1:{port}");
+    for (method, path) in [
+        ("POST", "/sleep?level=1"),
+        ("POST", "/wake_up"),
+        ("GET", "/is_sleeping"),
+        ("POST", "/collective_rpc"),
+    ] {
+        let (status, answer) = curl(&format!("{door}{path}"), &["-X", method]);
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        assert!(answer.contains("front door's own"), "{answer}");
+    }
+    let (status, awake) = curl(&format!("{engine}/is_sleeping"), &[]);
+    assert_eq!(status, 200);
+    assert!(awake.contains("\"is_sleeping\":false"), "{awake}");
+    // What the door refused, the engine itself would have done.
+    let (_, slept) = curl(&format!("{engine}/sleep?level=1"), &["-X", "POST"]);
+    assert!(slept.contains("\"status\":\"sleeping\""), "{slept}");
+    let (_, woke) = curl(&format!("{engine}/wake_up"), &["-X", "POST"]);
+    assert!(woke.contains("\"status\":\"awake\""), "{woke}");
+    let body = r#"{"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}"#;
+    let (status, answer) = curl(
+        &format!("{door}/v1/chat/completions"),
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+        ],
+    );
+    assert_eq!(status, 200, "{answer}");
+}

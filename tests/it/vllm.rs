@@ -179,9 +179,19 @@ fn a_real_vllm_starts_benches_and_is_what_the_sim_imitates() {
             "bench:\n  suite: vllm-check\n  gates:\n    thinking_leak: \"== 0%\"\n    tool_calls: \"== 100%\"\n",
         ),
     );
+    // Its development routes open (sleep's among them), to be set beside the sim's.
+    let path = deck.dir.join("recipes/tiny.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dev = text.replace(
+        "VLLM_NO_USAGE_STATS: \"1\"",
+        "VLLM_NO_USAGE_STATS: \"1\"\n    VLLM_SERVER_DEV_MODE: \"1\"",
+    );
+    assert_ne!(dev, text);
+    std::fs::write(&path, dev).unwrap();
     start_watching_the_port(&deck, "tiny", port);
     let running = deck.status_of("tiny").unwrap();
     assert_eq!(running["state"], "running", "{running}");
+    sleeps_as_the_sim_does(&deck, &format!("http://127.0.0.1:{port}"));
 
     // No speed gate: this model's tokens come faster than vLLM's API server sends them,
     // so its streams arrive in bursts, which give no decode speed (a gate on one would be
@@ -220,6 +230,65 @@ fn a_real_vllm_starts_benches_and_is_what_the_sim_imitates() {
 
     the_sim_streams_as_vllm_does(&deck, &format!("http://127.0.0.1:{port}"));
     deck.ok(&["down", "tiny"]);
+}
+
+/// Issue 46: vLLM's sleep routes (development mode, no `--enable-sleep-mode`: its CPU
+/// worker ignores a sleep, which still pauses) beside the sim's in the same mode, step by
+/// step: the same status and JSON for each. sparkctl reads `/is_sleeping` and drives these.
+fn sleeps_as_the_sim_does(deck: &Deck, real: &str) {
+    let sim = Sim::start_with_env(
+        &["--mimic", "vllm", "--load-time", "100ms"],
+        &[("VLLM_SERVER_DEV_MODE", "1")],
+    );
+    let ask = |base: &str, method: &str, path: &str| -> (u16, Value) {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-m", "30", "-X", method, "-w", "\n%{http_code}"])
+            .arg(format!("{base}{path}"))
+            .output()
+            .unwrap();
+        let text = support::text(&out.stdout);
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (
+            code.parse().unwrap(),
+            serde_json::from_str(body).unwrap_or(Value::Null),
+        )
+    };
+    for (method, path) in [
+        ("GET", "/is_sleeping"),
+        ("POST", "/sleep?level=1"),
+        ("GET", "/is_sleeping"),
+        ("POST", "/wake_up"),
+        ("GET", "/is_sleeping"),
+        ("POST", "/sleep?level=0"),
+        ("POST", "/wake_up?tags=scheduling"),
+        ("GET", "/is_sleeping"),
+        ("POST", "/sleep?level=3"),
+    ] {
+        let (r, s) = (ask(real, method, path), ask(&sim.url, method, path));
+        assert_eq!(r, s, "{method} {path}: vLLM {r:?}, sim {s:?}");
+    }
+    let _ = deck;
+}
+
+/// Issue 46: asked for sleep mode where vLLM has none (its CPU build), the start fails at
+/// once on vLLM's own line, named with the fix, before anything counts on sleep.
+#[test]
+fn a_vllm_that_cannot_sleep_here_is_named_at_its_start() {
+    let (_one, v, deck) = turn("vllm-no-sleep");
+    deck.recipe(
+        "sleepy",
+        &recipe(&v.venv, &v.model, free_port(), "").replace(
+            "args: [--enforce-eager,",
+            "args: [--enable-sleep-mode, --enforce-eager,",
+        ),
+    );
+    deck.sparkctl(&["start", "sleepy"])
+        .exits(1)
+        .warns("Sleep mode is not supported on current platform")
+        .warns("take --enable-sleep-mode out of server.args");
+    assert!(deck
+        .status_of("sleepy")
+        .is_none_or(|d| d["state"] != "running"));
 }
 
 /// What vLLM's parsers made of the wired model's answers, as sparkctl's reader saw it.

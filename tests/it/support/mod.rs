@@ -48,10 +48,16 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(args: &[&str]) -> Sim {
+        Sim::start_with_env(args, &[])
+    }
+
+    /// As `start`, with these environment variables (vLLM's `VLLM_SERVER_DEV_MODE`, say).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Sim {
         let started = Instant::now();
         let mut child = sparkctl()
             .args(["sim", "--host", "127.0.0.1", "--port", "0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
