@@ -184,6 +184,10 @@ pub(crate) struct SimConfig {
     /// only pauses, as vLLM's CPU worker does).
     #[arg(long, env = "SIM_ENABLE_SLEEP_MODE")]
     enable_sleep_mode: bool,
+    /// vLLM's development mode: its development routes (sleep's among them) open. Set by
+    /// the variable vLLM reads, `VLLM_SERVER_DEV_MODE=1`.
+    #[arg(long, env = "VLLM_SERVER_DEV_MODE", hide = true, value_name = "1")]
+    dev_mode: Option<String>,
     /// How long a wake from sleep takes (its memory taken back).
     #[arg(long, env = "SIM_WAKE_TIME", value_parser = duration, default_value = "200ms")]
     wake_time: Duration,

@@ -254,3 +254,27 @@ pub(crate) fn drive(addr: String, nodes: usize, ready: Arc<std::sync::atomic::At
         died(format!("lost the Ray head at {addr}"));
     });
 }
+
+/// One binary plays every part of a multi-node group: `sha256sum`, and Ray's head, worker
+/// and status. `None` when this run is the server.
+pub(super) async fn other_part(cfg: &SimConfig) -> Option<Result<()>> {
+    if !cfg.sha256_files.is_empty() {
+        // As sha256sum: a file it cannot read is said on stderr and left out.
+        for file in &cfg.sha256_files {
+            match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
+                Ok(sha) => stdio::out(format_args!("{sha}  {file}")),
+                Err(e) => stdio::err(format_args!("sha256sum: {e}")),
+            }
+        }
+        return Some(Ok(()));
+    }
+    Some(if let Some(addr) = &cfg.ray_status {
+        status(addr).await
+    } else if let Some(addr) = &cfg.ray_head {
+        head(cfg, addr).await
+    } else if let Some(addr) = &cfg.ray_join {
+        worker(cfg, addr).await
+    } else {
+        return None;
+    })
+}

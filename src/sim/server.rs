@@ -133,7 +133,7 @@ fn log_handed(id: &str, handed: &[u128]) {
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
-    if let Some(done) = other_part(&cfg).await {
+    if let Some(done) = super::ray::other_part(&cfg).await {
         return done;
     }
     super::out_of_memory_beside(&cfg).await;
@@ -144,7 +144,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
     };
     // Before the load clock starts, so ready_at_unix_us stays exact however long it takes.
     let held = match cfg.hold_memory {
-        Some(size) => hold(size.0)?,
+        Some(size) => super::sleep::hold(size.0)?,
         None => Vec::new(),
     };
     let started = Instant::now();
@@ -171,7 +171,8 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         ));
         super::ray::drive(addr.clone(), cfg.ray_nodes, ray_ready.clone());
     }
-    let (cfg_slots, cfg_sleep, cfg_wake) = (cfg.slots, cfg.enable_sleep_mode, cfg.wake_time);
+    let (cfg_slots, cfg_dev) = (cfg.slots, cfg.dev_mode.as_deref() == Some("1"));
+    let (cfg_sleep, cfg_wake) = (cfg.enable_sleep_mode, cfg.wake_time);
     let state = Arc::new(State {
         ray_ready,
         cfg,
@@ -182,7 +183,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         cache: PrefixCache::default(),
         metrics: Arc::new(Metrics::default()),
         sleep: super::sleep::Sleep::new(cfg_sleep, held, cfg_wake),
-        dev_mode: std::env::var("VLLM_SERVER_DEV_MODE").is_ok_and(|v| v == "1"),
+        dev_mode: cfg_dev,
         reset_made: std::sync::atomic::AtomicBool::new(false),
     });
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
@@ -219,30 +220,6 @@ async fn listen(cfg: &SimConfig) -> Result<TcpListener> {
         .map_err(|e| Error::io("sim: no local address", e))?;
     stdio::out(format_args!("sparkctl-sim: listening on http://{addr}"));
     Ok(listener)
-}
-
-/// One binary plays every part of a multi-node group: `sha256sum`, and Ray's head, worker
-/// and status. `None` when this run is the server.
-async fn other_part(cfg: &SimConfig) -> Option<Result<()>> {
-    if !cfg.sha256_files.is_empty() {
-        // As sha256sum: a file it cannot read is said on stderr and left out.
-        for file in &cfg.sha256_files {
-            match crate::patch::fingerprint::sha256_file(std::path::Path::new(file)) {
-                Ok(sha) => stdio::out(format_args!("{sha}  {file}")),
-                Err(e) => stdio::err(format_args!("sha256sum: {e}")),
-            }
-        }
-        return Some(Ok(()));
-    }
-    Some(if let Some(addr) = &cfg.ray_status {
-        super::ray::status(addr).await
-    } else if let Some(addr) = &cfg.ray_head {
-        super::ray::head(cfg, addr).await
-    } else if let Some(addr) = &cfg.ray_join {
-        super::ray::worker(cfg, addr).await
-    } else {
-        return None;
-    })
 }
 
 /// Serves each connection on its own task until SIGTERM or Ctrl-C; the close-port fault
@@ -316,27 +293,6 @@ async fn reset_unread(stream: &tokio::net::TcpStream, state: &State) -> bool {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     false
-}
-
-/// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
-/// allocation is only address space, and would not show in RSS or the cgroup's use).
-pub(super) fn hold(bytes: u64) -> Result<Vec<u8>> {
-    let n = usize::try_from(bytes)
-        .map_err(|_| Error::BadFlag(crate::error::FlagProblem::HoldMemoryTooBig { bytes }))?;
-    let mut held: Vec<u8> = Vec::new();
-    held.try_reserve_exact(n).map_err(|e| {
-        Error::Failed(format!(
-            "sim: cannot allocate --hold-memory {bytes} bytes ({e}); ask for less"
-        ))
-    })?;
-    // Non-zero, so no allocator or kernel shortcut for zeroed memory leaves pages untouched.
-    held.resize(n, 1);
-    // Keep the writes: nothing reads them, and the optimiser must not drop them.
-    std::hint::black_box(&mut held);
-    stdio::out(format_args!(
-        "sparkctl-sim: holding {bytes} bytes of memory (--hold-memory)"
-    ));
-    Ok(held)
 }
 
 fn spawn_loader(state: &Arc<State>, close: tokio::sync::watch::Sender<bool>) {
@@ -443,28 +399,19 @@ async fn handle(
 
 /// vLLM's development routes for its sleep mode (`sleep.rs`).
 async fn dev(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
-    let sleep = &state.sleep;
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let query = req.uri().query().map(String::from);
-    let (code, body) = match (&method, path.as_str()) {
-        (&Method::POST, "/sleep") => sleep.sleep(query.as_deref()),
-        (&Method::POST, "/wake_up") => sleep.wake_up(query.as_deref()).await,
-        (&Method::GET, "/is_sleeping") => (200, sleep.is_sleeping()),
-        (&Method::POST, "/collective_rpc") => {
-            let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
-            let body: Value = bytes
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default();
-            sleep.collective_rpc(&body)
-        }
-        _ => (405, json!({"detail": "Method Not Allowed"})),
-    };
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
+    let body: Value = (bytes.ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let (code, answer) = state
+        .sleep
+        .answer(&method, &path, query.as_deref(), &body)
+        .await;
     stdio::out(format_args!("{method} {path} {code}"));
-    json_response(
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        body,
-    )
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, answer)
 }
 
 async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {

@@ -12,8 +12,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use hyper::Method;
 use serde_json::{json, Value};
 use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::stdio;
 
 /// Where a sleeping server stands.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,6 +69,23 @@ impl Sleep {
 
     pub(super) fn is_sleeping(&self) -> Value {
         json!({"is_sleeping": self.state.lock().expect("sleep").level > 0})
+    }
+
+    /// One development route's answer: its status and body.
+    pub(super) async fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        body: &Value,
+    ) -> (u16, Value) {
+        match (method, path) {
+            (&Method::POST, "/sleep") => self.sleep(query),
+            (&Method::POST, "/wake_up") => self.wake_up(query).await,
+            (&Method::GET, "/is_sleeping") => (200, self.is_sleeping()),
+            (&Method::POST, "/collective_rpc") => self.collective_rpc(body),
+            _ => (405, json!({"detail": "Method Not Allowed"})),
+        }
     }
 
     /// `POST /sleep?level=N`: the answer's status and body.
@@ -121,7 +142,7 @@ impl Sleep {
         };
         if frees {
             tokio::time::sleep(self.wake_time).await;
-            let back = super::server::hold(self.bytes as u64).unwrap_or_default();
+            let back = hold(self.bytes as u64).unwrap_or_default();
             *self.held.lock().expect("held") = Some(back);
         }
         let mut s = self.state.lock().expect("sleep");
@@ -146,6 +167,27 @@ impl Sleep {
             Some(_) => (200, json!({"results": [null]})),
         }
     }
+}
+
+/// Allocates `bytes` and writes every byte, so the kernel really backs them (an untouched
+/// allocation is only address space, and would not show in RSS or the cgroup's use).
+pub(super) fn hold(bytes: u64) -> Result<Vec<u8>> {
+    let n = usize::try_from(bytes)
+        .map_err(|_| Error::BadFlag(crate::error::FlagProblem::HoldMemoryTooBig { bytes }))?;
+    let mut held: Vec<u8> = Vec::new();
+    held.try_reserve_exact(n).map_err(|e| {
+        Error::Failed(format!(
+            "sim: cannot allocate --hold-memory {bytes} bytes ({e}); ask for less"
+        ))
+    })?;
+    // Non-zero, so no allocator or kernel shortcut for zeroed memory leaves pages untouched.
+    held.resize(n, 1);
+    // Keep the writes: nothing reads them, and the optimiser must not drop them.
+    std::hint::black_box(&mut held);
+    stdio::out(format_args!(
+        "sparkctl-sim: holding {bytes} bytes of memory (--hold-memory)"
+    ));
+    Ok(held)
 }
 
 /// The first value of `name` in a query string.
