@@ -20,18 +20,6 @@ use support::{free_port, Deck};
 
 const CLIENTS: usize = 8;
 
-fn secs(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
-
 /// `sparkctl ARGS` in a pool of `gb`, no reserve, nothing kept warm.
 fn in_pool(deck: &Deck, gb: &str, args: &[&str]) {
     support::Ran::of(
@@ -157,8 +145,8 @@ fn scenario(label: &str, deck: &Deck, run: Duration, tokens: u32) {
     );
     println!(
         "  queue wait p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms   | one cold start through the door (reference): {:.0} ms",
-        percentile(&waits, 50.0),
-        percentile(&waits, 99.0),
+        support::nearest_rank(&waits, 50.0),
+        support::nearest_rank(&waits, 99.0),
         waits[waits.len() - 1],
         cold.queued_ms
     );
@@ -191,7 +179,7 @@ fn llama_recipe(deck: &Deck, name: &str) {
 }
 
 fn main() {
-    let sim_secs = secs("MODELS_SIM_SECS", 300);
+    let sim_secs = support::secs("MODELS_SIM_SECS", 300);
     if sim_secs > 0 {
         let deck = Deck::new("bench-models-sim");
         sim_recipe(&deck, "a");
@@ -206,7 +194,7 @@ fn main() {
         );
         deck.ok(&["frontdoor", "stop"]);
     }
-    let llama_secs = secs("MODELS_LLAMA_SECS", 120);
+    let llama_secs = support::secs("MODELS_LLAMA_SECS", 120);
     if llama_secs > 0 {
         let deck = Deck::new("bench-models-llama");
         llama_recipe(&deck, "a");

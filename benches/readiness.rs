@@ -17,18 +17,13 @@ use support::{docker, free_port, sim_image, Deck};
 
 const LOAD: &str = "300ms";
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
-
 fn summary(label: &str, mut v: Vec<f64>) {
     v.sort_by(f64::total_cmp);
     println!(
         "{label:<44} n={:<3} p50 {:>7.2} ms  p99 {:>7.2} ms  min {:>7.2}  max {:>7.2}",
         v.len(),
-        percentile(&v, 50.0),
-        percentile(&v, 99.0),
+        support::nearest_rank(&v, 50.0),
+        support::nearest_rank(&v, 99.0),
         v[0],
         v[v.len() - 1]
     );
@@ -133,7 +128,7 @@ fn main() {
     summary("raw create+start+poll(1 ms) wall time, docker", raw.clone());
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        percentile(&v, 50.0)
+        support::nearest_rank(&v, 50.0)
     };
     println!(
         "start overhead beyond a raw container start (p50 - p50): {:.1} ms",

@@ -24,21 +24,6 @@ const TOKENS: u32 = 16;
 /// The server's own settings, the same on both sides: one thread, 4 slots.
 const ARGS: [&str; 6] = ["-t", "1", "-c", "2048", "-np", "4"];
 
-fn secs(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
-
 /// One streamed request's time to its end, when it ended with `[DONE]`.
 async fn ask(client: &reqwest::Client, url: &str, model: &str) -> Option<f64> {
     let body = json!({
@@ -104,8 +89,8 @@ fn line(side: &str, p: &Phase) -> String {
         p.times_ms.len(),
         p.times_ms.len() as f64 / p.took.as_secs_f64(),
         p.failed,
-        percentile(&p.times_ms, 50.0),
-        percentile(&p.times_ms, 99.0),
+        support::nearest_rank(&p.times_ms, 50.0),
+        support::nearest_rank(&p.times_ms, 99.0),
     )
 }
 
@@ -180,7 +165,7 @@ fn door(deck: &Deck, binary: &std::path::Path, model: &std::path::Path) -> Strin
 }
 
 fn main() {
-    let run = Duration::from_secs(secs("SWITCH_SECS", 60));
+    let run = Duration::from_secs(support::secs("SWITCH_SECS", 60));
     let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new("bench-switch");
     let router = Router::start(&deck, &binary, &model);
@@ -199,7 +184,7 @@ fn main() {
         println!(
             "  door/router answered {:.2}x; request time p50 {:+.0} ms",
             d.times_ms.len() as f64 / r.times_ms.len().max(1) as f64,
-            percentile(&d.times_ms, 50.0) - percentile(&r.times_ms, 50.0)
+            support::nearest_rank(&d.times_ms, 50.0) - support::nearest_rank(&r.times_ms, 50.0)
         );
     }
     let metrics = deck.metrics();

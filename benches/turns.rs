@@ -17,21 +17,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{free_port, Deck};
 
-fn secs(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank]
-}
-
 /// In a pool of `gb`: both recipes made production (two models), then a reboot as the door
 /// sees it — neither runs until a request names it.
 fn two_models(deck: &Deck, gb: &str) {
@@ -139,11 +124,11 @@ fn scenario(label: &str, deck: &Deck, run: Duration, tokens: u32) {
     let waited: Vec<f64> = waits.iter().copied().filter(|w| *w > 0.0).collect();
     println!(
         "  wait for the model's server p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms ({} requests waited, p50 {:.0} ms); one turn + one start {:.0} ms; {turn}",
-        percentile(&waits, 50.0),
-        percentile(&waits, 99.0),
+        support::nearest_rank(&waits, 50.0),
+        support::nearest_rank(&waits, 99.0),
         waits.last().copied().unwrap_or(0.0),
         waited.len(),
-        percentile(&waited, 50.0),
+        support::nearest_rank(&waited, 50.0),
         bound_s * 1e3,
     );
 }
@@ -197,12 +182,12 @@ fn pair(
 }
 
 fn main() {
-    let sim_secs = secs("TURNS_SIM_SECS", 60);
+    let sim_secs = support::secs("TURNS_SIM_SECS", 60);
     if sim_secs > 0 {
         let run = Duration::from_secs(sim_secs);
         pair("sim (load 2 s, 8 tokens)", sim_recipe, ("3", "5"), run, 8);
     }
-    let llama_secs = secs("TURNS_LLAMA_SECS", 60);
+    let llama_secs = support::secs("TURNS_LLAMA_SECS", 60);
     if llama_secs > 0 {
         let run = Duration::from_secs(llama_secs);
         pair(

@@ -1285,3 +1285,20 @@ pub fn phases_in_order(phases: &Value) -> f64 {
     );
     steps[4] / 1e3
 }
+
+/// A benchmark's setting from the environment (`MODELS_SIM_SECS`, say), else `default`.
+pub fn secs(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `p`th percentile of values already sorted, by nearest rank (0 for none).
+pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank]
+}
