@@ -103,6 +103,9 @@ pub(crate) enum ModelState {
     Unloaded,
     /// Not running: stopped to make room for another model.
     Evicted,
+    /// Put to sleep (evicted, or past its `ttl`, with `serve.sleep: auto`): its server runs
+    /// holding little, and its next request wakes it.
+    Asleep,
     /// Its requests are held while production changes (a swap, a restart).
     Holding,
     /// Not running: its last start failed, and its requests are answered 503 with why
@@ -121,6 +124,7 @@ impl ModelState {
             ModelState::Queued => "queued",
             ModelState::Unloaded => "unloaded",
             ModelState::Evicted => "evicted",
+            ModelState::Asleep => "asleep",
             ModelState::Holding => "holding",
             ModelState::Failed => "failed",
             ModelState::Offline => "offline",

@@ -139,14 +139,15 @@ pub(crate) fn landing(
 ) -> String {
     let own = of(&loaded.recipe);
     let served = served(file);
-    if add || loaded.recipe.serve.is_some() || served.values().any(|m| *m == own) {
+    let several = crate::recipe::serve::chooses_several;
+    if add || several(&loaded.recipe) || served.values().any(|m| *m == own) {
         return own;
     }
     let productions: Vec<(&String, String)> = (served.values())
         .filter_map(|m| Some((m, file.lane(m).current?.recipe)))
         .collect();
     let chosen =
-        (productions.iter()).any(|(_, r)| recipes.get(r).is_ok_and(|l| l.recipe.serve.is_some()));
+        (productions.iter()).any(|(_, r)| recipes.get(r).is_ok_and(|l| several(&l.recipe)));
     match productions.as_slice() {
         [(only, _)] if !chosen => (*only).clone(),
         _ => own,

@@ -181,6 +181,8 @@ impl Recipe {
             .collect();
         // Recipe args first: some launchers need theirs in front (`-m module`).
         cmd.extend(server.args.iter().cloned());
+        let (sleep_args, sleep_env) = super::serve::sleep_launch(self);
+        cmd.extend(sleep_args);
         if let Some(model) = &self.model {
             let mount = model.mount.clone().unwrap_or_else(|| "/model".into());
             // Patch steps run before start; the server itself only reads the model.
@@ -210,7 +212,7 @@ impl Recipe {
             host_ip: server.host.clone(),
             host_port: server.port,
             container_port,
-            env: server.env.clone(),
+            env: server.env.clone().into_iter().chain(sleep_env).collect(),
             env_from_host: server.env_from_host.clone(),
             resources: Resources::of(
                 server.gpus.as_ref(),
@@ -254,6 +256,8 @@ impl Recipe {
             }
         };
         args.extend(server.args.iter().cloned());
+        let (sleep_args, sleep_env) = super::serve::sleep_launch(self);
+        args.extend(sleep_args);
         if let Some(model) = &self.model {
             push_flag(&mut args, profile.model_flag, &expand_home(&model.path));
         }
@@ -265,7 +269,7 @@ impl Recipe {
         Launch::Process {
             program,
             args,
-            env: server.env.clone(),
+            env: server.env.clone().into_iter().chain(sleep_env).collect(),
             env_from_host: server.env_from_host.clone(),
         }
     }

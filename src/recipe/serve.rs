@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::diag::Report;
 use super::Recipe;
+use crate::engine::Engine;
 use crate::units::HumanDuration;
 
 /// The shortest `ttl`: an idle model unloaded faster than it loads would only thrash.
@@ -31,7 +32,61 @@ pub(crate) struct Serve {
     /// one model behind the front door, every request goes to it anyway).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     default: bool,
+    /// `auto`: evicted or past its `ttl`, the model is put to sleep (vLLM's sleep mode:
+    /// sparkctl starts it with `--enable-sleep-mode` in development mode) instead of
+    /// stopped, and woken for its next request; `off` (the default): stopped.
+    #[serde(default, skip_serializing_if = "Sleep::is_off")]
+    pub(crate) sleep: Sleep,
 }
+
+/// Whether an idle model sleeps rather than stops (`serve.sleep`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Sleep {
+    #[default]
+    Off,
+    Auto,
+}
+
+impl Sleep {
+    fn is_off(&self) -> bool {
+        *self == Sleep::Off
+    }
+}
+
+/// Whether `r`'s serve section chooses to serve several models: any key but `sleep`, which
+/// a single model may set too.
+pub(crate) fn chooses_several(r: &Recipe) -> bool {
+    r.serve.as_ref().is_some_and(|s| {
+        let alone = Serve {
+            sleep: Sleep::Off,
+            ..s.clone()
+        };
+        alone != Serve::default()
+    })
+}
+
+/// What a recipe that sleeps adds to its server's launch: vLLM's flag and development mode
+/// (which opens the sleep routes; the front door refuses those routes to clients).
+pub(crate) fn sleep_launch(r: &Recipe) -> (Vec<String>, Vec<(String, String)>) {
+    let sleeps = r.serve.as_ref().is_some_and(|s| s.sleep == Sleep::Auto);
+    if !sleeps || !matches!(r.engine, Engine::Vllm | Engine::Sim) {
+        return (Vec::new(), Vec::new());
+    }
+    let flag = "--enable-sleep-mode";
+    let args = match r.server.args.iter().any(|a| a == flag) {
+        true => Vec::new(),
+        false => vec![flag.to_string()],
+    };
+    let env = match r.server.env.contains_key(DEV_MODE) {
+        true => Vec::new(),
+        false => vec![(DEV_MODE.to_string(), "1".to_string())],
+    };
+    (args, env)
+}
+
+/// vLLM's development mode, which its sleep routes need.
+const DEV_MODE: &str = "VLLM_SERVER_DEV_MODE";
 
 impl Serve {
     /// Started with the front door: preloaded, or kept.
@@ -52,6 +107,19 @@ pub(crate) fn of(r: &Recipe) -> Serve {
 
 pub(super) fn check(out: &mut Report, r: &Recipe) {
     let Some(s) = &r.serve else { return };
+    if s.sleep == Sleep::Auto && !matches!(r.engine, Engine::Vllm | Engine::Sim) {
+        out.bad(
+            "serve.sleep",
+            format!("{} has no sleep mode the front door can drive", r.engine),
+            match r.engine {
+                Engine::LlamaServer => {
+                    "llama-server sleeps on its own: put --sleep-idle-seconds N in server.args \
+                     and drop serve.sleep"
+                }
+                _ => "drop serve.sleep: only vllm (and the sim) sleep here",
+            },
+        );
+    }
     if let Some(ttl) = s.ttl {
         if ttl.0 < MIN_TTL {
             out.bad(

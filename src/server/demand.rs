@@ -11,6 +11,7 @@ pub(crate) use crate::frontdoor::status::{Load, Unloaded};
 
 pub(crate) use super::lane::StartFailed;
 use super::lane::{Cell, Eviction};
+use crate::production::Upstream;
 use crate::recipe::serve::Serve;
 
 /// One lane's server on demand, a view of its state (`lane::Cell`).
@@ -88,6 +89,15 @@ impl Demand {
     /// The watch's answer to the eviction a command asked for.
     pub(crate) fn eviction_done(&self, r: Result<(), String>) {
         self.cell.change(|s| s.eviction = Eviction::Done(r));
+    }
+
+    /// Its server asleep (`serve.sleep: auto`), and the level it was put to sleep at.
+    pub(crate) fn asleep(&self) -> Option<(Upstream, u8)> {
+        self.cell.lock().asleep.clone()
+    }
+
+    pub(crate) fn set_asleep(&self, asleep: Option<(Upstream, u8)>) {
+        self.cell.change(|s| s.asleep = asleep);
     }
 
     pub(crate) fn load(&self) -> Load {

@@ -110,6 +110,8 @@ pub(crate) struct State {
     /// Counts the switches and holds: the watch's recovery gives way to a command's change
     /// made meanwhile.
     pub(in crate::server) generation: u64,
+    /// Its server put to sleep instead of stopped (`serve.sleep: auto`), and the level.
+    pub(in crate::server) asleep: Option<(Upstream, u8)>,
     /// A command's ask that this model make room (`up --yes`), and its answer.
     pub(in crate::server) eviction: Eviction,
     /// The clients whose requests ended here lately, newest last (at most `RECENT`).
@@ -189,6 +191,7 @@ impl Cell {
                 look_again: None,
                 held_by: None,
                 generation: 0,
+                asleep: None,
                 eviction: Eviction::None,
                 recent: Vec::new(),
                 waiters: Vec::new(),

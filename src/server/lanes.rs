@@ -102,6 +102,19 @@ impl Shared {
                 }
             })
             .collect();
+        // Models asleep hold little, but may still be in the way: stopping one costs its
+        // start (nobody waits for it).
+        idle.extend((self.other_lanes(model).into_iter()).filter_map(|d| {
+            let (upstream, _) = d.demand.asleep()?;
+            let free = !d.demand.settings().keep && !d.held_by_a_command();
+            (free && d.table.counts().0 == 0).then(|| Idle {
+                start_s: self.start_cost(&d, &upstream.recipe),
+                for_s: d.table.idle_for().unwrap_or_default(),
+                door: d,
+                upstream,
+                busy: false,
+            })
+        }));
         // The idle first, the cheapest to bring back first; those at the end of a turn last.
         idle.sort_by(|a, b| (a.busy.cmp(&b.busy)).then(a.cost().total_cmp(&b.cost())));
         (idle, next)
@@ -192,6 +205,7 @@ pub(crate) fn state_of(door: &Door, waiting: usize) -> ModelState {
         (_, Load::Unloaded(_)) if door.demand.backing_off() => ModelState::Failed,
         (_, Load::Starting) => ModelState::Starting,
         (_, Load::Unloaded(_)) if waiting > 0 => ModelState::Queued,
+        (_, Load::Unloaded(_)) if door.demand.asleep().is_some() => ModelState::Asleep,
         (_, Load::Unloaded(super::demand::Unloaded::Evicted)) => ModelState::Evicted,
         (_, Load::Unloaded(_)) => ModelState::Unloaded,
         (Route::Holding, Load::Loaded) => ModelState::Holding,

@@ -67,6 +67,15 @@ pub(crate) enum ToolCallsAs {
     Off,
 }
 
+/// What goes wrong when a sleeping engine is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum WakeFault {
+    /// `/wake_up` answers 500, and the engine sleeps on.
+    Fail,
+    /// `/wake_up` never answers.
+    Hang,
+}
+
 /// What goes wrong while the model loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LoadFault {
@@ -191,6 +200,9 @@ pub(crate) struct SimConfig {
     /// How long a wake from sleep takes (its memory taken back).
     #[arg(long, env = "SIM_WAKE_TIME", value_parser = duration, default_value = "200ms")]
     wake_time: Duration,
+    /// Fault: a wake from sleep fails (500), or never answers.
+    #[arg(long, env = "SIM_WAKE_FAULT", value_enum)]
+    wake_fault: Option<WakeFault>,
     /// Requests served at once; more wait in a queue, their TTFT clock already running
     /// (0 = no limit). A known saturation point for load sweeps.
     #[arg(long, env = "SIM_SLOTS", default_value_t = 0)]

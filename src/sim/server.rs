@@ -172,7 +172,7 @@ pub(crate) async fn serve(cfg: SimConfig) -> Result<()> {
         super::ray::drive(addr.clone(), cfg.ray_nodes, ray_ready.clone());
     }
     let (cfg_slots, cfg_dev) = (cfg.slots, cfg.dev_mode.as_deref() == Some("1"));
-    let (cfg_sleep, cfg_wake) = (cfg.enable_sleep_mode, cfg.wake_time);
+    let (cfg_sleep, cfg_wake) = (cfg.enable_sleep_mode, (cfg.wake_time, cfg.wake_fault));
     let state = Arc::new(State {
         ray_ready,
         cfg,

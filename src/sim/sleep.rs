@@ -42,10 +42,16 @@ pub(super) struct Sleep {
     running: watch::Sender<bool>,
     /// A wake takes this long (the weights copied back, the KV cache allocated).
     wake_time: Duration,
+    /// `--wake-fault`.
+    fault: Option<super::WakeFault>,
 }
 
 impl Sleep {
-    pub(super) fn new(enabled: bool, held: Vec<u8>, wake_time: Duration) -> Sleep {
+    pub(super) fn new(
+        enabled: bool,
+        held: Vec<u8>,
+        (wake_time, fault): (Duration, Option<super::WakeFault>),
+    ) -> Sleep {
         Sleep {
             enabled,
             bytes: held.len(),
@@ -53,6 +59,7 @@ impl Sleep {
             state: Mutex::new(Asleep::default()),
             running: watch::Sender::new(true),
             wake_time,
+            fault,
         }
     }
 
@@ -126,6 +133,14 @@ impl Sleep {
     /// `POST /wake_up[?tags=…]`: awake once every tag is; it takes `--wake-time` when memory
     /// comes back.
     pub(super) async fn wake_up(&self, query: Option<&str>) -> (u16, Value) {
+        match self.fault {
+            Some(super::WakeFault::Fail) => {
+                let e = json!({"error": {"message": "simulated wake failure", "code": 500}});
+                return (500, e);
+            }
+            Some(super::WakeFault::Hang) => std::future::pending().await,
+            None => {}
+        }
         let asked: Vec<String> = params(query, "tags");
         let tags = (!asked.is_empty()).then(|| asked.clone());
         let frees = {
@@ -209,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sleep_pauses_frees_and_a_wake_takes_it_back_as_vllm_s_does() {
-        let s = Sleep::new(true, vec![1u8; 4096], Duration::from_millis(10));
+        let s = Sleep::new(true, vec![1u8; 4096], (Duration::from_millis(10), None));
         assert_eq!(s.is_sleeping(), json!({"is_sleeping": false}));
         assert_eq!(s.sleep(Some("level=3")).0, 400);
         assert_eq!(
@@ -242,7 +257,7 @@ mod tests {
         );
         assert!(s.weights_lost());
         // Without sleep mode, as vLLM's CPU worker: it pauses and frees nothing.
-        let off = Sleep::new(false, vec![1u8; 4096], Duration::ZERO);
+        let off = Sleep::new(false, vec![1u8; 4096], (Duration::ZERO, None));
         off.sleep(None);
         assert_eq!(off.is_sleeping(), json!({"is_sleeping": true}));
         assert!(off.held.lock().unwrap().is_some());

@@ -36,6 +36,7 @@ mod man_page;
 mod memory;
 mod models;
 mod models_pressure;
+mod models_sleep;
 mod nodes;
 mod nodes_checks;
 mod nodes_sim;

@@ -631,3 +631,15 @@ pub(crate) fn door_log(deck: &Deck) -> String {
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect()
 }
+
+/// `POST path` with no body: its status and body.
+pub(crate) fn post_status(url: &str, path: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-m", "30", "-X", "POST", "-w", "\n%{http_code}"])
+        .arg(format!("{url}{path}"))
+        .output()
+        .unwrap();
+    let text = support::text(&out.stdout);
+    let (body, code) = text.rsplit_once('\n').unwrap_or_default();
+    (code.parse().unwrap_or(0), body.to_string())
+}

@@ -8,6 +8,9 @@
 
 use std::time::{Duration, Instant};
 
+/// How long a wake may take when no start of its recipe was measured yet.
+const WAKE_UNMEASURED: Duration = Duration::from_secs(60);
+
 use super::Watch;
 use crate::context::Context;
 use crate::deploy::memory_beside;
@@ -88,8 +91,13 @@ impl Watch {
         let began = Instant::now();
         // While the models in the way go, this one's files are read in, where there is room
         // (a look that must wait for room leaves the reading on: the next start finds them).
-        let reading = self.read_in(&current.recipe, &model);
-        match self.evict_for(&current.recipe, &model).await {
+        let asleep = self.door.demand.asleep();
+        let reading = match asleep {
+            Some(_) => None,
+            None => self.read_in(&current.recipe, &model),
+        };
+        let waking = asleep.as_ref().map(|(u, _)| u);
+        match self.evict_for(&current.recipe, &model, waking).await {
             Ok(()) => {}
             Err(NoRoom::Busy(why)) => {
                 tracing::info!("model {model}: waits for room: {why}");
@@ -104,6 +112,11 @@ impl Watch {
         }
         if let Some(r) = reading {
             let _ = r.await;
+        }
+        if let Some((u, level)) = asleep {
+            if self.woken(&u, level, generation, began).await {
+                return;
+            }
         }
         let up = match self.start_recipe(&current.recipe, None).await {
             Ok(up) => Ok(up),
@@ -186,6 +199,50 @@ impl Watch {
         let _ = tokio::task::spawn_blocking(move || gone.iter().for_each(|f| f.drop_pages())).await;
     }
 
+    /// Its sleeping server `u` woken and routed to, within what a start of its recipe takes;
+    /// false when the wake failed (`u` is then stopped and a start follows).
+    async fn woken(&self, u: &Upstream, level: u8, generation: u64, began: Instant) -> bool {
+        let model = self.model_name();
+        let p50 = crate::starts::p50_s(&self.ctx.state, &u.recipe);
+        let limit = p50.map_or(WAKE_UNMEASURED, Duration::from_secs_f64);
+        match super::sleep::wake(&self.ctx, u, level, limit).await {
+            Ok(took) => {
+                self.door.demand.set_asleep(None);
+                let upstream = u.clone();
+                let switched = self.door.recover_to(generation, |next| {
+                    if let Some(e) = next
+                        .current
+                        .as_mut()
+                        .filter(|e| e.recipe == upstream.recipe)
+                    {
+                        e.upstream = Some(upstream.clone());
+                    }
+                });
+                if switched.await.is_err() {
+                    return true;
+                }
+                self.door.demand.loaded(began.elapsed());
+                self.door.metrics.loaded(&model);
+                let start = p50.map_or("not measured yet".into(), |s| format!("{s:.1} s"));
+                say!(
+                    "model {model}: {} woke in {:.2} s (its start: {start})",
+                    u.recipe,
+                    took.as_secs_f64()
+                );
+                true
+            }
+            Err(why) => {
+                say!(
+                    "model {model}: {} did not wake ({why}): stopped, started again",
+                    u.recipe
+                );
+                self.door.demand.set_asleep(None);
+                stop_unrouted(&self.ctx, &self.door, u).await;
+                false
+            }
+        }
+    }
+
     /// Every other model idle now is stopped (one with a request as it is judged keeps
     /// its route): the room a start that ran out of memory is given before its retry.
     async fn evict_every_idle(&self, model: &str) {
@@ -237,14 +294,21 @@ impl Watch {
     /// reserve) without stopping another model's production, the idle ones are evicted,
     /// least recently used first, until it does. The rest of the room (candidates, warm
     /// instances) is the switch plan's, as for any start.
-    async fn evict_for(&self, recipe: &str, model: &str) -> Result<(), NoRoom> {
+    async fn evict_for(
+        &self,
+        recipe: &str,
+        model: &str,
+        waking: Option<&Upstream>,
+    ) -> Result<(), NoRoom> {
         let ctx = &self.ctx;
         let set = crate::recipe::load_dir(&self.recipes_dir).map_err(NoRoom::Never)?;
         let loaded = set.get(recipe).map_err(NoRoom::Never)?;
-        let all = match ctx.runtimes.list().await {
+        let mut all = match ctx.runtimes.list().await {
             Ok((all, _)) => all,
             Err(e) => return Err(NoRoom::Busy(format!("the runtimes do not answer: {e}"))),
         };
+        // Its own sleeping server is planned as the start it is about to be.
+        all.retain(|d| waking.is_none_or(|w| w.deployment != d.id));
         // Already running (the start adopts a healthy instance): nothing to make room for.
         if all.iter().any(|d| d.name == recipe && d.running()) {
             return Ok(());
@@ -415,15 +479,33 @@ async fn release(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: 
     true
 }
 
-/// The end of an unload, its requests held: `u` stopped, counted and said.
+/// The end of an unload, its requests held: `u` put to sleep where its recipe asks for it
+/// (`serve.sleep: auto`), else stopped (a sleeping one that must go for room is stopped);
+/// counted and said.
 async fn stopped(ctx: &Context, door: &Door, u: &Upstream, why: Unloaded, said: &str) {
-    stop_unrouted(ctx, door, u).await;
     let label = match why {
         Unloaded::Ttl => "ttl",
         Unloaded::Evicted => "evicted",
         Unloaded::Boot => "boot",
     };
     let model = model_name(door);
+    let was_asleep = door
+        .demand
+        .asleep()
+        .is_some_and(|(a, _)| a.deployment == u.deployment);
+    if !was_asleep {
+        if let Some(level) = super::sleep::put_to_sleep(ctx, door, u).await {
+            door.demand.set_asleep(Some((u.clone(), level)));
+            door.metrics.unloaded(&model, label);
+            say!(
+                "model {model}: {} put to sleep, level {level} ({said})",
+                u.recipe
+            );
+            return;
+        }
+    }
+    door.demand.set_asleep(None);
+    stop_unrouted(ctx, door, u).await;
     door.metrics.unloaded(&model, label);
     say!("model {model}: {} unloaded ({said})", u.recipe);
 }

@@ -11,6 +11,7 @@
 //! process production or fallback is looked at and started without asking the engine.
 
 mod demand;
+mod sleep;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -199,7 +200,17 @@ impl Watch {
             };
         }
         match health_now(&self.client, &d).await {
-            Liveness::Running(Health::Ready | Health::Asleep) => Look::Fine,
+            Liveness::Running(Health::Ready) => Look::Fine,
+            // Asleep while routed to: its own idle sleep (llama-server's, which its next
+            // request ends) is well; one the door must wake (vLLM's, left asleep by a door
+            // that stopped) is woken, or its requests would wait for good.
+            Liveness::Running(Health::Asleep) => match sleep::woken_by_requests(&d) {
+                true => Look::Fine,
+                false => match sleep::wake_routed(&self.ctx, u).await {
+                    Ok(()) => Look::Fine,
+                    Err(why) => Look::Failing(format!("asleep, and its wake failed: {why}")),
+                },
+            },
             Liveness::Exited(_) | Liveness::Created => Look::Gone(format!("{} exited", u.recipe)),
             Liveness::Running(h @ Health::GenerationSilent { .. }) => Look::Silent(h.to_string()),
             Liveness::Running(h) => Look::Failing(h.to_string()),
