@@ -84,10 +84,6 @@ impl Watch {
         let generation = self.door.generation();
         let model = self.model_name();
         self.door.demand.set(Load::Starting);
-        say!(
-            "model {model}: starting {} for {waiting} waiting requests",
-            current.recipe
-        );
         let began = Instant::now();
         // While the models in the way go, this one's files are read in, where there is room
         // (a look that must wait for room leaves the reading on: the next start finds them).
@@ -110,6 +106,16 @@ impl Watch {
                 return;
             }
         }
+        // Said once room is made: a look that waits for another model's turn says nothing.
+        let how = if asleep.is_some() {
+            "waking"
+        } else {
+            "starting"
+        };
+        say!(
+            "model {model}: {how} {} for {waiting} waiting requests",
+            current.recipe
+        );
         if let Some(r) = reading {
             let _ = r.await;
         }
