@@ -139,24 +139,29 @@ fn two_models_that_do_not_fit_together_take_fair_turns() {
         })
     };
     let (a, b) = (client("a"), client("b"));
-    // Turns of 10 s: a window of a few turns decides the shares by which model had one
-    // more (a full CI run, three units on two cores, once saw 23%); six or so leave less
-    // to that.
-    std::thread::sleep(Duration::from_secs(65));
+    std::thread::sleep(Duration::from_secs(45));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let ((a_ok, a_failed, _), (b_ok, b_failed, _)) = (a.join().unwrap(), b.join().unwrap());
-    let starts: u64 = ["a", "b"]
-        .iter()
-        .map(|m| model_status(&deck, m)["loads"].as_u64().unwrap_or(0))
-        .sum();
+    let loads = ["a", "b"].map(|m| model_status(&deck, m)["loads"].as_u64().unwrap_or(0));
+    let starts: u64 = loads.iter().sum();
     let total = f64::from(a_ok + b_ok);
-    println!("a {a_ok} answered, b {b_ok}; {starts} starts");
+    println!("a {a_ok} answered, b {b_ok}; {starts} starts ({loads:?})");
     assert!(
         a_failed.is_empty() && b_failed.is_empty(),
         "{a_failed:?} {b_failed:?}"
     );
+    // The turns alternate: each model started as often as the other, give or take the turn
+    // the window ends in. What each answers in its turns is the clients' and the CPU's: on
+    // two cores shared with two other test units the same turns gave 23% and 29% (alone,
+    // 50%), so the share asked here is only that neither starves (it was 4%); the shares a
+    // quiet machine gives are the turns benchmark's (docs/GUIDE.md).
     assert!(
-        f64::from(a_ok.min(b_ok)) >= 0.3 * total,
+        loads[0].abs_diff(loads[1]) <= 1,
+        "{loads:?}: {}",
+        door_log(&deck)
+    );
+    assert!(
+        f64::from(a_ok.min(b_ok)) >= 0.2 * total,
         "a {a_ok}, b {b_ok}: {}",
         door_log(&deck)
     );
