@@ -26,6 +26,7 @@ mod host;
 mod images;
 mod import;
 mod job;
+mod keys;
 mod lock;
 mod memory;
 mod models;
@@ -50,6 +51,7 @@ mod state;
 mod stdio;
 mod units;
 mod upgrade;
+mod usage;
 mod yaml;
 
 /// The whole command line: parse, run, render; the exit code to end with.

@@ -15,6 +15,7 @@ mod images;
 mod import;
 mod init;
 mod jobs;
+mod keys;
 mod man;
 mod memory;
 mod output;
@@ -24,6 +25,7 @@ mod recipes;
 mod setup;
 mod status;
 mod upgrade;
+mod usage;
 
 use std::path::PathBuf;
 
@@ -116,6 +118,12 @@ pub(crate) enum Command {
     /// The front door: the process that owns the production port and switches between
     /// deployments without dropping a request.
     Frontdoor(frontdoor::FrontdoorArgs),
+    /// The front door's keys, one per client: `keys add NAME [--models A,B] [--admin]`
+    /// prints a key once; `keys list`, `keys revoke NAME`, `keys rotate NAME [--overlap D]`.
+    Keys(keys::KeysArgs),
+    /// What each key used at the front door: requests, errors, refusals past a limit,
+    /// tokens in and out, time waited (`--since 24h`, `--key NAME`).
+    Usage(usage::UsageArgs),
     /// What each recipe measurably held at its starts (the memory plan counts it when it is
     /// more than the recipe declares); `memory forget NAME` drops a recipe's figures.
     Memory(memory::MemoryArgs),
@@ -172,6 +180,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Frontdoor(args) => args.exec(g, &out),
         Command::Prune(args) => args.exec(g, &out),
         Command::Memory(args) => args.exec(g, &out),
+        Command::Keys(args) => args.exec(g, &out),
+        Command::Usage(args) => args.exec(g, &out),
         Command::Run(args) => args.exec(g, &out),
         Command::Jobs(args) => args.exec(g, &out),
         Command::Stop(args) => args.exec(g, &out),

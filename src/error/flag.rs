@@ -76,6 +76,12 @@ pub enum FlagProblem {
     ConcurrencyZero,
     /// A `--rate` that is not positive.
     Rate,
+    /// `keys add NAME` with a name that is not letters, digits, `-`, `_`, `.`.
+    KeyName { name: String },
+    /// `keys add NAME` for a name a key has.
+    KeyExists { name: String },
+    /// `keys revoke|rotate NAME` for a name no key has.
+    NoKey { name: String, keys: Vec<String> },
 }
 
 impl FlagProblem {
@@ -101,6 +107,9 @@ impl FlagProblem {
             FlagProblem::NoRecipeNamed => "NAME".into(),
             FlagProblem::PortOfContainer { .. } => "--port".into(),
             FlagProblem::NoCommandLine { .. } => "--pid".into(),
+            FlagProblem::KeyName { name }
+            | FlagProblem::KeyExists { name }
+            | FlagProblem::NoKey { name, .. } => format!("key {name}"),
             FlagProblem::Bandwidth => "--bandwidth-gbps".into(),
             FlagProblem::RepeatZero => "--repeat 0".into(),
             FlagProblem::ConcurrencyZero => "--concurrency 0".into(),
@@ -203,6 +212,20 @@ impl fmt::Display for FlagProblem {
                 f.write_str("a level is 1 or more streams (e.g. --concurrency 1,4,16)")
             }
             FlagProblem::Rate => f.write_str("give a positive number of requests per second"),
+            FlagProblem::KeyName { .. } => {
+                f.write_str("name a key with letters, digits, `-`, `_` and `.`")
+            }
+            FlagProblem::KeyExists { name } => write!(
+                f,
+                "it exists: `sparkctl keys rotate {name}` gives it a new secret, `keys revoke \
+                 {name}` ends it"
+            ),
+            FlagProblem::NoKey { keys, .. } if keys.is_empty() => {
+                f.write_str("there are no keys: `sparkctl keys add NAME` makes one")
+            }
+            FlagProblem::NoKey { keys, .. } => {
+                write!(f, "there is no such key; the keys: {}", keys.join(", "))
+            }
         }
     }
 }

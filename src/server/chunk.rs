@@ -41,11 +41,17 @@ pub(crate) struct ChunkDelta<'a> {
 #[derive(serde::Deserialize)]
 pub(crate) struct RunningCount {
     pub(in crate::server) predicted_n: Option<u64>,
+    #[serde(default)]
+    pub(in crate::server) prompt_n: Option<u64>,
 }
 
 #[derive(serde::Deserialize)]
 pub(crate) struct RunningUsage {
+    /// Anthropic's Messages and OpenAI's Responses name them input and output.
+    #[serde(default, alias = "output_tokens")]
     pub(in crate::server) completion_tokens: Option<u64>,
+    #[serde(default, alias = "input_tokens")]
+    pub(in crate::server) prompt_tokens: Option<u64>,
 }
 
 impl ChunkChoice<'_> {

@@ -75,6 +75,14 @@ pub(crate) fn control(method: &Method, path: &str) -> Option<&'static str> {
     (WRITTEN.iter()).find(|r| !reads && under(r)).copied()
 }
 
+/// What a client asking `route` is told.
+pub(crate) fn refusal(route: &str) -> String {
+    format!(
+        "{route} controls the engine and is the front door's own: clients behind the door do \
+         not reach it (serve.sleep in the recipe lets the door sleep a model)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

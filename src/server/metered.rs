@@ -8,14 +8,44 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::Response;
 
 use super::live::Live;
 use super::metrics::Metrics;
-use super::quality::{Asked, Verdict};
+use super::quality::{Answer, Asked, Verdict};
 use super::reading::Reading;
 use super::rollout::{CanaryStream, PairSlot, Rollout};
 use super::route::{Lease, Upstream};
+
+pub(crate) type ProxyBody = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+pub(super) fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
+    for (name, value) in from {
+        let n = name.as_str();
+        // CORS is the door's (`origin`), in either direction.
+        let dropped = HOP_BY_HOP.contains(&n) || super::origin::is_cors(name);
+        if dropped || (drop_auth && name == hyper::header::AUTHORIZATION) {
+            continue;
+        }
+        to.append(name.clone(), value.clone());
+    }
+}
 
 /// Where an answer's verdict goes beside production's live window: a rollout's side.
 pub(super) enum Side {
@@ -33,6 +63,8 @@ pub(super) struct Judging {
     pub(super) arrived: Instant,
     pub(super) asked: Option<Asked>,
     pub(super) side: Side,
+    /// Its key's hold (shared with the request until its answer's end).
+    pub(super) permit: Option<super::quota::Permit>,
 }
 
 impl Judging {
@@ -66,6 +98,8 @@ pub(super) struct Metered {
     pub(super) canary: Option<Arc<Rollout>>,
     pub(super) upstream: Upstream,
     pub(super) lease: Option<Lease>,
+    /// Its key's hold, told the answer's tokens at its end.
+    pub(super) permit: Option<super::quota::Permit>,
 }
 
 impl Metered {
@@ -91,11 +125,15 @@ impl Metered {
 impl Drop for Metered {
     fn drop(&mut self) {
         self.metrics.finished(&self.recipe);
+        if let (Some(p), Some(r)) = (&self.permit, &self.reading) {
+            p.tokens(r.tokens());
+        }
         let verdict = self.reading.take().and_then(|r| r.verdict(self.arrived));
         if let Some(j) = self.judging.take() {
             j.record(&self.live, &self.upstream, verdict);
         }
         drop(self.lease.take());
+        drop(self.permit.take());
     }
 }
 
@@ -130,6 +168,9 @@ impl Body for Metered {
             }
             Poll::Ready(Some(Err(e))) => {
                 this.metrics.error(&this.recipe, "stream");
+                if let Some(p) = &this.permit {
+                    p.broke();
+                }
                 if let Some(r) = this.reading.as_mut() {
                     r.broke(format!("the stream broke: {e}"));
                 }
@@ -152,4 +193,67 @@ impl Body for Metered {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// The upstream's answer to a client: metered, judged where it is asked, counted to its key.
+pub(super) fn respond(
+    (metrics, live): (&Arc<Metrics>, &Arc<Live>),
+    resp: Response<Incoming>,
+    upstream: Upstream,
+    lease: Option<Lease>,
+    judging: Judging,
+) -> Response<ProxyBody> {
+    let recipe = upstream.recipe.clone();
+    // Which instance answered: a client (and a test) can tell a switch happened.
+    let answered_by = format!("{} {}", upstream.recipe, upstream.deployment);
+    metrics.status(&recipe, resp.status().as_u16());
+    let permit = judging.permit.clone();
+    if let Some(p) = &permit {
+        p.answered(resp.status().as_u16());
+    }
+    let (parts, body) = resp.into_parts();
+    metrics.started(&recipe);
+    let arrived = judging.arrived;
+    let (answer, judging) = match judging.asked {
+        Some(_) if parts.status.is_server_error() => {
+            let why = format!("answered {}", parts.status);
+            judging.record(live, &upstream, Some(Verdict::failed(arrived, why)));
+            (None, None)
+        }
+        Some(a) if parts.status.is_success() => {
+            let answer = Answer::new(a, arrived);
+            let answer = match judging.side {
+                Side::Pair(_) => answer.keeping_text(),
+                _ => answer,
+            };
+            (Some(answer), Some(judging))
+        }
+        _ => (None, None),
+    };
+    let canary = match judging.as_ref().map(|j| &j.side) {
+        Some(Side::Candidate(stream)) => Some(stream.rollout()),
+        _ => None,
+    };
+    let metered = Metered {
+        inner: body,
+        metrics: metrics.clone(),
+        live: live.clone(),
+        recipe,
+        arrived,
+        reading: Some(Reading::new(&parts.headers, answer, permit.is_some())),
+        last_token: None,
+        judging,
+        canary,
+        upstream,
+        lease,
+        permit,
+    };
+    let mut out = Response::new(metered.boxed());
+    *out.status_mut() = parts.status;
+    copy_headers(&parts.headers, out.headers_mut(), false);
+    if let Ok(v) = HeaderValue::from_str(&answered_by) {
+        out.headers_mut()
+            .insert(HeaderName::from_static("x-sparkctl-upstream"), v);
+    }
+    out
 }

@@ -315,8 +315,7 @@ impl Exposed for Serving {
 pub(crate) fn page(
     metrics: &Arc<Metrics>,
     routes: Vec<Route>,
-    live: &Arc<Live>,
-    capture: &Arc<Capture>,
+    (live, capture, quota): (&Arc<Live>, &Arc<Capture>, &Arc<super::quota::Quota>),
     format: Format,
 ) -> String {
     exposition::encode(
@@ -326,6 +325,7 @@ pub(crate) fn page(
             Box::new(Serving(routes)),
             Box::new(live.clone()),
             Box::new(capture.clone()),
+            Box::new(quota.clone()),
         ],
     )
 }

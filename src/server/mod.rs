@@ -38,6 +38,7 @@ pub(crate) mod origin;
 pub(crate) mod page;
 pub(crate) mod proxy;
 pub(crate) mod quality;
+pub(crate) mod quota;
 pub(crate) mod reading;
 pub(crate) mod rollout;
 pub(crate) mod route;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
@@ -20,34 +20,20 @@ use tokio::sync::{mpsc, watch};
 
 use super::accept::{self, Conns, Limits};
 use super::body::{Budget, Refused};
+use super::key::Caller;
 use super::lanes::{Lanes, Pick};
 use super::live::Live;
-use super::metered::{Judging, Metered, Side};
+use super::metered::{copy_headers, Judging, ProxyBody, Side};
 use super::metrics::{Event, Metrics};
 use super::origin;
-use super::quality::{Answer, Verdict};
-use super::reading::Reading;
+use super::quality::Verdict;
+use super::quota::{Limited, Permit};
 use super::rollout::Way;
-use super::route::{Lease, Refusal, Upstream};
+use super::route::{Refusal, Upstream};
 use crate::exposition::Format;
 
 /// How long a shadow copy's answer may take: the longest a client waits for one.
 const COPY_LIMIT: Duration = Duration::from_secs(600);
-
-pub(crate) type ProxyBody = BoxBody<Bytes, hyper::Error>;
-
-/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-];
 
 pub(crate) struct Proxy {
     /// Every model's lane: where a request goes; the live page's production and state dir.
@@ -63,8 +49,8 @@ pub(crate) struct Proxy {
     client: Client<HttpConnector, Full<Bytes>>,
     /// How long a request may wait for an upstream.
     hold: Duration,
-    /// `Authorization: Bearer KEY` required when set; never logged.
-    api_key: Option<String>,
+    /// Who a request is, by its key (`key::Access`); keys are never logged.
+    access: super::key::Access,
     /// The watch hears of an upstream that did not answer.
     unreachable: mpsc::UnboundedSender<Upstream>,
     /// Memory for request bodies.
@@ -79,7 +65,7 @@ impl Proxy {
         live: Arc<Live>,
         capture: Arc<super::capture::Capture>,
         hold: Duration,
-        api_key: Option<String>,
+        access: super::key::Access,
         unreachable: mpsc::UnboundedSender<Upstream>,
     ) -> Proxy {
         let mut connector = HttpConnector::new();
@@ -95,7 +81,7 @@ impl Proxy {
             capture,
             client,
             hold,
-            api_key,
+            access,
             unreachable,
             bodies: Budget::default(),
         }
@@ -141,6 +127,21 @@ fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
     json(status, &body)
 }
 
+/// 429: `key` is past a limit; when to come back.
+fn limited(key: &str, l: &Limited) -> Response<ProxyBody> {
+    let body = serde_json::json!({"error": {
+        "message": l.message(key), "type": "rate_limit_error", "code": l.code(),
+    }});
+    let mut r = json(StatusCode::TOO_MANY_REQUESTS, &body);
+    let after = l.retry_after.as_secs().max(1);
+    r.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from(after));
+    r
+}
+
+/// Each key's use, as its caller may see it: a client key its own alone.
+const USAGE: &str = "/_sparkctl/usage";
+
 fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     let mut r = text(status, body.to_string());
     r.headers_mut().insert(
@@ -154,7 +155,8 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
 fn metrics_page(proxy: &Proxy, headers: &HeaderMap) -> Response<ProxyBody> {
     let routes: Vec<_> = proxy.lanes.all().iter().map(|d| d.table.route()).collect();
     let format = Format::asked(headers);
-    let page = super::metrics::page(&proxy.metrics, routes, &proxy.live, &proxy.capture, format);
+    let parts = (&proxy.live, &proxy.capture, &proxy.access.quota);
+    let page = super::metrics::page(&proxy.metrics, routes, parts, format);
     let mut r = text(StatusCode::OK, page);
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -170,7 +172,14 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         return error(why.status(), &why.message());
     }
     let path = req.uri().path().to_string();
-    let authorized = super::key::authorized(proxy.api_key.as_deref(), req.headers());
+    let who = proxy.access.caller(req.headers());
+    let authorized = who.admin();
+    if path == USAGE {
+        return match who {
+            Caller::Nobody => error(StatusCode::UNAUTHORIZED, "usage needs a key"),
+            _ => json(StatusCode::OK, &super::key::usage(&proxy.access, &who)),
+        };
+    }
     // The live page decides itself what it shows without the key (a shell that asks it).
     if super::page::owns(&path) {
         let lanes = &proxy.lanes;
@@ -185,13 +194,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
     }
     // The engines' own control (sleep, weights, RPC) is the door's, never a client's.
     if let Some(route) = super::engine_routes::control(req.method(), &path) {
-        return error(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "{route} controls the engine and is the front door's own: clients behind the \
-                 door do not reach it (serve.sleep in the recipe lets the door sleep a model)"
-            ),
-        );
+        return error(StatusCode::FORBIDDEN, &super::engine_routes::refusal(route));
     }
     let caller = origin::caller(req.headers(), &config.origins);
     if origin::preflight(req.method(), req.headers()) {
@@ -209,15 +212,19 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             ),
         );
     }
-    if !authorized {
+    if matches!(who, Caller::Nobody) {
         return error(
             StatusCode::UNAUTHORIZED,
             "this front door needs `Authorization: Bearer <key>`",
         );
     }
     let mut r = match path.as_str() {
+        "/metrics" if !authorized => error(
+            StatusCode::FORBIDDEN,
+            "/metrics needs an admin key (`sparkctl keys add NAME --admin`)",
+        ),
         "/metrics" => metrics_page(proxy, req.headers()),
-        _ => proxied(proxy, req).await,
+        _ => proxied(proxy, req, &who).await,
     };
     origin::allow(&caller, r.headers_mut());
     r
@@ -245,7 +252,7 @@ fn health(proxy: &Proxy, method: &hyper::Method) -> Response<ProxyBody> {
 }
 
 /// A request for a model's server, from its body on.
-async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Response<ProxyBody> {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
     let client = parts.extensions.get::<super::accept::Client>().copied();
@@ -258,7 +265,18 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         .pick(&parts.method, parts.uri.path(), &body.bytes)
     {
         Pick::Lane(door) => door,
-        Pick::Answer(status, v) => return json(status, &v),
+        Pick::Answer(status, v) => return json(status, &super::key::scoped(v, caller)),
+    };
+    let model = crate::models::answers_to(&door.model(), &door.production()).unwrap_or_default();
+    if !caller.reaches(&model) {
+        return json(
+            StatusCode::FORBIDDEN,
+            &super::key::out_of_scope(&model, caller),
+        );
+    }
+    let permit = match proxy.access.admit(caller) {
+        Ok(p) => p,
+        Err((key, l)) => return limited(&key, &l),
     };
     // Its model's server unloaded: its watch starts it while the request waits.
     door.want();
@@ -280,13 +298,14 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         &parts,
         &forward_path,
         &body.bytes,
-        (arrived, asked),
+        (arrived, asked, permit.clone()),
     );
     let mut judging = match rollout.await {
         Ok(side) => Some(Judging {
             arrived,
             asked,
             side,
+            permit: permit.clone(),
         }),
         Err(answered) => return answered,
     };
@@ -302,6 +321,9 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         };
         // Its wait so far: for its model's server, a switch, a start on demand.
         let waited = queued.elapsed();
+        if let Some(p) = &permit {
+            p.waited(waited);
+        }
         if !held && arrived.elapsed() > Duration::from_millis(5) {
             held = true;
             proxy.metrics.event(Event::Held);
@@ -316,7 +338,13 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 proxy.metrics.waited(&model, waited.as_secs_f64());
                 let upstream = lease.upstream.clone();
                 let judged = judging.take().expect("answered once");
-                let mut r = respond(proxy, resp, upstream, Some(lease), judged);
+                let mut r = super::metered::respond(
+                    (&proxy.metrics, &proxy.live),
+                    resp,
+                    upstream,
+                    Some(lease),
+                    judged,
+                );
                 // What it waited for its model's server, for a client to tell.
                 r.headers_mut().insert(
                     HeaderName::from_static("x-sparkctl-queued-ms"),
@@ -381,7 +409,7 @@ async fn meet_rollout(
     parts: &hyper::http::request::Parts,
     forward_path: &str,
     body: &Bytes,
-    (arrived, asked): (Instant, Option<super::quality::Asked>),
+    (arrived, asked, permit): (Instant, Option<super::quality::Asked>, Option<Permit>),
 ) -> Result<Side, Response<ProxyBody>> {
     let Some(rollout) = door.rollout.get() else {
         return Ok(Side::None);
@@ -405,8 +433,15 @@ async fn meet_rollout(
                         arrived,
                         asked,
                         side: Side::Candidate(stream),
+                        permit,
                     };
-                    return Err(respond(proxy, resp, r.candidate.clone(), None, judged));
+                    return Err(super::metered::respond(
+                        (&proxy.metrics, &proxy.live),
+                        resp,
+                        r.candidate.clone(),
+                        None,
+                        judged,
+                    ));
                 }
                 // Nothing reached the client: production answers it.
                 Ok(Ok(resp)) if resp.status().is_client_error() => r.passed_on(),
@@ -491,18 +526,6 @@ fn never_taken(e: &hyper_util::client::legacy::Error) -> bool {
     false
 }
 
-fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool) {
-    for (name, value) in from {
-        let n = name.as_str();
-        // CORS is the door's (`origin`), in either direction.
-        let dropped = HOP_BY_HOP.contains(&n) || origin::is_cors(name);
-        if dropped || (drop_auth && name == hyper::header::AUTHORIZATION) {
-            continue;
-        }
-        to.append(name.clone(), value.clone());
-    }
-}
-
 /// The client's request, for `upstream`.
 fn request(
     proxy: &Proxy,
@@ -516,7 +539,7 @@ fn request(
         .uri(format!("{}{path}", upstream.url))
         .body(Full::new(body.clone()))
         .expect("method and URI come from a valid request");
-    copy_headers(&parts.headers, req.headers_mut(), proxy.api_key.is_some());
+    copy_headers(&parts.headers, req.headers_mut(), proxy.access.keyed());
     req
 }
 
@@ -529,61 +552,4 @@ async fn forward(
 ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
     let req = request(proxy, upstream, parts, path, body);
     proxy.client.request(req).await
-}
-
-fn respond(
-    proxy: &Proxy,
-    resp: Response<Incoming>,
-    upstream: Upstream,
-    lease: Option<Lease>,
-    judging: Judging,
-) -> Response<ProxyBody> {
-    let recipe = upstream.recipe.clone();
-    // Which instance answered: a client (and a test) can tell a switch happened.
-    let answered_by = format!("{} {}", upstream.recipe, upstream.deployment);
-    proxy.metrics.status(&recipe, resp.status().as_u16());
-    let (parts, body) = resp.into_parts();
-    proxy.metrics.started(&recipe);
-    let arrived = judging.arrived;
-    let (answer, judging) = match judging.asked {
-        Some(_) if parts.status.is_server_error() => {
-            let why = format!("answered {}", parts.status);
-            judging.record(&proxy.live, &upstream, Some(Verdict::failed(arrived, why)));
-            (None, None)
-        }
-        Some(a) if parts.status.is_success() => {
-            let answer = Answer::new(a, arrived);
-            let answer = match judging.side {
-                Side::Pair(_) => answer.keeping_text(),
-                _ => answer,
-            };
-            (Some(answer), Some(judging))
-        }
-        _ => (None, None),
-    };
-    let canary = match judging.as_ref().map(|j| &j.side) {
-        Some(Side::Candidate(stream)) => Some(stream.rollout()),
-        _ => None,
-    };
-    let metered = Metered {
-        inner: body,
-        metrics: proxy.metrics.clone(),
-        live: proxy.live.clone(),
-        recipe,
-        arrived,
-        reading: Some(Reading::new(&parts.headers, answer)),
-        last_token: None,
-        judging,
-        canary,
-        upstream,
-        lease,
-    };
-    let mut out = Response::new(metered.boxed());
-    *out.status_mut() = parts.status;
-    copy_headers(&parts.headers, out.headers_mut(), false);
-    if let Ok(v) = HeaderValue::from_str(&answered_by) {
-        out.headers_mut()
-            .insert(HeaderName::from_static("x-sparkctl-upstream"), v);
-    }
-    out
 }

@@ -34,6 +34,12 @@ pub(crate) struct Reading {
     ended: bool,
     /// The server failed it (an error event, a broken stream).
     failed: Option<String>,
+    /// The server reported a token count (else `chunks` stands for it).
+    reported: bool,
+    /// Token-bearing chunks seen.
+    chunks: u64,
+    /// Prompt tokens, as the server reported them.
+    prompt: Option<u64>,
 }
 
 /// The parts of a whole chat completion its judgement reads.
@@ -70,11 +76,12 @@ pub(crate) fn is_stream(headers: &HeaderMap) -> bool {
 }
 
 impl Reading {
-    /// A reading of a body with `headers`; `answer`: judged as well.
-    pub(crate) fn new(headers: &HeaderMap, answer: Option<Answer>) -> Reading {
+    /// A reading of a body with `headers`; `answer`: judged as well; `count`: its tokens
+    /// counted (a whole answer is then kept, within its limit, for its usage).
+    pub(crate) fn new(headers: &HeaderMap, answer: Option<Answer>, count: bool) -> Reading {
         let form = match is_stream(headers) {
             true => Form::Stream(crate::bench::sse::Parser::default()),
-            false => Form::Whole(answer.is_some().then(Vec::new)),
+            false => Form::Whole((answer.is_some() || count).then(Vec::new)),
         };
         Reading {
             form,
@@ -82,6 +89,40 @@ impl Reading {
             answer,
             ended: false,
             failed: None,
+            reported: false,
+            chunks: 0,
+            prompt: None,
+        }
+    }
+
+    /// The tokens read so far: the server's counts where it gave them, else one per
+    /// token-bearing chunk.
+    pub(crate) fn tokens(&self) -> super::quota::Tokens {
+        super::quota::Tokens {
+            prompt: self.prompt,
+            out: if self.reported {
+                self.running
+            } else {
+                self.chunks
+            },
+            counted: !self.reported && self.chunks > 0,
+        }
+    }
+
+    /// The counts a chunk or a whole answer reports.
+    fn counts(
+        &mut self,
+        timings: Option<&super::chunk::RunningCount>,
+        usage: Option<&super::chunk::RunningUsage>,
+    ) {
+        let prompt = (timings.and_then(|t| t.prompt_n)).or(usage.and_then(|u| u.prompt_tokens));
+        if prompt.is_some() {
+            self.prompt = prompt;
+        }
+        let out = (timings.and_then(|t| t.predicted_n)).or(usage.and_then(|u| u.completion_tokens));
+        if let Some(n) = out {
+            self.reported = true;
+            self.running = self.running.max(n);
         }
     }
 
@@ -120,6 +161,8 @@ impl Reading {
                 true => self.tokens_in(&chunk),
                 false => 0,
             };
+            self.chunks += u64::from(bears);
+            self.counts(chunk.timings.as_ref(), chunk.usage.as_ref());
             if let (Some(a), Some(c)) = (self.answer.as_mut(), chunk.choices.first()) {
                 let delta = Delta {
                     content: c.delta.content.as_deref(),
@@ -171,12 +214,24 @@ impl Reading {
             // Too large to judge: not judged, rather than judged empty.
             self.answer = None;
         }
-        let (Form::Whole(Some(body)), Some(a)) = (&self.form, self.answer.as_mut()) else {
+        let Form::Whole(Some(body)) = &self.form else {
+            return;
+        };
+        let whole = serde_json::from_slice::<Whole>(body);
+        if let Ok(w) = &whole {
+            let usage = w.usage.as_ref();
+            let prompt = usage.and_then(|u| u.prompt_tokens);
+            self.prompt = prompt.or(self.prompt);
+            if let Some(n) = usage.and_then(|u| u.completion_tokens) {
+                (self.reported, self.running) = (true, n);
+            }
+        }
+        let Some(a) = self.answer.as_mut() else {
             return;
         };
         let now = Instant::now();
         a.whole();
-        match serde_json::from_slice::<Whole>(body) {
+        match whole {
             Ok(w) => {
                 let c = w.choices.first();
                 let m = c.and_then(|c| c.message.as_ref());
@@ -222,7 +277,11 @@ mod tests {
             "text/event-stream".parse().unwrap(),
         );
         let arrived = Instant::now();
-        let mut r = Reading::new(&headers, Some(Answer::new(Asked::default(), arrived)));
+        let mut r = Reading::new(
+            &headers,
+            Some(Answer::new(Asked::default(), arrived)),
+            false,
+        );
         let event = format!(
             "data: {{\"error\":{{\"message\":\"{}\"}}}}\n\n",
             "é".repeat(1 << 19)

@@ -38,6 +38,8 @@ pub(crate) struct Opened {
     stop: watch::Sender<bool>,
     proxy_conns: Conns,
     listen_fd: i32,
+    /// Each key's use, written at the stop.
+    quota: Arc<super::quota::Quota>,
 }
 
 /// Starts proxying on `listen_fd` (the production port's socket) and answering the control
@@ -110,7 +112,8 @@ pub(crate) async fn open(
         described(&routes),
         limits.connections
     );
-    let api_key = config.api_key()?;
+    let access = super::key::Access::new(config.api_key()?, state);
+    let quota = access.quota.clone();
     let shared = Arc::new(Shared::new(state.clone(), config, book));
     let (lanes, added) = Lanes::open(shared, routes, recipes_dir.to_path_buf());
     let door = lanes.primary();
@@ -121,7 +124,7 @@ pub(crate) async fn open(
         door.live.clone(),
         door.capture.clone(),
         door.config.hold,
-        api_key,
+        access,
         unreachable_tx,
     ));
     let (stop, stopped) = watch::channel(false);
@@ -133,6 +136,7 @@ pub(crate) async fn open(
     };
     control::listen(&socket, lanes.clone(), control_limits, stopped.clone())?;
     tokio::spawn(super::page::sample(door.clone(), stopped.clone()));
+    tokio::spawn(quota.clone().keep_written(stopped.clone()));
     let proxy_conns = Conns::new(limits.connections);
     tokio::spawn(proxy::serve(
         listener,
@@ -148,6 +152,7 @@ pub(crate) async fn open(
         stop,
         proxy_conns,
         listen_fd,
+        quota,
     })
 }
 
@@ -166,6 +171,7 @@ impl Opened {
             stop,
             proxy_conns,
             listen_fd,
+            quota,
         } = self;
         let watching = tokio::spawn(watch(unreachable, added));
         let supervised = tokio::spawn(stay_supervised(
@@ -198,6 +204,7 @@ impl Opened {
         );
         let deadline = tokio::time::Instant::now() + lanes.shared.config.drain;
         let left = proxy_conns.drained(deadline).await;
+        quota.flush();
         super::say!(
             "front door server pid {} done{}",
             std::process::id(),

@@ -133,7 +133,7 @@ pub(crate) const VARS: &[Var] = &[
     Var {
         name: FRONTDOOR_API_KEY,
         default: "none",
-        meaning: "the key clients must send to the production port",
+        meaning: "the door's own key, an admin's (client keys: `sparkctl keys`)",
     },
     Var {
         name: FRONTDOOR_API_KEY_FILE,

@@ -28,6 +28,7 @@ mod import;
 mod job_lineage;
 mod job_resources;
 mod jobs;
+mod keys;
 mod layout;
 mod live_page;
 mod live_quality;

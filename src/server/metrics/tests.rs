@@ -142,13 +142,17 @@ async fn scripted_page(format: Format) -> String {
     live.golden("prod", &round(&["capital"]));
     live.golden("cand", &round(&[]));
 
-    page(
+    // No key has been used: the keys' families are left out, as on a door without keys.
+    let dir = std::env::temp_dir().join(format!("sparkctl-metrics-{}", crate::state::new_run_id()));
+    let quota = crate::server::quota::Quota::new(&crate::state::StateDir::open(&dir).unwrap());
+    let page = page(
         &Arc::new(m),
         routes.to_vec(),
-        &Arc::new(live),
-        &no_capture(),
+        (&Arc::new(live), &no_capture(), &quota),
         format,
-    )
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    page
 }
 
 /// The same HELP and TYPE lines, series and values as before the encoder changed, line by

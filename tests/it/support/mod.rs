@@ -908,19 +908,29 @@ impl Traffic {
     /// As `start`, a client that gives a request up after `patience` (a transport error):
     /// one that hangs is a failure, not a stall of the test.
     pub fn impatient(url: &str, every: Duration, patience: Duration) -> Traffic {
-        Traffic::spawn_with(url, every, "any", true, patience)
+        Traffic::spawn_with(url, every, "any", (true, patience, None))
+    }
+
+    /// As `asking_for`, sending `Authorization: Bearer key`.
+    pub fn with_key(url: &str, every: Duration, model: &str, key: &str) -> Traffic {
+        let patience = Duration::from_secs(300);
+        Traffic::spawn_with(url, every, model, (true, patience, Some(key.to_string())))
     }
 
     fn spawn(url: &str, every: Duration, model: &str, keep_alive: bool) -> Traffic {
-        Traffic::spawn_with(url, every, model, keep_alive, Duration::from_secs(300))
+        Traffic::spawn_with(
+            url,
+            every,
+            model,
+            (keep_alive, Duration::from_secs(300), None),
+        )
     }
 
     fn spawn_with(
         url: &str,
         every: Duration,
         model: &str,
-        keep_alive: bool,
-        patience: Duration,
+        how: (bool, Duration, Option<String>),
     ) -> Traffic {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -931,14 +941,7 @@ impl Traffic {
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(traffic(
-                    url,
-                    every,
-                    model,
-                    (keep_alive, patience),
-                    flag,
-                    count,
-                ))
+                .block_on(traffic(url, every, model, how, flag, count))
         });
         Traffic {
             stop,
@@ -971,7 +974,7 @@ async fn traffic(
     url: String,
     every: Duration,
     model: String,
-    (keep_alive, patience): (bool, Duration),
+    (keep_alive, patience, key): (bool, Duration, Option<String>),
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> TrafficReport {
@@ -994,12 +997,11 @@ async fn traffic(
     };
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         let began = Instant::now();
-        match client
-            .post(format!("{url}/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-        {
+        let mut asked = client.post(format!("{url}/v1/chat/completions"));
+        if let Some(k) = &key {
+            asked = asked.bearer_auth(k);
+        }
+        match asked.json(&body).send().await {
             Err(e) => report.transport_errors.push(format!("{e:?}")),
             Ok(r) => {
                 let status = r.status().as_u16();
