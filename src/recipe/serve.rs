@@ -37,6 +37,25 @@ pub(crate) struct Serve {
     /// stopped, and woken for its next request; `off` (the default): stopped.
     #[serde(default, skip_serializing_if = "Sleep::is_off")]
     pub(crate) sleep: Sleep,
+    /// Requests its server answers at once; more wait at the front door and are let in
+    /// turn by key, so one flooding client cannot starve another. Left out: read from the
+    /// server's own flag (`--parallel`/`-np`, vLLM's `--max-num-seqs`, the sim's
+    /// `--slots`); with none there, the door holds nothing back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) slots: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_are_read_from_the_servers_own_flags() {
+        let of = |a: &[&str]| super::slots_in(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(of(&["-m", "x.gguf", "--parallel", "2"]), Some(2));
+        assert_eq!(of(&["-np", "4"]), Some(4));
+        assert_eq!(of(&["--max-num-seqs=8"]), Some(8));
+        assert_eq!(of(&["--slots", "0"]), None);
+        assert_eq!(of(&["--port", "1"]), None);
+    }
 }
 
 /// Whether an idle model sleeps rather than stops (`serve.sleep`).
@@ -60,6 +79,7 @@ pub(crate) fn chooses_several(r: &Recipe) -> bool {
     r.serve.as_ref().is_some_and(|s| {
         let alone = Serve {
             sleep: Sleep::Off,
+            slots: None,
             ..s.clone()
         };
         alone != Serve::default()
@@ -100,9 +120,29 @@ pub(crate) fn is_default(r: &Recipe) -> bool {
     r.serve.as_ref().is_some_and(|s| s.default)
 }
 
-/// `r`'s serve section, defaults when it has none.
+/// `r`'s serve section, defaults when it has none; its slots read from the server's flags
+/// when it gives none.
 pub(crate) fn of(r: &Recipe) -> Serve {
-    r.serve.clone().unwrap_or_default()
+    let mut s = r.serve.clone().unwrap_or_default();
+    s.slots = s.slots.or_else(|| slots_in(&r.server.args));
+    s
+}
+
+/// The requests at once a server's own flags give it (0, the sim's "no limit": none).
+fn slots_in(args: &[String]) -> Option<u32> {
+    const FLAGS: [&str; 4] = ["--parallel", "-np", "--max-num-seqs", "--slots"];
+    let mut found = None;
+    for (i, a) in args.iter().enumerate() {
+        let value = match a.split_once('=') {
+            Some((flag, v)) if FLAGS.contains(&flag) => Some(v),
+            None if FLAGS.contains(&a.as_str()) => args.get(i + 1).map(String::as_str),
+            _ => None,
+        };
+        if let Some(v) = value {
+            found = v.trim().parse::<u32>().ok();
+        }
+    }
+    found.filter(|n| *n > 0)
 }
 
 pub(super) fn check(out: &mut Report, r: &Recipe) {
@@ -118,6 +158,13 @@ pub(super) fn check(out: &mut Report, r: &Recipe) {
                 }
                 _ => "drop serve.sleep: only vllm (and the sim) sleep here",
             },
+        );
+    }
+    if s.slots == Some(0) {
+        out.bad(
+            "serve.slots",
+            "0 slots would let no request in".to_string(),
+            "give the requests its server answers at once (1 or more), or leave it out",
         );
     }
     if let Some(ttl) = s.ttl {

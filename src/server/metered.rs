@@ -98,6 +98,8 @@ pub(super) struct Metered {
     pub(super) canary: Option<Arc<Rollout>>,
     pub(super) upstream: Upstream,
     pub(super) lease: Option<Lease>,
+    /// Its turn at the server among the keys (`fair`), until its last byte.
+    pub(super) turn: Option<super::fair::Turn>,
     /// Its key's hold, told the answer's tokens at its end.
     pub(super) permit: Option<super::quota::Permit>,
 }
@@ -133,6 +135,7 @@ impl Drop for Metered {
             j.record(&self.live, &self.upstream, verdict);
         }
         drop(self.lease.take());
+        drop(self.turn.take());
         drop(self.permit.take());
     }
 }
@@ -200,7 +203,7 @@ pub(super) fn respond(
     (metrics, live): (&Arc<Metrics>, &Arc<Live>),
     resp: Response<Incoming>,
     upstream: Upstream,
-    lease: Option<Lease>,
+    (lease, turn): (Option<Lease>, Option<super::fair::Turn>),
     judging: Judging,
 ) -> Response<ProxyBody> {
     let recipe = upstream.recipe.clone();
@@ -246,6 +249,7 @@ pub(super) fn respond(
         canary,
         upstream,
         lease,
+        turn,
         permit,
     };
     let mut out = Response::new(metered.boxed());

@@ -24,6 +24,7 @@ pub(crate) mod chunk;
 pub(crate) mod control;
 pub(crate) mod demand;
 mod engine_routes;
+mod fair;
 pub(crate) mod golden;
 pub(crate) mod hosts;
 pub(crate) mod judge;
@@ -72,6 +73,8 @@ pub(crate) struct Door {
     demand: demand::Demand,
     /// A candidate meeting this model's traffic (shadow, canary), while one does.
     rollout: Arc<rollout::Slot>,
+    /// Turns at its server by key, where its slots are known.
+    fair: Arc<fair::Fair>,
 }
 
 impl std::ops::Deref for Door {
@@ -95,6 +98,7 @@ impl Door {
             demand: demand::Demand::of(cell.clone()),
             cell,
             rollout: Arc::default(),
+            fair: Arc::default(),
             shared,
         }
     }

@@ -260,23 +260,9 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
         Ok(b) => b,
         Err(why) => return body_refused(why),
     };
-    let door = match proxy
-        .lanes
-        .pick(&parts.method, parts.uri.path(), &body.bytes)
-    {
-        Pick::Lane(door) => door,
-        Pick::Answer(status, v) => return json(status, &super::key::scoped(v, caller)),
-    };
-    let model = crate::models::answers_to(&door.model(), &door.production()).unwrap_or_default();
-    if !caller.reaches(&model) {
-        return json(
-            StatusCode::FORBIDDEN,
-            &super::key::out_of_scope(&model, caller),
-        );
-    }
-    let permit = match proxy.access.admit(caller) {
-        Ok(p) => p,
-        Err((key, l)) => return limited(&key, &l),
+    let (door, permit) = match admitted(proxy, &parts, &body.bytes, caller) {
+        Ok(admitted) => admitted,
+        Err(answered) => return answered,
     };
     // Its model's server unloaded: its watch starts it while the request waits.
     door.want();
@@ -319,7 +305,15 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
                 return no_upstream(why);
             }
         };
-        // Its wait so far: for its model's server, a switch, a start on demand.
+        // Its turn at the server among the keys, where the server's slots are known.
+        let bucket = caller.key().map_or("", |k| k.name.as_str());
+        let left = proxy.hold.saturating_sub(arrived.elapsed());
+        let slots = door.demand.settings().slots;
+        let Ok(turn) = tokio::time::timeout(left, door.fair.enter(bucket, slots)).await else {
+            proxy.metrics.event(Event::Rejected);
+            return no_upstream(Refusal::TimedOut);
+        };
+        // Its wait so far: for its model's server, a switch, a start on demand, its turn.
         let waited = queued.elapsed();
         if let Some(p) = &permit {
             p.waited(waited);
@@ -342,7 +336,7 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
                     (&proxy.metrics, &proxy.live),
                     resp,
                     upstream,
-                    Some(lease),
+                    (Some(lease), turn),
                     judged,
                 );
                 // What it waited for its model's server, for a client to tell.
@@ -369,6 +363,29 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
                 return lost_after_sending(proxy, &door, &lease.upstream, judged, &e);
             }
         }
+    }
+}
+
+/// The lane a request goes to, once its key may ask for that model (403) and is within its
+/// limits (429); the door's own answer where the body names no lane.
+fn admitted(
+    proxy: &Proxy,
+    parts: &hyper::http::request::Parts,
+    body: &Bytes,
+    caller: &Caller,
+) -> Result<(Arc<super::Door>, Option<Permit>), Response<ProxyBody>> {
+    let door = match proxy.lanes.pick(&parts.method, parts.uri.path(), body) {
+        Pick::Lane(door) => door,
+        Pick::Answer(status, v) => return Err(json(status, &super::key::scoped(v, caller))),
+    };
+    let model = crate::models::answers_to(&door.model(), &door.production()).unwrap_or_default();
+    if !caller.reaches(&model) {
+        let why = super::key::out_of_scope(&model, caller);
+        return Err(json(StatusCode::FORBIDDEN, &why));
+    }
+    match proxy.access.admit(caller) {
+        Ok(permit) => Ok((door, permit)),
+        Err((key, l)) => Err(limited(&key, &l)),
     }
 }
 
@@ -439,7 +456,7 @@ async fn meet_rollout(
                         (&proxy.metrics, &proxy.live),
                         resp,
                         r.candidate.clone(),
-                        None,
+                        (None, None),
                         judged,
                     ));
                 }
