@@ -63,8 +63,9 @@ impl fmt::Display for ModelProblem {
             ),
             ModelProblem::ClaimedTwice { name, files } => write!(
                 f,
-                "{files} both serve model `{name}` as production, so requests for it cannot be \
-                 told apart: give one of them another model.served_name"
+                "{files} both answer to `{name}` (a served name, an alias or a preset) as \
+                 production, so requests for it cannot be told apart: give one of them another \
+                 model.served_name, or rename the alias or preset"
             ),
             ModelProblem::TwoDefaults { files } => write!(
                 f,

@@ -174,7 +174,7 @@ pub(crate) fn with_production(file: &Book, lane: &str, model: &str, recipe: &str
 }
 
 /// Every model's production is a recipe that still names that model, no two productions
-/// answer to one name, and at most one is the default. A recipe whose file is gone claims
+/// answer to one name (served, alias or preset), and at most one is the default. A recipe whose file is gone claims
 /// nothing.
 pub(crate) fn check(file: &Book, recipes: &RecipeSet) -> Result<()> {
     let mut claims: BTreeMap<String, Vec<&LoadedRecipe>> = BTreeMap::new();
@@ -195,6 +195,10 @@ pub(crate) fn check(file: &Book, recipes: &RecipeSet) -> Result<()> {
         }
         if let Some(name) = answers_to(m, p) {
             claims.entry(name).or_default().push(l);
+        }
+        // Its aliases and presets are names it answers to as well.
+        for name in (l.recipe.serve.iter()).flat_map(|s| s.aliases.iter().chain(s.presets.keys())) {
+            claims.entry(name.clone()).or_default().push(l);
         }
         if is_default(l) {
             defaults.push(l);

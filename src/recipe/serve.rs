@@ -2,6 +2,7 @@
 //! production port (`crate::models`): when its server is unloaded, kept, started with the
 //! front door, and whether requests naming no model go to it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -43,6 +44,13 @@ pub(crate) struct Serve {
     /// `--slots`); with none there, the door holds nothing back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) slots: Option<u32>,
+    /// Other names clients may ask for this model by; its server is sent its own name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) aliases: Vec<String>,
+    /// Names that set request fields: a request naming one goes to this model with these
+    /// fields set over its own (e.g. `chat_template_kwargs: {enable_thinking: false}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) presets: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
 }
 
 #[cfg(test)]
@@ -55,6 +63,41 @@ mod tests {
         assert_eq!(of(&["--max-num-seqs=8"]), Some(8));
         assert_eq!(of(&["--slots", "0"]), None);
         assert_eq!(of(&["--port", "1"]), None);
+    }
+}
+
+/// Its aliases' and presets' names: legal, none twice nor its own name, and a preset that
+/// sets no `model` (where it goes is the recipe's).
+fn names(out: &mut Report, r: &Recipe, s: &Serve) {
+    let own = r.model.as_ref().and_then(|m| m.served_name.clone());
+    let mut seen: Vec<&str> = own.iter().map(String::as_str).collect();
+    let given = (s.aliases.iter().map(|a| ("serve.aliases", a)))
+        .chain(s.presets.keys().map(|p| ("serve.presets", p)));
+    for (key, name) in given {
+        let legal = !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !legal {
+            out.bad(
+                key,
+                format!("`{name}` is no name a client can send"),
+                "give a name without spaces, e.g. qwen-fast",
+            );
+        } else if seen.contains(&name.as_str()) {
+            out.bad(
+                key,
+                format!("`{name}` is given twice (or is the model's own name)"),
+                "give each alias and preset a name of its own",
+            );
+        }
+        seen.push(name);
+    }
+    for (name, fields) in &s.presets {
+        if fields.contains_key("model") {
+            out.bad(
+                "serve.presets",
+                format!("preset `{name}` sets `model`"),
+                "leave `model` out: a preset goes to the model of the recipe it is in",
+            );
+        }
     }
 }
 
@@ -80,6 +123,8 @@ pub(crate) fn chooses_several(r: &Recipe) -> bool {
         let alone = Serve {
             sleep: Sleep::Off,
             slots: None,
+            aliases: Vec::new(),
+            presets: BTreeMap::new(),
             ..s.clone()
         };
         alone != Serve::default()
@@ -160,6 +205,7 @@ pub(super) fn check(out: &mut Report, r: &Recipe) {
             },
         );
     }
+    names(out, r, s);
     if s.slots == Some(0) {
         out.bad(
             "serve.slots",

@@ -163,7 +163,14 @@ impl Access {
 pub(crate) fn scoped(mut v: serde_json::Value, caller: &Caller) -> serde_json::Value {
     if let (Caller::Client(_), Some(data)) = (caller, v.get_mut("data")) {
         if let Some(list) = data.as_array_mut() {
-            list.retain(|m| m["id"].as_str().is_some_and(|id| caller.reaches(id)));
+            // An alias or a preset is of the model it stands for.
+            let model = |m: &serde_json::Value| {
+                m["sparkctl"]["model"]
+                    .as_str()
+                    .or(m["id"].as_str())
+                    .map(str::to_string)
+            };
+            list.retain(|m| model(m).is_some_and(|id| caller.reaches(&id)));
         }
     }
     v

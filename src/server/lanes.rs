@@ -3,7 +3,7 @@
 //! the metrics, the live quality and the page; and which lane a request goes to, by the
 //! `model` its body names. With one model every request goes to it, as it always did.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::demand::Load;
 use super::metrics::Metrics;
+use super::names::{self, Named};
 use super::route::Route;
 use super::{capture, live, page, turns, Door};
 use crate::frontdoor::status::{ModelState, ModelStatus};
@@ -215,6 +216,8 @@ pub(crate) fn state_of(door: &Door, waiting: usize) -> ModelState {
 /// Where a request goes, or the front door's own answer.
 pub(crate) enum Pick {
     Lane(Arc<Door>),
+    /// By an alias or a preset: its body is to be rewritten (`names::rewrite`).
+    Renamed(Arc<Door>, Named),
     Answer(StatusCode, Value),
 }
 
@@ -236,6 +239,8 @@ pub(crate) struct Lanes {
 struct Table {
     lanes: BTreeMap<String, Arc<Door>>,
     default: Option<String>,
+    /// The productions' aliases and presets.
+    names: Arc<HashMap<String, Named>>,
 }
 
 impl Lanes {
@@ -258,7 +263,7 @@ impl Lanes {
             shared,
             table: RwLock::new(Arc::new(Table {
                 lanes,
-                default: None,
+                ..Table::default()
             })),
             recipes_dir,
             added,
@@ -352,14 +357,29 @@ impl Lanes {
         };
         let book = self.shared.book.lock().expect("book").clone();
         let default = crate::models::default_of(&book, &recipes);
-        self.replace(|t| t.default = default);
+        let mut serving = Vec::new();
         for (model, p) in book.lanes() {
             let settings = (p.current.as_ref())
                 .and_then(|e| recipes.get(&e.recipe).ok())
                 .map(|l| crate::recipe::serve::of(&l.recipe))
                 .unwrap_or_default();
-            self.lane(&model).demand.set_settings(settings);
+            self.lane(&model).demand.set_settings(settings.clone());
+            if let Some(served) = crate::models::answers_to(&model, &p) {
+                serving.push((model, served, settings));
+            }
         }
+        let given: Vec<names::Given> = (serving.iter())
+            .map(|(lane, served, serve)| names::Given {
+                lane,
+                served,
+                serve,
+            })
+            .collect();
+        let names = Arc::new(names::of(&given));
+        self.replace(|t| {
+            t.default = default;
+            t.names = names;
+        });
     }
 
     /// Every model, for `GET /state`.
@@ -411,14 +431,26 @@ impl Lanes {
     /// `GET /v1/models` lists them.
     pub(crate) fn pick(&self, method: &Method, path: &str, body: &[u8]) -> Pick {
         let mut served = self.served();
+        let table = self.now();
+        let listed = method == Method::GET && path == "/v1/models";
+        if listed && (served.len() > 1 || !table.names.is_empty()) {
+            return Pick::Answer(StatusCode::OK, listing(&served, &table.names));
+        }
+        // By an alias or a preset: its model, whatever else is served.
+        let by_name = (!table.names.is_empty())
+            .then(|| named_model(body))
+            .flatten()
+            .and_then(|m| table.names.get(m.as_str()?).cloned());
+        if let Some(named) = by_name {
+            if let Some(d) = table.lanes.get(&named.lane) {
+                return Pick::Renamed(d.clone(), named);
+            }
+        }
         if served.len() <= 1 {
             return Pick::Lane(match served.pop() {
                 Some((_, d)) => d,
                 None => self.primary(),
             });
-        }
-        if method == Method::GET && path == "/v1/models" {
-            return Pick::Answer(StatusCode::OK, listing(&served));
         }
         let names: Vec<&str> = served.iter().map(|(n, _)| n.as_str()).collect();
         let named = match body.is_empty() {
@@ -508,8 +540,8 @@ fn refuse(status: StatusCode, message: String, code: &str, models: &[&str]) -> P
 }
 
 /// `GET /v1/models`: every model served, running or not, in OpenAI's shape.
-fn listing(served: &[(String, Arc<Door>)]) -> Value {
-    let data: Vec<Value> = (served.iter())
+fn listing(served: &[(String, Arc<Door>)], names: &HashMap<String, Named>) -> Value {
+    let mut data: Vec<Value> = (served.iter())
         .map(|(name, d)| {
             let p = d.production();
             let waiting = d.table.counts().0;
@@ -517,12 +549,14 @@ fn listing(served: &[(String, Arc<Door>)]) -> Value {
             json!({
                 "id": name, "object": "model", "created": 0, "owned_by": "sparkctl",
                 "sparkctl": {
+                    "model": name,
                     "recipe": p.current.as_ref().map(|e| e.recipe.clone()),
                     "state": state,
                 },
             })
         })
         .collect();
+    data.extend(names::listed(names));
     json!({"object": "list", "data": data})
 }
 

@@ -18,6 +18,7 @@ macro_rules! say {
 pub(crate) use say;
 
 pub(crate) mod accept;
+mod answer;
 pub(crate) mod body;
 pub(crate) mod capture;
 pub(crate) mod chunk;
@@ -35,8 +36,10 @@ pub(crate) mod live;
 pub(crate) mod metered;
 pub(crate) mod metrics;
 pub(crate) mod models;
+mod names;
 pub(crate) mod origin;
 pub(crate) mod page;
+pub(crate) mod progress;
 pub(crate) mod proxy;
 pub(crate) mod quality;
 pub(crate) mod quota;

@@ -19,7 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use super::accept::{self, Conns, Limits};
-use super::body::{Budget, Refused};
+use super::answer::{body_refused, error, json, limited, no_upstream, text};
+use super::body::Budget;
 use super::key::Caller;
 use super::lanes::{Lanes, Pick};
 use super::live::Live;
@@ -27,7 +28,7 @@ use super::metered::{copy_headers, Judging, ProxyBody, Side};
 use super::metrics::{Event, Metrics};
 use super::origin;
 use super::quality::Verdict;
-use super::quota::{Limited, Permit};
+use super::quota::Permit;
 use super::rollout::Way;
 use super::route::{Refusal, Upstream};
 use crate::exposition::Format;
@@ -110,46 +111,8 @@ pub(crate) async fn serve(
     .await
 }
 
-fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
-    let mut r = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r
-}
-
-fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({"error": {
-        "message": message, "type": "sparkctl_frontdoor", "code": status.as_u16()
-    }});
-    json(status, &body)
-}
-
-/// 429: `key` is past a limit; when to come back.
-fn limited(key: &str, l: &Limited) -> Response<ProxyBody> {
-    let body = serde_json::json!({"error": {
-        "message": l.message(key), "type": "rate_limit_error", "code": l.code(),
-    }});
-    let mut r = json(StatusCode::TOO_MANY_REQUESTS, &body);
-    let after = l.retry_after.as_secs().max(1);
-    r.headers_mut()
-        .insert(hyper::header::RETRY_AFTER, HeaderValue::from(after));
-    r
-}
-
 /// Each key's use, as its caller may see it: a client key its own alone.
 const USAGE: &str = "/_sparkctl/usage";
-
-fn json(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
-    let mut r = text(status, body.to_string());
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
 
 /// `/metrics`: the traffic's figures, then the live quality's, as the scraper asks.
 fn metrics_page(proxy: &Proxy, headers: &HeaderMap) -> Response<ProxyBody> {
@@ -165,7 +128,7 @@ fn metrics_page(proxy: &Proxy, headers: &HeaderMap) -> Response<ProxyBody> {
     r
 }
 
-async fn handle(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handle(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBody> {
     let config = &proxy.lanes.shared.config;
     // Not the door's: another host's name (a rebound page), a target that is no path.
     if let Some(why) = super::hosts::check(&req, &config.names) {
@@ -252,17 +215,21 @@ fn health(proxy: &Proxy, method: &hyper::Method) -> Response<ProxyBody> {
 }
 
 /// A request for a model's server, from its body on.
-async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Response<ProxyBody> {
+async fn proxied(
+    proxy: &Arc<Proxy>,
+    req: Request<Incoming>,
+    caller: &Caller,
+) -> Response<ProxyBody> {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
     let client = parts.extensions.get::<super::accept::Client>().copied();
-    let body = match proxy.bodies.read(&parts.headers, body).await {
+    let mut body = match proxy.bodies.read(&parts.headers, body).await {
         Ok(b) => b,
         Err(why) => return body_refused(why),
     };
-    let (door, permit) = match admitted(proxy, &parts, &body.bytes, caller) {
+    let (door, permit) = match admitted(proxy, &parts, &mut body.bytes, caller) {
         Ok(admitted) => admitted,
-        Err(answered) => return answered,
+        Err(answered) => return *answered,
     };
     // Its model's server unloaded: its watch starts it while the request waits.
     door.want();
@@ -286,7 +253,7 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
         &body.bytes,
         (arrived, asked, permit.clone()),
     );
-    let mut judging = match rollout.await {
+    let judging = match rollout.await {
         Ok(side) => Some(Judging {
             arrived,
             asked,
@@ -295,6 +262,57 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
         }),
         Err(answered) => return answered,
     };
+    let waiting = Waiting {
+        parts,
+        forward_path,
+        body,
+        judging,
+        permit,
+        client,
+        bucket: caller.key().map_or(String::new(), |k| k.name.clone()),
+        arrived,
+        queued,
+    };
+    // A stream whose model's server is not serving yet: the door's progress lines meanwhile.
+    let serving = matches!(door.table.route(), super::route::Route::Serving(_));
+    if !serving && super::progress::streamed(&waiting.body.bytes) {
+        let api = super::progress::Api::of(waiting.parts.uri.path());
+        let model = crate::models::answers_to(&door.model(), &door.production());
+        let work = tokio::spawn(served(proxy.clone(), door, waiting));
+        return super::progress::answer(model.unwrap_or_default(), api, work).await;
+    }
+    served(proxy.clone(), door, waiting).await
+}
+
+/// A request admitted and met by any rollout, to be sent to its model's server once there
+/// is one.
+struct Waiting {
+    parts: hyper::http::request::Parts,
+    forward_path: String,
+    body: super::body::Read,
+    judging: Option<Judging>,
+    permit: Option<Permit>,
+    client: Option<super::accept::Client>,
+    /// Its key's name, for its turn at the server (`fair`); the keyless share "".
+    bucket: String,
+    arrived: Instant,
+    queued: Instant,
+}
+
+/// Waits, within its hold, for `door`'s server and its turn there, and sends it.
+async fn served(proxy: Arc<Proxy>, door: Arc<super::Door>, w: Waiting) -> Response<ProxyBody> {
+    let Waiting {
+        parts,
+        forward_path,
+        body,
+        mut judging,
+        permit,
+        client,
+        bucket,
+        arrived,
+        queued,
+    } = w;
+    let proxy = &proxy;
     let mut held = false;
     loop {
         let left = proxy.hold.saturating_sub(arrived.elapsed());
@@ -306,10 +324,9 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
             }
         };
         // Its turn at the server among the keys, where the server's slots are known.
-        let bucket = caller.key().map_or("", |k| k.name.as_str());
         let left = proxy.hold.saturating_sub(arrived.elapsed());
         let slots = door.demand.settings().slots;
-        let Ok(turn) = tokio::time::timeout(left, door.fair.enter(bucket, slots)).await else {
+        let Ok(turn) = tokio::time::timeout(left, door.fair.enter(&bucket, slots)).await else {
             proxy.metrics.event(Event::Rejected);
             return no_upstream(Refusal::TimedOut);
         };
@@ -366,26 +383,38 @@ async fn proxied(proxy: &Proxy, req: Request<Incoming>, caller: &Caller) -> Resp
     }
 }
 
+/// A request's lane, and its key's hold.
+type Admitted = (Arc<super::Door>, Option<Permit>);
+
 /// The lane a request goes to, once its key may ask for that model (403) and is within its
-/// limits (429); the door's own answer where the body names no lane.
+/// limits (429); the door's own answer where the body names no lane. A body that names an
+/// alias or a preset is rewritten for the model's server.
 fn admitted(
     proxy: &Proxy,
     parts: &hyper::http::request::Parts,
-    body: &Bytes,
+    body: &mut Bytes,
     caller: &Caller,
-) -> Result<(Arc<super::Door>, Option<Permit>), Response<ProxyBody>> {
+) -> Result<Admitted, Box<Response<ProxyBody>>> {
     let door = match proxy.lanes.pick(&parts.method, parts.uri.path(), body) {
         Pick::Lane(door) => door,
-        Pick::Answer(status, v) => return Err(json(status, &super::key::scoped(v, caller))),
+        Pick::Renamed(door, named) => {
+            if let Some(rewritten) = super::names::rewrite(body, &named) {
+                *body = rewritten;
+            }
+            door
+        }
+        Pick::Answer(status, v) => {
+            return Err(Box::new(json(status, &super::key::scoped(v, caller))))
+        }
     };
     let model = crate::models::answers_to(&door.model(), &door.production()).unwrap_or_default();
     if !caller.reaches(&model) {
         let why = super::key::out_of_scope(&model, caller);
-        return Err(json(StatusCode::FORBIDDEN, &why));
+        return Err(Box::new(json(StatusCode::FORBIDDEN, &why)));
     }
     match proxy.access.admit(caller) {
         Ok(permit) => Ok((door, permit)),
-        Err((key, l)) => Err(limited(&key, &l)),
+        Err((key, l)) => Err(Box::new(limited(&key, &l))),
     }
 }
 
@@ -471,55 +500,6 @@ async fn meet_rollout(
     }
 }
 
-/// No upstream for a request: 503, to be tried again.
-fn no_upstream(why: Refusal) -> Response<ProxyBody> {
-    if let Refusal::StartFailed(f) = &why {
-        let body = serde_json::json!({"error": {
-            "message": format!(
-                "its model's server was started for it and did not start: {}", f.reason
-            ),
-            "type": "sparkctl_frontdoor", "code": 503, "kind": f.kind, "attempts": f.attempts,
-        }});
-        let mut r = json(StatusCode::SERVICE_UNAVAILABLE, &body);
-        let after = f.retry_in().as_secs().max(1);
-        r.headers_mut()
-            .insert(hyper::header::RETRY_AFTER, HeaderValue::from(after));
-        return r;
-    }
-    let reason = match why {
-        Refusal::QueueFull => {
-            "too many requests are waiting for a backend (production is being switched or restarted)"
-        }
-        Refusal::TimedOut => {
-            "no backend could serve within the front door's hold time (production is being switched or restarted)"
-        }
-        Refusal::Offline => {
-            "there is no production behind this front door (`sparkctl rollback --to NAME` or `sparkctl up NAME` sets one)"
-        }
-        Refusal::StartFailed(_) => unreachable!("answered above"),
-    };
-    let mut r = error(StatusCode::SERVICE_UNAVAILABLE, reason);
-    r.headers_mut()
-        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
-    r
-}
-
-/// A body that was not read whole: why, as an HTTP status.
-fn body_refused(why: Refused) -> Response<ProxyBody> {
-    let status = match why {
-        Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        Refused::TimedOut => StatusCode::REQUEST_TIMEOUT,
-        Refused::NoRoom => StatusCode::SERVICE_UNAVAILABLE,
-        Refused::Broken(_) => StatusCode::BAD_REQUEST,
-    };
-    let mut r = error(status, &why.message());
-    if why == Refused::NoRoom {
-        r.headers_mut()
-            .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
-    }
-    r
-}
-
 /// Whether a failed forward certainly left the request untaken: the connection was
 /// refused, or reset by the upstream's side (a socket closed with the request unread in it
 /// resets: docker-proxy in front of a container that died does so). A clean close after
@@ -557,6 +537,9 @@ fn request(
         .body(Full::new(body.clone()))
         .expect("method and URI come from a valid request");
     copy_headers(&parts.headers, req.headers_mut(), proxy.access.keyed());
+    // The body's own length: an alias's or a preset's rewrite changed it.
+    req.headers_mut()
+        .insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     req
 }
 

@@ -348,3 +348,105 @@ fn each_limit_answers_429_and_use_per_key_is_what_the_clients_counted() {
     assert_eq!(after_restart["rpm"], used["rpm"]);
     answered_within(&deck, Some(&daily), "chat", 429);
 }
+
+#[test]
+fn aliases_and_presets_reach_their_model_rewritten_and_a_scope_holds_through_them() {
+    let deck = deck("keys-names");
+    sim(
+        &deck,
+        "chat-a",
+        Some("chat"),
+        "serve:\n  aliases: [assistant]\n  presets:\n    chat-short:\n      max_tokens: 2\n      chat_template_kwargs: {enable_thinking: false}\n",
+    );
+    sim(
+        &deck,
+        "coder-a",
+        Some("coder"),
+        "serve:\n  aliases: [code]\n",
+    );
+    deck.ok(&["rollback", "--to", "chat-a"]);
+    deck.ok(&["rollback", "--to", "coder-a", "--add-model"]);
+    let kid = add(&deck, &["kid", "--models", "chat"]);
+    let admin = add(&deck, &["me", "--admin"]);
+    let post =
+        |key: &str, body: Value| call(&deck, "POST", "/v1/chat/completions", Some(key), Some(body));
+    // The preset's max_tokens reaches the server over the client's: 2 tokens, not 8.
+    let mut asked = chat("chat-short");
+    asked["max_tokens"] = json!(8);
+    let (status, _, v) = post(&kid, asked);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
+    assert_eq!(v["model"], "chat", "the server was sent its own name: {v}");
+    let mut asked = chat("assistant");
+    asked["max_tokens"] = json!(8);
+    let (status, _, v) = post(&kid, asked);
+    assert_eq!(
+        (status, &v["usage"]["completion_tokens"]),
+        (200, &json!(8)),
+        "{v}"
+    );
+    // A scope holds on the model a name stands for.
+    let (status, _, v) = post(&kid, chat("code"));
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`coder`"),
+        "{v}"
+    );
+    // Both listed, each saying what it stands for; the kid's listing holds chat's alone.
+    let (_, _, all) = call(&deck, "GET", "/v1/models", Some(&admin), None);
+    let ids = |v: &Value| {
+        let mut ids: Vec<String> = (v["data"].as_array().unwrap().iter())
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(&all),
+        ["assistant", "chat", "chat-short", "code", "coder"],
+        "{all}"
+    );
+    let preset = (all["data"].as_array().unwrap().iter())
+        .find(|m| m["id"] == "chat-short")
+        .unwrap();
+    assert_eq!(
+        preset["sparkctl"]["preset_of"]["sets"]["max_tokens"], 2,
+        "{all}"
+    );
+    assert_eq!(listed(&deck, &kid), ["assistant", "chat", "chat-short"]);
+
+    // A name given twice, or a preset that sets `model`, is refused with nothing started.
+    sim(
+        &deck,
+        "bad",
+        Some("other"),
+        "serve:\n  aliases: [other]\n  presets:\n    p:\n      model: x\n",
+    );
+    let err = deck
+        .sparkctl(&["recipes", "validate", "bad"])
+        .exits(2)
+        .stderr();
+    assert!(
+        err.contains("serve.aliases") && err.contains("serve.presets"),
+        "{err}"
+    );
+    let err = deck.sparkctl(&["up", "bad", "--yes"]).exits(2).stderr();
+    assert!(err.contains("serve.aliases"), "{err}");
+    assert!(deck.status_of("bad").is_none());
+    // Another model's recipe claiming chat's alias is refused where it would be production.
+    sim(
+        &deck,
+        "dup",
+        Some("dup"),
+        "serve:\n  aliases: [assistant]\n",
+    );
+    let err = (deck
+        .sparkctl(&["rollback", "--to", "dup", "--add-model"])
+        .exits(2))
+    .stderr();
+    assert!(
+        err.contains("both answer to `assistant`") && err.contains("dup.yaml"),
+        "{err}"
+    );
+    assert!(deck.status_of("dup").is_none());
+}

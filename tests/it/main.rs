@@ -43,6 +43,7 @@ mod nodes_checks;
 mod nodes_sim;
 mod pagecache;
 mod patch;
+mod progress;
 mod readiness;
 mod recipes_cli;
 mod recipes_doc;

@@ -300,7 +300,7 @@ fn two_productions_answering_to_one_name_are_refused_with_nothing_changed() {
     deck.ok(&["rollback", "--to", "chat"]);
     // ... so a model named `chat` beside it could not be told apart.
     let clash = [
-        "both serve model `chat` as production",
+        "both answer to `chat` (a served name, an alias or a preset) as production",
         "chat.yaml",
         "other.yaml",
     ];

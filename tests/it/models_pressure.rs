@@ -23,7 +23,7 @@ fn in_pool(deck: &Deck, gb: &str, args: &[&str]) -> Ran {
 
 /// The recipes made production one by one (each another model), then a reboot as the
 /// front door sees it in a pool of `gb`: none runs until a request names it.
-fn rebooted(deck: &Deck, gb: &str, recipes: &[&str]) {
+pub(crate) fn rebooted(deck: &Deck, gb: &str, recipes: &[&str]) {
     for (i, r) in recipes.iter().enumerate() {
         let mut args = vec!["rollback", "--to", r];
         if i > 0 {
@@ -38,7 +38,7 @@ fn rebooted(deck: &Deck, gb: &str, recipes: &[&str]) {
     in_pool(deck, gb, &["frontdoor", "start"]).succeeds();
 }
 
-fn replace_in(deck: &Deck, recipe: &str, from: &str, to: &str) {
+pub(crate) fn replace_in(deck: &Deck, recipe: &str, from: &str, to: &str) {
     let path = deck.dir.join(format!("recipes/{recipe}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(from), "{text}");
