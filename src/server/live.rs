@@ -121,15 +121,21 @@ impl Live {
         }
     }
 
-    /// What a request asks, when its answer is to be judged (a chat completion).
+    /// What a request asks, when its answer is to be judged (a chat completion, an
+    /// Anthropic message, an OpenAI response).
     pub fn asked(&self, method: &hyper::Method, path: &str, body: &[u8]) -> Option<Asked> {
-        if !self.enabled || method != hyper::Method::POST || !path.ends_with("/chat/completions") {
+        let judged = ["/chat/completions", "/messages", "/responses"];
+        if !self.enabled
+            || method != hyper::Method::POST
+            || !judged.iter().any(|j| path.ends_with(j))
+        {
             return None;
         }
         let r: Request = serde_json::from_slice(body).ok()?;
         Some(Asked {
             tools: r.tools.is_some_and(|t| !t.is_empty()),
             deterministic: r.temperature == Some(0.0),
+            api: super::api::Api::of(path),
         })
     }
 

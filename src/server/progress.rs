@@ -1,5 +1,5 @@
-//! A streamed request waiting for its model's server (a start on demand, a wake, a
-//! switch): after `AFTER` with no answer, the door answers 200 with an event stream of its
+//! A streamed request waiting for its model's server to be started or woken for it: after
+//! `AFTER` with no answer, the door answers 200 with an event stream of its
 //! own and sends SSE comment lines (`: starting chat, 12 s`) every `EVERY` until the server
 //! answers, then passes the server's stream on. A client with a read timeout stays; one
 //! whose server then fails gets an error event in its API's shape, not a cut. Whole
@@ -17,6 +17,7 @@ use hyper::{Response, StatusCode};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::api::Api;
 use super::metered::ProxyBody;
 
 /// How long a streamed request waits before the door begins its own stream.
@@ -32,48 +33,6 @@ pub(crate) fn streamed(body: &[u8]) -> bool {
         stream: serde_json::Value,
     }
     (serde_json::from_slice::<Asks>(body)).is_ok_and(|a| a.stream == serde_json::Value::Bool(true))
-}
-
-/// Which API's shape an error event takes, by the request's path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Api {
-    Chat,
-    Messages,
-    Responses,
-}
-
-impl Api {
-    pub(crate) fn of(path: &str) -> Api {
-        match path {
-            p if p.ends_with("/messages") => Api::Messages,
-            p if p.ends_with("/responses") => Api::Responses,
-            _ => Api::Chat,
-        }
-    }
-
-    fn error_event(self, status: StatusCode, message: &str) -> String {
-        let (event, data) = match self {
-            Api::Chat => (
-                None,
-                serde_json::json!({"error": {"message": message, "type": "sparkctl_frontdoor",
-                    "code": status.as_u16()}}),
-            ),
-            Api::Messages => (
-                Some("error"),
-                serde_json::json!({"type": "error", "error": {"type": "api_error",
-                    "message": message}}),
-            ),
-            Api::Responses => (
-                Some("error"),
-                serde_json::json!({"type": "error", "code": status.as_u16().to_string(),
-                    "message": message, "param": null}),
-            ),
-        };
-        match event {
-            Some(e) => format!("event: {e}\ndata: {data}\n\n"),
-            None => format!("data: {data}\n\n"),
-        }
-    }
 }
 
 /// Aborts the work when the request is gone before it ends.

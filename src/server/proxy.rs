@@ -273,10 +273,11 @@ async fn proxied(
         arrived,
         queued,
     };
-    // A stream whose model's server is not serving yet: the door's progress lines meanwhile.
-    let serving = matches!(door.table.route(), super::route::Route::Serving(_));
-    if !serving && super::progress::streamed(&waiting.body.bytes) {
-        let api = super::progress::Api::of(waiting.parts.uri.path());
+    // A stream whose model's server is being started (or woken) for it: the door's progress
+    // lines meanwhile. A hold for a switch or a restart keeps its 503 past the bound.
+    let starting = door.demand.load() != super::demand::Load::Loaded;
+    if starting && super::progress::streamed(&waiting.body.bytes) {
+        let api = super::api::Api::of(waiting.parts.uri.path());
         let model = crate::models::answers_to(&door.model(), &door.production());
         let work = tokio::spawn(served(proxy.clone(), door, waiting));
         return super::progress::answer(model.unwrap_or_default(), api, work).await;

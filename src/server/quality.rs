@@ -30,6 +30,8 @@ pub struct Asked {
     /// Sampled greedily (temperature 0): two servers of one model should answer alike, so
     /// a rollout compares the candidate's words with production's.
     pub(in crate::server) deterministic: bool,
+    /// Whose API: chat, Anthropic Messages, OpenAI Responses (`agents`).
+    pub(in crate::server) api: super::api::Api,
 }
 
 /// The most of an answer's text a rollout keeps to compare two answers: the start of an
@@ -215,6 +217,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Whose API the answer speaks.
+    pub(crate) fn api(&self) -> super::api::Api {
+        self.asked.api
+    }
+
     pub fn new(asked: Asked, arrived: Instant) -> Answer {
         Answer {
             asked,

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use hyper::header::HeaderMap;
 use serde::Deserialize;
 
+use super::api::Api;
 use super::chunk::{Chunk, ChunkChoice};
 use super::quality::{Answer, Delta, Verdict};
 
@@ -40,6 +41,8 @@ pub(crate) struct Reading {
     chunks: u64,
     /// Prompt tokens, as the server reported them.
     prompt: Option<u64>,
+    /// Whose API the answer speaks (its judged request's; chat when not judged).
+    api: Api,
 }
 
 /// The parts of a whole chat completion its judgement reads.
@@ -79,6 +82,7 @@ impl Reading {
     /// A reading of a body with `headers`; `answer`: judged as well; `count`: its tokens
     /// counted (a whole answer is then kept, within its limit, for its usage).
     pub(crate) fn new(headers: &HeaderMap, answer: Option<Answer>, count: bool) -> Reading {
+        let api = answer.as_ref().map_or(Api::Chat, Answer::api);
         let form = match is_stream(headers) {
             true => Form::Stream(crate::bench::sse::Parser::default()),
             false => Form::Whole((answer.is_some() || count).then(Vec::new)),
@@ -92,6 +96,7 @@ impl Reading {
             reported: false,
             chunks: 0,
             prompt: None,
+            api,
         }
     }
 
@@ -142,7 +147,15 @@ impl Reading {
             }
         };
         let mut tokens = Vec::new();
-        for event in parser.feed(data) {
+        let events = parser.feed(data);
+        if self.api != Api::Chat {
+            for event in events {
+                let r = super::agents::event(self.api, &event);
+                tokens.extend(self.agent_read(r, now));
+            }
+            return tokens;
+        }
+        for event in events {
             let Ok(chunk) = serde_json::from_str::<Chunk>(&event) else {
                 continue;
             };
@@ -177,6 +190,29 @@ impl Reading {
             }
         }
         tokens
+    }
+
+    /// One agent API event read (`agents`): its token (one), if it bore one.
+    fn agent_read(&mut self, r: super::agents::Read, now: Instant) -> Option<usize> {
+        if let (Some(why), true) = (&r.error, self.answer.is_some()) {
+            self.failed = Some(format!("an error event: {why}"));
+        }
+        self.prompt = r.prompt.or(self.prompt);
+        if let Some(n) = r.out {
+            (self.reported, self.running) = (true, self.running.max(n));
+        }
+        let bears = r.bears_token();
+        self.chunks += u64::from(bears);
+        if let Some(a) = self.answer.as_mut() {
+            let delta = Delta {
+                content: r.content.as_deref(),
+                tool_call: r.tool_call,
+                finish: r.finish,
+                tokens: u64::from(bears),
+            };
+            a.delta(delta, now);
+        }
+        bears.then_some(1)
     }
 
     /// The tokens a token-bearing chunk carried: from the running count when the stream
@@ -217,6 +253,36 @@ impl Reading {
         let Form::Whole(Some(body)) = &self.form else {
             return;
         };
+        if self.api != Api::Chat {
+            match super::agents::whole(self.api, body) {
+                Ok(r) => {
+                    let now = Instant::now();
+                    if let Some(a) = self.answer.as_mut() {
+                        a.whole();
+                        let tokens = r.out.unwrap_or(1);
+                        let d = Delta {
+                            content: r.content.as_deref(),
+                            tool_call: r.tool_call,
+                            finish: r.finish,
+                            tokens,
+                        };
+                        a.delta(d, now);
+                    }
+                    self.prompt = r.prompt;
+                    if let Some(n) = r.out {
+                        (self.reported, self.running) = (true, n);
+                    }
+                }
+                Err(why) if self.answer.is_some() => {
+                    self.failed = Some(format!(
+                        "an answer that is not a {:?} answer: {why}",
+                        self.api
+                    ));
+                }
+                Err(_) => {}
+            }
+            return;
+        }
         let whole = serde_json::from_slice::<Whole>(body);
         if let Ok(w) = &whole {
             let usage = w.usage.as_ref();

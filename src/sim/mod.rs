@@ -2,6 +2,7 @@
 //! newcomer without a GPU run. Every timing and fault is set on the command line (or by
 //! `SIM_*` variables, which suit containers).
 
+mod agents;
 mod cache;
 mod eval;
 mod metrics;

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
+use super::agents::Api;
 use super::cache::PrefixCache;
 use super::metrics::Metrics;
 use super::script::{break_answer, plan, Broken, Plan, Request};
@@ -371,10 +372,12 @@ async fn handle(
             StatusCode::OK,
             json!({"version": format!("sparkctl-sim {}", env!("CARGO_PKG_VERSION"))}),
         ),
-        (_, "/v1/models" | "/v1/chat/completions") if !ready => json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            error_body("model is loading", "unavailable", 503),
-        ),
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/messages" | "/v1/responses") if !ready => {
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                error_body("model is loading", "unavailable", 503),
+            )
+        }
         (&Method::GET, "/v1/models") => {
             stdio::out(format_args!("GET /v1/models 200"));
             json_response(
@@ -385,7 +388,9 @@ async fn handle(
                 }}]}),
             )
         }
-        (&Method::POST, "/v1/chat/completions") => chat(req, &state).await,
+        (&Method::POST, "/v1/chat/completions") => chat(req, &state, None).await,
+        (&Method::POST, "/v1/messages") => chat(req, &state, Some(Api::Messages)).await,
+        (&Method::POST, "/v1/responses") => chat(req, &state, Some(Api::Responses)).await,
         (_, "/sleep" | "/wake_up" | "/is_sleeping" | "/collective_rpc") if state.dev_mode => {
             dev(req, &state).await
         }
@@ -414,10 +419,15 @@ async fn dev(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body
     json_response(status, answer)
 }
 
-async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Body> {
+/// A chat completion, or (`api`) an agent API's request answered in its own shape.
+async fn chat(
+    req: hyper::Request<Incoming>,
+    state: &Arc<State>,
+    api: Option<Api>,
+) -> Response<Body> {
     let cfg = &state.cfg;
     let n = state.requests.fetch_add(1, Ordering::Relaxed) + 1;
-    let (request, arrived, arrived_unix_us) = match read_request(req).await {
+    let (request, arrived, arrived_unix_us) = match read_request(req, api).await {
         Ok(r) => r,
         Err(msg) => {
             return json_response(
@@ -494,17 +504,22 @@ async fn chat(req: hyper::Request<Incoming>, state: &Arc<State>) -> Response<Bod
             .generation_tokens
             .fetch_add(plan.pieces.len() as u64, Ordering::Relaxed);
         drop(slot);
-        return json_response(StatusCode::OK, whole_response(&meta, &plan, !cfg.no_usage));
+        let whole = match api {
+            None => whole_response(&meta, &plan, !cfg.no_usage),
+            Some(api) => super::agents::whole(api, &meta, &plan),
+        };
+        return json_response(StatusCode::OK, whole);
     }
 
     let dues: Vec<std::time::Instant> = (0..plan.pieces.len()).map(|i| due(i).into_std()).collect();
-    streamed(state, meta, plan, slot, dues, arrived)
+    streamed(state, (meta, plan, api), slot, dues, arrived)
 }
 
 /// The request's body, parsed, and when it was all in (monotonic and wall clock, µs); or
 /// why it is a bad request.
 async fn read_request(
     req: hyper::Request<Incoming>,
+    api: Option<Api>,
 ) -> std::result::Result<(Request, Instant, u128), String> {
     let body = req
         .into_body()
@@ -516,8 +531,11 @@ async fn read_request(
     let arrived = Instant::now();
     // The same instant on the wall clock: benchmarks line the schedule up with the client's.
     let arrived_unix_us = unix_us();
-    let value =
+    let mut value =
         serde_json::from_slice::<Value>(&body).map_err(|e| format!("body is not JSON: {e}"))?;
+    if let Some(api) = api {
+        value = super::agents::to_chat(api, &value);
+    }
     Ok((Request::from_json(&value)?, arrived, arrived_unix_us))
 }
 
@@ -525,8 +543,7 @@ async fn read_request(
 /// hands them on and counts the tokens as they go.
 fn streamed(
     state: &State,
-    meta: Meta,
-    plan: Plan,
+    (meta, plan, api): (Meta, Plan, Option<Api>),
     slot: Slot,
     dues: Vec<std::time::Instant>,
     arrived: Instant,
@@ -540,7 +557,10 @@ fn streamed(
     let metrics = state.metrics.clone();
     tokio::task::spawn_blocking(move || {
         pacing.fetch_add(1, Ordering::Relaxed);
-        produce(&tx, &meta, &plan, &dues, faults, &pacing);
+        match api {
+            None => produce(&tx, &meta, &plan, &dues, faults, &pacing),
+            Some(api) => super::agents::produce(api, &tx, &meta, &plan, &dues, &pacing),
+        }
         pacing.fetch_sub(1, Ordering::Relaxed);
         drop(slot);
     });

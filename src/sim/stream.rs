@@ -21,7 +21,7 @@ const SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(200);
 /// Sleeps until `due`. A thread's sleep ends 0.1-0.2 ms late in a VM (measured here with no
 /// timer slack), which a benchmark client's accuracy test would count as its own error; so
 /// with few streams the last 0.2 ms are spun instead.
-fn wait_until(due: std::time::Instant, pacing: &AtomicU64) {
+pub(super) fn wait_until(due: std::time::Instant, pacing: &AtomicU64) {
     let now = std::time::Instant::now();
     if due <= now {
         return;

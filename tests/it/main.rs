@@ -8,6 +8,7 @@ mod jobs_support;
 mod support;
 
 mod adopt;
+mod agents;
 mod bench;
 mod bench_load;
 mod bench_options;

@@ -1,0 +1,181 @@
+//! The coding agents' APIs (Anthropic Messages, OpenAI Responses) at the door: the sim
+//! serves them as the real `llama-server` does (their events side by side), and the live
+//! checks read them like chat — a production that answers empty on `/v1/messages` to a
+//! client that uses only that API is seen and restarted by the floor gates.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{self, free_port, Deck, Sim};
+
+/// A streamed request to `url`'s `path`: the `type` of each event, repeats folded.
+fn event_types(url: &str, path: &str, body: Value) -> Vec<String> {
+    let url = format!("{url}{path}");
+    let text = support::block_on(async move {
+        let r = reqwest::Client::new()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.text().await.unwrap()
+    });
+    let mut types: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}"));
+        let t = v["type"].as_str().unwrap().to_string();
+        if types.last() != Some(&t) {
+            types.push(t);
+        }
+    }
+    types
+}
+
+fn whole(url: &str, path: &str, body: Value) -> Value {
+    let url = format!("{url}{path}");
+    support::block_on(async move {
+        let r = reqwest::Client::new()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        r.json().await.unwrap()
+    })
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.retain(|k| !["completed_at", "created_at", "incomplete_details"].contains(&k.as_str()));
+    k.sort();
+    k
+}
+
+#[test]
+fn the_sim_speaks_the_agents_apis_as_llama_server_does() {
+    let (binary, model) = support::llama_server_and_model();
+    let port = free_port();
+    let mut real = Command::new(&binary)
+        .args([
+            "-m",
+            model.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-c",
+            "512",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let real_url = format!("http://127.0.0.1:{port}");
+    let began = std::time::Instant::now();
+    while support::http_status(&real_url, "/health") != Some(200) {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "llama-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sim = Sim::start(&["--tokens", "4", "--token-rate", "1000"]);
+    let messages = json!({"model": "m", "max_tokens": 4, "stream": true,
+        "messages": [{"role": "user", "content": "What is 2+3?"}]});
+    let responses = json!({"model": "m", "max_output_tokens": 4, "stream": true,
+        "input": "What is 2+3?"});
+    for (path, body) in [("/v1/messages", &messages), ("/v1/responses", &responses)] {
+        let theirs = event_types(&real_url, path, body.clone());
+        let ours = event_types(&sim.url, path, body.clone());
+        assert_eq!(
+            ours, theirs,
+            "{path}: the sim's events beside llama-server's"
+        );
+        let mut whole_body = body.clone();
+        whole_body["stream"] = json!(false);
+        let (theirs, ours) = (
+            whole(&real_url, path, whole_body.clone()),
+            whole(&sim.url, path, whole_body),
+        );
+        let mut their_keys = keys(&theirs);
+        their_keys.retain(|k| k != "completed_at");
+        assert_eq!(keys(&ours), their_keys, "{path}: {ours} beside {theirs}");
+        let (a, b) = (&ours["usage"], &theirs["usage"]);
+        for key in ["input_tokens", "output_tokens"] {
+            assert!(a[key].is_u64() && b[key].is_u64(), "{path}: {a} {b}");
+        }
+    }
+    real.kill().unwrap();
+    real.wait().unwrap();
+}
+
+#[test]
+fn an_empty_production_on_messages_is_seen_and_restarted_by_the_floor_gates() {
+    let deck = Deck::new("agents-empty");
+    let quick = "--load-time, 200ms, --ttft, 2ms, --token-rate, \"2000\", --tokens, \"16\"";
+    // Its benchmark (chat) and readiness see answers; then every answer is empty.
+    deck.recipe(
+        "prod",
+        &format!(
+            "engine: sim\nruntime: process\nserver:\n  port: {}\n  args: [{quick}, --empty-after, \"14\"]\n  memory_gb: 7\nhealth:\n  timeout: 30s\n",
+            free_port()
+        ),
+    );
+    deck.ok(&["rollback", "--to", "prod"]);
+    // A client of /v1/messages alone, streamed and whole in turn.
+    let url = deck.door_url();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let client = std::thread::spawn(move || {
+        support::block_on(async move {
+            let http = reqwest::Client::builder().no_proxy().build().unwrap();
+            let mut empties = 0;
+            let mut stream = false;
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                stream = !stream;
+                let body = json!({"model": "any", "max_tokens": 16, "stream": stream,
+                    "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
+                if let Ok(r) = http
+                    .post(format!("{url}/v1/messages"))
+                    .json(&body)
+                    .send()
+                    .await
+                {
+                    let text = r.text().await.unwrap_or_default();
+                    let said = text.contains("text_delta") || text.contains("\"text\":\"T");
+                    empties += usize::from(!said);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            empties
+        })
+    });
+    let began = std::time::Instant::now();
+    let restart = loop {
+        let v: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
+        let found = (v.as_array().unwrap().iter())
+            .find(|r| r["command"] == "restart")
+            .cloned();
+        if let Some(r) = found {
+            break r;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "no restart: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(client.join().unwrap() > 0, "the client saw no empty answer");
+    let why = restart["error"].as_str().unwrap();
+    assert!(
+        why.contains("prod answers badly") && why.contains("non_empty"),
+        "{why}"
+    );
+}
