@@ -82,6 +82,10 @@ impl Key {
 pub(crate) struct Keys {
     #[serde(default)]
     keys: Vec<Key>,
+    /// The file is there and could not be read: the door takes it as guarding, and
+    /// opens to its own key alone.
+    #[serde(skip)]
+    unreadable: bool,
 }
 
 pub(crate) fn path(state: &StateDir) -> PathBuf {
@@ -137,10 +141,18 @@ impl Keys {
         &self.keys
     }
 
-    /// Whether any key opens anything now.
-    pub(crate) fn any(&self) -> bool {
-        let t = now();
-        self.keys.iter().any(|k| k.expires.is_none_or(|e| e > t))
+    /// A keys file that cannot be read: nothing but the door's own key opens.
+    pub(crate) fn unreadable() -> Keys {
+        Keys {
+            keys: Vec::new(),
+            unreadable: true,
+        }
+    }
+
+    /// Whether the door needs a key: any key kept, even one that has ended (a door whose
+    /// last key expired does not fall open), or a file that cannot be read.
+    pub(crate) fn guards(&self) -> bool {
+        self.unreadable || !self.keys.is_empty()
     }
 
     /// The key whose secret `presented` is, when one is and it has not ended.
@@ -288,9 +300,15 @@ mod tests {
         let keys = Keys::load(&state).unwrap();
         assert!(keys.find(&again).is_some() && keys.find(&third).is_some());
         revoke(&state, "kid").unwrap();
-        assert!(!Keys::load(&state).unwrap().any());
+        assert!(!Keys::load(&state).unwrap().guards());
         let e = revoke(&state, "kid").unwrap_err().to_string();
         assert!(e.contains("key kid: there are no keys"), "{e}");
+        // One that has ended still guards: the door does not fall open.
+        let mut ended = new("old", None);
+        ended.expires = Some(Duration::ZERO);
+        let old = add(&state, ended).unwrap();
+        let keys = Keys::load(&state).unwrap();
+        assert!(keys.guards() && keys.find(&old).is_none());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

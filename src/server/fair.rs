@@ -29,6 +29,10 @@ struct State {
     turns: u64,
 }
 
+/// The queues are at their bound: the request is refused (503), as a full hold is.
+#[derive(Debug)]
+pub(crate) struct Full;
+
 /// A request's place at the server, until its answer's last byte.
 pub(crate) struct Turn(Option<Arc<Fair>>);
 
@@ -42,9 +46,17 @@ impl Drop for Turn {
 
 impl Fair {
     /// Waits for a turn of `key` (any name; the keyless share one) at a server of `slots`
-    /// (None: at once, no turn kept).
-    pub(crate) async fn enter(self: &Arc<Self>, key: &str, slots: Option<u32>) -> Option<Turn> {
-        let slots = slots? as usize;
+    /// (None: at once, no turn kept); `Full` when `bound` requests wait already.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        key: &str,
+        slots: Option<u32>,
+        bound: usize,
+    ) -> Result<Option<Turn>, Full> {
+        let Some(slots) = slots else {
+            return Ok(None);
+        };
+        let slots = slots as usize;
         let waiting = {
             let mut s = self.inner.lock().expect("fair");
             s.slots = slots;
@@ -53,7 +65,10 @@ impl Fair {
                 s.turns += 1;
                 let t = s.turns;
                 s.served.insert(key.to_string(), t);
-                return Some(Turn(Some(self.clone())));
+                return Ok(Some(Turn(Some(self.clone()))));
+            }
+            if s.queues.values().map(VecDeque::len).sum::<usize>() >= bound {
+                return Err(Full);
             }
             let (tx, rx) = oneshot::channel();
             s.queues.entry(key.to_string()).or_default().push_back(tx);
@@ -61,8 +76,8 @@ impl Fair {
             self.grant(&mut s);
             rx
         };
-        // A sender dropped unsent never happens while the gate lives; None ends the wait.
-        waiting.await.ok()
+        // Its sender is only dropped unsent with the gate itself.
+        Ok(waiting.await.ok())
     }
 
     fn release(self: &Arc<Self>) {
@@ -114,7 +129,7 @@ mod tests {
     #[tokio::test]
     async fn a_freed_slot_goes_to_the_key_served_longest_ago_not_the_longest_queue() {
         let gate = Arc::new(Fair::default());
-        let first = gate.enter("flood", Some(1)).await.unwrap();
+        let first = gate.enter("flood", Some(1), 100).await.unwrap().unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         for (i, key) in ["flood", "flood", "flood", "quiet", "flood"]
@@ -123,7 +138,7 @@ mod tests {
         {
             let (g, tx) = (gate.clone(), tx.clone());
             tasks.push(tokio::spawn(async move {
-                let turn = g.enter(key, Some(1)).await.unwrap();
+                let turn = g.enter(key, Some(1), 100).await.unwrap().unwrap();
                 tx.send((i, *key)).unwrap();
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 drop(turn);
@@ -150,17 +165,19 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_goes_away_leaves_its_slot_free() {
         let gate = Arc::new(Fair::default());
-        let first = gate.enter("a", Some(1)).await.unwrap();
+        let first = gate.enter("a", Some(1), 100).await.unwrap().unwrap();
         let gone = tokio::time::timeout(
             std::time::Duration::from_millis(20),
-            gate.enter("b", Some(1)),
+            gate.enter("b", Some(1), 100),
         )
         .await;
         assert!(gone.is_err());
         drop(first);
-        let again = gate.enter("c", Some(1)).await;
+        let again = gate.enter("c", Some(1), 100).await.unwrap();
         assert!(again.is_some());
+        // At its bound, one more waiter is refused at once.
+        assert!(gate.enter("e", Some(1), 0).await.is_err());
         assert_eq!(gate.inner.lock().unwrap().busy, 1);
-        assert!(gate.enter("d", None).await.is_none());
+        assert!(gate.enter("d", None, 0).await.unwrap().is_none());
     }
 }

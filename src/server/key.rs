@@ -14,6 +14,9 @@ use hyper::HeaderMap;
 use super::quota::{Limited, Permit, Quota};
 use crate::keys::{Key, Keys};
 
+/// Where Anthropic's clients put their key.
+pub(crate) const X_API_KEY: &str = "x-api-key";
+
 /// How often the keys file is looked at, ms.
 const LOOK: u64 = 200;
 
@@ -59,23 +62,29 @@ impl Caller {
 pub(crate) struct Access {
     own: Option<String>,
     file: PathBuf,
-    keys: RwLock<(Option<SystemTime>, Arc<Keys>)>,
+    keys: RwLock<(Option<Seen>, Arc<Keys>)>,
     began: Instant,
     looked_ms: AtomicU64,
     /// Each key's limits in force and use.
     pub(crate) quota: Arc<Quota>,
 }
 
-fn modified(file: &PathBuf) -> Option<SystemTime> {
-    std::fs::metadata(file).and_then(|m| m.modified()).ok()
+/// What a look at the file saw: a rename (every write is one) gives a new inode, so a
+/// change within one tick of the clock is not missed.
+type Seen = (u64, Option<SystemTime>, u64);
+
+fn modified(file: &PathBuf) -> Option<Seen> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    Some((m.ino(), m.modified().ok(), m.len()))
 }
 
 impl Access {
     pub(crate) fn new(own: Option<String>, state: &crate::state::StateDir) -> Access {
         let file = crate::keys::path(state);
         let keys = Keys::load(state).unwrap_or_else(|e| {
-            tracing::warn!("the keys are not read: {e}");
-            Keys::default()
+            tracing::error!("the keys are not read, so only the door's own key opens it: {e}");
+            Keys::unreadable()
         });
         Access {
             own,
@@ -119,14 +128,16 @@ impl Access {
 
     /// Whether any key guards the door (then its `Authorization` is never forwarded).
     pub(crate) fn keyed(&self) -> bool {
-        self.own.is_some() || self.current().any()
+        self.own.is_some() || self.current().guards()
     }
 
     /// Who a request carrying `headers` is.
     pub(crate) fn caller(&self, headers: &HeaderMap) -> Caller {
-        let presented = (headers.get(hyper::header::AUTHORIZATION))
+        // OpenAI's clients send `Authorization: Bearer`; Anthropic's (Claude Code) `x-api-key`.
+        let bearer = (headers.get(hyper::header::AUTHORIZATION))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
+        let presented = bearer.or_else(|| headers.get(X_API_KEY).and_then(|v| v.to_str().ok()));
         let keys = self.current();
         if let Some(p) = presented {
             if (self.own.as_deref())
@@ -141,7 +152,7 @@ impl Access {
                 };
             }
         }
-        match self.own.is_none() && !keys.any() {
+        match self.own.is_none() && !keys.guards() {
             true => Caller::Open,
             false => Caller::Nobody,
         }

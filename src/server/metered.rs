@@ -40,7 +40,8 @@ pub(super) fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, drop_auth: bool
         let n = name.as_str();
         // CORS is the door's (`origin`), in either direction.
         let dropped = HOP_BY_HOP.contains(&n) || super::origin::is_cors(name);
-        if dropped || (drop_auth && name == hyper::header::AUTHORIZATION) {
+        let auth = name == hyper::header::AUTHORIZATION || n == super::key::X_API_KEY;
+        if dropped || (drop_auth && auth) {
             continue;
         }
         to.append(name.clone(), value.clone());
@@ -65,6 +66,8 @@ pub(super) struct Judging {
     pub(super) side: Side,
     /// Its key's hold (shared with the request until its answer's end).
     pub(super) permit: Option<super::quota::Permit>,
+    /// Whose API the request speaks, so its tokens are counted even when not judged.
+    pub(super) api: super::api::Api,
 }
 
 impl Judging {
@@ -210,7 +213,7 @@ pub(super) fn respond(
     // Which instance answered: a client (and a test) can tell a switch happened.
     let answered_by = format!("{} {}", upstream.recipe, upstream.deployment);
     metrics.status(&recipe, resp.status().as_u16());
-    let permit = judging.permit.clone();
+    let (permit, api) = (judging.permit.clone(), judging.api);
     if let Some(p) = &permit {
         p.answered(resp.status().as_u16());
     }
@@ -243,7 +246,7 @@ pub(super) fn respond(
         live: live.clone(),
         recipe,
         arrived,
-        reading: Some(Reading::new(&parts.headers, answer, permit.is_some())),
+        reading: Some(Reading::new(&parts.headers, answer, permit.is_some(), api)),
         last_token: None,
         judging,
         canary,

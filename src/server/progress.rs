@@ -86,7 +86,14 @@ pub(crate) async fn answer(
             let _ = tx.send(Ok(Frame::data(Bytes::from(event)))).await;
             return;
         }
-        while let Some(frame) = body.frame().await {
+        // A client that leaves while the server is between frames ends it here too: its
+        // lease, turn and permit go with the body.
+        loop {
+            let frame = tokio::select! {
+                f = body.frame() => f,
+                _ = tx.closed() => return,
+            };
+            let Some(frame) = frame else { return };
             if tx.send(frame).await.is_err() {
                 return;
             }

@@ -259,6 +259,7 @@ async fn proxied(
             asked,
             side,
             permit: permit.clone(),
+            api: super::api::Api::of(parts.uri.path()),
         }),
         Err(answered) => return answered,
     };
@@ -314,6 +315,26 @@ async fn served(proxy: Arc<Proxy>, door: Arc<super::Door>, w: Waiting) -> Respon
         queued,
     } = w;
     let proxy = &proxy;
+    // Its turn at the server among the keys, where the server's slots are known: taken
+    // before a lease, so a request queued here is not one in flight that a drain waits for.
+    let slots = door.demand.settings().slots;
+    let queue = door.config.queue;
+    let mut turn = match tokio::time::timeout(
+        proxy.hold.saturating_sub(arrived.elapsed()),
+        door.fair.enter(&bucket, slots, queue),
+    )
+    .await
+    {
+        Ok(Ok(turn)) => turn,
+        Ok(Err(super::fair::Full)) => {
+            proxy.metrics.event(Event::Rejected);
+            return no_upstream(Refusal::QueueFull);
+        }
+        Err(_) => {
+            proxy.metrics.event(Event::Rejected);
+            return no_upstream(Refusal::TimedOut);
+        }
+    };
     let mut held = false;
     loop {
         let left = proxy.hold.saturating_sub(arrived.elapsed());
@@ -323,13 +344,6 @@ async fn served(proxy: Arc<Proxy>, door: Arc<super::Door>, w: Waiting) -> Respon
                 proxy.metrics.event(Event::Rejected);
                 return no_upstream(why);
             }
-        };
-        // Its turn at the server among the keys, where the server's slots are known.
-        let left = proxy.hold.saturating_sub(arrived.elapsed());
-        let slots = door.demand.settings().slots;
-        let Ok(turn) = tokio::time::timeout(left, door.fair.enter(&bucket, slots)).await else {
-            proxy.metrics.event(Event::Rejected);
-            return no_upstream(Refusal::TimedOut);
         };
         // Its wait so far: for its model's server, a switch, a start on demand, its turn.
         let waited = queued.elapsed();
@@ -354,7 +368,7 @@ async fn served(proxy: Arc<Proxy>, door: Arc<super::Door>, w: Waiting) -> Respon
                     (&proxy.metrics, &proxy.live),
                     resp,
                     upstream,
-                    (Some(lease), turn),
+                    (Some(lease), turn.take()),
                     judged,
                 );
                 // What it waited for its model's server, for a client to tell.
@@ -481,6 +495,7 @@ async fn meet_rollout(
                         asked,
                         side: Side::Candidate(stream),
                         permit,
+                        api: super::api::Api::of(parts.uri.path()),
                     };
                     return Err(super::metered::respond(
                         (&proxy.metrics, &proxy.live),

@@ -217,11 +217,6 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// Whose API the answer speaks.
-    pub(crate) fn api(&self) -> super::api::Api {
-        self.asked.api
-    }
-
     pub fn new(asked: Asked, arrived: Instant) -> Answer {
         Answer {
             asked,

@@ -68,8 +68,10 @@ struct Inner {
 pub(crate) struct Quota {
     state: StateDir,
     inner: Mutex<Inner>,
-    /// Serializes the writes, the newest last.
-    writing: Arc<Mutex<u64>>,
+    /// The newest book handed to a write; an older one queued behind it is skipped.
+    generation: Arc<std::sync::atomic::AtomicU64>,
+    /// Serializes the writes (never taken under `inner`: a slow disk stalls no request).
+    writing: Arc<Mutex<()>>,
 }
 
 impl Quota {
@@ -84,7 +86,8 @@ impl Quota {
                 book,
                 ..Inner::default()
             }),
-            writing: Arc::new(Mutex::new(0)),
+            generation: Arc::default(),
+            writing: Arc::default(),
         })
     }
 
@@ -92,7 +95,12 @@ impl Quota {
     pub(crate) fn admit(self: &Arc<Self>, key: &Key) -> Result<Permit, Limited> {
         let mut i = self.inner.lock().expect("quota");
         let now = Instant::now();
-        let l = key.limits;
+        // A bound of 0 (a hand-edited file) is no bound here; `keys add` refuses it.
+        let l = crate::keys::Limits {
+            rpm: key.limits.rpm.filter(|n| *n > 0),
+            concurrency: key.limits.concurrency.filter(|n| *n > 0),
+            tokens_per_day: key.limits.tokens_per_day.filter(|n| *n > 0),
+        };
         let refused = |limit, retry_after| Limited { limit, retry_after };
         let mut why = None;
         if let Some(n) = l.concurrency {
@@ -105,9 +113,8 @@ impl Quota {
             while recent.front().is_some_and(|t| now - *t >= MINUTE) {
                 recent.pop_front();
             }
-            if recent.len() >= n as usize {
-                let oldest = *recent.front().expect("at least n >= 1");
-                why = Some(refused(Limit::Rate(n), MINUTE - (now - oldest)));
+            if let Some(oldest) = recent.front().filter(|_| recent.len() >= n as usize) {
+                why = Some(refused(Limit::Rate(n), MINUTE - (now - *oldest)));
             }
         }
         if let (None, Some(n)) = (why, l.tokens_per_day) {
@@ -172,21 +179,27 @@ impl Quota {
 
     /// The book handed to a write off this thread, when it changed.
     fn write_later(&self) {
-        let (book, generation) = {
+        use std::sync::atomic::Ordering;
+        let (book, mine) = {
             let mut i = self.inner.lock().expect("quota");
             if !i.dirty {
                 return;
             }
             i.dirty = false;
-            let mut g = self.writing.lock().expect("usage writes");
-            *g += 1;
-            (i.book.clone(), *g)
+            (
+                i.book.clone(),
+                self.generation.fetch_add(1, Ordering::SeqCst) + 1,
+            )
         };
-        let (state, writing) = (self.state.clone(), self.writing.clone());
+        let (state, writing, newest) = (
+            self.state.clone(),
+            self.writing.clone(),
+            self.generation.clone(),
+        );
         crate::state::later(move || {
-            // A later generation already queued writes a newer book: this one is skipped.
-            let g = writing.lock().expect("usage writes");
-            if *g == generation {
+            let _one = writing.lock().expect("usage writes");
+            // A newer book is queued behind this one: it writes, this one need not.
+            if newest.load(Ordering::SeqCst) == mine {
                 if let Err(e) = book.save(&state) {
                     tracing::warn!("the usage book was not written: {e}");
                 }
@@ -201,6 +214,8 @@ impl Quota {
             i.dirty = false;
             i.book.clone()
         };
+        // Any write still queued holds an older book.
+        (self.generation).fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let _g = self.writing.lock().expect("usage writes");
         if let Err(e) = book.save(&self.state) {
             tracing::warn!("the usage book was not written: {e}");

@@ -41,7 +41,7 @@ pub(crate) struct Reading {
     chunks: u64,
     /// Prompt tokens, as the server reported them.
     prompt: Option<u64>,
-    /// Whose API the answer speaks (its judged request's; chat when not judged).
+    /// Whose API the answer speaks (its request's path).
     api: Api,
 }
 
@@ -81,8 +81,12 @@ pub(crate) fn is_stream(headers: &HeaderMap) -> bool {
 impl Reading {
     /// A reading of a body with `headers`; `answer`: judged as well; `count`: its tokens
     /// counted (a whole answer is then kept, within its limit, for its usage).
-    pub(crate) fn new(headers: &HeaderMap, answer: Option<Answer>, count: bool) -> Reading {
-        let api = answer.as_ref().map_or(Api::Chat, Answer::api);
+    pub(crate) fn new(
+        headers: &HeaderMap,
+        answer: Option<Answer>,
+        count: bool,
+        api: Api,
+    ) -> Reading {
         let form = match is_stream(headers) {
             true => Form::Stream(crate::bench::sse::Parser::default()),
             false => Form::Whole((answer.is_some() || count).then(Vec::new)),
@@ -347,6 +351,7 @@ mod tests {
             &headers,
             Some(Answer::new(Asked::default(), arrived)),
             false,
+            Api::Chat,
         );
         let event = format!(
             "data: {{\"error\":{{\"message\":\"{}\"}}}}\n\n",

@@ -302,7 +302,7 @@ impl PairSlot {
                     return Err(format!("answered {}", resp.status()));
                 }
                 let answer = Answer::new(asked, arrived).keeping_text();
-                let mut reading = Reading::new(resp.headers(), Some(answer), false);
+                let mut reading = Reading::new(resp.headers(), Some(answer), false, asked.api);
                 let mut body = resp.into_body();
                 loop {
                     match body.frame().await {

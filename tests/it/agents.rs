@@ -179,3 +179,76 @@ fn an_empty_production_on_messages_is_seen_and_restarted_by_the_floor_gates() {
         "{why}"
     );
 }
+
+#[test]
+fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gates() {
+    let (binary, model) = support::llama_server_and_model();
+    let deck = Deck::new("agents-empty-llama");
+    // A grammar that admits only the empty string: every answer ends at once, empty, while
+    // /health stays green — a server configured wrong, as a real one can be.
+    deck.recipe(
+        "prod",
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\nserver:\n  port: {}\n  args: [-t, \"1\", -c, \"512\", --grammar, \"root ::= \\\"\\\"\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\n",
+            binary.display(),
+            model.display(),
+            free_port()
+        ),
+    );
+    // Made production without a benchmark, as `rollback --to` does.
+    deck.ok(&["rollback", "--to", "prod"]);
+    let url = deck.door_url();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let client = std::thread::spawn(move || {
+        support::block_on(async move {
+            let http = reqwest::Client::builder().no_proxy().build().unwrap();
+            let mut seen = Vec::new();
+            let mut stream = false;
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                stream = !stream;
+                let body = json!({"model": "any", "max_tokens": 8, "stream": stream,
+                    "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
+                if let Ok(r) = http
+                    .post(format!("{url}/v1/messages"))
+                    .json(&body)
+                    .send()
+                    .await
+                {
+                    seen.push(r.text().await.unwrap_or_default());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            seen
+        })
+    });
+    let began = std::time::Instant::now();
+    let restart = loop {
+        let v: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
+        let found = (v.as_array().unwrap().iter())
+            .find(|r| r["command"] == "restart")
+            .cloned();
+        if let Some(r) = found {
+            break r;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(180),
+            "no restart: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = client.join().unwrap();
+    // The client saw the server's own empty answers: no text at all.
+    assert!(
+        seen.iter().any(|t| t.contains("\"content\":[]")),
+        "{seen:?}"
+    );
+    assert!(seen.iter().all(|t| !t.contains("text_delta")), "{seen:?}");
+    let why = restart["error"].as_str().unwrap();
+    assert!(
+        why.contains("prod answers badly") && why.contains("non_empty"),
+        "{why}"
+    );
+    let _ = deck.run(&["down", "prod"]);
+}

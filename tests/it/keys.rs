@@ -151,6 +151,19 @@ fn keys_decide_who_reaches_which_model_and_changes_count_within_a_second_under_l
         "{v}"
     );
     assert_eq!(listed(&deck, &kid), ["chat"]);
+    // Anthropic's clients send theirs as `x-api-key`: the same key, the same scope.
+    let url = format!("{}/v1/messages", deck.door_url());
+    let k = kid.clone();
+    let by_header = support::block_on(async move {
+        let messages = json!({"model": "chat", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
+        let r = reqwest::Client::new()
+            .post(url)
+            .header("x-api-key", k)
+            .json(&messages);
+        r.send().await.unwrap().status().as_u16()
+    });
+    assert_eq!(by_header, 200);
     assert_eq!(listed(&deck, &admin), ["chat", "coder"]);
     // The live page's data and /metrics are an admin's.
     for path in ["/metrics", "/_sparkctl/data"] {
@@ -299,11 +312,36 @@ fn each_limit_answers_429_and_use_per_key_is_what_the_clients_counted() {
 
     // What the rpm key used is what its client counted, in `usage`, /metrics and the
     // key's own view; another key's use is not in it.
+    // An agent's streamed /v1/responses answer is counted from its own events.
+    let agent = add(&deck, &["agent"]);
+    let asked = json!({"model": "chat", "max_output_tokens": 4, "stream": true,
+        "input": "What is the capital of Japan?"});
+    // A key added is known within a second.
+    let began = Instant::now();
+    loop {
+        let (status, _, v) = call(
+            &deck,
+            "POST",
+            "/v1/responses",
+            Some(&agent),
+            Some(asked.clone()),
+        );
+        if status == 200 {
+            break;
+        }
+        assert!(
+            status == 401 && began.elapsed() < Duration::from_secs(2),
+            "{status} {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     // The door writes what was used within a second.
     let began = Instant::now();
     let used = loop {
         let used: Value = serde_json::from_str(&deck.ok(&["--json", "usage"])).unwrap();
-        if used["once"]["requests"] == 2 && used["daily"]["limited"] == 1 {
+        let done = used["once"]["requests"] == 2 && used["daily"]["limited"] == 1;
+        if done && used["agent"]["requests"] == 1 {
             break used;
         }
         assert!(began.elapsed() < Duration::from_secs(5), "{used}");
@@ -319,6 +357,10 @@ fn each_limit_answers_429_and_use_per_key_is_what_the_clients_counted() {
         "{used}"
     );
     assert_eq!(used["daily"]["limited"], 1, "{used}");
+    let a = &used["agent"];
+    assert_eq!(a["tokens_out"], 4, "{used}");
+    assert!(a["tokens_in"].as_u64().unwrap() > 0, "{used}");
+    assert_eq!(a["tokens_out_counted"], 0, "the server's own count: {used}");
     assert!(
         used["daily"]["tokens_in"].as_u64().unwrap()
             + used["daily"]["tokens_out"].as_u64().unwrap()

@@ -102,7 +102,7 @@ fn an_evicted_model_sleeps_and_its_next_request_takes_its_wake_not_a_start() {
     for w in &wakes {
         assert!(
             *w * 2 < cold_a.min(cold_b),
-            "a wake of {w} ms against starts of {cold_a}/{cold_b} ms"
+            "a wake of {w} ms against starts of {cold_a}/{cold_b} ms\n{log}"
         );
     }
     // What a client cannot do, the door did: its sleep routes stay the door's.
