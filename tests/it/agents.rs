@@ -128,56 +128,61 @@ fn an_empty_production_on_messages_is_seen_and_restarted_by_the_floor_gates() {
         ),
     );
     deck.ok(&["rollback", "--to", "prod"]);
-    // A client of /v1/messages alone, streamed and whole in turn.
+    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(120));
+    // The client saw answers with no text at all (not errors: those are not counted).
+    let empty = |(status, text): &(u16, String)| {
+        *status == 200 && !text.contains("text_delta") && !text.contains("\"text\":\"T")
+    };
+    assert!(seen.iter().any(empty), "{seen:?}");
+}
+
+/// A client of `/v1/messages` alone (streamed and whole in turn) at `deck`'s door until the
+/// floor gates restart production for empty answers (within `within`): what it saw.
+fn restarted_for_empty_answers(deck: &Deck, within: Duration) -> Vec<(u16, String)> {
     let url = deck.door_url();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     let client = std::thread::spawn(move || {
         support::block_on(async move {
             let http = reqwest::Client::builder().no_proxy().build().unwrap();
-            let mut empties = 0;
+            let mut seen = Vec::new();
             let mut stream = false;
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
                 stream = !stream;
                 let body = json!({"model": "any", "max_tokens": 16, "stream": stream,
                     "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
-                if let Ok(r) = http
+                let sent = http
                     .post(format!("{url}/v1/messages"))
                     .json(&body)
                     .send()
-                    .await
-                {
-                    let text = r.text().await.unwrap_or_default();
-                    let said = text.contains("text_delta") || text.contains("\"text\":\"T");
-                    empties += usize::from(!said);
+                    .await;
+                if let Ok(r) = sent {
+                    let status = r.status().as_u16();
+                    seen.push((status, r.text().await.unwrap_or_default()));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            empties
+            seen
         })
     });
     let began = std::time::Instant::now();
     let restart = loop {
         let v: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
-        let found = (v.as_array().unwrap().iter())
-            .find(|r| r["command"] == "restart")
-            .cloned();
+        let found = (v.as_array().unwrap().iter()).find(|r| r["command"] == "restart");
         if let Some(r) = found {
-            break r;
+            break r.clone();
         }
-        assert!(
-            began.elapsed() < Duration::from_secs(120),
-            "no restart: {v}"
-        );
+        assert!(began.elapsed() < within, "no restart: {v}");
         std::thread::sleep(Duration::from_millis(500));
     };
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(client.join().unwrap() > 0, "the client saw no empty answer");
+    let seen = client.join().unwrap();
     let why = restart["error"].as_str().unwrap();
     assert!(
         why.contains("prod answers badly") && why.contains("non_empty"),
         "{why}"
     );
+    seen
 }
 
 #[test]
@@ -197,58 +202,13 @@ fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gat
     );
     // Made production without a benchmark, as `rollback --to` does.
     deck.ok(&["rollback", "--to", "prod"]);
-    let url = deck.door_url();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    let client = std::thread::spawn(move || {
-        support::block_on(async move {
-            let http = reqwest::Client::builder().no_proxy().build().unwrap();
-            let mut seen = Vec::new();
-            let mut stream = false;
-            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                stream = !stream;
-                let body = json!({"model": "any", "max_tokens": 8, "stream": stream,
-                    "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
-                if let Ok(r) = http
-                    .post(format!("{url}/v1/messages"))
-                    .json(&body)
-                    .send()
-                    .await
-                {
-                    seen.push(r.text().await.unwrap_or_default());
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            seen
-        })
-    });
-    let began = std::time::Instant::now();
-    let restart = loop {
-        let v: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
-        let found = (v.as_array().unwrap().iter())
-            .find(|r| r["command"] == "restart")
-            .cloned();
-        if let Some(r) = found {
-            break r;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(180),
-            "no restart: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let seen = client.join().unwrap();
+    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(180));
     // The client saw the server's own empty answers: no text at all.
+    let texts: Vec<&str> = seen.iter().map(|(_, t)| t.as_str()).collect();
     assert!(
-        seen.iter().any(|t| t.contains("\"content\":[]")),
+        texts.iter().any(|t| t.contains("\"content\":[]")),
         "{seen:?}"
     );
-    assert!(seen.iter().all(|t| !t.contains("text_delta")), "{seen:?}");
-    let why = restart["error"].as_str().unwrap();
-    assert!(
-        why.contains("prod answers badly") && why.contains("non_empty"),
-        "{why}"
-    );
+    assert!(texts.iter().all(|t| !t.contains("text_delta")), "{seen:?}");
     let _ = deck.run(&["down", "prod"]);
 }
