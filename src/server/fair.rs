@@ -46,7 +46,8 @@ impl Drop for Turn {
 
 impl Fair {
     /// Waits for a turn of `key` (any name; the keyless share one) at a server of `slots`
-    /// (None: at once, no turn kept); `Full` when `bound` requests wait already.
+    /// (None: at once, no turn kept); `Full` when `bound` requests wait already and this
+    /// key's queue is the longest.
     pub(crate) async fn enter(
         self: &Arc<Self>,
         key: &str,
@@ -67,7 +68,12 @@ impl Fair {
                 s.served.insert(key.to_string(), t);
                 return Ok(Some(Turn(Some(self.clone()))));
             }
-            if s.queues.values().map(VecDeque::len).sum::<usize>() >= bound {
+            // At the bound, the key with the longest queue is the one refused: a flood
+            // that fills the queues cannot crowd out another key's request.
+            let total: usize = s.queues.values().map(VecDeque::len).sum();
+            let mine = s.queues.get(key).map_or(0, VecDeque::len);
+            let longest = s.queues.values().map(VecDeque::len).max().unwrap_or(0);
+            if total >= bound && mine >= longest {
                 return Err(Full);
             }
             let (tx, rx) = oneshot::channel();
@@ -175,9 +181,24 @@ mod tests {
         drop(first);
         let again = gate.enter("c", Some(1), 100).await.unwrap();
         assert!(again.is_some());
-        // At its bound, one more waiter is refused at once.
-        assert!(gate.enter("e", Some(1), 0).await.is_err());
-        assert_eq!(gate.inner.lock().unwrap().busy, 1);
+        // At its bound, one more waiter of the longest queue is refused at once; another
+        // key's is not.
+        let g = gate.clone();
+        let waiting = tokio::spawn(async move { g.enter("e", Some(1), 1).await.is_ok() });
+        while gate.waiting().values().sum::<usize>() < 1 {
+            tokio::task::yield_now().await;
+        }
+        assert!(gate.enter("e", Some(1), 1).await.is_err());
+        let g = gate.clone();
+        let other = tokio::spawn(async move { g.enter("f", Some(1), 1).await.is_ok() });
+        while gate.waiting().values().sum::<usize>() < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(again);
+        assert!(waiting.await.unwrap());
+        assert!(other.await.unwrap());
+        // Every turn given back.
+        assert_eq!(gate.inner.lock().unwrap().busy, 0);
         assert!(gate.enter("d", None, 0).await.unwrap().is_none());
     }
 }
