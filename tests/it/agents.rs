@@ -11,18 +11,26 @@ use serde_json::{json, Value};
 use crate::support::{self, free_port, Deck, Sim};
 
 /// A streamed request to `url`'s `path`: the `type` of each event, repeats folded.
-fn event_types(url: &str, path: &str, body: Value) -> Vec<String> {
+/// `body` posted to `url`'s `path`: the answer's text, once it is a 200.
+fn post(url: &str, path: &str, body: Value) -> String {
     let url = format!("{url}{path}");
-    let text = support::block_on(async move {
+    support::block_on(async move {
         let r = reqwest::Client::new()
             .post(url)
             .json(&body)
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        r.text().await.unwrap()
-    });
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 200, "{text}");
+        text
+    })
+}
+
+/// A streamed request: the `type` of each event, repeats folded.
+fn event_types(url: &str, path: &str, body: Value) -> Vec<String> {
+    let text = post(url, path, body);
     let mut types: Vec<String> = Vec::new();
     for line in text.lines() {
         let Some(data) = line.strip_prefix("data: ") else {
@@ -38,16 +46,8 @@ fn event_types(url: &str, path: &str, body: Value) -> Vec<String> {
 }
 
 fn whole(url: &str, path: &str, body: Value) -> Value {
-    let url = format!("{url}{path}");
-    support::block_on(async move {
-        let r = reqwest::Client::new()
-            .post(url)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        r.json().await.unwrap()
-    })
+    let text = post(url, path, body);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 fn keys(v: &Value) -> Vec<String> {
