@@ -241,6 +241,10 @@ impl Conns {
         }
     }
 
+    fn is_busy(&self, id: u64) -> bool {
+        self.registry().live.get(&id).is_some_and(|c| c.busy > 0)
+    }
+
     fn busy(&self, id: u64) -> Busy {
         if let Some(c) = self.registry().live.get_mut(&id) {
             c.busy += 1;
@@ -436,12 +440,23 @@ async fn connection<IO, H, F, B>(
 {
     let service = {
         let conns = conns.clone();
+        let stop = stop.clone();
         hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let busy = conns.busy(id);
             req.extensions_mut().insert(Client(id));
             let answer = handle(req);
+            let stop = stop.clone();
             async move {
-                let resp = answer.await;
+                let mut resp = answer.await;
+                // A stopping door says so in the answer, so the client sends its next
+                // request on a new connection (to the door that follows) and never on one
+                // about to close.
+                if *stop.borrow() {
+                    resp.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
                 Ok::<_, std::convert::Infallible>(resp.map(|inner| Guarded { inner, _busy: busy }))
             }
         })
@@ -455,25 +470,37 @@ async fn connection<IO, H, F, B>(
         );
     tokio::pin!(conn);
     let mut closing = false;
-    if *stop.borrow() {
-        conn.as_mut().graceful_shutdown();
-        closing = true;
-    }
+    // Set when the door stops while this connection is idle: until then a request the
+    // client has already sent is read and answered (with `Connection: close`), not met by
+    // a closed socket, which a client sees as a failed request it cannot safely retry.
+    let mut linger: Option<Instant> = None;
+    let mut stopping = *stop.borrow();
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {
+        if stopping && !closing {
+            if conns.is_busy(id) || linger.is_some_and(|l| l.elapsed() >= LINGER) {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            } else if linger.is_none() {
+                linger = Some(Instant::now());
+            }
+        }
         tokio::select! {
             _ = conn.as_mut() => break,
             _ = close.notified(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
-            _ = stop.changed(), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
+            _ = stop.changed(), if !stopping => stopping = true,
+            _ = tick.tick(), if stopping && !closing => {}
         }
     }
     conns.closed(id);
 }
+
+/// How long an idle connection stays open once the door stops, for a request already on
+/// its way: about a round trip on a busy host, far below any client's idle timeout.
+const LINGER: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {
@@ -520,5 +547,43 @@ mod tests {
         assert!(conns.evict_idle());
         assert!(asked(&close_a));
         assert_eq!(conns.counts(), (3, 1));
+    }
+
+    /// A request sent on a kept-alive connection just after the door stops is answered,
+    /// and told the connection closes; a connection that sends nothing is closed soon after.
+    #[tokio::test]
+    async fn a_request_already_on_its_way_at_stop_is_answered_not_cut() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop) = watch::channel(false);
+        let conns = Conns::new(16);
+        let limits = Limits {
+            connections: 16,
+            header_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
+        };
+        let handle = |_req: Request<Incoming>| async {
+            Response::new(http_body_util::Full::new(Bytes::from_static(b"ok")))
+        };
+        tokio::spawn(serve(listener, "test", limits, conns.clone(), stop, handle));
+        let ask = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+        let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        kept.write_all(ask).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = kept.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        stop_tx.send(true).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        kept.write_all(ask).await.unwrap();
+        let mut second = Vec::new();
+        kept.read_to_end(&mut second).await.unwrap();
+        let second = String::from_utf8_lossy(&second).to_lowercase();
+        assert!(second.starts_with("http/1.1 200"), "{second}");
+        assert!(second.contains("connection: close"), "{second}");
+        let deadline = tokio::time::Instant::now() + LINGER * 4;
+        assert_eq!(conns.drained(deadline).await, 0, "the idle one stayed open");
+        assert_eq!(idle.read(&mut buf).await.unwrap(), 0, "closed, unasked");
     }
 }
