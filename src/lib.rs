@@ -9,6 +9,7 @@
 #![warn(unreachable_pub)]
 
 mod adopt;
+mod agents;
 mod bench;
 mod bisect;
 mod capture_file;

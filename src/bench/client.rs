@@ -14,6 +14,7 @@ pub(crate) use super::reader::bears_token;
 use super::reader::Reader;
 pub(crate) use super::sample::*;
 use super::sse;
+use crate::agents::Api;
 
 /// The benchmark's HTTP clients: `pooled` keeps connections alive as real clients do;
 /// `fresh` keeps none, so a retry is certain to open a new connection.
@@ -72,6 +73,15 @@ pub(crate) async fn open_connections(clients: &Clients, url: &str, n: usize) -> 
         .count()
 }
 
+/// The event a complete stream of `api` ends with.
+fn last_event(api: Api) -> &'static str {
+    match api {
+        Api::Chat => "[DONE]",
+        Api::Messages => "message_stop",
+        Api::Responses => "response.completed",
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -79,14 +89,20 @@ fn ms(d: Duration) -> f64 {
 /// Sends `body` (a streaming chat request) to `url` and measures the answer. Never fails:
 /// problems become `failure` + `error` with whatever was measured before them.
 pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
+    stream_in(clients, url, Api::Chat, body).await
+}
+
+/// `stream` of a request in `api`: sent to its path, its events read as the chat chunks
+/// they amount to.
+pub(crate) async fn stream_in(clients: &Clients, url: &str, api: Api, body: &Value) -> Sample {
     let mut s = Sample::default();
-    let Some((resp, sent)) = send(clients, url, body, &mut s).await else {
+    let Some((resp, sent)) = send(clients, url, api, body, &mut s).await else {
         return s;
     };
     let Some(resp) = event_stream(resp, &mut s, sent).await else {
         return s;
     };
-    read(resp, &mut s, sent).await;
+    read(resp, api, &mut s, sent).await;
     s
 }
 
@@ -94,10 +110,11 @@ pub async fn stream(clients: &Clients, url: &str, body: &Value) -> Sample {
 async fn send(
     clients: &Clients,
     url: &str,
+    api: Api,
     body: &Value,
     s: &mut Sample,
 ) -> Option<(reqwest::Response, Instant)> {
-    let endpoint = format!("{url}/v1/chat/completions");
+    let endpoint = format!("{url}{}", api.path());
     let mut sent = Instant::now();
     s.sent_unix_us = crate::units::unix_now().as_micros() as u64;
     let mut answer = clients.pooled.post(&endpoint).json(body).send().await;
@@ -161,7 +178,7 @@ async fn event_stream(
 }
 
 /// Reads the stream to its end (or its break), timing every event from `sent`.
-async fn read(resp: reqwest::Response, s: &mut Sample, sent: Instant) {
+async fn read(resp: reqwest::Response, api: Api, s: &mut Sample, sent: Instant) {
     let mut reader = Reader::default();
     let mut parser = sse::Parser::default();
     let mut bytes = resp.bytes_stream();
@@ -180,6 +197,19 @@ async fn read(resp: reqwest::Response, s: &mut Sample, sent: Instant) {
             }
         };
         for data in parser.feed(&chunk) {
+            if api != Api::Chat {
+                let r = crate::agents::event(api, &data);
+                if let Some(err) = &r.error {
+                    s.fail(Failure::Stream, format!("error event: {err}"));
+                    break 'read;
+                }
+                reader.event(s, &r.as_chat_chunk(), ms(at));
+                if r.done {
+                    reader.done = true;
+                    break 'read;
+                }
+                continue;
+            }
             if data.trim() == "[DONE]" {
                 reader.done = true;
                 break 'read;
@@ -211,7 +241,7 @@ async fn read(resp: reqwest::Response, s: &mut Sample, sent: Instant) {
             if parser.pending() {
                 "the stream ended in the middle of an event (truncated)".into()
             } else {
-                "the stream ended without [DONE] (truncated)".into()
+                format!("the stream ended without {} (truncated)", last_event(api))
             },
         );
     }

@@ -193,7 +193,7 @@ impl Bench<'_> {
             let body = self
                 .suite
                 .request(&self.info.model, case, &history, tag, self.info.kind);
-            let mut s = client::stream(&self.clients, &self.url, &body).await;
+            let mut s = client::stream_in(&self.clients, &self.url, case.api, &body).await;
             s.case = case.name.clone();
             s.run = run;
             s.turn = t + 1;

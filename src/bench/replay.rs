@@ -16,6 +16,7 @@ use super::load::{schedule, Arrival};
 use super::sample::Sample;
 use super::suite::{captured_request, CacheMode, Case, Suite};
 use super::{Bench, Options};
+use crate::agents::Api;
 use crate::capture_file as capture;
 use crate::error::{Error, Result};
 use crate::state::StateDir;
@@ -76,6 +77,18 @@ fn is_capture(path: &Path) -> bool {
     serde_json::from_str::<capture::CapturedRequest>(&first).is_ok()
 }
 
+/// A captured request's turns: chat's and Messages' `messages`, Responses' `input` (a
+/// list, or one user text); None for a request that is no conversation.
+fn conversation(body: &Value) -> Option<Vec<Value>> {
+    match (&body["messages"], &body["input"]) {
+        (Value::Array(m), _) | (_, Value::Array(m)) => Some(m.clone()),
+        (_, Value::String(text)) => {
+            Some(vec![serde_json::json!({"role": "user", "content": text})])
+        }
+        _ => None,
+    }
+}
+
 fn last_user_text(messages: &[Value]) -> String {
     messages
         .iter()
@@ -107,11 +120,10 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
     let first = captured.first().map_or(0, |c| c.unix_ms);
     let cases: Vec<Case> = captured
         .into_iter()
-        .filter(|c| c.body["messages"].is_array())
+        .filter_map(|c| Some((conversation(&c.body)?, c)))
         .enumerate()
-        .map(|(i, c)| {
-            let messages = c.body["messages"].as_array().cloned().unwrap_or_default();
-            let max = ["max_completion_tokens", "max_tokens"]
+        .map(|(i, (messages, c))| {
+            let max = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
                 .iter()
                 .find_map(|k| c.body[*k].as_u64())
                 .unwrap_or(256);
@@ -126,6 +138,7 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
                 checks: None,
                 system_tokens: None,
                 cache: CacheMode::WarmPrefix,
+                api: Api::of(&c.path),
                 body: Some(c.body),
                 at_ms: Some(c.unix_ms - first),
             }
@@ -179,6 +192,7 @@ pub(super) async fn run(
                 c.body.as_ref().unwrap_or(&Value::Null),
                 &b.info.model,
                 b.info.kind,
+                c.api,
             )
         })
         .collect();
@@ -186,11 +200,12 @@ pub(super) async fn run(
     let start = Instant::now();
     let send = |i: usize, at: Option<Duration>| {
         let (clients, url, body) = (b.clients.clone(), b.url.clone(), bodies[i].clone());
+        let api = cases[i].api;
         async move {
             if let Some(at) = at {
                 tokio::time::sleep_until((start + at).into()).await;
             }
-            client::stream(&clients, &url, &body).await
+            client::stream_in(&clients, &url, api, &body).await
         }
     };
     let mut samples: Vec<Sample> = match (opts.concurrency.first(), opts.rate) {

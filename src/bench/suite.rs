@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::agents::Api;
 use crate::error::{Diagnostic, Error, Result};
 
 /// The suites shipped in `recipes/suites/`, built in so that `bench URL --suite NAME` works
@@ -62,6 +63,9 @@ fn five() -> usize {
 fn default_max_tokens() -> u32 {
     256
 }
+fn is_chat(api: &Api) -> bool {
+    *api == Api::Chat
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +97,10 @@ pub(crate) struct Case {
     /// What the server may take from its prompt cache (see `CacheMode`).
     #[serde(default)]
     pub(in crate::bench) cache: CacheMode,
+    /// The API it is asked in: `chat` (the default), `messages` (Anthropic Messages, as
+    /// Claude Code asks) or `responses` (OpenAI Responses, as Codex asks).
+    #[serde(default, skip_serializing_if = "is_chat")]
+    pub(in crate::bench) api: Api,
     /// A captured request, sent as it came (a replay's case).
     #[serde(skip)]
     pub(in crate::bench) body: Option<Value>,
@@ -308,7 +316,7 @@ impl Suite {
         server: ServerKind,
     ) -> Value {
         if let Some(captured) = &case.body {
-            return captured_request(captured, model, server);
+            return captured_request(captured, model, server, case.api);
         }
         let mut messages = Vec::new();
         if let Some(system) = self.system_for(case) {
@@ -358,16 +366,20 @@ impl Suite {
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
         }
-        body
+        crate::agents::from_chat(case.api, &body)
     }
 }
 
 /// A captured body as it is sent again: the target's model, streamed with usage (and the
-/// engine's per-chunk counts); messages, tools and sampling as captured.
-pub(crate) fn captured_request(body: &Value, model: &str, server: ServerKind) -> Value {
+/// engine's per-chunk counts, in chat); messages, tools and sampling as captured.
+pub(crate) fn captured_request(body: &Value, model: &str, server: ServerKind, api: Api) -> Value {
     let mut b = body.clone();
     b["model"] = json!(model);
     b["stream"] = json!(true);
+    if api != Api::Chat {
+        // The agents' APIs report usage in their last event, unasked.
+        return b;
+    }
     if !b["stream_options"].is_object() {
         b["stream_options"] = json!({});
     }

@@ -1,4 +1,5 @@
-//! Traffic capture: production's chat requests with their arrival times, written by the
+//! Traffic capture: production's chat requests, and the agents' (Anthropic Messages,
+//! OpenAI Responses), with their arrival times, written by the
 //! front door when asked (`sparkctl frontdoor capture on`), for `bench --replay captured`.
 //! Local only (`STATE/frontdoor/capture/`, the directory 700, the files 600), bounded
 //! (two files of half the size each: the older is dropped as the newer fills), written
@@ -58,6 +59,14 @@ const KEPT: &[&str] = &[
     "frequency_penalty",
     "repetition_penalty",
     "reasoning_effort",
+    // Anthropic Messages' and OpenAI Responses' own.
+    "system",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "stop_sequences",
+    "thinking",
+    "reasoning",
 ];
 
 /// The front door's capture: the config in force and the queue to its writer.
@@ -125,12 +134,14 @@ impl Capture {
         *self.config.lock().expect("capture") = s;
     }
 
-    /// Queues a request for writing, when capture is on and it is a chat completion; the
-    /// body is shared, not copied. One that could never fit in a capture file (half the
+    /// Queues a request for writing, when capture is on and it asks for an answer (chat, or
+    /// an agent's API); the body is shared, not copied. One that could never fit in a capture file (half the
     /// bound), or finds the queue full, is dropped and counted.
     pub(crate) fn offer(&self, method: &hyper::Method, path: &str, body: &Read) {
         let config = self.config();
-        if !config.on || method != hyper::Method::POST || !path.ends_with("/chat/completions") {
+        let answers = ["/chat/completions", "/messages", "/responses"];
+        if !config.on || method != hyper::Method::POST || !answers.iter().any(|a| path.ends_with(a))
+        {
             return;
         }
         let len = body.bytes.len();

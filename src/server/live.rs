@@ -135,7 +135,7 @@ impl Live {
         Some(Asked {
             tools: r.tools.is_some_and(|t| !t.is_empty()),
             deterministic: r.temperature == Some(0.0),
-            api: super::api::Api::of(path),
+            api: crate::agents::Api::of(path),
         })
     }
 

@@ -67,7 +67,7 @@ pub(super) struct Judging {
     /// Its key's hold (shared with the request until its answer's end).
     pub(super) permit: Option<super::quota::Permit>,
     /// Whose API the request speaks, so its tokens are counted even when not judged.
-    pub(super) api: super::api::Api,
+    pub(super) api: crate::agents::Api,
 }
 
 impl Judging {

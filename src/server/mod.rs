@@ -18,9 +18,7 @@ macro_rules! say {
 pub(crate) use say;
 
 pub(crate) mod accept;
-mod agents;
 mod answer;
-mod api;
 pub(crate) mod body;
 pub(crate) mod capture;
 pub(crate) mod chunk;

@@ -17,8 +17,8 @@ use hyper::{Response, StatusCode};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::api::Api;
 use super::metered::ProxyBody;
+use crate::agents::Api;
 
 /// How long a streamed request waits before the door begins its own stream.
 const AFTER: Duration = Duration::from_secs(1);

@@ -259,7 +259,7 @@ async fn proxied(
             asked,
             side,
             permit: permit.clone(),
-            api: super::api::Api::of(parts.uri.path()),
+            api: crate::agents::Api::of(parts.uri.path()),
         }),
         Err(answered) => return answered,
     };
@@ -278,7 +278,7 @@ async fn proxied(
     // lines meanwhile. A hold for a switch or a restart keeps its 503 past the bound.
     let starting = door.demand.load() != super::demand::Load::Loaded;
     if starting && super::progress::streamed(&waiting.body.bytes) {
-        let api = super::api::Api::of(waiting.parts.uri.path());
+        let api = crate::agents::Api::of(waiting.parts.uri.path());
         let model = crate::models::answers_to(&door.model(), &door.production());
         let work = tokio::spawn(served(proxy.clone(), door, waiting));
         return super::progress::answer(model.unwrap_or_default(), api, work).await;
@@ -495,7 +495,7 @@ async fn meet_rollout(
                         asked,
                         side: Side::Candidate(stream),
                         permit,
-                        api: super::api::Api::of(parts.uri.path()),
+                        api: crate::agents::Api::of(parts.uri.path()),
                     };
                     return Err(super::metered::respond(
                         (&proxy.metrics, &proxy.live),

@@ -31,7 +31,7 @@ pub struct Asked {
     /// a rollout compares the candidate's words with production's.
     pub(in crate::server) deterministic: bool,
     /// Whose API: chat, Anthropic Messages, OpenAI Responses (`agents`).
-    pub(in crate::server) api: super::api::Api,
+    pub(in crate::server) api: crate::agents::Api,
 }
 
 /// The most of an answer's text a rollout keeps to compare two answers: the start of an

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use hyper::header::HeaderMap;
 use serde::Deserialize;
 
-use super::api::Api;
 use super::chunk::{Chunk, ChunkChoice};
 use super::quality::{Answer, Delta, Verdict};
+use crate::agents::Api;
 
 /// The most of a whole (not streamed) answer kept to judge it; a larger one is not judged.
 const WHOLE_LIMIT: usize = 1 << 20;
@@ -154,7 +154,7 @@ impl Reading {
         let events = parser.feed(data);
         if self.api != Api::Chat {
             for event in events {
-                let r = super::agents::event(self.api, &event);
+                let r = crate::agents::event(self.api, &event);
                 tokens.extend(self.agent_read(r, now));
             }
             return tokens;
@@ -197,7 +197,7 @@ impl Reading {
     }
 
     /// One agent API event read (`agents`): its token (one), if it bore one.
-    fn agent_read(&mut self, r: super::agents::Read, now: Instant) -> Option<usize> {
+    fn agent_read(&mut self, r: crate::agents::Read, now: Instant) -> Option<usize> {
         if let (Some(why), true) = (&r.error, self.answer.is_some()) {
             self.failed = Some(format!("an error event: {why}"));
         }
@@ -258,7 +258,7 @@ impl Reading {
             return;
         };
         if self.api != Api::Chat {
-            match super::agents::whole(self.api, body) {
+            match crate::agents::whole(self.api, body) {
                 Ok(r) => {
                     let now = Instant::now();
                     if let Some(a) = self.answer.as_mut() {

@@ -228,13 +228,23 @@ fn bucket(headers: &hyper::HeaderMap, body: &[u8]) -> f64 {
                 user: Option<String>,
                 #[serde(default)]
                 messages: Vec<serde_json::Value>,
+                /// OpenAI Responses' turns (a list, or one user text).
+                #[serde(default)]
+                input: serde_json::Value,
             }
             match serde_json::from_slice::<Conversation>(body) {
                 Ok(Conversation { user: Some(u), .. }) => u.hash(&mut h),
                 Ok(c) => {
-                    let first_user = c.messages.iter().position(|m| m["role"] == "user");
-                    let upto = first_user.map_or(c.messages.len(), |i| i + 1);
-                    for m in &c.messages[..upto] {
+                    let turns = match (c.messages.is_empty(), c.input) {
+                        (true, serde_json::Value::Array(items)) => items,
+                        (true, one @ serde_json::Value::String(_)) => {
+                            vec![serde_json::json!({"role": "user", "content": one})]
+                        }
+                        _ => c.messages,
+                    };
+                    let first_user = turns.iter().position(|m| m["role"] == "user");
+                    let upto = first_user.map_or(turns.len(), |i| i + 1);
+                    for m in &turns[..upto] {
                         m["content"].to_string().hash(&mut h);
                     }
                 }

@@ -1,8 +1,11 @@
 //! The coding agents' APIs (Anthropic Messages, OpenAI Responses) at the door: the sim
 //! serves them as the real `llama-server` does (their events side by side), and the live
 //! checks read them like chat — a production that answers empty on `/v1/messages` to a
-//! client that uses only that API is seen and restarted by the floor gates.
+//! client that uses only that API is seen and restarted by the floor gates; a client
+//! that speaks only Messages is paired under shadow, captured and replayed, and a suite
+//! asks in either API, all on the real trained model.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -211,4 +214,133 @@ fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gat
     );
     assert!(texts.iter().all(|t| !t.contains("text_delta")), "{seen:?}");
     let _ = deck.run(&["down", "prod"]);
+}
+
+/// SmolLM2 on the CPU llama-server, greedy by default (`--temp 0`: a request that names no
+/// temperature gets the same answer every time), benchmarked by the `agents` suite.
+fn smollm(deck: &Deck, name: &str, (server, model): (&Path, &Path), extra: &str) {
+    deck.recipe(
+        name,
+        &format!(
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\n  served_name: smollm\nserver:\n  port: {}\n  args: [--jinja, -t, \"1\", -c, \"2048\", -np, \"1\", --temp, \"0\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: agents\n  gates:\n    non_empty: \"== 100%\"\n    expected_answer: \"== 100%\"\n{extra}",
+            server.display(),
+            model.display(),
+            free_port()
+        ),
+    );
+}
+
+/// A suite asked in the agents' APIs only: Claude Code's and Codex's.
+const AGENTS_SUITE: &str = "name: agents\nwarmup: 1\nruns: 5\ncases:\n  - name: in-messages\n    api: messages\n    turns: [\"What is the capital of France? Answer in one sentence.\"]\n    max_tokens: 16\n    expect: Paris\n  - name: in-responses\n    api: responses\n    turns: [\"What is 2+3? Answer with the number.\"]\n    max_tokens: 8\n    expect: \"5\"\n";
+
+const FACTS: [&str; 2] = [
+    "What is the capital of France? Answer in one sentence.",
+    "What is the capital of Japan? Answer in one sentence.",
+];
+
+/// A client that speaks only Anthropic Messages, streamed, until `stop`: each answer's
+/// text, and whether its stream ended with `message_stop`.
+fn messages_client(
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(String, bool)>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut i = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let body = json!({"model": "smollm", "max_tokens": 24, "stream": true,
+                "temperature": 0, "messages": [{"role": "user", "content": FACTS[i % 2]}]});
+            let text = post(&url, "/v1/messages", body);
+            let mut said = String::new();
+            for line in text.lines() {
+                let Some(data) = line.strip_prefix("data: ") else {
+                    continue;
+                };
+                let v: Value = serde_json::from_str(data).unwrap();
+                said.push_str(v["delta"]["text"].as_str().unwrap_or_default());
+            }
+            seen.push((said, text.contains("\"message_stop\"")));
+            i += 1;
+        }
+        seen
+    })
+}
+
+#[test]
+fn a_messages_client_is_shadowed_captured_and_replayed_on_the_real_model() {
+    let (server, model) = crate::eval::llama_server_and_smollm();
+    let bin = (server.as_path(), model.as_path());
+    let deck = Deck::new("agents-shadow");
+    std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
+    std::fs::write(deck.dir.join("recipes/suites/agents.yaml"), AGENTS_SUITE).unwrap();
+    smollm(&deck, "good", bin, "");
+    smollm(
+        &deck,
+        "again",
+        bin,
+        "rollout:\n  mode: shadow\n  ttft_tolerance: 400%\n  itl_tolerance: 100%\n",
+    );
+    // The suite asks in Messages and in Responses; its expected answers gate the promotion,
+    // so the benchmark read both APIs' streams to their text.
+    deck.sparkctl(&["up", "good", "--yes"])
+        .promoted("good", deck.door_port);
+    let record: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
+    let bench: Value =
+        serde_json::from_slice(&std::fs::read(record[0]["bench"].as_str().unwrap()).unwrap())
+            .unwrap();
+    for s in support::measured(&bench) {
+        assert_eq!(s["ok"], true, "{s}");
+        // Counted by the server (its last event's usage), not estimated from chunks.
+        assert_eq!(s["usage_estimated"], false, "{s}");
+        assert!(s["completion_tokens"].as_u64().unwrap() > 0, "{s}");
+    }
+    deck.ok(&["frontdoor", "capture", "on"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = messages_client(deck.door_url(), stop.clone());
+    // Paired under shadow: the candidate's answers to the Messages client, beside
+    // production's, and promoted as the same serving.
+    deck.sparkctl(&["up", "again", "--shadow", "12", "--yes"])
+        .succeeds();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = client.join().unwrap();
+    let run: Value = serde_json::from_str(&deck.ok(&["--json", "history"])).unwrap();
+    let run = &run[0];
+    let j = &run["rollout"]["judgement"];
+    println!(
+        "Messages client under shadow: {} after {} pairs compared ({} copies to the candidate): {}",
+        j["decision"], j["compared"], run["rollout"]["tally"]["to_candidate"], j["reason"]
+    );
+    assert_eq!(run["outcome"], "promoted", "{run}");
+    assert!(j["compared"].as_u64().unwrap() >= 3, "{j}");
+    assert!(seen.iter().all(|(_, done)| *done), "{seen:?}");
+    assert!(seen.iter().any(|(t, _)| t.contains("Paris")), "{seen:?}");
+    deck.ok(&["frontdoor", "capture", "off"]);
+
+    // Captured as Messages requests, and replayed through the same API (at the door: a
+    // replay has no expected answers for the recipe's gate to read).
+    let out = deck.dir.join("replay.json");
+    deck.ok(&[
+        "bench",
+        &deck.door_url(),
+        "--replay",
+        "captured",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let prompts = support::strings(&r["replay"]["prompts"]);
+    assert!(
+        prompts.len() >= seen.len(),
+        "{prompts:?} for {}",
+        seen.len()
+    );
+    assert!(prompts.iter().all(|p| FACTS.contains(p)), "{prompts:?}");
+    let samples = support::measured(&r);
+    assert!(samples.iter().all(|s| s["ok"] == true), "{samples:?}");
+    let paris = samples
+        .iter()
+        .filter(|s| s["content"].as_str().unwrap_or_default().contains("Paris"))
+        .count();
+    assert!(paris >= 1, "{samples:?}");
+    let _ = deck.run(&["down", "again"]);
 }

@@ -1,11 +1,22 @@
-//! Which API a request speaks, by its path: OpenAI chat completions, Anthropic Messages
-//! (Claude Code), OpenAI Responses (Codex). Its answer is read (`agents`, `reading`) and an
-//! error event written (`progress`) in that API's shape.
+//! The APIs a client may speak: OpenAI chat completions, Anthropic Messages (Claude Code)
+//! and OpenAI Responses (Codex). The front door reads every answer in its API's shape
+//! (`read`: the live checks, shadow and canary) and writes error events in it; the
+//! benchmark asks in it (`request`) and reads its stream the same way. A leaf of its own,
+//! so the door and the benchmark share one reading.
+
+mod read;
+mod request;
 
 use hyper::StatusCode;
+use serde::{Deserialize, Serialize};
 
-/// Which API a request speaks, by its path: the shape of its answer and of an error event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) use read::{event, whole, Read};
+pub(crate) use request::from_chat;
+
+/// Which API a request speaks, by its path: the shape of its request, its answer and its
+/// error event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Api {
     #[default]
     Chat,
@@ -19,6 +30,15 @@ impl Api {
             p if p.ends_with("/messages") => Api::Messages,
             p if p.ends_with("/responses") => Api::Responses,
             _ => Api::Chat,
+        }
+    }
+
+    /// Where a request of this API goes.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
         }
     }
 
