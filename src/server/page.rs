@@ -1,9 +1,10 @@
 //! The live page: one self-contained status page the front door serves on the production
 //! port, under `/_sparkctl/` (no OpenAI path starts so): production and its warm
 //! instances, charts of live TTFT, per-token latency and answer quality drawn from the
-//! door's own metrics, the recent runs with their HTML reports, the jobs, and the last
-//! lines of the door's log. No CDN: the HTML, its script and its style are one document
-//! (`page.html`), and its Content-Security-Policy lets it fetch nothing but its own data.
+//! door's own metrics, each key's use, the recent runs with their HTML reports, the jobs,
+//! and the last lines of the door's log. No CDN: the HTML, its script and its style are
+//! one document (`page.html`), and its Content-Security-Policy lets it fetch nothing but
+//! its own data.
 //!
 //! The charts' series are sampled here, once a second, from the metrics' running totals
 //! (a lock and a few additions): nothing is added to a request's path but the prefix test.
@@ -39,8 +40,7 @@ const POINTS: usize = 900;
 const RUNS: usize = 15;
 const JOBS: usize = 10;
 const LOG_LINES: usize = 20;
-/// How much of the door's log is read for its last lines.
-const LOG_TAIL: u64 = 16 << 10;
+const LOG_TAIL: u64 = 16 << 10; // bytes of the log read for its last lines
 /// Evidence and errors are trimmed to this many characters on the page.
 const TRIM: usize = 240;
 
@@ -203,11 +203,11 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 /// or the request carries it. Without it the page comes as an empty shell (401) that asks
 /// for the key and fetches its data with it; data is refused, and a report unless its link
 /// carries its token (`link`: the data gives the links, so only to those with the key).
-/// `door`: the default model's lane; `models`: every lane's status (the page is handed
-/// them, not the lanes, which own it).
+/// `door`: the default model's lane; `shared`: the whole door's `models` and `usage` (handed
+/// over: the lanes and keys own the page, not it them).
 pub(crate) async fn respond(
     door: &Arc<Door>,
-    models: impl FnOnce() -> Value,
+    shared: impl FnOnce() -> Value,
     path: &str,
     authorized: bool,
 ) -> Response<Full<Bytes>> {
@@ -224,7 +224,7 @@ pub(crate) async fn respond(
             "text/html; charset=utf-8",
             html(&Value::Null),
         ),
-        ("" | "/", true) => match data(models(), door).await {
+        ("" | "/", true) => match data(shared(), door).await {
             Ok(d) => reply(StatusCode::OK, "text/html; charset=utf-8", html(&d)),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
@@ -244,7 +244,7 @@ pub(crate) async fn respond(
             StatusCode::UNAUTHORIZED,
             "this front door needs `Authorization: Bearer <key>`",
         ),
-        ("/data", true) => match data(models(), door).await {
+        ("/data", true) => match data(shared(), door).await {
             Ok(d) => reply(StatusCode::OK, "application/json", d.to_string()),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
@@ -262,9 +262,8 @@ fn html(data: &Value) -> String {
     HTML.replace("__SPARKCTL_DATA__", &embedded)
 }
 
-/// What the page shows, as JSON: the door's status, every model's, the charts' points,
-/// runs, jobs, log.
-async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
+/// The page's JSON: the door's status, `shared`, the charts' points, runs, jobs, log.
+async fn data(shared: Value, door: &Arc<Door>) -> Result<Value, String> {
     let status = door.status();
     let points = door.page.points();
     let (state, links) = (door.state.clone(), door.page.links.clone());
@@ -277,7 +276,8 @@ async fn data(models: Value, door: &Arc<Door>) -> Result<Value, String> {
     Ok(json!({
         "now": crate::units::unix_now().as_millis() as u64,
         "door": status,
-        "models": models,
+        "models": shared["models"],
+        "usage": shared["usage"],
         "every_s": EVERY.as_secs(),
         "points": points,
         "runs": runs,

@@ -146,8 +146,11 @@ async fn handle(proxy: &Arc<Proxy>, req: Request<Incoming>) -> Response<ProxyBod
     // The live page decides itself what it shows without the key (a shell that asks it).
     if super::page::owns(&path) {
         let lanes = &proxy.lanes;
-        let models = || serde_json::to_value(lanes.statuses()).unwrap_or_default();
-        let page = super::page::respond(&lanes.primary(), models, &path, authorized).await;
+        let shared = || {
+            serde_json::json!({"models": lanes.statuses(),
+                "usage": super::key::usage(&proxy.access, &who)})
+        };
+        let page = super::page::respond(&lanes.primary(), shared, &path, authorized).await;
         return page.map(|b| b.map_err(|never| match never {}).boxed());
     }
     // A probe, answered here from the lanes' state: it reads no body, needs no key, and

@@ -189,6 +189,15 @@ fn keys_decide_who_reaches_which_model_and_changes_count_within_a_second_under_l
     assert_eq!(report.failed() + report.cut, 0, "{report:?}");
     assert!(opened < Duration::from_secs(1), "opened after {opened:?}");
     assert!(closed < Duration::from_secs(1), "closed after {closed:?}");
+    // The live page shows each key's use: the admin's client's answers among it.
+    let (_, _, page) = call(&deck, "GET", "/_sparkctl/data", Some(&admin), None);
+    let family = page["usage"]["family"]["requests"].as_u64().unwrap_or(0);
+    assert!(
+        family >= report.ok as u64,
+        "{} < {}",
+        page["usage"],
+        report.ok
+    );
 
     // A rotation with an overlap: both secrets open meanwhile; without one, the old closes.
     let rotated = deck.ok(&["keys", "rotate", "guest", "--overlap", "1h"]);

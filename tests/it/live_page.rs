@@ -249,6 +249,28 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
         assert_eq!(code, 404, "{bad}: {body}");
     }
 
+    // A client's key, and its use on the page: asked until the door has read the new key.
+    let viewer = deck.ok(&["keys", "add", "viewer"]).trim().to_string();
+    let ask = || {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {viewer}"))
+            .args(["-H", "content-type: application/json", "-d"])
+            .arg(r#"{"model":"any","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}"#)
+            .arg(format!("{}/v1/chat/completions", deck.door_url()))
+            .output()
+            .expect("curl runs");
+        support::text(&out.stdout) == "200"
+    };
+    let began = Instant::now();
+    while !ask() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "viewer's key never opened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // In a real browser: the key from the address's fragment, the data fetched with it.
     let url = format!("{}/_sparkctl/#key={KEY}", deck.door_url());
     let dom = chromium(&url, None);
@@ -266,7 +288,13 @@ fn the_live_page_shows_a_looping_production_failed_over_with_its_charts_in_a_rea
             );
         }
     }
-    for shown in ["failover", "recovered", "front door server pid"] {
+    for shown in [
+        "failover",
+        "recovered",
+        "front door server pid",
+        "Use by key",
+        ">viewer<",
+    ] {
         assert!(dom.contains(shown), "{shown} not on the page");
     }
     assert!(dom.contains(&format!("href=\"{report}\"")));
