@@ -260,14 +260,19 @@ impl Flow<'_, '_> {
     /// Stops what the memory plan names; production last, after the front door holds, and
     /// only when confirmed.
     async fn make_room(&mut self, plan: &mut Plan) -> Result<()> {
-        if let Some(p) = plan.stops_production() {
+        if let Some(p) = plan.stops_production().map(str::to_string) {
             let question = format!("stop production {p} to make room for {}?", self.name());
             if !(self.opts.confirm)(&question) {
                 return Err(Error::NotConfirmed(crate::error::Unconfirmed::Swap {
                     name: self.name().to_string(),
-                    production: p.to_string(),
+                    production: p,
                 }));
             }
+            // Asleep, it is woken if the candidate fails: seconds, where a start takes
+            // minutes.
+            plan.production_may_sleep = (self.ctx.recipes.get(&p).ok())
+                .and_then(|l| l.recipe.serve.as_ref().map(|s| s.sleep))
+                == Some(crate::recipe::serve::Sleep::Auto);
         }
         let hold = Hold::Ask(&self.ctx.door, self.ctx.door_config.drain);
         switch::make_room(

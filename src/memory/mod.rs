@@ -190,7 +190,7 @@ pub(crate) struct Held {
     /// What the memory plan counts it holding (its GPU memory, and on unified memory its
     /// own resident pages, page cache left out); None: not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    counted_gb: Option<f64>,
+    pub(crate) counted_gb: Option<f64>,
     /// It holds more than it declares: the plan counts what it holds.
     #[serde(default)]
     pub(crate) over_declared: bool,

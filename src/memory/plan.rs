@@ -151,6 +151,33 @@ impl MemoryPlan {
         self.fits = left + self.need_gb.unwrap_or(0.0) <= self.budget_gb;
     }
 
+    /// `name`, planned to stop, sleeps instead and holds `held_gb` asleep: kept in the plan
+    /// as it is now (true) when the start still fits beside it, else left to stop (false).
+    pub(crate) fn asleep_instead(&mut self, name: &str, held_gb: f64) -> bool {
+        let need = self.need_gb.unwrap_or(0.0);
+        let kept: f64 = (self.running.iter())
+            .filter(|h| h.name != name && !self.must_stop.contains(&h.name))
+            .map(Holder::gb)
+            .sum();
+        let fits = kept + held_gb + need <= self.budget_gb
+            && self.floor.as_ref().is_none_or(|f| {
+                (f.available_gb)
+                    .is_none_or(|a| a + f.freed_gb - held_gb - need + 1e-9 >= f.reserve_gb)
+            });
+        let Some(h) = self.running.iter_mut().find(|h| h.name == name) else {
+            return false;
+        };
+        if !fits {
+            return false;
+        }
+        (h.measured_gb, h.asleep) = (Some(held_gb), true);
+        self.must_stop.retain(|n| n != name);
+        if let Some(f) = self.floor.as_mut() {
+            f.freed_gb = (f.freed_gb - held_gb).max(0.0);
+        }
+        true
+    }
+
     /// The plan once `must_stop` have stopped: what still runs, nothing left to stop, what
     /// they gave back available. What a start is given after the room was made for it.
     pub(crate) fn after_stops(&self) -> MemoryPlan {

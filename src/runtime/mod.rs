@@ -7,6 +7,7 @@ pub(crate) mod group;
 pub(crate) mod process;
 pub mod ready;
 pub(crate) mod remote;
+pub(crate) mod sleep;
 
 use std::path::PathBuf;
 use std::time::Duration;

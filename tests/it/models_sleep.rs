@@ -2,12 +2,13 @@
 //! 2 s load, 300 MB held) that fit one at a time, `serve.sleep: auto`. A model evicted for
 //! the other is put to sleep (its memory freed, its process kept), and its next request
 //! wakes it — the wake's wait beside the cold start's, from the door's own count
-//! (`x-sparkctl-queued-ms`). A wake that fails falls back to a stop and a start. Real front
-//! door, real sim processes.
+//! (`x-sparkctl-queued-ms`). A wake that fails falls back to a stop and a start. An `up`
+//! that swaps puts production to sleep the same way, and a failed candidate's way back
+//! wakes it. Real front door, real sim processes.
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::models::{answer, door_log, model_status, runs};
 use crate::support::{free_port, Deck, Ran};
@@ -128,4 +129,76 @@ fn a_wake_that_fails_falls_back_to_a_stop_and_a_start() {
     assert_ne!(deck.status_of("a-1").unwrap()["id"], first);
     assert!(waited >= 1500, "{waited} ms: not a cold start?");
     std::thread::sleep(Duration::from_millis(100));
+}
+
+/// The way back of a failed `up` that swapped, with production `prod` (`serve.sleep` as
+/// `sleep`) and a candidate that dies halfway through its load, in a pool of 0.6 GB that holds
+/// one: what `up` said, and what a client on the production port saw throughout.
+fn failed_swap(deck: &Deck, prod: &str) -> (String, crate::support::TrafficReport) {
+    deck.ok(&["rollback", "--to", prod]);
+    let client = crate::support::Traffic::start(&deck.door_url(), Duration::from_millis(50));
+    client.answers(3, Duration::from_secs(30));
+    let ran = Ran::of(
+        deck.cmd(&["up", "bad", "--yes"])
+            .env("SPARKCTL_MEMORY_GB", "0.6")
+            .env("SPARKCTL_MEMORY_RESERVE_GB", "0"),
+    )
+    .exits(1);
+    client.answers(3, Duration::from_secs(30));
+    (ran.shown(), client.stop())
+}
+
+#[test]
+fn a_failed_swap_wakes_a_sleeping_production_instead_of_starting_it() {
+    let deck = crate::frontdoor_faults::deck("sleep-swap");
+    sleepy(&deck, "prod", "m", "");
+    sleepy(&deck, "cold", "m", "");
+    let file = deck.dir.join("recipes/cold.yaml");
+    let off = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("sleep: auto", "sleep: off");
+    std::fs::write(&file, off).unwrap();
+    sleepy(&deck, "shaky", "m", ", --wake-fault, fail");
+    sleepy(&deck, "bad", "m", ", --load-fault, crash");
+
+    // Asleep to make room, then woken: the same process serves again.
+    let (said, report) = failed_swap(&deck, "prod");
+    assert_eq!(report.failed(), 0, "{said}\n{report:?}");
+    assert!(said.contains("prod asleep (level "), "{said}");
+    let woke: f64 = said
+        .split("prod woken in ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no wake in: {said}"));
+    let pid = |name: &str| deck.status_of(name).unwrap()["id"].clone();
+    let prod_pid = pid("prod");
+    assert!(runs(&deck, "prod") && !runs(&deck, "bad"));
+    let longest_asleep = report.latency_ms.iter().copied().fold(0.0, f64::max);
+
+    // The same swap with `serve.sleep: off`: stopped, and started again on the way back.
+    let (said, report) = failed_swap(&deck, "cold");
+    assert_eq!(report.failed(), 0, "{said}\n{report:?}");
+    assert!(said.contains("stopping cold to make room"), "{said}");
+    assert!(said.contains("restoring production cold"), "{said}");
+    let kept: Value =
+        serde_json::from_str(&deck.ok(&["--json", "history", "starts", "cold"])).unwrap();
+    let started_s = crate::support::phases_in_order(
+        &kept["cold"].as_array().unwrap().last().unwrap()["phases"],
+    );
+    let longest_cold = report.latency_ms.iter().copied().fold(0.0, f64::max);
+    println!(
+        "a failed swap's way back: production woken in {woke:.2} s (serve.sleep: auto) against \
+         started again in {started_s:.2} s (serve.sleep: off); the client's longest wait \
+         {longest_asleep:.0} ms against {longest_cold:.0} ms"
+    );
+    assert!(woke * 2.0 < started_s, "{woke} s against {started_s} s");
+    assert_eq!(pid("prod"), prod_pid, "prod was started again, not woken");
+
+    // A wake that fails: stopped and started again, production served throughout.
+    let (said, report) = failed_swap(&deck, "shaky");
+    assert_eq!(report.failed(), 0, "{said}\n{report:?}");
+    assert!(said.contains("waking shaky failed"), "{said}");
+    assert!(said.contains("restoring production shaky"), "{said}");
+    assert!(runs(&deck, "shaky"));
 }

@@ -294,6 +294,9 @@ pub(crate) struct Touched {
     pub(crate) started: Option<Deployment>,
     /// Production stopped to make room (swap): what served, to be started again.
     pub(crate) production_stopped: Option<Upstream>,
+    /// Production put to sleep to make room instead (`serve.sleep: auto`), at this level:
+    /// what served, to be woken again.
+    pub(crate) production_asleep: Option<(Upstream, u8)>,
     /// The front door was told to hold.
     pub(crate) held: bool,
 }

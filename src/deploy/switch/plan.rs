@@ -57,6 +57,9 @@ impl std::fmt::Display for Mode {
 pub(crate) struct Plan {
     pub(crate) start: StartPlan,
     pub(crate) mode: Mode,
+    /// Production may sleep instead of stopping, where its server can (its recipe's
+    /// `serve.sleep: auto`; a flow that can wake it again sets it).
+    pub(crate) production_may_sleep: bool,
 }
 
 impl Plan {
@@ -73,6 +76,7 @@ impl Plan {
         Ok(Plan {
             mode: Mode::of(&start.memory),
             start,
+            production_may_sleep: false,
         })
     }
 
@@ -185,6 +189,12 @@ pub(crate) async fn make_room(
                     t.lock().expect("touched").held = true;
                 }
             }
+            if let (Some(t), true) = (touched, plan.production_may_sleep) {
+                if let Some(level) = asleep_instead(rt, plan, &d, progress).await {
+                    t.lock().expect("touched").production_asleep = Some((upstream_of(&d), level));
+                    continue;
+                }
+            }
             if let Some(t) = touched {
                 t.lock().expect("touched").production_stopped = Some(upstream_of(&d));
             }
@@ -205,6 +215,43 @@ pub(crate) async fn make_room(
     }
     plan.start.memory = plan.start.memory.after_stops();
     Ok(())
+}
+
+/// Puts production `d` to sleep in place of a stop; its level when it sleeps and the start
+/// still fits beside what it holds asleep. Else it is left awake (to be stopped).
+async fn asleep_instead(
+    rt: &Runtimes,
+    plan: &mut Plan,
+    d: &Deployment,
+    progress: &dyn crate::progress::Progress,
+) -> Option<u8> {
+    progress.step(&format!("putting {} to sleep to make room", d.name));
+    let level = match crate::runtime::sleep::put_to_sleep(d).await {
+        Ok(level) => level,
+        Err(why) => {
+            progress.step(&format!("{} cannot sleep ({why}): stopped instead", d.name));
+            return None;
+        }
+    };
+    let held = crate::memory::held(rt, &[d]).await;
+    let gb = held.first().and_then(|h| h.counted_gb);
+    match gb.filter(|gb| plan.start.memory.asleep_instead(&d.name, *gb)) {
+        Some(gb) => {
+            progress.step(&format!(
+                "{} asleep (level {level}), holding {gb:.2} GB: room made without a stop",
+                d.name
+            ));
+            Some(level)
+        }
+        None => {
+            let held = gb.map_or("an unmeasured amount".into(), |g| format!("{g:.2} GB"));
+            progress.step(&format!(
+                "{} asleep still holds {held}, too much beside {}: stopped instead",
+                d.name, plan.start.name
+            ));
+            None
+        }
+    }
 }
 
 /// After the front door switched to `next`: `old` (what it routed to before) stops unless

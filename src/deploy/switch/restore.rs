@@ -1,6 +1,6 @@
 //! The one way back after a failed or interrupted switch: never stop what the front door
-//! routes to; if production was stopped to make room, start it again and switch the front
-//! door back to it.
+//! routes to; if production was put to sleep to make room, wake it; if it was stopped (or
+//! its wake failed), start it again; and switch the front door back to it.
 
 use std::time::Instant;
 
@@ -33,6 +33,64 @@ async fn start_production(
     let mut plan = Plan::new(ctx.shared, loaded, &opts).await?;
     make_room(ctx.rt(), &mut plan, Hold::Held, None, progress).await?;
     Ok(start(ctx.rt(), &plan.start, None, |_| {}).await?.deployment)
+}
+
+/// Wakes production `u`, asleep at `level`, within what its start takes (its p50, else a
+/// minute): past that a start is the quicker way back.
+async fn wake_production(
+    ctx: &SwitchContext<'_>,
+    u: &crate::production::Upstream,
+    level: u8,
+) -> std::result::Result<std::time::Duration, String> {
+    let d = match ctx.rt().instance(&u.recipe, &u.deployment).await {
+        Ok(Some(d)) if d.running() => d,
+        _ => return Err(format!("{} ({}) no longer runs", u.recipe, u.deployment)),
+    };
+    let p50 = crate::starts::p50_s(ctx.state(), &u.recipe);
+    let limit = p50.map_or(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs_f64,
+    );
+    crate::runtime::sleep::wake(&d, level, limit).await
+}
+
+/// Production put to sleep to make room, woken and handed the front door's hold: true. A
+/// wake that fails stops it, and `t` then has it as stopped, to be started again.
+async fn wake_back(
+    ctx: &SwitchContext<'_>,
+    t: &mut Touched,
+    production: &crate::production::Production,
+    notes: &mut Vec<String>,
+    progress: &dyn Progress,
+) -> bool {
+    let Some((asleep, level)) = t.production_asleep.take() else {
+        return false;
+    };
+    match wake_production(ctx, &asleep, level).await {
+        Ok(took) => {
+            notes.push(format!(
+                "{} woken in {:.2} s, not started again",
+                asleep.recipe,
+                took.as_secs_f64()
+            ));
+            if let Err(e) = ctx.door.switch(production, ctx.door_config.drain).await {
+                notes.push(format!("switching back to {} failed: {e}", asleep.recipe));
+            }
+            true
+        }
+        Err(why) => {
+            progress.step(&format!(
+                "waking {} failed ({why}): stopped, started again",
+                asleep.recipe
+            ));
+            if let Ok(Some(d)) = ctx.rt().instance(&asleep.recipe, &asleep.deployment).await {
+                let _ = ctx.rt().stop(&d, STOP_GRACE).await;
+            }
+            notes.push(format!("waking {} failed: {why}", asleep.recipe));
+            t.production_stopped = Some(asleep);
+            false
+        }
+    }
 }
 
 /// Puts things back after a failure or an interrupt: whatever the front door routes to
@@ -102,6 +160,10 @@ pub(crate) async fn restore(
         Some(s) => s.production.clone(),
         None => ctx.production_file().unwrap_or_default(),
     };
+    // Production asleep to make room: woken, and the front door's hold released to it.
+    if wake_back(ctx, &mut t, &production, &mut notes, progress).await {
+        return notes;
+    }
     let serving_alive = match &routed {
         Some(u) => crate::frontdoor::alive(ctx.rt(), u).await,
         None => false,
