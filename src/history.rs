@@ -52,6 +52,8 @@ pub(crate) enum Command {
     Adopt,
     /// An `upgrade`: the tag's digest of today, judged by `up` when it is new.
     Upgrade,
+    /// One variant of a `try`: started on its own port, benchmarked, stopped.
+    Try,
 }
 
 impl std::fmt::Display for Command {
@@ -64,6 +66,7 @@ impl std::fmt::Display for Command {
             Command::Bisect => "bisect",
             Command::Adopt => "adopt",
             Command::Upgrade => "upgrade",
+            Command::Try => "try",
         })
     }
 }

@@ -20,6 +20,7 @@ mod doctor;
 mod engine;
 mod error;
 mod eval;
+mod experiment;
 mod exposition;
 mod frontdoor;
 mod history;

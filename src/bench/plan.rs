@@ -110,6 +110,11 @@ impl Plan {
         })
     }
 
+    /// Sets `fields` (dotted paths) in every request of the suite: a try's `--request`.
+    pub(crate) fn set_request_fields(&mut self, fields: &[(String, serde_json::Value)]) {
+        self.suite.fields = fields.to_vec();
+    }
+
     /// Alone, without a baseline, the gates relative to production have nothing to compare
     /// with: they are left out (their names returned, to be said) rather than left undecided.
     pub(crate) fn leave_out_relative_gates(

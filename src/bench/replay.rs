@@ -164,6 +164,7 @@ pub(crate) fn from_capture(path: &Path) -> Result<Suite> {
         tools: Default::default(),
         cases,
         replay: Some(path.display().to_string()),
+        fields: Vec::new(),
     })
 }
 

@@ -52,6 +52,9 @@ pub struct Suite {
     /// as it came (`bench::replay`).
     #[serde(skip)]
     pub(in crate::bench) replay: Option<String>,
+    /// Fields set in every request, by dotted path (a try's `--request`), over the case's.
+    #[serde(skip)]
+    pub(in crate::bench) fields: Vec<(String, Value)>,
 }
 
 fn one() -> usize {
@@ -366,7 +369,31 @@ impl Suite {
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
         }
+        for (path, value) in &self.fields {
+            set_path(&mut body, path, value.clone());
+        }
         crate::agents::from_chat(case.api, &body)
+    }
+}
+
+/// Sets `value` at the dotted `path` of `body`, making the objects on the way.
+fn set_path(body: &mut Value, path: &str, value: Value) {
+    let mut at = body;
+    let mut keys = path.split('.').peekable();
+    while let Some(k) = keys.next() {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let slot = at
+            .as_object_mut()
+            .expect("made an object")
+            .entry(k)
+            .or_insert(Value::Null);
+        if keys.peek().is_none() {
+            *slot = value;
+            return;
+        }
+        at = slot;
     }
 }
 

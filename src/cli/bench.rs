@@ -27,7 +27,7 @@ pub(crate) struct Measure {
     pub(in crate::cli) warmup: Option<usize>,
     /// Runs of the whole suite: each figure's p50 gets a CV and a 95% interval, and a gate
     /// whose interval holds its threshold is inconclusive [default: bench: the recipe's
-    /// bench.load.repeat, else 1; bisect: 3 per round, at least 2].
+    /// bench.load.repeat, else 1; bisect: 3 per round, at least 2; try: 2].
     #[arg(long, value_name = "N")]
     pub(in crate::cli) repeat: Option<usize>,
 }

@@ -9,6 +9,7 @@ mod bisect;
 mod deploy;
 mod doctor;
 mod eval;
+mod experiment;
 mod frontdoor;
 mod history;
 mod images;
@@ -109,6 +110,10 @@ pub(crate) enum Command {
     /// Which digest of a recipe's image brought a regression: each digest between a good and a
     /// bad one started beside production, benchmarked until it is judged, binary-searched.
     Bisect(bisect::BisectArgs),
+    /// Run a recipe's variants side by side beside production (`--vary KEY=V1|V2`, `--with`,
+    /// `--request`): each started on its own port, benchmarked with the base's suite and
+    /// gates, stopped; a table, and `--save NAME` writes the chosen one as a recipe.
+    Try(experiment::TryArgs),
     /// Apply a recipe's model-directory patch steps.
     Patch(patch::PatchArgs),
     /// Pin, audit, pull, keep and compare images by sha256 digest; each recipe's history.
@@ -174,6 +179,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Eval(args) => args.exec(g, &out),
         Command::Upgrade(args) => args.exec(g, &out),
         Command::Bisect(args) => args.exec(g, &out),
+        Command::Try(args) => args.exec(g, &out),
         Command::Patch(args) => args.exec(g, &out),
         Command::Images(args) => args.exec(g, &out),
         Command::Recipes(args) => args.exec(g, &out),

@@ -133,7 +133,19 @@ pub(crate) async fn bench_plan(
         .ok_or_else(|| Error::NotRunning {
             name: target.into(),
         })?;
-    let section = match &recipe.bench {
+    let section = recipe_bench(loaded, &recipes.dir)?;
+    let t = target_of(recipe, &d, ctx.settings.bandwidth_gbps).await;
+    crate::bench::Plan::new(t, section, over, &suites, state)
+}
+
+/// A recipe's bench section as the benchmark reads it: its suite, gates, objectives, load
+/// and evaluation sets.
+pub(crate) fn recipe_bench(
+    loaded: &crate::recipe::LoadedRecipe,
+    recipes_dir: &std::path::Path,
+) -> Result<crate::bench::RecipeBench> {
+    use crate::bench::RecipeBench;
+    Ok(match &loaded.recipe.bench {
         // Checked when the recipe was loaded.
         Some(b) => RecipeBench {
             suite: b.suite.clone(),
@@ -142,12 +154,10 @@ pub(crate) async fn bench_plan(
             })?,
             slo: b.slo,
             load: b.load.clone(),
-            eval: eval_plan(loaded, &recipes.dir)?,
+            eval: eval_plan(loaded, recipes_dir)?,
         },
         None => RecipeBench::default(),
-    };
-    let t = target_of(recipe, &d, ctx.settings.bandwidth_gbps).await;
-    crate::bench::Plan::new(t, section, over, &suites, state)
+    })
 }
 
 /// The recipe's evaluation sets (None: it names none); a name that loads no set is a

@@ -21,6 +21,7 @@ mod recipe;
 mod report;
 mod running;
 mod setting;
+mod trial;
 mod unfit;
 
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ pub(crate) use recipe::RecipeProblem;
 pub(crate) use report::Summary;
 pub(crate) use running::{Gone, Refusal, Running, Stuck, Taken, Unconfirmed};
 pub(crate) use setting::{Exposure, Want};
+pub(crate) use trial::TryProblem;
 pub(crate) use unfit::{RunFailure, Unfit};
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +179,9 @@ pub enum Error {
     /// A flag (or flag-like argument) whose value cannot be used: why, and the fix.
     #[error("{}: {}", .0.flag(), .0)]
     BadFlag(FlagProblem),
+    /// What a `try` cannot do, and the fix.
+    #[error("{0}")]
+    Try(TryProblem),
     /// A variable a recipe names for its server or job (`key`: where) that is not set here.
     #[error(
         "{recipe}: {key} names {name}, which is not set in your environment; export it (its \
@@ -428,6 +433,8 @@ impl Error {
             Error::Interrupted(_) => ErrorKind::Interrupted,
             Error::Io { .. } => ErrorKind::Io,
             Error::Failed(_) | Error::Reported(_) => ErrorKind::Failed,
+            Error::Try(p) if p.is_usage() => ErrorKind::Usage,
+            Error::Try(_) => ErrorKind::Failed,
             Error::RunFailed(run) => run.cause.kind(),
             Error::Undone { cause, .. } => cause.kind(),
             Error::BisectStopped(b) if b.cause.is_interrupted() => ErrorKind::Interrupted,

@@ -278,7 +278,7 @@ fn a_messages_client_is_shadowed_captured_and_replayed_on_the_real_model() {
         &deck,
         "again",
         bin,
-        "rollout:\n  mode: shadow\n  ttft_tolerance: 400%\n  itl_tolerance: 100%\n",
+        "rollout:\n  mode: shadow\n  ttft_tolerance: 1000%\n  itl_tolerance: 300%\n",
     );
     // The suite asks in Messages and in Responses; its expected answers gate the promotion,
     // so the benchmark read both APIs' streams to their text.

@@ -19,6 +19,7 @@ mod doctor;
 mod door_guard;
 mod error_kinds;
 mod eval;
+mod experiment;
 mod first_run;
 mod frontdoor;
 mod frontdoor_faults;

@@ -332,9 +332,11 @@ fn rollouts_that_cannot_run_are_refused_before_anything_changes() {
 /// same cores (as they share a Spark's GPU): on a loaded 2-core machine the candidate's
 /// prompt was seen taking twice production's time (243 against 118 ms at the median), and in
 /// a cold CI run beside two other real-server modules its time between tokens came out 25%
-/// over production's at the median with only 6 of 12 pairs slower — contention that says
-/// nothing of the serving. This test is about the answers: the latency tolerances are wide.
-const ROLLOUT: &str = "rollout:\n  mode: shadow\n  ttft_tolerance: 400%\n  itl_tolerance: 100%\n";
+/// over production's at the median with only 6 of 12 pairs slower, and beside a compile its
+/// first token came 5 to 8 times later (1265 against 156 to 223 ms; 147 against 110 alone) —
+/// contention that says nothing of the serving. This test is about the answers: the latency
+/// tolerances are as wide as a recipe may set them.
+const ROLLOUT: &str = "rollout:\n  mode: shadow\n  ttft_tolerance: 1000%\n  itl_tolerance: 300%\n";
 
 /// SmolLM2 on the CPU llama-server (one thread) with `args` beside the usual ones.
 fn smollm(
