@@ -355,23 +355,34 @@ for tag, b_gb in (("1-right", declared), ("2-quarter", quarter)):
           f"p99 {pct(waits, 99):.0f} ms, max {max(waits, default=0):.0f} ms")
     for r in bad[:5]:
         print(f"    failed ({r['model']}): {r['err']}")
-    # The door's log, start by start: what each start met on its way. A start that found
-    # the model in the way busy (within its turn) says `starting` again at each look: one start.
-    starts, cur = [], None
+    # The door's log, start by start: what each start met on its way. The door makes room
+    # before it says `starting` (`room from the idle`, `X unloaded (evicted for Y, …)`): those
+    # wait for Y's next start; an eviction after an out-of-memory comes after it. A start that
+    # found the model in the way busy (within its turn) says `starting` again at each look.
+    starts, cur, pending = [], None, {}
     for line in text(f"{tag}.door.log").splitlines():
         s = START.search(line)
         if s:
             if cur and cur["model"] == s.group(1) and cur["end"] == "?" and not (cur["room"] or cur["oom"]):
                 cur["looks"] += 1
                 continue
-            cur = {"model": s.group(1), "room": False, "oom": 0, "end": "?", "evicted": [], "looks": 1}
+            room = pending.pop(s.group(1), {"room": False, "evicted": []})
+            cur = {"model": s.group(1), "room": room["room"], "oom": 0, "end": "?",
+                   "evicted": room["evicted"], "looks": 1}
             starts.append(cur)
+            continue
+        made = re.search(r"model (\w+): room from the idle", line)
+        gone = re.search(r"model (\w+): \S+ unloaded \((evicted for (\w+)[^)]*)\)", line)
+        if made:
+            pending.setdefault(made.group(1), {"room": False, "evicted": []})["room"] = True
+            continue
+        if gone:
+            pending.setdefault(gone.group(3), {"room": False, "evicted": []})["evicted"].append(
+                f"{gone.group(1)} ({gone.group(2)})")
             continue
         if cur is None:
             continue
-        if f"model {cur['model']}: room from the idle" in line:
-            cur["room"] = True
-        elif f"model {cur['model']}:" in line and "ran out of memory as it started: making room" in line:
+        if f"model {cur['model']}:" in line and "ran out of memory as it started: making room" in line:
             cur["oom"] += 1
         elif "unloaded (" in line:
             m = re.search(r"model (\w+): \S+ unloaded \((.*)\)", line)
