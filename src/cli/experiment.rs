@@ -95,16 +95,18 @@ async fn run(ctx: &Context, recipes: &RecipeSet, args: TryArgs, out: &Output) ->
         out.print_json(&serde_json::json!({
             "try": &trial,
             "kept": trial.path(&ctx.state)?,
+            "report": trial.path(&ctx.state)?.with_extension("html"),
             "picked": compare::pick(&trial),
             "saved": saved,
         }));
         return Ok(());
     }
     print_result(&trial, out);
+    let kept = trial.path(&ctx.state)?;
     out.say(format_args!(
-        "kept in {} (`sparkctl try --resume {}` measures what is left)",
-        trial.path(&ctx.state)?.display(),
-        trial.id
+        "kept in {}; its report: {}",
+        kept.display(),
+        kept.with_extension("html").display()
     ));
     if let Some(path) = saved {
         out.say(format_args!(

@@ -5,9 +5,11 @@
 //! started beside production (never touching it, unless `--allow-swap` lets the front
 //! door hold production's requests while it stops for the variant), benchmarked with the
 //! base's suite, gates and evaluation sets, its output kept, and stopped. The try is kept in
-//! `STATE/tries/ID.json`, one run record per variant (`history`), and `compare` reads it.
+//! `STATE/tries/ID.json` with its HTML report beside it (`report`), one run record per
+//! variant (`history`); `compare` reads it.
 
 pub(crate) mod compare;
+mod report;
 pub(crate) mod vary;
 
 use std::path::PathBuf;
@@ -303,6 +305,13 @@ pub(crate) async fn run(
     let base = ctx.recipes.get(&trial.recipe)?;
     trial.save(ctx.state())?;
     let touched = Arc::new(Mutex::new(Touched::default()));
+    opts.progress.step(&format!(
+        "try {} of {}: {} variants (`sparkctl try --resume {}` goes on after an interruption)",
+        trial.id,
+        trial.recipe,
+        trial.variants.len(),
+        trial.id
+    ));
     for i in 0..trial.variants.len() {
         if trial.variants[i].measured.is_some() {
             continue;
@@ -331,6 +340,7 @@ pub(crate) async fn run(
     }
     trial.finished_at = Some(crate::units::now_utc());
     trial.save(ctx.state())?;
+    report::write(&trial, ctx.state())?;
     Ok(trial)
 }
 

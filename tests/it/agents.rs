@@ -131,7 +131,7 @@ fn an_empty_production_on_messages_is_seen_and_restarted_by_the_floor_gates() {
         ),
     );
     deck.ok(&["rollback", "--to", "prod"]);
-    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(120));
+    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(120), Api::Messages);
     // The client saw answers with no text at all (not errors: those are not counted).
     let empty = |(status, text): &(u16, String)| {
         *status == 200 && !text.contains("text_delta") && !text.contains("\"text\":\"T")
@@ -139,9 +139,37 @@ fn an_empty_production_on_messages_is_seen_and_restarted_by_the_floor_gates() {
     assert!(seen.iter().any(empty), "{seen:?}");
 }
 
-/// A client of `/v1/messages` alone (streamed and whole in turn) at `deck`'s door until the
-/// floor gates restart production for empty answers (within `within`): what it saw.
-fn restarted_for_empty_answers(deck: &Deck, within: Duration) -> Vec<(u16, String)> {
+/// The agents' API a client speaks.
+#[derive(Clone, Copy)]
+enum Api {
+    Messages,
+    Responses,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// A question in this API, streamed or whole.
+    fn ask(self, stream: bool) -> Value {
+        let q = "What is the capital of Japan?";
+        match self {
+            Api::Messages => json!({"model": "any", "max_tokens": 16, "stream": stream,
+                "messages": [{"role": "user", "content": q}]}),
+            Api::Responses => {
+                json!({"model": "any", "max_output_tokens": 16, "stream": stream, "input": q})
+            }
+        }
+    }
+}
+
+/// A client of `api` alone (streamed and whole in turn) at `deck`'s door until the floor
+/// gates restart production for empty answers (within `within`): what it saw.
+fn restarted_for_empty_answers(deck: &Deck, within: Duration, api: Api) -> Vec<(u16, String)> {
     let url = deck.door_url();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
@@ -152,11 +180,9 @@ fn restarted_for_empty_answers(deck: &Deck, within: Duration) -> Vec<(u16, Strin
             let mut stream = false;
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
                 stream = !stream;
-                let body = json!({"model": "any", "max_tokens": 16, "stream": stream,
-                    "messages": [{"role": "user", "content": "What is the capital of Japan?"}]});
                 let sent = http
-                    .post(format!("{url}/v1/messages"))
-                    .json(&body)
+                    .post(format!("{url}{}", api.path()))
+                    .json(&api.ask(stream))
                     .send()
                     .await;
                 if let Ok(r) = sent {
@@ -188,10 +214,11 @@ fn restarted_for_empty_answers(deck: &Deck, within: Duration) -> Vec<(u16, Strin
     seen
 }
 
-#[test]
-fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gates() {
+/// A real `llama-server` that answers empty, behind the door as production, seen by a
+/// client of `api` alone and restarted by the floor gates: what that client saw.
+fn real_empty_production(tag: &str, api: Api) -> Vec<String> {
     let (binary, model) = support::llama_server_and_model();
-    let deck = Deck::new("agents-empty-llama");
+    let deck = Deck::new(tag);
     // A grammar that admits only the empty string: every answer ends at once, empty, while
     // /health stays green — a server configured wrong, as a real one can be.
     deck.recipe(
@@ -205,15 +232,34 @@ fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gat
     );
     // Made production without a benchmark, as `rollback --to` does.
     deck.ok(&["rollback", "--to", "prod"]);
-    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(180));
+    let seen = restarted_for_empty_answers(&deck, Duration::from_secs(180), api);
+    let _ = deck.run(&["down", "prod"]);
+    seen.into_iter().map(|(_, t)| t).collect()
+}
+
+#[test]
+fn a_real_llama_server_answering_empty_on_messages_is_restarted_by_the_floor_gates() {
+    let texts = real_empty_production("agents-empty-llama", Api::Messages);
     // The client saw the server's own empty answers: no text at all.
-    let texts: Vec<&str> = seen.iter().map(|(_, t)| t.as_str()).collect();
     assert!(
         texts.iter().any(|t| t.contains("\"content\":[]")),
-        "{seen:?}"
+        "{texts:?}"
     );
-    assert!(texts.iter().all(|t| !t.contains("text_delta")), "{seen:?}");
-    let _ = deck.run(&["down", "prod"]);
+    assert!(texts.iter().all(|t| !t.contains("text_delta")), "{texts:?}");
+}
+
+#[test]
+fn a_real_llama_server_answering_empty_on_responses_is_restarted_by_the_floor_gates() {
+    let texts = real_empty_production("agents-empty-responses", Api::Responses);
+    // The server's own answers: completed, with no output text.
+    assert!(
+        texts.iter().any(|t| t.contains("\"status\":\"completed\"")),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().all(|t| !t.contains("output_text.delta")),
+        "{texts:?}"
+    );
 }
 
 /// SmolLM2 on the CPU llama-server, greedy by default (`--temp 0`: a request that names no

@@ -4,12 +4,11 @@
 //! SLO, context depth cold vs warm with the cached tokens as proof, repeated runs, the
 //! server's metrics, the outputs (JSONL, CSV, HTML opened in headless Chromium), compare.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::support::{self, text, Deck, Ran, Sim};
+use crate::support::{self, Deck, Ran, Sim};
 
 /// One short single-turn case: 1 warm-up, 5 runs.
 fn suite(deck: &Deck) -> PathBuf {
@@ -356,41 +355,6 @@ fn bad_load_arguments_are_refused_by_name_and_write_nothing() {
     }
 }
 
-/// Chromium, headless: the page's DOM after scripts ran, and its console as logged.
-fn chromium(page: &Path, screenshot: &Path) -> (String, String) {
-    let url = format!("file://{}", page.display());
-    let common = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--window-size=1280,2400",
-    ];
-    let dom = Command::new("chromium")
-        .args(common)
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .expect("chromium runs (Debian package `chromium`)");
-    let shot = Command::new("chromium")
-        .args(common)
-        .args(["--enable-logging=stderr", "--v=0"])
-        .arg(format!("--screenshot={}", screenshot.display()))
-        .arg(&url)
-        .output()
-        .expect("chromium runs");
-    (text(&dom.stdout), text(&shot.stderr))
-}
-
-/// Console messages that are errors: uncaught exceptions and console.error.
-fn script_errors(log: &str) -> Vec<&str> {
-    log.lines()
-        .filter(|l| {
-            l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains("ERROR:CONSOLE"))
-        })
-        .collect()
-}
-
 #[test]
 fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_results() {
     let deck = Deck::new("load-html");
@@ -448,7 +412,7 @@ fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_resu
         );
         assert!(body.contains("Provenance") && body.contains("sparkctl"));
         let shot = page.with_extension("png");
-        let (dom, log) = chromium(&page, &shot);
+        let (dom, log) = support::chromium_file(&page, &shot);
         let rendered = dom
             .split("data-rendered=\"")
             .nth(1)
@@ -461,7 +425,11 @@ fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_resu
             &dom[..dom.len().min(300)]
         );
         assert!(rendered[3..].parse::<usize>().unwrap() >= 6, "{rendered}");
-        assert!(script_errors(&log).is_empty(), "{:?}", script_errors(&log));
+        assert!(
+            support::script_errors(&log).is_empty(),
+            "{:?}",
+            support::script_errors(&log)
+        );
         let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
         assert!(
             size > 30_000,
@@ -477,9 +445,9 @@ fn the_html_report_renders_its_charts_in_a_real_browser_and_compare_takes_n_resu
         body.replace("<script>", "<script>notAFunction();</script><script>"),
     )
     .unwrap();
-    let (_, log) = chromium(&broken, &deck.dir.join("broken.png"));
+    let (_, log) = support::chromium_file(&broken, &deck.dir.join("broken.png"));
     assert!(
-        !script_errors(&log).is_empty(),
+        !support::script_errors(&log).is_empty(),
         "a throwing script went unnoticed:\n{log}"
     );
 }

@@ -13,6 +13,9 @@ use crate::support::{self, free_port, Deck, Ran, Traffic};
 
 const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: hello\n    turns: [\"Say hello.\"]\n    max_tokens: 16\n";
 
+/// The module's tests one at a time: each measures speed, which the other would skew.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn deck(tag: &str) -> Deck {
     let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new(tag);
@@ -56,6 +59,7 @@ fn interval(r: &Value, metric: &str) -> (f64, f64) {
 
 #[test]
 fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let deck = deck("try-llama");
     deck.ok(&["rollback", "--to", "chat"]);
     let production = serving(&deck);
@@ -78,17 +82,23 @@ fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
     );
     assert!(variants_running(&deck).is_empty());
 
-    // A plain benchmark of the base, then four variants beside it: threads × a flag.
-    let plain = deck.dir.join("plain.json");
-    deck.ok(&[
-        "bench",
-        "chat",
-        "--repeat",
-        "2",
-        "--out",
-        plain.to_str().unwrap(),
-    ]);
-    let plain: Value = serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    // A plain benchmark of the base before and after four variants beside it: threads × a
+    // flag. Variant 0 is the base again: its p50 lies within the spread of the base's own
+    // over the try (on a quiet machine the two intervals overlap; on a CI machine whose load
+    // rises while the try runs, the base's figure moves as much).
+    let plain = |tag: &str| -> Value {
+        let path = deck.dir.join(format!("plain-{tag}.json"));
+        deck.ok(&[
+            "bench",
+            "chat",
+            "--repeat",
+            "2",
+            "--out",
+            path.to_str().unwrap(),
+        ]);
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let before = plain("before");
     let args = [
         "--json",
         "try",
@@ -115,28 +125,50 @@ fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
         assert_eq!(m["verdict"], "pass", "{v}");
         assert!(m["start_s"].as_f64().unwrap() > 0.0, "{v}");
     }
+    let after = plain("after");
     let v0 = &variants[0]["measured"];
-    let ((pl, ph), (vl, vh)) = (
-        interval(&plain, "decode"),
-        (
-            v0["decode_interval"][0].as_f64().unwrap(),
-            v0["decode_interval"][1].as_f64().unwrap(),
-        ),
-    );
+    let v0_p50 = v0["decode_tps_p50"].as_f64().unwrap();
+    let (bl, bh) = interval(&before, "decode");
+    let (al, ah) = interval(&after, "decode");
     println!(
-        "decode p50: a plain bench of the base {:.0} tok/s (95% {pl:.0}-{ph:.0}); variant 0 {:.0} \
-         tok/s (95% {vl:.0}-{vh:.0}); the variants {:?}",
-        plain["decode_tps_p50"].as_f64().unwrap(),
-        v0["decode_tps_p50"].as_f64().unwrap(),
+        "decode p50: the base by a plain bench {:.0} tok/s (95% {bl:.0}-{bh:.0}) before the try, \
+         {:.0} (95% {al:.0}-{ah:.0}) after; variant 0 {v0_p50:.0} tok/s (95% {:.0}-{:.0}); \
+         the variants {:?}",
+        before["decode_tps_p50"].as_f64().unwrap(),
+        after["decode_tps_p50"].as_f64().unwrap(),
+        v0["decode_interval"][0].as_f64().unwrap_or(f64::NAN),
+        v0["decode_interval"][1].as_f64().unwrap_or(f64::NAN),
         variants
             .iter()
             .map(|v| v["measured"]["decode_tps_p50"].as_f64().unwrap().round())
             .collect::<Vec<_>>()
     );
-    // Variant 0 is the base measured again: within the spread of the plain benchmark.
+    // The report in a real browser: every variant's row and its lines in the charts, no
+    // script error.
+    let page = std::path::PathBuf::from(out["report"].as_str().unwrap());
+    let shot = deck.dir.join("try-report.png");
+    let (dom, log) = support::chromium_file(&page, &shot);
+    assert!(dom.contains("data-rendered=\"ok:"), "{:.800}", dom);
+    for v in variants {
+        let i = v["index"].as_u64().unwrap();
+        assert!(dom.contains(&format!("data-variant=\"{i}\"")), "row {i}");
+        let name = v["name"].as_str().unwrap();
+        assert!(
+            dom.matches(name).count() >= 2,
+            "{name}: its row and its plots"
+        );
+    }
     assert!(
-        vl <= ph && pl <= vh,
-        "variant 0 {vl}-{vh} against the plain bench's {pl}-{ph}"
+        support::script_errors(&log).is_empty(),
+        "{:?}",
+        support::script_errors(&log)
+    );
+    if let Some(dir) = std::env::var_os("SPARKCTL_TEST_SCREENSHOTS") {
+        std::fs::copy(&shot, std::path::Path::new(&dir).join("try-report.png")).unwrap();
+    }
+    assert!(
+        bl.min(al) <= v0_p50 && v0_p50 <= bh.max(ah),
+        "variant 0 at {v0_p50:.0} tok/s, the base's own {bl:.0}-{bh:.0} before and {al:.0}-{ah:.0} after"
     );
     // Production untouched throughout; nothing of the try left running.
     assert_eq!(serving(&deck), production);
@@ -178,6 +210,7 @@ fn out_path(deck: &Deck, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn a_try_that_needs_production_s_memory_swaps_it_and_a_ctrl_c_is_resumed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let deck = deck("try-swap");
     deck.ok(&["rollback", "--to", "chat"]);
     let client = Traffic::start(&deck.door_url(), Duration::from_millis(50));

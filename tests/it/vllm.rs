@@ -466,7 +466,7 @@ fn classes(r: &Value) -> Vec<Value> {
 }
 
 #[test]
-fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
+fn up_promotes_a_real_vllm_over_a_real_llama_server_rollback_returns_and_a_try_runs_beside() {
     let (_one, v, deck) = turn("vllm-up");
     let llama = |var: &str| {
         PathBuf::from(
@@ -550,6 +550,41 @@ fn up_promotes_a_real_vllm_over_a_real_llama_server_and_rollback_returns() {
     );
     assert_eq!((back.failed(), back.cut), (0, 0), "{back:?}");
     assert!(back.upstreams.last().is_some_and(|u| u.contains("llama")));
+
+    // Issue 48: the vLLM recipe tried as it is and with --max-num-seqs 2, one at a time
+    // beside production, a client on the production port throughout.
+    let client = Traffic::asking_for(&deck.door_url(), every, "tiny");
+    let out = deck
+        .sparkctl(&[
+            "--json",
+            "try",
+            "vllm",
+            "--with",
+            "server.args=--max-num-seqs=2",
+        ])
+        .succeeds()
+        .json();
+    let tried = client.stop();
+    assert_eq!((tried.failed(), tried.cut), (0, 0), "{tried:?}");
+    assert_eq!(serving().as_deref(), Some("llama"));
+    let variants = out["try"]["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 2, "{out}");
+    assert!(
+        variants[1]["command"]
+            .to_string()
+            .contains("\"--max-num-seqs\",\"2\""),
+        "{out}"
+    );
+    for v in variants {
+        assert_eq!(v["measured"]["verdict"], "pass", "{v}");
+        eprintln!(
+            "try {}: {} decode p50 {:.1} tok/s, start {:.1} s",
+            v["name"],
+            v["label"],
+            v["measured"]["decode_tps_p50"].as_f64().unwrap_or(0.0),
+            v["measured"]["start_s"].as_f64().unwrap_or(0.0)
+        );
+    }
 }
 
 fn distinct(v: &[String]) -> Vec<&String> {

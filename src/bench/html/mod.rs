@@ -31,6 +31,12 @@ const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-widt
 const SCRIPT: &str = "(function(){var charts=document.querySelectorAll('svg.chart');var empty=0;charts.forEach(function(c){if(!c.querySelector('[data-mark]'))empty++;});document.body.setAttribute('data-rendered',(empty===0&&charts.length>0?'ok:':'incomplete:')+charts.length);})();";
 
 pub(crate) fn report(results: &[&BenchResult]) -> String {
+    report_with(None, results)
+}
+
+/// The report with `intro` (a title and a section of HTML, written by the caller and
+/// escaped there) above the results' own: a try's variants table.
+pub(crate) fn report_with(intro: Option<(&str, &str)>, results: &[&BenchResult]) -> String {
     let base: Vec<String> = results.iter().map(|r| name_of(r)).collect();
     // The same target twice (before and after a change): told apart by when they ran.
     let names: Vec<String> = base
@@ -42,7 +48,14 @@ pub(crate) fn report(results: &[&BenchResult]) -> String {
         })
         .collect();
     let mut h = String::new();
-    let _ = write!(h, "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>sparkctl bench: {}</title><style>{STYLE}</style></head><body><h1>sparkctl bench: {}</h1>", escape(&names.join(" vs ")), escape(&names.join(" vs ")));
+    let title = match intro {
+        Some((t, _)) => t.to_string(),
+        None => format!("sparkctl bench: {}", names.join(" vs ")),
+    };
+    let _ = write!(h, "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>", escape(&title), escape(&title));
+    if let Some((_, section)) = intro {
+        h.push_str(section);
+    }
     summary(&mut h, results, &names);
     h.push_str("<h2>Charts</h2><div class=\"charts\">");
     for chart in charts(results, &names) {

@@ -1304,3 +1304,38 @@ pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[rank]
 }
+
+/// Chromium, headless: the page's DOM after scripts ran, and its console as logged.
+pub fn chromium_file(page: &Path, screenshot: &Path) -> (String, String) {
+    let url = format!("file://{}", page.display());
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--window-size=1280,2400",
+    ];
+    let dom = Command::new("chromium")
+        .args(common)
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("chromium runs (Debian package `chromium`)");
+    let shot = Command::new("chromium")
+        .args(common)
+        .args(["--enable-logging=stderr", "--v=0"])
+        .arg(format!("--screenshot={}", screenshot.display()))
+        .arg(&url)
+        .output()
+        .expect("chromium runs");
+    (text(&dom.stdout), text(&shot.stderr))
+}
+
+/// Console messages that are errors: uncaught exceptions and console.error.
+pub fn script_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains("ERROR:CONSOLE"))
+        })
+        .collect()
+}
