@@ -183,6 +183,11 @@ fn print_result(trial: &Trial, out: &Output) {
         t.add_row(cells);
     }
     out.print_table(&t);
+    for m in trial.variants.iter().filter_map(|v| v.measured.as_ref()) {
+        if let Some(line) = &m.eval_vs_base {
+            out.say(format_args!("evaluation: {line}"));
+        }
+    }
     match compare::pick(trial) {
         Some(i) => out.say(format_args!(
             "best decode p50 among the variants that passed every gate: variant {i} ({})",

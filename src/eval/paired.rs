@@ -134,6 +134,11 @@ impl Paired {
 
     /// One line: both scores and the discordant counts with the test's p-value.
     pub(crate) fn describe(&self) -> String {
+        self.named("candidate", "production")
+    }
+
+    /// `describe` with the two sides named (a try's variant against variant 0).
+    pub(crate) fn named(&self, mine: &str, theirs: &str) -> String {
         let pct = |r: usize| {
             if self.items == 0 {
                 0.0
@@ -142,7 +147,7 @@ impl Paired {
             }
         };
         format!(
-            "candidate {}/{} ({:.1}%), production {}/{} ({:.1}%) on the same {} items: {:+.1} \
+            "{mine} {}/{} ({:.1}%), {theirs} {}/{} ({:.1}%) on the same {} items: {:+.1} \
              points; {} lost, {} gained (exact McNemar, one-sided: p = {:.3} that it is worse)",
             self.candidate_right,
             self.items,

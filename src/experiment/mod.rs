@@ -86,6 +86,9 @@ pub(crate) struct Measured {
     pub(crate) failed: Option<String>,
     pub(crate) bench: Option<PathBuf>,
     pub(crate) logs: Option<PathBuf>,
+    /// The image it ran, by digest (a container's): what its tag resolved to at its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) image_digest: Option<String>,
     /// From the start asked to its first token, s.
     pub(crate) start_s: Option<f64>,
     /// What it held once ready.
@@ -98,6 +101,9 @@ pub(crate) struct Measured {
     pub(crate) gates: Vec<GateResult>,
     pub(crate) verdict: Option<Verdict>,
     pub(crate) eval_accuracy_pct: Option<f64>,
+    /// Its evaluation answers paired item by item with variant 0's (exact McNemar).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eval_vs_base: Option<String>,
 }
 
 impl Variant {
@@ -338,10 +344,32 @@ pub(crate) async fn run(
         trial.variants[i].measured = Some(measured);
         trial.save(ctx.state())?;
     }
+    pair_with_base(&mut trial);
     trial.finished_at = Some(crate::units::now_utc());
     trial.save(ctx.state())?;
     report::write(&trial, ctx.state())?;
     Ok(trial)
+}
+
+/// Each variant's evaluation answers paired item by item with variant 0's: the paired test
+/// says whether it answers worse than the base, where accuracies alone cannot.
+fn pair_with_base(trial: &mut Trial) {
+    let answers = |v: &Variant| -> Option<crate::eval::Report> {
+        let path = v.measured.as_ref()?.bench.as_ref()?;
+        let r: crate::bench::result::BenchResult =
+            serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        Some(r.eval?.candidate().clone())
+    };
+    let Some(base) = trial.variants.first().and_then(answers) else {
+        return;
+    };
+    for v in trial.variants.iter_mut().skip(1) {
+        let Some(mine) = answers(v) else { continue };
+        let paired = crate::eval::paired::pair(&mine, &base);
+        if let Some(m) = v.measured.as_mut() {
+            m.eval_vs_base = Some(paired.named(&format!("variant {}", v.index), "variant 0"));
+        }
+    }
 }
 
 /// One variant: planned again (memory changes between variants), room made if it swaps,
@@ -405,6 +433,10 @@ async fn measure_into(
     let d = report.deployment;
     touched.lock().expect("touched").started = Some(d.clone());
     record.deployment = Some(d.id.clone());
+    if d.runtime == crate::recipe::Runtime::Docker {
+        (record.image_digest, m.image_digest) =
+            (Some(d.artifact.clone()), Some(d.artifact.clone()));
+    }
     m.start_s = Some(report.ready_after_ms / 1e3);
     m.held_gb = (report.memory_observed.best.as_ref()).map(|b| b.bytes as f64 / 1e9);
     let measured = bench(ctx, base, v, &d, opts, record).await;

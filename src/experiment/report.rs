@@ -71,6 +71,11 @@ fn variants(trial: &Trial) -> String {
         }
     }
     h.push_str("</table>");
+    for m in trial.variants.iter().filter_map(|v| v.measured.as_ref()) {
+        if let Some(line) = &m.eval_vs_base {
+            let _ = write!(h, "<p class=\"note\">Evaluation: {}</p>", escape(line));
+        }
+    }
     let _ = match compare::pick(trial) {
         Some(i) => write!(
             h,

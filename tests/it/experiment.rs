@@ -16,15 +16,20 @@ const SUITE: &str = "name: tiny\nwarmup: 1\nruns: 5\ncases:\n  - name: hello\n  
 /// The module's tests one at a time: each measures speed, which the other would skew.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Three items, short answers: each variant's answers paired with variant 0's.
+const EVAL: &str = "name: sums\nmax_tokens: 8\nitems:\n  - prompt: 2+3?\n    check: {number: 5}\n  - prompt: 4+4?\n    check: {number: 8}\n  - prompt: 10-3?\n    check: {number: 7}\n";
+
 fn deck(tag: &str) -> Deck {
     let (binary, model) = support::llama_server_and_model();
     let deck = Deck::new(tag);
     std::fs::create_dir_all(deck.dir.join("recipes/suites")).unwrap();
     std::fs::write(deck.dir.join("recipes/suites/tiny.yaml"), SUITE).unwrap();
+    std::fs::create_dir_all(deck.dir.join("recipes/evals")).unwrap();
+    std::fs::write(deck.dir.join("recipes/evals/sums.yaml"), EVAL).unwrap();
     deck.recipe(
         "chat",
         &format!(
-            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\nserver:\n  port: {}\n  args: [-t, \"1\", -c, \"512\", -np, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: tiny\n  gates:\n    non_empty: \"== 100%\"\n",
+            "engine: llama-server\nruntime: process\nbinary: {}\nmodel:\n  path: {}\nserver:\n  port: {}\n  args: [-t, \"1\", -c, \"512\", -np, \"1\"]\n  memory_gb: 1\nhealth:\n  timeout: 2m\nbench:\n  suite: tiny\n  eval: [sums]\n  gates:\n    non_empty: \"== 100%\"\n",
             binary.display(),
             model.display(),
             free_port()
@@ -83,9 +88,9 @@ fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
     assert!(variants_running(&deck).is_empty());
 
     // A plain benchmark of the base before and after four variants beside it: threads × a
-    // flag. Variant 0 is the base again: its p50 lies within the spread of the base's own
-    // over the try (on a quiet machine the two intervals overlap; on a CI machine whose load
-    // rises while the try runs, the base's figure moves as much).
+    // flag. Variant 0 is the base again: its interval overlaps the spread of the base's own
+    // over the try (on a CI machine whose load rises while the try runs, the base's figure
+    // moves as much as anything the try measures).
     let plain = |tag: &str| -> Value {
         let path = deck.dir.join(format!("plain-{tag}.json"));
         deck.ok(&[
@@ -122,6 +127,16 @@ fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
     for v in variants {
         let m = &v["measured"];
         assert!(m["failed"].is_null(), "{v}");
+        // Its evaluation answers, and past the base, paired with variant 0's item by item.
+        assert!(m["eval_accuracy_pct"].is_number(), "{v}");
+        if v["index"] != 0 {
+            let paired = m["eval_vs_base"].as_str().unwrap_or_default();
+            assert!(
+                paired.contains("variant 0") && paired.contains("McNemar"),
+                "{v}"
+            );
+            println!("evaluation: {paired}");
+        }
         assert_eq!(m["verdict"], "pass", "{v}");
         assert!(m["start_s"].as_f64().unwrap() > 0.0, "{v}");
     }
@@ -166,9 +181,14 @@ fn variants_run_beside_production_and_the_winner_is_saved_and_promoted() {
     if let Some(dir) = std::env::var_os("SPARKCTL_TEST_SCREENSHOTS") {
         std::fs::copy(&shot, std::path::Path::new(&dir).join("try-report.png")).unwrap();
     }
+    // Within the spread as `try` itself calls it: the intervals overlap.
+    let (vl, vh) = (
+        v0["decode_interval"][0].as_f64().unwrap(),
+        v0["decode_interval"][1].as_f64().unwrap(),
+    );
     assert!(
-        bl.min(al) <= v0_p50 && v0_p50 <= bh.max(ah),
-        "variant 0 at {v0_p50:.0} tok/s, the base's own {bl:.0}-{bh:.0} before and {al:.0}-{ah:.0} after"
+        vl <= bh.max(ah) && bl.min(al) <= vh,
+        "variant 0 at {vl:.0}-{vh:.0} tok/s, the base's own {bl:.0}-{bh:.0} before and {al:.0}-{ah:.0} after"
     );
     // Production untouched throughout; nothing of the try left running.
     assert_eq!(serving(&deck), production);
