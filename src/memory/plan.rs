@@ -517,6 +517,24 @@ mod tests {
     }
 
     #[test]
+    fn production_asleep_instead_of_stopped_stays_in_the_plan_only_when_the_start_fits() {
+        // 0.6 GB: production's 0.35 must go for the candidate's 0.35.
+        let plan = MemoryPlan::new(0.6, Some(0.35), vec![holder("prod", 0.35, true)]);
+        assert_eq!(plan.must_stop, vec!["prod"]);
+        // Asleep it holds 0.05: the candidate fits beside it, and it stops nothing.
+        let mut asleep = plan.clone();
+        assert!(asleep.asleep_instead("prod", 0.05));
+        assert!(asleep.must_stop.is_empty());
+        let h = &asleep.running[0];
+        assert!(h.asleep && h.measured_gb == Some(0.05) && (h.gb() - 0.05).abs() < 1e-9);
+        // Asleep it still holds 0.3: no room beside it; it is to stop, as planned.
+        let mut heavy = plan.clone();
+        assert!(!heavy.asleep_instead("prod", 0.3));
+        assert_eq!(heavy.must_stop, vec!["prod"]);
+        assert!(!heavy.running[0].asleep);
+    }
+
+    #[test]
     fn a_candidate_bigger_than_the_budget_never_fits() {
         let plan = MemoryPlan::new(100.0, Some(109.0), vec![]);
         assert!(!plan.fits);

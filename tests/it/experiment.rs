@@ -287,13 +287,21 @@ fn a_try_that_needs_production_s_memory_swaps_it_and_a_ctrl_c_is_resumed() {
             "variant 0 never measured"
         );
         let found = std::fs::read_dir(&tries).ok().and_then(|d| {
-            d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                std::fs::read_to_string(p).is_ok_and(|t| {
-                    let v: Value = serde_json::from_str(&t).unwrap_or_default();
-                    !v["variants"][0]["measured"].is_null()
-                        && v["variants"][1]["measured"].is_null()
+            // The try's own file: not a write in progress (a dot file beside it).
+            let kept = |p: &std::path::PathBuf| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+                !name.starts_with('.') && name.ends_with(".json")
+            };
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(kept)
+                .find(|p| {
+                    std::fs::read_to_string(p).is_ok_and(|t| {
+                        let v: Value = serde_json::from_str(&t).unwrap_or_default();
+                        !v["variants"][0]["measured"].is_null()
+                            && v["variants"][1]["measured"].is_null()
+                    })
                 })
-            })
         });
         if let Some(p) = found {
             break p;
