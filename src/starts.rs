@@ -108,6 +108,15 @@ pub(crate) fn p50_s(state: &StateDir, recipe: &str) -> Option<f64> {
     summary(&of(state, recipe)).map(|s| s.p50_s)
 }
 
+/// How long a wake of `recipe`'s sleeping server may take: what a start of it takes (the
+/// p50 of its kept starts), else a minute; past that a cold start is the quicker way.
+pub(crate) fn wake_limit(state: &StateDir, recipe: &str) -> std::time::Duration {
+    p50_s(state, recipe).map_or(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs_f64,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -419,6 +419,7 @@ async fn measure_into(
     record: &mut RunRecord,
     m: &mut Measured,
 ) -> Result<()> {
+    // Checked again: a resumed try reads its variants back from the kept file.
     let loaded = checked(base, v.recipe.clone())?;
     let mut plan = switch::timed(record, PhaseName::Plan, plan_of(ctx, base, &loaded)).await?;
     if plan.stops_production().is_some() {

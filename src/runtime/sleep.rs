@@ -71,6 +71,19 @@ pub(crate) async fn put_to_sleep(d: &Deployment) -> Result<u8, String> {
     post(&client, &url, None).await.map(|_| level)
 }
 
+/// Wakes `recipe`'s instance `id`, asleep at `level`, when it still runs (`wake`).
+pub(crate) async fn wake_instance(
+    rt: &super::Runtimes,
+    (recipe, id): (&str, &str),
+    level: u8,
+    limit: Duration,
+) -> Result<Duration, String> {
+    match rt.instance(recipe, id).await {
+        Ok(Some(d)) if d.running() => wake(&d, level, limit).await,
+        _ => Err(format!("{recipe} ({id}) no longer runs")),
+    }
+}
+
 /// Wakes `d`, asleep at `level`, until it says it is awake and answers as ready, within
 /// `limit`; how long it took, or why not.
 pub(crate) async fn wake(d: &Deployment, level: u8, limit: Duration) -> Result<Duration, String> {

@@ -35,25 +35,6 @@ async fn start_production(
     Ok(start(ctx.rt(), &plan.start, None, |_| {}).await?.deployment)
 }
 
-/// Wakes production `u`, asleep at `level`, within what its start takes (its p50, else a
-/// minute): past that a start is the quicker way back.
-async fn wake_production(
-    ctx: &SwitchContext<'_>,
-    u: &crate::production::Upstream,
-    level: u8,
-) -> std::result::Result<std::time::Duration, String> {
-    let d = match ctx.rt().instance(&u.recipe, &u.deployment).await {
-        Ok(Some(d)) if d.running() => d,
-        _ => return Err(format!("{} ({}) no longer runs", u.recipe, u.deployment)),
-    };
-    let p50 = crate::starts::p50_s(ctx.state(), &u.recipe);
-    let limit = p50.map_or(
-        std::time::Duration::from_secs(60),
-        std::time::Duration::from_secs_f64,
-    );
-    crate::runtime::sleep::wake(&d, level, limit).await
-}
-
 /// Production put to sleep to make room, woken and handed the front door's hold: true. A
 /// wake that fails stops it, and `t` then has it as stopped, to be started again.
 async fn wake_back(
@@ -66,7 +47,9 @@ async fn wake_back(
     let Some((asleep, level)) = t.production_asleep.take() else {
         return false;
     };
-    match wake_production(ctx, &asleep, level).await {
+    let limit = crate::starts::wake_limit(ctx.state(), &asleep.recipe);
+    let instance = (asleep.recipe.as_str(), asleep.deployment.as_str());
+    match crate::runtime::sleep::wake_instance(ctx.rt(), instance, level, limit).await {
         Ok(took) => {
             notes.push(format!(
                 "{} woken in {:.2} s, not started again",

@@ -8,9 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-/// How long a wake may take when no start of its recipe was measured yet.
-const WAKE_UNMEASURED: Duration = Duration::from_secs(60);
-
 use super::Watch;
 use crate::context::Context;
 use crate::deploy::memory_beside;
@@ -210,7 +207,7 @@ impl Watch {
     async fn woken(&self, u: &Upstream, level: u8, generation: u64, began: Instant) -> bool {
         let model = self.model_name();
         let p50 = crate::starts::p50_s(&self.ctx.state, &u.recipe);
-        let limit = p50.map_or(WAKE_UNMEASURED, Duration::from_secs_f64);
+        let limit = crate::starts::wake_limit(&self.ctx.state, &u.recipe);
         match super::sleep::wake(&self.ctx, u, level, limit).await {
             Ok(took) => {
                 self.door.demand.set_asleep(None);

@@ -40,11 +40,7 @@ pub(super) async fn wake(
     level: u8,
     limit: Duration,
 ) -> Result<Duration, String> {
-    let d = match ctx.runtimes.instance(&u.recipe, &u.deployment).await {
-        Ok(Some(d)) if d.running() => d,
-        _ => return Err(format!("{} ({}) no longer runs", u.recipe, u.deployment)),
-    };
-    sleep::wake(&d, level, limit).await
+    sleep::wake_instance(&ctx.runtimes, (&u.recipe, &u.deployment), level, limit).await
 }
 
 /// Whether `d`'s own sleep ends at its next request (llama-server's idle sleep), where
